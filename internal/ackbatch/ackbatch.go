@@ -1,0 +1,277 @@
+// Package ackbatch groups the acknowledgements of one queue — deletes and
+// visibility changes — into batch calls of up to ten entries, sends them
+// concurrently, and retries what failed.
+package ackbatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker/internal/awserr"
+)
+
+// API is the part of the SQS client the batcher calls.
+type API interface {
+	DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error)
+	ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
+}
+
+var _ API = (*sqs.Client)(nil)
+
+// MaxBatch is the most entries SQS takes in one batch call.
+const MaxBatch = 10
+
+// Kind says what an entry asks for.
+type Kind uint8
+
+// The kinds of acknowledgement.
+const (
+	Delete Kind = iota
+	ChangeVisibility
+)
+
+func (k Kind) String() string {
+	if k == Delete {
+		return "delete"
+	}
+	return "change-visibility"
+}
+
+// Entry is one acknowledgement.
+type Entry struct {
+	ReceiptHandle string
+	// MessageID is used only in errors and logs.
+	MessageID string
+	// Visibility is the new visibility timeout of a ChangeVisibility entry.
+	Visibility time.Duration
+	// Done, if set, is called once with the entry's final result.
+	Done func(error)
+}
+
+// Config configures a Batcher.
+type Config struct {
+	QueueURL string
+	// Interval is the longest an entry waits for its batch to fill.
+	// Default 100ms.
+	Interval time.Duration
+	// MaxInFlight bounds the batch calls under way at once. Default 8.
+	MaxInFlight int
+	// MaxAttempts bounds the calls made for one entry. Default 5.
+	MaxAttempts int
+	// Timeout bounds each call. Default 10s.
+	Timeout time.Duration
+	// Result, if set, is called once per entry with its final result.
+	Result func(Kind, Entry, error)
+}
+
+// Batcher collects entries and sends them in batches. Its methods are safe for
+// concurrent use. Close sends what is pending and waits for calls under way.
+type Batcher struct {
+	api API
+	cfg Config
+	sem chan struct{}
+	wg  sync.WaitGroup
+
+	mu      sync.Mutex
+	pending [2][]Entry
+	timer   [2]*time.Timer
+	closed  bool
+	// stop is cancelled by Close when its context ends: calls still under
+	// way give up.
+	stop     context.Context
+	stopCall context.CancelFunc
+}
+
+// New returns a Batcher for one queue.
+func New(api API, cfg Config) *Batcher {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 100 * time.Millisecond
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 8
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 5
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 10 * time.Second
+	}
+	b := &Batcher{api: api, cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight)}
+	b.stop, b.stopCall = context.WithCancel(context.Background())
+	return b
+}
+
+// ErrClosed is the result of entries added after Close.
+var ErrClosed = errors.New("ackbatch: batcher closed")
+
+// Add queues an entry of the given kind.
+func (b *Batcher) Add(kind Kind, e Entry) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		b.finish(kind, e, ErrClosed)
+		return
+	}
+	b.pending[kind] = append(b.pending[kind], e)
+	switch n := len(b.pending[kind]); {
+	case n >= MaxBatch:
+		b.flushLocked(kind)
+	case n == 1:
+		b.timer[kind] = time.AfterFunc(b.cfg.Interval, func() { b.Flush(kind) })
+	}
+	b.mu.Unlock()
+}
+
+// Flush sends the pending entries of kind now.
+func (b *Batcher) Flush(kind Kind) {
+	b.mu.Lock()
+	b.flushLocked(kind)
+	b.mu.Unlock()
+}
+
+func (b *Batcher) flushLocked(kind Kind) {
+	if t := b.timer[kind]; t != nil {
+		t.Stop()
+		b.timer[kind] = nil
+	}
+	for len(b.pending[kind]) > 0 {
+		n := min(len(b.pending[kind]), MaxBatch)
+		batch := b.pending[kind][:n:n]
+		b.pending[kind] = b.pending[kind][n:]
+		b.wg.Go(func() { b.send(kind, batch) })
+	}
+	b.pending[kind] = nil
+}
+
+// Close sends the pending entries and waits until every call under way has
+// finished, or ctx ends; then it abandons the calls still under way and
+// reports their entries failed. Entries added after Close fail with ErrClosed.
+func (b *Batcher) Close(ctx context.Context) error {
+	b.mu.Lock()
+	b.closed = true
+	b.flushLocked(Delete)
+	b.flushLocked(ChangeVisibility)
+	b.mu.Unlock()
+	done := make(chan struct{})
+	go func() { b.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		b.stopCall()
+		return nil
+	case <-ctx.Done():
+		b.stopCall()
+		<-done
+		return fmt.Errorf("ackbatch: flushing: %w", context.Cause(ctx))
+	}
+}
+
+// send makes the batch call for entries, retrying the failed ones.
+func (b *Batcher) send(kind Kind, entries []Entry) {
+	b.sem <- struct{}{}
+	defer func() { <-b.sem }()
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		retry, err := b.call(kind, entries)
+		if len(retry) == 0 {
+			return
+		}
+		if attempt >= b.cfg.MaxAttempts || b.stop.Err() != nil {
+			for _, e := range retry {
+				b.finish(kind, e, fmt.Errorf("%s of message %s: gave up after %d attempts: %w", kind, e.MessageID, attempt, err))
+			}
+			return
+		}
+		entries = retry
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-b.stop.Done():
+			t.Stop()
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// entryError is the error of one failed entry of a batch call.
+type entryError struct {
+	Code, Message string
+}
+
+func (e *entryError) Error() string { return e.Code + ": " + e.Message }
+
+// call makes one batch call and returns the entries worth another try.
+func (b *Batcher) call(kind Kind, entries []Entry) (retry []Entry, err error) {
+	ctx, cancel := context.WithTimeout(b.stop, b.cfg.Timeout)
+	defer cancel()
+	var failed []types.BatchResultErrorEntry
+	switch kind {
+	case Delete:
+		in := &sqs.DeleteMessageBatchInput{QueueUrl: &b.cfg.QueueURL, Entries: make([]types.DeleteMessageBatchRequestEntry, len(entries))}
+		for i, e := range entries {
+			in.Entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(e.ReceiptHandle)}
+		}
+		var out *sqs.DeleteMessageBatchOutput
+		if out, err = b.api.DeleteMessageBatch(ctx, in); err == nil {
+			failed = out.Failed
+		}
+	case ChangeVisibility:
+		in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &b.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(entries))}
+		for i, e := range entries {
+			in.Entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
+				Id:                aws.String(strconv.Itoa(i)),
+				ReceiptHandle:     aws.String(e.ReceiptHandle),
+				VisibilityTimeout: int32(e.Visibility / time.Second),
+			}
+		}
+		var out *sqs.ChangeMessageVisibilityBatchOutput
+		if out, err = b.api.ChangeMessageVisibilityBatch(ctx, in); err == nil {
+			failed = out.Failed
+		}
+	}
+	if err != nil {
+		if awserr.IsFatal(err) {
+			for _, e := range entries {
+				b.finish(kind, e, fmt.Errorf("%s of message %s: %w", kind, e.MessageID, err))
+			}
+			return nil, err
+		}
+		return entries, err
+	}
+	byID := make(map[int]types.BatchResultErrorEntry, len(failed))
+	for _, f := range failed {
+		if i, convErr := strconv.Atoi(aws.ToString(f.Id)); convErr == nil && i >= 0 && i < len(entries) {
+			byID[i] = f
+		}
+	}
+	for i, e := range entries {
+		f, bad := byID[i]
+		switch {
+		case !bad:
+			b.finish(kind, e, nil)
+		case f.SenderFault:
+			b.finish(kind, e, fmt.Errorf("%s of message %s: %w", kind, e.MessageID,
+				&entryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)}))
+		default:
+			retry = append(retry, e)
+			err = &entryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)}
+		}
+	}
+	return retry, err
+}
+
+func (b *Batcher) finish(kind Kind, e Entry, err error) {
+	if e.Done != nil {
+		e.Done(err)
+	}
+	if b.cfg.Result != nil {
+		b.cfg.Result(kind, e, err)
+	}
+}

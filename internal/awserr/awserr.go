@@ -1,0 +1,90 @@
+// Package awserr classifies errors returned by the AWS SDK with errors.As on
+// modeled error types and on error codes, never on message text.
+package awserr
+
+import (
+	"context"
+	"errors"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+)
+
+// fatalCodes are error codes that retrying cannot fix: the caller's
+// configuration or permissions are wrong.
+var fatalCodes = map[string]bool{
+	"AccessDenied":                                true,
+	"AccessDeniedException":                       true,
+	"InvalidClientTokenId":                        true,
+	"UnrecognizedClientException":                 true,
+	"SignatureDoesNotMatch":                       true,
+	"InvalidSecurity":                             true,
+	"InvalidAddress":                              true,
+	"AWS.SimpleQueueService.NonExistentQueue":     true,
+	"QueueDoesNotExist":                           true,
+	"AWS.SimpleQueueService.QueueDeletedRecently": true,
+	"AWS.SimpleQueueService.UnsupportedOperation": true,
+	"UnsupportedOperation":                        true,
+	"KmsAccessDenied":                             true,
+	"KmsDisabled":                                 true,
+	"KmsNotFound":                                 true,
+	"KmsInvalidKeyUsage":                          true,
+	"KmsInvalidState":                             true,
+	"KmsOptInRequired":                            true,
+	"InvalidParameterValue":                       true,
+}
+
+// IsFatal reports whether err is one that no retry will fix: a missing queue,
+// denied access, bad credentials, an invalid request. Network errors,
+// throttling and server faults are not fatal.
+func IsFatal(err error) bool {
+	if err == nil || IsCanceled(err) {
+		return false
+	}
+	var missing *types.QueueDoesNotExist
+	if errors.As(err, &missing) {
+		return true
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		return fatalCodes[api.ErrorCode()]
+	}
+	return false
+}
+
+// IsQueueMissing reports whether err says the queue does not exist.
+func IsQueueMissing(err error) bool {
+	var missing *types.QueueDoesNotExist
+	if errors.As(err, &missing) {
+		return true
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		c := api.ErrorCode()
+		return c == "AWS.SimpleQueueService.NonExistentQueue" || c == "QueueDoesNotExist"
+	}
+	return false
+}
+
+// IsLeaseLost reports whether err says a receipt handle no longer holds the
+// message: it was deleted, or its visibility timeout ran out.
+func IsLeaseLost(err error) bool {
+	var notInFlight *types.MessageNotInflight
+	var invalid *types.ReceiptHandleIsInvalid
+	if errors.As(err, &notInFlight) || errors.As(err, &invalid) {
+		return true
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "AWS.SimpleQueueService.MessageNotInflight", "MessageNotInflight", "ReceiptHandleIsInvalid":
+			return true
+		}
+	}
+	return false
+}
+
+// IsCanceled reports whether err comes from a cancelled or expired context.
+func IsCanceled(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,124 @@
+// Package queue reads what the runtimes need to know about a queue — its
+// visibility timeout, FIFO-ness and redrive policy — and moves failed messages
+// to its dead-letter queue with failure metadata.
+package queue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// API is the part of the SQS client Load calls.
+type API interface {
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+}
+
+var _ API = (*sqs.Client)(nil)
+
+// Info describes a queue.
+type Info struct {
+	URL               string
+	ARN               string
+	FIFO              bool
+	VisibilityTimeout time.Duration
+	// MaxReceiveCount is the redrive policy's maxReceiveCount; 0 when the
+	// queue has no redrive policy.
+	MaxReceiveCount int
+	// DeadLetterARN and DeadLetterURL name the redrive policy's target.
+	DeadLetterARN string
+	DeadLetterURL string
+}
+
+// IsFIFOURL reports whether a queue URL names a FIFO queue.
+func IsFIFOURL(url string) bool { return strings.HasSuffix(url, ".fifo") }
+
+// Load reads the attributes of the queue at url and resolves the URL of its
+// dead-letter queue.
+func Load(ctx context.Context, api API, url string) (Info, error) {
+	out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameQueueArn,
+			types.QueueAttributeNameVisibilityTimeout,
+			types.QueueAttributeNameRedrivePolicy,
+			types.QueueAttributeNameFifoQueue,
+		},
+	})
+	if err != nil {
+		return Info{}, fmt.Errorf("reading attributes of queue %s: %w", url, err)
+	}
+	a := out.Attributes
+	info := Info{URL: url, ARN: a["QueueArn"], FIFO: a["FifoQueue"] == "true" || IsFIFOURL(url)}
+	if v, ok := a["VisibilityTimeout"]; ok {
+		secs, err := strconv.Atoi(v)
+		if err != nil {
+			return Info{}, fmt.Errorf("queue %s: %w: malformed VisibilityTimeout %q", url, ErrInvalid, v)
+		}
+		info.VisibilityTimeout = time.Duration(secs) * time.Second
+	}
+	if rp := a["RedrivePolicy"]; rp != "" {
+		arn, maxReceive, err := ParseRedrivePolicy(rp)
+		if err != nil {
+			return Info{}, fmt.Errorf("queue %s: %w: %w", url, ErrInvalid, err)
+		}
+		info.DeadLetterARN, info.MaxReceiveCount = arn, maxReceive
+		name, account, err := ParseARN(arn)
+		if err != nil {
+			return Info{}, fmt.Errorf("queue %s: %w: redrive policy: %w", url, ErrInvalid, err)
+		}
+		u, err := api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name, QueueOwnerAWSAccountId: &account})
+		if err != nil {
+			return Info{}, fmt.Errorf("queue %s: resolving dead-letter queue %s: %w", url, arn, err)
+		}
+		info.DeadLetterURL = aws.ToString(u.QueueUrl)
+	}
+	return info, nil
+}
+
+// ParseRedrivePolicy reads a queue's RedrivePolicy attribute.
+func ParseRedrivePolicy(s string) (deadLetterARN string, maxReceiveCount int, err error) {
+	var p struct {
+		DeadLetterTargetArn string          `json:"deadLetterTargetArn"`
+		MaxReceiveCount     json.RawMessage `json:"maxReceiveCount"`
+	}
+	if err := json.Unmarshal([]byte(s), &p); err != nil {
+		return "", 0, fmt.Errorf("malformed redrive policy %q: %w", s, err)
+	}
+	// SQS writes maxReceiveCount as a number or as a string.
+	n, convErr := strconv.Atoi(strings.Trim(string(p.MaxReceiveCount), `"`))
+	switch {
+	case p.DeadLetterTargetArn == "":
+		return "", 0, fmt.Errorf("malformed redrive policy %q: no deadLetterTargetArn", s)
+	case convErr != nil || n < 1:
+		return "", 0, fmt.Errorf("malformed redrive policy %q: maxReceiveCount must be a whole number of at least 1", s)
+	}
+	return p.DeadLetterTargetArn, n, nil
+}
+
+// ParseARN returns the queue name and account of an SQS queue ARN
+// (arn:PARTITION:sqs:REGION:ACCOUNT:NAME).
+func ParseARN(arn string) (name, account string, err error) {
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[4] == "" || parts[5] == "" {
+		return "", "", fmt.Errorf("malformed SQS queue ARN %q", arn)
+	}
+	return parts[5], parts[4], nil
+}
+
+// ErrInvalid marks errors in a queue's attributes, such as a malformed
+// redrive policy: no retry will fix them.
+var ErrInvalid = errors.New("invalid queue attributes")
+
+// ErrNoDeadLetterQueue is returned by Mover.Move when the queue has no
+// dead-letter queue.
+var ErrNoDeadLetterQueue = errors.New("queue has no dead-letter queue")

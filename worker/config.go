@@ -1,0 +1,158 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+// Limits SQS sets on ReceiveMessage.
+const (
+	MaxMessagesPerReceive = 10
+	MaxWaitTime           = 20 * time.Second
+)
+
+// Config configures a Worker. The zero value of each field means its
+// documented default; only QueueURL is required.
+type Config struct {
+	// QueueURL is the URL of the queue to consume. Required.
+	QueueURL string
+
+	// Concurrency is the most handlers running at once, and so the most
+	// messages this worker holds: it never receives more messages than it
+	// has free handler slots. Default 10.
+	Concurrency int
+
+	// Pollers is the number of receive loops. Default enough to fill every
+	// handler slot with full receives: ceil(Concurrency / MaxMessages).
+	Pollers int
+
+	// MaxMessages is the most messages asked for in one receive, 1 to 10.
+	// Default 10.
+	MaxMessages int
+
+	// WaitTime is the long-poll wait of each receive, 1s to 20s, in whole
+	// seconds. Default 20s.
+	WaitTime time.Duration
+
+	// VisibilityTimeout is asked for on every receive, in whole seconds up
+	// to 12h. Default: the queue's own visibility timeout.
+	VisibilityTimeout time.Duration
+
+	// HandlerTimeout bounds each handler call through its context.
+	// Default: the visibility timeout in effect, after which SQS would hand
+	// the message to another consumer anyway.
+	HandlerTimeout time.Duration
+
+	// Backoff spaces the retries of failed messages, by receive count.
+	// Default sqsworker.ExponentialBackoff{} (full jitter, 1s base, 15m cap).
+	Backoff sqsworker.Backoff
+
+	// DeadLetterQueueURL is where permanent failures and last attempts go.
+	// Default: the target of the queue's redrive policy. With neither, see
+	// the package documentation for what happens to permanent failures.
+	DeadLetterQueueURL string
+
+	// MaxReceiveCount is the attempt after whose failure a message is moved
+	// to the dead-letter queue. Default: the redrive policy's
+	// maxReceiveCount; 0 without a redrive policy, meaning no limit. It must
+	// not be above the redrive policy's.
+	MaxReceiveCount int
+
+	// AckInterval is the longest a delete or visibility change waits for
+	// its batch of ten to fill. Default 100ms.
+	AckInterval time.Duration
+
+	// ShutdownTimeout is how long Run lets in-flight handlers finish after
+	// its context is cancelled. (Shutdown takes its deadline from its own
+	// context instead.) Default 25s, within ECS's default 30s stop timeout.
+	ShutdownTimeout time.Duration
+
+	// Logger receives the worker's logs. Message bodies are never logged.
+	// Default slog.Default().
+	Logger *slog.Logger
+
+	// Host names this worker in dead-letter metadata. Default os.Hostname().
+	Host string
+}
+
+// Defaults of the Config fields.
+const (
+	DefaultConcurrency     = 10
+	DefaultWaitTime        = 20 * time.Second
+	DefaultAckInterval     = 100 * time.Millisecond
+	DefaultShutdownTimeout = 25 * time.Second
+)
+
+// validate returns one error naming every bad field.
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.QueueURL == "" {
+		bad("QueueURL is required")
+	}
+	if c.Concurrency < 0 {
+		bad("Concurrency %d is negative", c.Concurrency)
+	}
+	if c.Pollers < 0 {
+		bad("Pollers %d is negative", c.Pollers)
+	}
+	if c.MaxMessages < 0 || c.MaxMessages > MaxMessagesPerReceive {
+		bad("MaxMessages %d is outside 1..%d", c.MaxMessages, MaxMessagesPerReceive)
+	}
+	if c.WaitTime < 0 || c.WaitTime > MaxWaitTime || c.WaitTime%time.Second != 0 {
+		bad("WaitTime %s is not a whole number of seconds in 1s..20s", c.WaitTime)
+	}
+	if c.VisibilityTimeout < 0 || c.VisibilityTimeout > sqsworker.MaxVisibilityTimeout || c.VisibilityTimeout%time.Second != 0 {
+		bad("VisibilityTimeout %s is not a whole number of seconds in 0s..12h", c.VisibilityTimeout)
+	}
+	if c.HandlerTimeout < 0 {
+		bad("HandlerTimeout %s is negative", c.HandlerTimeout)
+	}
+	if c.MaxReceiveCount < 0 {
+		bad("MaxReceiveCount %d is negative", c.MaxReceiveCount)
+	}
+	if c.AckInterval < 0 {
+		bad("AckInterval %s is negative", c.AckInterval)
+	}
+	if c.ShutdownTimeout < 0 {
+		bad("ShutdownTimeout %s is negative", c.ShutdownTimeout)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("worker: invalid Config: %w", errors.Join(errs...))
+}
+
+// withDefaults returns c with its zero fields set to their defaults, except
+// those that depend on the queue.
+func (c Config) withDefaults() Config {
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.MaxMessages == 0 {
+		c.MaxMessages = MaxMessagesPerReceive
+	}
+	if c.Pollers == 0 {
+		c.Pollers = (c.Concurrency + c.MaxMessages - 1) / c.MaxMessages
+	}
+	if c.WaitTime == 0 {
+		c.WaitTime = DefaultWaitTime
+	}
+	if c.Backoff == nil {
+		c.Backoff = sqsworker.ExponentialBackoff{}
+	}
+	if c.AckInterval == 0 {
+		c.AckInterval = DefaultAckInterval
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}

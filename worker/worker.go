@@ -1,0 +1,634 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/ackbatch"
+	"github.com/sqsworker/sqsworker/internal/awserr"
+	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+)
+
+// API is the part of the SQS client a Worker calls. *sqs.Client implements
+// it.
+type API interface {
+	ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	ackbatch.API
+	queue.API
+	queue.Sender
+}
+
+var _ API = (*sqs.Client)(nil)
+
+// Errors a Worker returns or puts in handler contexts.
+var (
+	// ErrRunning is returned by Run when the worker is already running.
+	ErrRunning = errors.New("worker: already running")
+	// ErrClosed is returned by Run after the worker was shut down: a
+	// Worker runs once.
+	ErrClosed = errors.New("worker: closed")
+	// ErrHandlerTimeout is the cause of a handler context cancelled by
+	// Config.HandlerTimeout.
+	ErrHandlerTimeout = errors.New("worker: handler timeout")
+	// ErrShutdown is the cause of a handler context cancelled because the
+	// shutdown deadline passed. Its message is released for another
+	// consumer at once.
+	ErrShutdown = errors.New("worker: shutdown deadline passed")
+)
+
+// receive-loop backoff after an error.
+const (
+	receiveBackoffBase = 200 * time.Millisecond
+	receiveBackoffCap  = 10 * time.Second
+	// ackFlushGrace is how long pending acknowledgements may still be sent
+	// after the shutdown deadline.
+	ackFlushGrace = 5 * time.Second
+)
+
+// Worker consumes one SQS queue, running a handler for each message. Create
+// one with New, start it with Run and stop it with Shutdown or by cancelling
+// Run's context.
+type Worker struct {
+	api   API
+	cfg   Config
+	log   *slog.Logger
+	stats counters
+
+	mu       sync.Mutex
+	state    int // idle, running, closed
+	shutdown chan context.Context
+	done     chan struct{}
+}
+
+const (
+	idle = iota
+	running
+	closed
+)
+
+// New validates cfg and returns a Worker. It makes no AWS call: the queue is
+// read when Run starts.
+func New(api API, cfg Config) (*Worker, error) {
+	err := cfg.validate()
+	if api == nil {
+		err = errors.Join(err, errors.New("worker: nil SQS client"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.Host == "" {
+		cfg.Host, _ = os.Hostname()
+	}
+	return &Worker{
+		api:      api,
+		cfg:      cfg,
+		log:      cfg.Logger.With("queue", cfg.QueueURL),
+		shutdown: make(chan context.Context, 1),
+		done:     make(chan struct{}),
+	}, nil
+}
+
+// Run receives messages and hands each to h until ctx is cancelled or
+// Shutdown is called, then shuts down gracefully (see Shutdown) and returns
+// nil. It returns an error at once when the queue cannot be used: it does not
+// exist, access is denied, its redrive policy is malformed, or the
+// configuration does not fit it. Receive errors that may pass (network,
+// throttling, an unreachable endpoint) are retried with capped backoff, for
+// ever.
+func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
+	if h == nil {
+		return errors.New("worker: nil handler")
+	}
+	w.mu.Lock()
+	switch w.state {
+	case running:
+		w.mu.Unlock()
+		return ErrRunning
+	case closed:
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.state = running
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.state = closed
+		w.mu.Unlock()
+		close(w.done)
+	}()
+
+	info, err := w.loadQueue(ctx)
+	if err != nil {
+		if awserr.IsCanceled(err) && ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	r, err := w.newRun(info, h)
+	if err != nil {
+		return err
+	}
+	return r.run(ctx)
+}
+
+// Shutdown stops the worker gracefully: it stops receiving, releases
+// received-but-unstarted messages at once (visibility 0), waits for in-flight
+// handlers until ctx ends, then cancels the handlers still running (their
+// context's cause is ErrShutdown, and their messages are released), sends the
+// pending deletes and visibility changes, and returns. It returns ctx's error
+// when ctx ended before all of that was done. Shutdown on a worker that is not
+// running closes it.
+func (w *Worker) Shutdown(ctx context.Context) error {
+	w.mu.Lock()
+	switch w.state {
+	case idle:
+		w.state = closed
+		close(w.done)
+		w.mu.Unlock()
+		return nil
+	case running:
+		select {
+		case w.shutdown <- ctx:
+		default: // already asked
+		}
+	}
+	w.mu.Unlock()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loadQueue reads the queue, retrying errors that may pass.
+func (w *Worker) loadQueue(ctx context.Context) (queue.Info, error) {
+	for attempt := 1; ; attempt++ {
+		info, err := queue.Load(ctx, w.api, w.cfg.QueueURL)
+		switch {
+		case err == nil:
+			return info, nil
+		case awserr.IsFatal(err), errors.Is(err, queue.ErrInvalid), ctx.Err() != nil:
+			return info, fmt.Errorf("worker: %w", err)
+		}
+		d := jittered(attempt)
+		w.log.Warn("queue unreachable, retrying", "error", err, "retry_in", d)
+		if !sleep(ctx, d) {
+			return info, ctx.Err()
+		}
+	}
+}
+
+// jittered is the receive-loop backoff after the given number of failures.
+func jittered(failures int) time.Duration {
+	d := receiveBackoffBase
+	for i := 1; i < failures && d < receiveBackoffCap; i++ {
+		d *= 2
+	}
+	d = min(d, receiveBackoffCap)
+	return d/2 + rand.N(d/2+1)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Stats is a snapshot of a Worker's counters.
+type Stats struct {
+	Received     int64 // messages received
+	Succeeded    int64 // handlers that returned nil
+	Failed       int64 // handlers that returned an error or panicked
+	Panics       int64 // handlers that panicked (also counted in Failed)
+	Retried      int64 // failed messages given a backoff or RetryAfter delay
+	DeadLettered int64 // messages moved to the dead-letter queue
+	Released     int64 // messages made visible at once, unprocessed (shutdown, FIFO)
+	Deleted      int64 // deletes SQS confirmed
+	AckFailures  int64 // deletes and visibility changes that failed for good
+	MoveFailures int64 // dead-letter moves that failed
+	InFlight     int64 // handlers running now
+}
+
+type counters struct {
+	received, succeeded, failed, panics, retried, deadLettered, released,
+	deleted, ackFailures, moveFailures, inFlight atomic.Int64
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats {
+	c := &w.stats
+	return Stats{
+		Received: c.received.Load(), Succeeded: c.succeeded.Load(), Failed: c.failed.Load(),
+		Panics: c.panics.Load(), Retried: c.retried.Load(), DeadLettered: c.deadLettered.Load(),
+		Released: c.released.Load(), Deleted: c.deleted.Load(), AckFailures: c.ackFailures.Load(),
+		MoveFailures: c.moveFailures.Load(), InFlight: c.inFlight.Load(),
+	}
+}
+
+// run is one Run of a Worker.
+type run struct {
+	w       *Worker
+	cfg     Config
+	h       sqsworker.Handler
+	info    queue.Info
+	acks    *ackbatch.Batcher
+	mover   *queue.Mover
+	log     *slog.Logger
+	timeout time.Duration // handler timeout; 0 for none
+
+	slots chan struct{} // one token per free handler slot
+
+	pollCtx    context.Context // cancelled when receiving stops
+	stopPoll   context.CancelFunc
+	handlerCtx context.Context // cancelled at the shutdown deadline
+	hardStop   context.CancelCauseFunc
+	pollers    sync.WaitGroup
+	handlers   sync.WaitGroup
+	fatal      chan error
+}
+
+func (w *Worker) newRun(info queue.Info, h sqsworker.Handler) (*run, error) {
+	cfg := w.cfg
+	if cfg.DeadLetterQueueURL == "" {
+		cfg.DeadLetterQueueURL = info.DeadLetterURL
+	}
+	switch {
+	case cfg.MaxReceiveCount == 0:
+		cfg.MaxReceiveCount = info.MaxReceiveCount
+	case info.MaxReceiveCount > 0 && cfg.MaxReceiveCount > info.MaxReceiveCount:
+		return nil, fmt.Errorf("worker: Config.MaxReceiveCount %d is above the redrive policy's maxReceiveCount %d of queue %s: SQS would dead-letter the message first",
+			cfg.MaxReceiveCount, info.MaxReceiveCount, info.URL)
+	}
+	if cfg.MaxReceiveCount > 0 && cfg.DeadLetterQueueURL == "" {
+		return nil, fmt.Errorf("worker: Config.MaxReceiveCount is %d but queue %s has no dead-letter queue: set Config.DeadLetterQueueURL or a redrive policy", cfg.MaxReceiveCount, info.URL)
+	}
+	vis := cfg.VisibilityTimeout
+	if vis == 0 {
+		vis = info.VisibilityTimeout
+	}
+	timeout := cfg.HandlerTimeout
+	if timeout == 0 {
+		timeout = vis
+	}
+	r := &run{
+		w: w, cfg: cfg, h: h, info: info, log: w.log, timeout: timeout,
+		slots: make(chan struct{}, cfg.Concurrency),
+		fatal: make(chan error, cfg.Pollers),
+	}
+	for range cfg.Concurrency {
+		r.slots <- struct{}{}
+	}
+	r.mover = &queue.Mover{API: w.api, URL: cfg.DeadLetterQueueURL, FIFO: queue.IsFIFOURL(cfg.DeadLetterQueueURL), Host: cfg.Host}
+	r.acks = ackbatch.New(w.api, ackbatch.Config{
+		QueueURL:    info.URL,
+		Interval:    cfg.AckInterval,
+		MaxInFlight: max(8, cfg.Pollers),
+		Result:      r.ackResult,
+	})
+	return r, nil
+}
+
+func (r *run) ackResult(kind ackbatch.Kind, e ackbatch.Entry, err error) {
+	switch {
+	case err != nil:
+		r.w.stats.ackFailures.Add(1)
+		r.log.Error("acknowledgement failed; the message will come back after its visibility timeout",
+			"op", kind.String(), "message_id", e.MessageID, "error", err)
+	case kind == ackbatch.Delete:
+		r.w.stats.deleted.Add(1)
+	}
+}
+
+func (r *run) run(ctx context.Context) error {
+	r.pollCtx, r.stopPoll = context.WithCancel(context.WithoutCancel(ctx))
+	r.handlerCtx, r.hardStop = context.WithCancelCause(context.WithoutCancel(ctx))
+	defer r.hardStop(nil)
+	defer r.stopPoll()
+
+	r.log.Info("worker started", "concurrency", r.cfg.Concurrency, "pollers", r.cfg.Pollers,
+		"fifo", r.info.FIFO, "dead_letter_queue", r.cfg.DeadLetterQueueURL, "max_receive_count", r.cfg.MaxReceiveCount)
+	for range r.cfg.Pollers {
+		r.pollers.Go(r.poll)
+	}
+
+	var fatal error
+	var sctx context.Context
+	select {
+	case <-ctx.Done():
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
+		defer cancel()
+	case sctx = <-r.w.shutdown:
+	case fatal = <-r.fatal:
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), r.cfg.ShutdownTimeout)
+		defer cancel()
+	}
+	r.stop(sctx)
+	if fatal != nil {
+		r.log.Error("worker stopped", "error", fatal)
+		return fatal
+	}
+	r.log.Info("worker stopped")
+	return nil
+}
+
+// stop shuts the run down; see Worker.Shutdown.
+func (r *run) stop(ctx context.Context) {
+	r.stopPoll()
+	r.pollers.Wait()
+	handled := make(chan struct{})
+	go func() { r.handlers.Wait(); close(handled) }()
+	select {
+	case <-handled:
+	case <-ctx.Done():
+		r.log.Warn("shutdown deadline passed; cancelling running handlers", "in_flight", r.w.stats.inFlight.Load())
+		r.hardStop(ErrShutdown)
+		<-handled
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackFlushGrace)
+	defer cancel()
+	if ctx.Err() == nil {
+		fctx = ctx
+	}
+	if err := r.acks.Close(fctx); err != nil {
+		r.log.Error("pending acknowledgements not sent; their messages will come back after their visibility timeout", "error", err)
+	}
+}
+
+// poll is one receive loop.
+func (r *run) poll() {
+	in := &sqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(r.info.URL),
+		WaitTimeSeconds:             int32(r.cfg.WaitTime / time.Second),
+		VisibilityTimeout:           int32(r.cfg.VisibilityTimeout / time.Second),
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		MessageAttributeNames:       []string{"All"},
+	}
+	failures := 0
+	for {
+		n := r.acquire(r.cfg.MaxMessages)
+		if n == 0 {
+			return
+		}
+		in.MaxNumberOfMessages = int32(n)
+		out, err := r.w.api.ReceiveMessage(r.pollCtx, in)
+		if err != nil {
+			r.releaseSlots(n)
+			if r.pollCtx.Err() != nil {
+				return
+			}
+			if awserr.IsFatal(err) {
+				r.fatal <- fmt.Errorf("worker: receiving from %s: %w", r.info.URL, err)
+				return
+			}
+			failures++
+			d := jittered(failures)
+			r.log.Warn("receive failed, retrying", "error", err, "retry_in", d, "failures", failures)
+			if !sleep(r.pollCtx, d) {
+				return
+			}
+			continue
+		}
+		if failures > 0 {
+			r.log.Info("receiving again", "after_failures", failures)
+			failures = 0
+		}
+		r.releaseSlots(n - len(out.Messages))
+		if len(out.Messages) > 0 {
+			r.dispatch(out.Messages)
+		}
+	}
+}
+
+// acquire waits for one free handler slot, then takes up to want-1 more that
+// are free now. It returns 0 when receiving stops.
+func (r *run) acquire(want int) int {
+	select {
+	case <-r.slots:
+	case <-r.pollCtx.Done():
+		return 0
+	}
+	n := 1
+	for n < want {
+		select {
+		case <-r.slots:
+			n++
+		default:
+			return n
+		}
+	}
+	return n
+}
+
+func (r *run) releaseSlots(n int) {
+	for range n {
+		r.slots <- struct{}{}
+	}
+}
+
+// delivery is a received message and when it was received.
+type delivery struct {
+	msg        *sqsworker.Message
+	receivedAt time.Time
+}
+
+// dispatch starts the handlers of a received batch. Each message holds one
+// handler slot until it is settled.
+func (r *run) dispatch(msgs []types.Message) {
+	now := time.Now()
+	r.w.stats.received.Add(int64(len(msgs)))
+	ds := make([]delivery, len(msgs))
+	for i := range msgs {
+		ds[i] = delivery{msg: sqsmsg.FromSDK(r.info.URL, &msgs[i]), receivedAt: now}
+	}
+	if r.pollCtx.Err() != nil { // received while stopping
+		r.release(ds)
+		return
+	}
+	if !r.info.FIFO {
+		for _, d := range ds {
+			r.handlers.Go(func() { r.process(d) })
+		}
+		return
+	}
+	// FIFO: one goroutine per message group, in order.
+	for _, group := range groupByID(ds) {
+		r.handlers.Go(func() {
+			for i, d := range group {
+				if r.pollCtx.Err() != nil {
+					r.release(group[i:])
+					return
+				}
+				if !r.process(d) {
+					r.release(group[i+1:])
+					return
+				}
+			}
+		})
+	}
+}
+
+// groupByID splits FIFO deliveries by message group, keeping their order.
+func groupByID(ds []delivery) [][]delivery {
+	var groups [][]delivery
+	index := make(map[string]int, len(ds))
+	for _, d := range ds {
+		i, ok := index[d.msg.GroupID]
+		if !ok {
+			i = len(groups)
+			index[d.msg.GroupID] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], d)
+	}
+	return groups
+}
+
+// release makes unprocessed messages visible again at once and frees their
+// handler slots.
+func (r *run) release(ds []delivery) {
+	for _, d := range ds {
+		r.w.stats.released.Add(1)
+		r.changeVisibility(d, 0)
+	}
+	r.releaseSlots(len(ds))
+}
+
+// process runs the handler on one message, settles the outcome and frees
+// the message's handler slot. It reports whether the handler succeeded.
+func (r *run) process(d delivery) bool {
+	defer r.releaseSlots(1)
+	m := d.msg
+	r.w.stats.inFlight.Add(1)
+	ctx, cancel := r.handlerCtx, context.CancelFunc(func() {})
+	if r.timeout > 0 {
+		ctx, cancel = context.WithTimeoutCause(ctx, r.timeout, ErrHandlerTimeout)
+	}
+	start := time.Now()
+	err := call(ctx, r.h, m)
+	cancel()
+	r.w.stats.inFlight.Add(-1)
+	if err == nil {
+		r.w.stats.succeeded.Add(1)
+		r.delete(d)
+		return true
+	}
+	r.settleFailure(d, err, time.Since(start))
+	return false
+}
+
+// call runs the handler, recovering a panic into a *sqsworker.PanicError.
+func call(ctx context.Context, h sqsworker.Handler, m *sqsworker.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &sqsworker.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.HandleMessage(ctx, m)
+}
+
+// settleFailure decides what happens to a message whose handler failed.
+func (r *run) settleFailure(d delivery, err error, took time.Duration) {
+	m := d.msg
+	r.w.stats.failed.Add(1)
+	class := sqsworker.ErrorClass(err)
+	log := r.log.With("message_id", m.ID, "attempt", m.ReceiveCount, "error_class", class, "duration", took)
+	var p *sqsworker.PanicError
+	if errors.As(err, &p) {
+		r.w.stats.panics.Add(1)
+		log.Error("handler panicked", "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
+	}
+	if errors.Is(context.Cause(r.handlerCtx), ErrShutdown) {
+		log.Warn("handler cancelled by shutdown; releasing message", "error", err)
+		r.w.stats.released.Add(1)
+		r.changeVisibility(d, 0)
+		return
+	}
+	var permanent *sqsworker.PermanentError
+	isPermanent := errors.As(err, &permanent)
+	lastAttempt := r.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= r.cfg.MaxReceiveCount
+	if isPermanent || lastAttempt {
+		if r.cfg.DeadLetterQueueURL == "" {
+			// Only a Permanent error gets here: a limit needs a DLQ.
+			log.Error("permanent failure but the queue has no dead-letter queue; retrying with backoff", "error", err)
+		} else if r.deadLetter(d, err, log) {
+			return
+		} else if lastAttempt {
+			// Visibility 0: the next receive exceeds maxReceiveCount and
+			// SQS's redrive policy moves the message, without metadata.
+			r.changeVisibility(d, 0)
+			return
+		}
+	}
+	delay := r.cfg.Backoff.Delay(m.ReceiveCount, err)
+	var ra *sqsworker.RetryAfterError
+	if errors.As(err, &ra) {
+		delay = ra.Delay
+	}
+	r.w.stats.retried.Add(1)
+	vis := r.changeVisibility(d, delay)
+	log.Warn("handler failed; retrying", "error", err, "retry_in", vis)
+}
+
+// deadLetter moves the message to the dead-letter queue and deletes it.
+func (r *run) deadLetter(d delivery, cause error, log *slog.Logger) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.handlerCtx), 30*time.Second)
+	defer cancel()
+	withMeta, err := r.mover.Move(ctx, d.msg, cause)
+	if err != nil {
+		r.w.stats.moveFailures.Add(1)
+		log.Error("moving message to dead-letter queue failed", "error", err)
+		return false
+	}
+	if !withMeta {
+		log.Warn("message has too many attributes for failure metadata; dead-lettered without it", "error", cause)
+	}
+	r.w.stats.deadLettered.Add(1)
+	log.Error("message dead-lettered", "error", cause, "dead_letter_queue", r.mover.URL)
+	r.delete(d)
+	return true
+}
+
+func (r *run) delete(d delivery) {
+	r.acks.Add(ackbatch.Delete, ackbatch.Entry{
+		ReceiptHandle: d.msg.ReceiptHandle,
+		MessageID:     d.msg.ID,
+	})
+}
+
+// changeVisibility makes the message visible again after delay, rounded up
+// to whole seconds and kept within SQS's 12 hours from the receive. It
+// returns the visibility timeout asked for.
+func (r *run) changeVisibility(d delivery, delay time.Duration) time.Duration {
+	limit := sqsworker.MaxVisibilityTimeout - time.Since(d.receivedAt) - time.Second
+	delay = min(sqsworker.ClampDelay(delay), max(limit, 0))
+	delay = (delay + time.Second - 1).Truncate(time.Second)
+	r.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{
+		ReceiptHandle: d.msg.ReceiptHandle,
+		MessageID:     d.msg.ID,
+		Visibility:    delay,
+	})
+	return delay
+}
