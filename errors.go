@@ -83,8 +83,9 @@ func (e *PanicError) Unwrap() error {
 //     method;
 //   - "panic" for a [*PanicError], "timeout" for context.DeadlineExceeded,
 //     "canceled" for context.Canceled;
-//   - otherwise the Go type of the innermost error of the chain, such as
-//     "*net.OpError".
+//   - otherwise the Go type of the first error in the chain that is not a
+//     mere wrapper (fmt.Errorf's %w, errors.Join, [Permanent], [RetryAfter]),
+//     such as "*net.OpError" or "*errors.errorString".
 func ErrorClass(err error) string {
 	if err == nil {
 		return ""
@@ -103,13 +104,21 @@ func ErrorClass(err error) string {
 		return "canceled"
 	}
 	for {
+		name := reflect.TypeOf(err).String()
 		next := errors.Unwrap(err)
-		if next == nil {
-			break
+		if !wrappers[name] || next == nil {
+			return name
 		}
 		err = next
 	}
-	return reflect.TypeOf(err).String()
+}
+
+// wrappers are error types that only add context to the error they wrap.
+var wrappers = map[string]bool{
+	"*fmt.wrapError":             true,
+	"*fmt.wrapErrors":            true,
+	"*sqsworker.PermanentError":  true,
+	"*sqsworker.RetryAfterError": true,
 }
 
 // ClampDelay limits d to what SQS can express as a visibility timeout:

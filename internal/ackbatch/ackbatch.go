@@ -64,7 +64,7 @@ type Config struct {
 	Interval time.Duration
 	// MaxInFlight bounds the batch calls under way at once. Default 8.
 	MaxInFlight int
-	// MaxAttempts bounds the calls made for one entry. Default 5.
+	// MaxAttempts bounds the calls made for one entry. Default 8, spanning about 11s of backoff.
 	MaxAttempts int
 	// Timeout bounds each call. Default 10s.
 	Timeout time.Duration
@@ -99,7 +99,7 @@ func New(api API, cfg Config) *Batcher {
 		cfg.MaxInFlight = 8
 	}
 	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 5
+		cfg.MaxAttempts = 8
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
@@ -196,7 +196,7 @@ func (b *Batcher) send(kind Kind, entries []Entry) {
 		case <-b.stop.Done():
 			t.Stop()
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

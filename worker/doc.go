@@ -1,0 +1,71 @@
+// Package worker runs a [sqsworker.Handler] against an SQS queue from a
+// long-running process, such as an ECS task or an EC2 instance.
+//
+// # Receiving
+//
+// A Worker long-polls the queue (20 s by default) with Config.Pollers receive
+// loops, asking for up to ten messages at a time but never for more than it
+// has free handler slots: a busy worker leaves messages in the queue for other
+// workers. Each message runs in its own goroutine, at most Config.Concurrency
+// at once, with a context that ends at Config.HandlerTimeout.
+//
+// # Outcomes
+//
+//   - nil: the message is deleted. Deletes are batched, ten per
+//     DeleteMessageBatch call or whatever is pending after Config.AckInterval,
+//     and failed entries are retried; a delete that finally fails is logged
+//     and counted in Stats.AckFailures, and the message comes back after its
+//     visibility timeout (at-least-once delivery).
+//   - an error: the message's visibility timeout is set to the Config.Backoff
+//     delay for its receive count (exponential with full jitter by default), or
+//     to the delay of a [sqsworker.RetryAfter] error, rounded up to whole
+//     seconds and clamped to SQS's 12 hours. No failed message waits out the
+//     queue's full visibility timeout by accident.
+//   - [sqsworker.Permanent], or a failure on the last attempt that the queue's
+//     redrive policy allows (its maxReceiveCount, read at start-up): the worker
+//     copies the message to the dead-letter queue itself, with its body, its
+//     attributes, its X-Ray trace header and failure metadata
+//     ([sqsworker.Failure]: error text and class, attempts, first-received
+//     and failed-at times, source queue, original message ID, worker host),
+//     then deletes it. If the copy cannot be sent, a last attempt is made
+//     visible again at once so that SQS's redrive policy moves it on the next
+//     receive (without metadata); the redrive policy also remains the safety
+//     net for crashes.
+//   - a panic: recovered into a [*sqsworker.PanicError], its stack logged,
+//     and treated as a failure.
+//
+// Without a dead-letter queue (no redrive policy and no
+// Config.DeadLetterQueueURL), nothing is dropped: a Permanent failure is logged
+// at error level and retried with backoff like any other failure, until the
+// queue's retention period ends. Give the queue a redrive policy.
+//
+// # FIFO queues
+//
+// On a FIFO queue (its name ends in .fifo) the messages of one message group
+// run one after another, in order, and different groups run in parallel. After
+// a failure, the messages of that group received behind the failed one are
+// released at once (visibility 0), so that they come back after it, in order;
+// other groups go on.
+//
+// # Errors
+//
+// Receive errors that may pass (network errors, throttling, an endpoint that
+// is down) are logged and retried with capped, jittered backoff, for ever.
+// Errors that no retry fixes (the queue does not exist, access is denied,
+// credentials are invalid, the redrive policy is malformed) make Run return an
+// error that wraps the SDK's own, to be matched with errors.As.
+//
+// # Shutdown
+//
+// Shutdown, or cancelling Run's context, stops receiving at once, releases
+// messages received but not started (visibility 0), waits for running handlers
+// until the deadline, then cancels their contexts with the cause ErrShutdown
+// and releases their messages, and finally sends the pending deletes and
+// visibility changes. A crash loses nothing either: messages not deleted come
+// back after their visibility timeout.
+//
+// # Logs
+//
+// Logs go to Config.Logger (log/slog) with the queue URL, message ID,
+// attempt, error class and duration. Message bodies are never logged.
+package worker

@@ -1,0 +1,53 @@
+package worker_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// SQS stopped for 5 s mid-run and restarted: the worker recovers and every
+// message is processed.
+func TestRecoversFromSQSOutage(t *testing.T) {
+	t.Parallel()
+	fq := testenv.StartFauxqs(t)
+	c := testenv.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(fq.Endpoint()) })
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 5 * time.Second})
+	const total = 200
+	var rec recorder
+	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 10}, sqsworker.HandlerFunc(
+		func(ctx context.Context, m *sqsworker.Message) error {
+			time.Sleep(20 * time.Millisecond)
+			rec.add(m.Body)
+			return nil
+		}))
+	bodies := make([]string, total)
+	for i := range bodies {
+		bodies[i] = fmt.Sprint(i)
+	}
+	testenv.Send(t, c, q.URL, "", bodies...)
+	testenv.Eventually(t, 30*time.Second, func() bool { return rec.total() >= total/4 }, "no progress before the outage")
+	fq.Stop()
+	time.Sleep(5 * time.Second)
+	fq.Start()
+	testenv.Eventually(t, 120*time.Second, func() bool {
+		v, f, d := testenv.Depth(t, c, q.URL)
+		return v+f+d == 0
+	}, "queue not drained after the outage")
+	for _, b := range bodies {
+		if rec.count(b) == 0 {
+			t.Errorf("message %s never processed", b)
+		}
+	}
+	dups := rec.total() - total
+	t.Logf("processed %d messages, %d duplicates; stats %+v", total, dups, r.w.Stats())
+	_ = context.Background
+}
