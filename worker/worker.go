@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/logging"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
@@ -54,6 +55,9 @@ var (
 const (
 	receiveBackoffBase = 200 * time.Millisecond
 	receiveBackoffCap  = 10 * time.Second
+	// fillWait is how long a receive loop waits for more free handler slots
+	// before receiving fewer than MaxMessages.
+	fillWait = 5 * time.Millisecond
 	// ackFlushGrace is how long pending acknowledgements may still be sent
 	// after the shutdown deadline.
 	ackFlushGrace = 5 * time.Second
@@ -193,6 +197,11 @@ func (w *Worker) loadQueue(ctx context.Context) (queue.Info, error) {
 		}
 	}
 }
+
+// quietReceive silences the SDK's own logger for receives: cancelling a long
+// poll at shutdown makes it warn about the unread response body, and receive
+// errors are logged by the worker itself.
+func quietReceive(o *sqs.Options) { o.Logger = logging.Nop{} }
 
 // jittered is the receive-loop backoff after the given number of failures.
 func jittered(failures int) time.Duration {
@@ -393,7 +402,7 @@ func (r *run) poll() {
 			return
 		}
 		in.MaxNumberOfMessages = int32(n)
-		out, err := r.w.api.ReceiveMessage(r.pollCtx, in)
+		out, err := r.w.api.ReceiveMessage(r.pollCtx, in, quietReceive)
 		if err != nil {
 			r.releaseSlots(n)
 			if r.pollCtx.Err() != nil {
@@ -422,8 +431,9 @@ func (r *run) poll() {
 	}
 }
 
-// acquire waits for one free handler slot, then takes up to want-1 more that
-// are free now. It returns 0 when receiving stops.
+// acquire waits for one free handler slot, then takes up to want-1 more,
+// waiting at most fillWait for them: under load, a few milliseconds turn many
+// small receives into few full ones. It returns 0 when receiving stops.
 func (r *run) acquire(want int) int {
 	select {
 	case <-r.slots:
@@ -431,11 +441,15 @@ func (r *run) acquire(want int) int {
 		return 0
 	}
 	n := 1
+	t := time.NewTimer(fillWait)
+	defer t.Stop()
 	for n < want {
 		select {
 		case <-r.slots:
 			n++
-		default:
+		case <-t.C:
+			return n
+		case <-r.pollCtx.Done():
 			return n
 		}
 	}

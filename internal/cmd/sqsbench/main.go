@@ -1,0 +1,210 @@
+// Command sqsbench measures the worker against the local SQS emulator: its
+// throughput with a no-op handler beside a hand-tuned raw SDK loop (8
+// goroutines of ReceiveMessage(10) + DeleteMessageBatch) in the same run, the
+// ratio of the two, and the SQS requests made per processed message.
+//
+// Run it with `make bench`. Rounds alternate raw and worker runs on fresh
+// queues so that both see the same emulator state; the median of the rounds
+// is reported.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+type result struct {
+	elapsed  time.Duration
+	messages int
+	requests int
+}
+
+func (r result) rate() float64       { return float64(r.messages) / r.elapsed.Seconds() }
+func (r result) perMessage() float64 { return float64(r.requests) / float64(r.messages) }
+
+func main() {
+	n := flag.Int("messages", 10000, "messages per run")
+	rounds := flag.Int("rounds", 3, "rounds of raw + worker runs")
+	goroutines := flag.Int("raw-goroutines", 8, "goroutines of the raw loop")
+	concurrency := flag.Int("concurrency", 80, "worker Config.Concurrency")
+	flag.Parse()
+	if e := testenv.Endpoint(); e == "" || !testenv.IsLoopback(e) {
+		log.Fatalf("sqsbench: set AWS_ENDPOINT_URL_SQS to the local emulator (make bench does), got %q", e)
+	}
+	ctx := context.Background()
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	var count counter
+	client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, count.add) })
+
+	var raws, workers []result
+	for round := 1; round <= *rounds; round++ {
+		raws = append(raws, measure(ctx, client, &count, *n, "raw", func(url string) { rawLoop(ctx, client, url, *n, *goroutines) }))
+		workers = append(workers, measure(ctx, client, &count, *n, "worker", func(url string) { runWorker(ctx, client, url, *n, *concurrency) }))
+		fmt.Fprintf(os.Stderr, "round %d: raw %.0f msg/s, worker %.0f msg/s\n", round, raws[round-1].rate(), workers[round-1].rate())
+	}
+	raw, wk := median(raws), median(workers)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "consumer\tmessages\tmsg/s (median of %d)\tSQS requests/msg\t\n", *rounds)
+	fmt.Fprintf(tw, "raw SDK loop (%d goroutines)\t%d\t%.0f\t%.3f\t\n", *goroutines, raw.messages, raw.rate(), raw.perMessage())
+	fmt.Fprintf(tw, "worker (Concurrency %d)\t%d\t%.0f\t%.3f\t\n", *concurrency, wk.messages, wk.rate(), wk.perMessage())
+	tw.Flush()
+	fmt.Printf("worker / raw throughput: %.2f (target >= 0.90); worker requests per message: %.3f (target <= 0.25)\n",
+		wk.rate()/raw.rate(), wk.perMessage())
+}
+
+func median(rs []result) result {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].rate() < rs[j].rate() })
+	return rs[len(rs)/2]
+}
+
+// measure creates a queue, fills it with n messages, and times consume
+// draining it, counting the requests consume makes.
+func measure(ctx context.Context, c *sqs.Client, count *counter, n int, name string, consume func(url string)) result {
+	qn := fmt.Sprintf("bench-%s-%d", name, time.Now().UnixNano())
+	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &qn})
+	if err != nil {
+		log.Fatal(err)
+	}
+	url := aws.ToString(out.QueueUrl)
+	defer c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: &url})
+	fill(ctx, c, url, n)
+	count.reset()
+	start := time.Now()
+	consume(url)
+	r := result{elapsed: time.Since(start), messages: n, requests: count.total()}
+	if os.Getenv("SQSBENCH_VERBOSE") != "" {
+		count.mu.Lock()
+		fmt.Fprintln(os.Stderr, name, count.by)
+		count.mu.Unlock()
+	}
+	return r
+}
+
+func fill(ctx context.Context, c *sqs.Client, url string, n int) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for {
+				start := int(next.Add(10)) - 10
+				if start >= n {
+					return
+				}
+				in := &sqs.SendMessageBatchInput{QueueUrl: &url}
+				for i := start; i < min(start+10, n); i++ {
+					in.Entries = append(in.Entries, types.SendMessageBatchRequestEntry{
+						Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(`{"job":` + strconv.Itoa(i) + `}`),
+					})
+				}
+				if _, err := c.SendMessageBatch(ctx, in); err != nil {
+					log.Fatal(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// rawLoop is the ceiling: receive ten, delete them in one batch, repeat.
+func rawLoop(ctx context.Context, c *sqs.Client, url string, n, goroutines int) {
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for done.Load() < int64(n) {
+				out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
+				if err != nil {
+					log.Fatal(err)
+				}
+				if len(out.Messages) == 0 {
+					continue
+				}
+				in := &sqs.DeleteMessageBatchInput{QueueUrl: &url}
+				for i, m := range out.Messages {
+					in.Entries = append(in.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+				}
+				if _, err := c.DeleteMessageBatch(ctx, in); err != nil {
+					log.Fatal(err)
+				}
+				done.Add(int64(len(out.Messages)))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func runWorker(ctx context.Context, c *sqs.Client, url string, n, concurrency int) {
+	w, err := worker.New(c, worker.Config{
+		QueueURL: url, Concurrency: concurrency, WaitTime: time.Second,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Run(ctx, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+	}()
+	for w.Stats().Deleted < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.Shutdown(sctx); err != nil {
+		log.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+}
+
+// counter counts every SQS request a client sends, retries included.
+type counter struct {
+	n  atomic.Int64
+	mu sync.Mutex
+	by map[string]int
+}
+
+func (c *counter) reset() {
+	c.n.Store(0)
+	c.mu.Lock()
+	c.by = map[string]int{}
+	c.mu.Unlock()
+}
+func (c *counter) total() int { return int(c.n.Load()) }
+
+func (c *counter) add(stack *middleware.Stack) error {
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("sqsbenchCount",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			c.n.Add(1)
+			c.mu.Lock()
+			if c.by != nil {
+				c.by[middleware.GetOperationName(ctx)]++
+			}
+			c.mu.Unlock()
+			return next.HandleFinalize(ctx, in)
+		}), middleware.After)
+}
