@@ -15,6 +15,7 @@ import (
 	"log"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"sync"
@@ -33,6 +34,8 @@ import (
 	"github.com/sqsworker/sqsworker/worker"
 )
 
+var profile string
+
 type result struct {
 	elapsed  time.Duration
 	messages int
@@ -43,11 +46,13 @@ func (r result) rate() float64       { return float64(r.messages) / r.elapsed.Se
 func (r result) perMessage() float64 { return float64(r.requests) / float64(r.messages) }
 
 func main() {
-	n := flag.Int("messages", 10000, "messages per run")
-	rounds := flag.Int("rounds", 3, "rounds of raw + worker runs")
+	n := flag.Int("messages", 20000, "messages per run")
+	rounds := flag.Int("rounds", 5, "rounds of raw + worker runs")
 	goroutines := flag.Int("raw-goroutines", 8, "goroutines of the raw loop")
 	concurrency := flag.Int("concurrency", 80, "worker Config.Concurrency")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the worker runs to this file")
 	flag.Parse()
+	profile = *cpuprofile
 	if e := testenv.Endpoint(); e == "" || !testenv.IsLoopback(e) {
 		log.Fatalf("sqsbench: set AWS_ENDPOINT_URL_SQS to the local emulator (make bench does), got %q", e)
 	}
@@ -59,20 +64,23 @@ func main() {
 	var count counter
 	client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, count.add) })
 
-	var raws, workers []result
+	var raws, asyncs, workers []result
 	for round := 1; round <= *rounds; round++ {
-		raws = append(raws, measure(ctx, client, &count, *n, "raw", func(url string) { rawLoop(ctx, client, url, *n, *goroutines) }))
-		workers = append(workers, measure(ctx, client, &count, *n, "worker", func(url string) { runWorker(ctx, client, url, *n, *concurrency) }))
-		fmt.Fprintf(os.Stderr, "round %d: raw %.0f msg/s, worker %.0f msg/s\n", round, raws[round-1].rate(), workers[round-1].rate())
+		raws = append(raws, measure(ctx, client, &count, *n, "raw", func(url string) time.Duration { return rawLoop(ctx, client, url, *n, *goroutines, false) }))
+		asyncs = append(asyncs, measure(ctx, client, &count, *n, "raw-async", func(url string) time.Duration { return rawLoop(ctx, client, url, *n, *goroutines, true) }))
+		workers = append(workers, measure(ctx, client, &count, *n, "worker", func(url string) time.Duration { return runWorker(ctx, client, url, *n, *concurrency) }))
+		fmt.Fprintf(os.Stderr, "round %d: raw %.0f msg/s, raw with async deletes %.0f msg/s, worker %.0f msg/s\n",
+			round, raws[round-1].rate(), asyncs[round-1].rate(), workers[round-1].rate())
 	}
-	raw, wk := median(raws), median(workers)
+	raw, async, wk := median(raws), median(asyncs), median(workers)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "consumer\tmessages\tmsg/s (median of %d)\tSQS requests/msg\t\n", *rounds)
 	fmt.Fprintf(tw, "raw SDK loop (%d goroutines)\t%d\t%.0f\t%.3f\t\n", *goroutines, raw.messages, raw.rate(), raw.perMessage())
+	fmt.Fprintf(tw, "raw SDK loop, deletes in parallel\t%d\t%.0f\t%.3f\t\n", async.messages, async.rate(), async.perMessage())
 	fmt.Fprintf(tw, "worker (Concurrency %d)\t%d\t%.0f\t%.3f\t\n", *concurrency, wk.messages, wk.rate(), wk.perMessage())
 	tw.Flush()
-	fmt.Printf("worker / raw throughput: %.2f (target >= 0.90); worker requests per message: %.3f (target <= 0.25)\n",
-		wk.rate()/raw.rate(), wk.perMessage())
+	fmt.Printf("worker / raw loop: %.2f, worker / raw loop with parallel deletes: %.2f (target >= 0.90)\n", wk.rate()/raw.rate(), wk.rate()/async.rate())
+	fmt.Printf("worker requests per message: %.3f (target <= 0.25)\n", wk.perMessage())
 }
 
 func median(rs []result) result {
@@ -80,9 +88,11 @@ func median(rs []result) result {
 	return rs[len(rs)/2]
 }
 
-// measure creates a queue, fills it with n messages, and times consume
-// draining it, counting the requests consume makes.
-func measure(ctx context.Context, c *sqs.Client, count *counter, n int, name string, consume func(url string)) result {
+// measure creates a queue, fills it with n messages, and lets consume drain
+// it, counting the requests it makes. consume returns the time it took to
+// delete the n-th message (what comes after, such as shutting down, is not
+// counted).
+func measure(ctx context.Context, c *sqs.Client, count *counter, n int, name string, consume func(url string) time.Duration) result {
 	qn := fmt.Sprintf("bench-%s-%d", name, time.Now().UnixNano())
 	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &qn})
 	if err != nil {
@@ -92,9 +102,8 @@ func measure(ctx context.Context, c *sqs.Client, count *counter, n int, name str
 	defer c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: &url})
 	fill(ctx, c, url, n)
 	count.reset()
-	start := time.Now()
-	consume(url)
-	r := result{elapsed: time.Since(start), messages: n, requests: count.total()}
+	elapsed := consume(url)
+	r := result{elapsed: elapsed, messages: n, requests: count.total()}
 	if os.Getenv("SQSBENCH_VERBOSE") != "" {
 		count.mu.Lock()
 		fmt.Fprintln(os.Stderr, name, count.by)
@@ -129,34 +138,55 @@ func fill(ctx context.Context, c *sqs.Client, url string, n int) {
 }
 
 // rawLoop is the ceiling: receive ten, delete them in one batch, repeat.
-func rawLoop(ctx context.Context, c *sqs.Client, url string, n, goroutines int) {
-	var done atomic.Int64
-	var wg sync.WaitGroup
+// With async, each batch delete runs in its own goroutine while the loop
+// receives again.
+func rawLoop(ctx context.Context, c *sqs.Client, url string, n, goroutines int, async bool) time.Duration {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	var finished atomic.Int64 // ns after start when the n-th delete returned
+	var done, received atomic.Int64
+	var wg, deletes sync.WaitGroup
 	for range goroutines {
 		wg.Go(func() {
-			for done.Load() < int64(n) {
+			for received.Load() < int64(n) {
 				out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
 				if err != nil {
+					if ctx.Err() != nil {
+						return
+					}
 					log.Fatal(err)
 				}
 				if len(out.Messages) == 0 {
 					continue
 				}
+				received.Add(int64(len(out.Messages)))
 				in := &sqs.DeleteMessageBatchInput{QueueUrl: &url}
 				for i, m := range out.Messages {
 					in.Entries = append(in.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
 				}
-				if _, err := c.DeleteMessageBatch(ctx, in); err != nil {
-					log.Fatal(err)
+				del := func() {
+					if _, err := c.DeleteMessageBatch(ctx, in); err != nil {
+						log.Fatal(err)
+					}
+					if done.Add(int64(len(in.Entries))) >= int64(n) && finished.CompareAndSwap(0, int64(time.Since(start))) {
+						cancel() // stop the receives still waiting
+					}
 				}
-				done.Add(int64(len(out.Messages)))
+				if async {
+					deletes.Go(del)
+				} else {
+					del()
+				}
 			}
 		})
 	}
 	wg.Wait()
+	deletes.Wait()
+	return time.Duration(finished.Load())
 }
 
-func runWorker(ctx context.Context, c *sqs.Client, url string, n, concurrency int) {
+func runWorker(ctx context.Context, c *sqs.Client, url string, n, concurrency int) time.Duration {
 	w, err := worker.New(c, worker.Config{
 		QueueURL: url, Concurrency: concurrency, WaitTime: time.Second,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
@@ -164,13 +194,26 @@ func runWorker(ctx context.Context, c *sqs.Client, url string, n, concurrency in
 	if err != nil {
 		log.Fatal(err)
 	}
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	start := time.Now()
 	done := make(chan error, 1)
 	go func() {
 		done <- w.Run(ctx, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
 	}()
 	for w.Stats().Deleted < int64(n) {
-		time.Sleep(time.Millisecond)
+		time.Sleep(100 * time.Microsecond)
 	}
+	elapsed := time.Since(start)
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := w.Shutdown(sctx); err != nil {
@@ -179,6 +222,7 @@ func runWorker(ctx context.Context, c *sqs.Client, url string, n, concurrency in
 	if err := <-done; err != nil {
 		log.Fatal(err)
 	}
+	return elapsed
 }
 
 // counter counts every SQS request a client sends, retries included.
