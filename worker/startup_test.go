@@ -1,0 +1,121 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+func runOnce(t *testing.T, c *sqs.Client, cfg worker.Config) error {
+	t.Helper()
+	w, err := worker.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = w.Run(ctx, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+	if ctx.Err() != nil {
+		t.Fatal("Run did not return an error before the deadline")
+	}
+	return err
+}
+
+// A missing queue is a clear error at start-up, matched with errors.As.
+func TestMissingQueueFailsRun(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	missing := strings.Replace(q.URL, "TestMissingQueueFailsRun", "no-such-queue", 1)
+	err := runOnce(t, c, worker.Config{QueueURL: missing})
+	var notFound *types.QueueDoesNotExist
+	if !errors.As(err, &notFound) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("Run = %v, want QueueDoesNotExist naming the queue", err)
+	}
+}
+
+// A redrive policy whose dead-letter queue was deleted is a clear error at
+// start-up, not a failure at the first dead-lettering.
+func TestDeletedDLQFailsRun(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
+	if _, err := c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: &q.DLQURL}); err != nil {
+		t.Fatal(err)
+	}
+	err := runOnce(t, c, worker.Config{QueueURL: q.URL})
+	var notFound *types.QueueDoesNotExist
+	if !errors.As(err, &notFound) || !strings.Contains(err.Error(), "dead-letter queue") {
+		t.Errorf("Run = %v, want QueueDoesNotExist about the dead-letter queue", err)
+	}
+}
+
+// A MaxReceiveCount above the redrive policy's cannot work: SQS would move the
+// message first.
+func TestMaxReceiveCountAbovePolicyFailsRun(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
+	err := runOnce(t, c, worker.Config{QueueURL: q.URL, MaxReceiveCount: 5})
+	if err == nil || !strings.Contains(err.Error(), "MaxReceiveCount 5 is above the redrive policy's maxReceiveCount 3") {
+		t.Errorf("Run = %v", err)
+	}
+}
+
+// A MaxReceiveCount without any dead-letter queue is a configuration error.
+func TestMaxReceiveCountWithoutDLQFailsRun(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	err := runOnce(t, c, worker.Config{QueueURL: q.URL, MaxReceiveCount: 2})
+	if err == nil || !strings.Contains(err.Error(), "has no dead-letter queue") {
+		t.Errorf("Run = %v", err)
+	}
+}
+
+// A dead-letter queue given in Config works without a redrive policy.
+func TestConfigDeadLetterQueue(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	dlq := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	var rec recorder
+	start(t, c, worker.Config{QueueURL: q.URL, DeadLetterQueueURL: dlq.URL, MaxReceiveCount: 2, Backoff: noDelay},
+		sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			rec.add(m.Body)
+			return errTransient
+		}))
+	testenv.Send(t, c, q.URL, "", "x")
+	got := dlqMessages(t, c, testenv.Queue{DLQURL: dlq.URL}, 1)
+	if aws.ToString(got[0].Body) != "x" || rec.count("x") != 2 {
+		t.Errorf("dead-lettered %q after %d attempts", aws.ToString(got[0].Body), rec.count("x"))
+	}
+}
+
+// A malformed redrive policy is a clear error at start-up, if the emulator
+// lets one be set at all.
+func TestMalformedRedrivePolicyFailsRun(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	_, err := c.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{
+		QueueUrl: &q.URL, Attributes: map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:x"}`},
+	})
+	if err != nil {
+		t.Skipf("the emulator rejects a malformed redrive policy (%v); the fake-based unit test covers it", err)
+	}
+	err = runOnce(t, c, worker.Config{QueueURL: q.URL})
+	if err == nil || !strings.Contains(err.Error(), "redrive policy") {
+		t.Errorf("Run = %v", err)
+	}
+}
