@@ -312,7 +312,7 @@ func (w *Worker) newRun(info queue.Info, h sqsworker.Handler) (*run, error) {
 	r.acks = ackbatch.New(w.api, ackbatch.Config{
 		QueueURL:    info.URL,
 		Interval:    cfg.AckInterval,
-		MaxInFlight: max(8, cfg.Pollers),
+		MaxInFlight: max(4, cfg.Pollers),
 		Result:      r.ackResult,
 	})
 	return r, nil

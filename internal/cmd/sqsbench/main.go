@@ -37,13 +37,19 @@ import (
 var profile string
 
 type result struct {
-	elapsed  time.Duration
-	messages int
-	requests int
+	elapsed  time.Duration // from the lo to the hi mark
+	messages int64         // deleted between the marks
+	total    int           // messages in the run
+	requests int           // SQS requests in the whole run
 }
 
 func (r result) rate() float64       { return float64(r.messages) / r.elapsed.Seconds() }
-func (r result) perMessage() float64 { return float64(r.requests) / float64(r.messages) }
+func (r result) perMessage() float64 { return float64(r.requests) / float64(r.total) }
+
+type markSet struct{ lo, hi int64 }
+
+// marks are the deleted counts between which throughput is timed.
+func marks(n int) markSet { return markSet{lo: int64(n / 20), hi: int64(n - n/20)} }
 
 func main() {
 	n := flag.Int("messages", 20000, "messages per run")
@@ -75,9 +81,9 @@ func main() {
 	raw, async, wk := median(raws), median(asyncs), median(workers)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "consumer\tmessages\tmsg/s (median of %d)\tSQS requests/msg\t\n", *rounds)
-	fmt.Fprintf(tw, "raw SDK loop (%d goroutines)\t%d\t%.0f\t%.3f\t\n", *goroutines, raw.messages, raw.rate(), raw.perMessage())
-	fmt.Fprintf(tw, "raw SDK loop, deletes in parallel\t%d\t%.0f\t%.3f\t\n", async.messages, async.rate(), async.perMessage())
-	fmt.Fprintf(tw, "worker (Concurrency %d)\t%d\t%.0f\t%.3f\t\n", *concurrency, wk.messages, wk.rate(), wk.perMessage())
+	fmt.Fprintf(tw, "raw SDK loop (%d goroutines)\t%d\t%.0f\t%.3f\t\n", *goroutines, raw.total, raw.rate(), raw.perMessage())
+	fmt.Fprintf(tw, "raw SDK loop, deletes in parallel\t%d\t%.0f\t%.3f\t\n", async.total, async.rate(), async.perMessage())
+	fmt.Fprintf(tw, "worker (Concurrency %d)\t%d\t%.0f\t%.3f\t\n", *concurrency, wk.total, wk.rate(), wk.perMessage())
 	tw.Flush()
 	fmt.Printf("worker / raw loop: %.2f, worker / raw loop with parallel deletes: %.2f (target >= 0.90)\n", wk.rate()/raw.rate(), wk.rate()/async.rate())
 	fmt.Printf("worker requests per message: %.3f (target <= 0.25)\n", wk.perMessage())
@@ -89,9 +95,8 @@ func median(rs []result) result {
 }
 
 // measure creates a queue, fills it with n messages, and lets consume drain
-// it, counting the requests it makes. consume returns the time it took to
-// delete the n-th message (what comes after, such as shutting down, is not
-// counted).
+// it, counting the requests it makes. consume returns the steady-state time:
+// from the 5% to the 95% deleted mark, leaving out start-up and the tail.
 func measure(ctx context.Context, c *sqs.Client, count *counter, n int, name string, consume func(url string) time.Duration) result {
 	qn := fmt.Sprintf("bench-%s-%d", name, time.Now().UnixNano())
 	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &qn})
@@ -103,7 +108,7 @@ func measure(ctx context.Context, c *sqs.Client, count *counter, n int, name str
 	fill(ctx, c, url, n)
 	count.reset()
 	elapsed := consume(url)
-	r := result{elapsed: elapsed, messages: n, requests: count.total()}
+	r := result{elapsed: elapsed, messages: marks(n).hi - marks(n).lo, total: n, requests: count.total()}
 	if os.Getenv("SQSBENCH_VERBOSE") != "" {
 		count.mu.Lock()
 		fmt.Fprintln(os.Stderr, name, count.by)
@@ -143,8 +148,9 @@ func fill(ctx context.Context, c *sqs.Client, url string, n int) {
 func rawLoop(ctx context.Context, c *sqs.Client, url string, n, goroutines int, async bool) time.Duration {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	m := marks(n)
 	start := time.Now()
-	var finished atomic.Int64 // ns after start when the n-th delete returned
+	var loAt, hiAt atomic.Int64 // ns after start when the marks were passed
 	var done, received atomic.Int64
 	var wg, deletes sync.WaitGroup
 	for range goroutines {
@@ -169,7 +175,14 @@ func rawLoop(ctx context.Context, c *sqs.Client, url string, n, goroutines int, 
 					if _, err := c.DeleteMessageBatch(ctx, in); err != nil {
 						log.Fatal(err)
 					}
-					if done.Add(int64(len(in.Entries))) >= int64(n) && finished.CompareAndSwap(0, int64(time.Since(start))) {
+					d := done.Add(int64(len(in.Entries)))
+					if d >= m.lo {
+						loAt.CompareAndSwap(0, int64(time.Since(start)))
+					}
+					if d >= m.hi {
+						hiAt.CompareAndSwap(0, int64(time.Since(start)))
+					}
+					if d >= int64(n) {
 						cancel() // stop the receives still waiting
 					}
 				}
@@ -183,7 +196,7 @@ func rawLoop(ctx context.Context, c *sqs.Client, url string, n, goroutines int, 
 	}
 	wg.Wait()
 	deletes.Wait()
-	return time.Duration(finished.Load())
+	return time.Duration(hiAt.Load() - loAt.Load())
 }
 
 func runWorker(ctx context.Context, c *sqs.Client, url string, n, concurrency int) time.Duration {
@@ -205,15 +218,26 @@ func runWorker(ctx context.Context, c *sqs.Client, url string, n, concurrency in
 		}
 		defer pprof.StopCPUProfile()
 	}
-	start := time.Now()
 	done := make(chan error, 1)
 	go func() {
 		done <- w.Run(ctx, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
 	}()
-	for w.Stats().Deleted < int64(n) {
+	m := marks(n)
+	var loAt time.Time
+	for {
+		d := w.Stats().Deleted
+		if d >= m.lo && loAt.IsZero() {
+			loAt = time.Now()
+		}
+		if d >= m.hi {
+			break
+		}
 		time.Sleep(100 * time.Microsecond)
 	}
-	elapsed := time.Since(start)
+	elapsed := time.Since(loAt)
+	for w.Stats().Deleted < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
 	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := w.Shutdown(sctx); err != nil {
