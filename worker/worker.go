@@ -155,8 +155,9 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 // handlers until ctx ends, then cancels the handlers still running (their
 // context's cause is ErrShutdown, and their messages are released), sends the
 // pending deletes and visibility changes, and returns. It returns ctx's error
-// when ctx ended before all of that was done. Shutdown on a worker that is not
-// running closes it.
+// when ctx ended before all of that was done; Run itself returns only once
+// every handler has returned, so a handler that ignores its context holds Run
+// up. Shutdown on a worker that is not running closes it.
 func (w *Worker) Shutdown(ctx context.Context) error {
 	w.mu.Lock()
 	switch w.state {
