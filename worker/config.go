@@ -42,9 +42,12 @@ type Config struct {
 	// to 12h. Default: the queue's own visibility timeout.
 	VisibilityTimeout time.Duration
 
-	// HandlerTimeout bounds each handler call through its context.
-	// Default: the visibility timeout in effect, after which SQS would hand
-	// the message to another consumer anyway.
+	// HandlerTimeout bounds each handler call through its context, from
+	// the handler's start. Default: the message's lease, that is the
+	// visibility timeout in effect counted from the receive, less a margin
+	// to send the acknowledgement (AckInterval plus a tenth of the
+	// visibility timeout, at most 1s); past the lease SQS hands the message
+	// to another consumer anyway.
 	HandlerTimeout time.Duration
 
 	// Backoff spaces the retries of failed messages, by receive count.

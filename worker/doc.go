@@ -7,7 +7,8 @@
 // loops, asking for up to ten messages at a time but never for more than it
 // has free handler slots: a busy worker leaves messages in the queue for other
 // workers. Each message runs in its own goroutine, at most Config.Concurrency
-// at once, with a context that ends at Config.HandlerTimeout.
+// at once, with a context that ends at Config.HandlerTimeout or, by default,
+// shortly before the message's visibility timeout runs out.
 //
 // # Outcomes
 //
@@ -45,7 +46,9 @@
 // run one after another, in order, and different groups run in parallel. After
 // a failure, the messages of that group received behind the failed one are
 // released at once (visibility 0), so that they come back after it, in order;
-// other groups go on.
+// other groups go on. The messages of a group received together share one
+// lease that runs from the receive: a message still waiting when half of it
+// has passed is released with the rest of its group rather than started late.
 //
 // # Errors
 //

@@ -258,14 +258,15 @@ func (w *Worker) Stats() Stats {
 
 // run is one Run of a Worker.
 type run struct {
-	w       *Worker
-	cfg     Config
-	h       sqsworker.Handler
-	info    queue.Info
-	acks    *ackbatch.Batcher
-	mover   *queue.Mover
-	log     *slog.Logger
-	timeout time.Duration // handler timeout; 0 for none
+	w      *Worker
+	cfg    Config
+	h      sqsworker.Handler
+	info   queue.Info
+	acks   *ackbatch.Batcher
+	mover  *queue.Mover
+	log    *slog.Logger
+	vis    time.Duration // visibility timeout in effect; 0 if none
+	margin time.Duration // kept free at the end of a lease to send the ack
 
 	slots chan struct{} // one token per free handler slot
 
@@ -297,14 +298,11 @@ func (w *Worker) newRun(info queue.Info, h sqsworker.Handler) (*run, error) {
 	if vis == 0 {
 		vis = info.VisibilityTimeout
 	}
-	timeout := cfg.HandlerTimeout
-	if timeout == 0 {
-		timeout = vis
-	}
 	r := &run{
-		w: w, cfg: cfg, h: h, info: info, log: w.log, timeout: timeout,
-		slots: make(chan struct{}, cfg.Concurrency),
-		fatal: make(chan error, cfg.Pollers),
+		w: w, cfg: cfg, h: h, info: info, log: w.log, vis: vis,
+		margin: cfg.AckInterval + min(vis/10, time.Second),
+		slots:  make(chan struct{}, cfg.Concurrency),
+		fatal:  make(chan error, cfg.Pollers),
 	}
 	for range cfg.Concurrency {
 		r.slots <- struct{}{}
@@ -492,7 +490,9 @@ func (r *run) dispatch(msgs []types.Message) {
 	for _, group := range groupByID(ds) {
 		r.handlers.Go(func() {
 			for i, d := range group {
-				if r.pollCtx.Err() != nil {
+				// Messages waiting behind others hold a lease that runs
+				// from the receive: release them when half of it is gone.
+				if r.pollCtx.Err() != nil || (i > 0 && r.vis > 0 && time.Since(d.receivedAt) > r.vis/2) {
 					r.release(group[i:])
 					return
 				}
@@ -538,8 +538,11 @@ func (r *run) process(d delivery) bool {
 	m := d.msg
 	r.w.stats.inFlight.Add(1)
 	ctx, cancel := r.handlerCtx, context.CancelFunc(func() {})
-	if r.timeout > 0 {
-		ctx, cancel = context.WithTimeoutCause(ctx, r.timeout, ErrHandlerTimeout)
+	switch {
+	case r.cfg.HandlerTimeout > 0:
+		ctx, cancel = context.WithTimeoutCause(ctx, r.cfg.HandlerTimeout, ErrHandlerTimeout)
+	case r.vis > 0: // the lease, less the time to send the ack
+		ctx, cancel = context.WithDeadlineCause(ctx, d.receivedAt.Add(r.vis-r.margin), ErrHandlerTimeout)
 	}
 	start := time.Now()
 	err := call(ctx, r.h, m)
