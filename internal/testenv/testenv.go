@@ -90,6 +90,17 @@ func (c *Counter) Total() int {
 	return t
 }
 
+// ByOperation returns a copy of the counts by operation.
+func (c *Counter) ByOperation() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.n))
+	for k, v := range c.n {
+		out[k] = v
+	}
+	return out
+}
+
 // Reset sets all counts to zero.
 func (c *Counter) Reset() {
 	c.mu.Lock()

@@ -27,7 +27,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/testenv"
@@ -67,8 +66,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var count counter
-	client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, count.add) })
+	var count testenv.Counter
+	client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, count.AddTo) })
 
 	var raws, asyncs, workers []result
 	for round := 1; round <= *rounds; round++ {
@@ -97,7 +96,7 @@ func median(rs []result) result {
 // measure creates a queue, fills it with n messages, and lets consume drain
 // it, counting the requests it makes. consume returns the steady-state time:
 // from the 5% to the 95% deleted mark, leaving out start-up and the tail.
-func measure(ctx context.Context, c *sqs.Client, count *counter, n int, name string, consume func(url string) time.Duration) result {
+func measure(ctx context.Context, c *sqs.Client, count *testenv.Counter, n int, name string, consume func(url string) time.Duration) result {
 	qn := fmt.Sprintf("bench-%s-%d", name, time.Now().UnixNano())
 	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &qn})
 	if err != nil {
@@ -106,13 +105,11 @@ func measure(ctx context.Context, c *sqs.Client, count *counter, n int, name str
 	url := aws.ToString(out.QueueUrl)
 	defer c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: &url})
 	fill(ctx, c, url, n)
-	count.reset()
+	count.Reset()
 	elapsed := consume(url)
-	r := result{elapsed: elapsed, messages: marks(n).hi - marks(n).lo, total: n, requests: count.total()}
+	r := result{elapsed: elapsed, messages: marks(n).hi - marks(n).lo, total: n, requests: count.Total()}
 	if os.Getenv("SQSBENCH_VERBOSE") != "" {
-		count.mu.Lock()
-		fmt.Fprintln(os.Stderr, name, count.by)
-		count.mu.Unlock()
+		fmt.Fprintln(os.Stderr, name, count.ByOperation())
 	}
 	return r
 }
@@ -247,32 +244,4 @@ func runWorker(ctx context.Context, c *sqs.Client, url string, n, concurrency in
 		log.Fatal(err)
 	}
 	return elapsed
-}
-
-// counter counts every SQS request a client sends, retries included.
-type counter struct {
-	n  atomic.Int64
-	mu sync.Mutex
-	by map[string]int
-}
-
-func (c *counter) reset() {
-	c.n.Store(0)
-	c.mu.Lock()
-	c.by = map[string]int{}
-	c.mu.Unlock()
-}
-func (c *counter) total() int { return int(c.n.Load()) }
-
-func (c *counter) add(stack *middleware.Stack) error {
-	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("sqsbenchCount",
-		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-			c.n.Add(1)
-			c.mu.Lock()
-			if c.by != nil {
-				c.by[middleware.GetOperationName(ctx)]++
-			}
-			c.mu.Unlock()
-			return next.HandleFinalize(ctx, in)
-		}), middleware.After)
 }
