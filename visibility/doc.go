@@ -1,4 +1,34 @@
-// Package visibility will keep long-running messages invisible with batched
-// heartbeats (ChangeMessageVisibilityBatch), cancelling the handler's context
-// when the lease is lost. It is not implemented yet.
+// Package visibility keeps the messages of long-running jobs invisible while
+// their handlers run, so that SQS does not hand them to a second consumer.
+//
+// An [Extender] tracks the in-flight messages of one queue. Every
+// Config.Interval it looks for the messages whose visibility timeout ends
+// within Config.Threshold and extends them by Config.Extension with
+// ChangeMessageVisibilityBatch: ten messages per call, every due message of
+// the queue in the same round. When a round must make a call anyway, it fills
+// the call's free entries with the messages due soonest after, so that later
+// rounds have less to do.
+//
+// # Losing the lease
+//
+// A message's lease is lost when SQS rejects its extension as a sender fault
+// (its receipt handle is no longer valid: the message was deleted, or its
+// visibility timeout ran out and another consumer received it), when its
+// visibility timeout runs out before an extension succeeded, or when its
+// total lifetime reaches Config.MaxLifetime (at most SQS's 12 hours from the
+// receive). The context that [Extender.Track] returned is then cancelled, with
+// a cause that matches [ErrLeaseLost] or [ErrMaxLifetime] under errors.Is; the
+// work may by then run elsewhere, so the handler should stop. Transient
+// errors (network, throttling, server faults) are retried in the following
+// rounds, while the lease lasts.
+//
+// # Hooks
+//
+// Config.OnExtend, and [Lease.OnExtend] for one message, run after every
+// successful extension, so that other leases, such as an idempotency record's
+// in-progress expiry, can move in step. A handler finds its lease with
+// [FromContext].
+//
+// The worker runtime uses an Extender by default; the Lambda adapter can use
+// one for records that run longer than the queue's visibility timeout.
 package visibility

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/visibility"
 )
 
 // Limits SQS sets on ReceiveMessage.
@@ -43,12 +44,25 @@ type Config struct {
 	VisibilityTimeout time.Duration
 
 	// HandlerTimeout bounds each handler call through its context, from
-	// the handler's start. Default: the message's lease, that is the
-	// visibility timeout in effect counted from the receive, less a margin
-	// to send the acknowledgement (AckInterval plus a tenth of the
-	// visibility timeout, at most 1s); past the lease SQS hands the message
-	// to another consumer anyway.
+	// the handler's start. Default: none with heartbeats on (the
+	// Heartbeat's MaxLifetime bounds the lease); with heartbeats off, the
+	// message's lease, that is the visibility timeout in effect counted
+	// from the receive, less a margin to send the acknowledgement
+	// (AckInterval plus a tenth of the visibility timeout, at most 1s):
+	// past the lease SQS hands the message to another consumer anyway.
 	HandlerTimeout time.Duration
+
+	// Heartbeat configures the visibility heartbeat that keeps received
+	// messages invisible while they wait and while their handlers run,
+	// however long that takes (up to Heartbeat.MaxLifetime). The worker
+	// sets its QueueURL and VisibilityTimeout; the other fields default as
+	// documented in visibility.Config, from the visibility timeout in
+	// effect. Logger defaults to Config.Logger.
+	Heartbeat visibility.Config
+
+	// DisableHeartbeat turns the heartbeat off: messages are then held for
+	// one visibility timeout only.
+	DisableHeartbeat bool
 
 	// Backoff spaces the retries of failed messages, by receive count.
 	// Default sqsworker.ExponentialBackoff{} (full jitter, 1s base, 15m cap).

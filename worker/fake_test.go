@@ -523,7 +523,7 @@ func TestFakeFIFOGroupOutlivingVisibilityTimeout(t *testing.T) {
 	var mu sync.Mutex
 	running, maxRunning := 0, 0
 	var calls fakeCalls
-	r := start(t, f, worker.Config{QueueURL: url}, sqsworker.HandlerFunc(
+	r := start(t, f, worker.Config{QueueURL: url, DisableHeartbeat: true}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
 			calls.add(m)
 			mu.Lock()
@@ -566,7 +566,7 @@ func TestFakeHandlerTimeoutOutlivesVisibility(t *testing.T) {
 	var mu sync.Mutex
 	var at []time.Time
 	backoff := sqsworker.BackoffFunc(func(int, error) time.Duration { return 3 * time.Second })
-	r := start(t, f, worker.Config{QueueURL: url, Backoff: backoff}, sqsworker.HandlerFunc(
+	r := start(t, f, worker.Config{QueueURL: url, Backoff: backoff, DisableHeartbeat: true}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
 			mu.Lock()
 			at = append(at, time.Now())

@@ -22,6 +22,7 @@ import (
 	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+	"github.com/sqsworker/sqsworker/visibility"
 )
 
 // API is the part of the SQS client a Worker calls. *sqs.Client implements
@@ -238,11 +239,13 @@ type Stats struct {
 	AckFailures  int64 // deletes and visibility changes that failed for good
 	MoveFailures int64 // dead-letter moves that failed
 	InFlight     int64 // handlers running now
+	Extensions   int64 // visibility extensions made by the heartbeat
+	LeasesLost   int64 // messages left unacknowledged because their lease was lost
 }
 
 type counters struct {
 	received, succeeded, failed, panics, retried, deadLettered, released,
-	deleted, ackFailures, moveFailures, inFlight atomic.Int64
+	deleted, ackFailures, moveFailures, inFlight, extensions, leasesLost atomic.Int64
 }
 
 // Stats returns the worker's counters.
@@ -253,6 +256,7 @@ func (w *Worker) Stats() Stats {
 		Panics: c.panics.Load(), Retried: c.retried.Load(), DeadLettered: c.deadLettered.Load(),
 		Released: c.released.Load(), Deleted: c.deleted.Load(), AckFailures: c.ackFailures.Load(),
 		MoveFailures: c.moveFailures.Load(), InFlight: c.inFlight.Load(),
+		Extensions: c.extensions.Load(), LeasesLost: c.leasesLost.Load(),
 	}
 }
 
@@ -264,6 +268,7 @@ type run struct {
 	info   queue.Info
 	acks   *ackbatch.Batcher
 	mover  *queue.Mover
+	ext    *visibility.Extender // nil with heartbeats off
 	log    *slog.Logger
 	vis    time.Duration // visibility timeout in effect; 0 if none
 	margin time.Duration // kept free at the end of a lease to send the ack
@@ -276,6 +281,8 @@ type run struct {
 	hardStop   context.CancelCauseFunc
 	pollers    sync.WaitGroup
 	handlers   sync.WaitGroup
+	beats      sync.WaitGroup // the extender's rounds
+	stopBeats  context.CancelFunc
 	fatal      chan error
 }
 
@@ -307,6 +314,25 @@ func (w *Worker) newRun(info queue.Info, h sqsworker.Handler) (*run, error) {
 	for range cfg.Concurrency {
 		r.slots <- struct{}{}
 	}
+	if !cfg.DisableHeartbeat {
+		hb := cfg.Heartbeat
+		hb.QueueURL, hb.VisibilityTimeout = info.URL, vis
+		if hb.Logger == nil {
+			hb.Logger = cfg.Logger
+		}
+		onExtend := hb.OnExtend
+		hb.OnExtend = func(m *sqsworker.Message, until time.Time) {
+			w.stats.extensions.Add(1)
+			if onExtend != nil {
+				onExtend(m, until)
+			}
+		}
+		ext, err := visibility.New(w.api, hb)
+		if err != nil {
+			return nil, fmt.Errorf("worker: Config.Heartbeat (set DisableHeartbeat to run without): %w", err)
+		}
+		r.ext = ext
+	}
 	r.mover = &queue.Mover{API: w.api, URL: cfg.DeadLetterQueueURL, FIFO: queue.IsFIFOURL(cfg.DeadLetterQueueURL), Host: cfg.Host}
 	r.acks = ackbatch.New(w.api, ackbatch.Config{
 		QueueURL:    info.URL,
@@ -335,7 +361,13 @@ func (r *run) run(ctx context.Context) error {
 	defer r.stopPoll()
 
 	r.log.Info("worker started", "concurrency", r.cfg.Concurrency, "pollers", r.cfg.Pollers,
-		"fifo", r.info.FIFO, "dead_letter_queue", r.cfg.DeadLetterQueueURL, "max_receive_count", r.cfg.MaxReceiveCount)
+		"fifo", r.info.FIFO, "dead_letter_queue", r.cfg.DeadLetterQueueURL, "max_receive_count", r.cfg.MaxReceiveCount,
+		"visibility_timeout", r.vis, "heartbeat", r.ext != nil)
+	if r.ext != nil {
+		var bctx context.Context
+		bctx, r.stopBeats = context.WithCancel(context.WithoutCancel(ctx))
+		r.beats.Go(func() { _ = r.ext.Run(bctx) })
+	}
 	for range r.cfg.Pollers {
 		r.pollers.Go(r.poll)
 	}
@@ -374,6 +406,10 @@ func (r *run) stop(ctx context.Context) {
 		r.log.Warn("shutdown deadline passed; cancelling running handlers", "in_flight", r.w.stats.inFlight.Load())
 		r.hardStop(ErrShutdown)
 		<-handled
+	}
+	if r.ext != nil {
+		r.stopBeats()
+		r.beats.Wait()
 	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackFlushGrace)
 	defer cancel()
@@ -461,10 +497,24 @@ func (r *run) releaseSlots(n int) {
 	}
 }
 
-// delivery is a received message and when it was received.
+// delivery is a received message, when it was received, and its lease.
 type delivery struct {
 	msg        *sqsworker.Message
 	receivedAt time.Time
+	// ctx is the parent of the handler's context: with heartbeats on it is
+	// cancelled when the lease is lost.
+	ctx   context.Context
+	lease *visibility.Lease // nil with heartbeats off
+}
+
+// settle stops extending the message and reports whether its lease still
+// holds, so that it may be acknowledged.
+func (d delivery) settle() bool {
+	if d.lease == nil {
+		return true
+	}
+	d.lease.Release()
+	return !errors.Is(context.Cause(d.ctx), visibility.ErrLeaseLost)
 }
 
 // dispatch starts the handlers of a received batch. Each message holds one
@@ -474,7 +524,11 @@ func (r *run) dispatch(msgs []types.Message) {
 	r.w.stats.received.Add(int64(len(msgs)))
 	ds := make([]delivery, len(msgs))
 	for i := range msgs {
-		ds[i] = delivery{msg: sqsmsg.FromSDK(r.info.URL, &msgs[i]), receivedAt: now}
+		d := delivery{msg: sqsmsg.FromSDK(r.info.URL, &msgs[i]), receivedAt: now, ctx: r.handlerCtx}
+		if r.ext != nil {
+			d.ctx, d.lease = r.ext.Track(r.handlerCtx, d.msg, now)
+		}
+		ds[i] = d
 	}
 	if r.pollCtx.Err() != nil { // received while stopping
 		r.release(ds)
@@ -491,8 +545,10 @@ func (r *run) dispatch(msgs []types.Message) {
 		r.handlers.Go(func() {
 			for i, d := range group {
 				// Messages waiting behind others hold a lease that runs
-				// from the receive: release them when half of it is gone.
-				if r.pollCtx.Err() != nil || (i > 0 && r.vis > 0 && time.Since(d.receivedAt) > r.vis/2) {
+				// from the receive. Without heartbeats, release them when
+				// half of it is gone; with heartbeats, when it was lost.
+				late := r.ext == nil && i > 0 && r.vis > 0 && time.Since(d.receivedAt) > r.vis/2
+				if r.pollCtx.Err() != nil || late || d.ctx.Err() != nil {
 					r.release(group[i:])
 					return
 				}
@@ -522,11 +578,13 @@ func groupByID(ds []delivery) [][]delivery {
 }
 
 // release makes unprocessed messages visible again at once and frees their
-// handler slots.
+// handler slots. Messages whose lease was lost are left alone.
 func (r *run) release(ds []delivery) {
 	for _, d := range ds {
-		r.w.stats.released.Add(1)
-		r.changeVisibility(d, 0)
+		if d.settle() {
+			r.w.stats.released.Add(1)
+			r.changeVisibility(d, 0)
+		}
 	}
 	r.releaseSlots(len(ds))
 }
@@ -537,17 +595,25 @@ func (r *run) process(d delivery) bool {
 	defer r.releaseSlots(1)
 	m := d.msg
 	r.w.stats.inFlight.Add(1)
-	ctx, cancel := r.handlerCtx, context.CancelFunc(func() {})
+	ctx, cancel := d.ctx, context.CancelFunc(func() {})
 	switch {
 	case r.cfg.HandlerTimeout > 0:
 		ctx, cancel = context.WithTimeoutCause(ctx, r.cfg.HandlerTimeout, ErrHandlerTimeout)
-	case r.vis > 0: // the lease, less the time to send the ack
+	case r.ext == nil && r.vis > 0: // the lease, less the time to send the ack
 		ctx, cancel = context.WithDeadlineCause(ctx, d.receivedAt.Add(r.vis-r.margin), ErrHandlerTimeout)
 	}
 	start := time.Now()
 	err := call(ctx, r.h, m)
 	cancel()
 	r.w.stats.inFlight.Add(-1)
+	if !d.settle() {
+		// Another consumer may hold the message now: acknowledging with
+		// this receipt handle would fail, or worse, undo its work.
+		r.w.stats.leasesLost.Add(1)
+		r.log.Warn("lease lost while the handler ran; the message is left to SQS and may be handled again",
+			"message_id", m.ID, "attempt", m.ReceiveCount, "handler_error", err, "cause", context.Cause(d.ctx))
+		return err == nil
+	}
 	if err == nil {
 		r.w.stats.succeeded.Add(1)
 		r.delete(d)

@@ -1,0 +1,415 @@
+package visibility
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+// API is the part of the SQS client an Extender calls.
+type API interface {
+	ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
+}
+
+var _ API = (*sqs.Client)(nil)
+
+// Causes of a cancelled lease context, matched with errors.Is.
+var (
+	// ErrLeaseLost: the message's visibility could not be extended; it
+	// may be handled by another consumer.
+	ErrLeaseLost = errors.New("visibility: lease lost")
+	// ErrMaxLifetime: the message reached Config.MaxLifetime and is no
+	// longer extended.
+	ErrMaxLifetime = errors.New("visibility: maximum lifetime reached")
+)
+
+// maxBatch is the most entries SQS takes in one batch call.
+const maxBatch = 10
+
+// Config configures an Extender. The zero value of each field means its
+// documented default; QueueURL and VisibilityTimeout are required (the worker
+// runtime sets both).
+type Config struct {
+	// QueueURL is the queue whose messages are extended. Required.
+	QueueURL string
+	// VisibilityTimeout is the visibility timeout messages are received
+	// with, from which the other defaults derive. Required, at least 1s.
+	VisibilityTimeout time.Duration
+	// Extension is the visibility timeout each extension sets, in whole
+	// seconds, at most 12h. Default VisibilityTimeout.
+	Extension time.Duration
+	// Threshold: a message is extended when its visibility timeout ends
+	// within Threshold. It must be below Extension and VisibilityTimeout.
+	// Default half of VisibilityTimeout.
+	Threshold time.Duration
+	// Interval is the time between rounds. It must be below Threshold, so
+	// that a failed extension is tried again before the lease ends.
+	// Default a third of Threshold, at most 10s.
+	Interval time.Duration
+	// MaxLifetime is the longest a message is kept invisible, counted from
+	// its receive. Default and at most 12h, SQS's own limit.
+	MaxLifetime time.Duration
+	// MaxInFlight bounds the batch calls of one round made at once.
+	// Default 4.
+	MaxInFlight int
+	// OnExtend, if set, runs after every successful extension with the
+	// message and the time it is now invisible until.
+	OnExtend func(m *sqsworker.Message, until time.Time)
+	// Logger receives lost leases and failed rounds. Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.QueueURL == "" {
+		bad("QueueURL is required")
+	}
+	if c.VisibilityTimeout < time.Second || c.VisibilityTimeout > sqsworker.MaxVisibilityTimeout {
+		bad("VisibilityTimeout %s is outside 1s..12h", c.VisibilityTimeout)
+	}
+	if c.Extension < 0 || c.Extension > sqsworker.MaxVisibilityTimeout || c.Extension%time.Second != 0 {
+		bad("Extension %s is not a whole number of seconds in 1s..12h", c.Extension)
+	}
+	if c.Threshold < 0 {
+		bad("Threshold %s is negative", c.Threshold)
+	}
+	if c.Interval < 0 {
+		bad("Interval %s is negative", c.Interval)
+	}
+	if c.MaxLifetime < 0 || c.MaxLifetime > sqsworker.MaxVisibilityTimeout {
+		bad("MaxLifetime %s is outside 0..12h", c.MaxLifetime)
+	}
+	if c.MaxInFlight < 0 {
+		bad("MaxInFlight %d is negative", c.MaxInFlight)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	c = c.withDefaults()
+	if c.Threshold >= c.VisibilityTimeout {
+		bad("Threshold %s is not below VisibilityTimeout %s", c.Threshold, c.VisibilityTimeout)
+	}
+	if c.Threshold >= c.Extension {
+		bad("Threshold %s is not below Extension %s", c.Threshold, c.Extension)
+	}
+	if c.Interval >= c.Threshold {
+		bad("Interval %s is not below Threshold %s", c.Interval, c.Threshold)
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Extension == 0 {
+		c.Extension = c.VisibilityTimeout.Truncate(time.Second)
+	}
+	if c.Threshold == 0 {
+		c.Threshold = c.VisibilityTimeout / 2
+	}
+	if c.Interval == 0 {
+		c.Interval = min(c.Threshold/3, 10*time.Second)
+	}
+	if c.MaxLifetime == 0 {
+		c.MaxLifetime = sqsworker.MaxVisibilityTimeout
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 4
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Extender extends the visibility of the messages it tracks. Create one with
+// New, run its rounds with Run, and Track each message when it is received.
+// Its methods are safe for concurrent use.
+type Extender struct {
+	api API
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	leases map[*Lease]struct{}
+
+	rounds, calls, extended, lost, expired atomic.Int64
+}
+
+// New validates cfg and returns an Extender.
+func New(api API, cfg Config) (*Extender, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("visibility: invalid Config: %w", err)
+	}
+	if api == nil {
+		return nil, errors.New("visibility: nil SQS client")
+	}
+	cfg = cfg.withDefaults()
+	return &Extender{api: api, cfg: cfg, log: cfg.Logger.With("queue", cfg.QueueURL), leases: map[*Lease]struct{}{}}, nil
+}
+
+// Config returns the configuration in effect, defaults filled in.
+func (e *Extender) Config() Config { return e.cfg }
+
+// Lease is one tracked message.
+type Lease struct {
+	e          *Extender
+	msg        *sqsworker.Message
+	receivedAt time.Time
+	cancel     context.CancelCauseFunc
+
+	// guarded by e.mu
+	deadline time.Time
+	hooks    []func(time.Time)
+	ended    bool
+}
+
+type leaseKey struct{}
+
+// FromContext returns the lease of the message whose handler runs with ctx,
+// or nil.
+func FromContext(ctx context.Context) *Lease {
+	l, _ := ctx.Value(leaseKey{}).(*Lease)
+	return l
+}
+
+// Track starts extending m, received at receivedAt with the configured
+// visibility timeout. The returned context, derived from ctx and carrying the
+// lease, is cancelled when the lease is lost. Call Lease.Release once the
+// message has been handled.
+func (e *Extender) Track(ctx context.Context, m *sqsworker.Message, receivedAt time.Time) (context.Context, *Lease) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	l := &Lease{e: e, msg: m, receivedAt: receivedAt, cancel: cancel, deadline: receivedAt.Add(e.cfg.VisibilityTimeout)}
+	e.mu.Lock()
+	e.leases[l] = struct{}{}
+	e.mu.Unlock()
+	return context.WithValue(ctx, leaseKey{}, l), l
+}
+
+// Message returns the leased message.
+func (l *Lease) Message() *sqsworker.Message { return l.msg }
+
+// Deadline returns when the message becomes visible again unless extended.
+func (l *Lease) Deadline() time.Time {
+	l.e.mu.Lock()
+	defer l.e.mu.Unlock()
+	return l.deadline
+}
+
+// OnExtend registers f to run after every successful extension of this
+// lease, with the time the message is now invisible until.
+func (l *Lease) OnExtend(f func(until time.Time)) {
+	l.e.mu.Lock()
+	l.hooks = append(l.hooks, f)
+	l.e.mu.Unlock()
+}
+
+// Release stops extending the message: its handler has finished. It does not
+// cancel the lease's context. Calling it more than once is harmless.
+func (l *Lease) Release() {
+	l.e.mu.Lock()
+	l.ended = true
+	delete(l.e.leases, l)
+	l.e.mu.Unlock()
+}
+
+// end stops tracking the lease and cancels its context with cause.
+func (l *Lease) end(cause error) {
+	l.e.mu.Lock()
+	if l.ended {
+		l.e.mu.Unlock()
+		return
+	}
+	l.ended = true
+	delete(l.e.leases, l)
+	l.e.mu.Unlock()
+	l.cancel(cause)
+}
+
+// Stats counts an Extender's work.
+type Stats struct {
+	Rounds   int64 // rounds that extended at least one message
+	Calls    int64 // ChangeMessageVisibilityBatch calls
+	Extended int64 // successful extensions
+	Lost     int64 // leases lost: rejected or run out
+	Expired  int64 // leases that reached MaxLifetime
+	Tracked  int   // messages tracked now
+}
+
+// Stats returns the Extender's counters.
+func (e *Extender) Stats() Stats {
+	e.mu.Lock()
+	n := len(e.leases)
+	e.mu.Unlock()
+	return Stats{Rounds: e.rounds.Load(), Calls: e.calls.Load(), Extended: e.extended.Load(),
+		Lost: e.lost.Load(), Expired: e.expired.Load(), Tracked: n}
+}
+
+// Run makes a round every Config.Interval until ctx is cancelled, then
+// returns nil. The leases still tracked then are not cancelled.
+func (e *Extender) Run(ctx context.Context) error {
+	t := time.NewTicker(e.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			e.Round(ctx)
+		}
+	}
+}
+
+// pending is one extension of a round.
+type pending struct {
+	l     *Lease
+	until time.Time
+}
+
+// Round extends the messages that are due now. Run calls it every
+// Config.Interval; tests may call it directly.
+func (e *Extender) Round(ctx context.Context) {
+	now := time.Now()
+	var due, early []pending
+	var lost, expired []*Lease
+	e.mu.Lock()
+	for l := range e.leases {
+		capAt := l.receivedAt.Add(e.cfg.MaxLifetime)
+		until := now.Add(e.cfg.Extension)
+		if capAt.Before(until) {
+			until = capAt
+		}
+		switch left := l.deadline.Sub(now); {
+		case left <= 0:
+			lost = append(lost, l)
+		case left > e.cfg.Threshold:
+			// Worth extending early only if it gains a round or more.
+			if until.Sub(l.deadline) >= e.cfg.Interval {
+				early = append(early, pending{l, until})
+			}
+		case !until.After(l.deadline):
+			expired = append(expired, l)
+		default:
+			due = append(due, pending{l, until})
+		}
+	}
+	e.mu.Unlock()
+	for _, l := range lost {
+		e.lost.Add(1)
+		e.log.Warn("visibility lease ran out before it could be extended", "message_id", l.msg.ID)
+		l.end(fmt.Errorf("%w: message %s: visibility timeout ran out", ErrLeaseLost, l.msg.ID))
+	}
+	for _, l := range expired {
+		e.expired.Add(1)
+		e.log.Warn("message reached its maximum lifetime; no longer extended", "message_id", l.msg.ID, "max_lifetime", e.cfg.MaxLifetime)
+		l.end(fmt.Errorf("%w: message %s: %s since its receive", ErrMaxLifetime, l.msg.ID, e.cfg.MaxLifetime))
+	}
+	if len(due) == 0 {
+		return
+	}
+	e.rounds.Add(1)
+	// Fill the last call's free entries with the messages due soonest.
+	if free := (maxBatch - len(due)%maxBatch) % maxBatch; free > 0 && len(early) > 0 {
+		slices.SortFunc(early, func(a, b pending) int { return a.l.deadline.Compare(b.l.deadline) })
+		due = append(due, early[:min(free, len(early))]...)
+	}
+	sem := make(chan struct{}, e.cfg.MaxInFlight)
+	var wg sync.WaitGroup
+	for batch := range slices.Chunk(due, maxBatch) {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			e.extend(ctx, batch)
+		})
+	}
+	wg.Wait()
+}
+
+// extend makes one batch call.
+func (e *Extender) extend(ctx context.Context, batch []pending) {
+	start := time.Now()
+	in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &e.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(batch))}
+	for i, p := range batch {
+		secs := int32((p.until.Sub(start) + time.Second - 1) / time.Second)
+		in.Entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
+			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(p.l.msg.ReceiptHandle), VisibilityTimeout: secs,
+		}
+		// SQS counts from its receipt of the call: no earlier than start.
+		batch[i].until = start.Add(time.Duration(secs) * time.Second)
+	}
+	e.calls.Add(1)
+	cctx, cancel := context.WithTimeout(ctx, e.cfg.Interval)
+	defer cancel()
+	out, err := e.api.ChangeMessageVisibilityBatch(cctx, in)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("extending visibility failed; retrying next round", "messages", len(batch), "error", err)
+		}
+		return
+	}
+	failed := make(map[string]types.BatchResultErrorEntry, len(out.Failed))
+	for _, f := range out.Failed {
+		failed[aws.ToString(f.Id)] = f
+	}
+	for i, p := range batch {
+		f, bad := failed[strconv.Itoa(i)]
+		switch {
+		case !bad:
+			e.extended.Add(1)
+			e.extendedTo(p.l, p.until)
+		case f.SenderFault:
+			reason := entryError(f)
+			e.lost.Add(1)
+			e.log.Warn("visibility lease lost", "message_id", p.l.msg.ID, "error", reason)
+			p.l.end(fmt.Errorf("%w: message %s: %w", ErrLeaseLost, p.l.msg.ID, reason))
+		default:
+			e.log.Warn("extending visibility failed; retrying next round", "message_id", p.l.msg.ID, "error", entryError(f))
+		}
+	}
+}
+
+func (e *Extender) extendedTo(l *Lease, until time.Time) {
+	e.mu.Lock()
+	if l.ended || !until.After(l.deadline) {
+		e.mu.Unlock()
+		return
+	}
+	l.deadline = until
+	hooks := slices.Clone(l.hooks)
+	e.mu.Unlock()
+	if e.cfg.OnExtend != nil {
+		e.cfg.OnExtend(l.msg, until)
+	}
+	for _, h := range hooks {
+		h(until)
+	}
+}
+
+// entryError turns a failed batch entry into the SDK's modeled error for its
+// code, so that callers classify it with errors.As.
+func entryError(f types.BatchResultErrorEntry) error {
+	code, msg := aws.ToString(f.Code), aws.ToString(f.Message)
+	switch code {
+	case "ReceiptHandleIsInvalid":
+		return &types.ReceiptHandleIsInvalid{Message: &msg}
+	case "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight":
+		return &types.MessageNotInflight{Message: &msg}
+	}
+	return &batchEntryError{code: code, msg: msg}
+}
+
+type batchEntryError struct{ code, msg string }
+
+func (e *batchEntryError) Error() string     { return e.code + ": " + e.msg }
+func (e *batchEntryError) ErrorCode() string { return e.code }
