@@ -7,8 +7,8 @@
 // loops, asking for up to ten messages at a time but never for more than it
 // has free handler slots: a busy worker leaves messages in the queue for other
 // workers. Each message runs in its own goroutine, at most Config.Concurrency
-// at once, with a context that ends at Config.HandlerTimeout or, by default,
-// shortly before the message's visibility timeout runs out.
+// at once, with a context that ends at Config.HandlerTimeout, when the
+// message's visibility lease is lost, or when the worker must stop.
 //
 // # Outcomes
 //
@@ -40,15 +40,30 @@
 // at error level and retried with backoff like any other failure, until the
 // queue's retention period ends. Give the queue a redrive policy.
 //
+// # Heartbeats
+//
+// By default a [visibility.Extender] keeps every received message invisible
+// while it waits for a handler slot and while its handler runs, with batched
+// ChangeMessageVisibilityBatch calls (ten messages per call), so that a job
+// longer than the queue's visibility timeout is not handed to a second
+// consumer. Config.Heartbeat tunes it; Config.DisableHeartbeat turns it off.
+// If a lease is lost (SQS rejects the extension, or it could not be made in
+// time) the handler's context is cancelled with a cause matching
+// visibility.ErrLeaseLost, the event is logged and counted in
+// Stats.LeasesLost, and the worker does not acknowledge the message: another
+// consumer may hold it now. A handler finds its lease with
+// visibility.FromContext, to keep other leases in step with it.
+//
 // # FIFO queues
 //
 // On a FIFO queue (its name ends in .fifo) the messages of one message group
 // run one after another, in order, and different groups run in parallel. After
 // a failure, the messages of that group received behind the failed one are
 // released at once (visibility 0), so that they come back after it, in order;
-// other groups go on. The messages of a group received together share one
-// lease that runs from the receive: a message still waiting when half of it
-// has passed is released with the rest of its group rather than started late.
+// other groups go on. The messages of a group received together are kept
+// invisible by the heartbeat while they wait; with heartbeats off, a message
+// still waiting when half of its visibility timeout has passed is released
+// with the rest of its group rather than started late.
 //
 // # Errors
 //

@@ -73,6 +73,7 @@ type Worker struct {
 	log   *slog.Logger
 	stats counters
 
+	ext      atomic.Pointer[visibility.Extender] // the running heartbeat, for HeartbeatStats
 	mu       sync.Mutex
 	state    int // idle, running, closed
 	shutdown chan context.Context
@@ -260,6 +261,16 @@ func (w *Worker) Stats() Stats {
 	}
 }
 
+// HeartbeatStats returns the counters of the visibility heartbeat: rounds,
+// batch calls, extensions, lost and expired leases. They are zero before Run
+// starts and with Config.DisableHeartbeat.
+func (w *Worker) HeartbeatStats() visibility.Stats {
+	if e := w.ext.Load(); e != nil {
+		return e.Stats()
+	}
+	return visibility.Stats{}
+}
+
 // run is one Run of a Worker.
 type run struct {
 	w      *Worker
@@ -332,6 +343,7 @@ func (w *Worker) newRun(info queue.Info, h sqsworker.Handler) (*run, error) {
 			return nil, fmt.Errorf("worker: Config.Heartbeat (set DisableHeartbeat to run without): %w", err)
 		}
 		r.ext = ext
+		w.ext.Store(ext)
 	}
 	r.mover = &queue.Mover{API: w.api, URL: cfg.DeadLetterQueueURL, FIFO: queue.IsFIFOURL(cfg.DeadLetterQueueURL), Host: cfg.Host}
 	r.acks = ackbatch.New(w.api, ackbatch.Config{
