@@ -13,6 +13,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/visibility"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -116,6 +117,22 @@ func TestMalformedRedrivePolicyFailsRun(t *testing.T) {
 	}
 	err = runOnce(t, c, worker.Config{QueueURL: q.URL})
 	if err == nil || !strings.Contains(err.Error(), "redrive policy") {
+		t.Errorf("Run = %v", err)
+	}
+}
+
+// A heartbeat configuration that does not fit the queue's visibility timeout
+// is a clear error at start-up.
+func TestBadHeartbeatFailsRun(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 30 * time.Second})
+	err := runOnce(t, c, worker.Config{QueueURL: q.URL, Heartbeat: visibility.Config{Interval: 20 * time.Second, MaxLifetime: 13 * time.Hour}})
+	if err == nil || !strings.Contains(err.Error(), "MaxLifetime 13h0m0s") || !strings.Contains(err.Error(), "DisableHeartbeat") {
+		t.Errorf("Run = %v", err)
+	}
+	err = runOnce(t, c, worker.Config{QueueURL: q.URL, Heartbeat: visibility.Config{Interval: 20 * time.Second}})
+	if err == nil || !strings.Contains(err.Error(), "Interval 20s is not below Threshold 15s") {
 		t.Errorf("Run = %v", err)
 	}
 }
