@@ -44,8 +44,10 @@ type RetryAfterError struct {
 
 // RetryAfter returns an error that makes the message come back after d,
 // clamped to [0, MaxVisibilityTimeout]. Use it when the failure says when to
-// try again, such as an HTTP 429 with a Retry-After header. err may be nil
-// when the handler only wants to postpone the message.
+// try again, such as an HTTP 429 with a Retry-After header. With a nil err the
+// message is postponed rather than failed: the runtimes neither count it as a
+// failure nor move it to the dead-letter queue on its last attempt (SQS's
+// redrive policy still counts the receive).
 func RetryAfter(d time.Duration, err error) error {
 	return &RetryAfterError{Delay: ClampDelay(d), Err: err}
 }

@@ -234,6 +234,7 @@ type Stats struct {
 	Failed       int64 // handlers that returned an error or panicked
 	Panics       int64 // handlers that panicked (also counted in Failed)
 	Retried      int64 // failed messages given a backoff or RetryAfter delay
+	Postponed    int64 // messages put off by RetryAfter with a nil error (not failures)
 	DeadLettered int64 // messages moved to the dead-letter queue
 	Released     int64 // messages made visible at once, unprocessed (shutdown, FIFO)
 	Deleted      int64 // deletes SQS confirmed
@@ -245,7 +246,7 @@ type Stats struct {
 }
 
 type counters struct {
-	received, succeeded, failed, panics, retried, deadLettered, released,
+	received, succeeded, failed, panics, retried, postponed, deadLettered, released,
 	deleted, ackFailures, moveFailures, inFlight, extensions, leasesLost atomic.Int64
 }
 
@@ -254,7 +255,7 @@ func (w *Worker) Stats() Stats {
 	c := &w.stats
 	return Stats{
 		Received: c.received.Load(), Succeeded: c.succeeded.Load(), Failed: c.failed.Load(),
-		Panics: c.panics.Load(), Retried: c.retried.Load(), DeadLettered: c.deadLettered.Load(),
+		Panics: c.panics.Load(), Retried: c.retried.Load(), Postponed: c.postponed.Load(), DeadLettered: c.deadLettered.Load(),
 		Released: c.released.Load(), Deleted: c.deleted.Load(), AckFailures: c.ackFailures.Load(),
 		MoveFailures: c.moveFailures.Load(), InFlight: c.inFlight.Load(),
 		Extensions: c.extensions.Load(), LeasesLost: c.leasesLost.Load(),
@@ -648,6 +649,14 @@ func call(ctx context.Context, h sqsworker.Handler, m *sqsworker.Message) (err e
 // settleFailure decides what happens to a message whose handler failed.
 func (r *run) settleFailure(d delivery, err error, took time.Duration) {
 	m := d.msg
+	var ra *sqsworker.RetryAfterError
+	if errors.As(err, &ra) && ra.Err == nil {
+		// Postponed, not failed: no failure count, no dead-lettering.
+		r.w.stats.postponed.Add(1)
+		vis := r.changeVisibility(d, ra.Delay)
+		r.log.Debug("message postponed", "message_id", m.ID, "attempt", m.ReceiveCount, "retry_in", vis)
+		return
+	}
 	r.w.stats.failed.Add(1)
 	class := sqsworker.ErrorClass(err)
 	log := r.log.With("message_id", m.ID, "attempt", m.ReceiveCount, "error_class", class, "duration", took)
@@ -679,7 +688,6 @@ func (r *run) settleFailure(d delivery, err error, took time.Duration) {
 		}
 	}
 	delay := r.cfg.Backoff.Delay(m.ReceiveCount, err)
-	var ra *sqsworker.RetryAfterError
 	if errors.As(err, &ra) {
 		delay = ra.Delay
 	}

@@ -1,0 +1,347 @@
+package idempotency
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/visibility"
+)
+
+// KeyAttribute is the message attribute the default key comes from. Producers
+// set it to a key of the job's own (an order ID, a payment intent), which
+// survives DLQ replays, SQS redrives and duplicate sends.
+const KeyAttribute = "idempotency-key"
+
+// DefaultKey returns the key of a message: its KeyAttribute; else, for a
+// message replayed from a dead-letter queue, the original message ID kept in
+// its failure metadata; else its message ID. Message IDs change when SQS's
+// own redrive moves a message, so producers that need duplicates of redriven
+// messages recognised must set KeyAttribute.
+func DefaultKey(m *sqsworker.Message) string {
+	if k, ok := m.Attribute(KeyAttribute); ok && k != "" {
+		return k
+	}
+	if f, ok := sqsworker.ParseFailure(m.MessageAttributes); ok && f.MessageID != "" {
+		return "message-id:" + f.MessageID
+	}
+	return "message-id:" + m.ID
+}
+
+// BodyHash returns the hex SHA-256 of the message body: the default payload
+// check, which tells a reused key from a duplicate.
+func BodyHash(m *sqsworker.Message) string {
+	sum := sha256.Sum256([]byte(m.Body))
+	return hex.EncodeToString(sum[:])
+}
+
+// MissingKey says what happens to a message whose key is empty.
+type MissingKey int
+
+const (
+	// RejectMissingKey fails the message with a Permanent error: it goes to
+	// the dead-letter queue. The default.
+	RejectMissingKey MissingKey = iota
+	// RunWithoutKey runs the handler without idempotency.
+	RunWithoutKey
+)
+
+// Config configures the idempotency middleware. The zero value of each field
+// means its documented default.
+type Config struct {
+	// Key returns the idempotency key of a message. Default DefaultKey.
+	Key func(*sqsworker.Message) string
+	// PayloadHash returns a digest of what the key stands for; the same
+	// key with another digest is a Permanent error. Default BodyHash;
+	// return "" to skip the check.
+	PayloadHash func(*sqsworker.Message) string
+	// MissingKey says what an empty key does. Default RejectMissingKey.
+	MissingKey MissingKey
+	// Lease is how long a claim holds when the handler's context carries
+	// neither a visibility lease nor a deadline. Default 5m. With a
+	// visibility lease (the worker's heartbeat) the claim follows it.
+	Lease time.Duration
+	// CacheSize keeps up to this many completed keys in memory, so that
+	// their duplicates cost no request. Default 0: off.
+	CacheSize int
+	// MaxResultSize is the largest result saved with a record; a larger one
+	// is dropped (and logged) rather than failing the job. Default 300 KiB,
+	// within DynamoDB's 400 KB item limit.
+	MaxResultSize int
+	// OnDuplicate, if set, runs for a duplicate of a completed key, with
+	// its record (and saved result); its error becomes the message's.
+	// Default: the duplicate is acknowledged.
+	OnDuplicate func(ctx context.Context, m *sqsworker.Message, r *Record) error
+	// Disabled turns idempotency off: the handler runs for every message.
+	// For local debugging.
+	Disabled bool
+	// Logger receives lost claims and store failures. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// maxItemSize is DynamoDB's limit on an item's size.
+const maxItemSize = 400 << 10
+
+// Defaults of Config.
+const (
+	DefaultLease         = 5 * time.Minute
+	DefaultMaxResultSize = 300 << 10
+)
+
+// Stats counts what the middleware did.
+type Stats struct {
+	Claimed        int64 // keys claimed: the handler ran
+	Duplicates     int64 // duplicates of completed keys, not run
+	CacheHits      int64 // of which answered from the in-memory cache
+	InProgress     int64 // duplicates postponed while another holder runs
+	PayloadChanged int64 // keys reused with another payload
+	MissingKeys    int64 // messages without a key
+	Released       int64 // claims released after a handler failure
+	StoreErrors    int64 // store requests that failed
+}
+
+// Guard makes a handler's effect happen once per idempotency key. Create one
+// with New; its Middleware method wraps handlers.
+type Guard struct {
+	store Store
+	cfg   Config
+	cache *lru
+	now   func() time.Time
+
+	claimed, duplicates, cacheHits, inProgress, payloadChanged,
+	missing, released, storeErrors atomic.Int64
+}
+
+// New validates cfg and returns a Guard over store.
+func New(store Store, cfg Config) (*Guard, error) {
+	var errs []error
+	if store == nil && !cfg.Disabled {
+		errs = append(errs, errors.New("nil Store"))
+	}
+	if cfg.Lease < 0 {
+		errs = append(errs, fmt.Errorf("Lease %s is negative", cfg.Lease))
+	}
+	if cfg.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("CacheSize %d is negative", cfg.CacheSize))
+	}
+	if cfg.MaxResultSize < 0 || cfg.MaxResultSize > maxItemSize {
+		errs = append(errs, fmt.Errorf("MaxResultSize %d is outside 0..%d (DynamoDB's item limit)", cfg.MaxResultSize, maxItemSize))
+	}
+	if cfg.MissingKey != RejectMissingKey && cfg.MissingKey != RunWithoutKey {
+		errs = append(errs, fmt.Errorf("MissingKey %d is unknown", cfg.MissingKey))
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("idempotency: invalid Config: %w", errors.Join(errs...))
+	}
+	if cfg.Key == nil {
+		cfg.Key = DefaultKey
+	}
+	if cfg.PayloadHash == nil {
+		cfg.PayloadHash = BodyHash
+	}
+	if cfg.Lease == 0 {
+		cfg.Lease = DefaultLease
+	}
+	if cfg.MaxResultSize == 0 {
+		cfg.MaxResultSize = DefaultMaxResultSize
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	g := &Guard{store: store, cfg: cfg, now: time.Now}
+	if cfg.CacheSize > 0 {
+		g.cache = newLRU(cfg.CacheSize)
+	}
+	return g, nil
+}
+
+// Middleware returns a sqsworker.Middleware that makes handlers idempotent
+// with store; see Guard.Middleware.
+func Middleware(store Store, cfg Config) (sqsworker.Middleware, error) {
+	g, err := New(store, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return g.Middleware, nil
+}
+
+// Stats returns the Guard's counters.
+func (g *Guard) Stats() Stats {
+	return Stats{
+		Claimed: g.claimed.Load(), Duplicates: g.duplicates.Load(), CacheHits: g.cacheHits.Load(),
+		InProgress: g.inProgress.Load(), PayloadChanged: g.payloadChanged.Load(), MissingKeys: g.missing.Load(),
+		Released: g.released.Load(), StoreErrors: g.storeErrors.Load(),
+	}
+}
+
+type resultKey struct{}
+
+// SetResult saves result with the record of the message whose handler runs
+// with ctx, when the handler succeeds. OnDuplicate gets it back. It does
+// nothing outside the middleware.
+func SetResult(ctx context.Context, result []byte) {
+	if p, ok := ctx.Value(resultKey{}).(*[]byte); ok {
+		*p = result
+	}
+}
+
+// Middleware wraps next so that it runs once per key:
+//
+//   - a new key, or one whose record expired or whose claim's lease ran out,
+//     is claimed and next runs; on success the record is completed, on
+//     failure it is released so that the retry can claim it again;
+//   - a duplicate of a completed key is acknowledged without running next
+//     (or handed to Config.OnDuplicate);
+//   - a duplicate of a key another holder is running is postponed until that
+//     claim's lease ends, with sqsworker.RetryAfter and a nil error, which the
+//     runtimes do not count as a failure;
+//   - a key reused with another payload is a Permanent error naming the key;
+//   - when the store cannot be reached, next does not run and the message is
+//     retried.
+//
+// With a visibility lease in the context (the worker's heartbeat), the claim's
+// lease moves with the message's visibility.
+func (g *Guard) Middleware(next sqsworker.Handler) sqsworker.Handler {
+	if g.cfg.Disabled {
+		return next
+	}
+	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		return g.handle(ctx, m, next)
+	})
+}
+
+func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker.Handler) error {
+	key := g.cfg.Key(m)
+	if key == "" {
+		g.missing.Add(1)
+		if g.cfg.MissingKey == RunWithoutKey {
+			return next.HandleMessage(ctx, m)
+		}
+		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s has no idempotency key (set the %q attribute)", m.ID, KeyAttribute))
+	}
+	now := g.now()
+	if g.cache != nil && g.cache.has(key, now) {
+		g.cacheHits.Add(1)
+		g.duplicates.Add(1)
+		if g.cfg.OnDuplicate != nil {
+			return g.cfg.OnDuplicate(ctx, m, &Record{Key: key, Status: StatusCompleted})
+		}
+		return nil
+	}
+	hash := g.cfg.PayloadHash(m)
+	lease := visibility.FromContext(ctx)
+	token, existing, err := g.store.Claim(ctx, key, hash, g.leaseUntil(ctx, lease, now))
+	if err != nil {
+		g.storeErrors.Add(1)
+		return err
+	}
+	if existing != nil {
+		return g.duplicate(ctx, m, key, hash, existing, now)
+	}
+	g.claimed.Add(1)
+	log := g.cfg.Logger.With("message_id", m.ID, "idempotency_key", key)
+
+	// Keep the claim's lease in step with the message's visibility.
+	var extends sync.WaitGroup
+	var ended atomic.Bool
+	if lease != nil {
+		lease.OnExtend(func(until time.Time) {
+			if ended.Load() {
+				return
+			}
+			extends.Go(func() {
+				ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				if err := g.store.ExtendLease(ectx, key, token, until); err != nil {
+					g.storeErrors.Add(1)
+					log.Warn("extending the idempotency claim failed", "error", err)
+				}
+			})
+		})
+	}
+	var result []byte
+	herr := next.HandleMessage(context.WithValue(ctx, resultKey{}, &result), m)
+	ended.Store(true)
+	extends.Wait()
+
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if herr != nil {
+		g.released.Add(1)
+		if err := g.store.Release(sctx, key, token); err != nil {
+			g.storeErrors.Add(1)
+			log.Warn("releasing the idempotency claim failed; the retry waits for its lease to end", "error", err)
+		}
+		return herr
+	}
+	if len(result) > g.cfg.MaxResultSize {
+		log.Warn("result too large to save; completing without it", "bytes", len(result), "max", g.cfg.MaxResultSize)
+		result = nil
+	}
+	err = g.store.Complete(sctx, key, token, result)
+	if err != nil && result != nil && !errors.Is(err, ErrNotHolder) {
+		// Perhaps the item was too large with the result: save none.
+		log.Warn("completing with the result failed; completing without it", "error", err)
+		err = g.store.Complete(sctx, key, token, nil)
+	}
+	if err != nil {
+		// The effect happened: acknowledge the message anyway. A duplicate
+		// arriving before the claim's lease ends is postponed, after it
+		// may run again.
+		g.storeErrors.Add(1)
+		log.Error("completing the idempotency record failed; a duplicate may run again", "error", err)
+	}
+	if g.cache != nil {
+		g.cache.add(key, now.Add(storeTTL(g.store)))
+	}
+	return nil
+}
+
+// duplicate handles a key that another record holds.
+func (g *Guard) duplicate(ctx context.Context, m *sqsworker.Message, key, hash string, r *Record, now time.Time) error {
+	if hash != "" && r.PayloadHash != "" && hash != r.PayloadHash {
+		g.payloadChanged.Add(1)
+		return sqsworker.Permanent(fmt.Errorf("idempotency: key %q was used for another payload", key))
+	}
+	if r.Status == StatusCompleted {
+		g.duplicates.Add(1)
+		if g.cache != nil {
+			g.cache.add(key, r.Expiry)
+		}
+		if g.cfg.OnDuplicate != nil {
+			return g.cfg.OnDuplicate(ctx, m, r)
+		}
+		return nil
+	}
+	g.inProgress.Add(1)
+	wait := max(r.LeaseExpiry.Sub(now), time.Second)
+	return sqsworker.RetryAfter(wait, nil)
+}
+
+// leaseUntil is when a new claim's lease ends: with the message's visibility,
+// else at the context's deadline, else after Config.Lease.
+func (g *Guard) leaseUntil(ctx context.Context, lease *visibility.Lease, now time.Time) time.Time {
+	if lease != nil {
+		return lease.Deadline()
+	}
+	if d, ok := ctx.Deadline(); ok {
+		return d
+	}
+	return now.Add(g.cfg.Lease)
+}
+
+// storeTTL is how long completed records last in store, for the cache.
+func storeTTL(s Store) time.Duration {
+	if d, ok := s.(*DynamoStore); ok {
+		return d.cfg.TTL
+	}
+	return DefaultTTL
+}
