@@ -4,8 +4,8 @@
 #   make test    every test, against the local stack (started if needed)
 #   make bench   throughput and request-cost benchmarks against the local stack
 #
-# The stack (localstack/stack.sh) runs fauxqs for SQS and DynamoDB Local on
-# 127.0.0.1; clients find it through the SDK's standard AWS_ENDPOINT_URL_*
+# The stack (localstack/stack.sh) runs fauxqs for SQS and DynamoDB Local (on
+# the machine's Java 17) on 127.0.0.1; clients find it through the SDK's standard AWS_ENDPOINT_URL_*
 # variables, which `localstack/stack.sh env` prints.
 
 SHELL := /bin/bash
@@ -26,7 +26,7 @@ deps:
 
 ## stack-start / stack-stop / stack-status: manage the local AWS stack
 stack-start: deps
-	$(STACK) start sqs
+	$(STACK) start sqs dynamodb
 
 stack-stop:
 	$(STACK) stop
@@ -44,12 +44,12 @@ test: stack-start vet
 
 ## test-unit: the tests that need no local stack (the others skip)
 test-unit:
-	env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_SQS $(GO) test -count=1 ./...
+	env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_SQS -u AWS_ENDPOINT_URL_DYNAMODB $(GO) test -count=1 ./...
 
 ## bench: worker throughput against a raw SDK loop, and request cost per message
 bench: stack-start
 	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchmem ./...
 
 ## lint: formatting and vet
 lint: vet

@@ -1,4 +1,34 @@
-// Package idempotency will make a handler's effect happen once per key, with
-// conditional writes to a DynamoDB table, as handler middleware that works in
-// both runtimes. It is not implemented yet.
+// Package idempotency makes a handler's effect happen once per idempotency
+// key, although SQS delivers messages at least once: a crash before the
+// delete, a lost acknowledgement, a visibility timeout that runs out, a
+// dead-letter replay or a producer's retry each deliver a job again.
+//
+// A [Guard] is handler middleware, the same in the worker and in Lambda. For
+// each message it takes the key (by default the producer-set
+// "idempotency-key" attribute, see [DefaultKey]) and claims it in a [Store]:
+//
+//   - a new key is claimed, the handler runs, and the record is completed
+//     (or released if the handler failed, so that the retry can claim it);
+//   - a duplicate of a completed key is acknowledged without running the
+//     handler;
+//   - a duplicate of a key another worker is running is postponed until that
+//     claim's lease ends, without counting as a failure;
+//   - a key reused for another payload is a Permanent error naming it.
+//
+// [DynamoStore] keeps the records in DynamoDB with conditional writes: a
+// first-time message costs two requests (claim, complete), a duplicate one
+// (the failed claim returns the old record, ReturnValuesOnConditionCheckFailure
+// ALL_OLD), and none with Config.CacheSize. Records expire after
+// StoreConfig.TTL; an expired record counts as absent even before DynamoDB's
+// TTL deletes it, which can take hours.
+//
+// # Leases
+//
+// A claim holds for a lease: a worker that dies mid-job leaves an in-progress
+// record that another worker may take over once its lease ends. With the
+// worker's visibility heartbeat, the lease is the message's visibility
+// deadline and moves with every extension (via visibility.Lease.OnExtend),
+// so a long job keeps its claim exactly as long as it keeps its message;
+// without one, the lease ends at the handler context's deadline, or after
+// Config.Lease.
 package idempotency

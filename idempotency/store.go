@@ -203,6 +203,9 @@ func (s *DynamoStore) namesFor(keys ...string) map[string]string {
 	return m
 }
 
+// Config returns the store's configuration, defaults filled in.
+func (s *DynamoStore) Config() StoreConfig { return s.cfg }
+
 // Claim puts an in-progress record with one conditional PutItem. When the key
 // is taken, ReturnValuesOnConditionCheckFailure=ALL_OLD returns the record
 // that holds it in the same round trip.
