@@ -255,3 +255,27 @@ func TestDisabled(t *testing.T) {
 		t.Errorf("runs = %d", runs)
 	}
 }
+
+// With the cache, a duplicate of a completed key costs no request.
+func TestCacheAnswersDuplicates(t *testing.T) {
+	t.Parallel()
+	var counter testenv.Counter
+	c := testenv.NewCountingDynamoDB(t, &counter)
+	g, _ := idempotency.New(newStore(t, c, idempotency.StoreConfig{}), idempotency.Config{CacheSize: 10})
+	h := g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+	if err := h.HandleMessage(context.Background(), msg("cached", "b")); err != nil {
+		t.Fatal(err)
+	}
+	counter.Reset()
+	for range 5 {
+		if err := h.HandleMessage(context.Background(), msg("cached", "b")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := counter.Total(); n != 0 {
+		t.Errorf("%d DynamoDB requests for cached duplicates", n)
+	}
+	if s := g.Stats(); s.CacheHits != 5 || s.Duplicates != 5 {
+		t.Errorf("stats = %+v", s)
+	}
+}

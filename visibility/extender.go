@@ -224,17 +224,26 @@ func (l *Lease) Release() {
 	l.e.mu.Unlock()
 }
 
-// end stops tracking the lease and cancels its context with cause.
-func (l *Lease) end(cause error) {
+// end stops tracking the lease and cancels its context with cause. It
+// reports false when the lease had already ended or been released: a round
+// that raced with the handler's end has nothing to report.
+func (l *Lease) end(cause error) bool {
 	l.e.mu.Lock()
 	if l.ended {
 		l.e.mu.Unlock()
-		return
+		return false
 	}
 	l.ended = true
 	delete(l.e.leases, l)
 	l.e.mu.Unlock()
 	l.cancel(cause)
+	return true
+}
+
+func (l *Lease) released() bool {
+	l.e.mu.Lock()
+	defer l.e.mu.Unlock()
+	return l.ended
 }
 
 // Stats counts an Extender's work.
@@ -306,14 +315,16 @@ func (e *Extender) Round(ctx context.Context) {
 	}
 	e.mu.Unlock()
 	for _, l := range lost {
-		e.lost.Add(1)
-		e.log.Warn("visibility lease ran out before it could be extended", "message_id", l.msg.ID)
-		l.end(fmt.Errorf("%w: message %s: visibility timeout ran out", ErrLeaseLost, l.msg.ID))
+		if l.end(fmt.Errorf("%w: message %s: visibility timeout ran out", ErrLeaseLost, l.msg.ID)) {
+			e.lost.Add(1)
+			e.log.Warn("visibility lease ran out before it could be extended", "message_id", l.msg.ID)
+		}
 	}
 	for _, l := range expired {
-		e.expired.Add(1)
-		e.log.Warn("message reached its maximum lifetime; no longer extended", "message_id", l.msg.ID, "max_lifetime", e.cfg.MaxLifetime)
-		l.end(fmt.Errorf("%w: message %s: %s since its receive", ErrMaxLifetime, l.msg.ID, e.cfg.MaxLifetime))
+		if l.end(fmt.Errorf("%w: message %s: %s since its receive", ErrMaxLifetime, l.msg.ID, e.cfg.MaxLifetime)) {
+			e.expired.Add(1)
+			e.log.Warn("message reached its maximum lifetime; no longer extended", "message_id", l.msg.ID, "max_lifetime", e.cfg.MaxLifetime)
+		}
 	}
 	if len(due) == 0 {
 		return
@@ -369,12 +380,17 @@ func (e *Extender) extend(ctx context.Context, batch []pending) {
 			e.extended.Add(1)
 			e.extendedTo(p.l, p.until)
 		case f.SenderFault:
+			// A message deleted while this call was under way fails here
+			// too; its lease was released, and end says so.
 			reason := entryError(f)
-			e.lost.Add(1)
-			e.log.Warn("visibility lease lost", "message_id", p.l.msg.ID, "error", reason)
-			p.l.end(fmt.Errorf("%w: message %s: %w", ErrLeaseLost, p.l.msg.ID, reason))
+			if p.l.end(fmt.Errorf("%w: message %s: %w", ErrLeaseLost, p.l.msg.ID, reason)) {
+				e.lost.Add(1)
+				e.log.Warn("visibility lease lost", "message_id", p.l.msg.ID, "error", reason)
+			}
 		default:
-			e.log.Warn("extending visibility failed; retrying next round", "message_id", p.l.msg.ID, "error", entryError(f))
+			if !p.l.released() {
+				e.log.Warn("extending visibility failed; retrying next round", "message_id", p.l.msg.ID, "error", entryError(f))
+			}
 		}
 	}
 }
