@@ -20,6 +20,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
 	"github.com/sqsworker/sqsworker/internal/awserr"
+	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/visibility"
@@ -281,6 +282,7 @@ type run struct {
 	acks   *ackbatch.Batcher
 	mover  *queue.Mover
 	ext    *visibility.Extender // nil with heartbeats off
+	policy outcome.Policy
 	log    *slog.Logger
 	vis    time.Duration // visibility timeout in effect; 0 if none
 	margin time.Duration // kept free at the end of a lease to send the ack
@@ -346,6 +348,7 @@ func (w *Worker) newRun(info queue.Info, h sqsworker.Handler) (*run, error) {
 		r.ext = ext
 		w.ext.Store(ext)
 	}
+	r.policy = outcome.Policy{Backoff: cfg.Backoff, MaxReceiveCount: cfg.MaxReceiveCount, HasDLQ: cfg.DeadLetterQueueURL != ""}
 	r.mover = &queue.Mover{API: w.api, URL: cfg.DeadLetterQueueURL, FIFO: queue.IsFIFOURL(cfg.DeadLetterQueueURL), Host: cfg.Host}
 	r.acks = ackbatch.New(w.api, ackbatch.Config{
 		QueueURL:    info.URL,
@@ -649,17 +652,15 @@ func call(ctx context.Context, h sqsworker.Handler, m *sqsworker.Message) (err e
 // settleFailure decides what happens to a message whose handler failed.
 func (r *run) settleFailure(d delivery, err error, took time.Duration) {
 	m := d.msg
-	var ra *sqsworker.RetryAfterError
-	if errors.As(err, &ra) && ra.Err == nil {
-		// Postponed, not failed: no failure count, no dead-lettering.
+	dec := r.policy.Decide(err, m.ReceiveCount)
+	if dec.Action == outcome.Postpone {
 		r.w.stats.postponed.Add(1)
-		vis := r.changeVisibility(d, ra.Delay)
+		vis := r.changeVisibility(d, dec.Delay)
 		r.log.Debug("message postponed", "message_id", m.ID, "attempt", m.ReceiveCount, "retry_in", vis)
 		return
 	}
 	r.w.stats.failed.Add(1)
-	class := sqsworker.ErrorClass(err)
-	log := r.log.With("message_id", m.ID, "attempt", m.ReceiveCount, "error_class", class, "duration", took)
+	log := r.log.With("message_id", m.ID, "attempt", m.ReceiveCount, "error_class", sqsworker.ErrorClass(err), "duration", took)
 	var p *sqsworker.PanicError
 	if errors.As(err, &p) {
 		r.w.stats.panics.Add(1)
@@ -671,28 +672,20 @@ func (r *run) settleFailure(d delivery, err error, took time.Duration) {
 		r.changeVisibility(d, 0)
 		return
 	}
-	var permanent *sqsworker.PermanentError
-	isPermanent := errors.As(err, &permanent)
-	lastAttempt := r.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= r.cfg.MaxReceiveCount
-	if isPermanent || lastAttempt {
-		if r.cfg.DeadLetterQueueURL == "" {
-			// Only a Permanent error gets here: a limit needs a DLQ.
-			log.Error("permanent failure but the queue has no dead-letter queue; retrying with backoff", "error", err)
-		} else if r.deadLetter(d, err, log) {
-			return
-		} else if lastAttempt {
-			// Visibility 0: the next receive exceeds maxReceiveCount and
-			// SQS's redrive policy moves the message, without metadata.
-			r.changeVisibility(d, 0)
+	switch {
+	case dec.Action == outcome.DeadLetter:
+		if r.deadLetter(d, err, log) {
 			return
 		}
-	}
-	delay := r.cfg.Backoff.Delay(m.ReceiveCount, err)
-	if errors.As(err, &ra) {
-		delay = ra.Delay
+		if dec.LastAttempt { // left to SQS's redrive policy, without metadata
+			r.changeVisibility(d, dec.Delay)
+			return
+		}
+	case dec.Permanent:
+		log.Error("permanent failure but the queue has no dead-letter queue; retrying with backoff", "error", err)
 	}
 	r.w.stats.retried.Add(1)
-	vis := r.changeVisibility(d, delay)
+	vis := r.changeVisibility(d, dec.Delay)
 	log.Warn("handler failed; retrying", "error", err, "retry_in", vis)
 }
 

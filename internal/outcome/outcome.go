@@ -1,0 +1,81 @@
+// Package outcome decides what a runtime does with a message after its
+// handler returned, so that the worker and the Lambda adapter agree.
+package outcome
+
+import (
+	"errors"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+// Action is what happens to a message.
+type Action int
+
+// The actions.
+const (
+	// Delete: the handler succeeded.
+	Delete Action = iota
+	// Retry: a failure; make the message visible again after Delay.
+	Retry
+	// Postpone: not a failure (RetryAfter with a nil error); make the
+	// message visible again after Delay.
+	Postpone
+	// DeadLetter: copy the message to the dead-letter queue, then delete
+	// it. Should the copy fail, make it visible again after Delay.
+	DeadLetter
+)
+
+// Policy holds what decisions depend on besides the error.
+type Policy struct {
+	Backoff sqsworker.Backoff
+	// MaxReceiveCount is the attempt after whose failure a message goes
+	// to the dead-letter queue; 0 for no limit.
+	MaxReceiveCount int
+	// HasDLQ is true when there is a dead-letter queue to move messages to.
+	HasDLQ bool
+}
+
+// Decision is what to do with one message.
+type Decision struct {
+	Action Action
+	Delay  time.Duration
+	// Permanent is true for a Permanent error; with no dead-letter queue
+	// such a message is retried, and the runtime should say so loudly.
+	Permanent bool
+	// LastAttempt is true when the redrive policy allows no more attempts.
+	LastAttempt bool
+}
+
+// Decide returns the decision for a handler's error on the given attempt.
+func (p Policy) Decide(err error, receiveCount int) Decision {
+	if err == nil {
+		return Decision{Action: Delete}
+	}
+	var ra *sqsworker.RetryAfterError
+	isRetryAfter := errors.As(err, &ra)
+	if isRetryAfter && ra.Err == nil {
+		return Decision{Action: Postpone, Delay: ra.Delay}
+	}
+	var perm *sqsworker.PermanentError
+	d := Decision{
+		Action:      Retry,
+		Permanent:   errors.As(err, &perm),
+		LastAttempt: p.MaxReceiveCount > 0 && receiveCount >= p.MaxReceiveCount,
+	}
+	switch {
+	case isRetryAfter:
+		d.Delay = ra.Delay
+	default:
+		d.Delay = p.Backoff.Delay(receiveCount, err)
+	}
+	if (d.Permanent || d.LastAttempt) && p.HasDLQ {
+		d.Action = DeadLetter
+		if d.LastAttempt {
+			// Should the copy fail, the next receive exceeds
+			// maxReceiveCount and SQS's redrive policy moves it.
+			d.Delay = 0
+		}
+	}
+	return d
+}

@@ -1,0 +1,36 @@
+package outcome
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+func TestDecide(t *testing.T) {
+	fixed := sqsworker.BackoffFunc(func(int, error) time.Duration { return 7 * time.Second })
+	withDLQ := Policy{Backoff: fixed, MaxReceiveCount: 3, HasDLQ: true}
+	noDLQ := Policy{Backoff: fixed}
+	boom := errors.New("boom")
+	for _, c := range []struct {
+		name    string
+		p       Policy
+		err     error
+		attempt int
+		want    Decision
+	}{
+		{"success", withDLQ, nil, 1, Decision{Action: Delete}},
+		{"failure", withDLQ, boom, 1, Decision{Action: Retry, Delay: 7 * time.Second}},
+		{"last attempt", withDLQ, boom, 3, Decision{Action: DeadLetter, LastAttempt: true}},
+		{"permanent", withDLQ, sqsworker.Permanent(boom), 1, Decision{Action: DeadLetter, Delay: 7 * time.Second, Permanent: true}},
+		{"permanent, no DLQ", noDLQ, sqsworker.Permanent(boom), 1, Decision{Action: Retry, Delay: 7 * time.Second, Permanent: true}},
+		{"retry after", withDLQ, sqsworker.RetryAfter(time.Minute, boom), 1, Decision{Action: Retry, Delay: time.Minute}},
+		{"retry after, last attempt", withDLQ, sqsworker.RetryAfter(time.Minute, boom), 3, Decision{Action: DeadLetter, LastAttempt: true}},
+		{"postpone", withDLQ, sqsworker.RetryAfter(time.Minute, nil), 3, Decision{Action: Postpone, Delay: time.Minute}},
+	} {
+		if got := c.p.Decide(c.err, c.attempt); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
