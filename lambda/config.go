@@ -1,0 +1,99 @@
+package lambda
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/visibility"
+)
+
+// Config configures the adapter. The zero value of each field means its
+// documented default.
+type Config struct {
+	// Client is the SQS client used for visibility changes, dead-letter
+	// moves and reading the queue's attributes. Default: a client from the
+	// SDK's default configuration (environment, AWS_ENDPOINT_URL_SQS, the
+	// function's role).
+	Client API
+
+	// Concurrency is the most records of one invocation handled at once.
+	// On FIFO queues it bounds the message groups handled at once. Default
+	// 10.
+	Concurrency int
+
+	// Backoff spaces the retries of failed records, by receive count.
+	// Default sqsworker.ExponentialBackoff{} (full jitter, 1s base, 15m cap).
+	Backoff sqsworker.Backoff
+
+	// SafetyMargin is the time kept free at the end of an invocation: no
+	// record starts later than SafetyMargin before the deadline, and
+	// handlers' contexts end SafetyMargin/2 before it, leaving time to
+	// report. Default a tenth of the time left when the invocation starts,
+	// between 200ms and 5s.
+	SafetyMargin time.Duration
+
+	// DeadLetterQueueURL is where permanent failures and last attempts go.
+	// Default: the target of the queue's redrive policy.
+	DeadLetterQueueURL string
+
+	// MaxReceiveCount is the attempt after whose failure a record is moved
+	// to the dead-letter queue. Default: the redrive policy's
+	// maxReceiveCount.
+	MaxReceiveCount int
+
+	// Heartbeat configures the visibility heartbeat that keeps records
+	// invisible while they wait and run, for records that outlive the
+	// queue's visibility timeout. QueueURL and VisibilityTimeout are set by
+	// the adapter; the rest default as in visibility.Config. The event
+	// does not say when the event source mapping received the records: the
+	// heartbeat counts from the start of the invocation, less
+	// BatchingWindow.
+	Heartbeat visibility.Config
+
+	// DisableHeartbeat turns the heartbeat off.
+	DisableHeartbeat bool
+
+	// BatchingWindow is the event source mapping's maximum batching
+	// window, which records may have waited before the invocation. Default
+	// 0.
+	BatchingWindow time.Duration
+
+	// QueueURL turns a record's eventSourceARN into its queue's URL.
+	// Default QueueURLFromARN.
+	QueueURL func(eventSourceARN string) (string, error)
+
+	// Logger receives the adapter's logs, with the Lambda request ID.
+	// Message bodies are never logged. Default slog.Default().
+	Logger *slog.Logger
+
+	// Host names this function in dead-letter metadata. Default the
+	// AWS_LAMBDA_FUNCTION_NAME environment variable, else the host name.
+	Host string
+}
+
+// DefaultConcurrency is the default Config.Concurrency.
+const DefaultConcurrency = 10
+
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Concurrency < 0 {
+		bad("Concurrency %d is negative", c.Concurrency)
+	}
+	if c.SafetyMargin < 0 {
+		bad("SafetyMargin %s is negative", c.SafetyMargin)
+	}
+	if c.MaxReceiveCount < 0 {
+		bad("MaxReceiveCount %d is negative", c.MaxReceiveCount)
+	}
+	if c.BatchingWindow < 0 || c.BatchingWindow > 5*time.Minute {
+		bad("BatchingWindow %s is outside 0..5m", c.BatchingWindow)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("lambda: invalid Config: %w", errors.Join(errs...))
+}
