@@ -1,5 +1,62 @@
-// Package lambda will run a sqsworker.Handler as an AWS Lambda function behind
-// an SQS event source mapping: partial batch responses, FIFO group rules,
-// backoff through visibility changes, dead-letter moves with failure metadata,
-// and deadline awareness. It is not implemented yet.
+// Package lambda runs a sqsworker.Handler as an AWS Lambda function behind an
+// SQS event source mapping, unchanged from the worker runtime:
+//
+//	func main() {
+//		lambda.Start(handler, lambda.Config{})
+//	}
+//
+// The event source mapping must have ReportBatchItemFailures on (the infra
+// constructs set it): the function returns the records that failed in
+// batchItemFailures, and Lambda deletes the others.
+//
+// # Outcomes
+//
+// Records become sqsworker.Message values with every field the worker fills;
+// the queue URL comes from the record's eventSourceARN. After the handlers
+// ran, and before the function returns:
+//
+//   - a failed record is reported in batchItemFailures, and its visibility
+//     timeout set (ChangeMessageVisibilityBatch, ten per call) to the Backoff
+//     delay for its receive count, or to its RetryAfter delay, so that it
+//     comes back then rather than after the queue's whole visibility timeout;
+//   - a Permanent failure, or a failure on the last attempt the queue's
+//     redrive policy allows, is copied to the dead-letter queue with the same
+//     failure metadata as the worker's (sqsworker.Failure) and reported as
+//     handled, so that Lambda deletes it; if the copy fails, it is reported
+//     failed and left to the redrive policy;
+//   - a panic is recovered into a *sqsworker.PanicError, a failure;
+//   - RetryAfter with a nil error postpones the record without counting it
+//     as a failure.
+//
+// A batch in which every record failed returns every record in
+// batchItemFailures and a nil error: an error would make Lambda count the
+// invocation as failed, back off its pollers, and retry the whole batch.
+// The function returns an error only when it cannot work at all (an event
+// that is not an SQS event, a queue whose attributes cannot be read): then no
+// handler ran and nothing is deleted.
+//
+// # Concurrency and FIFO
+//
+// The records of a standard queue run concurrently, at most
+// Config.Concurrency at once. On a FIFO queue the records of one message
+// group run in order and groups run in parallel; after a failure the rest of
+// that group is reported failed (and made visible again at once, behind the
+// failed one), while other groups go on.
+//
+// # Deadline
+//
+// No record starts later than Config.SafetyMargin before the invocation's
+// deadline: those left are reported failed and made visible again at once.
+// Handlers' contexts end half the margin before the deadline, with the cause
+// ErrDeadline, leaving time to report before Lambda stops the function.
+//
+// # Long records
+//
+// A visibility heartbeat (package visibility) keeps records invisible while
+// they run, for functions whose timeout is longer than the queue's visibility
+// timeout; a handler finds its lease with visibility.FromContext, which the
+// idempotency middleware uses the same way as in the worker.
+//
+// The queue's attributes (visibility timeout, redrive policy) are read once
+// per execution environment, on the first record from that queue.
 package lambda

@@ -133,7 +133,7 @@ func TestGoldenEvents(t *testing.T) {
 
 // received sends bodies to a fake queue and receives them, as the event
 // source mapping would, into an event.
-func received(t *testing.T, f *sqstest.Fake, name string, bodies ...string) events.SQSEvent {
+func received(t testing.TB, f *sqstest.Fake, name string, bodies ...string) events.SQSEvent {
 	t.Helper()
 	url := sqstest.QueueURL(name)
 	for _, b := range bodies {

@@ -1,0 +1,59 @@
+package idempotency_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/sqstest"
+)
+
+// The middleware works in Lambda as in the worker: two deliveries of one key,
+// in two invocations, have one effect.
+func TestLambdaDuplicatesHaveOneEffect(t *testing.T) {
+	t.Parallel()
+	guard, err := idempotency.New(newStore(t, testenv.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eff effects
+	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		k, _ := m.Attribute(idempotency.KeyAttribute)
+		eff.add(k)
+		return nil
+	}), guard.Middleware)
+	f := sqstest.NewFake()
+	url := f.CreateQueue("payments", nil)
+	fn, err := lambda.NewHandler(h, lambda.Config{Client: f, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the producer sent it twice
+		f.Send(url, "charge 10 EUR", func(in *sqs.SendMessageInput) {
+			in.MessageAttributes = map[string]types.MessageAttributeValue{
+				idempotency.KeyAttribute: {DataType: aws.String("String"), StringValue: aws.String("payment-77")},
+			}
+		})
+		out, _ := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MessageAttributeNames: []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+		resp, err := fn(context.Background(), sqstest.SQSEvent(sqstest.QueueARN("payments"), out.Messages))
+		if err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("invocation: %v %v", resp, err)
+		}
+	}
+	if got := eff.snapshot()["payment-77"]; got != 1 {
+		t.Errorf("%d effects, want 1", got)
+	}
+	if s := guard.Stats(); s.Claimed != 1 || s.Duplicates != 1 {
+		t.Errorf("stats = %+v", s)
+	}
+}
