@@ -3,6 +3,8 @@
 #   make demo    install what is missing, start the local stack, run the demo
 #   make test    every test, against the local stack (started if needed)
 #   make bench   throughput and request-cost benchmarks against the local stack
+#   make tools   install the pinned test tools (the Lambda emulator) in bin/tools
+#   make lambda  build the example Lambda function for provided.al2023
 #
 # The stack (localstack/stack.sh) runs fauxqs for SQS and DynamoDB Local (on
 # the machine's Java 17) on 127.0.0.1; clients find it through the SDK's standard AWS_ENDPOINT_URL_*
@@ -14,8 +16,17 @@ STACK := localstack/stack.sh
 WITH_STACK := eval "$$($(STACK) env)" &&
 GO ?= go
 TEST_TIMEOUT ?= 15m
+# The AWS Lambda Runtime Interface Emulator, which the Lambda tests run
+# function bootstraps under (internal/testenv/rie.go). Bumping the version
+# needs `rm bin/tools/aws-lambda-rie` (or `make clean`) to take effect.
+RIE_MODULE := github.com/aws/aws-lambda-runtime-interface-emulator
+RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
+RIE := bin/tools/aws-lambda-rie
+# The example function, built as the bootstrap a provided.al2023 Lambda runs.
+LAMBDA_PKG := ./cmd/example-lambda
+LAMBDA_ARCHS := amd64 arm64
 
-.PHONY: all deps stack-start stack-stop stack-status demo test test-unit bench lint fmt vet clean
+.PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench lint fmt vet clean FORCE
 
 all: lint test
 
@@ -23,6 +34,21 @@ all: lint test
 deps:
 	$(STACK) install
 	$(GO) mod download
+
+## tools: the pinned test tools, in bin/tools (installed only when missing)
+tools: $(RIE)
+
+$(RIE):
+	GOBIN=$(CURDIR)/bin/tools $(GO) install $(RIE_MODULE)/cmd/aws-lambda-rie@$(RIE_VERSION)
+
+## lambda: the example function as bin/lambda/{amd64,arm64}/bootstrap, for provided.al2023
+lambda: $(foreach a,$(LAMBDA_ARCHS),bin/lambda/$(a)/bootstrap)
+
+# Always handed to go build, whose cache decides what to rebuild.
+bin/lambda/%/bootstrap: FORCE
+	CGO_ENABLED=0 GOOS=linux GOARCH=$* $(GO) build -tags lambda.norpc -trimpath -ldflags='-s -w' -o $@ $(LAMBDA_PKG)
+
+FORCE:
 
 ## stack-start / stack-stop / stack-status: manage the local AWS stack
 stack-start: deps
@@ -39,7 +65,7 @@ demo: stack-start
 	$(WITH_STACK) $(GO) run ./cmd/sqsworker-demo
 
 ## test: every test, with the race detector, against the local stack
-test: stack-start vet
+test: stack-start vet tools
 	$(WITH_STACK) CI=$${CI:-} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## test-unit: the tests that need no local stack (the others skip)
@@ -47,7 +73,7 @@ test-unit:
 	env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_SQS -u AWS_ENDPOINT_URL_DYNAMODB $(GO) test -count=1 ./...
 
 ## bench: worker throughput against a raw SDK loop, and request cost per message
-bench: stack-start
+bench: stack-start tools
 	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench
 	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchmem ./...
 

@@ -169,7 +169,10 @@ func TestResultSavedAndTooLargeDropped(t *testing.T) {
 	c := testenv.NewDynamoDB(t)
 	var got []byte
 	g, _ := idempotency.New(newStore(t, c, idempotency.StoreConfig{}), idempotency.Config{
-		OnDuplicate: func(ctx context.Context, m *sqsworker.Message, r *idempotency.Record) error { got = r.Result; return nil },
+		OnDuplicate: func(ctx context.Context, m *sqsworker.Message, r *idempotency.Record) error {
+			got = r.Result
+			return nil
+		},
 	})
 	h := g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		if m.Body == "big" {

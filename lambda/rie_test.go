@@ -1,0 +1,201 @@
+package lambda_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/sqstest"
+)
+
+const examplePkg = "github.com/sqsworker/sqsworker/cmd/example-lambda"
+
+// receiveN receives exactly n messages from a real queue, as the event
+// source mapping would (all attributes), holding them for 30s.
+func receiveN(t testing.TB, c *sqs.Client, url string, n int) []types.Message {
+	t.Helper()
+	var msgs []types.Message
+	deadline := time.Now().Add(30 * time.Second)
+	for len(msgs) < n && time.Now().Before(deadline) {
+		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: &url, MaxNumberOfMessages: int32(min(10, n-len(msgs))), WaitTimeSeconds: 1, VisibilityTimeout: 30,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, out.Messages...)
+	}
+	if len(msgs) != n {
+		t.Fatalf("received %d of %d messages", len(msgs), n)
+	}
+	return msgs
+}
+
+func invoke(t *testing.T, rie *testenv.RIE, ev events.SQSEvent) (int, []byte) {
+	t.Helper()
+	payload, _ := json.Marshal(ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	status, body, err := rie.Invoke(ctx, payload)
+	if err != nil {
+		t.Fatalf("invoke: %v\n%s", err, rie.Log())
+	}
+	return status, body
+}
+
+func idsOf(msgs []types.Message, bodies ...string) []string {
+	var ids []string
+	for _, m := range msgs {
+		if slices.Contains(bodies, aws.ToString(m.Body)) {
+			ids = append(ids, aws.ToString(m.MessageId))
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// The example function, built as a bootstrap and run under the Lambda
+// Runtime Interface Emulator, with an event of messages really received from
+// the emulated SQS: partial batch response, backoff through visibility, and
+// dead-lettering with metadata.
+func TestRealInvocationStandard(t *testing.T) {
+	sq := testenv.NewSQS(t)
+	rie := testenv.StartRIE(t, testenv.BuildBootstrap(t, examplePkg))
+	q := testenv.NewQueue(t, sq, testenv.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 30 * time.Second})
+	testenv.Send(t, sq, q.URL, "", "ok", "fail", "permanent", "panic", "retry-after:4s")
+	msgs := receiveN(t, sq, q.URL, 5)
+	start := time.Now()
+	status, body := invoke(t, rie, sqstest.SQSEvent(q.ARN, msgs))
+	var resp events.SQSEventResponse
+	if err := json.Unmarshal(body, &resp); status != 200 || err != nil {
+		t.Fatalf("status %d, body %s", status, body)
+	}
+	var failed []string
+	for _, f := range resp.BatchItemFailures {
+		failed = append(failed, f.ItemIdentifier)
+	}
+	slices.Sort(failed)
+	if want := idsOf(msgs, "fail", "panic", "retry-after:4s"); !slices.Equal(failed, want) {
+		t.Errorf("batchItemFailures %v, want %v", failed, want)
+	}
+	// The RetryAfter record is not receivable before its 4s, and is after;
+	// the failed ones come back within their backoff (at most 2s), not after
+	// the 30s visibility timeout.
+	var back []types.Message
+	for time.Since(start) < 8*time.Second && len(back) < 3 {
+		out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 60})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range out.Messages {
+			if aws.ToString(m.Body) == "retry-after:4s" && time.Since(start) < 3900*time.Millisecond {
+				t.Errorf("RetryAfter record receivable %s after the invocation started", time.Since(start))
+			}
+			back = append(back, m)
+		}
+	}
+	if got, want := idsOf(back, "fail", "panic", "retry-after:4s"), idsOf(msgs, "fail", "panic", "retry-after:4s"); !slices.Equal(got, want) {
+		t.Errorf("back within 8s: %v, want %v", got, want)
+	}
+	dlq := receiveN(t, sq, q.DLQURL, 1)
+	f, ok := sqsworker.ParseFailure(sqsmsg.FromSDK(q.DLQURL, &dlq[0]).MessageAttributes)
+	wantSource, _ := lambda.QueueURLFromARN(q.ARN)
+	if aws.ToString(dlq[0].Body) != "permanent" || !ok || f.ErrorClass != "*errors.errorString" || f.Attempts != 1 || f.SourceQueue != wantSource {
+		t.Errorf("dead-lettered %q with %+v", aws.ToString(dlq[0].Body), f)
+	}
+	if f.Host == "" {
+		t.Error("no host in failure metadata")
+	}
+}
+
+// A FIFO batch with a failure in one group: the other groups go on.
+func TestRealInvocationFIFO(t *testing.T) {
+	sq := testenv.NewSQS(t)
+	rie := testenv.StartRIE(t, testenv.BuildBootstrap(t, examplePkg))
+	q := testenv.NewQueue(t, sq, testenv.QueueOptions{FIFO: true, MaxReceiveCount: 3})
+	testenv.Send(t, sq, q.URL, "A", "fail")
+	testenv.Send(t, sq, q.URL, "B", "ok")
+	testenv.Send(t, sq, q.URL, "C", "ok")
+	msgs := receiveN(t, sq, q.URL, 3)
+	status, body := invoke(t, rie, sqstest.SQSEvent(q.ARN, msgs))
+	var resp events.SQSEventResponse
+	if err := json.Unmarshal(body, &resp); status != 200 || err != nil {
+		t.Fatalf("status %d, body %s", status, body)
+	}
+	if len(resp.BatchItemFailures) != 1 || resp.BatchItemFailures[0].ItemIdentifier != idsOf(msgs, "fail")[0] {
+		t.Errorf("batchItemFailures %v, want group A's record only", resp.BatchItemFailures)
+	}
+}
+
+// A function error — an event that is not JSON — returns a clear error
+// body, and nothing is deleted: the message stays in the queue.
+func TestRealInvocationBadEvent(t *testing.T) {
+	sq := testenv.NewSQS(t)
+	rie := testenv.StartRIE(t, testenv.BuildBootstrap(t, examplePkg))
+	q := testenv.NewQueue(t, sq, testenv.QueueOptions{})
+	testenv.Send(t, sq, q.URL, "", "ok")
+	receiveN(t, sq, q.URL, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	status, body, err := rie.Invoke(ctx, []byte(`{"Records": "not a list"`))
+	var fe struct{ ErrorMessage, ErrorType string }
+	if err != nil || json.Unmarshal(body, &fe) != nil || fe.ErrorMessage == "" {
+		t.Fatalf("status %d, body %s, err %v", status, body, err)
+	}
+	t.Logf("error body: %s", body)
+	if v, f, _ := testenv.Depth(t, sq, q.URL); v+f != 1 {
+		t.Errorf("%d messages left after the failed invocation, want 1", v+f)
+	}
+}
+
+// BenchmarkRIEInvoke measures invocations per second of the example function
+// under the Lambda emulator, for batches of ten successful records (the
+// event is the same each time; successful records make no SQS call), and
+// the cold start: from the emulator's start to the first answer.
+func BenchmarkRIEInvoke(b *testing.B) {
+	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
+		b.Skip("needs the local stack: make bench")
+	}
+	sq := testenv.NewSQS(b)
+	bootstrap := testenv.BuildBootstrap(b, examplePkg)
+	q := testenv.NewQueue(b, sq, testenv.QueueOptions{})
+	bodies := make([]string, 10)
+	for i := range bodies {
+		bodies[i] = "ok"
+	}
+	testenv.Send(b, sq, q.URL, "", bodies...)
+	payload, _ := json.Marshal(sqstest.SQSEvent(q.ARN, receiveN(b, sq, q.URL, 10)))
+	start := time.Now()
+	rie := testenv.StartRIE(b, bootstrap)
+	if status, body, err := rie.Invoke(context.Background(), payload); err != nil || status != 200 {
+		b.Fatalf("first invoke: %d %s %v", status, body, err)
+	}
+	cold := time.Since(start)
+	b.ResetTimer()
+	for range b.N {
+		if status, body, err := rie.Invoke(context.Background(), payload); err != nil || status != 200 || !strings.Contains(string(body), `"batchItemFailures":null`) && !strings.Contains(string(body), `"batchItemFailures":[]`) {
+			b.Fatalf("invoke: %d %s %v", status, body, err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "invokes/s")
+	b.ReportMetric(float64(cold.Milliseconds()), "cold-start-ms")
+	if fi, err := os.Stat(bootstrap); err == nil {
+		b.ReportMetric(float64(fi.Size())/(1<<20), "bootstrap-MiB")
+	}
+}
