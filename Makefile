@@ -25,6 +25,8 @@ RIE := bin/tools/aws-lambda-rie
 # The example function, built as the bootstrap a provided.al2023 Lambda runs.
 LAMBDA_PKG := ./cmd/example-lambda
 LAMBDA_ARCHS := amd64 arm64
+# Every module of the workspace (go.work): the library and the CLI.
+PKGS := ./... ./cmd/sqsworker/...
 
 .PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench lint fmt vet clean FORCE
 
@@ -66,23 +68,23 @@ demo: stack-start
 
 ## test: every test, with the race detector, against the local stack
 test: stack-start vet tools
-	$(WITH_STACK) CI=$${CI:-} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(WITH_STACK) CI=$${CI:-} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 ## test-unit: the tests that need no local stack (the others skip)
 test-unit:
-	env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_SQS -u AWS_ENDPOINT_URL_DYNAMODB $(GO) test -count=1 ./...
+	env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_SQS -u AWS_ENDPOINT_URL_DYNAMODB $(GO) test -count=1 $(PKGS)
 
 ## bench: worker throughput against a raw SDK loop, and request cost per message
 bench: stack-start tools
 	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench
-	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchmem ./...
+	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 ## lint: formatting and vet
 lint: vet
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 vet:
-	$(GO) vet ./...
+	$(GO) vet $(PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
