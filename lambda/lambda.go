@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -321,7 +320,7 @@ func (r *record) fail(visibility time.Duration) {
 func (inv *invocation) process(rec *record) bool {
 	m := rec.msg
 	start := time.Now()
-	err := call(rec.ctx, inv.a.h, m)
+	err := outcome.Call(rec.ctx, inv.a.h, m)
 	if rec.lease != nil {
 		rec.lease.Release()
 		if errors.Is(context.Cause(rec.ctx), visibility.ErrLeaseLost) {
@@ -368,16 +367,6 @@ func (inv *invocation) process(rec *record) bool {
 	log.Warn("handler failed; retrying", "error", err, "retry_in", dec.Delay)
 	rec.fail(dec.Delay)
 	return false
-}
-
-// call runs the handler, recovering a panic into a *sqsworker.PanicError.
-func call(ctx context.Context, h sqsworker.Handler, m *sqsworker.Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &sqsworker.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return h.HandleMessage(ctx, m)
 }
 
 // report sets the visibility of the failed records, batched per queue, so

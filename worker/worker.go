@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -619,7 +618,7 @@ func (r *run) process(d delivery) bool {
 		ctx, cancel = context.WithDeadlineCause(ctx, d.receivedAt.Add(r.vis-r.margin), ErrHandlerTimeout)
 	}
 	start := time.Now()
-	err := call(ctx, r.h, m)
+	err := outcome.Call(ctx, r.h, m)
 	cancel()
 	r.w.stats.inFlight.Add(-1)
 	if !d.settle() {
@@ -637,16 +636,6 @@ func (r *run) process(d delivery) bool {
 	}
 	r.settleFailure(d, err, time.Since(start))
 	return false
-}
-
-// call runs the handler, recovering a panic into a *sqsworker.PanicError.
-func call(ctx context.Context, h sqsworker.Handler, m *sqsworker.Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &sqsworker.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return h.HandleMessage(ctx, m)
 }
 
 // settleFailure decides what happens to a message whose handler failed.

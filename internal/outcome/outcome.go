@@ -3,7 +3,9 @@
 package outcome
 
 import (
+	"context"
 	"errors"
+	"runtime/debug"
 	"time"
 
 	"github.com/sqsworker/sqsworker"
@@ -78,4 +80,14 @@ func (p Policy) Decide(err error, receiveCount int) Decision {
 		}
 	}
 	return d
+}
+
+// Call runs the handler, recovering a panic into a *sqsworker.PanicError.
+func Call(ctx context.Context, h sqsworker.Handler, m *sqsworker.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &sqsworker.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.HandleMessage(ctx, m)
 }
