@@ -64,7 +64,14 @@ stack-status:
 
 ## demo: a worker processing jobs with retries, a DLQ and a replay
 demo: stack-start
-	$(WITH_STACK) $(GO) run ./cmd/sqsworker-demo
+	@$(WITH_STACK) q=demo-jobs-$$(date +%H%M%S) && \
+	$(GO) run ./cmd/sqsworker-demo -queue-prefix $$q -cli-replay && \
+	printf '\n$$ sqsworker dlq ls %s\n' $$q-dlq && \
+	$(GO) run ./cmd/sqsworker dlq ls $$q-dlq && \
+	printf '\n$$ sqsworker dlq replay %s --error-class endpoint-unavailable --yes --audit -\n' $$q-dlq && \
+	$(GO) run ./cmd/sqsworker dlq replay $$q-dlq --error-class endpoint-unavailable --yes --audit - && \
+	printf '\n' && \
+	$(GO) run ./cmd/sqsworker-demo -queue-prefix $$q -drain
 
 ## test: every test, with the race detector, against the local stack
 test: stack-start vet tools

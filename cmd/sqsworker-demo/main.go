@@ -4,8 +4,15 @@
 // fails), runs a worker until every job is settled, prints what happened to
 // each, then replays the dead-lettered job that was "fixed".
 //
-// Run it with `make demo`, which starts the local stack and points the SDK at
-// it through AWS_ENDPOINT_URL_SQS.
+// With -cli-replay it stops after the jobs settle and leaves both queues, so
+// that the sqsworker CLI shows the dead-letter queue (`sqsworker dlq ls`) and
+// replays the fixed job (`sqsworker dlq replay --error-class
+// endpoint-unavailable --yes`); a second run with -drain then runs the fixed
+// handler on the queue until it is empty, shows how each job ended, and
+// deletes both queues. -queue-prefix names the queues in both runs.
+//
+// Run it with `make demo`, which starts the local stack, points the SDK at it
+// through AWS_ENDPOINT_URL_SQS, and runs the three steps.
 package main
 
 import (
@@ -17,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -91,38 +99,84 @@ func (h journalHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return journalHandler{h.Handler.WithAttrs(as), h.j, append(h.pre[:len(h.pre):len(h.pre)], as...)}
 }
 
+// options are the demo's flags.
+type options struct {
+	jobsFile  string
+	verbose   bool
+	prefix    string // the queue's name; its dead-letter queue is prefix+"-dlq"
+	cliReplay bool
+	drain     bool
+}
+
 func main() {
-	jobsFile := flag.String("jobs", "testdata/demo-jobs.json", "JSON file of sample jobs")
-	verbose := flag.Bool("v", false, "show the worker's info logs")
+	var o options
+	flag.StringVar(&o.jobsFile, "jobs", "testdata/demo-jobs.json", "JSON file of sample jobs")
+	flag.BoolVar(&o.verbose, "v", false, "show the worker's info logs")
+	flag.StringVar(&o.prefix, "queue-prefix", "", "name of the demo's queue; its dead-letter queue is NAME-dlq (default demo-jobs-HHMMSS)")
+	flag.BoolVar(&o.cliReplay, "cli-replay", false, "stop once the jobs are settled and leave the queues for `sqsworker dlq ls` and `sqsworker dlq replay`")
+	flag.BoolVar(&o.drain, "drain", false, "after -cli-replay and the CLI's replay: run the fixed handler on the -queue-prefix queue until it is empty, then delete the queues")
 	flag.Parse()
-	if err := run(*jobsFile, *verbose); err != nil {
+	var err error
+	switch {
+	case o.drain && o.cliReplay:
+		err = errors.New("-drain and -cli-replay are two separate steps")
+	case o.drain && o.prefix == "":
+		err = errors.New("-drain needs the -queue-prefix of the -cli-replay run")
+	case o.drain:
+		err = drain(o)
+	default:
+		err = run(o)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
 }
 
-func run(jobsFile string, verbose bool) error {
+func newLogger(verbose bool, j *journal) *slog.Logger {
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	var h slog.Handler = slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: shorten})
+	if j != nil {
+		h = journalHandler{Handler: h, j: j}
+	}
+	return slog.New(h)
+}
+
+func newClient(ctx context.Context) (*sqs.Client, error) {
+	cfg, err := config.LoadDefaultConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sqs.NewFromConfig(cfg), nil
+}
+
+func run(o options) error {
 	ctx := context.Background()
-	raw, err := os.ReadFile(jobsFile)
+	raw, err := os.ReadFile(o.jobsFile)
 	if err != nil {
 		return err
 	}
 	var jobs []job
 	if err := json.Unmarshal(raw, &jobs); err != nil {
-		return fmt.Errorf("%s: %w", jobsFile, err)
+		return fmt.Errorf("%s: %w", o.jobsFile, err)
 	}
-	cfg, err := config.LoadDefaultConfig(ctx)
+	client, err := newClient(ctx)
 	if err != nil {
 		return err
 	}
-	client := sqs.NewFromConfig(cfg)
 
-	suffix := time.Now().Format("150405")
-	dlqURL, dlqARN, err := createQueue(ctx, client, "demo-jobs-dlq-"+suffix, nil)
+	name := o.prefix
+	if name == "" {
+		name = "demo-jobs-" + time.Now().Format("150405")
+	}
+	dlqURL, dlqARN, err := createQueue(ctx, client, name+"-dlq", nil)
 	if err != nil {
 		return err
 	}
-	queueURL, _, err := createQueue(ctx, client, "demo-jobs-"+suffix, map[string]string{
+	queueURL, _, err := createQueue(ctx, client, name, map[string]string{
 		"VisibilityTimeout": "30",
 		"RedrivePolicy":     fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":3}`, dlqARN),
 	})
@@ -144,13 +198,9 @@ func run(jobsFile string, verbose bool) error {
 	}
 	fmt.Printf("sent %d jobs; running the worker (backoff: full jitter, 1s base, 4s cap)\n\n", len(jobs))
 
-	level := slog.LevelWarn
-	if verbose {
-		level = slog.LevelInfo
-	}
 	jr := &journal{start: time.Now(), attempts: map[string][]time.Duration{}, last: map[string]string{},
 		jobOf: map[string]string{}, delays: map[string][]string{}}
-	logger := slog.New(journalHandler{Handler: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: shorten}), j: jr})
+	logger := newLogger(o.verbose, jr)
 	fixed := false
 	var fixMu sync.Mutex
 	handler := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
@@ -183,6 +233,20 @@ func run(jobsFile string, verbose bool) error {
 		return err
 	}
 	printJournal(jobs, jr)
+	if o.cliReplay {
+		// The CLI takes over: stop this worker, whose handler still fails,
+		// and leave the queues.
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := w.Shutdown(sctx); err != nil {
+			return fmt.Errorf("shutdown: %w", err)
+		}
+		if err := <-done; err != nil {
+			return err
+		}
+		fmt.Printf("\nworker stopped; the queues stay for the sqsworker CLI (dead-letter queue %s-dlq)\n", name)
+		return nil
+	}
 	if err := printDLQ(ctx, client, dlqURL); err != nil {
 		return err
 	}
@@ -192,7 +256,7 @@ func run(jobsFile string, verbose bool) error {
 	fixed = true
 	fixMu.Unlock()
 	before := w.Stats().Succeeded
-	const class = "*main.unavailableError"
+	const class = "endpoint-unavailable"
 	n, err := replay(ctx, client, dlqURL, queueURL, class)
 	if err != nil {
 		return err
@@ -224,7 +288,16 @@ type unavailableError struct{ endpoint string }
 
 func (e *unavailableError) Error() string { return e.endpoint + ": 503 service unavailable" }
 
-var errMalformed = errors.New("csv row 17: expected 6 fields, got 4")
+// ErrorClass names the failure in dead-letter metadata, for `sqsworker dlq
+// replay --error-class`.
+func (e *unavailableError) ErrorClass() string { return "endpoint-unavailable" }
+
+type malformedError struct{ reason string }
+
+func (e malformedError) Error() string      { return e.reason }
+func (e malformedError) ErrorClass() string { return "malformed-payload" }
+
+var errMalformed = malformedError{"csv row 17: expected 6 fields, got 4"}
 
 // perform is the demo's job logic: it fails the way the job's kind says.
 func perform(m *sqsworker.Message, fixed bool) (outcome string, err error) {
@@ -392,4 +465,114 @@ func shorten(_ []string, a slog.Attr) slog.Attr {
 		return slog.Attr{}
 	}
 	return a
+}
+
+// drain is the demo's last step after the CLI's replay: the endpoint is
+// fixed, so a worker runs the handler on the queue until it is empty; each
+// job it runs is shown with its replay count and the failure it had before.
+// Then both queues are deleted.
+func drain(o options) error {
+	ctx := context.Background()
+	client, err := newClient(ctx)
+	if err != nil {
+		return err
+	}
+	urls := map[string]string{}
+	for _, name := range []string{o.prefix, o.prefix + "-dlq"} {
+		out, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)})
+		if err != nil {
+			return fmt.Errorf("queue %s (run the demo with -cli-replay -queue-prefix %s first): %w", name, o.prefix, err)
+		}
+		urls[name] = aws.ToString(out.QueueUrl)
+	}
+	queueURL, dlqURL := urls[o.prefix], urls[o.prefix+"-dlq"]
+
+	var mu sync.Mutex
+	var rows []string
+	handler := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		outcome, err := perform(m, true)
+		id, _ := m.Attribute("job-id")
+		replays, ok := m.Attribute("sqsworker.replays")
+		if !ok {
+			replays = "0"
+		}
+		before := "-"
+		if f, ok := sqsworker.ParseFailure(m.MessageAttributes); ok {
+			before = fmt.Sprintf("%s after %d attempt(s)", f.ErrorClass, f.Attempts)
+		}
+		if err == nil {
+			outcome = "succeeded"
+		}
+		mu.Lock()
+		rows = append(rows, fmt.Sprintf("%s\t%s\t%s\t%s", id, replays, before, outcome))
+		mu.Unlock()
+		return err
+	})
+	w, err := worker.New(client, worker.Config{QueueURL: queueURL, Concurrency: 4, WaitTime: time.Second, Logger: newLogger(o.verbose, nil)})
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, handler) }()
+	empty := func() bool {
+		s := w.Stats()
+		if s.Received == 0 || s.InFlight > 0 || s.Deleted < s.Succeeded {
+			return false
+		}
+		n, err := depth(ctx, client, queueURL)
+		return err == nil && n == 0
+	}
+	if err := waitFor(30*time.Second, empty, done); err != nil {
+		return fmt.Errorf("%w (was a job replayed to %s?)", err, o.prefix)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	fmt.Printf("endpoint fixed; a worker runs the replayed job(s) of %s:\n", o.prefix)
+	sort.Strings(rows)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tREPLAYS\tFAILED BEFORE WITH\tOUTCOME")
+	for _, r := range rows {
+		fmt.Fprintln(tw, r)
+	}
+	tw.Flush()
+	left, err := depth(ctx, client, dlqURL)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("the dead-letter queue holds %d job(s)\n", left)
+	for _, u := range []string{queueURL, dlqURL} {
+		if _, err := client.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(u)}); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("deleted the queues %s and %s-dlq\n", o.prefix, o.prefix)
+	return nil
+}
+
+// depth returns the number of messages in a queue, visible, in flight or
+// delayed.
+func depth(ctx context.Context, c *sqs.Client, url string) (int, error) {
+	out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(url),
+		AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages,
+			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
+		},
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, v := range out.Attributes {
+		k, _ := strconv.Atoi(v)
+		n += k
+	}
+	return n, nil
 }

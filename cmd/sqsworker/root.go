@@ -69,7 +69,7 @@ var commands []func(*app) *cobra.Command
 // usageError is a mistake in the command line: exit code 2.
 type usageError struct{ error }
 
-func (usageError) ExitCode() int    { return 2 }
+func (usageError) ExitCode() int   { return 2 }
 func (e usageError) Unwrap() error { return e.error }
 
 // sqs returns the SQS client, made from the SDK's default configuration.
@@ -112,6 +112,7 @@ func (a *app) queueURL(ctx context.Context, nameOrURL string) (string, error) {
 func (a *app) printJSON(v any) error {
 	enc := json.NewEncoder(a.out)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }
 

@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// classError is a handler error with an error class of its own.
+type classError struct{ class, text string }
+
+func (e classError) Error() string      { return e.text }
+func (e classError) ErrorClass() string { return e.class }
+
+// job is a message a test sends through the real worker to its dead-letter
+// queue.
+type job struct {
+	body  string
+	attrs map[string]string
+	group string // FIFO queues
+	// fail is the handler's error: classError values are retried until the
+	// redrive policy's limit, unless permanent is set.
+	fail      error
+	permanent bool
+}
+
+// deadLetterer runs the real worker on a queue, with a handler that fails
+// every message the way its job says, until a test stops it.
+type deadLetterer struct {
+	t    *testing.T
+	c    *sqs.Client
+	q    testenv.Queue
+	w    *worker.Worker
+	done chan error
+
+	mu   sync.Mutex
+	jobs map[string]job // by body
+	ids  map[string]string
+}
+
+var noBackoff = sqsworker.ExponentialBackoff{Jitter: func() float64 { return 0 }}
+
+func startDeadLetterer(t *testing.T, c *sqs.Client, q testenv.Queue) *deadLetterer {
+	t.Helper()
+	d := &deadLetterer{t: t, c: c, q: q, done: make(chan error, 1), jobs: map[string]job{}, ids: map[string]string{}}
+	w, err := worker.New(c, worker.Config{
+		QueueURL: q.URL, WaitTime: pollWait, Backoff: noBackoff, Host: "test-host",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.w = w
+	go func() {
+		d.done <- w.Run(context.Background(), sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			d.mu.Lock()
+			j, ok := d.jobs[m.Body]
+			d.mu.Unlock()
+			switch {
+			case !ok || j.fail == nil:
+				return nil
+			case j.permanent:
+				return sqsworker.Permanent(j.fail)
+			}
+			return j.fail
+		}))
+	}()
+	t.Cleanup(d.stop)
+	return d
+}
+
+// send sends jobs to the queue and returns their message IDs.
+func (d *deadLetterer) send(jobs ...job) []string {
+	d.t.Helper()
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		d.mu.Lock()
+		d.jobs[j.body] = j
+		d.mu.Unlock()
+		in := &sqs.SendMessageInput{QueueUrl: aws.String(d.q.URL), MessageBody: aws.String(j.body)}
+		if len(j.attrs) > 0 {
+			in.MessageAttributes = map[string]types.MessageAttributeValue{}
+			for k, v := range j.attrs {
+				in.MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+			}
+		}
+		if j.group != "" {
+			in.MessageGroupId = aws.String(j.group)
+			in.MessageDeduplicationId = aws.String(fmt.Sprintf("%s-%d", j.body, time.Now().UnixNano()))
+		}
+		out, err := d.c.SendMessage(context.Background(), in)
+		if err != nil {
+			d.t.Fatalf("sending %q: %v", j.body, err)
+		}
+		ids[i] = aws.ToString(out.MessageId)
+		d.mu.Lock()
+		d.ids[j.body] = ids[i]
+		d.mu.Unlock()
+	}
+	return ids
+}
+
+// waitDeadLettered waits until the worker has dead-lettered n messages in
+// all.
+func (d *deadLetterer) waitDeadLettered(n int) {
+	d.t.Helper()
+	testenv.Eventually(d.t, 60*time.Second, func() bool { return d.w.Stats().DeadLettered >= int64(n) },
+		"the worker dead-lettered %d of %d messages", d.w.Stats().DeadLettered, n)
+}
+
+// stop shuts the worker down: the dead-letter queue then changes no more.
+func (d *deadLetterer) stop() {
+	if d.w == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	_ = d.w.Shutdown(ctx)
+	select {
+	case err := <-d.done:
+		if err != nil {
+			d.t.Errorf("worker: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		d.t.Error("worker did not stop")
+	}
+	d.w = nil
+	// The shutdown abandons the worker's long poll, but the emulator
+	// still hands a message sent meanwhile to it, hidden for the
+	// visibility timeout: wait until that poll is over before the test
+	// sends to the queue (its replays).
+	time.Sleep(pollWait + 500*time.Millisecond)
+}
+
+// pollWait is the worker's long-poll time in these tests.
+const pollWait = time.Second
+
+// newDLQ returns a queue with a dead-letter queue filled by the real worker
+// with jobs, then stopped.
+func newDLQ(t *testing.T, o testenv.QueueOptions, jobs ...job) (*sqs.Client, testenv.Queue, map[string]string) {
+	t.Helper()
+	c := testenv.NewSQS(t)
+	if o.MaxReceiveCount == 0 {
+		o.MaxReceiveCount = 2
+	}
+	q := testenv.NewQueue(t, c, o)
+	d := startDeadLetterer(t, c, q)
+	d.send(jobs...)
+	d.waitDeadLettered(len(jobs))
+	d.stop()
+	waitVisible(t, c, q.DLQURL, len(jobs))
+	return c, q, d.ids
+}
+
+// waitVisible waits until a queue holds exactly n visible messages and none
+// in flight.
+func waitVisible(t *testing.T, c *sqs.Client, url string, n int) {
+	t.Helper()
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		v, f, d := testenv.Depth(t, c, url)
+		return v == n && f == 0 && d == 0
+	}, "queue %s does not hold exactly %d visible messages", queueName(url), n)
+}
+
+// receivedMsg is a message received from a queue, with the attributes a
+// test checks.
+type receivedMsg struct {
+	id, body string
+	attrs    map[string]sqsworker.MessageAttribute
+	failure  sqsworker.Failure
+	group    string
+}
+
+// drain receives every message of a queue and deletes it: one at a time
+// (the order of a FIFO queue's messages is kept; the emulator hands out one
+// message per group per receive), until none has come for quiet.
+func drain(t *testing.T, c *sqs.Client, url string, quiet time.Duration) []receivedMsg {
+	t.Helper()
+	var all []receivedMsg
+	last := time.Now()
+	for time.Since(last) < quiet {
+		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 1, WaitTimeSeconds: 1, VisibilityTimeout: 60,
+			MessageAttributeNames:       []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			t.Fatalf("receiving from %s: %v", url, err)
+		}
+		for _, m := range out.Messages {
+			sm := sqsmsg.FromSDK(url, &m)
+			f, _ := sqsworker.ParseFailure(sm.MessageAttributes)
+			all = append(all, receivedMsg{id: sm.ID, body: sm.Body, attrs: sm.MessageAttributes, failure: f, group: sm.GroupID})
+			if _, err := c.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+			last = time.Now()
+		}
+	}
+	return all
+}
+
+// bodies returns the sorted bodies of messages.
+func bodies(ms []receivedMsg) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.body
+	}
+	sort.Strings(out)
+	return out
+}
+
+// replayJSON runs a replay with -o json and returns its result.
+func replayJSON(t *testing.T, args ...string) (replayResult, string) {
+	t.Helper()
+	stdout, stderr, code := runCLI(t, "", append([]string{"-o", "json", "dlq", "replay"}, args...)...)
+	if code != 0 {
+		t.Fatalf("dlq replay %v: exit %d\nstdout: %s\nstderr: %s", args, code, stdout, stderr)
+	}
+	var res replayResult
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("dlq replay %v: %v\n%s", args, err, stdout)
+	}
+	return res, stderr
+}
+
+// selected returns the sorted bodies of the messages a replay result lists,
+// from the original message IDs.
+func selected(res replayResult, ids map[string]string) []string {
+	byID := map[string]string{}
+	for body, id := range ids {
+		byID[id] = body
+	}
+	out := []string{}
+	for _, m := range res.Messages {
+		out = append(out, byID[m.OriginalMessageID])
+	}
+	sort.Strings(out)
+	return out
+}
+
+var (
+	uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
+	timeRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
+)
+
+// normalize makes command output comparable from run to run: queue URLs and
+// names become <dlq-url>, <source-url>, <dlq> and <source>, message IDs
+// <id-N> in order of first appearance, RFC 3339 times <time>. The replaced
+// values have the same length in every run, so the layout of a table does
+// not change; with pad the placeholders are padded to that length, so that
+// its columns stay aligned.
+func normalize(s string, q testenv.Queue, pad bool) string {
+	ph := func(orig, p string) string {
+		if pad && len(p) < len(orig) {
+			return p + strings.Repeat(" ", len(orig)-len(p))
+		}
+		return p
+	}
+	for _, r := range []struct{ from, to string }{
+		{q.DLQURL, "<dlq-url>"}, {q.URL, "<source-url>"},
+		{queueName(q.DLQURL), "<dlq>"}, {queueName(q.URL), "<source>"},
+	} {
+		s = strings.ReplaceAll(s, r.from, ph(r.from, r.to))
+	}
+	ids := map[string]string{}
+	s = uuidRE.ReplaceAllStringFunc(s, func(id string) string {
+		if _, ok := ids[id]; !ok {
+			ids[id] = fmt.Sprintf("<id-%d>", len(ids)+1)
+		}
+		return ph(id, ids[id])
+	})
+	return timeRE.ReplaceAllStringFunc(s, func(t string) string { return ph(t, "<time>") })
+}

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+// peekFlags are the flags of the commands that look at a dead-letter queue
+// without changing it.
+type peekFlags struct {
+	visibility time.Duration
+	max        int
+	body       bool
+}
+
+func (p *peekFlags) add(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.DurationVar(&p.visibility, "visibility", defaultPeekVisibility,
+		"visibility timeout of the messages while they are read (whole seconds, 1s to 12h); they are released at once after")
+	f.IntVar(&p.max, "max", defaultPeekMax, "read at most this many messages")
+	f.BoolVar(&p.body, "body", false, "print the message bodies (never printed by default)")
+}
+
+func (p *peekFlags) validate() error {
+	if err := validateVisibility(p.visibility); err != nil {
+		return err
+	}
+	if p.max < 1 {
+		return usageError{fmt.Errorf("--max %d: want at least 1", p.max)}
+	}
+	return nil
+}
+
+const peekHelp = `
+SQS has no peek: the messages are received with a visibility timeout of
+--visibility (30s by default), up to --max of them, until no more come; then
+they are all made visible again at once (ChangeMessageVisibilityBatch to 0).
+Meanwhile other consumers of the queue do not see them, and each read counts
+as a receive. On a FIFO queue SQS hands out a message group's messages only
+while none of the group is in flight, so only the first messages of each
+group are seen.`
+
+func newDLQListCmd(a *app) *cobra.Command {
+	var p peekFlags
+	cmd := &cobra.Command{
+		Use:   "ls DLQ",
+		Short: "List a dead-letter queue's messages with their failure metadata",
+		Long: `List the messages of a dead-letter queue with their failure metadata (error
+class, error text, attempts, first-received and failed-at times, source queue,
+original message ID) and their other message attributes, oldest failure
+first. Bodies are printed only with --body.
+` + peekHelp,
+		Example: `  sqsworker dlq ls orders-dlq
+  sqsworker dlq ls orders-dlq --body --max 50
+  sqsworker dlq ls https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq -o json`,
+		Args: exactArgs(1, "DLQ"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := p.validate(); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			info, err := a.loadQueue(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			ms, truncated, err := a.peek(ctx, info.URL, p.visibility, p.max)
+			if err != nil {
+				return err
+			}
+			if a.output == "json" {
+				out := make([]messageJSON, len(ms))
+				for i, m := range ms {
+					out[i] = toMessageJSON(m, p.body)
+				}
+				if err := a.printJSON(out); err != nil {
+					return err
+				}
+			} else if err := a.table(listHeader(p.body), listRows(ms, p.body)); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.err, "%d message(s) in %s, read with a %s visibility timeout and released at once\n",
+				len(ms), queueName(info.URL), p.visibility)
+			if truncated {
+				fmt.Fprintf(a.err, "stopped at --max %d: the queue may hold more\n", p.max)
+			}
+			return nil
+		},
+	}
+	p.add(cmd)
+	return cmd
+}
+
+func newDLQShowCmd(a *app) *cobra.Command {
+	var p peekFlags
+	cmd := &cobra.Command{
+		Use:   "show DLQ MESSAGE_ID",
+		Short: "Show one dead-letter message: failure metadata, attributes and, with --body, body",
+		Long: `Show one message of a dead-letter queue: its failure metadata, its message
+attributes and, with --body, its body. MESSAGE_ID is its ID in the
+dead-letter queue or its original ID (the one it had in its source queue).
+` + peekHelp,
+		Example: `  sqsworker dlq show orders-dlq 5f1c0a4e-8d0b-4c1e-9a57-3f2b6d1e0c11
+  sqsworker dlq show orders-dlq 5f1c0a4e-8d0b-4c1e-9a57-3f2b6d1e0c11 --body -o json`,
+		Args: exactArgs(2, "DLQ MESSAGE_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := p.validate(); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			info, err := a.loadQueue(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			ms, truncated, err := a.peek(ctx, info.URL, p.visibility, p.max)
+			if err != nil {
+				return err
+			}
+			var found *dlqMessage
+			for _, m := range ms {
+				if m.msg.ID == args[1] || (m.hasMeta && m.failure.MessageID == args[1]) {
+					found = m
+					break
+				}
+			}
+			if found == nil {
+				more := ""
+				if truncated {
+					more = fmt.Sprintf(" (stopped at --max %d)", p.max)
+				}
+				return fmt.Errorf("no message with ID %s among the %d message(s) read from %s%s",
+					args[1], len(ms), queueName(info.URL), more)
+			}
+			if a.output == "json" {
+				return a.printJSON(toMessageJSON(found, p.body))
+			}
+			return a.showMessage(found, p.body)
+		},
+	}
+	p.add(cmd)
+	return cmd
+}
+
+// exactArgs is cobra.ExactArgs with a usage error that names the arguments.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usageError{fmt.Errorf("%s takes %s (%d argument(s)), got %d; see --help",
+				cmd.CommandPath(), names, n, len(args))}
+		}
+		return nil
+	}
+}
+
+// messageJSON is a dead-letter message in -o json output.
+type messageJSON struct {
+	MessageID         string                   `json:"messageId"`
+	OriginalMessageID string                   `json:"originalMessageId"`
+	GroupID           string                   `json:"groupId,omitempty"`
+	Failure           *sqsworker.Failure       `json:"failure"`
+	Replays           int                      `json:"replays"`
+	Attributes        map[string]attributeJSON `json:"attributes"`
+	Body              *string                  `json:"body,omitempty"`
+}
+
+type attributeJSON struct {
+	Type   string `json:"type"`
+	Value  string `json:"value,omitempty"`
+	Binary []byte `json:"binary,omitempty"`
+}
+
+func toMessageJSON(m *dlqMessage, body bool) messageJSON {
+	out := messageJSON{
+		MessageID:         m.msg.ID,
+		OriginalMessageID: m.originalID(),
+		GroupID:           m.msg.GroupID,
+		Replays:           m.replays,
+		Attributes:        map[string]attributeJSON{},
+	}
+	if m.hasMeta {
+		f := m.failure
+		out.Failure = &f
+	}
+	for k, v := range m.msg.MessageAttributes {
+		if !sqsworker.IsFailureAttribute(k) {
+			out.Attributes[k] = attributeJSON{Type: v.DataType, Value: v.StringValue, Binary: v.BinaryValue}
+		}
+	}
+	if body {
+		b := m.msg.Body
+		out.Body = &b
+	}
+	return out
+}
+
+func listHeader(body bool) []string {
+	h := []string{"MESSAGE ID", "FAILED AT", "ERROR CLASS", "ATTEMPTS", "FIRST RECEIVED", "SOURCE", "ORIGINAL ID", "ATTRIBUTES", "ERROR"}
+	if body {
+		h = append(h, "BODY")
+	}
+	return h
+}
+
+func listRows(ms []*dlqMessage, body bool) [][]string {
+	rows := make([][]string, 0, len(ms))
+	for _, m := range ms {
+		f := m.failure
+		r := []string{
+			m.msg.ID, fmtTime(f.FailedAt), orDash(f.ErrorClass), attemptsText(m), fmtTime(f.FirstReceived),
+			orDash(queueName(f.SourceQueue)), m.originalID(), attributesText(m.msg.MessageAttributes), orDash(oneLine(f.Error, 60)),
+		}
+		if body {
+			r = append(r, oneLine(m.msg.Body, 60))
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+func (a *app) showMessage(m *dlqMessage, body bool) error {
+	f := m.failure
+	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	line("Message ID", m.msg.ID)
+	line("Original ID", m.originalID())
+	if m.msg.GroupID != "" {
+		line("Message group", m.msg.GroupID)
+	}
+	if !m.hasMeta {
+		line("Failure", "no sqsworker failure metadata")
+	} else {
+		line("Source queue", orDash(f.SourceQueue))
+		line("Error class", orDash(f.ErrorClass))
+		line("Error", orDash(oneLine(f.Error, 0)))
+		line("Attempts", attemptsText(m))
+		line("First received", fmtTime(f.FirstReceived))
+		line("Failed at", fmtTime(f.FailedAt))
+		line("Host", orDash(f.Host))
+	}
+	line("Replays", strconv.Itoa(m.replays))
+	names := make([]string, 0, len(m.msg.MessageAttributes))
+	for k := range m.msg.MessageAttributes {
+		if !sqsworker.IsFailureAttribute(k) {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		line("Attributes", "none")
+	} else {
+		fmt.Fprintln(tw, "Attributes:")
+		for _, k := range names {
+			v := m.msg.MessageAttributes[k]
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", k, v.DataType, attributeValue(v))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if body {
+		_, err := fmt.Fprintf(a.out, "Body:\n%s\n", m.msg.Body)
+		return err
+	}
+	return nil
+}
+
+func attemptsText(m *dlqMessage) string {
+	if !m.hasMeta {
+		return "-"
+	}
+	return strconv.Itoa(m.failure.Attempts)
+}
+
+// attributesText lists the message attributes other than the failure
+// metadata as name=value, sorted by name.
+func attributesText(attrs map[string]sqsworker.MessageAttribute) string {
+	var parts []string
+	for k, v := range attrs {
+		if !sqsworker.IsFailureAttribute(k) {
+			parts = append(parts, k+"="+oneLine(attributeValue(v), 40))
+		}
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func attributeValue(v sqsworker.MessageAttribute) string {
+	if strings.HasPrefix(v.DataType, "Binary") {
+		return fmt.Sprintf("(%d bytes)", len(v.BinaryValue))
+	}
+	return v.StringValue
+}
+
+// fmtTime formats a time for tables: UTC, to the second, so that columns keep
+// one width.
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// oneLine puts s on one line (line breaks and tabs become spaces) and, when
+// n > 0, cuts it to n characters with an ellipsis.
+func oneLine(s string, n int) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+	if n > 0 && utf8.RuneCountInString(s) > n {
+		r := []rune(s)
+		s = string(r[:n-1]) + "…"
+	}
+	return s
+}

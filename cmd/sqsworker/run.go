@@ -1,0 +1,560 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+func init() {
+	commands = append(commands, newRunCmd)
+}
+
+// Exit codes of a command, from sysexits.h.
+const (
+	exitTempFail = 75 // EX_TEMPFAIL: retry later
+	exitDataErr  = 65 // EX_DATAERR: permanent failure
+)
+
+// Defaults of run's flags.
+const (
+	defaultRetryAfter = 30 * time.Second
+	// retryAfterEnv sets the default of --retry-after.
+	retryAfterEnv = "SQSWORKER_RETRY_AFTER"
+	// commandWaitDelay is how long a command has to exit after SIGTERM
+	// before it is killed.
+	commandWaitDelay = 10 * time.Second
+	// maxOutputLine is the longest line of a command's output passed on
+	// as one; longer ones are split.
+	maxOutputLine = 64 << 10
+)
+
+type runFlags struct {
+	concurrency       int
+	visibilityTimeout time.Duration
+	handlerTimeout    time.Duration
+	wait              time.Duration
+	retryAfter        time.Duration
+	httpURL           string
+	contentType       string
+	logLevel          string
+}
+
+func newRunCmd(a *app) *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run QUEUE (-- COMMAND [ARGS...] | --http URL)",
+		Short: "Run a worker that hands each message to a command or an HTTP endpoint",
+		Long: `Run a worker on a queue (by name or URL) that hands each message to a command
+or POSTs it to an HTTP endpoint, until interrupted (SIGINT or SIGTERM), then
+shut down gracefully: stop receiving, let running handlers finish (up to 25s),
+make unstarted messages visible again, send pending deletes.
+
+The worker is sqsworker's: up to --concurrency messages at once, batched
+deletes, retries with exponential backoff through the visibility timeout,
+visibility heartbeats for long jobs, and moves to the queue's dead-letter
+queue (its redrive policy) with failure metadata. Message bodies are never
+logged; the worker's logs go to stderr.
+
+A COMMAND (after --) runs once per message, with the body on stdin and in its
+environment:
+
+  SQS_MESSAGE_ID      the message ID
+  SQS_RECEIVE_COUNT   the receive count: 1 on the first attempt
+  SQS_GROUP_ID        the message group (FIFO queues; else empty)
+  SQS_QUEUE_URL       the queue's URL
+  SQS_ATTR_<NAME>     each message attribute, the name upper-cased with every
+                      character other than A-Z and 0-9 made _ (tenant-id is
+                      SQS_ATTR_TENANT_ID); Binary values in base64. When two
+                      names give the same variable, the last in byte order wins.
+
+Its stdout and stderr go to sqsworker's stderr, each line prefixed with
+"[MESSAGE-ID] ". Its exit status decides the message's fate:
+
+  0            done: the message is deleted
+  75           EX_TEMPFAIL, retry later: the message comes back after
+               --retry-after (default 30s, or $SQSWORKER_RETRY_AFTER)
+  65           EX_DATAERR, permanent failure: the message goes to the
+               dead-letter queue at once
+  other, or    failure: retried with backoff, to the dead-letter queue after
+  a signal     the redrive policy's maxReceiveCount
+
+A command still running at --handler-timeout, or at the end of the shutdown
+wait, gets SIGTERM, then SIGKILL 10s later, and its message is retried.
+Ctrl-C in a terminal also signals the commands (they are in its process
+group); SIGTERM to sqsworker alone lets them finish.
+
+With --http URL, each message is POSTed to URL (like Elastic Beanstalk's
+sqsd), with the body as the request body and the headers
+
+  X-Sqs-Message-Id      the message ID
+  X-Sqs-Receive-Count   the receive count
+  X-Sqs-Group-Id        the message group (FIFO queues)
+  X-Sqs-Attr-<Name>     each message attribute; Binary values in base64,
+                        String values that cannot be header values (line
+                        breaks, control characters) percent-encoded and their
+                        names listed in X-Sqs-Encoded-Attrs
+
+The response status decides:
+
+  2xx                  done: the message is deleted
+  429, 503             retry later: after the Retry-After header (seconds or
+                       an HTTP date), else after --retry-after
+  other 4xx            permanent failure: to the dead-letter queue at once
+  5xx, 3xx (redirects  failure: retried with backoff, to the dead-letter
+  are not followed),   queue after the redrive policy's maxReceiveCount
+  connection errors
+
+Without a dead-letter queue, permanent failures are logged and retried with
+backoff like other failures. The exit status of sqsworker run is 0 after a
+graceful shutdown, 1 when the queue cannot be used, 2 for a mistake in the
+command line.`,
+		Example: `  # A script per message; the body on stdin
+  sqsworker run orders -- ./process-order.sh
+
+  # A shell pipeline, 4 at a time, each allowed 5 minutes
+  sqsworker run orders --concurrency 4 --handler-timeout 5m -- sh -c 'jq .id >> ids.txt'
+
+  # An HTTP endpoint, like Elastic Beanstalk's worker environments
+  sqsworker run https://sqs.eu-west-1.amazonaws.com/123456789012/orders --http http://127.0.0.1:8080/jobs`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			return checkRunArgs(cmd.ArgsLenAtDash(), args, f.httpURL)
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("retry-after") {
+				if v := os.Getenv(retryAfterEnv); v != "" {
+					d, err := time.ParseDuration(v)
+					if err != nil {
+						return usageError{fmt.Errorf("$%s %q: want a duration such as 30s", retryAfterEnv, v)}
+					}
+					f.retryAfter = d
+				}
+			}
+			return a.run(cmd.Context(), f, args[0], args[1:])
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.concurrency, "concurrency", worker.DefaultConcurrency, "most messages handled at once")
+	fl.DurationVar(&f.visibilityTimeout, "visibility-timeout", 0, "visibility timeout asked for on each receive, whole seconds up to 12h (default: the queue's)")
+	fl.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "longest a command or request may run (default: none; the heartbeat keeps long jobs invisible)")
+	fl.DurationVar(&f.wait, "wait", worker.DefaultWaitTime, "long-poll wait of each receive, whole seconds from 1s to 20s")
+	fl.DurationVar(&f.retryAfter, "retry-after", defaultRetryAfter, "delay before a retry asked for by exit status 75, or by a 429 or 503 without Retry-After; $"+retryAfterEnv+" sets the default")
+	fl.StringVar(&f.httpURL, "http", "", "POST each message to this http:// or https:// `URL` instead of running a command")
+	fl.StringVar(&f.contentType, "content-type", "application/json", "Content-Type of the requests of --http")
+	fl.StringVar(&f.logLevel, "log-level", "info", "level of the worker's logs: debug, info, warn or error")
+	return cmd
+}
+
+// checkRunArgs checks run's arguments: a queue, then a command after -- or
+// --http.
+func checkRunArgs(dash int, args []string, httpURL string) error {
+	const usage = "; usage: sqsworker run QUEUE -- COMMAND [ARGS...] or sqsworker run QUEUE --http URL"
+	switch {
+	case len(args) == 0 || dash == 0:
+		return usageError{errors.New("run takes a QUEUE" + usage)}
+	case dash < 0 && len(args) > 1:
+		return usageError{fmt.Errorf("put the command after --, as in: sqsworker run %s -- %s", args[0], strings.Join(args[1:], " "))}
+	case dash > 1:
+		return usageError{errors.New("run takes one QUEUE before --" + usage)}
+	case dash == 1 && len(args) == 1:
+		return usageError{errors.New("no command after --" + usage)}
+	case dash == 1 && httpURL != "":
+		return usageError{errors.New("give either a command after -- or --http, not both")}
+	case dash < 0 && httpURL == "":
+		return usageError{errors.New("no command after -- and no --http URL" + usage)}
+	}
+	return nil
+}
+
+// check checks the flags, naming each bad one.
+func (f runFlags) check() (slog.Level, error) {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if f.concurrency < 1 {
+		bad("--concurrency %d: want at least 1", f.concurrency)
+	}
+	if v := f.visibilityTimeout; v < 0 || v > sqsworker.MaxVisibilityTimeout || v%time.Second != 0 {
+		bad("--visibility-timeout %s: want whole seconds up to 12h", v)
+	}
+	if f.handlerTimeout < 0 {
+		bad("--handler-timeout %s is negative", f.handlerTimeout)
+	}
+	if w := f.wait; w < time.Second || w > worker.MaxWaitTime || w%time.Second != 0 {
+		bad("--wait %s: want whole seconds from 1s to 20s", w)
+	}
+	if r := f.retryAfter; r < 0 || r > sqsworker.MaxVisibilityTimeout {
+		bad("--retry-after %s: want 0s to 12h", r)
+	}
+	if f.httpURL != "" {
+		u, err := url.Parse(f.httpURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("--http %q: want an http:// or https:// URL", f.httpURL)
+		}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		bad("--log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	if len(errs) > 0 {
+		return level, usageError{errors.Join(errs...)}
+	}
+	return level, nil
+}
+
+func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []string) error {
+	level, err := f.check()
+	if err != nil {
+		return err
+	}
+	var path string
+	if len(command) > 0 {
+		if path, err = exec.LookPath(command[0]); err != nil {
+			return usageError{fmt.Errorf("command %q: %w", command[0], errors.Unwrap(err))}
+		}
+	}
+	queueURL, err := resolveQueueArg(ctx, a, queueArg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	c, err := a.sqs(ctx)
+	if err != nil {
+		return err
+	}
+
+	// The worker's logs and the commands' output share stderr, a line at
+	// a time.
+	out := &runOutput{w: a.err}
+	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+	var h sqsworker.Handler
+	if len(command) > 0 {
+		h = &commandHandler{path: path, args: command[1:], queueURL: queueURL, env: runBaseEnv(os.Environ()), out: out, retryAfter: f.retryAfter}
+		log.Info("handing each message to a command", "command", command[0])
+	} else {
+		hh := newHTTPHandler(f.httpURL, f.contentType, f.concurrency, f.retryAfter)
+		defer hh.client.CloseIdleConnections()
+		h = hh
+		log.Info("handing each message to an HTTP endpoint", "url", f.httpURL)
+	}
+
+	w, err := worker.New(c, worker.Config{
+		QueueURL:          queueURL,
+		Concurrency:       f.concurrency,
+		VisibilityTimeout: f.visibilityTimeout,
+		HandlerTimeout:    f.handlerTimeout,
+		WaitTime:          f.wait,
+		Logger:            log,
+	})
+	if err != nil {
+		return usageError{err}
+	}
+	err = w.Run(ctx, h)
+	s := w.Stats()
+	log.Info("totals", "received", s.Received, "succeeded", s.Succeeded, "failed", s.Failed,
+		"retried", s.Retried, "dead_lettered", s.DeadLettered, "deleted", s.Deleted)
+	if err != nil {
+		return queueError(queueArg, err)
+	}
+	return nil
+}
+
+// commandHandler runs a command per message. It is safe for concurrent use:
+// its fields are read only.
+type commandHandler struct {
+	path       string
+	args       []string
+	queueURL   string
+	env        []string // the environment without SQS_ variables
+	out        io.Writer
+	retryAfter time.Duration
+}
+
+func (h *commandHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) error {
+	cmd := exec.CommandContext(ctx, h.path, h.args...)
+	cmd.Stdin = strings.NewReader(m.Body)
+	cmd.Env = append(slices.Clip(h.env),
+		"SQS_MESSAGE_ID="+m.ID,
+		"SQS_RECEIVE_COUNT="+strconv.Itoa(m.ReceiveCount),
+		"SQS_GROUP_ID="+m.GroupID,
+		"SQS_QUEUE_URL="+h.queueURL,
+	)
+	names := make([]string, 0, len(m.MessageAttributes))
+	for name := range m.MessageAttributes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		cmd.Env = append(cmd.Env, runAttrEnvName(name)+"="+runAttrValue(m.MessageAttributes[name]))
+	}
+	prefix := "[" + m.ID + "] "
+	stdout := &runLinePrefixer{w: h.out, prefix: prefix}
+	stderr := &runLinePrefixer{w: h.out, prefix: prefix}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = commandWaitDelay
+	err := cmd.Run()
+	stdout.flush()
+	stderr.flush()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("command stopped: %w (%v)", context.Cause(ctx), err)
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.Exited() {
+		switch code := ee.ExitCode(); code {
+		case exitTempFail:
+			return sqsworker.RetryAfter(h.retryAfter, &exitStatusError{code})
+		case exitDataErr:
+			return sqsworker.Permanent(&exitStatusError{code})
+		default:
+			return &exitStatusError{code}
+		}
+	}
+	return fmt.Errorf("command: %w", err) // a signal, or it did not start
+}
+
+// exitStatusError is a command's exit status other than 0.
+type exitStatusError struct{ code int }
+
+func (e *exitStatusError) Error() string {
+	switch e.code {
+	case exitTempFail:
+		return "command exited with status 75 (EX_TEMPFAIL)"
+	case exitDataErr:
+		return "command exited with status 65 (EX_DATAERR)"
+	}
+	return fmt.Sprintf("command exited with status %d", e.code)
+}
+
+// ErrorClass names the failure in dead-letter metadata and logs.
+func (e *exitStatusError) ErrorClass() string { return "exit-" + strconv.Itoa(e.code) }
+
+// runBaseEnv returns env without the variables run sets per message, so
+// that none leaks from sqsworker's own environment into a message's.
+func runBaseEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(name, "SQS_ATTR_"),
+			name == "SQS_MESSAGE_ID", name == "SQS_RECEIVE_COUNT", name == "SQS_GROUP_ID", name == "SQS_QUEUE_URL":
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// runAttrEnvName is the environment variable of a message attribute.
+func runAttrEnvName(name string) string {
+	b := []byte("SQS_ATTR_" + strings.ToUpper(name))
+	for i, c := range b {
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// runAttrValue is the text of an attribute's value: Binary ones in base64.
+func runAttrValue(a sqsworker.MessageAttribute) string {
+	if strings.HasPrefix(a.DataType, "Binary") {
+		return base64.StdEncoding.EncodeToString(a.BinaryValue)
+	}
+	return a.StringValue
+}
+
+// httpHandler POSTs each message to an endpoint. It is safe for concurrent
+// use.
+type httpHandler struct {
+	url         string
+	contentType string
+	client      *http.Client
+	retryAfter  time.Duration
+}
+
+func newHTTPHandler(endpoint, contentType string, concurrency int, retryAfter time.Duration) *httpHandler {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = concurrency
+	return &httpHandler{
+		url:         endpoint,
+		contentType: contentType,
+		retryAfter:  retryAfter,
+		client: &http.Client{
+			Transport: tr,
+			// A redirect of a POST would lose the body: it is a failure.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}
+}
+
+func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, strings.NewReader(m.Body))
+	if err != nil {
+		return sqsworker.Permanent(err)
+	}
+	req.Header.Set("Content-Type", h.contentType)
+	req.Header.Set("X-Sqs-Message-Id", m.ID)
+	req.Header.Set("X-Sqs-Receive-Count", strconv.Itoa(m.ReceiveCount))
+	if m.GroupID != "" {
+		req.Header.Set("X-Sqs-Group-Id", m.GroupID)
+	}
+	names := make([]string, 0, len(m.MessageAttributes))
+	for name := range m.MessageAttributes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var encoded []string
+	for _, name := range names {
+		v := runAttrValue(m.MessageAttributes[name])
+		if !validHeaderValue(v) {
+			v = url.PathEscape(v)
+			encoded = append(encoded, name)
+		}
+		req.Header.Set("X-Sqs-Attr-"+name, v)
+	}
+	if len(encoded) > 0 {
+		req.Header.Set("X-Sqs-Encoded-Attrs", strings.Join(encoded, ", "))
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("request stopped: %w", context.Cause(ctx))
+		}
+		return err // *url.Error: the method, the URL and the cause
+	}
+	// Read a little of the body, so that the connection can be reused;
+	// the body is not logged, it may echo the message's.
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	code := resp.StatusCode
+	serr := &httpStatusError{code: code, status: resp.Status}
+	switch {
+	case code >= 200 && code < 300:
+		return nil
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		return sqsworker.RetryAfter(parseRetryAfter(resp.Header.Get("Retry-After"), h.retryAfter, time.Now()), serr)
+	case code >= 400 && code < 500:
+		return sqsworker.Permanent(serr)
+	}
+	return serr
+}
+
+// httpStatusError is a response status other than 2xx.
+type httpStatusError struct {
+	code   int
+	status string
+}
+
+func (e *httpStatusError) Error() string { return "endpoint responded " + e.status }
+
+// ErrorClass names the failure in dead-letter metadata and logs.
+func (e *httpStatusError) ErrorClass() string { return "http-" + strconv.Itoa(e.code) }
+
+// parseRetryAfter reads a Retry-After header: seconds, or an HTTP date. It
+// returns def when the header is missing or malformed.
+func parseRetryAfter(v string, def time.Duration, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return def
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return def
+		}
+		return sqsworker.ClampDelay(time.Duration(min(secs, int64(sqsworker.MaxVisibilityTimeout/time.Second))) * time.Second)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return sqsworker.ClampDelay(t.Sub(now).Round(time.Second))
+	}
+	return def
+}
+
+// validHeaderValue reports whether v can be sent as an HTTP header value:
+// no control characters other than tab.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// runOutput serialises the writes of the worker's logs and of the
+// commands' output.
+type runOutput struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *runOutput) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// runLinePrefixer writes whole lines, each with a prefix, to w. It is used by
+// one goroutine at a time (exec copies each output stream in one).
+type runLinePrefixer struct {
+	w      io.Writer
+	prefix string
+	buf    []byte
+}
+
+func (p *runLinePrefixer) Write(b []byte) (int, error) {
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			break
+		}
+		p.line(p.buf[:i+1])
+		p.buf = p.buf[i+1:]
+	}
+	for len(p.buf) >= maxOutputLine {
+		p.line(append(p.buf[:maxOutputLine:maxOutputLine], '\n'))
+		p.buf = p.buf[maxOutputLine:]
+	}
+	if len(p.buf) == 0 {
+		p.buf = nil // let a large buffer go
+	}
+	return len(b), nil
+}
+
+// flush writes what is left of a line without its newline.
+func (p *runLinePrefixer) flush() {
+	if len(p.buf) > 0 {
+		p.line(append(p.buf, '\n'))
+		p.buf = nil
+	}
+}
+
+func (p *runLinePrefixer) line(l []byte) {
+	out := make([]byte, 0, len(p.prefix)+len(l))
+	out = append(append(out, p.prefix...), l...)
+	_, _ = p.w.Write(out) // a failing stderr must not fail the message
+}

@@ -1,0 +1,343 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker/internal/testenv"
+)
+
+// receiveBodies receives from a queue until it has n messages (without
+// deleting them), then for a second more, and returns them by body.
+func receiveBodies(t *testing.T, c *sqs.Client, url string, n int) map[string]types.Message {
+	t.Helper()
+	got := map[string]types.Message{}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(got) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of %d messages from %s", len(got), n, url)
+		}
+		for _, m := range testenv.ReceiveAll(t, c, url, time.Second, 5*time.Minute) {
+			got[aws.ToString(m.Body)] = m
+		}
+	}
+	for _, m := range testenv.ReceiveAll(t, c, url, time.Second, 5*time.Minute) {
+		got[aws.ToString(m.Body)] = m
+	}
+	if len(got) != n {
+		t.Errorf("received %d messages, want %d", len(got), n)
+	}
+	return got
+}
+
+func attr(m types.Message, name string) string {
+	a, ok := m.MessageAttributes[name]
+	if !ok {
+		return "<none>"
+	}
+	if a.BinaryValue != nil {
+		return aws.ToString(a.DataType) + ":" + fmt.Sprint(a.BinaryValue)
+	}
+	return aws.ToString(a.DataType) + ":" + aws.ToString(a.StringValue)
+}
+
+func TestSendBodies(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	name := q.URL[strings.LastIndexByte(q.URL, '/')+1:]
+
+	stdout, stderr, code := runCLI(t, "", "send", name, "first", "second", "--attr", "tenant=acme", "--attr", "kind=test")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "INDEX") || !strings.Contains(lines[0], "MESSAGE ID") {
+		t.Errorf("output:\n%s", stdout)
+	}
+	stdout, stderr, code = runCLI(t, "", "send", q.URL, "-o", "json", "third", "--idempotency-key", "k-3")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	var res []sendResult
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, stdout)
+	}
+	if len(res) != 1 || res[0].Index != 1 || res[0].MessageID == "" || res[0].Error != "" {
+		t.Errorf("results %+v", res)
+	}
+
+	got := receiveBodies(t, c, q.URL, 3)
+	for _, body := range []string{"first", "second"} {
+		m := got[body]
+		if a, k := attr(m, "tenant"), attr(m, "kind"); a != "String:acme" || k != "String:test" {
+			t.Errorf("%s: attributes tenant=%s kind=%s", body, a, k)
+		}
+	}
+	if m := got["third"]; aws.ToString(m.MessageId) != res[0].MessageID || attr(m, "idempotency-key") != "String:k-3" {
+		t.Errorf("third: ID %s (printed %s), idempotency-key %s", aws.ToString(m.MessageId), res[0].MessageID, attr(m, "idempotency-key"))
+	}
+}
+
+// Lines take the flags as defaults, and each invalid line is reported, not
+// sent, while the valid ones are.
+func TestSendLines(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	big := strings.Repeat("x", 1<<20+1)
+	stdin := strings.Join([]string{
+		`{"body": "plain"}`,
+		`{"body": "rich", "idempotencyKey": "key-1", "attributes": {"tenant": "globex", "priority": {"dataType": "Number", "stringValue": "3"}, "n": 7, "blob": {"dataType": "Binary", "binaryValue": "AAEC"}}}`,
+		``,
+		`{"body": "broken"`,
+		`{"body": "` + big + `"}`,
+		`{"body": "bad number", "attributes": {"priority": {"dataType": "Number", "stringValue": "three"}}}`,
+		`{"bdy": "typo"}`,
+		`{"body": "bad name", "attributes": {"a b": "v"}}`,
+		`["not", "an", "object"]`,
+		`{"body": "delayed", "delaySeconds": 1}`,
+		`{"body": "too late", "delaySeconds": 901}`,
+		`{"body": "empty attribute", "attributes": {"e": ""}}`,
+		`{"body": "binary as string", "attributes": {"b": {"dataType": "Binary", "stringValue": "x"}}}`,
+	}, "\n")
+	stdout, stderr, code := runCLI(t, stdin, "send", q.URL, "-o", "json", "--attr", "source=cli", "--attr", "tenant=acme")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	var res []sendResult
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, stdout)
+	}
+	wantErr := map[int]string{ // line -> part of its error
+		4:  "invalid JSON",
+		5:  "over SQS's limit of 1048576",
+		6:  `attribute "priority" of type Number has the value "three"`,
+		7:  `unknown field "bdy"`,
+		8:  `attribute name "a b" has characters`,
+		9:  "not a JSON object",
+		11: "delaySeconds 901 is not in 0..900",
+		12: `attribute "e" has an empty value`,
+		13: `attribute "b": a Binary attribute takes a "binaryValue"`,
+	}
+	var lines []int
+	for _, r := range res {
+		lines = append(lines, r.Index)
+		want, bad := wantErr[r.Index]
+		switch {
+		case bad && !strings.Contains(r.Error, want):
+			t.Errorf("line %d: error %q, want one with %q", r.Index, r.Error, want)
+		case bad && r.MessageID != "":
+			t.Errorf("line %d was sent", r.Index)
+		case !bad && (r.Error != "" || r.MessageID == ""):
+			t.Errorf("line %d: %+v", r.Index, r)
+		}
+		if bad && !strings.Contains(stderr, fmt.Sprintf("line %d: ", r.Index)) {
+			t.Errorf("stderr does not name line %d:\n%s", r.Index, stderr)
+		}
+	}
+	if want := []int{1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}; !slices.Equal(lines, want) {
+		t.Errorf("results for lines %v, want %v", lines, want)
+	}
+	if !strings.Contains(stderr, "9 of 12 messages not sent") {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+	if strings.Contains(stderr, big[:100]) {
+		t.Error("stderr holds the body of the big message")
+	}
+
+	got := receiveBodies(t, c, q.URL, 3)
+	if m := got["plain"]; attr(m, "source") != "String:cli" || attr(m, "tenant") != "String:acme" {
+		t.Errorf("plain: source=%s tenant=%s", attr(m, "source"), attr(m, "tenant"))
+	}
+	m := got["rich"]
+	for name, want := range map[string]string{
+		"source": "String:cli", "tenant": "String:globex", "priority": "Number:3", "n": "Number:7",
+		"blob": "Binary:[0 1 2]", "idempotency-key": "String:key-1",
+	} {
+		if a := attr(m, name); a != want {
+			t.Errorf("rich: attribute %s = %s, want %s", name, a, want)
+		}
+	}
+	if _, ok := got["delayed"]; !ok {
+		t.Error("the delayed message did not arrive")
+	}
+}
+
+// A table with only failures is deterministic.
+func TestSendInvalidLinesTable(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	stdin := "{\"body\": \"\"}\nnot json\n{\"body\": \"x\", \"delaySeconds\": -1}\n"
+	stdout, stderr, code := runCLI(t, stdin, "send", q.URL)
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	golden(t, "send_invalid.golden", stdout)
+	golden(t, "send_invalid_stderr.golden", stderr)
+	if v, f, d := testenv.Depth(t, c, q.URL); v+f+d != 0 {
+		t.Errorf("%d messages in the queue, want none", v+f+d)
+	}
+}
+
+func TestSendFIFO(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true})
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"body"}, "is a FIFO queue: --group is required"},
+		{[]string{"body", "--group", "g"}, "without content-based deduplication: --dedup-id is required"},
+		{[]string{"body", "--group", "g", "--dedup-id", "d", "--delay", "5s"}, "takes no per-message --delay"},
+		{[]string{"a", "b", "--group", "g", "--dedup-id", "d"}, "--dedup-id with 2 BODY arguments"},
+	} {
+		_, stderr, code := runCLI(t, "", append([]string{"send", q.URL}, tt.args...)...)
+		if code != 2 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("send %v: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+	if v, f, d := testenv.Depth(t, c, q.URL); v+f+d != 0 {
+		t.Fatalf("%d messages in the queue after refused sends", v+f+d)
+	}
+
+	stdin := `{"body": "no group", "deduplicationId": "d0"}
+{"body": "one", "groupId": "g1", "deduplicationId": "d1"}
+{"body": "two", "deduplicationId": "d2"}
+{"body": "no dedup", "groupId": "g1"}
+`
+	_, stderr, code := runCLI(t, stdin, "send", q.URL, "-o", "json")
+	if code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	for _, want := range []string{
+		`line 1: a FIFO queue needs a message group ID; set "groupId" or --group`,
+		`line 4: the queue has no content-based deduplication: set "deduplicationId" or --dedup-id`,
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "line 2") {
+		t.Errorf("line 2 failed:\n%s", stderr)
+	}
+	_, stderr, code = runCLI(t, "", "send", q.URL, "three", "--group", "g2", "--dedup-id", "d3")
+	if code != 0 {
+		t.Errorf("exit %d: %s", code, stderr)
+	}
+
+	// One message per group at a time: receive each group's first.
+	got := receiveBodies(t, c, q.URL, 2)
+	if m, ok := got["one"]; !ok || m.Attributes["MessageGroupId"] != "g1" || m.Attributes["MessageDeduplicationId"] != "d1" {
+		t.Errorf("one: %v", m.Attributes)
+	}
+	if m, ok := got["three"]; !ok || m.Attributes["MessageGroupId"] != "g2" {
+		t.Errorf("three: %v", m.Attributes)
+	}
+}
+
+// --group applies to the lines that have none.
+func TestSendFIFOGroupFlagAsDefault(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true, ContentDedup: true})
+	stdin := "{\"body\": \"a\"}\n{\"body\": \"b\", \"groupId\": \"other\"}\n"
+	_, stderr, code := runCLI(t, stdin, "send", q.URL, "--group", "default")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	got := receiveBodies(t, c, q.URL, 2)
+	if g := got["a"].Attributes["MessageGroupId"]; g != "default" {
+		t.Errorf("a in group %q", g)
+	}
+	if g := got["b"].Attributes["MessageGroupId"]; g != "other" {
+		t.Errorf("b in group %q", g)
+	}
+}
+
+func TestSendErrors(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	missing := testenv.UniqueName(t, false)
+	for _, tt := range []struct {
+		args  []string
+		stdin string
+		code  int
+		want  string
+	}{
+		{args: []string{"send", missing, "x"}, code: 1, want: "queue " + missing + " does not exist"},
+		{args: []string{"send", q.URL + "-gone", "x"}, code: 1, want: "does not exist"},
+		{args: []string{"send"}, code: 2, want: "send takes a QUEUE"},
+		{args: []string{"send", q.URL, "x", "--attr", "novalue"}, code: 2, want: `--attr "novalue": want name=value`},
+		{args: []string{"send", q.URL, "x", "--attr", "a=1", "--attr", "a=2"}, code: 2, want: `attribute "a" is given twice`},
+		{args: []string{"send", q.URL, "x", "--attr", "bad name=1"}, code: 2, want: `attribute name "bad name"`},
+		{args: []string{"send", q.URL, "x", "--delay", "20m"}, code: 2, want: "delay 20m0s"},
+		{args: []string{"send", q.URL, "x", "--delay", "soon"}, code: 2, want: "invalid argument"},
+		{args: []string{"send", q.URL, "x", "--no-such-flag"}, code: 2, want: "unknown flag"},
+		{args: []string{"send", q.URL, "x", "--dedup-id", "d"}, code: 2, want: "--dedup-id is for FIFO queues"},
+		{args: []string{"send", q.URL, "a", "b", "--idempotency-key", "k"}, code: 2, want: "--idempotency-key with 2 BODY arguments"},
+		{args: []string{"send", q.URL, ""}, code: 1, want: "message 1: the body is empty"},
+	} {
+		_, stderr, code := runCLI(t, tt.stdin, tt.args...)
+		if code != tt.code || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %d and %q", tt.args, code, stderr, tt.code, tt.want)
+		}
+	}
+	if v, f, d := testenv.Depth(t, c, q.URL); v+f+d != 0 {
+		t.Errorf("%d messages in the queue, want none", v+f+d)
+	}
+}
+
+func TestSendHelp(t *testing.T) {
+	stdout, _, code := runCLI(t, "", "send", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"Examples:", "--attr", "--delay", "--group", "--dedup-id", "--idempotency-key", "JSON lines"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("help lacks %q", want)
+		}
+	}
+}
+
+// readLine reads lines of any length up to its limit, with or without a
+// final newline or a carriage return, and skips longer ones without holding
+// them.
+func TestSendReadLine(t *testing.T) {
+	long := strings.Repeat("y", 100)
+	in := "one\r\n" + long + "\n\nthree" // the reader's buffer (16 bytes) is smaller than the long line
+	r := bufio.NewReaderSize(strings.NewReader(in), 16)
+	type line struct {
+		text    string
+		tooLong bool
+	}
+	var got []line
+	for {
+		l, tooLong, err := readLine(r, 50)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, line{string(l), tooLong})
+	}
+	want := []line{{"one", false}, {"", true}, {"", false}, {"three", false}}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}

@@ -1,0 +1,499 @@
+package producer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/producer"
+	"github.com/sqsworker/sqsworker/sqstest"
+)
+
+func newProducer(t *testing.T, api producer.API, url string) *producer.Producer {
+	t.Helper()
+	p, err := producer.New(api, producer.Config{QueueURL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// receiveN receives from a queue, without deleting, until it has at least n
+// messages, or fails the test.
+func receiveN(t *testing.T, c *sqs.Client, url string, n int) []types.Message {
+	t.Helper()
+	var got []types.Message
+	deadline := time.Now().Add(60 * time.Second)
+	for len(got) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of %d messages from %s", len(got), n, url)
+		}
+		got = append(got, testenv.ReceiveAll(t, c, url, time.Second, 60*time.Second)...)
+	}
+	return got
+}
+
+// A message sent with an idempotency key, attributes of each type and a
+// delay arrives with all of them, and not before its delay.
+func TestSendArrivesIntact(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	p := newProducer(t, c, q.URL)
+	const delay = 2 * time.Second
+	body := `{"order":42,"note":"ünïcode ✓ and\nnewlines"}`
+	id, err := p.Send(context.Background(), producer.Message{
+		Body:           body,
+		IdempotencyKey: "order-42",
+		Delay:          delay,
+		Attributes: map[string]sqsworker.MessageAttribute{
+			"tenant":      {DataType: "String", StringValue: "acme"},
+			"priority":    {DataType: "Number", StringValue: "3"},
+			"blob":        {DataType: "Binary", BinaryValue: []byte{0, 1, 2, 255}},
+			"kind.custom": {DataType: "String.json", StringValue: `{"a":1}`},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id == "" {
+		t.Fatal("Send returned an empty message ID")
+	}
+	msgs := receiveN(t, c, q.URL, 1)
+	if len(msgs) != 1 {
+		t.Fatalf("received %d messages, want 1", len(msgs))
+	}
+	m := msgs[0]
+	if got := aws.ToString(m.MessageId); got != id {
+		t.Errorf("message ID %q, Send returned %q", got, id)
+	}
+	if got := aws.ToString(m.Body); got != body {
+		t.Errorf("body %q, want %q", got, body)
+	}
+	want := map[string]types.MessageAttributeValue{
+		"idempotency-key": {DataType: aws.String("String"), StringValue: aws.String("order-42")},
+		"tenant":          {DataType: aws.String("String"), StringValue: aws.String("acme")},
+		"priority":        {DataType: aws.String("Number"), StringValue: aws.String("3")},
+		"blob":            {DataType: aws.String("Binary"), BinaryValue: []byte{0, 1, 2, 255}},
+		"kind.custom":     {DataType: aws.String("String.json"), StringValue: aws.String(`{"a":1}`)},
+	}
+	if len(m.MessageAttributes) != len(want) {
+		t.Errorf("got %d attributes, want %d: %v", len(m.MessageAttributes), len(want), m.MessageAttributes)
+	}
+	for name, w := range want {
+		g, ok := m.MessageAttributes[name]
+		switch {
+		case !ok:
+			t.Errorf("attribute %q missing", name)
+		case aws.ToString(g.DataType) != aws.ToString(w.DataType) || aws.ToString(g.StringValue) != aws.ToString(w.StringValue) || string(g.BinaryValue) != string(w.BinaryValue):
+			t.Errorf("attribute %q = %s %q %v, want %s %q %v", name,
+				aws.ToString(g.DataType), aws.ToString(g.StringValue), g.BinaryValue,
+				aws.ToString(w.DataType), aws.ToString(w.StringValue), w.BinaryValue)
+		}
+	}
+	// The delay is a lower bound: the message never arrives before it.
+	sent, _ := strconv.ParseInt(m.Attributes["SentTimestamp"], 10, 64)
+	first, _ := strconv.ParseInt(m.Attributes["ApproximateFirstReceiveTimestamp"], 10, 64)
+	if sent == 0 || first == 0 {
+		t.Errorf("no timestamps: %v", m.Attributes)
+	} else if waited := time.Duration(first-sent) * time.Millisecond; waited < delay-500*time.Millisecond {
+		t.Errorf("first received %s after it was sent, before its delay of %s", waited, delay)
+	}
+}
+
+// Send refuses an invalid message without calling SQS.
+func TestSendInvalidMakesNoCall(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	url := f.CreateQueue("jobs", nil)
+	p := newProducer(t, f, url)
+	_, err := p.Send(context.Background(), producer.Message{Body: ""})
+	if err == nil || !strings.Contains(err.Error(), "the body is empty") {
+		t.Errorf("err = %v, want one naming the empty body", err)
+	}
+	if n := f.Calls(sqstest.OpSendMessage); n != 0 {
+		t.Errorf("%d SendMessage calls, want 0", n)
+	}
+}
+
+// A batch of 25 messages takes three calls, and every message arrives.
+func TestSendBatchOf25(t *testing.T) {
+	t.Parallel()
+	var counter testenv.Counter
+	c := testenv.NewCountingSQS(t, &counter)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	p := newProducer(t, c, q.URL)
+	msgs := make([]producer.Message, 25)
+	var bodies []string
+	for i := range msgs {
+		msgs[i].Body = fmt.Sprintf("job-%02d", i)
+		bodies = append(bodies, msgs[i].Body)
+	}
+	counter.Reset()
+	res, err := p.SendBatch(context.Background(), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.Get("SendMessageBatch"); n != 3 {
+		t.Errorf("%d SendMessageBatch calls, want 3 (calls: %v)", n, counter.ByOperation())
+	}
+	if len(res) != len(msgs) {
+		t.Fatalf("%d results for %d messages", len(res), len(msgs))
+	}
+	ids := map[string]string{} // message ID -> body
+	for i, r := range res {
+		if r.Err != nil || r.MessageID == "" {
+			t.Errorf("result %d = %+v", i, r)
+		}
+		ids[r.MessageID] = msgs[i].Body
+	}
+	got := receiveN(t, c, q.URL, 25)
+	var gotBodies []string
+	for _, m := range got {
+		gotBodies = append(gotBodies, aws.ToString(m.Body))
+		if ids[aws.ToString(m.MessageId)] != aws.ToString(m.Body) {
+			t.Errorf("message %s has body %q; SendBatch reported it for %q", aws.ToString(m.MessageId), aws.ToString(m.Body), ids[aws.ToString(m.MessageId)])
+		}
+	}
+	slices.Sort(gotBodies)
+	if !slices.Equal(gotBodies, bodies) {
+		t.Errorf("received %v, want %v", gotBodies, bodies)
+	}
+}
+
+// Batches are split by size: three messages of 400 KiB do not fit in one
+// call of 1 MiB.
+func TestSendBatchSplitsBySize(t *testing.T) {
+	t.Parallel()
+	var counter testenv.Counter
+	c := testenv.NewCountingSQS(t, &counter)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	p := newProducer(t, c, q.URL)
+	msgs := make([]producer.Message, 3)
+	for i := range msgs {
+		msgs[i].Body = strings.Repeat(strconv.Itoa(i), 400<<10)
+	}
+	counter.Reset()
+	res, err := p.SendBatch(context.Background(), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.Get("SendMessageBatch"); n < 2 {
+		t.Errorf("%d SendMessageBatch calls, want at least 2", n)
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Errorf("message %d: %v", i, r.Err)
+		}
+	}
+	got := receiveN(t, c, q.URL, 3)
+	seen := map[string]bool{}
+	for _, m := range got {
+		b := aws.ToString(m.Body)
+		if len(b) != 400<<10 || strings.Trim(b, b[:1]) != "" {
+			t.Errorf("received a body of %d bytes, not one sent", len(b))
+			continue
+		}
+		seen[b[:1]] = true
+	}
+	if len(seen) != 3 {
+		t.Errorf("received bodies %v, want 0, 1 and 2", seen)
+	}
+}
+
+// Entries SQS failed on its side are sent again; the caller sees them
+// succeed.
+func TestSendBatchRetriesServerFailures(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	url := f.CreateQueue("jobs", nil)
+	p := newProducer(t, f, url)
+	f.FailEntries(sqstest.OpSendMessageBatch, "InternalError", false, 3)
+	msgs := make([]producer.Message, 5)
+	for i := range msgs {
+		msgs[i].Body = fmt.Sprintf("m%d", i)
+	}
+	res, err := p.SendBatch(context.Background(), msgs)
+	if err != nil {
+		t.Fatalf("SendBatch: %v", err)
+	}
+	for i, r := range res {
+		if r.Err != nil || r.MessageID == "" {
+			t.Errorf("result %d = %+v", i, r)
+		}
+	}
+	if n := f.Calls(sqstest.OpSendMessageBatch); n != 2 {
+		t.Errorf("%d SendMessageBatch calls, want 2 (one, then one for the three failed entries)", n)
+	}
+	if v, _, _ := f.Depth(url); v != 5 {
+		t.Errorf("%d messages in the queue, want 5", v)
+	}
+}
+
+// Each message's Result says what happened to it: entries SQS refused as
+// the sender's fault are not retried, invalid messages are not sent, and
+// the rest are.
+func TestSendBatchReportsEachMessage(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	url := f.CreateQueue("jobs", nil)
+	p := newProducer(t, f, url)
+	f.FailEntries(sqstest.OpSendMessageBatch, "InvalidParameterValue", true, 1)
+	msgs := []producer.Message{
+		{Body: "refused by SQS"},
+		{Body: ""}, // invalid
+		{Body: "fine"},
+		{Body: "too late", Delay: time.Hour}, // invalid
+		{Body: "also fine"},
+	}
+	res, err := p.SendBatch(context.Background(), msgs)
+	if err == nil {
+		t.Fatal("SendBatch returned no error")
+	}
+	for _, want := range []string{"message 0:", "InvalidParameterValue", "message 1:", "the body is empty", "message 3:", "delay 1h0m0s"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	for _, not := range []string{"message 2:", "message 4:"} {
+		if strings.Contains(err.Error(), not) {
+			t.Errorf("error %q mentions %q, which was sent", err, not)
+		}
+	}
+	for i, r := range res {
+		failed := i == 0 || i == 1 || i == 3
+		if failed != (r.Err != nil) || failed != (r.MessageID == "") {
+			t.Errorf("result %d = %+v, want failed=%v", i, r, failed)
+		}
+	}
+	if n := f.Calls(sqstest.OpSendMessageBatch); n != 1 {
+		t.Errorf("%d SendMessageBatch calls, want 1: a sender fault is not retried", n)
+	}
+	if v, _, _ := f.Depth(url); v != 2 {
+		t.Errorf("%d messages in the queue, want 2", v)
+	}
+}
+
+// Server-side failures are retried MaxAttempts times, then reported.
+func TestSendBatchGivesUpAfterMaxAttempts(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	url := f.CreateQueue("jobs", nil)
+	p, err := producer.New(f, producer.Config{QueueURL: url, MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.FailEntries(sqstest.OpSendMessageBatch, "InternalError", false, 100)
+	res, err := p.SendBatch(context.Background(), []producer.Message{{Body: "a"}, {Body: "b"}})
+	if err == nil || !strings.Contains(err.Error(), "InternalError") {
+		t.Errorf("err = %v, want one naming InternalError", err)
+	}
+	for i, r := range res {
+		if r.Err == nil {
+			t.Errorf("result %d succeeded", i)
+		}
+	}
+	if n := f.Calls(sqstest.OpSendMessageBatch); n != 3 {
+		t.Errorf("%d SendMessageBatch calls, want 3", n)
+	}
+}
+
+// A failed call fails each of its messages, not the other batches.
+func TestSendBatchCallFailure(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	url := f.CreateQueue("jobs", nil)
+	p := newProducer(t, f, url)
+	f.FailNext(sqstest.OpSendMessageBatch, &smithy.GenericAPIError{Code: "AccessDenied", Message: "no"}, 1)
+	msgs := make([]producer.Message, 12)
+	for i := range msgs {
+		msgs[i].Body = fmt.Sprintf("m%d", i)
+	}
+	res, err := p.SendBatch(context.Background(), msgs)
+	var ae smithy.APIError
+	if !errors.As(err, &ae) || ae.ErrorCode() != "AccessDenied" {
+		t.Errorf("err = %v, want the AccessDenied API error", err)
+	}
+	for i, r := range res {
+		if failed := i < 10; failed != (r.Err != nil) {
+			t.Errorf("result %d = %+v, want failed=%v", i, r, failed)
+		}
+	}
+	if v, _, _ := f.Depth(url); v != 2 {
+		t.Errorf("%d messages in the queue, want the 2 of the second batch", v)
+	}
+}
+
+// FIFO messages carry their group and deduplication IDs.
+func TestSendBatchFIFO(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true})
+	p := newProducer(t, c, q.URL)
+	msgs := []producer.Message{
+		{Body: "first", GroupID: "g1", DeduplicationID: "d1"},
+		{Body: "second", GroupID: "g1", DeduplicationID: "d2"},
+		{Body: "first again", GroupID: "g1", DeduplicationID: "d1"}, // deduplicated
+	}
+	if _, err := p.SendBatch(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	// A FIFO group's next message comes once the one before is deleted.
+	var got []types.Message
+	for len(got) < 2 {
+		for _, m := range receiveN(t, c, q.URL, 1) {
+			got = append(got, m)
+			if _, err := c.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &q.URL, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if extra := testenv.ReceiveAll(t, c, q.URL, 2*time.Second, 60*time.Second); len(extra) > 0 {
+		t.Errorf("received %d more messages; the duplicate was not deduplicated", len(extra))
+	}
+	var bodies []string
+	for _, m := range got {
+		bodies = append(bodies, aws.ToString(m.Body))
+		if g := m.Attributes["MessageGroupId"]; g != "g1" {
+			t.Errorf("message %q in group %q", aws.ToString(m.Body), g)
+		}
+	}
+	if !slices.Equal(bodies, []string{"first", "second"}) {
+		t.Errorf("received %q, want first and second, in order", bodies)
+	}
+}
+
+func TestNewInvalidConfig(t *testing.T) {
+	_, err := producer.New(nil, producer.Config{MaxAttempts: -1})
+	for _, want := range []string{"nil SQS client", "QueueURL is required", "MaxAttempts -1"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want one naming %q", err, want)
+		}
+	}
+}
+
+func attrs(n int) map[string]sqsworker.MessageAttribute {
+	m := map[string]sqsworker.MessageAttribute{}
+	for i := range n {
+		m[fmt.Sprintf("a%d", i)] = sqsworker.MessageAttribute{DataType: "String", StringValue: "v"}
+	}
+	return m
+}
+
+func TestValidate(t *testing.T) {
+	str := func(v string) sqsworker.MessageAttribute {
+		return sqsworker.MessageAttribute{DataType: "String", StringValue: v}
+	}
+	tests := []struct {
+		name string
+		m    producer.Message
+		fifo bool
+		want []string // substrings of the error; none for a valid message
+	}{
+		{name: "valid", m: producer.Message{Body: "x", IdempotencyKey: "k", Delay: 15 * time.Minute, Attributes: attrs(9)}},
+		{name: "valid FIFO", m: producer.Message{Body: "x", GroupID: "g", DeduplicationID: "d"}, fifo: true},
+		{name: "valid 1 MiB", m: producer.Message{Body: strings.Repeat("x", producer.MaxMessageSize)}},
+		{name: "empty body", m: producer.Message{}, want: []string{"the body is empty"}},
+		{name: "over 1 MiB", m: producer.Message{Body: strings.Repeat("x", producer.MaxMessageSize+1)},
+			want: []string{"1048577 bytes, over SQS's limit of 1048576"}},
+		{name: "over 1 MiB with attributes", m: producer.Message{Body: strings.Repeat("x", producer.MaxMessageSize-10), Attributes: map[string]sqsworker.MessageAttribute{"name": str("value")}},
+			want: []string{"over SQS's limit"}},
+		{name: "invalid character", m: producer.Message{Body: "a\x00b"}, want: []string{"character SQS does not allow at byte 1"}},
+		{name: "11 attributes", m: producer.Message{Body: "x", Attributes: attrs(11)}, want: []string{"11 message attributes, over SQS's limit of 10"}},
+		{name: "10 attributes and a key", m: producer.Message{Body: "x", Attributes: attrs(10), IdempotencyKey: "k"}, want: []string{"11 message attributes"}},
+		{name: "key twice", m: producer.Message{Body: "x", IdempotencyKey: "k", Attributes: map[string]sqsworker.MessageAttribute{"idempotency-key": str("k")}},
+			want: []string{`"idempotency-key" is set both`}},
+		{name: "bad name characters", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"a b": str("v")}},
+			want: []string{`attribute name "a b" has characters`}},
+		{name: "reserved prefix", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"AWS.thing": str("v")}},
+			want: []string{`"AWS.thing" uses a prefix reserved`}},
+		{name: "periods", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"a..b": str("v")}},
+			want: []string{`"a..b" starts or ends with a period`}},
+		{name: "long name", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{strings.Repeat("n", 257): str("v")}},
+			want: []string{"is not 1 to 256 characters"}},
+		{name: "empty value", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"e": str("")}},
+			want: []string{`attribute "e" has an empty value`}},
+		{name: "empty binary", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"b": {DataType: "Binary"}}},
+			want: []string{`attribute "b" has an empty value`}},
+		{name: "number not a number", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"n": {DataType: "Number", StringValue: "three"}}},
+			want: []string{`attribute "n" of type Number has the value "three"`}},
+		{name: "unknown type", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"t": {DataType: "Text", StringValue: "v"}}},
+			want: []string{`attribute "t" has the data type "Text"`}},
+		{name: "FIFO without group", m: producer.Message{Body: "x"}, fifo: true, want: []string{"a FIFO queue needs a message group ID"}},
+		{name: "delay on FIFO", m: producer.Message{Body: "x", GroupID: "g", Delay: time.Second}, fifo: true, want: []string{"FIFO queues take no per-message delay"}},
+		{name: "delay over 15m", m: producer.Message{Body: "x", Delay: 16 * time.Minute}, want: []string{"delay 16m0s is not a whole number of seconds in 0..15m"}},
+		{name: "negative delay", m: producer.Message{Body: "x", Delay: -time.Second}, want: []string{"delay -1s"}},
+		{name: "fractional delay", m: producer.Message{Body: "x", Delay: 1500 * time.Millisecond}, want: []string{"delay 1.5s"}},
+		{name: "bad group ID", m: producer.Message{Body: "x", GroupID: "a b"}, fifo: true, want: []string{`message group ID "a b" is not 1 to 128 printable ASCII`}},
+		{name: "long deduplication ID", m: producer.Message{Body: "x", GroupID: "g", DeduplicationID: strings.Repeat("d", 129)}, fifo: true,
+			want: []string{"deduplication ID"}},
+		{
+			name: "every problem at once",
+			m: producer.Message{
+				Body:  strings.Repeat("x", producer.MaxMessageSize+1),
+				Delay: 20 * time.Minute,
+				Attributes: func() map[string]sqsworker.MessageAttribute {
+					m := attrs(8)
+					m["bad name"] = str("v")
+					m["empty"] = str("")
+					m["num"] = sqsworker.MessageAttribute{DataType: "Number", StringValue: "NaN?"}
+					return m
+				}(),
+			},
+			fifo: true,
+			want: []string{
+				"over SQS's limit of 1048576", "delay 20m0s", "11 message attributes",
+				`"bad name" has characters`, `"empty" has an empty value`, `"num" of type Number`,
+				"needs a message group ID", "no per-message delay",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := producer.Validate(tt.m, tt.fifo)
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Errorf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate returned nil, want an error naming %q", tt.want)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not name %q", err, w)
+				}
+			}
+			if n := strings.Count(err.Error(), "\n") + 1; n != len(tt.want) {
+				t.Errorf("error names %d problems, want %d:\n%v", n, len(tt.want), err)
+			}
+		})
+	}
+}
+
+// Size counts the body and the attributes' names, types and values, the
+// idempotency key included.
+func TestSize(t *testing.T) {
+	m := producer.Message{
+		Body:           "12345",
+		IdempotencyKey: "k",
+		Attributes:     map[string]sqsworker.MessageAttribute{"n": {DataType: "Number", StringValue: "42"}},
+	}
+	want := 5 + len("idempotency-key") + len("String") + 1 + 1 + len("Number") + 2
+	if got := producer.Size(m); got != want {
+		t.Errorf("Size = %d, want %d", got, want)
+	}
+}
