@@ -75,8 +75,11 @@
 //
 // # Shutdown
 //
-// Shutdown, or cancelling Run's context, stops receiving at once, releases
-// messages received but not started (visibility 0), waits for running handlers
+// Shutdown, or cancelling Run's context, starts no new receive and lets the
+// long polls under way end (within WaitTime: a cancelled request could leave
+// messages SQS already handed it invisible for a whole visibility timeout),
+// then releases the messages received but not started (visibility 0), those
+// polls' included — waits for running handlers
 // until the deadline, then cancels their contexts with the cause ErrShutdown
 // and releases their messages, and finally sends the pending deletes and
 // visibility changes. A crash loses nothing either: messages not deleted come

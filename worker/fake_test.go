@@ -157,7 +157,7 @@ func TestFakeFIFOShutdownReleasesRestOfGroup(t *testing.T) {
 	started := make(chan struct{})
 	unblock := make(chan struct{})
 	var calls fakeCalls
-	r := start(t, api, worker.Config{QueueURL: url, WaitTime: 20 * time.Second}, sqsworker.HandlerFunc(
+	r := start(t, api, worker.Config{QueueURL: url, WaitTime: 2 * time.Second}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
 			calls.add(m)
 			if m.Body != "g0" {
@@ -173,7 +173,7 @@ func TestFakeFIFOShutdownReleasesRestOfGroup(t *testing.T) {
 		}))
 	<-started
 	// The poller is in its next long poll (the group is locked, so it
-	// waits there) when Shutdown stops it.
+	// waits there) when Shutdown is called; that poll runs to its end.
 	testenv.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "no second receive")
 	shut := make(chan error, 1)
 	go func() {
@@ -181,11 +181,8 @@ func TestFakeFIFOShutdownReleasesRestOfGroup(t *testing.T) {
 		defer cancel()
 		shut <- r.w.Shutdown(ctx)
 	}()
-	select {
-	case <-api.stopped:
-	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown did not stop receiving")
-	}
+	time.Sleep(100 * time.Millisecond) // Shutdown waits for g0
+	before := f.Calls(sqstest.OpReceiveMessage)
 	close(unblock)
 	select {
 	case err := <-shut:
@@ -194,6 +191,9 @@ func TestFakeFIFOShutdownReleasesRestOfGroup(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Shutdown did not return")
+	}
+	if after := f.Calls(sqstest.OpReceiveMessage); after != before {
+		t.Errorf("%d receives started after Shutdown", after-before)
 	}
 	if s := r.w.Stats(); s.Received != 5 || s.Succeeded != 1 || s.Deleted != 1 || s.Released != 4 || s.AckFailures != 0 {
 		t.Errorf("stats = %+v, want 5 received, 1 deleted, 4 released", s)

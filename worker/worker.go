@@ -152,9 +152,9 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 	return r.run(ctx)
 }
 
-// Shutdown stops the worker gracefully: it stops receiving, releases
-// received-but-unstarted messages at once (visibility 0), waits for in-flight
-// handlers until ctx ends, then cancels the handlers still running (their
+// Shutdown stops the worker gracefully: it starts no new receive, lets those
+// under way end (within WaitTime), then releases received-but-unstarted
+// messages (visibility 0); it waits for in-flight handlers until ctx ends, then cancels the handlers still running (their
 // context's cause is ErrShutdown, and their messages are released), sends the
 // pending deletes and visibility changes, and returns. It returns ctx's error
 // when ctx ended before all of that was done; Run itself returns only once
@@ -290,6 +290,7 @@ type run struct {
 
 	pollCtx    context.Context // cancelled when receiving stops
 	stopPoll   context.CancelFunc
+	pollsDone  chan struct{}   // closed once no receive is under way after stopping
 	handlerCtx context.Context // cancelled at the shutdown deadline
 	hardStop   context.CancelCauseFunc
 	pollers    sync.WaitGroup
@@ -371,6 +372,7 @@ func (r *run) ackResult(kind ackbatch.Kind, e ackbatch.Entry, err error) {
 
 func (r *run) run(ctx context.Context) error {
 	r.pollCtx, r.stopPoll = context.WithCancel(context.WithoutCancel(ctx))
+	r.pollsDone = make(chan struct{})
 	r.handlerCtx, r.hardStop = context.WithCancelCause(context.WithoutCancel(ctx))
 	defer r.hardStop(nil)
 	defer r.stopPoll()
@@ -409,18 +411,21 @@ func (r *run) run(ctx context.Context) error {
 	return nil
 }
 
-// stop shuts the run down; see Worker.Shutdown.
+// stop shuts the run down; see Worker.Shutdown. Receives under way are not
+// cut short: SQS may already have handed them messages, which a cancelled
+// request would leave invisible for a whole visibility timeout. They end
+// within WaitTime, and what they bring is released at once; only at the
+// deadline are they cancelled, with the handlers.
 func (r *run) stop(ctx context.Context) {
 	r.stopPoll()
-	r.pollers.Wait()
-	handled := make(chan struct{})
-	go func() { r.handlers.Wait(); close(handled) }()
+	done := make(chan struct{})
+	go func() { r.pollers.Wait(); close(r.pollsDone); r.handlers.Wait(); close(done) }()
 	select {
-	case <-handled:
+	case <-done:
 	case <-ctx.Done():
 		r.log.Warn("shutdown deadline passed; cancelling running handlers", "in_flight", r.w.stats.inFlight.Load())
 		r.hardStop(ErrShutdown)
-		<-handled
+		<-done
 	}
 	if r.ext != nil {
 		r.stopBeats()
@@ -451,8 +456,13 @@ func (r *run) poll() {
 		if n == 0 {
 			return
 		}
+		if r.pollCtx.Err() != nil {
+			r.releaseSlots(n)
+			return
+		}
 		in.MaxNumberOfMessages = int32(n)
-		out, err := r.w.api.ReceiveMessage(r.pollCtx, in, quietReceive)
+		// handlerCtx, not pollCtx: a receive under way at shutdown goes on.
+		out, err := r.w.api.ReceiveMessage(r.handlerCtx, in, quietReceive)
 		if err != nil {
 			r.releaseSlots(n)
 			if r.pollCtx.Err() != nil {
@@ -546,7 +556,7 @@ func (r *run) dispatch(msgs []types.Message) {
 		ds[i] = d
 	}
 	if r.pollCtx.Err() != nil { // received while stopping
-		r.release(ds)
+		r.releaseLater(ds)
 		return
 	}
 	if !r.info.FIFO {
@@ -563,7 +573,11 @@ func (r *run) dispatch(msgs []types.Message) {
 				// from the receive. Without heartbeats, release them when
 				// half of it is gone; with heartbeats, when it was lost.
 				late := r.ext == nil && i > 0 && r.vis > 0 && time.Since(d.receivedAt) > r.vis/2
-				if r.pollCtx.Err() != nil || late || d.ctx.Err() != nil {
+				if r.pollCtx.Err() != nil {
+					r.releaseLater(group[i:])
+					return
+				}
+				if late || d.ctx.Err() != nil {
 					r.release(group[i:])
 					return
 				}
@@ -590,6 +604,17 @@ func groupByID(ds []delivery) [][]delivery {
 		groups[i] = append(groups[i], d)
 	}
 	return groups
+}
+
+// releaseLater releases messages once no receive of this worker is under
+// way, so that its own last long polls do not take them again (which would
+// count as one more receive). It runs only while stopping, when that takes
+// at most WaitTime.
+func (r *run) releaseLater(ds []delivery) {
+	r.handlers.Go(func() {
+		<-r.pollsDone
+		r.release(ds)
+	})
 }
 
 // release makes unprocessed messages visible again at once and frees their

@@ -404,3 +404,24 @@ func TestShutdownDeadlineReleasesRunning(t *testing.T) {
 		t.Errorf("%d messages visible after shutdown, want 3", len(got))
 	}
 }
+
+// A message sent while the worker shuts down is not swallowed by the long
+// poll under way: it is released at once, not left invisible for the
+// visibility timeout.
+func TestShutdownDuringLongPollHidesNothing(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 5 * time.Minute})
+	r := start(t, c, worker.Config{QueueURL: q.URL, WaitTime: 3 * time.Second}, sqsworker.HandlerFunc(
+		func(ctx context.Context, m *sqsworker.Message) error { return nil }))
+	time.Sleep(500 * time.Millisecond) // the poller waits in a long poll
+	stopped := make(chan struct{})
+	go func() { r.stop(30 * time.Second); close(stopped) }()
+	time.Sleep(200 * time.Millisecond)
+	testenv.Send(t, c, q.URL, "", "late")
+	<-stopped
+	got := testenv.ReceiveAll(t, c, q.URL, time.Second, 60*time.Second)
+	if len(got) != 1 {
+		t.Errorf("%d messages visible after shutdown, want the late one (stats %+v)", len(got), r.w.Stats())
+	}
+}
