@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
 
@@ -92,6 +93,23 @@ type Config struct {
 	// Default slog.Default().
 	Logger *slog.Logger
 
+	// Metrics receives the worker's figures (see package metrics for the
+	// vocabulary), such as a metrics.EMF writing to stdout. Default none:
+	// nothing is measured.
+	Metrics metrics.Recorder
+
+	// MetricsInterval is how often the worker polls the depth of the queue
+	// and of its dead-letter queue (GetQueueAttributes, two requests) and
+	// flushes Metrics when it has a Flush() error method. Default 60s.
+	MetricsInterval time.Duration
+
+	// DisableDepth stops the depth polling.
+	DisableDepth bool
+
+	// HandlerName is the handler dimension of the metrics. Default
+	// "handler".
+	HandlerName string
+
 	// Host names this worker in dead-letter metadata. Default os.Hostname().
 	Host string
 }
@@ -135,6 +153,9 @@ func (c *Config) validate() error {
 	if c.AckInterval < 0 {
 		bad("AckInterval %s is negative", c.AckInterval)
 	}
+	if c.MetricsInterval < 0 {
+		bad("MetricsInterval %s is negative", c.MetricsInterval)
+	}
 	if c.ShutdownTimeout < 0 {
 		bad("ShutdownTimeout %s is negative", c.ShutdownTimeout)
 	}
@@ -170,6 +191,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.MetricsInterval == 0 {
+		c.MetricsInterval = time.Minute
+	}
+	if c.HandlerName == "" {
+		c.HandlerName = "handler"
 	}
 	return c
 }

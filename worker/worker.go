@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
 
@@ -282,6 +284,9 @@ type run struct {
 	mover  *queue.Mover
 	ext    *visibility.Extender // nil with heartbeats off
 	policy outcome.Policy
+	rec    metrics.Recorder // metrics.Nop when none is configured
+	dq     metrics.Dims     // the queue's dimensions
+	dqh    metrics.Dims     // the queue's and the handler's
 	log    *slog.Logger
 	vis    time.Duration // visibility timeout in effect; 0 if none
 	margin time.Duration // kept free at the end of a lease to send the ack
@@ -290,7 +295,9 @@ type run struct {
 
 	pollCtx    context.Context // cancelled when receiving stops
 	stopPoll   context.CancelFunc
-	pollsDone  chan struct{}   // closed once no receive is under way after stopping
+	pollsDone  chan struct{}  // closed once no receive is under way after stopping
+	reporter   sync.WaitGroup // the metrics reporter
+	stopReport context.CancelFunc
 	handlerCtx context.Context // cancelled at the shutdown deadline
 	hardStop   context.CancelCauseFunc
 	pollers    sync.WaitGroup
@@ -337,6 +344,7 @@ func (w *Worker) newRun(info queue.Info, h sqsworker.Handler) (*run, error) {
 		onExtend := hb.OnExtend
 		hb.OnExtend = func(m *sqsworker.Message, until time.Time) {
 			w.stats.extensions.Add(1)
+			r.rec.Add(metrics.VisibilityExtensions, 1, r.dq)
 			if onExtend != nil {
 				onExtend(m, until)
 			}
@@ -348,6 +356,12 @@ func (w *Worker) newRun(info queue.Info, h sqsworker.Handler) (*run, error) {
 		r.ext = ext
 		w.ext.Store(ext)
 	}
+	r.rec = cfg.Metrics
+	if r.rec == nil {
+		r.rec = metrics.Nop{}
+	}
+	r.dq = metrics.Dims{Queue: metrics.QueueName(info.URL)}
+	r.dqh = metrics.Dims{Queue: r.dq.Queue, Handler: cfg.HandlerName}
 	r.policy = outcome.Policy{Backoff: cfg.Backoff, MaxReceiveCount: cfg.MaxReceiveCount, HasDLQ: cfg.DeadLetterQueueURL != ""}
 	r.mover = &queue.Mover{API: w.api, URL: cfg.DeadLetterQueueURL, FIFO: queue.IsFIFOURL(cfg.DeadLetterQueueURL), Host: cfg.Host}
 	r.acks = ackbatch.New(w.api, ackbatch.Config{
@@ -384,6 +398,11 @@ func (r *run) run(ctx context.Context) error {
 		var bctx context.Context
 		bctx, r.stopBeats = context.WithCancel(context.WithoutCancel(ctx))
 		r.beats.Go(func() { _ = r.ext.Run(bctx) })
+	}
+	if r.cfg.Metrics != nil {
+		var rctx context.Context
+		rctx, r.stopReport = context.WithCancel(context.WithoutCancel(ctx))
+		r.reporter.Go(func() { r.report(rctx) })
 	}
 	for range r.cfg.Pollers {
 		r.pollers.Go(r.poll)
@@ -431,6 +450,10 @@ func (r *run) stop(ctx context.Context) {
 		r.stopBeats()
 		r.beats.Wait()
 	}
+	if r.stopReport != nil {
+		r.stopReport()
+		r.reporter.Wait()
+	}
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackFlushGrace)
 	defer cancel()
 	if ctx.Err() == nil {
@@ -438,6 +461,66 @@ func (r *run) stop(ctx context.Context) {
 	}
 	if err := r.acks.Close(fctx); err != nil {
 		r.log.Error("pending acknowledgements not sent; their messages will come back after their visibility timeout", "error", err)
+	}
+}
+
+// report polls the depth of the queue and its dead-letter queue and flushes
+// the metrics every MetricsInterval, and flushes them once more at the end.
+func (r *run) report(ctx context.Context) {
+	flusher, _ := r.cfg.Metrics.(interface{ Flush() error })
+	tick := time.NewTicker(r.cfg.MetricsInterval)
+	defer tick.Stop()
+	for {
+		if !r.cfg.DisableDepth {
+			r.pollDepth(ctx)
+		}
+		if flusher != nil {
+			if err := flusher.Flush(); err != nil {
+				r.log.Warn("flushing metrics failed", "error", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			if flusher != nil {
+				_ = flusher.Flush()
+			}
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// pollDepth sets the depth gauges of the queue and of its dead-letter queue.
+func (r *run) pollDepth(ctx context.Context) {
+	read := func(url string) (map[string]string, error) {
+		out, err := r.w.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &url, AttributeNames: []types.QueueAttributeName{
+			types.QueueAttributeNameApproximateNumberOfMessages,
+			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+			types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
+		}})
+		if err != nil {
+			return nil, err
+		}
+		return out.Attributes, nil
+	}
+	num := func(a map[string]string, k string) float64 {
+		n, _ := strconv.ParseFloat(a[k], 64)
+		return n
+	}
+	if a, err := read(r.info.URL); err == nil {
+		r.rec.Set(metrics.QueueVisible, num(a, "ApproximateNumberOfMessages"), r.dq)
+		r.rec.Set(metrics.QueueInFlight, num(a, "ApproximateNumberOfMessagesNotVisible"), r.dq)
+		r.rec.Set(metrics.QueueDelayed, num(a, "ApproximateNumberOfMessagesDelayed"), r.dq)
+	} else if ctx.Err() == nil {
+		r.log.Warn("reading the queue's depth failed", "error", err)
+	}
+	if r.cfg.DeadLetterQueueURL == "" {
+		return
+	}
+	if a, err := read(r.cfg.DeadLetterQueueURL); err == nil {
+		r.rec.Set(metrics.DeadLetterQueueVisible, num(a, "ApproximateNumberOfMessages"), r.dq)
+	} else if ctx.Err() == nil {
+		r.log.Warn("reading the dead-letter queue's depth failed", "error", err)
 	}
 }
 
@@ -547,6 +630,7 @@ func (d delivery) settle() bool {
 func (r *run) dispatch(msgs []types.Message) {
 	now := time.Now()
 	r.w.stats.received.Add(int64(len(msgs)))
+	r.rec.Add(metrics.MessagesReceived, int64(len(msgs)), r.dq)
 	ds := make([]delivery, len(msgs))
 	for i := range msgs {
 		d := delivery{msg: sqsmsg.FromSDK(r.info.URL, &msgs[i]), receivedAt: now, ctx: r.handlerCtx}
@@ -643,19 +727,28 @@ func (r *run) process(d delivery) bool {
 		ctx, cancel = context.WithDeadlineCause(ctx, d.receivedAt.Add(r.vis-r.margin), ErrHandlerTimeout)
 	}
 	start := time.Now()
+	r.rec.Set(metrics.InFlight, float64(r.w.stats.inFlight.Load()), r.dq)
 	err := outcome.Call(ctx, r.h, m)
 	cancel()
-	r.w.stats.inFlight.Add(-1)
+	end := time.Now()
+	r.rec.Set(metrics.InFlight, float64(r.w.stats.inFlight.Add(-1)), r.dq)
+	r.rec.Observe(metrics.HandlerDuration, end.Sub(start).Seconds(), r.dqh)
+	r.rec.Observe(metrics.ReceiveToDoneLatency, end.Sub(d.receivedAt).Seconds(), r.dq)
+	if !m.SentAt.IsZero() {
+		r.rec.Observe(metrics.EnqueueToDoneLatency, end.Sub(m.SentAt).Seconds(), r.dq)
+	}
 	if !d.settle() {
 		// Another consumer may hold the message now: acknowledging with
 		// this receipt handle would fail, or worse, undo its work.
 		r.w.stats.leasesLost.Add(1)
+		r.rec.Add(metrics.LeasesLost, 1, r.dq)
 		r.log.Warn("lease lost while the handler ran; the message is left to SQS and may be handled again",
 			"message_id", m.ID, "attempt", m.ReceiveCount, "handler_error", err, "cause", context.Cause(d.ctx))
 		return err == nil
 	}
 	if err == nil {
 		r.w.stats.succeeded.Add(1)
+		r.rec.Add(metrics.MessagesSucceeded, 1, r.dqh)
 		r.delete(d)
 		return true
 	}
@@ -669,12 +762,15 @@ func (r *run) settleFailure(d delivery, err error, took time.Duration) {
 	dec := r.policy.Decide(err, m.ReceiveCount)
 	if dec.Action == outcome.Postpone {
 		r.w.stats.postponed.Add(1)
+		r.rec.Add(metrics.MessagesPostponed, 1, r.dq)
 		vis := r.changeVisibility(d, dec.Delay)
 		r.log.Debug("message postponed", "message_id", m.ID, "attempt", m.ReceiveCount, "retry_in", vis)
 		return
 	}
 	r.w.stats.failed.Add(1)
-	log := r.log.With("message_id", m.ID, "attempt", m.ReceiveCount, "error_class", sqsworker.ErrorClass(err), "duration", took)
+	class := sqsworker.ErrorClass(err)
+	r.rec.Add(metrics.MessagesFailed, 1, metrics.Dims{Queue: r.dq.Queue, Handler: r.dqh.Handler, ErrorClass: class})
+	log := r.log.With("message_id", m.ID, "attempt", m.ReceiveCount, "error_class", class, "duration", took)
 	var p *sqsworker.PanicError
 	if errors.As(err, &p) {
 		r.w.stats.panics.Add(1)
@@ -699,6 +795,7 @@ func (r *run) settleFailure(d delivery, err error, took time.Duration) {
 		log.Error("permanent failure but the queue has no dead-letter queue; retrying with backoff", "error", err)
 	}
 	r.w.stats.retried.Add(1)
+	r.rec.Add(metrics.MessagesRetried, 1, r.dq)
 	vis := r.changeVisibility(d, dec.Delay)
 	log.Warn("handler failed; retrying", "error", err, "retry_in", vis)
 }
@@ -717,6 +814,7 @@ func (r *run) deadLetter(d delivery, cause error, log *slog.Logger) bool {
 		log.Warn("message has too many attributes for failure metadata; dead-lettered without it", "error", cause)
 	}
 	r.w.stats.deadLettered.Add(1)
+	r.rec.Add(metrics.MessagesDeadLettered, 1, metrics.Dims{Queue: r.dq.Queue, ErrorClass: sqsworker.ErrorClass(cause)})
 	log.Error("message dead-lettered", "error", cause, "dead_letter_queue", r.mover.URL)
 	r.delete(d)
 	return true

@@ -1,0 +1,117 @@
+// Package metrics is the one vocabulary of figures the runtimes emit — queue
+// depth, failures by error class, dead-letter volume, latency — and the small
+// interface sinks implement. It imports only the standard library: the EMF
+// sink is here; Prometheus and OpenTelemetry sinks live in modules of their
+// own.
+//
+// | name                      | kind      | unit    | dimensions                  | meaning |
+// |---------------------------|-----------|---------|-----------------------------|---------|
+// | messages_received         | counter   | count   | queue                       | messages received |
+// | messages_succeeded        | counter   | count   | queue, handler              | handlers that returned nil |
+// | messages_failed           | counter   | count   | queue, handler, error_class | handlers that failed (panics included) |
+// | messages_retried          | counter   | count   | queue                       | failures given a backoff or RetryAfter delay |
+// | messages_postponed        | counter   | count   | queue                       | RetryAfter with a nil error: not failures |
+// | messages_dead_lettered    | counter   | count   | queue, error_class          | messages moved to the dead-letter queue |
+// | visibility_extensions     | counter   | count   | queue                       | heartbeat extensions |
+// | leases_lost               | counter   | count   | queue                       | messages whose visibility lease was lost |
+// | idempotent_duplicates     | counter   | count   | queue                       | duplicates acknowledged without running the handler |
+// | handler_duration          | histogram | seconds | queue, handler              | time in the handler |
+// | enqueue_to_done_latency   | histogram | seconds | queue                       | from SentTimestamp to the handler's end |
+// | receive_to_done_latency   | histogram | seconds | queue                       | from the receive to the handler's end |
+// | in_flight                 | gauge     | count   | queue                       | handlers running |
+// | queue_visible             | gauge     | count   | queue                       | ApproximateNumberOfMessages (worker only) |
+// | queue_in_flight           | gauge     | count   | queue                       | ApproximateNumberOfMessagesNotVisible |
+// | queue_delayed             | gauge     | count   | queue                       | ApproximateNumberOfMessagesDelayed |
+// | dlq_visible               | gauge     | count   | queue (the source queue)    | the dead-letter queue's ApproximateNumberOfMessages |
+//
+// The age of the oldest message is not part of the SQS API (it is the
+// CloudWatch metric ApproximateAgeOfOldestMessage, which the infra alarms
+// use), so the worker cannot poll it.
+//
+// Dimensions stay low-cardinality: the queue's name, the error class
+// (sqsworker.ErrorClass) and the handler's name; never message IDs.
+package metrics
+
+import "time"
+
+// Names of the metrics.
+const (
+	MessagesReceived       = "messages_received"
+	MessagesSucceeded      = "messages_succeeded"
+	MessagesFailed         = "messages_failed"
+	MessagesRetried        = "messages_retried"
+	MessagesPostponed      = "messages_postponed"
+	MessagesDeadLettered   = "messages_dead_lettered"
+	VisibilityExtensions   = "visibility_extensions"
+	LeasesLost             = "leases_lost"
+	IdempotentDuplicates   = "idempotent_duplicates"
+	HandlerDuration        = "handler_duration"
+	EnqueueToDoneLatency   = "enqueue_to_done_latency"
+	ReceiveToDoneLatency   = "receive_to_done_latency"
+	InFlight               = "in_flight"
+	QueueVisible           = "queue_visible"
+	QueueInFlight          = "queue_in_flight"
+	QueueDelayed           = "queue_delayed"
+	DeadLetterQueueVisible = "dlq_visible"
+)
+
+// Dims are the dimensions of one measurement. Empty fields are left out.
+type Dims struct {
+	Queue      string // the queue's name
+	Handler    string // the handler's name
+	ErrorClass string
+}
+
+// Recorder receives measurements. Implementations must be safe for
+// concurrent use and cheap: the runtimes call them on every message.
+type Recorder interface {
+	// Add adds n to a counter.
+	Add(name string, n int64, d Dims)
+	// Observe records one value of a histogram; durations in seconds.
+	Observe(name string, v float64, d Dims)
+	// Set sets a gauge.
+	Set(name string, v float64, d Dims)
+}
+
+// Seconds converts a duration for Observe.
+func Seconds(d time.Duration) float64 { return d.Seconds() }
+
+// Multi sends every measurement to each recorder.
+func Multi(rs ...Recorder) Recorder { return multi(rs) }
+
+type multi []Recorder
+
+func (m multi) Add(name string, n int64, d Dims) {
+	for _, r := range m {
+		r.Add(name, n, d)
+	}
+}
+
+func (m multi) Observe(name string, v float64, d Dims) {
+	for _, r := range m {
+		r.Observe(name, v, d)
+	}
+}
+
+func (m multi) Set(name string, v float64, d Dims) {
+	for _, r := range m {
+		r.Set(name, v, d)
+	}
+}
+
+// Nop records nothing. The runtimes use it when no Recorder is configured.
+type Nop struct{}
+
+func (Nop) Add(string, int64, Dims)       {}
+func (Nop) Observe(string, float64, Dims) {}
+func (Nop) Set(string, float64, Dims)     {}
+
+// QueueName returns the name of a queue from its URL: its last path element.
+func QueueName(url string) string {
+	for i := len(url) - 1; i >= 0; i-- {
+		if url[i] == '/' {
+			return url[i+1:]
+		}
+	}
+	return url
+}
