@@ -1,6 +1,7 @@
 package idempotency_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/metrics"
 )
 
 // newStore creates a fresh table and a store on it.
@@ -280,5 +282,26 @@ func TestCacheAnswersDuplicates(t *testing.T) {
 	}
 	if s := g.Stats(); s.CacheHits != 5 || s.Duplicates != 5 {
 		t.Errorf("stats = %+v", s)
+	}
+}
+
+// Duplicates acknowledged without running are counted in the metrics.
+func TestDuplicatesCounted(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewDynamoDB(t)
+	var out bytes.Buffer
+	emf := metrics.NewEMF(&out, "test")
+	g, _ := idempotency.New(newStore(t, c, idempotency.StoreConfig{}), idempotency.Config{Metrics: emf})
+	h := g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+	for range 3 {
+		m := msg("counted", "b")
+		m.QueueURL = "https://sqs.eu-west-1.amazonaws.com/1/orders"
+		if err := h.HandleMessage(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = emf.Flush()
+	if !strings.Contains(out.String(), `"idempotent_duplicates":2`) || !strings.Contains(out.String(), `"queue":"orders"`) {
+		t.Errorf("EMF: %s", out.String())
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
 
@@ -85,6 +86,9 @@ type Config struct {
 	// Logger receives lost claims and store failures. Default
 	// slog.Default().
 	Logger *slog.Logger
+	// Metrics counts duplicates acknowledged without running the handler
+	// (metrics.IdempotentDuplicates, by queue). Default none.
+	Metrics metrics.Recorder
 }
 
 // maxItemSize is DynamoDB's limit on an item's size.
@@ -155,6 +159,9 @@ func New(store Store, cfg Config) (*Guard, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.Nop{}
 	}
 	g := &Guard{store: store, cfg: cfg, now: time.Now}
 	if cfg.CacheSize > 0 {
@@ -231,6 +238,7 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	if g.cache != nil && g.cache.has(key, now) {
 		g.cacheHits.Add(1)
 		g.duplicates.Add(1)
+		g.cfg.Metrics.Add(metrics.IdempotentDuplicates, 1, metrics.Dims{Queue: metrics.QueueName(m.QueueURL)})
 		if g.cfg.OnDuplicate != nil {
 			return g.cfg.OnDuplicate(ctx, m, &Record{Key: key, Status: StatusCompleted})
 		}
@@ -313,6 +321,7 @@ func (g *Guard) duplicate(ctx context.Context, m *sqsworker.Message, key, hash s
 	}
 	if r.Status == StatusCompleted {
 		g.duplicates.Add(1)
+		g.cfg.Metrics.Add(metrics.IdempotentDuplicates, 1, metrics.Dims{Queue: metrics.QueueName(m.QueueURL)})
 		if g.cache != nil {
 			g.cache.add(key, r.Expiry)
 		}

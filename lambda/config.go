@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
 
@@ -68,6 +69,17 @@ type Config struct {
 	// Logger receives the adapter's logs, with the Lambda request ID.
 	// Message bodies are never logged. Default slog.Default().
 	Logger *slog.Logger
+
+	// Metrics receives the adapter's figures (see package metrics), such
+	// as a metrics.EMF writing to stdout, which Lambda's log stream turns
+	// into CloudWatch metrics with no API call. It is flushed after every
+	// invocation when it has a Flush() error method. Queue depth is not
+	// polled in Lambda: use SQS's own CloudWatch metrics. Default none.
+	Metrics metrics.Recorder
+
+	// HandlerName is the handler dimension of the metrics. Default the
+	// AWS_LAMBDA_FUNCTION_NAME environment variable, else "handler".
+	HandlerName string
 
 	// Host names this function in dead-letter metadata. Default the
 	// AWS_LAMBDA_FUNCTION_NAME environment variable, else the host name.

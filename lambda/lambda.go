@@ -19,6 +19,7 @@ import (
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
 
@@ -84,16 +85,27 @@ func NewHandler(h sqsworker.Handler, cfg Config) (HandlerFunc, error) {
 	if cfg.Host == "" {
 		cfg.Host = os.Getenv("AWS_LAMBDA_FUNCTION_NAME")
 	}
+	if cfg.HandlerName == "" {
+		cfg.HandlerName = os.Getenv("AWS_LAMBDA_FUNCTION_NAME")
+	}
+	if cfg.HandlerName == "" {
+		cfg.HandlerName = "handler"
+	}
+	rec := cfg.Metrics
+	if rec == nil {
+		rec = metrics.Nop{}
+	}
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
-	a := &adapter{h: h, cfg: cfg, queues: map[string]*queueState{}}
+	a := &adapter{h: h, cfg: cfg, rec: rec, queues: map[string]*queueState{}}
 	return a.invoke, nil
 }
 
 type adapter struct {
 	h   sqsworker.Handler
 	cfg Config
+	rec metrics.Recorder
 
 	mu     sync.Mutex
 	queues map[string]*queueState // by URL, read once per execution environment
@@ -101,6 +113,7 @@ type adapter struct {
 
 // queueState is what the adapter knows of one queue.
 type queueState struct {
+	dims   metrics.Dims // the queue's name
 	info   queue.Info
 	policy outcome.Policy
 	mover  *queue.Mover
@@ -126,6 +139,7 @@ func (a *adapter) state(ctx context.Context, url string) (*queueState, error) {
 		maxReceive = info.MaxReceiveCount
 	}
 	st = &queueState{
+		dims:   metrics.Dims{Queue: metrics.QueueName(url)},
 		info:   info,
 		policy: outcome.Policy{Backoff: a.cfg.Backoff, MaxReceiveCount: maxReceive, HasDLQ: dlq != ""},
 		mover:  &queue.Mover{API: a.cfg.Client, URL: dlq, FIFO: queue.IsFIFOURL(dlq), Host: a.cfg.Host},
@@ -217,6 +231,13 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			if hb.VisibilityTimeout < time.Second {
 				continue
 			}
+			onExtend, dims := hb.OnExtend, st.dims
+			hb.OnExtend = func(m *sqsworker.Message, until time.Time) {
+				a.rec.Add(metrics.VisibilityExtensions, 1, dims)
+				if onExtend != nil {
+					onExtend(m, until)
+				}
+			}
 			ext, err := visibility.New(a.cfg.Client, hb)
 			if err != nil {
 				stopBeats()
@@ -225,6 +246,13 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			exts[st] = ext
 			beats.Go(func() { _ = ext.Run(bctx) })
 		}
+	}
+	received := map[metrics.Dims]int64{}
+	for _, rec := range recs {
+		received[rec.dims()]++
+	}
+	for d, n := range received {
+		a.rec.Add(metrics.MessagesReceived, n, d)
 	}
 	receivedAt := start.Add(-a.cfg.BatchingWindow)
 	for _, rec := range recs {
@@ -256,6 +284,11 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 	}
 	inv.report(ctx, recs)
+	if f, ok := a.rec.(interface{ Flush() error }); ok {
+		if err := f.Flush(); err != nil {
+			log.Warn("flushing metrics failed", "error", err)
+		}
+	}
 	for _, rec := range recs {
 		if rec.failed {
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.msg.ID})
@@ -311,6 +344,14 @@ func (inv *invocation) tooLate(rec *record) bool {
 	return true
 }
 
+// dims returns the metric dimensions of the record's queue.
+func (r *record) dims() metrics.Dims {
+	if r.st == nil {
+		return metrics.Dims{Queue: metrics.QueueName(r.msg.QueueURL)}
+	}
+	return r.st.dims
+}
+
 func (r *record) fail(visibility time.Duration) {
 	r.failed, r.visibility = true, visibility
 }
@@ -319,36 +360,50 @@ func (r *record) fail(visibility time.Duration) {
 // whether the record succeeded (or was dead-lettered).
 func (inv *invocation) process(rec *record) bool {
 	m := rec.msg
+	r, dq := inv.a.rec, rec.dims()
+	dqh := metrics.Dims{Queue: dq.Queue, Handler: inv.a.cfg.HandlerName}
 	start := time.Now()
 	err := outcome.Call(rec.ctx, inv.a.h, m)
+	end := time.Now()
+	r.Observe(metrics.HandlerDuration, end.Sub(start).Seconds(), dqh)
+	if !m.SentAt.IsZero() {
+		r.Observe(metrics.EnqueueToDoneLatency, end.Sub(m.SentAt).Seconds(), dq)
+	}
 	if rec.lease != nil {
 		rec.lease.Release()
 		if errors.Is(context.Cause(rec.ctx), visibility.ErrLeaseLost) {
+			r.Add(metrics.LeasesLost, 1, dq)
 			inv.log.Warn("lease lost while the handler ran; reported failed", "message_id", m.ID, "handler_error", err)
 			rec.failed, rec.keep = true, true
 			return false
 		}
 	}
 	if err == nil {
+		r.Add(metrics.MessagesSucceeded, 1, dqh)
 		return true
 	}
+	class := sqsworker.ErrorClass(err)
 	log := inv.log.With("message_id", m.ID, "queue", m.QueueURL, "attempt", m.ReceiveCount,
-		"error_class", sqsworker.ErrorClass(err), "duration", time.Since(start))
+		"error_class", class, "duration", end.Sub(start))
 	var p *sqsworker.PanicError
 	if errors.As(err, &p) {
 		log.Error("handler panicked", "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
 	}
 	if rec.st == nil {
+		r.Add(metrics.MessagesFailed, 1, metrics.Dims{Queue: dq.Queue, Handler: dqh.Handler, ErrorClass: class})
 		log.Warn("handler failed; reported failed", "error", err)
 		rec.failed, rec.keep = true, true
 		return false
 	}
 	dec := rec.st.policy.Decide(err, m.ReceiveCount)
-	switch {
-	case dec.Action == outcome.Postpone:
+	if dec.Action == outcome.Postpone {
+		r.Add(metrics.MessagesPostponed, 1, dq)
 		log.Debug("record postponed", "retry_in", dec.Delay)
 		rec.fail(dec.Delay)
 		return false
+	}
+	r.Add(metrics.MessagesFailed, 1, metrics.Dims{Queue: dq.Queue, Handler: dqh.Handler, ErrorClass: class})
+	switch {
 	case dec.Action == outcome.DeadLetter:
 		mctx, cancel := context.WithTimeout(context.WithoutCancel(rec.ctx), 10*time.Second)
 		withMeta, merr := rec.st.mover.Move(mctx, m, err)
@@ -357,6 +412,7 @@ func (inv *invocation) process(rec *record) bool {
 			if !withMeta {
 				log.Warn("record has too many attributes for failure metadata; dead-lettered without it")
 			}
+			r.Add(metrics.MessagesDeadLettered, 1, metrics.Dims{Queue: dq.Queue, ErrorClass: class})
 			log.Error("record dead-lettered", "error", err, "dead_letter_queue", rec.st.mover.URL)
 			return true // handled: Lambda deletes it
 		}
@@ -364,6 +420,7 @@ func (inv *invocation) process(rec *record) bool {
 	case dec.Permanent:
 		log.Error("permanent failure but the queue has no dead-letter queue; retrying with backoff", "error", err)
 	}
+	r.Add(metrics.MessagesRetried, 1, dq)
 	log.Warn("handler failed; retrying", "error", err, "retry_in", dec.Delay)
 	rec.fail(dec.Delay)
 	return false
