@@ -36,6 +36,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -212,12 +213,16 @@ func run(o options) error {
 		}
 		return err
 	})
+	figures := metrics.NewMemory()
 	w, err := worker.New(client, worker.Config{
-		QueueURL:    queueURL,
-		Concurrency: 4,
-		WaitTime:    time.Second,
-		Backoff:     sqsworker.ExponentialBackoff{Base: time.Second, Cap: 4 * time.Second},
-		Logger:      logger,
+		QueueURL:        queueURL,
+		Concurrency:     4,
+		WaitTime:        time.Second,
+		Backoff:         sqsworker.ExponentialBackoff{Base: time.Second, Cap: 4 * time.Second},
+		Logger:          logger,
+		Metrics:         figures,
+		MetricsInterval: time.Second,
+		HandlerName:     "demo",
 	})
 	if err != nil {
 		return err
@@ -244,6 +249,8 @@ func run(o options) error {
 		if err := <-done; err != nil {
 			return err
 		}
+		fmt.Printf("\nthe worker's metrics (package metrics; in production an EMF or Prometheus sink):\n")
+		_ = figures.WriteTable(os.Stdout)
 		fmt.Printf("\nworker stopped; the queues stay for the sqsworker CLI (dead-letter queue %s-dlq)\n", name)
 		return nil
 	}
@@ -275,9 +282,8 @@ func run(o options) error {
 	if err := <-done; err != nil {
 		return err
 	}
-	s := w.Stats()
-	fmt.Printf("worker stats: received %d, succeeded %d, failed %d (%d panics), retried %d, dead-lettered %d, deleted %d\n",
-		s.Received, s.Succeeded, s.Failed, s.Panics, s.Retried, s.DeadLettered, s.Deleted)
+	fmt.Printf("the worker's metrics (package metrics; in production an EMF or Prometheus sink):\n")
+	_ = figures.WriteTable(os.Stdout)
 	for _, u := range []string{queueURL, dlqURL} {
 		_, _ = client.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(u)})
 	}
