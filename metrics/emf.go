@@ -59,7 +59,8 @@ func (e *EMF) Add(name string, n int64, d Dims) {
 	e.mu.Unlock()
 }
 
-// Observe implements Recorder. Values are kept to three significant digits.
+// Observe implements Recorder. Values are kept to about three significant
+// digits (ten bits of mantissa), so that they aggregate.
 func (e *EMF) Observe(name string, v float64, d Dims) {
 	v = round3(v)
 	e.mu.Lock()
@@ -80,12 +81,11 @@ func (e *EMF) Set(name string, v float64, d Dims) {
 	e.mu.Unlock()
 }
 
+// round3 keeps the ten leading bits of v's mantissa: a relative precision
+// of 1/1024, about three significant digits, for the price of a mask.
 func round3(v float64) float64 {
-	if v == 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-		return v
-	}
-	p := math.Pow(10, 2-math.Floor(math.Log10(math.Abs(v))))
-	return math.Round(v*p) / p
+	const drop = 52 - 10
+	return math.Float64frombits(math.Float64bits(v) &^ (1<<drop - 1))
 }
 
 // emfMaxValues is EMF's limit on the values of one metric in one record.

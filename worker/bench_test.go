@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -18,6 +19,12 @@ import (
 // 1,000 messages, as its scans are linear). Run with
 // `go test -run '^$' -bench WorkerPerMessage -benchmem ./worker`.
 func BenchmarkWorkerPerMessage(b *testing.B) {
+	b.Run("no-metrics", func(b *testing.B) { benchWorker(b, nil) })
+	b.Run("emf", func(b *testing.B) { benchWorker(b, metrics.NewEMF(io.Discard, "bench")) })
+	b.Run("memory", func(b *testing.B) { benchWorker(b, metrics.NewMemory()) })
+}
+
+func benchWorker(b *testing.B, rec metrics.Recorder) {
 	f := sqstest.NewFake()
 	url := f.CreateQueue("bench", nil)
 	sent := 0
@@ -30,7 +37,8 @@ func BenchmarkWorkerPerMessage(b *testing.B) {
 	topUp()
 	w, err := worker.New(f, worker.Config{
 		QueueURL: url, Concurrency: 80, WaitTime: time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Metrics: rec, MetricsInterval: time.Second, DisableDepth: true,
 	})
 	if err != nil {
 		b.Fatal(err)
