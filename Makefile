@@ -25,8 +25,9 @@ RIE := bin/tools/aws-lambda-rie
 # The example function, built as the bootstrap a provided.al2023 Lambda runs.
 LAMBDA_PKG := ./cmd/example-lambda
 LAMBDA_ARCHS := amd64 arm64
-# Every module of the workspace (go.work): the library and the CLI.
-PKGS := ./... ./cmd/sqsworker/...
+# Every module of the workspace (go.work): the library, the CLI, and the
+# Prometheus and OpenTelemetry modules.
+PKGS := ./... ./cmd/sqsworker/... ./metrics/prometheus/... ./otel/...
 
 .PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench lint fmt vet clean FORCE
 

@@ -74,6 +74,13 @@ type Config struct {
 	// MaxAttempts bounds the sends of one message whose entry SQS failed on
 	// its side. Default 5.
 	MaxAttempts int
+	// Attributes, if set, adds attributes to every message sent with ctx,
+	// such as a trace context (see the otel module's sqsotel.Inject); the
+	// message's own attributes, and its IdempotencyKey, win on the same
+	// name. They count in SQS's limits like the message's own: a message
+	// is validated once they are added. SendBatch calls it once, with its
+	// ctx. Default none.
+	Attributes func(ctx context.Context) map[string]sqsworker.MessageAttribute
 }
 
 // Producer sends messages to one queue. It is safe for concurrent use.
@@ -106,6 +113,7 @@ func New(api API, cfg Config) (*Producer, error) {
 
 // Send sends one message and returns its message ID.
 func (p *Producer) Send(ctx context.Context, m Message) (string, error) {
+	m = withAttributes(m, p.contextAttributes(ctx))
 	if err := Validate(m, p.fifo); err != nil {
 		return "", err
 	}
@@ -142,6 +150,13 @@ type Result struct {
 // messages that were not sent (nil when all were).
 func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, error) {
 	res := make([]Result, len(msgs))
+	if extra := p.contextAttributes(ctx); len(extra) > 0 {
+		with := make([]Message, len(msgs))
+		for i, m := range msgs {
+			with[i] = withAttributes(m, extra)
+		}
+		msgs = with
+	}
 	var batch []int // indexes of the messages of the next call
 	size := 0
 	flush := func() {
@@ -232,6 +247,34 @@ func (p *Producer) sendBatch(ctx context.Context, msgs []Message, idx []int, res
 		backoff = min(2*backoff, 2*time.Second)
 		pending = retry
 	}
+}
+
+// contextAttributes returns the attributes Config.Attributes adds for ctx.
+func (p *Producer) contextAttributes(ctx context.Context) map[string]sqsworker.MessageAttribute {
+	if p.cfg.Attributes == nil {
+		return nil
+	}
+	return p.cfg.Attributes(ctx)
+}
+
+// withAttributes returns m with the attributes of extra it does not set
+// itself, in a new map: the caller's is left alone.
+func withAttributes(m Message, extra map[string]sqsworker.MessageAttribute) Message {
+	if len(extra) == 0 {
+		return m
+	}
+	merged := make(map[string]sqsworker.MessageAttribute, len(m.Attributes)+len(extra))
+	for k, v := range extra {
+		if k == IdempotencyKeyAttribute && m.IdempotencyKey != "" {
+			continue
+		}
+		merged[k] = v
+	}
+	for k, v := range m.Attributes {
+		merged[k] = v
+	}
+	m.Attributes = merged
+	return m
 }
 
 // attributes returns the message's attributes with its idempotency key.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -495,5 +496,234 @@ func TestSize(t *testing.T) {
 	want := 5 + len("idempotency-key") + len("String") + 1 + 1 + len("Number") + 2
 	if got := producer.Size(m); got != want {
 		t.Errorf("Size = %d, want %d", got, want)
+	}
+}
+
+// attributesHookAPI records the requests a Producer makes of a Fake.
+type attributesHookAPI struct {
+	*sqstest.Fake
+	sends   []*sqs.SendMessageInput
+	batches []*sqs.SendMessageBatchInput
+}
+
+func (a *attributesHookAPI) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	a.sends = append(a.sends, in)
+	return a.Fake.SendMessage(ctx, in, opts...)
+}
+
+func (a *attributesHookAPI) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	a.batches = append(a.batches, in)
+	return a.Fake.SendMessageBatch(ctx, in, opts...)
+}
+
+type attributesHookKey struct{}
+
+// attributesHookProducer returns a Producer whose Config.Attributes adds a
+// "traceparent" attribute taken from the ctx value attributesHookKey (none
+// without it), and a "tenant" attribute, and counts its calls.
+func attributesHookProducer(t *testing.T, fifo bool) (*producer.Producer, *attributesHookAPI, *int) {
+	t.Helper()
+	api := &attributesHookAPI{Fake: sqstest.NewFake()}
+	name := "jobs"
+	var attrs map[string]string
+	if fifo {
+		name, attrs = "jobs.fifo", map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+	}
+	url := api.CreateQueue(name, attrs)
+	calls := new(int)
+	p, err := producer.New(api, producer.Config{
+		QueueURL: url,
+		Attributes: func(ctx context.Context) map[string]sqsworker.MessageAttribute {
+			*calls++
+			tp, ok := ctx.Value(attributesHookKey{}).(string)
+			if !ok {
+				return nil
+			}
+			return map[string]sqsworker.MessageAttribute{
+				"traceparent": {DataType: "String", StringValue: tp},
+				"tenant":      {DataType: "String", StringValue: "from-hook"},
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, api, calls
+}
+
+func attributesHookValues(in map[string]types.MessageAttributeValue) map[string]string {
+	out := map[string]string{}
+	for k, v := range in {
+		out[k] = aws.ToString(v.StringValue)
+	}
+	return out
+}
+
+// Send adds the hook's attributes for its ctx; the message's own attributes
+// win on the same name, and the caller's map is left alone.
+func TestAttributesHookSend(t *testing.T) {
+	t.Parallel()
+	p, api, calls := attributesHookProducer(t, false)
+	ctx := context.WithValue(context.Background(), attributesHookKey{}, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	own := map[string]sqsworker.MessageAttribute{"tenant": {DataType: "String", StringValue: "acme"}}
+	if _, err := p.Send(ctx, producer.Message{Body: "x", Attributes: own}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(context.Background(), producer.Message{Body: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if *calls != 2 {
+		t.Errorf("hook called %d times, want 2", *calls)
+	}
+	if len(api.sends) != 2 {
+		t.Fatalf("%d SendMessage calls, want 2", len(api.sends))
+	}
+	want := map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tenant": "acme"}
+	if got := attributesHookValues(api.sends[0].MessageAttributes); !maps.Equal(got, want) {
+		t.Errorf("sent attributes %v, want %v", got, want)
+	}
+	if got := api.sends[1].MessageAttributes; len(got) != 0 {
+		t.Errorf("sent attributes %v without a trace in ctx, want none", got)
+	}
+	if len(own) != 1 {
+		t.Errorf("the caller's attributes were changed: %v", own)
+	}
+}
+
+// SendBatch calls the hook once, with its ctx, and adds its attributes to
+// every message, without changing the caller's messages.
+func TestAttributesHookSendBatch(t *testing.T) {
+	t.Parallel()
+	p, api, calls := attributesHookProducer(t, false)
+	ctx := context.WithValue(context.Background(), attributesHookKey{}, "tp")
+	msgs := make([]producer.Message, 15)
+	for i := range msgs {
+		msgs[i].Body = fmt.Sprintf("m%d", i)
+	}
+	msgs[3].Attributes = map[string]sqsworker.MessageAttribute{"tenant": {DataType: "String", StringValue: "own"}}
+	msgs[4].IdempotencyKey = "k4"
+	if _, err := p.SendBatch(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if *calls != 1 {
+		t.Errorf("hook called %d times for one SendBatch, want 1", *calls)
+	}
+	if len(api.batches) != 2 {
+		t.Fatalf("%d SendMessageBatch calls, want 2", len(api.batches))
+	}
+	n := 0
+	for _, b := range api.batches {
+		for _, e := range b.Entries {
+			i, _ := strconv.Atoi(aws.ToString(e.Id))
+			want := map[string]string{"traceparent": "tp", "tenant": "from-hook"}
+			switch i {
+			case 3:
+				want["tenant"] = "own"
+			case 4:
+				want["idempotency-key"] = "k4"
+			}
+			if got := attributesHookValues(e.MessageAttributes); !maps.Equal(got, want) {
+				t.Errorf("message %d sent with %v, want %v", i, got, want)
+			}
+			n++
+		}
+	}
+	if n != len(msgs) {
+		t.Errorf("%d messages sent, want %d", n, len(msgs))
+	}
+	for i, m := range msgs {
+		if i != 3 && m.Attributes != nil || i == 3 && len(m.Attributes) != 1 {
+			t.Errorf("the caller's message %d was changed: %v", i, m.Attributes)
+		}
+	}
+}
+
+// The hook's attributes count in SQS's limits: a message they push over ten
+// attributes or over 1 MiB is refused before any request, by Send and by
+// SendBatch, which still sends the others.
+func TestAttributesHookCountsInLimits(t *testing.T) {
+	t.Parallel()
+	p, api, _ := attributesHookProducer(t, false)
+	ctx := context.WithValue(context.Background(), attributesHookKey{}, "tp")
+	nine := producer.Message{Body: "x", Attributes: attrs(9)}
+	if err := producer.Validate(nine, false); err != nil {
+		t.Fatalf("nine attributes alone: %v", err)
+	}
+	_, err := p.Send(ctx, nine)
+	if err == nil || !strings.Contains(err.Error(), "11 message attributes, over SQS's limit of 10") {
+		t.Errorf("Send of 9 attributes + 2 from the hook: err = %v, want the limit of 10", err)
+	}
+	big := producer.Message{Body: strings.Repeat("x", producer.MaxMessageSize-20)}
+	if err := producer.Validate(big, false); err != nil {
+		t.Fatalf("the big message alone: %v", err)
+	}
+	_, err = p.Send(ctx, big)
+	if err == nil || !strings.Contains(err.Error(), "over SQS's limit of 1048576") {
+		t.Errorf("Send of a message the hook pushes over 1 MiB: err = %v, want the size limit", err)
+	}
+	if len(api.sends) != 0 {
+		t.Errorf("%d SendMessage calls, want none", len(api.sends))
+	}
+	res, err := p.SendBatch(ctx, []producer.Message{nine, {Body: "fine"}, big})
+	if err == nil {
+		t.Fatal("SendBatch returned no error")
+	}
+	for i, r := range res {
+		if failed := i != 1; failed != (r.Err != nil) {
+			t.Errorf("result %d = %+v, want failed=%v", i, r, failed)
+		}
+	}
+	// Without the hook's attributes both fit.
+	if _, err := p.Send(context.Background(), nine); err != nil {
+		t.Errorf("Send without a trace in ctx: %v", err)
+	}
+}
+
+// The message's IdempotencyKey wins over a hook's "idempotency-key"; without
+// a key the hook's is sent. An invalid attribute from the hook is refused
+// like the message's own.
+func TestAttributesHookIdempotencyKeyAndValidation(t *testing.T) {
+	t.Parallel()
+	api := &attributesHookAPI{Fake: sqstest.NewFake()}
+	url := api.CreateQueue("jobs", nil)
+	hook := map[string]sqsworker.MessageAttribute{"idempotency-key": {DataType: "String", StringValue: "from-hook"}}
+	p, err := producer.New(api, producer.Config{
+		QueueURL:   url,
+		Attributes: func(context.Context) map[string]sqsworker.MessageAttribute { return hook },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(context.Background(), producer.Message{Body: "x", IdempotencyKey: "own"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(context.Background(), producer.Message{Body: "y"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"own", "from-hook"} {
+		if got := attributesHookValues(api.sends[i].MessageAttributes); !maps.Equal(got, map[string]string{"idempotency-key": want}) {
+			t.Errorf("message %d sent with %v, want the key %q", i, got, want)
+		}
+	}
+	hook = map[string]sqsworker.MessageAttribute{"AWS.trace": {DataType: "String", StringValue: "v"}}
+	_, err = p.Send(context.Background(), producer.Message{Body: "z"})
+	if err == nil || !strings.Contains(err.Error(), `"AWS.trace" uses a prefix reserved`) {
+		t.Errorf("err = %v, want the hook's attribute refused", err)
+	}
+	if len(api.sends) != 2 {
+		t.Errorf("%d SendMessage calls, want 2", len(api.sends))
+	}
+}
+
+// On FIFO queues the hook's attributes travel with the group.
+func TestAttributesHookFIFO(t *testing.T) {
+	t.Parallel()
+	p, api, _ := attributesHookProducer(t, true)
+	ctx := context.WithValue(context.Background(), attributesHookKey{}, "tp")
+	if _, err := p.Send(ctx, producer.Message{Body: "x", GroupID: "g"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := attributesHookValues(api.sends[0].MessageAttributes); got["traceparent"] != "tp" || aws.ToString(api.sends[0].MessageGroupId) != "g" {
+		t.Errorf("sent %v in group %q", got, aws.ToString(api.sends[0].MessageGroupId))
 	}
 }

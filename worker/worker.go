@@ -76,6 +76,7 @@ type Worker struct {
 	stats counters
 
 	ext      atomic.Pointer[visibility.Extender] // the running heartbeat, for HeartbeatStats
+	ready    atomic.Bool                         // see Ready
 	mu       sync.Mutex
 	state    int // idle, running, closed
 	shutdown chan context.Context
@@ -151,6 +152,7 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 	if err != nil {
 		return err
 	}
+	w.ready.Store(true)
 	return r.run(ctx)
 }
 
@@ -184,6 +186,12 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+// Ready reports whether the worker is consuming its queue: Run has read the
+// queue's attributes and the shutdown has not started. It suits a readiness
+// probe; it is false before Run, while Run waits for an unreachable queue,
+// and from the start of the shutdown on.
+func (w *Worker) Ready() bool { return w.ready.Load() }
 
 // loadQueue reads the queue, retrying errors that may pass.
 func (w *Worker) loadQueue(ctx context.Context) (queue.Info, error) {
@@ -436,6 +444,7 @@ func (r *run) run(ctx context.Context) error {
 // within WaitTime, and what they bring is released at once; only at the
 // deadline are they cancelled, with the handlers.
 func (r *run) stop(ctx context.Context) {
+	r.w.ready.Store(false)
 	r.stopPoll()
 	done := make(chan struct{})
 	go func() { r.pollers.Wait(); close(r.pollsDone); r.handlers.Wait(); close(done) }()

@@ -53,7 +53,8 @@ type Options struct {
 // table of package metrics. A dimension a metric does not have is ignored;
 // one it has but that is empty is exported as an empty label value. A name
 // the vocabulary does not know gets a metric with all three labels on first
-// use.
+// use; if that metric's name is taken in the registry, its values are
+// dropped.
 //
 // A Recorder is safe for concurrent use. Each call looks its series up in a
 // map that is copied only when a new series appears, and takes no lock and
@@ -82,7 +83,7 @@ const (
 	lAll = lQueue | lHandler | lErrorClass
 )
 
-// Label names.
+// Label names of the metrics: the fields of metrics.Dims.
 const (
 	LabelQueue      = "queue"
 	LabelHandler    = "handler"
