@@ -207,6 +207,7 @@ func leaseOf(t *testing.T, db *dynamodb.Client, s *idempotency.DynamoStore, key 
 // are retried, nothing is lost, and work resumes when DynamoDB is back.
 func TestDynamoDBOutage(t *testing.T) {
 	t.Parallel()
+	testenv.RequireDynamoDB(t)
 	proxy := testenv.StartProxy(t, testenv.DynamoDBEndpoint()[len("http://"):])
 	db := testenv.NewDynamoDB(t, func(o *dynamodb.Options) {
 		o.BaseEndpoint = aws.String(proxy.URL())
