@@ -75,7 +75,7 @@ demo: stack-start
 	$(GO) run ./cmd/sqsworker-demo -queue-prefix $$q -drain
 
 ## test: every test, with the race detector, against the local stack
-test: stack-start vet tools
+test: stack-start vet tools infra-test
 	$(WITH_STACK) CI=$${CI:-} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 ## test-unit: the tests that need no local stack (the others skip)
@@ -99,3 +99,30 @@ fmt:
 
 clean: stack-stop
 	rm -rf localstack/node_modules localstack/.run bin
+
+## synth: the example CDK app (infra/, a module of its own) as CloudFormation in
+## infra/cdk.out, offline: no AWS credentials, no Docker. Node 24 from the
+## local stack runs jsii and the CDK CLI pinned in infra/_cdk.
+# GOWORK=off: infra is not in go.work, so that the library's users never
+# download the CDK. AWS_EC2_METADATA_DISABLED keeps the CLI off the instance
+# metadata service when it looks for a default account.
+INFRA_ENV := cd infra && export PATH="$$(dirname "$$(../$(STACK) node)"):$$PATH" GOWORK=off \
+	AWS_EC2_METADATA_DISABLED=true CDK_DISABLE_CLI_TELEMETRY=true &&
+CDK := infra/_cdk/node_modules/.bin/cdk
+
+.PHONY: synth infra-test
+
+synth: bin/lambda/arm64/bootstrap $(CDK)
+	$(INFRA_ENV) _cdk/node_modules/.bin/cdk synth --no-notices --no-version-reporting -q
+	@echo "template: infra/cdk.out/SqsWorkerExample.template.json"
+
+$(CDK): infra/_cdk/package.json infra/_cdk/package-lock.json
+	$(STACK) install
+	cd infra/_cdk && PATH="$$(dirname "$$(../../$(STACK) node)"):$$PATH" npm ci --no-audit --no-fund
+	touch $@
+
+## infra-test: the CDK constructs' assertions, cdk-nag checks and golden template
+## (`cd infra && GOWORK=off go test ./exampleapp -update` rewrites the golden file)
+infra-test:
+	$(STACK) install
+	$(INFRA_ENV) $(GO) vet ./... && $(GO) test -count=1 ./...

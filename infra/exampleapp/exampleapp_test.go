@@ -1,0 +1,223 @@
+package exampleapp_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/sqsworker/sqsworker/infra/exampleapp"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden template in ../testdata")
+
+const golden = "../testdata/SqsWorkerExample.template.json"
+
+// Synthesized once per test binary by TestMain.
+var (
+	stack    *exampleapp.Stack
+	template assertions.Template
+	annots   assertions.Annotations
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	defer jsii.Close()
+	dir, err := os.MkdirTemp("", "sqsinfra-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// A stand-in bootstrap: its content fixes the asset hash in the golden
+	// template.
+	code := filepath.Join(dir, "lambda")
+	if err := os.MkdirAll(code, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := os.WriteFile(filepath.Join(code, "bootstrap"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(filepath.Join(dir, "cdk.out"))})
+	stack = exampleapp.New(app, &exampleapp.Props{CodeDir: code})
+	exampleapp.Check(app)
+	template = assertions.Template_FromStack(stack.Stack, nil)
+	annots = assertions.Annotations_FromStack(stack.Stack)
+	return m.Run()
+}
+
+// must runs an assertion, which panics with its diff on a mismatch.
+func must(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%s: %v", what, r)
+		}
+	}()
+	f()
+}
+
+func has(t *testing.T, typ string, props map[string]any) {
+	t.Helper()
+	must(t, typ, func() { template.HasResourceProperties(jsii.String(typ), props) })
+}
+
+func count(t *testing.T, typ string, n float64) {
+	t.Helper()
+	must(t, typ+" count", func() { template.ResourceCountIs(jsii.String(typ), jsii.Number(n)) })
+}
+
+func TestJobQueueRedriveAndDLQ(t *testing.T) {
+	count(t, "AWS::SQS::Queue", 2)
+	has(t, "AWS::SQS::Queue", map[string]any{
+		"VisibilityTimeout":    180,
+		"SqsManagedSseEnabled": true,
+		"RedrivePolicy": map[string]any{
+			"maxReceiveCount":     5,
+			"deadLetterTargetArn": assertions.Match_AnyValue(),
+		},
+	})
+	has(t, "AWS::SQS::Queue", map[string]any{
+		"MessageRetentionPeriod": 14 * 86400,
+		"SqsManagedSseEnabled":   true,
+		"RedrivePolicy":          assertions.Match_Absent(),
+	})
+}
+
+func TestJobQueueEnforcesTLS(t *testing.T) {
+	count(t, "AWS::SQS::QueuePolicy", 2)
+	must(t, "TLS deny statement", func() {
+		template.AllResourcesProperties(jsii.String("AWS::SQS::QueuePolicy"), map[string]any{
+			"PolicyDocument": map[string]any{
+				"Statement": assertions.Match_ArrayWith(&[]any{assertions.Match_ObjectLike(&map[string]any{
+					"Effect":    "Deny",
+					"Action":    "sqs:*",
+					"Condition": map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}},
+				})}),
+			},
+		})
+	})
+}
+
+func TestJobQueueAlarms(t *testing.T) {
+	count(t, "AWS::CloudWatch::Alarm", 3)
+	for _, a := range []map[string]any{
+		{"MetricName": "ApproximateNumberOfMessagesVisible", "Threshold": 0, "EvaluationPeriods": 1, "ComparisonOperator": "GreaterThanThreshold"},
+		{"MetricName": "ApproximateAgeOfOldestMessage", "Threshold": 900, "EvaluationPeriods": 5},
+		{"MetricName": "ApproximateNumberOfMessagesVisible", "Threshold": 1000, "EvaluationPeriods": 5},
+	} {
+		a["Namespace"] = "AWS/SQS"
+		a["AlarmActions"] = assertions.Match_ArrayWith(&[]any{map[string]any{"Ref": assertions.Match_StringLikeRegexp(jsii.String("AlarmTopic"))}})
+		a["OKActions"] = assertions.Match_AnyValue()
+		has(t, "AWS::CloudWatch::Alarm", a)
+	}
+}
+
+func TestIdempotencyTable(t *testing.T) {
+	count(t, "AWS::DynamoDB::Table", 1)
+	has(t, "AWS::DynamoDB::Table", map[string]any{
+		"KeySchema":                        []any{map[string]any{"AttributeName": "id", "KeyType": "HASH"}},
+		"AttributeDefinitions":             []any{map[string]any{"AttributeName": "id", "AttributeType": "S"}},
+		"BillingMode":                      "PAY_PER_REQUEST",
+		"TimeToLiveSpecification":          map[string]any{"AttributeName": "expiry", "Enabled": true},
+		"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
+		"SSESpecification":                 map[string]any{"SSEEnabled": true},
+	})
+}
+
+func TestLambdaConsumer(t *testing.T) {
+	has(t, "AWS::Lambda::Function", map[string]any{
+		"Runtime":       "provided.al2023",
+		"Architectures": []any{"arm64"},
+		"Handler":       "bootstrap",
+		"Timeout":       30,
+		"MemorySize":    256,
+		"Environment": map[string]any{"Variables": map[string]any{
+			"IDEMPOTENCY_TABLE": map[string]any{"Ref": assertions.Match_StringLikeRegexp(jsii.String("Idempotency"))},
+		}},
+	})
+	has(t, "AWS::Lambda::EventSourceMapping", map[string]any{
+		"BatchSize":                      10,
+		"MaximumBatchingWindowInSeconds": 1,
+		"ScalingConfig":                  map[string]any{"MaximumConcurrency": 10},
+		"FunctionResponseTypes":          []any{"ReportBatchItemFailures"},
+	})
+}
+
+func TestLambdaConsumerPermissions(t *testing.T) {
+	pol := template.FindResources(jsii.String("AWS::IAM::Policy"), nil)
+	b, _ := json.Marshal(pol)
+	for _, action := range []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:SendMessage", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"} {
+		if !bytes.Contains(b, []byte(`"`+action+`"`)) {
+			t.Errorf("the consumer's policy lacks %s: %s", action, b)
+		}
+	}
+	for _, wide := range []string{`"sqs:*"`, `"dynamodb:*"`, `"Resource":"*"`} {
+		if bytes.Contains(b, []byte(wide)) {
+			t.Errorf("the consumer's policy has %s: %s", wide, b)
+		}
+	}
+}
+
+func TestNagAwsSolutions(t *testing.T) {
+	errs := annots.FindError(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*")))
+	for _, e := range *errs {
+		t.Errorf("cdk-nag error at %s: %v", *e.Id, e.Entry.Data)
+	}
+	warns := annots.FindWarning(jsii.String("*"), assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*")))
+	for _, w := range *warns {
+		t.Errorf("cdk-nag warning at %s: %v", *w.Id, w.Entry.Data)
+	}
+}
+
+func TestGoldenTemplate(t *testing.T) {
+	got, err := json.MarshalIndent(template.ToJSON(), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = append(got, '\n')
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run `go test ./exampleapp -update` to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("the template differs from %s; review the change and run `go test ./exampleapp -update` if it is intended\n%s", golden, firstDiff(want, got))
+	}
+}
+
+// firstDiff shows the first differing line of want and got.
+func firstDiff(want, got []byte) string {
+	wl, gl := bytes.Split(want, []byte("\n")), bytes.Split(got, []byte("\n"))
+	for i := 0; i < len(wl) || i < len(gl); i++ {
+		var w, g []byte
+		if i < len(wl) {
+			w = wl[i]
+		}
+		if i < len(gl) {
+			g = gl[i]
+		}
+		if !bytes.Equal(w, g) {
+			return fmt.Sprintf("line %d:\n- %s\n+ %s", i+1, w, g)
+		}
+	}
+	return ""
+}
