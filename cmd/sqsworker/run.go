@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -57,6 +58,9 @@ type runFlags struct {
 	httpURL           string
 	contentType       string
 	logLevel          string
+	metrics           string
+	namespace         string
+	handlerName       string
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -161,6 +165,9 @@ command line.`,
 	fl.StringVar(&f.httpURL, "http", "", "POST each message to this http:// or https:// `URL` instead of running a command")
 	fl.StringVar(&f.contentType, "content-type", "application/json", "Content-Type of the requests of --http")
 	fl.StringVar(&f.logLevel, "log-level", "info", "level of the worker's logs: debug, info, warn or error")
+	fl.StringVar(&f.metrics, "metrics", "none", "metrics sink: none, or emf (CloudWatch Embedded Metric Format on stdout, for the awslogs driver)")
+	fl.StringVar(&f.namespace, "metrics-namespace", "sqsworker", "CloudWatch namespace of the EMF metrics")
+	fl.StringVar(&f.handlerName, "handler-name", "handler", "handler dimension of the metrics")
 	return cmd
 }
 
@@ -210,6 +217,9 @@ func (f runFlags) check() (slog.Level, error) {
 			bad("--http %q: want an http:// or https:// URL", f.httpURL)
 		}
 	}
+	if f.metrics != "none" && f.metrics != "emf" {
+		bad("--metrics %q: want none or emf", f.metrics)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		bad("--log-level %q: want debug, info, warn or error", f.logLevel)
@@ -258,6 +268,10 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 		log.Info("handing each message to an HTTP endpoint", "url", f.httpURL)
 	}
 
+	var rec metrics.Recorder
+	if f.metrics == "emf" {
+		rec = metrics.NewEMF(a.out, f.namespace)
+	}
 	w, err := worker.New(c, worker.Config{
 		QueueURL:          queueURL,
 		Concurrency:       f.concurrency,
@@ -265,6 +279,8 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 		HandlerTimeout:    f.handlerTimeout,
 		WaitTime:          f.wait,
 		Logger:            log,
+		Metrics:           rec,
+		HandlerName:       f.handlerName,
 	})
 	if err != nil {
 		return usageError{err}

@@ -1,7 +1,7 @@
 // Package exampleapp is the example job system that `make synth` and the
 // tests synthesize: a JobQueue with alarms to an encrypted SNS topic, an
-// IdempotencyTable, and a LambdaConsumer of the queue, checked by cdk-nag's
-// AwsSolutions rules.
+// IdempotencyTable, a LambdaConsumer and a PollerService of the queue, a
+// Dashboard and an OperatorPolicy, checked by cdk-nag's AwsSolutions rules.
 package exampleapp
 
 import (
@@ -24,6 +24,10 @@ type Props struct {
 	// CodeDir is the directory holding the Lambda bootstrap. Default
 	// sqsinfra.DefaultCodeDir.
 	CodeDir string
+	// ImageDir is the Docker build context of the worker image, holding
+	// its Dockerfile. Default sqsinfra.DefaultImageDir (the repository
+	// root, seen from infra/).
+	ImageDir string
 }
 
 // Stack is the example stack and its parts, for tests.
@@ -33,6 +37,9 @@ type Stack struct {
 	Jobs       *sqsinfra.JobQueue
 	Table      *sqsinfra.IdempotencyTable
 	Consumer   *sqsinfra.LambdaConsumer
+	Poller     *sqsinfra.PollerService
+	Dashboard  *sqsinfra.Dashboard
+	Operator   *sqsinfra.OperatorPolicy
 }
 
 // New defines the example stack in app. The stack is environment-agnostic,
@@ -42,7 +49,7 @@ func New(scope constructs.Construct, props *Props) *Stack {
 		props = &Props{}
 	}
 	s := &Stack{Stack: awscdk.NewStack(scope, jsii.String(StackName), &awscdk.StackProps{
-		Description:        jsii.String("sqsworker example job system: queue, dead-letter queue, alarms, idempotency table, Lambda consumer"),
+		Description:        jsii.String("sqsworker example job system: queue, dead-letter queue, alarms, idempotency table, Lambda consumer, ECS poller, dashboard, operator policy"),
 		AnalyticsReporting: jsii.Bool(false),
 	})}
 
@@ -81,11 +88,39 @@ func New(scope constructs.Construct, props *Props) *Stack {
 		MaxConcurrency:    jsii.Number(10),
 	})
 
+	var imageDir *string
+	if props.ImageDir != "" {
+		imageDir = jsii.String(props.ImageDir)
+	}
+	// The same queue also feeds an ECS poller, to show both consumers; a
+	// real system would pick one per queue.
+	s.Poller = sqsinfra.NewPollerService(s.Stack, "Poller", &sqsinfra.PollerServiceProps{
+		Queue:    s.Jobs,
+		Table:    s.Table,
+		ImageDir: imageDir,
+	})
+	s.Dashboard = sqsinfra.NewDashboard(s.Stack, "Dashboard", &sqsinfra.DashboardProps{
+		Queue:    s.Jobs,
+		Consumer: s.Consumer,
+	})
+	s.Operator = sqsinfra.NewOperatorPolicy(s.Stack, "Operator", &sqsinfra.OperatorPolicyProps{Queue: s.Jobs})
+
 	cdknag.NagSuppressions_AddResourceSuppressions(s.Consumer.Function.Role(), &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-IAM4"),
 		Reason: jsii.String("AWSLambdaBasicExecutionRole only lets the function write its own CloudWatch Logs; " +
 			"every other permission is granted inline on the queue, dead-letter queue and table."),
 		AppliesTo: &[]any{"Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"},
+	}}, jsii.Bool(true))
+	cdknag.NagSuppressions_AddResourceSuppressions(s.Poller.TaskDefinition, &[]*cdknag.NagPackSuppression{{
+		Id: jsii.String("AwsSolutions-ECS2"),
+		Reason: jsii.String("The environment holds only resource identifiers (queue URLs, table name) that CloudFormation " +
+			"resolves at deploy time; no secret is passed in it."),
+	}}, jsii.Bool(false))
+	cdknag.NagSuppressions_AddResourceSuppressions(s.Poller.TaskDefinition.ExecutionRole(), &[]*cdknag.NagPackSuppression{{
+		Id: jsii.String("AwsSolutions-IAM5"),
+		Reason: jsii.String("ecr:GetAuthorizationToken, which the execution role needs to pull the worker image, " +
+			"supports no resource-level permissions: its resource must be *. Pulling is limited to the image's repository."),
+		AppliesTo: &[]any{"Resource::*"},
 	}}, jsii.Bool(true))
 	return s
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -51,8 +52,20 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// A stand-in build context: its content fixes the image asset hash in
+	// the golden template (the real one, the repository root, changes with
+	// every commit). Synthesis never runs Docker.
+	image := filepath.Join(dir, "image")
+	if err := os.MkdirAll(image, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := os.WriteFile(filepath.Join(image, "Dockerfile"), []byte("FROM scratch\n"), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
 	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(filepath.Join(dir, "cdk.out"))})
-	stack = exampleapp.New(app, &exampleapp.Props{CodeDir: code})
+	stack = exampleapp.New(app, &exampleapp.Props{CodeDir: code, ImageDir: image})
 	exampleapp.Check(app)
 	template = assertions.Template_FromStack(stack.Stack, nil)
 	annots = assertions.Annotations_FromStack(stack.Stack)
@@ -157,9 +170,25 @@ func TestLambdaConsumer(t *testing.T) {
 	})
 }
 
+// policiesOf is the JSON of the IAM policies whose logical id starts with
+// prefix.
+func policiesOf(t *testing.T, prefix string) []byte {
+	t.Helper()
+	pols := map[string]any{}
+	for id, p := range *template.FindResources(jsii.String("AWS::IAM::Policy"), nil) {
+		if strings.HasPrefix(id, prefix) {
+			pols[id] = p
+		}
+	}
+	if len(pols) == 0 {
+		t.Fatalf("no IAM policy starts with %s", prefix)
+	}
+	b, _ := json.Marshal(pols)
+	return b
+}
+
 func TestLambdaConsumerPermissions(t *testing.T) {
-	pol := template.FindResources(jsii.String("AWS::IAM::Policy"), nil)
-	b, _ := json.Marshal(pol)
+	b := policiesOf(t, "ConsumerFunction")
 	for _, action := range []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:SendMessage", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"} {
 		if !bytes.Contains(b, []byte(`"`+action+`"`)) {
 			t.Errorf("the consumer's policy lacks %s: %s", action, b)
@@ -170,6 +199,132 @@ func TestLambdaConsumerPermissions(t *testing.T) {
 			t.Errorf("the consumer's policy has %s: %s", wide, b)
 		}
 	}
+}
+
+func TestPollerServiceContainerInsights(t *testing.T) {
+	count(t, "AWS::ECS::Cluster", 1)
+	has(t, "AWS::ECS::Cluster", map[string]any{
+		"ClusterSettings": []any{map[string]any{"Name": "containerInsights", "Value": "enabled"}},
+	})
+	has(t, "AWS::ECS::Service", map[string]any{
+		"LaunchType":   "FARGATE",
+		"DesiredCount": 1,
+	})
+}
+
+func TestPollerServiceTaskDefinition(t *testing.T) {
+	queue := map[string]any{"Ref": assertions.Match_StringLikeRegexp(jsii.String("^JobsQueue"))}
+	has(t, "AWS::ECS::TaskDefinition", map[string]any{
+		"RequiresCompatibilities": []any{"FARGATE"},
+		"Cpu":                     "256",
+		"Memory":                  "512",
+		"RuntimePlatform":         map[string]any{"CpuArchitecture": "ARM64", "OperatingSystemFamily": "LINUX"},
+		"ContainerDefinitions": []any{assertions.Match_ObjectLike(&map[string]any{
+			"Name":        "Worker",
+			"StopTimeout": 30, // >= the worker's 25s ShutdownTimeout + 5s
+			"Command":     []any{"run", queue, "--http", "http://127.0.0.1:8080/jobs"},
+			"Environment": assertions.Match_ArrayWith(&[]any{
+				map[string]any{"Name": "IDEMPOTENCY_TABLE", "Value": map[string]any{"Ref": assertions.Match_StringLikeRegexp(jsii.String("^Idempotency"))}},
+				map[string]any{"Name": "QUEUE_URL", "Value": queue},
+			}),
+			"LogConfiguration": assertions.Match_ObjectLike(&map[string]any{"LogDriver": "awslogs"}),
+			"Image":            map[string]any{"Fn::Sub": assertions.Match_StringLikeRegexp(jsii.String("container-assets"))},
+		})},
+	})
+}
+
+func TestPollerServiceScalesOnBacklogPerTask(t *testing.T) {
+	has(t, "AWS::ApplicationAutoScaling::ScalableTarget", map[string]any{
+		"MinCapacity": 1, "MaxCapacity": 10,
+		"ScalableDimension": "ecs:service:DesiredCount", "ServiceNamespace": "ecs",
+	})
+	metric := func(id, ns, name, stat string) map[string]any {
+		return map[string]any{
+			"Id": id, "ReturnData": false,
+			"MetricStat": map[string]any{"Stat": stat, "Metric": assertions.Match_ObjectLike(&map[string]any{"Namespace": ns, "MetricName": name})},
+		}
+	}
+	has(t, "AWS::ApplicationAutoScaling::ScalingPolicy", map[string]any{
+		"PolicyType": "TargetTrackingScaling",
+		"TargetTrackingScalingPolicyConfiguration": assertions.Match_ObjectLike(&map[string]any{
+			"TargetValue": 100,
+			"CustomizedMetricSpecification": map[string]any{"Metrics": []any{
+				metric("visible", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Sum"),
+				metric("running", "ECS/ContainerInsights", "RunningTaskCount", "Average"),
+				assertions.Match_ObjectLike(&map[string]any{"Id": "backlogPerTask", "Expression": "visible / running", "ReturnData": true}),
+			}},
+		}),
+	})
+}
+
+func TestPollerServicePermissions(t *testing.T) {
+	b := policiesOf(t, "PollerTaskDefinitionTaskRole")
+	var doc struct {
+		Statement []struct {
+			Action []string
+		}
+	}
+	var got []string
+	var pols map[string]struct {
+		Properties struct{ PolicyDocument json.RawMessage }
+	}
+	if err := json.Unmarshal(b, &pols); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pols {
+		if err := json.Unmarshal(p.Properties.PolicyDocument, &doc); err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range doc.Statement {
+			got = append(got, s.Action...)
+		}
+	}
+	for _, a := range got {
+		if strings.Contains(a, "*") {
+			t.Errorf("the task role has the wildcard action %s", a)
+		}
+	}
+	for _, want := range []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes", "sqs:SendMessage", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"} {
+		if !strings.Contains(string(b), `"`+want+`"`) {
+			t.Errorf("the task role lacks %s: %s", want, b)
+		}
+	}
+	if strings.Contains(string(b), `"Resource":"*"`) || strings.Contains(string(b), "sqs:PurgeQueue") {
+		t.Errorf("the task role is too wide: %s", b)
+	}
+}
+
+func TestDashboard(t *testing.T) {
+	count(t, "AWS::CloudWatch::Dashboard", 1)
+	dash := template.FindResources(jsii.String("AWS::CloudWatch::Dashboard"), nil)
+	b, _ := json.Marshal(dash)
+	body := string(b)
+	for _, want := range []string{
+		"ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage", "NumberOfMessagesReceived", "NumberOfMessagesDeleted",
+		`SEARCH('{sqsworker,queue,handler,error_class} MetricName=\\\"messages_failed\\\"`,
+		"handler_duration", `\"stat\":\"p50\"`, `\"stat\":\"p99\"`,
+		`\"AWS/Lambda\",\"Errors\"`, `\"AWS/Lambda\",\"Throttles\"`,
+		"JobsDeadLetterQueue",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the dashboard lacks %s", want)
+		}
+	}
+}
+
+func TestOperatorPolicy(t *testing.T) {
+	dlq := map[string]any{"Fn::GetAtt": []any{assertions.Match_StringLikeRegexp(jsii.String("^JobsDeadLetterQueue")), "Arn"}}
+	has(t, "AWS::IAM::ManagedPolicy", map[string]any{
+		"PolicyDocument": map[string]any{"Statement": []any{
+			map[string]any{"Sid": "InspectAndRedriveDeadLetterQueue", "Effect": "Allow", "Resource": dlq, "Action": []any{
+				"sqs:ReceiveMessage", "sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl",
+				"sqs:StartMessageMoveTask", "sqs:ListMessageMoveTasks", "sqs:CancelMessageMoveTask",
+			}},
+			map[string]any{"Sid": "ReplayToSourceQueue", "Effect": "Allow",
+				"Resource": map[string]any{"Fn::GetAtt": []any{assertions.Match_StringLikeRegexp(jsii.String("^JobsQueue")), "Arn"}},
+				"Action":   []any{"sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"}},
+		}, "Version": "2012-10-17"},
+	})
 }
 
 func TestNagAwsSolutions(t *testing.T) {

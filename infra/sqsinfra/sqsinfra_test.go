@@ -1,6 +1,7 @@
 package sqsinfra_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -86,6 +87,33 @@ func TestInvalidProps(t *testing.T) {
 			q := sqsinfra.NewJobQueue(s, "Q", nil)
 			sqsinfra.NewLambdaConsumer(s, "C", &sqsinfra.LambdaConsumerProps{Queue: q, CodeDir: &codeDir, Timeout: awscdk.Duration_Seconds(jsii.Number(5)), MaxConcurrency: jsii.Number(1)})
 		}, []string{"MaxConcurrency"}},
+		{"stop timeout below shutdown timeout", func(s awscdk.Stack) {
+			q := sqsinfra.NewJobQueue(s, "Q", nil)
+			sqsinfra.NewPollerService(s, "P", &sqsinfra.PollerServiceProps{Queue: q, StopTimeout: awscdk.Duration_Seconds(jsii.Number(20))})
+		}, []string{`PollerService "P"`, "StopTimeout (20s) must be at least ShutdownTimeout (25s) + 5s, i.e. >= 30s"}},
+		{"stop timeout without the margin", func(s awscdk.Stack) {
+			q := sqsinfra.NewJobQueue(s, "Q", nil)
+			sqsinfra.NewPollerService(s, "P", &sqsinfra.PollerServiceProps{Queue: q,
+				ShutdownTimeout: awscdk.Duration_Seconds(jsii.Number(60)), StopTimeout: awscdk.Duration_Seconds(jsii.Number(60))})
+		}, []string{"StopTimeout (60s) must be at least ShutdownTimeout (60s) + 5s"}},
+		{"min tasks above max tasks", func(s awscdk.Stack) {
+			q := sqsinfra.NewJobQueue(s, "Q", nil)
+			sqsinfra.NewPollerService(s, "P", &sqsinfra.PollerServiceProps{Queue: q, MinTasks: jsii.Number(5), MaxTasks: jsii.Number(2), DesiredTasks: jsii.Number(5)})
+		}, []string{"MaxTasks must be a whole number >= MinTasks (5), got 2", "DesiredTasks"}},
+		{"every poller problem at once", func(s awscdk.Stack) {
+			q := sqsinfra.NewJobQueue(s, "Q", nil)
+			sqsinfra.NewPollerService(s, "P", &sqsinfra.PollerServiceProps{Queue: q, MinTasks: jsii.Number(0), CPU: jsii.Number(300),
+				BacklogPerTask: jsii.Number(0), StopTimeout: awscdk.Duration_Seconds(jsii.Number(200))})
+		}, []string{"MinTasks must be a whole number >= 1", "CPU must be one of", "BacklogPerTask must be > 0", "at most 120 seconds"}},
+		{"poller without queue", func(s awscdk.Stack) {
+			sqsinfra.NewPollerService(s, "P", nil)
+		}, []string{"Queue is required"}},
+		{"dashboard without queue", func(s awscdk.Stack) {
+			sqsinfra.NewDashboard(s, "D", nil)
+		}, []string{`Dashboard "D"`, "Queue is required"}},
+		{"operator policy without queue", func(s awscdk.Stack) {
+			sqsinfra.NewOperatorPolicy(s, "O", nil)
+		}, []string{`OperatorPolicy "O"`, "Queue is required"}},
 		{"TTL attribute id", func(s awscdk.Stack) {
 			sqsinfra.NewIdempotencyTable(s, "T", &sqsinfra.IdempotencyTableProps{TTLAttribute: jsii.String("id")})
 		}, []string{`IdempotencyTable "T"`, "TTLAttribute"}},
@@ -144,4 +172,20 @@ func TestFifoJobQueueWithKMS(t *testing.T) {
 	check("no alarm actions without a topic", func() {
 		tpl.AllResourcesProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{"AlarmActions": assertions.Match_Absent()})
 	})
+}
+
+func TestOperatorPolicyPurgeAndKMS(t *testing.T) {
+	for _, purge := range []bool{false, true} {
+		s := newStack()
+		key := awskms.NewKey(s, jsii.String("Key"), &awskms.KeyProps{EnableKeyRotation: jsii.Bool(true)})
+		q := sqsinfra.NewJobQueue(s, "Q", &sqsinfra.JobQueueProps{EncryptionKey: key})
+		sqsinfra.NewOperatorPolicy(s, "O", &sqsinfra.OperatorPolicyProps{Queue: q, AllowPurge: purge})
+		b, _ := json.Marshal(assertions.Template_FromStack(s, nil).FindResources(jsii.String("AWS::IAM::ManagedPolicy"), nil))
+		if got := strings.Contains(string(b), `"sqs:PurgeQueue"`); got != purge {
+			t.Errorf("AllowPurge=%t: sqs:PurgeQueue in the policy is %t: %s", purge, got, b)
+		}
+		if !strings.Contains(string(b), `"kms:Decrypt"`) {
+			t.Errorf("the policy of a KMS-encrypted queue lacks kms:Decrypt: %s", b)
+		}
+	}
 }
