@@ -222,7 +222,7 @@ func TestPollerServiceTaskDefinition(t *testing.T) {
 		"ContainerDefinitions": []any{assertions.Match_ObjectLike(&map[string]any{
 			"Name":        "Worker",
 			"StopTimeout": 30, // >= the worker's 25s ShutdownTimeout + 5s
-			"Command":     []any{"run", queue, "--http", "http://127.0.0.1:8080/jobs"},
+			"Command":     []any{"run", queue, "--http", "http://127.0.0.1:8080/jobs", "--metrics", "emf"},
 			"Environment": assertions.Match_ArrayWith(&[]any{
 				map[string]any{"Name": "IDEMPOTENCY_TABLE", "Value": map[string]any{"Ref": assertions.Match_StringLikeRegexp(jsii.String("^Idempotency"))}},
 				map[string]any{"Name": "QUEUE_URL", "Value": queue},

@@ -71,7 +71,8 @@ type PollerServiceProps struct {
 	// Default "Dockerfile" (DefaultDockerfile).
 	Dockerfile *string
 	// Command is the container's command. Default: the image's sqsworker
-	// CLI, `run QUEUE_URL --http HandlerURL`.
+	// CLI, `run QUEUE_URL --http HandlerURL --metrics emf` (EMF on stdout,
+	// which the awslogs driver ships and the Dashboard graphs).
 	Command []string
 	// HandlerURL is the endpoint the default Command POSTs each message
 	// to; add the handler's container to TaskDefinition. Default
@@ -280,7 +281,8 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 		if props.HandlerURL != nil {
 			handler = *props.HandlerURL
 		}
-		command = []*string{jsii.String("run"), q.Queue.QueueUrl(), jsii.String("--http"), jsii.String(handler)}
+		command = []*string{jsii.String("run"), q.Queue.QueueUrl(), jsii.String("--http"), jsii.String(handler),
+			jsii.String("--metrics"), jsii.String("emf")}
 	}
 	c.Container = c.TaskDefinition.AddContainer(jsii.String("Worker"), &awsecs.ContainerDefinitionOptions{
 		Image:                  image,
