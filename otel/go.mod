@@ -1,6 +1,6 @@
 module github.com/sqsworker/sqsworker/otel
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/sqsworker/sqsworker v0.0.0
