@@ -32,8 +32,6 @@
 // (sqsworker.ErrorClass) and the handler's name; never message IDs.
 package metrics
 
-import "time"
-
 // Names of the metrics.
 const (
 	MessagesReceived       = "messages_received"
@@ -72,9 +70,6 @@ type Recorder interface {
 	// Set sets a gauge.
 	Set(name string, v float64, d Dims)
 }
-
-// Seconds converts a duration for Observe.
-func Seconds(d time.Duration) float64 { return d.Seconds() }
 
 // Multi sends every measurement to each recorder.
 func Multi(rs ...Recorder) Recorder { return multi(rs) }

@@ -66,24 +66,6 @@ func IsQueueMissing(err error) bool {
 	return false
 }
 
-// IsLeaseLost reports whether err says a receipt handle no longer holds the
-// message: it was deleted, or its visibility timeout ran out.
-func IsLeaseLost(err error) bool {
-	var notInFlight *types.MessageNotInflight
-	var invalid *types.ReceiptHandleIsInvalid
-	if errors.As(err, &notInFlight) || errors.As(err, &invalid) {
-		return true
-	}
-	var api smithy.APIError
-	if errors.As(err, &api) {
-		switch api.ErrorCode() {
-		case "AWS.SimpleQueueService.MessageNotInflight", "MessageNotInflight", "ReceiptHandleIsInvalid":
-			return true
-		}
-	}
-	return false
-}
-
 // IsCanceled reports whether err comes from a cancelled or expired context.
 func IsCanceled(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

@@ -16,29 +16,26 @@ func TestClassification(t *testing.T) {
 		return fmt.Errorf("operation error SQS: ReceiveMessage: %w", &smithy.GenericAPIError{Code: code, Message: "m"})
 	}
 	for _, c := range []struct {
-		name                      string
-		err                       error
-		fatal, missing, leaseLost bool
+		name           string
+		err            error
+		fatal, missing bool
 	}{
-		{"missing modeled", fmt.Errorf("op: %w", &types.QueueDoesNotExist{}), true, true, false},
-		{"missing legacy code", api("AWS.SimpleQueueService.NonExistentQueue"), true, true, false},
-		{"access denied", api("AccessDenied"), true, false, false},
-		{"bad token", api("InvalidClientTokenId"), true, false, false},
-		{"throttled", api("RequestThrottled"), false, false, false},
-		{"server fault", api("InternalError"), false, false, false},
-		{"network", &net.OpError{Op: "dial", Err: errors.New("connection refused")}, false, false, false},
-		{"canceled", fmt.Errorf("x: %w", context.Canceled), false, false, false},
-		{"not in flight", &types.MessageNotInflight{}, false, false, true},
-		{"invalid handle", api("ReceiptHandleIsInvalid"), false, false, true},
+		{"missing modeled", fmt.Errorf("op: %w", &types.QueueDoesNotExist{}), true, true},
+		{"missing legacy code", api("AWS.SimpleQueueService.NonExistentQueue"), true, true},
+		{"access denied", api("AccessDenied"), true, false},
+		{"bad token", api("InvalidClientTokenId"), true, false},
+		{"throttled", api("RequestThrottled"), false, false},
+		{"server fault", api("InternalError"), false, false},
+		{"network", &net.OpError{Op: "dial", Err: errors.New("connection refused")}, false, false},
+		{"canceled", fmt.Errorf("x: %w", context.Canceled), false, false},
+		{"not in flight", &types.MessageNotInflight{}, false, false},
+		{"invalid handle", api("ReceiptHandleIsInvalid"), false, false},
 	} {
 		if got := IsFatal(c.err); got != c.fatal {
 			t.Errorf("%s: IsFatal = %v", c.name, got)
 		}
 		if got := IsQueueMissing(c.err); got != c.missing {
 			t.Errorf("%s: IsQueueMissing = %v", c.name, got)
-		}
-		if got := IsLeaseLost(c.err); got != c.leaseLost {
-			t.Errorf("%s: IsLeaseLost = %v", c.name, got)
 		}
 	}
 }
