@@ -241,16 +241,9 @@ func run(o options) error {
 	if o.cliReplay {
 		// The CLI takes over: stop this worker, whose handler still fails,
 		// and leave the queues.
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		if err := w.Shutdown(sctx); err != nil {
-			return fmt.Errorf("shutdown: %w", err)
-		}
-		if err := <-done; err != nil {
+		if err := stopAndReport(ctx, w, done, figures); err != nil {
 			return err
 		}
-		fmt.Printf("\nthe worker's metrics (package metrics; in production an EMF or Prometheus sink):\n")
-		_ = figures.WriteTable(os.Stdout)
 		fmt.Printf("\nworker stopped; the queues stay for the sqsworker CLI (dead-letter queue %s-dlq)\n", name)
 		return nil
 	}
@@ -274,16 +267,9 @@ func run(o options) error {
 	}
 	fmt.Printf("replayed job(s) succeeded\n\n")
 
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := w.Shutdown(sctx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	if err := <-done; err != nil {
+	if err := stopAndReport(ctx, w, done, figures); err != nil {
 		return err
 	}
-	fmt.Printf("the worker's metrics (package metrics; in production an EMF or Prometheus sink):\n")
-	_ = figures.WriteTable(os.Stdout)
 	for _, u := range []string{queueURL, dlqURL} {
 		_, _ = client.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: aws.String(u)})
 	}
@@ -328,6 +314,21 @@ func perform(m *sqsworker.Message, fixed bool) (outcome string, err error) {
 		}
 	}
 	return "ok", nil
+}
+
+// stopAndReport shuts the worker down, waits for Run to return, and prints
+// the worker's metrics.
+func stopAndReport(ctx context.Context, w *worker.Worker, done <-chan error, figures *metrics.Memory) error {
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := w.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	if err := <-done; err != nil {
+		return err
+	}
+	fmt.Printf("\nthe worker's metrics (package metrics; in production an EMF or Prometheus sink):\n")
+	return figures.WriteTable(os.Stdout)
 }
 
 func waitFor(limit time.Duration, cond func() bool, done <-chan error) error {
