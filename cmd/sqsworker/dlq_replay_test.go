@@ -91,7 +91,16 @@ func TestDlqReplayFilters(t *testing.T) {
 		{[]string{"--json-field", "amount=20"}, []string{"a2"}},
 		{[]string{"--json-field", "order.customer=c-1", "--since", between}, []string{"b1"}},
 	} {
-		res, stderr := replayJSON(t, append([]string{dlq}, tc.args...)...)
+		args := append([]string{dlq, "--visibility", "2s"}, tc.args...)
+		res, stderr := replayJSON(t, args...)
+		if res.Scanned != 6 {
+			// A receive whose response is lost on the way (the SDK then
+			// retries it) leaves the messages SQS handed it invisible for
+			// the visibility timeout: seen once in CI. Wait it out, once.
+			t.Logf("%v: scanned %d of 6; again after the 2s visibility timeout", tc.args, res.Scanned)
+			time.Sleep(3 * time.Second)
+			res, stderr = replayJSON(t, args...)
+		}
 		want := make([]string, len(tc.want))
 		for i, n := range tc.want {
 			want[i] = ids[n]
