@@ -117,17 +117,10 @@ func (p *Producer) Send(ctx context.Context, m Message) (string, error) {
 	if err := Validate(m, p.fifo); err != nil {
 		return "", err
 	}
+	e := entry("0", m)
 	in := &sqs.SendMessageInput{
-		QueueUrl:          &p.cfg.QueueURL,
-		MessageBody:       aws.String(m.Body),
-		MessageAttributes: sqsmsg.ToSDKAttributes(attributes(m)),
-		DelaySeconds:      int32(m.Delay / time.Second),
-	}
-	if m.GroupID != "" {
-		in.MessageGroupId = aws.String(m.GroupID)
-	}
-	if m.DeduplicationID != "" {
-		in.MessageDeduplicationId = aws.String(m.DeduplicationID)
+		QueueUrl: &p.cfg.QueueURL, MessageBody: e.MessageBody, MessageAttributes: e.MessageAttributes,
+		DelaySeconds: e.DelaySeconds, MessageGroupId: e.MessageGroupId, MessageDeduplicationId: e.MessageDeduplicationId,
 	}
 	out, err := p.api.SendMessage(ctx, in)
 	if err != nil {
@@ -195,20 +188,7 @@ func (p *Producer) sendBatch(ctx context.Context, msgs []Message, idx []int, res
 	for attempt := 1; len(pending) > 0; attempt++ {
 		in := &sqs.SendMessageBatchInput{QueueUrl: &p.cfg.QueueURL}
 		for _, i := range pending {
-			m := msgs[i]
-			e := types.SendMessageBatchRequestEntry{
-				Id:                aws.String(strconv.Itoa(i)),
-				MessageBody:       aws.String(m.Body),
-				MessageAttributes: sqsmsg.ToSDKAttributes(attributes(m)),
-				DelaySeconds:      int32(m.Delay / time.Second),
-			}
-			if m.GroupID != "" {
-				e.MessageGroupId = aws.String(m.GroupID)
-			}
-			if m.DeduplicationID != "" {
-				e.MessageDeduplicationId = aws.String(m.DeduplicationID)
-			}
-			in.Entries = append(in.Entries, e)
+			in.Entries = append(in.Entries, entry(strconv.Itoa(i), msgs[i]))
 		}
 		out, err := p.api.SendMessageBatch(ctx, in)
 		if err != nil {
@@ -275,6 +255,23 @@ func withAttributes(m Message, extra map[string]sqsworker.MessageAttribute) Mess
 	}
 	m.Attributes = merged
 	return m
+}
+
+// entry turns a message into the SDK's shape, under the batch entry ID id.
+func entry(id string, m Message) types.SendMessageBatchRequestEntry {
+	e := types.SendMessageBatchRequestEntry{
+		Id:                aws.String(id),
+		MessageBody:       aws.String(m.Body),
+		MessageAttributes: sqsmsg.ToSDKAttributes(attributes(m)),
+		DelaySeconds:      int32(m.Delay / time.Second),
+	}
+	if m.GroupID != "" {
+		e.MessageGroupId = aws.String(m.GroupID)
+	}
+	if m.DeduplicationID != "" {
+		e.MessageDeduplicationId = aws.String(m.DeduplicationID)
+	}
+	return e
 }
 
 // attributes returns the message's attributes with its idempotency key.
