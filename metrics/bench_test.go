@@ -8,7 +8,7 @@ import (
 )
 
 // BenchmarkPerMessage makes the recorder calls the worker makes for one
-// successful message (received, three latencies, succeeded),
+// successful message (received, in-flight twice, three latencies, succeeded),
 // with a flush every 10,000 messages, for each sink. Compare with the
 // worker's per-message cost (BenchmarkWorkerPerMessage in ./worker).
 func BenchmarkPerMessage(b *testing.B) {
@@ -26,6 +26,8 @@ func BenchmarkPerMessage(b *testing.B) {
 			b.ReportAllocs()
 			for i := range b.N {
 				c.r.Add(metrics.MessagesReceived, 1, q)
+				c.r.Set(metrics.InFlight, 1, q)
+				c.r.Set(metrics.InFlight, 0, q)
 				c.r.Observe(metrics.HandlerDuration, float64(i%1000)/1e4, qh)
 				c.r.Observe(metrics.ReceiveToDoneLatency, float64(i%1000)/1e3, q)
 				c.r.Observe(metrics.EnqueueToDoneLatency, float64(i%1000)/1e2, q)

@@ -18,7 +18,7 @@
 // | handler_duration          | histogram | seconds | queue, handler              | time in the handler |
 // | enqueue_to_done_latency   | histogram | seconds | queue                       | from SentTimestamp to the handler's end |
 // | receive_to_done_latency   | histogram | seconds | queue                       | from the receive to the handler's end |
-// | in_flight                 | gauge     | count   | queue                       | handlers running, sampled every MetricsInterval (worker only) |
+// | in_flight                 | gauge     | count   | queue                       | handlers running |
 // | queue_visible             | gauge     | count   | queue                       | ApproximateNumberOfMessages (worker only) |
 // | queue_in_flight           | gauge     | count   | queue                       | ApproximateNumberOfMessagesNotVisible |
 // | queue_delayed             | gauge     | count   | queue                       | ApproximateNumberOfMessagesDelayed |

@@ -480,8 +480,6 @@ func (r *run) report(ctx context.Context) {
 	tick := time.NewTicker(r.cfg.MetricsInterval)
 	defer tick.Stop()
 	for {
-		// Gauges are sampled here, once per interval, not on every message.
-		r.rec.Set(metrics.InFlight, float64(r.w.stats.inFlight.Load()), r.dq)
 		if !r.cfg.DisableDepth {
 			r.pollDepth(ctx)
 		}
@@ -738,10 +736,11 @@ func (r *run) process(d delivery) bool {
 		ctx, cancel = context.WithDeadlineCause(ctx, d.receivedAt.Add(r.vis-r.margin), ErrHandlerTimeout)
 	}
 	start := time.Now()
+	r.rec.Set(metrics.InFlight, float64(r.w.stats.inFlight.Load()), r.dq)
 	err := outcome.Call(ctx, r.h, m)
 	cancel()
 	end := time.Now()
-	r.w.stats.inFlight.Add(-1)
+	r.rec.Set(metrics.InFlight, float64(r.w.stats.inFlight.Add(-1)), r.dq)
 	r.rec.Observe(metrics.HandlerDuration, end.Sub(start).Seconds(), r.dqh)
 	r.rec.Observe(metrics.ReceiveToDoneLatency, end.Sub(d.receivedAt).Seconds(), r.dq)
 	if !m.SentAt.IsZero() {
