@@ -36,6 +36,11 @@ type Policy struct {
 	MaxReceiveCount int
 	// HasDLQ is true when there is a dead-letter queue to move messages to.
 	HasDLQ bool
+	// RedriveMaxReceiveCount is the queue's redrive policy's
+	// maxReceiveCount; 0 when the queue has no redrive policy. Only when a
+	// failed attempt reaches it does SQS itself move the message on its
+	// next receive.
+	RedriveMaxReceiveCount int
 }
 
 // Decision is what to do with one message.
@@ -73,9 +78,11 @@ func (p Policy) Decide(err error, receiveCount int) Decision {
 	}
 	if (d.Permanent || d.LastAttempt) && p.HasDLQ {
 		d.Action = DeadLetter
-		if d.LastAttempt {
-			// Should the copy fail, the next receive exceeds
-			// maxReceiveCount and SQS's redrive policy moves it.
+		if p.RedriveMaxReceiveCount > 0 && receiveCount >= p.RedriveMaxReceiveCount {
+			// Should the copy fail, the next receive exceeds the redrive
+			// policy's maxReceiveCount and SQS moves the message itself.
+			// With a lower MaxReceiveCount, or no redrive policy, the
+			// next receive is again a last attempt: back off instead.
 			d.Delay = 0
 		}
 	}

@@ -10,7 +10,12 @@ import (
 
 func TestDecide(t *testing.T) {
 	fixed := sqsworker.BackoffFunc(func(int, error) time.Duration { return 7 * time.Second })
-	withDLQ := Policy{Backoff: fixed, MaxReceiveCount: 3, HasDLQ: true}
+	withDLQ := Policy{Backoff: fixed, MaxReceiveCount: 3, HasDLQ: true, RedriveMaxReceiveCount: 3}
+	// A MaxReceiveCount below the redrive policy's, or a dead-letter queue
+	// with no redrive policy: SQS will not move the message on the next
+	// receive, so a failed copy must back off, not come back at once.
+	lower := Policy{Backoff: fixed, MaxReceiveCount: 3, HasDLQ: true, RedriveMaxReceiveCount: 5}
+	noRedrive := Policy{Backoff: fixed, MaxReceiveCount: 3, HasDLQ: true}
 	noDLQ := Policy{Backoff: fixed}
 	boom := errors.New("boom")
 	for _, c := range []struct {
@@ -27,6 +32,8 @@ func TestDecide(t *testing.T) {
 		{"permanent, no DLQ", noDLQ, sqsworker.Permanent(boom), 1, Decision{Action: Retry, Delay: 7 * time.Second, Permanent: true}},
 		{"retry after", withDLQ, sqsworker.RetryAfter(time.Minute, boom), 1, Decision{Action: Retry, Delay: time.Minute}},
 		{"retry after, last attempt", withDLQ, sqsworker.RetryAfter(time.Minute, boom), 3, Decision{Action: DeadLetter, LastAttempt: true}},
+		{"last attempt, lower than the redrive policy", lower, boom, 3, Decision{Action: DeadLetter, Delay: 7 * time.Second, LastAttempt: true}},
+		{"last attempt, no redrive policy", noRedrive, boom, 4, Decision{Action: DeadLetter, Delay: 7 * time.Second, LastAttempt: true}},
 		{"postpone", withDLQ, sqsworker.RetryAfter(time.Minute, nil), 3, Decision{Action: Postpone, Delay: time.Minute}},
 	} {
 		if got := c.p.Decide(c.err, c.attempt); got != c.want {

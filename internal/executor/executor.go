@@ -1,0 +1,250 @@
+// Package executor runs a handler on a received message and carries out what
+// its result means — delete, retry after a delay, release, move to the
+// dead-letter queue — for both runtimes. A runtime owns how it receives and
+// how it acknowledges (the worker with its ack batcher, the Lambda adapter
+// with its batch response), through the small Acker interface; what a
+// handler's result means lives here once, with the counters and metrics that
+// follow from it.
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/outcome"
+	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/metrics"
+	"github.com/sqsworker/sqsworker/visibility"
+)
+
+// Acker acknowledges messages the way one runtime does.
+type Acker interface {
+	// Delete acknowledges a message that is done: handled, or copied to
+	// the dead-letter queue.
+	Delete(j *Job)
+	// Retry makes the message visible again after vis, in whole seconds
+	// within SQS's limits; 0 releases it at once.
+	Retry(j *Job, vis time.Duration)
+	// Abandon leaves the message to SQS: its lease was lost, so another
+	// consumer may hold it, and acknowledging it with this receipt handle
+	// could undo that consumer's work.
+	Abandon(j *Job)
+}
+
+// Job is one received message on its way through the executor.
+type Job struct {
+	Msg *sqsworker.Message
+	// ReceivedAt is when the message was received: its lease counts from
+	// then.
+	ReceivedAt time.Time
+	// Ctx is the parent of the handler's context: the runtime's handler
+	// context, or with a heartbeat the lease's context, cancelled when the
+	// lease is lost.
+	Ctx context.Context
+	// Lease is the message's visibility lease; nil without a heartbeat.
+	Lease *visibility.Lease
+	// Deadline, when set, ends the handler's context with the executor's
+	// TimeoutCause (the lease less the time to acknowledge, without a
+	// heartbeat). Config.HandlerTimeout takes precedence.
+	Deadline time.Time
+	// LeaseEnd, when set and without a Lease, is when SQS may hand the
+	// message out again: a handler that returns later no longer holds it.
+	LeaseEnd time.Time
+}
+
+// Held reports whether the message's lease still holds, so that it may be
+// acknowledged, and stops extending it. A lease the heartbeat has not yet
+// found lost, but whose deadline has passed, does not hold either.
+func (j *Job) Held(now time.Time) bool {
+	if j.Lease != nil {
+		j.Lease.Release()
+		if errors.Is(context.Cause(j.Ctx), visibility.ErrLeaseLost) {
+			return false
+		}
+		return now.Before(j.Lease.Deadline())
+	}
+	return j.LeaseEnd.IsZero() || now.Before(j.LeaseEnd)
+}
+
+// Executor runs one queue's handler and settles its messages. Its fields are
+// set once by a runtime; it is safe for concurrent use.
+type Executor struct {
+	Handler sqsworker.Handler
+	Policy  outcome.Policy
+	// Mover copies messages to the dead-letter queue; its URL is empty
+	// when there is none.
+	Mover *queue.Mover
+	// Counters receives the executor's counts; the runtime may share it
+	// with its own (received, acknowledged) and report it as its Stats.
+	Counters *Counters
+	// Metrics receives the same figures. metrics.Nop{} when none.
+	Metrics metrics.Recorder
+	// Queue and HandlerName are the metrics' dimensions.
+	Queue       metrics.Dims
+	HandlerName string
+	// Log receives failures; it carries the queue.
+	Log *slog.Logger
+	// HandlerTimeout, when positive, bounds each handler call from its
+	// start, with TimeoutCause.
+	HandlerTimeout time.Duration
+	// TimeoutCause is the cause of a handler context ended by
+	// HandlerTimeout or Job.Deadline.
+	TimeoutCause error
+	// StopCauses are the causes of a handler context the runtime cut
+	// short itself (shutdown, the invocation's deadline): such a message
+	// is released at once, never counted as a failed attempt, never
+	// dead-lettered.
+	StopCauses []error
+	// MoveTimeout bounds a dead-letter move. Default 30s.
+	MoveTimeout time.Duration
+	// MoveBy, when set, returns the latest time a dead-letter move may
+	// take (the Lambda invocation's deadline).
+	MoveBy func() (time.Time, bool)
+}
+
+// DefaultMoveTimeout is the default Executor.MoveTimeout.
+const DefaultMoveTimeout = 30 * time.Second
+
+// Run runs the handler on j's message and settles it through ack. It reports
+// whether the message is done (handled, or moved to the dead-letter queue),
+// so that a FIFO group may go on with its next message.
+func (e *Executor) Run(j *Job, ack Acker) bool {
+	m := j.Msg
+	c := e.Counters
+	ctx, cancel := j.Ctx, context.CancelFunc(nil)
+	switch {
+	case e.HandlerTimeout > 0:
+		ctx, cancel = context.WithTimeoutCause(ctx, e.HandlerTimeout, e.TimeoutCause)
+	case !j.Deadline.IsZero():
+		ctx, cancel = context.WithDeadlineCause(ctx, j.Deadline, e.TimeoutCause)
+	}
+	e.Metrics.Set(metrics.InFlight, float64(c.InFlight.Add(1)), e.Queue)
+	start := time.Now()
+	err := outcome.Call(ctx, e.Handler, m)
+	end := time.Now()
+	if cancel != nil {
+		cancel()
+	}
+	e.Metrics.Set(metrics.InFlight, float64(c.InFlight.Add(-1)), e.Queue)
+	hd := metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName}
+	e.Metrics.Observe(metrics.HandlerDuration, end.Sub(start).Seconds(), hd)
+	e.Metrics.Observe(metrics.ReceiveToDoneLatency, end.Sub(j.ReceivedAt).Seconds(), e.Queue)
+	if !m.SentAt.IsZero() {
+		e.Metrics.Observe(metrics.EnqueueToDoneLatency, end.Sub(m.SentAt).Seconds(), e.Queue)
+	}
+
+	if !j.Held(end) {
+		c.LeasesLost.Add(1)
+		e.Metrics.Add(metrics.LeasesLost, 1, e.Queue)
+		e.Log.Warn("lease lost while the handler ran; the message is left to SQS and may be handled again",
+			"message_id", m.ID, "attempt", m.ReceiveCount, "handler_error", err, "cause", context.Cause(j.Ctx))
+		ack.Abandon(j)
+		return false
+	}
+	if err == nil {
+		c.Succeeded.Add(1)
+		e.Metrics.Add(metrics.MessagesSucceeded, 1, hd)
+		ack.Delete(j)
+		return true
+	}
+	return e.settleFailure(j, err, end.Sub(start), ack)
+}
+
+func (e *Executor) stopped(cause error) bool {
+	for _, s := range e.StopCauses {
+		if errors.Is(cause, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Release makes a message that was not handled, or was cut short by the
+// runtime, visible again at once, unless its lease was lost.
+func (e *Executor) Release(j *Job, ack Acker) {
+	if !j.Held(time.Now()) {
+		ack.Abandon(j)
+		return
+	}
+	e.Counters.Released.Add(1)
+	ack.Retry(j, 0)
+}
+
+// settleFailure carries out the decision for a failed handler. It reports
+// whether the message was moved to the dead-letter queue.
+func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acker) bool {
+	m, c := j.Msg, e.Counters
+	dec := e.Policy.Decide(err, m.ReceiveCount)
+	if dec.Action == outcome.Postpone {
+		c.Postponed.Add(1)
+		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
+		e.Log.Debug("message postponed", "message_id", m.ID, "attempt", m.ReceiveCount, "retry_in", dec.Delay)
+		ack.Retry(j, dec.Delay)
+		return false
+	}
+	if cause := context.Cause(j.Ctx); cause != nil && e.stopped(cause) {
+		e.Log.Warn("handler cut short by the runtime; releasing the message", "message_id", m.ID,
+			"attempt", m.ReceiveCount, "cause", cause, "error", err)
+		c.Released.Add(1)
+		ack.Retry(j, 0)
+		return false
+	}
+	c.Failed.Add(1)
+	class := sqsworker.ErrorClass(err)
+	e.Metrics.Add(metrics.MessagesFailed, 1, metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName, ErrorClass: class})
+	log := e.Log.With("message_id", m.ID, "attempt", m.ReceiveCount, "error_class", class, "duration", took)
+	var p *sqsworker.PanicError
+	if errors.As(err, &p) {
+		c.Panics.Add(1)
+		log.Error("handler panicked", "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
+	}
+	switch {
+	case dec.Action == outcome.DeadLetter:
+		if e.deadLetter(j, err, class, log) {
+			ack.Delete(j)
+			return true
+		}
+	case dec.Permanent:
+		log.Error("permanent failure but the queue has no dead-letter queue; retrying with backoff", "error", err)
+	}
+	c.Retried.Add(1)
+	e.Metrics.Add(metrics.MessagesRetried, 1, e.Queue)
+	log.Warn("handler failed; retrying", "error", err, "retry_in", dec.Delay)
+	ack.Retry(j, dec.Delay)
+	return false
+}
+
+// deadLetter copies the message to the dead-letter queue; the caller deletes
+// it when that worked.
+func (e *Executor) deadLetter(j *Job, cause error, class string, log *slog.Logger) bool {
+	timeout := e.MoveTimeout
+	if timeout <= 0 {
+		timeout = DefaultMoveTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.Ctx), timeout)
+	defer cancel()
+	if e.MoveBy != nil {
+		if by, ok := e.MoveBy(); ok {
+			var cancelBy context.CancelFunc
+			ctx, cancelBy = context.WithDeadline(ctx, by)
+			defer cancelBy()
+		}
+	}
+	withMeta, err := e.Mover.Move(ctx, j.Msg, cause)
+	if err != nil {
+		e.Counters.MoveFailures.Add(1)
+		log.Error("moving message to dead-letter queue failed", "error", err)
+		return false
+	}
+	if !withMeta {
+		log.Warn("failure metadata did not fit the message's attributes or size; dead-lettered without it", "error", cause)
+	}
+	e.Counters.DeadLettered.Add(1)
+	e.Metrics.Add(metrics.MessagesDeadLettered, 1, metrics.Dims{Queue: e.Queue.Queue, ErrorClass: class})
+	log.Error("message dead-lettered", "error", cause, "dead_letter_queue", e.Mover.URL)
+	return true
+}

@@ -1,0 +1,233 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/ackbatch"
+	"github.com/sqsworker/sqsworker/internal/executor"
+	"github.com/sqsworker/sqsworker/internal/outcome"
+	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/metrics"
+	"github.com/sqsworker/sqsworker/visibility"
+)
+
+// ackFlushGrace is how long pending acknowledgements may still be sent after
+// the shutdown deadline.
+const ackFlushGrace = 5 * time.Second
+
+// consumer is one Run of a Worker: its receive loops (receive.go), the
+// dispatch of what they receive (dispatch.go), the depth reporter
+// (depth.go), and the executor that settles each message through the ack
+// batcher.
+type consumer struct {
+	w        *Worker
+	cfg      Config
+	info     queue.Info
+	exec     *executor.Executor
+	acks     *ackbatch.Batcher
+	ext      *visibility.Extender // nil with heartbeats off
+	recorder metrics.Recorder     // metrics.Nop when none is configured
+	log      *slog.Logger
+	vis      time.Duration // visibility timeout asked for on every receive; 0 if none
+	margin   time.Duration // kept free at the end of a lease to send the ack
+
+	slots chan struct{} // one token per free handler slot
+
+	pollCtx    context.Context // cancelled when receiving stops
+	stopPoll   context.CancelFunc
+	pollsDone  chan struct{}  // closed once no receive is under way after stopping
+	reporter   sync.WaitGroup // the depth reporter
+	stopReport context.CancelFunc
+	handlerCtx context.Context // cancelled at the shutdown deadline
+	hardStop   context.CancelCauseFunc
+	pollers    sync.WaitGroup
+	handlers   sync.WaitGroup
+	beats      sync.WaitGroup // the heartbeat's rounds
+	stopBeats  context.CancelFunc
+	fatal      chan error
+}
+
+func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, error) {
+	cfg := w.cfg
+	if cfg.DeadLetterQueueURL == "" {
+		cfg.DeadLetterQueueURL = info.DeadLetterURL
+	}
+	switch {
+	case cfg.MaxReceiveCount == 0:
+		cfg.MaxReceiveCount = info.MaxReceiveCount
+	case info.MaxReceiveCount > 0 && cfg.MaxReceiveCount > info.MaxReceiveCount:
+		return nil, fmt.Errorf("worker: Config.MaxReceiveCount %d is above the redrive policy's maxReceiveCount %d of queue %s: SQS would dead-letter the message first",
+			cfg.MaxReceiveCount, info.MaxReceiveCount, info.URL)
+	}
+	if cfg.MaxReceiveCount > 0 && cfg.DeadLetterQueueURL == "" {
+		return nil, fmt.Errorf("worker: Config.MaxReceiveCount is %d but queue %s has no dead-letter queue: set Config.DeadLetterQueueURL or a redrive policy", cfg.MaxReceiveCount, info.URL)
+	}
+	vis := cfg.VisibilityTimeout
+	if vis == 0 {
+		vis = info.VisibilityTimeout
+	}
+	c := &consumer{
+		w: w, cfg: cfg, info: info, log: w.log, vis: vis,
+		margin:   cfg.AckInterval + min(vis/10, time.Second),
+		slots:    make(chan struct{}, cfg.Concurrency),
+		fatal:    make(chan error, cfg.Pollers),
+		recorder: cfg.Metrics,
+	}
+	if c.recorder == nil {
+		c.recorder = metrics.Nop{}
+	}
+	for range cfg.Concurrency {
+		c.slots <- struct{}{}
+	}
+	c.exec = &executor.Executor{
+		Handler: h,
+		Policy: outcome.Policy{Backoff: cfg.Backoff, MaxReceiveCount: cfg.MaxReceiveCount,
+			HasDLQ: cfg.DeadLetterQueueURL != "", RedriveMaxReceiveCount: info.MaxReceiveCount},
+		Mover:          &queue.Mover{API: w.api, URL: cfg.DeadLetterQueueURL, FIFO: queue.IsFIFOURL(cfg.DeadLetterQueueURL), Host: cfg.Host},
+		Counters:       &w.counts,
+		Metrics:        c.recorder,
+		Queue:          metrics.Dims{Queue: metrics.QueueName(info.URL)},
+		HandlerName:    cfg.HandlerName,
+		Log:            w.log,
+		HandlerTimeout: cfg.HandlerTimeout,
+		TimeoutCause:   ErrHandlerTimeout,
+		StopCauses:     []error{ErrShutdown},
+	}
+	if !cfg.DisableHeartbeat {
+		hb := cfg.Heartbeat
+		if hb.Logger == nil {
+			hb.Logger = cfg.Logger
+		}
+		ext, err := c.exec.Heartbeat(w.api, hb, info.URL, vis)
+		if err != nil {
+			return nil, fmt.Errorf("worker: Config.Heartbeat (set DisableHeartbeat to run without): %w", err)
+		}
+		c.ext = ext
+		w.ext.Store(ext)
+	}
+	c.acks = ackbatch.New(w.api, ackbatch.Config{
+		QueueURL:    info.URL,
+		Interval:    cfg.AckInterval,
+		MaxInFlight: max(4, cfg.Pollers),
+		Result:      c.ackResult,
+	})
+	return c, nil
+}
+
+// consume runs until ctx is cancelled, Shutdown is called or receiving fails
+// for good, then stops.
+func (c *consumer) consume(ctx context.Context) error {
+	c.pollCtx, c.stopPoll = context.WithCancel(context.WithoutCancel(ctx))
+	c.pollsDone = make(chan struct{})
+	c.handlerCtx, c.hardStop = context.WithCancelCause(context.WithoutCancel(ctx))
+	defer c.hardStop(nil)
+	defer c.stopPoll()
+
+	c.log.Info("worker started", "concurrency", c.cfg.Concurrency, "pollers", c.cfg.Pollers,
+		"fifo", c.info.FIFO, "dead_letter_queue", c.cfg.DeadLetterQueueURL, "max_receive_count", c.cfg.MaxReceiveCount,
+		"visibility_timeout", c.vis, "heartbeat", c.ext != nil)
+	if c.ext != nil {
+		var bctx context.Context
+		bctx, c.stopBeats = context.WithCancel(context.WithoutCancel(ctx))
+		c.beats.Go(func() { _ = c.ext.Run(bctx) })
+	}
+	if c.cfg.Metrics != nil {
+		var rctx context.Context
+		rctx, c.stopReport = context.WithCancel(context.WithoutCancel(ctx))
+		c.reporter.Go(func() { c.report(rctx) })
+	}
+	for range c.cfg.Pollers {
+		c.pollers.Go(c.poll)
+	}
+
+	var fatal error
+	var sctx context.Context
+	select {
+	case <-ctx.Done():
+	case <-c.w.stopping.Done():
+		sctx = *c.w.shutdownCtx.Load()
+	case fatal = <-c.fatal:
+	}
+	if sctx == nil {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.cfg.ShutdownTimeout)
+		defer cancel()
+	}
+	c.stop(sctx)
+	if fatal != nil {
+		c.log.Error("worker stopped", "error", fatal)
+		return fatal
+	}
+	c.log.Info("worker stopped")
+	return nil
+}
+
+// stop shuts the consumer down; see Worker.Shutdown. Receives under way are
+// not cut short: SQS may already have handed them messages, which a
+// cancelled request would leave invisible for a whole visibility timeout.
+// They end within WaitTime, and what they bring is released at once; only
+// at the deadline are they cancelled, with the handlers.
+func (c *consumer) stop(ctx context.Context) {
+	c.w.ready.Store(false)
+	c.stopPoll()
+	done := make(chan struct{})
+	go func() { c.pollers.Wait(); close(c.pollsDone); c.handlers.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		c.log.Warn("shutdown deadline passed; cancelling running handlers", "in_flight", c.w.counts.InFlight.Load())
+		c.hardStop(ErrShutdown)
+		<-done
+	}
+	if c.ext != nil {
+		c.stopBeats()
+		c.beats.Wait()
+	}
+	if c.stopReport != nil {
+		c.stopReport()
+		c.reporter.Wait()
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackFlushGrace)
+	defer cancel()
+	if ctx.Err() == nil {
+		fctx = ctx
+	}
+	if err := c.acks.Close(fctx); err != nil {
+		c.log.Error("pending acknowledgements not sent; their messages will come back after their visibility timeout", "error", err)
+	}
+}
+
+// The worker's executor.Acker: acknowledgements go through the batcher.
+
+// Delete deletes the message.
+func (c *consumer) Delete(j *executor.Job) {
+	c.acks.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID})
+}
+
+// Retry makes the message visible again after vis, rounded up to whole
+// seconds and kept within SQS's 12 hours from the receive.
+func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
+	limit := sqsworker.MaxVisibilityTimeout - time.Since(j.ReceivedAt) - time.Second
+	vis = min(sqsworker.ClampDelay(vis), max(limit, 0))
+	vis = (vis + time.Second - 1).Truncate(time.Second)
+	c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Visibility: vis})
+}
+
+// Abandon leaves the message alone.
+func (c *consumer) Abandon(*executor.Job) {}
+
+func (c *consumer) ackResult(kind ackbatch.Kind, e ackbatch.Entry, err error) {
+	switch {
+	case err != nil:
+		c.w.counts.AckFailures.Add(1)
+		c.log.Error("acknowledgement failed; the message will come back after its visibility timeout",
+			"op", kind.String(), "message_id", e.MessageID, "error", err)
+	case kind == ackbatch.Delete:
+		c.w.counts.Deleted.Add(1)
+	}
+}

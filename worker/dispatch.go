@@ -1,0 +1,111 @@
+package worker
+
+import (
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker/internal/executor"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+)
+
+// dispatch starts the handlers of a received batch. Each message holds one
+// handler slot until it is settled.
+func (c *consumer) dispatch(msgs []types.Message) {
+	now := time.Now()
+	c.exec.Received(len(msgs))
+	jobs, ptrs := make([]executor.Job, len(msgs)), make([]*executor.Job, len(msgs))
+	for i := range msgs {
+		j := &jobs[i]
+		ptrs[i] = j
+		j.Msg, j.ReceivedAt, j.Ctx = sqsmsg.FromSDK(c.info.URL, &msgs[i]), now, c.handlerCtx
+		switch {
+		case c.ext != nil:
+			j.Ctx, j.Lease = c.ext.Track(c.handlerCtx, j.Msg, now)
+		case c.vis > 0: // the lease, less the time to send the ack
+			j.LeaseEnd = now.Add(c.vis)
+			j.Deadline = j.LeaseEnd.Add(-c.margin)
+		}
+	}
+	if c.pollCtx.Err() != nil { // received while stopping
+		c.releaseLater(ptrs)
+		return
+	}
+	if !c.info.FIFO {
+		for _, j := range ptrs {
+			c.handlers.Go(func() { c.run(j) })
+		}
+		return
+	}
+	// FIFO: one goroutine per message group, in order.
+	for _, group := range groupByID(ptrs) {
+		c.handlers.Go(func() { c.runGroup(group) })
+	}
+}
+
+// run settles one job and frees its handler slot. It reports whether the
+// message is done.
+func (c *consumer) run(j *executor.Job) bool {
+	defer c.releaseSlots(1)
+	return c.exec.Run(j, c)
+}
+
+// runGroup runs one FIFO group's messages in order. Once one of them is not
+// done (it failed, or its lease was lost), the rest are released, so that
+// none overtakes it.
+func (c *consumer) runGroup(group []*executor.Job) {
+	for i, j := range group {
+		// Messages waiting behind others hold a lease that runs from the
+		// receive. Without heartbeats, release them when half of it is
+		// gone; with heartbeats, when it was lost.
+		late := c.ext == nil && i > 0 && c.vis > 0 && time.Since(j.ReceivedAt) > c.vis/2
+		if c.pollCtx.Err() != nil {
+			c.releaseLater(group[i:])
+			return
+		}
+		if late || j.Ctx.Err() != nil {
+			c.release(group[i:])
+			return
+		}
+		if !c.run(j) {
+			c.release(group[i+1:])
+			return
+		}
+	}
+}
+
+// groupByID splits FIFO jobs by message group, keeping their order.
+func groupByID(jobs []*executor.Job) [][]*executor.Job {
+	var groups [][]*executor.Job
+	index := make(map[string]int, len(jobs))
+	for _, j := range jobs {
+		g, ok := index[j.Msg.GroupID]
+		if !ok {
+			g = len(groups)
+			index[j.Msg.GroupID] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], j)
+	}
+	return groups
+}
+
+// releaseLater releases messages once no receive of this worker is under
+// way, so that its own last long polls do not take them again (which would
+// count as one more receive). It runs only while stopping, when that takes
+// at most WaitTime.
+func (c *consumer) releaseLater(jobs []*executor.Job) {
+	c.handlers.Go(func() {
+		<-c.pollsDone
+		c.release(jobs)
+	})
+}
+
+// release makes unhandled messages visible again at once and frees their
+// handler slots. Messages whose lease was lost are left alone.
+func (c *consumer) release(jobs []*executor.Job) {
+	for _, j := range jobs {
+		c.exec.Release(j, c)
+	}
+	c.releaseSlots(len(jobs))
+}
