@@ -241,4 +241,3 @@ func (w *Worker) HeartbeatStats() visibility.Stats {
 	}
 	return visibility.Stats{}
 }
-
