@@ -77,6 +77,12 @@ type Config struct {
 	// polled in Lambda: use SQS's own CloudWatch metrics. Default none.
 	Metrics metrics.Recorder
 
+	// QueueRefresh is how long the queue's attributes (visibility timeout,
+	// redrive policy) are trusted before they are read again, so that a
+	// changed queue is seen without a cold start. A read that fails keeps
+	// the attributes read before. Default 5m.
+	QueueRefresh time.Duration
+
 	// HandlerName is the handler dimension of the metrics. Default the
 	// AWS_LAMBDA_FUNCTION_NAME environment variable, else "handler".
 	HandlerName string
@@ -86,8 +92,11 @@ type Config struct {
 	Host string
 }
 
-// DefaultConcurrency is the default Config.Concurrency.
-const DefaultConcurrency = 10
+// Defaults of the Config fields.
+const (
+	DefaultConcurrency  = 10
+	DefaultQueueRefresh = 5 * time.Minute
+)
 
 func (c *Config) validate() error {
 	var errs []error
@@ -97,6 +106,9 @@ func (c *Config) validate() error {
 	}
 	if c.SafetyMargin < 0 {
 		bad("SafetyMargin %s is negative", c.SafetyMargin)
+	}
+	if c.QueueRefresh < 0 {
+		bad("QueueRefresh %s is negative", c.QueueRefresh)
 	}
 	if c.MaxReceiveCount < 0 {
 		bad("MaxReceiveCount %d is negative", c.MaxReceiveCount)

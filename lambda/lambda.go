@@ -17,6 +17,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
+	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/metrics"
@@ -91,46 +92,49 @@ func NewHandler(h sqsworker.Handler, cfg Config) (HandlerFunc, error) {
 	if cfg.HandlerName == "" {
 		cfg.HandlerName = "handler"
 	}
-	rec := cfg.Metrics
-	if rec == nil {
-		rec = metrics.Nop{}
+	if cfg.QueueRefresh == 0 {
+		cfg.QueueRefresh = DefaultQueueRefresh
+	}
+	recorder := cfg.Metrics
+	if recorder == nil {
+		recorder = metrics.Nop{}
 	}
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
-	a := &adapter{h: h, cfg: cfg, rec: rec, queues: map[string]*queueState{}}
+	a := &adapter{h: h, cfg: cfg, recorder: recorder, queues: map[string]*queueState{}}
+	var err2 error
+	if a.unknown, err2 = a.newState(queue.Info{}, false); err2 != nil {
+		return nil, err2
+	}
 	return a.invoke, nil
 }
 
 type adapter struct {
-	h   sqsworker.Handler
-	cfg Config
-	rec metrics.Recorder
+	h        sqsworker.Handler
+	cfg      Config
+	recorder metrics.Recorder
+	counts   executor.Counters
+	// unknown settles records whose queue is unknown: reported failed,
+	// never retried with backoff nor dead-lettered.
+	unknown *queueState
 
 	mu     sync.Mutex
-	queues map[string]*queueState // by URL, read once per execution environment
+	queues map[string]*queueState // by URL, refreshed every QueueRefresh
 }
 
 // queueState is what the adapter knows of one queue.
 type queueState struct {
-	dims   metrics.Dims // the queue's name
-	info   queue.Info
-	policy outcome.Policy
-	mover  *queue.Mover
+	info     queue.Info
+	exec     *executor.Executor
+	ext      *visibility.Extender // nil without a heartbeat
+	loadedAt time.Time
+	// known is false when the queue's attributes could not be read: the
+	// configuration stands in for them, and no heartbeat runs.
+	known bool
 }
 
-// state returns the state of the queue at url, reading it on first use.
-func (a *adapter) state(ctx context.Context, url string) (*queueState, error) {
-	a.mu.Lock()
-	st, ok := a.queues[url]
-	a.mu.Unlock()
-	if ok {
-		return st, nil
-	}
-	info, err := queue.Load(ctx, a.cfg.Client, url)
-	if err != nil {
-		return nil, fmt.Errorf("lambda: %w", err)
-	}
+func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 	dlq, maxReceive := a.cfg.DeadLetterQueueURL, a.cfg.MaxReceiveCount
 	if dlq == "" {
 		dlq = info.DeadLetterURL
@@ -138,11 +142,64 @@ func (a *adapter) state(ctx context.Context, url string) (*queueState, error) {
 	if maxReceive == 0 {
 		maxReceive = info.MaxReceiveCount
 	}
-	st = &queueState{
-		dims:   metrics.Dims{Queue: metrics.QueueName(url)},
-		info:   info,
-		policy: outcome.Policy{Backoff: a.cfg.Backoff, MaxReceiveCount: maxReceive, HasDLQ: dlq != ""},
-		mover:  &queue.Mover{API: a.cfg.Client, URL: dlq, FIFO: queue.IsFIFOURL(dlq), Host: a.cfg.Host},
+	log := a.cfg.Logger.With("queue", info.URL)
+	st := &queueState{info: info, loadedAt: time.Now(), known: known}
+	st.exec = &executor.Executor{
+		Handler: a.h,
+		Policy: outcome.Policy{Backoff: a.cfg.Backoff, MaxReceiveCount: maxReceive,
+			HasDLQ: dlq != "", RedriveMaxReceiveCount: info.MaxReceiveCount},
+		Mover:        &queue.Mover{API: a.cfg.Client, URL: dlq, FIFO: queue.IsFIFOURL(dlq), Host: a.cfg.Host},
+		Counters:     &a.counts,
+		Metrics:      a.recorder,
+		Queue:        metrics.Dims{Queue: metrics.QueueName(info.URL)},
+		HandlerName:  a.cfg.HandlerName,
+		Log:          log,
+		TimeoutCause: ErrDeadline,
+		StopCauses:   []error{ErrDeadline},
+	}
+	if known && !a.cfg.DisableHeartbeat && info.VisibilityTimeout >= time.Second {
+		hb := a.cfg.Heartbeat
+		if hb.Logger == nil {
+			hb.Logger = a.cfg.Logger
+		}
+		ext, err := st.exec.Heartbeat(a.cfg.Client, hb, info.URL, info.VisibilityTimeout)
+		if err != nil {
+			return nil, fmt.Errorf("lambda: Config.Heartbeat (set DisableHeartbeat to run without): %w", err)
+		}
+		st.ext = ext
+	}
+	return st, nil
+}
+
+// state returns the state of the queue at url, reading its attributes on
+// first use and again once they are QueueRefresh old. When they cannot be
+// read (throttled, denied, unreachable), it goes on with what it knew, or
+// with the configuration alone, and tries again on the next invocation.
+func (a *adapter) state(ctx context.Context, url string, log *slog.Logger) (*queueState, error) {
+	a.mu.Lock()
+	st, ok := a.queues[url]
+	a.mu.Unlock()
+	if ok && st.known && time.Since(st.loadedAt) < a.cfg.QueueRefresh {
+		return st, nil
+	}
+	info, err := queue.Load(ctx, a.cfg.Client, url)
+	if err != nil {
+		if ok && st.known {
+			log.Warn("re-reading the queue's attributes failed; going on with those read before", "queue", url, "error", err)
+			return st, nil
+		}
+		log.Error("reading the queue's attributes failed; going on with the configuration alone (no heartbeat; dead-letter queue and maxReceiveCount from Config)",
+			"queue", url, "error", err)
+		return a.newState(queue.Info{URL: url, FIFO: queue.IsFIFOURL(url)}, false)
+	}
+	if ok && st.known && st.info == info {
+		a.mu.Lock()
+		st.loadedAt = time.Now()
+		a.mu.Unlock()
+		return st, nil
+	}
+	if st, err = a.newState(info, true); err != nil {
+		return nil, err
 	}
 	a.mu.Lock()
 	a.queues[url] = st
@@ -150,27 +207,43 @@ func (a *adapter) state(ctx context.Context, url string) (*queueState, error) {
 	return st, nil
 }
 
-// record is one record of an invocation and what became of it.
+// record is one record of an invocation and what became of it. It is the
+// executor's Acker for its own job.
 type record struct {
-	msg   *sqsworker.Message
-	st    *queueState // nil when the queue is unknown
-	ctx   context.Context
-	lease *visibility.Lease
+	job executor.Job
+	st  *queueState
 
 	failed     bool          // reported in batchItemFailures
 	visibility time.Duration // the visibility to set when failed
 	keep       bool          // failed, but leave its visibility alone
 }
 
+// Delete: the record is done; Lambda deletes it.
+func (r *record) Delete(*executor.Job) {}
+
+// Retry reports the record failed, to come back after vis.
+func (r *record) Retry(_ *executor.Job, vis time.Duration) {
+	r.failed, r.visibility = true, vis
+	r.keep = r.st == nil
+}
+
+// Abandon reports the record failed and leaves its visibility alone.
+func (r *record) Abandon(*executor.Job) { r.failed, r.keep = true, true }
+
+// exec is the executor that settles the record.
+func (r *record) exec(a *adapter) *executor.Executor {
+	if r.st == nil {
+		return a.unknown.exec
+	}
+	return r.st.exec
+}
+
 // invocation is one call of the function.
 type invocation struct {
-	a        *adapter
-	log      *slog.Logger
-	stopAt   time.Time // no record starts after
-	hctx     context.Context
-	sem      chan struct{}
-	wg       sync.WaitGroup
-	failures []string
+	a      *adapter
+	stopAt time.Time // no record starts after
+	sem    chan struct{}
+	wg     sync.WaitGroup
 }
 
 func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
@@ -183,24 +256,23 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	if lc, ok := lambdacontext.FromContext(ctx); ok {
 		log = log.With("aws_request_id", lc.AwsRequestID)
 	}
-	recs := make([]*record, len(ev.Records))
-	states := map[*queueState]bool{}
+	recs := make([]record, len(ev.Records))
+	states := map[*queueState]*slog.Logger{}
 	for i := range ev.Records {
 		r := &ev.Records[i]
 		if r.MessageId == "" {
 			return resp, fmt.Errorf("lambda: record %d of the event has no messageId: not an SQS event", i)
 		}
-		rec := &record{}
+		rec := &recs[i]
 		url, err := a.cfg.QueueURL(r.EventSourceARN)
 		if err != nil {
 			log.Error("record's queue unknown: it can be reported failed but not retried with backoff nor dead-lettered", "message_id", r.MessageId, "error", err)
-		} else if rec.st, err = a.state(ctx, url); err != nil {
+		} else if rec.st, err = a.state(ctx, url, log); err != nil {
 			return resp, err // nothing ran, nothing is deleted
-		} else {
-			states[rec.st] = true
+		} else if _, seen := states[rec.st]; !seen {
+			states[rec.st] = log.With("queue", url)
 		}
-		rec.msg = NewMessage(r, url)
-		recs[i] = rec
+		rec.job.Msg = NewMessage(r, url)
 	}
 
 	// Deadlines: stop starting records at stopAt, end handlers at hardAt.
@@ -209,97 +281,72 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	if margin == 0 && hasDeadline {
 		margin = min(max(time.Until(deadline)/10, 200*time.Millisecond), 5*time.Second)
 	}
-	inv := &invocation{a: a, log: log, sem: make(chan struct{}, a.cfg.Concurrency), hctx: ctx}
+	inv := &invocation{a: a, sem: make(chan struct{}, a.cfg.Concurrency)}
+	hctx := ctx
+	var moveBy time.Time
 	if hasDeadline {
 		inv.stopAt = deadline.Add(-margin)
+		moveBy = deadline.Add(-margin / 4)
 		var cancel context.CancelFunc
-		inv.hctx, cancel = context.WithDeadlineCause(ctx, deadline.Add(-margin/2), ErrDeadline)
+		hctx, cancel = context.WithDeadlineCause(ctx, deadline.Add(-margin/2), ErrDeadline)
 		defer cancel()
 	}
 
-	// Heartbeats, one extender per queue for this invocation.
+	// The heartbeats of this invocation's queues.
 	var beats sync.WaitGroup
 	bctx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
-	exts := map[*queueState]*visibility.Extender{}
-	if !a.cfg.DisableHeartbeat {
-		for st := range states {
-			hb := a.cfg.Heartbeat
-			hb.QueueURL, hb.VisibilityTimeout = st.info.URL, st.info.VisibilityTimeout
-			if hb.Logger == nil {
-				hb.Logger = log
-			}
-			if hb.VisibilityTimeout < time.Second {
-				continue
-			}
-			onExtend, dims := hb.OnExtend, st.dims
-			hb.OnExtend = func(m *sqsworker.Message, until time.Time) {
-				a.rec.Add(metrics.VisibilityExtensions, 1, dims)
-				if onExtend != nil {
-					onExtend(m, until)
-				}
-			}
-			ext, err := visibility.New(a.cfg.Client, hb)
-			if err != nil {
-				stopBeats()
-				return resp, fmt.Errorf("lambda: Config.Heartbeat (set DisableHeartbeat to run without): %w", err)
-			}
-			exts[st] = ext
-			beats.Go(func() { _ = ext.Run(bctx) })
+	for st := range states {
+		if st.ext != nil {
+			beats.Go(func() { _ = st.ext.Run(bctx) })
 		}
 	}
-	received := map[metrics.Dims]int64{}
-	for _, rec := range recs {
-		received[rec.dims()]++
-	}
-	for d, n := range received {
-		a.rec.Add(metrics.MessagesReceived, n, d)
-	}
 	receivedAt := start.Add(-a.cfg.BatchingWindow)
-	for _, rec := range recs {
-		rec.ctx = inv.hctx
-		if ext := exts[rec.st]; ext != nil {
-			rec.ctx, rec.lease = ext.Track(inv.hctx, rec.msg, receivedAt)
+	for i := range recs {
+		rec := &recs[i]
+		j := &rec.job
+		j.ReceivedAt, j.Ctx, j.MoveBy, j.Log = receivedAt, hctx, moveBy, states[rec.st]
+		if j.Log == nil {
+			j.Log = log
+		}
+		ex := rec.exec(a)
+		ex.Received(1)
+		if rec.st != nil && rec.st.ext != nil {
+			j.Ctx, j.Lease = rec.st.ext.Track(hctx, j.Msg, receivedAt)
 		}
 	}
 
 	if fifo(recs) {
 		inv.runGroups(recs)
 	} else {
-		for _, rec := range recs {
+		for i := range recs {
+			rec := &recs[i]
 			inv.sem <- struct{}{}
 			inv.wg.Go(func() {
 				defer func() { <-inv.sem }()
-				if !inv.tooLate(rec) {
-					inv.process(rec)
-				}
+				inv.run(rec)
 			})
 		}
 	}
 	inv.wg.Wait()
 	stopBeats()
 	beats.Wait()
-	for _, rec := range recs {
-		if rec.lease != nil {
-			rec.lease.Release() // records that never started
-		}
-	}
-	inv.report(ctx, recs)
-	if f, ok := a.rec.(interface{ Flush() error }); ok {
+	inv.report(ctx, recs, log)
+	if f, ok := a.recorder.(interface{ Flush() error }); ok {
 		if err := f.Flush(); err != nil {
 			log.Warn("flushing metrics failed", "error", err)
 		}
 	}
-	for _, rec := range recs {
-		if rec.failed {
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: rec.msg.ID})
+	for i := range recs {
+		if recs[i].failed {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: recs[i].job.Msg.ID})
 		}
 	}
 	return resp, nil
 }
 
-func fifo(recs []*record) bool {
-	for _, r := range recs {
-		if r.msg.GroupID != "" || (r.st != nil && r.st.info.FIFO) {
+func fifo(recs []record) bool {
+	for i := range recs {
+		if recs[i].job.Msg.GroupID != "" || (recs[i].st != nil && recs[i].st.info.FIFO) {
 			return true
 		}
 	}
@@ -307,15 +354,17 @@ func fifo(recs []*record) bool {
 }
 
 // runGroups handles FIFO records: each message group in order, groups in
-// parallel. After a failure the rest of the group is reported failed.
-func (inv *invocation) runGroups(recs []*record) {
+// parallel. Once a record is not done, the rest of its group is released.
+func (inv *invocation) runGroups(recs []record) {
 	var order []string
 	groups := map[string][]*record{}
-	for _, r := range recs {
-		if _, ok := groups[r.msg.GroupID]; !ok {
-			order = append(order, r.msg.GroupID)
+	for i := range recs {
+		r := &recs[i]
+		g := r.job.Msg.GroupID
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
 		}
-		groups[r.msg.GroupID] = append(groups[r.msg.GroupID], r)
+		groups[g] = append(groups[g], r)
 	}
 	for _, g := range order {
 		group := groups[g]
@@ -323,9 +372,9 @@ func (inv *invocation) runGroups(recs []*record) {
 		inv.wg.Go(func() {
 			defer func() { <-inv.sem }()
 			for i, rec := range group {
-				if inv.tooLate(rec) || !inv.process(rec) {
+				if !inv.run(rec) {
 					for _, rest := range group[i+1:] {
-						rest.fail(0)
+						rest.exec(inv.a).Release(&rest.job, rest)
 					}
 					return
 				}
@@ -334,104 +383,24 @@ func (inv *invocation) runGroups(recs []*record) {
 	}
 }
 
-// tooLate reports, and marks failed, a record that would start too close to
-// the deadline.
-func (inv *invocation) tooLate(rec *record) bool {
-	if inv.stopAt.IsZero() || time.Now().Before(inv.stopAt) {
+// run runs the record's handler, unless the deadline is too near to start
+// it: then it is released. It reports whether the record is done.
+func (inv *invocation) run(rec *record) bool {
+	ex := rec.exec(inv.a)
+	if !inv.stopAt.IsZero() && !time.Now().Before(inv.stopAt) {
+		ex.Release(&rec.job, rec)
 		return false
 	}
-	rec.fail(0)
-	return true
-}
-
-// dims returns the metric dimensions of the record's queue.
-func (r *record) dims() metrics.Dims {
-	if r.st == nil {
-		return metrics.Dims{Queue: metrics.QueueName(r.msg.QueueURL)}
-	}
-	return r.st.dims
-}
-
-func (r *record) fail(visibility time.Duration) {
-	r.failed, r.visibility = true, visibility
-}
-
-// process runs the handler on one record and decides its fate. It reports
-// whether the record succeeded (or was dead-lettered).
-func (inv *invocation) process(rec *record) bool {
-	m := rec.msg
-	r, dq := inv.a.rec, rec.dims()
-	dqh := metrics.Dims{Queue: dq.Queue, Handler: inv.a.cfg.HandlerName}
-	start := time.Now()
-	err := outcome.Call(rec.ctx, inv.a.h, m)
-	end := time.Now()
-	r.Observe(metrics.HandlerDuration, end.Sub(start).Seconds(), dqh)
-	if !m.SentAt.IsZero() {
-		r.Observe(metrics.EnqueueToDoneLatency, end.Sub(m.SentAt).Seconds(), dq)
-	}
-	if rec.lease != nil {
-		rec.lease.Release()
-		if errors.Is(context.Cause(rec.ctx), visibility.ErrLeaseLost) {
-			r.Add(metrics.LeasesLost, 1, dq)
-			inv.log.Warn("lease lost while the handler ran; reported failed", "message_id", m.ID, "handler_error", err)
-			rec.failed, rec.keep = true, true
-			return false
-		}
-	}
-	if err == nil {
-		r.Add(metrics.MessagesSucceeded, 1, dqh)
-		return true
-	}
-	class := sqsworker.ErrorClass(err)
-	log := inv.log.With("message_id", m.ID, "queue", m.QueueURL, "attempt", m.ReceiveCount,
-		"error_class", class, "duration", end.Sub(start))
-	var p *sqsworker.PanicError
-	if errors.As(err, &p) {
-		log.Error("handler panicked", "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
-	}
-	if rec.st == nil {
-		r.Add(metrics.MessagesFailed, 1, metrics.Dims{Queue: dq.Queue, Handler: dqh.Handler, ErrorClass: class})
-		log.Warn("handler failed; reported failed", "error", err)
-		rec.failed, rec.keep = true, true
-		return false
-	}
-	dec := rec.st.policy.Decide(err, m.ReceiveCount)
-	if dec.Action == outcome.Postpone {
-		r.Add(metrics.MessagesPostponed, 1, dq)
-		log.Debug("record postponed", "retry_in", dec.Delay)
-		rec.fail(dec.Delay)
-		return false
-	}
-	r.Add(metrics.MessagesFailed, 1, metrics.Dims{Queue: dq.Queue, Handler: dqh.Handler, ErrorClass: class})
-	switch {
-	case dec.Action == outcome.DeadLetter:
-		mctx, cancel := context.WithTimeout(context.WithoutCancel(rec.ctx), 10*time.Second)
-		withMeta, merr := rec.st.mover.Move(mctx, m, err)
-		cancel()
-		if merr == nil {
-			if !withMeta {
-				log.Warn("record has too many attributes for failure metadata; dead-lettered without it")
-			}
-			r.Add(metrics.MessagesDeadLettered, 1, metrics.Dims{Queue: dq.Queue, ErrorClass: class})
-			log.Error("record dead-lettered", "error", err, "dead_letter_queue", rec.st.mover.URL)
-			return true // handled: Lambda deletes it
-		}
-		log.Error("moving record to dead-letter queue failed", "error", merr)
-	case dec.Permanent:
-		log.Error("permanent failure but the queue has no dead-letter queue; retrying with backoff", "error", err)
-	}
-	r.Add(metrics.MessagesRetried, 1, dq)
-	log.Warn("handler failed; retrying", "error", err, "retry_in", dec.Delay)
-	rec.fail(dec.Delay)
-	return false
+	return ex.Run(&rec.job, rec)
 }
 
 // report sets the visibility of the failed records, batched per queue, so
 // that they come back after their backoff delay instead of the queue's whole
 // visibility timeout.
-func (inv *invocation) report(ctx context.Context, recs []*record) {
+func (inv *invocation) report(ctx context.Context, recs []record, log *slog.Logger) {
 	batchers := map[*queueState]*ackbatch.Batcher{}
-	for _, rec := range recs {
+	for i := range recs {
+		rec := &recs[i]
 		if !rec.failed || rec.keep || rec.st == nil {
 			continue
 		}
@@ -441,7 +410,7 @@ func (inv *invocation) report(ctx context.Context, recs []*record) {
 				QueueURL: rec.st.info.URL, MaxAttempts: 3,
 				Result: func(kind ackbatch.Kind, e ackbatch.Entry, err error) {
 					if err != nil {
-						inv.log.Warn("setting a failed record's visibility failed; it comes back after the visibility timeout", "message_id", e.MessageID, "error", err)
+						log.Warn("setting a failed record's visibility failed; it comes back after the visibility timeout", "message_id", e.MessageID, "error", err)
 					}
 				},
 			})
@@ -449,7 +418,7 @@ func (inv *invocation) report(ctx context.Context, recs []*record) {
 		}
 		limit := sqsworker.MaxVisibilityTimeout - time.Minute // the receive was a little earlier
 		vis := (min(rec.visibility, limit) + time.Second - 1).Truncate(time.Second)
-		b.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: rec.msg.ReceiptHandle, MessageID: rec.msg.ID, Visibility: vis})
+		b.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: rec.job.Msg.ReceiptHandle, MessageID: rec.job.Msg.ID, Visibility: vis})
 	}
 	fctx := context.WithoutCancel(ctx)
 	if d, ok := ctx.Deadline(); ok {

@@ -54,6 +54,19 @@ type Job struct {
 	// LeaseEnd, when set and without a Lease, is when SQS may hand the
 	// message out again: a handler that returns later no longer holds it.
 	LeaseEnd time.Time
+	// MoveBy, when set, is the latest a dead-letter move may take (the
+	// Lambda invocation's deadline).
+	MoveBy time.Time
+	// Log, when set, replaces the executor's Log for this message (the
+	// Lambda adapter's carries the request ID).
+	Log *slog.Logger
+}
+
+func (j *Job) log(e *Executor) *slog.Logger {
+	if j.Log != nil {
+		return j.Log
+	}
+	return e.Log
 }
 
 // Held reports whether the message's lease still holds, so that it may be
@@ -101,9 +114,6 @@ type Executor struct {
 	StopCauses []error
 	// MoveTimeout bounds a dead-letter move. Default 30s.
 	MoveTimeout time.Duration
-	// MoveBy, when set, returns the latest time a dead-letter move may
-	// take (the Lambda invocation's deadline).
-	MoveBy func() (time.Time, bool)
 }
 
 // DefaultMoveTimeout is the default Executor.MoveTimeout.
@@ -140,7 +150,7 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 	if !j.Held(end) {
 		c.LeasesLost.Add(1)
 		e.Metrics.Add(metrics.LeasesLost, 1, e.Queue)
-		e.Log.Warn("lease lost while the handler ran; the message is left to SQS and may be handled again",
+		j.log(e).Warn("lease lost while the handler ran; the message is left to SQS and may be handled again",
 			"message_id", m.ID, "attempt", m.ReceiveCount, "handler_error", err, "cause", context.Cause(j.Ctx))
 		ack.Abandon(j)
 		return false
@@ -182,12 +192,12 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 	if dec.Action == outcome.Postpone {
 		c.Postponed.Add(1)
 		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
-		e.Log.Debug("message postponed", "message_id", m.ID, "attempt", m.ReceiveCount, "retry_in", dec.Delay)
+		j.log(e).Debug("message postponed", "message_id", m.ID, "attempt", m.ReceiveCount, "retry_in", dec.Delay)
 		ack.Retry(j, dec.Delay)
 		return false
 	}
 	if cause := context.Cause(j.Ctx); cause != nil && e.stopped(cause) {
-		e.Log.Warn("handler cut short by the runtime; releasing the message", "message_id", m.ID,
+		j.log(e).Warn("handler cut short by the runtime; releasing the message", "message_id", m.ID,
 			"attempt", m.ReceiveCount, "cause", cause, "error", err)
 		c.Released.Add(1)
 		ack.Retry(j, 0)
@@ -196,7 +206,7 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 	c.Failed.Add(1)
 	class := sqsworker.ErrorClass(err)
 	e.Metrics.Add(metrics.MessagesFailed, 1, metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName, ErrorClass: class})
-	log := e.Log.With("message_id", m.ID, "attempt", m.ReceiveCount, "error_class", class, "duration", took)
+	log := j.log(e).With("message_id", m.ID, "attempt", m.ReceiveCount, "error_class", class, "duration", took)
 	var p *sqsworker.PanicError
 	if errors.As(err, &p) {
 		c.Panics.Add(1)
@@ -227,12 +237,10 @@ func (e *Executor) deadLetter(j *Job, cause error, class string, log *slog.Logge
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.Ctx), timeout)
 	defer cancel()
-	if e.MoveBy != nil {
-		if by, ok := e.MoveBy(); ok {
-			var cancelBy context.CancelFunc
-			ctx, cancelBy = context.WithDeadline(ctx, by)
-			defer cancelBy()
-		}
+	if !j.MoveBy.IsZero() {
+		var cancelBy context.CancelFunc
+		ctx, cancelBy = context.WithDeadline(ctx, j.MoveBy)
+		defer cancelBy()
 	}
 	withMeta, err := e.Mover.Move(ctx, j.Msg, cause)
 	if err != nil {

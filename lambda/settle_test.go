@@ -1,0 +1,148 @@
+package lambda_test
+
+// Regression tests of the adapter's settle path, on sqstest.Fake.
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/sqstest"
+)
+
+// lastAttempt sends body to queue name and receives it as many times as the
+// queue's maxReceiveCount (3), returning the event of the last receive.
+func lastAttempt(t *testing.T, f *sqstest.Fake, name, body string) events.SQSEvent {
+	t.Helper()
+	url := sqstest.QueueURL(name)
+	f.Send(url, body)
+	for range 2 {
+		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url})
+		if err != nil || len(out.Messages) != 1 {
+			t.Fatalf("receive: %v", err)
+		}
+		if _, err := f.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: out.Messages[0].ReceiptHandle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := sqstest.SQSEvent(sqstest.QueueARN(name), out.Messages)
+	if len(ev.Records) != 1 || ev.Records[0].Attributes["ApproximateReceiveCount"] != "3" {
+		t.Fatalf("event %+v, want one record on its third receive", ev.Records)
+	}
+	return ev
+}
+
+// A record the adapter cuts short itself at the invocation's deadline is
+// released at once, not counted as a failed attempt: on its last attempt it
+// must not be dead-lettered.
+func TestDeadlineCutRecordIsNotDeadLettered(t *testing.T) {
+	f := newFake("300")
+	ev := lastAttempt(t, f, "orders", "sleep:1m")
+	fn := newHandler(t, jobs, lambda.Config{Client: f, SafetyMargin: time.Second, DisableHeartbeat: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := fn(ctx, ev)
+	if err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("resp %v, err %v; want the record reported failed", resp, err)
+	}
+	if v, _, _ := f.Depth(sqstest.QueueURL("orders-dlq")); v != 0 {
+		t.Errorf("%d messages dead-lettered, want none", v)
+	}
+	if v, _, _ := f.Depth(sqstest.QueueURL("orders")); v != 1 {
+		t.Errorf("record not visible again at once")
+	}
+}
+
+// hangingSend is an SQS client whose SendMessage (the dead-letter move)
+// hangs until its context ends.
+type hangingSend struct{ *sqstest.Fake }
+
+func (h hangingSend) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// The dead-letter move is bounded by the invocation's deadline, not by a
+// fixed timeout that may outlast it: the function returns its response in
+// time.
+func TestDeadLetterMoveBoundedByDeadline(t *testing.T) {
+	f := newFake("300")
+	ev := received(t, f, "orders", "permanent")
+	fn := newHandler(t, jobs, lambda.Config{Client: hangingSend{f}, SafetyMargin: time.Second, DisableHeartbeat: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	done := make(chan events.SQSEventResponse, 1)
+	go func() {
+		resp, _ := fn(ctx, ev)
+		done <- resp
+	}()
+	select {
+	case resp := <-done:
+		if ctx.Err() != nil {
+			t.Error("the function returned after its deadline")
+		}
+		if len(resp.BatchItemFailures) != 1 {
+			t.Errorf("resp %v, want the record reported failed", resp)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the function did not return: the move outlived the invocation")
+	}
+}
+
+// The queue's attributes are read again once QueueRefresh has passed, so a
+// changed redrive policy or visibility timeout is seen without a cold start;
+// a throttled re-read keeps the attributes read before.
+func TestQueueAttributesRefreshed(t *testing.T) {
+	f := newFake("30")
+	fn := newHandler(t, jobs, lambda.Config{Client: f, QueueRefresh: 50 * time.Millisecond})
+	if _, err := fn(context.Background(), received(t, f, "orders", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	reads := f.Calls(sqstest.OpGetQueueAttributes)
+	if _, err := fn(context.Background(), received(t, f, "orders", "ok")); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Calls(sqstest.OpGetQueueAttributes); n != reads {
+		t.Errorf("attributes read again within QueueRefresh")
+	}
+	time.Sleep(100 * time.Millisecond)
+	f.FailNext(sqstest.OpGetQueueAttributes, &smithyThrottle, 1)
+	resp, err := fn(context.Background(), received(t, f, "orders", "permanent"))
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("throttled re-read: resp %v, err %v; want the record dead-lettered with the attributes read before", resp, err)
+	}
+	if v, _, _ := f.Depth(sqstest.QueueURL("orders-dlq")); v != 1 {
+		t.Errorf("dead-letter queue holds %d, want 1", v)
+	}
+	if n := f.Calls(sqstest.OpGetQueueAttributes); n <= reads {
+		t.Errorf("attributes not read again after QueueRefresh")
+	}
+}
+
+// A throttled read of the queue's attributes at a cold start does not fail
+// the batch: the records run.
+func TestColdStartThrottledAttributes(t *testing.T) {
+	f := newFake("30")
+	f.FailNext(sqstest.OpGetQueueAttributes, &smithyThrottle, 1)
+	var ran int
+	h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { ran++; return nil })
+	fn := newHandler(t, h, lambda.Config{Client: f})
+	resp, err := fn(context.Background(), received(t, f, "orders", "a", "b"))
+	if err != nil || len(resp.BatchItemFailures) != 0 || ran != 2 {
+		t.Errorf("resp %v, err %v, ran %d; want both records handled", resp, err, ran)
+	}
+}
+
+var smithyThrottle = smithy.GenericAPIError{Code: "RequestThrottled", Message: "slow down", Fault: smithy.FaultClient}
