@@ -194,7 +194,9 @@ func TestShutdownWhileQueueUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- w.Run(context.Background(), sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil })) }()
+	go func() {
+		done <- w.Run(context.Background(), sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+	}()
 	testenv.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpGetQueueAttributes) >= 2 }, "queue not retried")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
