@@ -32,8 +32,12 @@
 // batchItemFailures and a nil error: an error would make Lambda count the
 // invocation as failed, back off its pollers, and retry the whole batch.
 // The function returns an error only when it cannot work at all (an event
-// that is not an SQS event, a queue whose attributes cannot be read): then no
-// handler ran and nothing is deleted.
+// that is not an SQS event, an invalid heartbeat configuration): then no
+// handler ran and nothing is deleted. A queue whose attributes cannot be read
+// (throttled, denied, unreachable) does not stop the batch: the records run
+// with the attributes read before, or with Config's DeadLetterQueueURL and
+// MaxReceiveCount alone and no heartbeat, and the read is tried again on the
+// next invocation.
 //
 // # Concurrency and FIFO
 //
@@ -48,7 +52,10 @@
 // No record starts later than Config.SafetyMargin before the invocation's
 // deadline: those left are reported failed and made visible again at once.
 // Handlers' contexts end half the margin before the deadline, with the cause
-// ErrDeadline, leaving time to report before Lambda stops the function.
+// ErrDeadline, leaving time to report before Lambda stops the function. A
+// record cut short that way did not fail: it is made visible again at once,
+// never counted as an attempt toward the dead-letter queue. A dead-letter
+// move ends before the deadline too.
 //
 // # Long records
 //
@@ -57,6 +64,8 @@
 // timeout; a handler finds its lease with visibility.FromContext, which the
 // idempotency middleware uses the same way as in the worker.
 //
-// The queue's attributes (visibility timeout, redrive policy) are read once
-// per execution environment, on the first record from that queue.
+// The queue's attributes (visibility timeout, redrive policy) are read on the
+// first record from that queue, and again once they are Config.QueueRefresh
+// old (default 5 minutes), so that a changed queue is seen without a cold
+// start.
 package lambda
