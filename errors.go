@@ -79,22 +79,41 @@ func (e *PanicError) Unwrap() error {
 }
 
 // ErrorClass returns a short, low-cardinality name for the kind of err, used
-// in dead-letter metadata, logs and metrics:
+// in dead-letter metadata, logs and metrics.
 //
-//   - the ErrorClass() of the first error in err's chain that has such a
-//     method;
-//   - "panic" for a [*PanicError], "timeout" for context.DeadlineExceeded,
-//     "canceled" for context.Canceled;
-//   - otherwise the Go type of the first error in the chain that is not a
-//     mere wrapper (fmt.Errorf's %w, errors.Join, [Permanent], [RetryAfter]),
-//     such as "*net.OpError" or "*errors.errorString".
+// It looks at err and every error err wraps, in the order errors.As and
+// errors.Is use: depth-first, pre-order — an error, then what its
+// Unwrap() error returns, or, for a multi-error (Unwrap() []error, as made by
+// errors.Join and by fmt.Errorf with several %w), each wrapped error in turn,
+// with everything it wraps, before the next. The class is the first of:
+//
+//   - the ErrorClass() of the first error in that order with an
+//     ErrorClass() string method that returns a non-empty string;
+//   - "panic" if errors.As finds a [*PanicError]; "timeout" if
+//     errors.Is(err, context.DeadlineExceeded); "canceled" if
+//     errors.Is(err, context.Canceled);
+//   - the Go type of the first error in that order that is not a mere
+//     wrapper, such as "*net.OpError" or "*errors.errorString". The
+//     wrappers are fmt.Errorf's error with one %w, [*PermanentError],
+//     [*RetryAfterError] and every multi-error: so errors.Join(a, b) has
+//     the class of a, unless a holds nothing but wrappers (say
+//     RetryAfter(d, nil)), and then that of b;
+//   - when err holds nothing but wrappers, the Go type of the first one that
+//     wraps nothing, such as "*sqsworker.RetryAfterError" for
+//     RetryAfter(d, nil).
 func ErrorClass(err error) string {
 	if err == nil {
 		return ""
 	}
-	var c interface{ ErrorClass() string }
-	if errors.As(err, &c) {
-		return c.ErrorClass()
+	var class string
+	walkErrors(err, func(e error) bool {
+		if c, ok := e.(interface{ ErrorClass() string }); ok {
+			class = c.ErrorClass()
+		}
+		return class != ""
+	})
+	if class != "" {
+		return class
 	}
 	var p *PanicError
 	switch {
@@ -105,22 +124,81 @@ func ErrorClass(err error) string {
 	case errors.Is(err, context.Canceled):
 		return "canceled"
 	}
-	for {
-		name := reflect.TypeOf(err).String()
-		next := errors.Unwrap(err)
-		if !wrappers[name] || next == nil {
-			return name
+	var concrete, empty error
+	walkErrors(err, func(e error) bool {
+		if !isWrapper(e) {
+			concrete = e
+			return true
 		}
-		err = next
+		if empty == nil && wrapsNothing(e) {
+			empty = e
+		}
+		return false
+	})
+	switch {
+	case concrete != nil:
+		return reflect.TypeOf(concrete).String()
+	case empty != nil:
+		return reflect.TypeOf(empty).String()
 	}
+	return reflect.TypeOf(err).String()
 }
 
-// wrappers are error types that only add context to the error they wrap.
+// walkErrors calls visit on err and every error it wraps, depth-first and
+// pre-order as errors.As does, until visit returns true. It reports whether
+// visit did.
+func walkErrors(err error, visit func(error) bool) bool {
+	for err != nil {
+		if visit(err) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if walkErrors(e, visit) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// wrappers are the error types with one wrapped error that only add context
+// to it.
 var wrappers = map[string]bool{
 	"*fmt.wrapError":             true,
-	"*fmt.wrapErrors":            true,
 	"*sqsworker.PermanentError":  true,
 	"*sqsworker.RetryAfterError": true,
+}
+
+// isWrapper reports whether err only adds context to the errors it wraps: one
+// of wrappers, or any multi-error.
+func isWrapper(err error) bool {
+	if _, multi := err.(interface{ Unwrap() []error }); multi {
+		return true
+	}
+	return wrappers[reflect.TypeOf(err).String()]
+}
+
+// wrapsNothing reports whether err wraps no non-nil error.
+func wrapsNothing(err error) bool {
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return u.Unwrap() == nil
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if e != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // ClampDelay limits d to what SQS can express as a visibility timeout:

@@ -2,6 +2,8 @@ package sqsworker
 
 import (
 	"encoding/json"
+	"maps"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -70,32 +72,77 @@ func IsFailureAttribute(name string) bool {
 // attributes, else as the single JSON attribute [AttrFailure]. ok is false when
 // even that does not fit; attrs is then returned without failure metadata, so
 // that the message itself is never lost.
+//
+// AddTo ignores the size of the message; [Failure.AddWithin] keeps within it.
 func (f Failure) AddTo(attrs map[string]MessageAttribute) (out map[string]MessageAttribute, ok bool) {
+	return f.add(attrs, math.MaxInt)
+}
+
+// AddWithin is [Failure.AddTo] for a message with the given body that must
+// stay within maxSize bytes, counted as [MessageSize] counts them (maxSize <=
+// 0 stands for [MaxMessageSize]). It returns a copy of attrs, less any
+// earlier failure metadata, with f added in the first of these forms that
+// keeps the message within both SQS's ten attributes and maxSize:
+//
+//  1. one attribute per field ([AttrFailureError], [AttrFailureClass], ...);
+//  2. the single JSON attribute [AttrFailure];
+//  3. none: ok is false, and attrs is returned without failure metadata, so
+//     that the message itself is never lost.
+//
+// The third form may still be over maxSize when body and attrs are: the
+// message was then already too large for a queue with that limit.
+func (f Failure) AddWithin(body string, attrs map[string]MessageAttribute, maxSize int) (out map[string]MessageAttribute, ok bool) {
+	if maxSize <= 0 {
+		maxSize = MaxMessageSize
+	}
+	return f.add(attrs, maxSize-len(body))
+}
+
+// add returns attrs less earlier failure metadata plus f, in the first form
+// that fits within SQS's ten attributes and room bytes of attributes.
+func (f Failure) add(attrs map[string]MessageAttribute, room int) (out map[string]MessageAttribute, ok bool) {
 	out = make(map[string]MessageAttribute, len(attrs)+len(failureAttrNames))
 	for k, v := range attrs {
 		if !IsFailureAttribute(k) {
 			out[k] = v
 		}
 	}
+	room -= attributesSize(out)
 	f.Error = truncateUTF8(attributeSafe(f.Error), MaxFailureErrorLen)
-	str := func(v string) MessageAttribute { return MessageAttribute{DataType: "String", StringValue: v} }
-	switch {
-	case len(out)+len(failureAttrNames) <= MaxMessageAttributes:
-		out[AttrFailureError] = str(nonEmpty(f.Error))
-		out[AttrFailureClass] = str(nonEmpty(f.ErrorClass))
-		out[AttrFailureAttempts] = MessageAttribute{DataType: "Number", StringValue: strconv.Itoa(f.Attempts)}
-		out[AttrFailureFirstReceived] = str(formatTime(f.FirstReceived))
-		out[AttrFailureFailedAt] = str(formatTime(f.FailedAt))
-		out[AttrFailureSourceQueue] = str(nonEmpty(f.SourceQueue))
-		out[AttrFailureMessageID] = str(nonEmpty(f.MessageID))
-		out[AttrFailureHost] = str(nonEmpty(f.Host))
-	case len(out)+1 <= MaxMessageAttributes:
-		b, _ := json.Marshal(f)
-		out[AttrFailure] = MessageAttribute{DataType: "String.json", StringValue: string(b)}
-	default:
-		return out, false
+	f.ErrorClass = attributeSafe(f.ErrorClass)
+	f.SourceQueue = attributeSafe(f.SourceQueue)
+	f.MessageID = attributeSafe(f.MessageID)
+	f.Host = attributeSafe(f.Host)
+	if len(out)+len(failureAttrNames) <= MaxMessageAttributes {
+		if fields := f.fields(); attributesSize(fields) <= room {
+			maps.Copy(out, fields)
+			return out, true
+		}
 	}
-	return out, true
+	if len(out)+1 <= MaxMessageAttributes {
+		b, _ := json.Marshal(f)
+		one := map[string]MessageAttribute{AttrFailure: {DataType: "String.json", StringValue: string(b)}}
+		if attributesSize(one) <= room {
+			maps.Copy(out, one)
+			return out, true
+		}
+	}
+	return out, false
+}
+
+// fields returns f as one attribute per field.
+func (f Failure) fields() map[string]MessageAttribute {
+	str := func(v string) MessageAttribute { return MessageAttribute{DataType: "String", StringValue: v} }
+	return map[string]MessageAttribute{
+		AttrFailureError:         str(nonEmpty(f.Error)),
+		AttrFailureClass:         str(nonEmpty(f.ErrorClass)),
+		AttrFailureAttempts:      {DataType: "Number", StringValue: strconv.Itoa(f.Attempts)},
+		AttrFailureFirstReceived: str(formatTime(f.FirstReceived)),
+		AttrFailureFailedAt:      str(formatTime(f.FailedAt)),
+		AttrFailureSourceQueue:   str(nonEmpty(f.SourceQueue)),
+		AttrFailureMessageID:     str(nonEmpty(f.MessageID)),
+		AttrFailureHost:          str(nonEmpty(f.Host)),
+	}
 }
 
 // ParseFailure reads the failure metadata from a dead-lettered message's

@@ -1,6 +1,9 @@
 package sqsworker
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 // Message is one SQS message as a handler sees it, built by the runtimes from
 // the SDK's types.Message or from a Lambda events.SQSMessage.
@@ -15,10 +18,21 @@ type Message struct {
 	// ReceiptHandle identifies this receive of the message; it changes on
 	// every receive.
 	ReceiptHandle string
-	// Attributes holds the system attributes SQS returned, such as
-	// "ApproximateReceiveCount" and "SentTimestamp".
+	// Attributes holds the message's system attributes, by name (see the
+	// Attr constants), as SQS returned them; nil when there are none. The
+	// worker asks SQS for all of them: ApproximateReceiveCount,
+	// ApproximateFirstReceiveTimestamp, SentTimestamp and SenderId; on FIFO
+	// queues MessageGroupId, MessageDeduplicationId and SequenceNumber;
+	// AWSTraceHeader when the message has an X-Ray trace header; and
+	// DeadLetterQueueSourceArn on a message SQS's redrive moved to a
+	// dead-letter queue. On Lambda they are the event record's attributes,
+	// which Lambda fills with the same names. The typed fields below are
+	// read from them.
 	Attributes map[string]string
-	// MessageAttributes holds the attributes the producer set.
+	// MessageAttributes holds the message attributes the producer set, all
+	// of them; nil when there are none. A copy the runtimes moved to a
+	// dead-letter queue also has its failure metadata here (see
+	// [ParseFailure]).
 	MessageAttributes map[string]MessageAttribute
 	// ReceiveCount is the number of times the message has been received,
 	// this receive included (SQS's ApproximateReceiveCount): 1 on the first
@@ -49,6 +63,33 @@ type MessageAttribute struct {
 	BinaryValue []byte
 }
 
+// MaxMessageSize is the largest message SQS accepts, in bytes, counted by
+// [MessageSize]: 1 MiB. It is also the default, and the highest possible,
+// MaximumMessageSize of a queue.
+const MaxMessageSize = 1 << 20
+
+// MessageSize returns the size of a message as SQS counts it against a
+// queue's MaximumMessageSize: the bytes of the body plus, for every message
+// attribute, the bytes of its name, its data type and its value (StringValue,
+// or BinaryValue for Binary types, as the runtimes send them). System
+// attributes, such as AWSTraceHeader, do not count.
+func MessageSize(body string, attrs map[string]MessageAttribute) int {
+	return len(body) + attributesSize(attrs)
+}
+
+func attributesSize(attrs map[string]MessageAttribute) int {
+	n := 0
+	for name, a := range attrs {
+		n += len(name) + len(a.DataType)
+		if strings.HasPrefix(a.DataType, "Binary") {
+			n += len(a.BinaryValue)
+		} else {
+			n += len(a.StringValue)
+		}
+	}
+	return n
+}
+
 // Attribute returns the string value of the message attribute name, and
 // whether the message has it.
 func (m *Message) Attribute(name string) (string, bool) {
@@ -56,15 +97,32 @@ func (m *Message) Attribute(name string) (string, bool) {
 	return a.StringValue, ok
 }
 
-// Names of the SQS system attributes the runtimes read.
+// Names of SQS system attributes: the keys of [Message.Attributes].
 const (
-	AttrReceiveCount     = "ApproximateReceiveCount"
-	AttrSentTimestamp    = "SentTimestamp"
-	AttrFirstReceived    = "ApproximateFirstReceiveTimestamp"
-	AttrMessageGroupID   = "MessageGroupId"
-	AttrDeduplicationID  = "MessageDeduplicationId"
-	AttrSequenceNumber   = "SequenceNumber"
-	AttrAWSTraceHeader   = "AWSTraceHeader"
-	AttrSenderID         = "SenderId"
+	// AttrReceiveCount is read into [Message.ReceiveCount].
+	AttrReceiveCount = "ApproximateReceiveCount"
+	// AttrSentTimestamp (milliseconds since the epoch) is read into
+	// [Message.SentAt].
+	AttrSentTimestamp = "SentTimestamp"
+	// AttrFirstReceived (milliseconds since the epoch) is read into
+	// [Message.FirstReceivedAt].
+	AttrFirstReceived = "ApproximateFirstReceiveTimestamp"
+	// AttrMessageGroupID is read into [Message.GroupID].
+	AttrMessageGroupID = "MessageGroupId"
+	// AttrDeduplicationID is read into [Message.DeduplicationID].
+	AttrDeduplicationID = "MessageDeduplicationId"
+	// AttrSequenceNumber is the sequence number SQS gave a FIFO queue's
+	// message; the runtimes do not use it.
+	AttrSequenceNumber = "SequenceNumber"
+	// AttrAWSTraceHeader is the X-Ray trace header; the runtimes give it to
+	// the message's dead-letter copy (and the otel module links spans
+	// through it).
+	AttrAWSTraceHeader = "AWSTraceHeader"
+	// AttrSenderID is the IAM user or role that sent the message; the
+	// runtimes do not use it.
+	AttrSenderID = "SenderId"
+	// AttrDeadLetterSource is the ARN of the queue SQS's redrive moved the
+	// message from (not set on the runtimes' own dead-letter copies, which
+	// name it in their failure metadata); the runtimes do not use it.
 	AttrDeadLetterSource = "DeadLetterQueueSourceArn"
 )

@@ -1,10 +1,13 @@
 package sqsworker_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +83,7 @@ func TestErrorClass(t *testing.T) {
 		{nil, ""},
 		{errors.New("x"), "*errors.errorString"},
 		{fmt.Errorf("a: %w", &fs.PathError{Op: "open", Err: fs.ErrNotExist}), "*fs.PathError"},
-		{fmt.Errorf("a: %w, %w", &fs.PathError{Op: "open", Err: fs.ErrNotExist}, errors.New("y")), "*fmt.wrapErrors"},
+		{fmt.Errorf("a: %w, %w", &fs.PathError{Op: "open", Err: fs.ErrNotExist}, errors.New("y")), "*fs.PathError"},
 		{fmt.Errorf("not wrapped: %v", &fs.PathError{}), "*errors.errorString"},
 		{sqsworker.Permanent(fmt.Errorf("w: %w", classed{})), "my-class"},
 		{&sqsworker.PanicError{Value: "boom"}, "panic"},
@@ -90,6 +93,45 @@ func TestErrorClass(t *testing.T) {
 	} {
 		if got := sqsworker.ErrorClass(c.err); got != c.want {
 			t.Errorf("ErrorClass(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}
+
+type emptyClass struct{}
+
+func (emptyClass) Error() string      { return "e" }
+func (emptyClass) ErrorClass() string { return "" }
+
+// TestErrorClassMultiErrors: errors.Join and fmt.Errorf with several %w are
+// unwrapped as ErrorClass documents, never named by their own types.
+func TestErrorClassMultiErrors(t *testing.T) {
+	pathErr := &fs.PathError{Op: "open", Path: "p", Err: fs.ErrNotExist}
+	opErr := &net.OpError{Op: "dial", Err: errors.New("refused")}
+	postponed := sqsworker.RetryAfter(time.Second, nil) // a wrapper of nothing
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"join: the first error's type", errors.Join(pathErr, opErr), "*fs.PathError"},
+		{"join, other order", errors.Join(opErr, pathErr), "*net.OpError"},
+		{"several %w", fmt.Errorf("a: %w; b: %w", opErr, pathErr), "*net.OpError"},
+		{"join of wrapped errors", errors.Join(fmt.Errorf("ctx: %w", sqsworker.Permanent(pathErr)), opErr), "*fs.PathError"},
+		{"join inside wrappers", sqsworker.Permanent(fmt.Errorf("ctx: %w", errors.Join(pathErr, opErr))), "*fs.PathError"},
+		{"nested joins, depth first", errors.Join(errors.Join(fmt.Errorf("x: %w", opErr)), pathErr), "*net.OpError"},
+		{"a first error of wrappers only is skipped", errors.Join(fmt.Errorf("ctx: %w", postponed), pathErr), "*fs.PathError"},
+		{"nothing but wrappers: the first that wraps nothing", errors.Join(postponed, sqsworker.RetryAfter(2*time.Second, nil)), "*sqsworker.RetryAfterError"},
+		{"an ErrorClass method anywhere wins", errors.Join(pathErr, fmt.Errorf("w: %w", classed{})), "my-class"},
+		{"an empty ErrorClass is no class", errors.Join(emptyClass{}, classed{}), "my-class"},
+		{"an empty ErrorClass alone: its type", errors.Join(emptyClass{}), "sqsworker_test.emptyClass"},
+		{"a panic anywhere", errors.Join(pathErr, &sqsworker.PanicError{Value: "boom"}), "panic"},
+		{"a timeout anywhere", fmt.Errorf("%w, %w", pathErr, context.DeadlineExceeded), "timeout"},
+		{"a cancellation anywhere", errors.Join(opErr, fmt.Errorf("w: %w", context.Canceled)), "canceled"},
+		{"a wrapper of nothing alone", postponed, "*sqsworker.RetryAfterError"},
+		{"wrapped wrapper of nothing", fmt.Errorf("ctx: %w", postponed), "*sqsworker.RetryAfterError"},
+	} {
+		if got := sqsworker.ErrorClass(c.err); got != c.want {
+			t.Errorf("%s: ErrorClass(%v) = %q, want %q", c.name, c.err, got, c.want)
 		}
 	}
 }
@@ -147,5 +189,113 @@ func TestFailureRoundTrip(t *testing.T) {
 	}
 	if _, ok := sqsworker.ParseFailure(many); ok {
 		t.Error("ParseFailure found metadata in plain attributes")
+	}
+}
+
+func TestMessageSize(t *testing.T) {
+	attrs := map[string]sqsworker.MessageAttribute{
+		"s":   {DataType: "String", StringValue: "héllo"},                           // 1 + 6 + 6
+		"n":   {DataType: "Number", StringValue: "42"},                              // 1 + 6 + 2
+		"bin": {DataType: "Binary.gz", BinaryValue: []byte{1, 2, 3}},                // 3 + 9 + 3
+		"b2":  {DataType: "Binary", BinaryValue: []byte{1}, StringValue: "ignored"}, // 2 + 6 + 1
+	}
+	if got, want := sqsworker.MessageSize("bödy", attrs), 5+13+9+15+9; got != want {
+		t.Errorf("MessageSize = %d, want %d", got, want)
+	}
+	if got := sqsworker.MessageSize("", nil); got != 0 {
+		t.Errorf("MessageSize of nothing = %d", got)
+	}
+}
+
+// TestFailureAddWithin: the metadata goes one attribute per field, else as
+// JSON, else not at all, whichever first keeps the message within the size
+// limit and SQS's ten attributes.
+func TestFailureAddWithin(t *testing.T) {
+	f := sqsworker.Failure{Error: "boom", ErrorClass: "*fs.PathError", Attempts: 2, SourceQueue: "https://q", MessageID: "m-1",
+		FailedAt: time.Date(2026, 3, 1, 10, 0, 0, 0, time.UTC)}
+	own := map[string]sqsworker.MessageAttribute{"k": {DataType: "String", StringValue: "v"}, sqsworker.AttrFailureHost: {DataType: "String", StringValue: "old"}}
+	ownSize := sqsworker.MessageSize("", map[string]sqsworker.MessageAttribute{"k": own["k"]})
+	fieldsAttrs, _ := f.AddTo(nil)
+	fields := sqsworker.MessageSize("", fieldsAttrs)
+	nine := map[string]sqsworker.MessageAttribute{}
+	for i := range 9 {
+		nine[fmt.Sprint(i)] = sqsworker.MessageAttribute{DataType: "String", StringValue: "v"}
+	}
+	jsonAttrs, _ := f.AddTo(nine)
+	json := sqsworker.MessageSize("", jsonAttrs) - sqsworker.MessageSize("", nine)
+	if json >= fields {
+		t.Fatalf("JSON form %d bytes, fields %d: the cases assume JSON is smaller", json, fields)
+	}
+	const limit = 4096
+	for _, c := range []struct {
+		body, maxSize int
+		want          string
+	}{
+		{100, limit, "fields"},
+		{limit - ownSize - fields, limit, "fields"},
+		{limit - ownSize - fields + 1, limit, "json"},
+		{limit - ownSize - json, limit, "json"},
+		{limit - ownSize - json + 1, limit, "none"},
+		{limit + 10, limit, "none"},
+		{sqsworker.MaxMessageSize - ownSize - fields, 0, "fields"}, // 0: 1 MiB
+		{sqsworker.MaxMessageSize - ownSize - fields + 1, 0, "json"},
+		{sqsworker.MaxMessageSize - 3, -1, "none"},
+	} {
+		body := strings.Repeat("x", c.body)
+		attrs, ok := f.AddWithin(body, own, c.maxSize)
+		_, isJSON := attrs[sqsworker.AttrFailure]
+		_, isFields := attrs[sqsworker.AttrFailureClass]
+		got := "none"
+		switch {
+		case isJSON && isFields:
+			got = "both"
+		case isJSON:
+			got = "json"
+		case isFields:
+			got = "fields"
+		}
+		if got != c.want || ok != (c.want != "none") {
+			t.Errorf("AddWithin(%d bytes, max %d) = %s, %v; want %s", c.body, c.maxSize, got, ok, c.want)
+		}
+		if attrs["k"].StringValue != "v" || (got != "fields" && len(attrs) != map[string]int{"json": 2, "none": 1}[got]) {
+			t.Errorf("AddWithin(%d bytes, max %d) attributes = %v", c.body, c.maxSize, attrs)
+		}
+		if got != "none" {
+			if p, ok := sqsworker.ParseFailure(attrs); !ok || p.Host != "" || p.MessageID != "m-1" {
+				t.Errorf("ParseFailure = %+v, %v (the old host must be gone)", p, ok)
+			}
+		}
+		if most := cmp.Or(max(c.maxSize, 0), sqsworker.MaxMessageSize); got != "none" && sqsworker.MessageSize(body, attrs) > most {
+			t.Errorf("AddWithin(%d bytes) made a message of %d bytes, over %d", c.body, sqsworker.MessageSize(body, attrs), most)
+		}
+	}
+	// The attribute count still rules: ten own attributes leave no room.
+	ten := maps.Clone(nine)
+	ten["9"] = sqsworker.MessageAttribute{DataType: "String", StringValue: "v"}
+	if attrs, ok := f.AddWithin("b", ten, 0); ok || len(attrs) != 10 {
+		t.Errorf("AddWithin with ten attributes = %d attributes, %v", len(attrs), ok)
+	}
+}
+
+// TestFailureAttributeSafe: every text field of the metadata is made safe for
+// SQS, not only the error.
+func TestFailureAttributeSafe(t *testing.T) {
+	f := sqsworker.Failure{Error: "e\x00", ErrorClass: "c\x01", SourceQueue: "q\x02", MessageID: "m\uFFFE", Host: "h\x7f\x1b"}
+	for _, attrs := range []map[string]sqsworker.MessageAttribute{
+		func() map[string]sqsworker.MessageAttribute { a, _ := f.AddTo(nil); return a }(),
+		func() map[string]sqsworker.MessageAttribute {
+			nine := map[string]sqsworker.MessageAttribute{}
+			for i := range 9 {
+				nine[fmt.Sprint(i)] = sqsworker.MessageAttribute{DataType: "String", StringValue: "v"}
+			}
+			a, _ := f.AddTo(nine)
+			return a
+		}(),
+	} {
+		got, ok := sqsworker.ParseFailure(attrs)
+		want := sqsworker.Failure{Error: "e\uFFFD", ErrorClass: "c\uFFFD", SourceQueue: "q\uFFFD", MessageID: "m\uFFFD", Host: "h\x7f\uFFFD"}
+		if !ok || got != want {
+			t.Errorf("ParseFailure = %#v, want %#v", got, want)
+		}
 	}
 }

@@ -2,12 +2,16 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
@@ -23,6 +27,7 @@ var _ Sender = (*sqs.Client)(nil)
 // Mover copies failed messages to a dead-letter queue with failure metadata.
 // The caller deletes the original once Move returned nil.
 type Mover struct {
+	// API sends the copies: the SQS client.
 	API Sender
 	// URL is the dead-letter queue's URL; empty when there is none.
 	URL string
@@ -30,6 +35,16 @@ type Mover struct {
 	FIFO bool
 	// Host names this worker in the metadata.
 	Host string
+	// MaxMessageSize is the dead-letter queue's MaximumMessageSize attribute,
+	// in bytes: the largest copy Move sends with failure metadata (see
+	// sqsworker.MessageSize for how SQS counts). 0 stands for SQS's
+	// maximum, sqsworker.MaxMessageSize (1 MiB), which is also a queue's
+	// default. A runtime sets it from LoadMaxMessageSize on the dead-letter
+	// queue (which takes sqs:GetQueueAttributes on that queue) when it may
+	// be lower; left at 0, a copy too large for a smaller limit is refused
+	// by SQS and sent again without metadata (see Move): one more request,
+	// same outcome.
+	MaxMessageSize int
 	// Now returns the current time. Default time.Now.
 	Now func() time.Time
 }
@@ -40,17 +55,47 @@ type Mover struct {
 // deduplication ID of the copy is the original message ID, so that a move
 // retried after an unknown outcome does not make two copies.
 //
-// ok is false when the attributes left no room for failure metadata; the copy
-// was sent without it.
+// The metadata goes in the first form that keeps the copy within SQS's ten
+// message attributes and MaxMessageSize (sqsworker.Failure.AddWithin): one
+// attribute per field, else the single JSON attribute sqsworker.AttrFailure,
+// else none. If SQS refuses a copy with metadata as an invalid parameter
+// (InvalidParameterValue, the error SQS gives for a message over the queue's
+// MaximumMessageSize), Move sends it once more without metadata, as the
+// metadata is all that a second send can change. So a message that fits the
+// dead-letter queue at all is moved after one failed attempt, however close
+// to the limit it is.
+//
+// ok is false when the copy was sent, or tried, without failure metadata: the
+// message's own attributes left no room for it, in number or in size, or SQS
+// refused the copy with it. Move never changes the body: a message larger
+// than the dead-letter queue accepts cannot be moved, and Move returns SQS's
+// error.
 func (mv *Mover) Move(ctx context.Context, m *sqsworker.Message, cause error) (ok bool, err error) {
 	if mv.URL == "" {
 		return false, ErrNoDeadLetterQueue
 	}
+	attrs, ok := mv.failure(m, cause).AddWithin(m.Body, m.MessageAttributes, mv.MaxMessageSize)
+	err = mv.send(ctx, m, attrs)
+	if err != nil && ok && isInvalidParameter(err) {
+		first := err
+		if err = mv.send(ctx, m, withoutFailure(m.MessageAttributes)); err != nil {
+			return false, fmt.Errorf("moving message %s to dead-letter queue %s: with failure metadata: %v; without: %w", m.ID, mv.URL, first, err)
+		}
+		return false, nil
+	}
+	if err != nil {
+		return ok, fmt.Errorf("moving message %s to dead-letter queue %s: %w", m.ID, mv.URL, err)
+	}
+	return ok, nil
+}
+
+// failure returns the metadata Move adds to the copy of m.
+func (mv *Mover) failure(m *sqsworker.Message, cause error) sqsworker.Failure {
 	now := time.Now
 	if mv.Now != nil {
 		now = mv.Now
 	}
-	f := sqsworker.Failure{
+	return sqsworker.Failure{
 		Error:         cause.Error(),
 		ErrorClass:    sqsworker.ErrorClass(cause),
 		Attempts:      m.ReceiveCount,
@@ -60,7 +105,10 @@ func (mv *Mover) Move(ctx context.Context, m *sqsworker.Message, cause error) (o
 		MessageID:     m.ID,
 		Host:          mv.Host,
 	}
-	attrs, ok := f.AddTo(m.MessageAttributes)
+}
+
+// send sends one copy of m, with attrs as its message attributes.
+func (mv *Mover) send(ctx context.Context, m *sqsworker.Message, attrs map[string]sqsworker.MessageAttribute) error {
 	in := &sqs.SendMessageInput{
 		QueueUrl:          aws.String(mv.URL),
 		MessageBody:       aws.String(m.Body),
@@ -79,8 +127,51 @@ func (mv *Mover) Move(ctx context.Context, m *sqsworker.Message, cause error) (o
 		in.MessageGroupId = aws.String(group)
 		in.MessageDeduplicationId = aws.String(m.ID)
 	}
-	if _, err := mv.API.SendMessage(ctx, in); err != nil {
-		return ok, fmt.Errorf("moving message %s to dead-letter queue %s: %w", m.ID, mv.URL, err)
+	_, err := mv.API.SendMessage(ctx, in)
+	return err
+}
+
+// withoutFailure returns attrs less any failure metadata.
+func withoutFailure(attrs map[string]sqsworker.MessageAttribute) map[string]sqsworker.MessageAttribute {
+	out := make(map[string]sqsworker.MessageAttribute, len(attrs))
+	for k, v := range attrs {
+		if !sqsworker.IsFailureAttribute(k) {
+			out[k] = v
+		}
 	}
-	return ok, nil
+	return out
+}
+
+// isInvalidParameter reports whether SQS refused a request as invalid with
+// the error code it uses for a message over the queue's MaximumMessageSize
+// (there is no code of its own for that case): InvalidParameterValue, also
+// in its query-protocol form AWS.SimpleQueueService.InvalidParameterValue
+// (the SDK reports the code of the x-amzn-query-error header, which the
+// local emulator writes in that form).
+func isInvalidParameter(err error) bool {
+	var api smithy.APIError
+	return errors.As(err, &api) &&
+		strings.TrimPrefix(api.ErrorCode(), "AWS.SimpleQueueService.") == "InvalidParameterValue"
+}
+
+// LoadMaxMessageSize reads the MaximumMessageSize attribute of the queue at
+// url: the largest message, in bytes, the queue accepts. For a dead-letter
+// queue, it is the value of Mover.MaxMessageSize.
+func LoadMaxMessageSize(ctx context.Context, api API, url string) (int, error) {
+	out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(url),
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMaximumMessageSize},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reading MaximumMessageSize of queue %s: %w", url, err)
+	}
+	v, found := out.Attributes[string(types.QueueAttributeNameMaximumMessageSize)]
+	if !found {
+		return sqsworker.MaxMessageSize, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("queue %s: %w: malformed MaximumMessageSize %q", url, ErrInvalid, v)
+	}
+	return n, nil
 }

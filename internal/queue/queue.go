@@ -27,9 +27,13 @@ var _ API = (*sqs.Client)(nil)
 
 // Info describes a queue.
 type Info struct {
-	URL               string
-	ARN               string
-	FIFO              bool
+	// URL is the queue's URL, as given to Load.
+	URL string
+	// ARN is the queue's ARN (QueueArn).
+	ARN string
+	// FIFO is true for a FIFO queue.
+	FIFO bool
+	// VisibilityTimeout is the queue's default visibility timeout.
 	VisibilityTimeout time.Duration
 	// MaxReceiveCount is the redrive policy's maxReceiveCount; 0 when the
 	// queue has no redrive policy.

@@ -1,0 +1,74 @@
+package sqsmsg
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+func TestFromSDK(t *testing.T) {
+	in := &types.Message{
+		MessageId: aws.String("id-1"), Body: aws.String("body"), ReceiptHandle: aws.String("rh"),
+		Attributes: map[string]string{
+			sqsworker.AttrReceiveCount:    "3",
+			sqsworker.AttrSentTimestamp:   "1764374400000",
+			sqsworker.AttrFirstReceived:   "1764374401500",
+			sqsworker.AttrMessageGroupID:  "g",
+			sqsworker.AttrDeduplicationID: "d",
+			sqsworker.AttrSequenceNumber:  "18889",
+			sqsworker.AttrSenderID:        "AIDAEXAMPLE",
+		},
+		MessageAttributes: map[string]types.MessageAttributeValue{
+			"s": {DataType: aws.String("String.json"), StringValue: aws.String(`{"a":1}`)},
+			"b": {DataType: aws.String("Binary"), BinaryValue: []byte{0, 1}},
+		},
+	}
+	m := FromSDK("https://q", in)
+	if m.ID != "id-1" || m.Body != "body" || m.ReceiptHandle != "rh" || m.QueueURL != "https://q" {
+		t.Errorf("FromSDK = %+v", m)
+	}
+	if m.ReceiveCount != 3 || !m.SentAt.Equal(time.UnixMilli(1764374400000)) || !m.FirstReceivedAt.Equal(time.UnixMilli(1764374401500)) ||
+		m.GroupID != "g" || m.DeduplicationID != "d" {
+		t.Errorf("typed fields: %+v", m)
+	}
+	if m.Attributes[sqsworker.AttrSequenceNumber] != "18889" || m.Attributes[sqsworker.AttrSenderID] != "AIDAEXAMPLE" {
+		t.Errorf("system attributes not kept: %v", m.Attributes)
+	}
+	if a := m.MessageAttributes["s"]; a.DataType != "String.json" || a.StringValue != `{"a":1}` {
+		t.Errorf("string attribute = %+v", a)
+	}
+	if a := m.MessageAttributes["b"]; a.DataType != "Binary" || !bytes.Equal(a.BinaryValue, []byte{0, 1}) {
+		t.Errorf("binary attribute = %+v", a)
+	}
+
+	bare := FromSDK("u", &types.Message{MessageId: aws.String("x"), Attributes: map[string]string{sqsworker.AttrReceiveCount: "many"}})
+	if bare.MessageAttributes != nil || bare.ReceiveCount != 0 || !bare.SentAt.IsZero() {
+		t.Errorf("FromSDK of a bare message = %+v", bare)
+	}
+}
+
+func TestToSDKAttributes(t *testing.T) {
+	if ToSDKAttributes(nil) != nil {
+		t.Error("ToSDKAttributes(nil) != nil")
+	}
+	out := ToSDKAttributes(map[string]sqsworker.MessageAttribute{
+		"s": {DataType: "Number", StringValue: "42"},
+		"b": {DataType: "Binary.gz", BinaryValue: []byte{7}, StringValue: "ignored"},
+	})
+	if s := out["s"]; aws.ToString(s.DataType) != "Number" || aws.ToString(s.StringValue) != "42" || s.BinaryValue != nil {
+		t.Errorf("string attribute = %+v", s)
+	}
+	if b := out["b"]; aws.ToString(b.DataType) != "Binary.gz" || b.StringValue != nil || !bytes.Equal(b.BinaryValue, []byte{7}) {
+		t.Errorf("binary attribute = %+v", b)
+	}
+	// What MessageSize counts is what is sent.
+	m := map[string]sqsworker.MessageAttribute{"b": {DataType: "Binary", BinaryValue: []byte{1, 2}, StringValue: "xyz"}}
+	if got := sqsworker.MessageSize("", m); got != len("b")+len("Binary")+2 {
+		t.Errorf("MessageSize = %d", got)
+	}
+}
