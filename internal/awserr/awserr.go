@@ -32,6 +32,9 @@ var fatalCodes = map[string]bool{
 	"KmsInvalidState":                             true,
 	"KmsOptInRequired":                            true,
 	"InvalidParameterValue":                       true,
+	// The legacy spelling, which some endpoints (and the local emulator)
+	// still return.
+	"AWS.SimpleQueueService.InvalidParameterValue": true,
 }
 
 // IsFatal reports whether err is one that no retry will fix: a missing queue,

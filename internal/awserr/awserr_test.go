@@ -30,6 +30,8 @@ func TestClassification(t *testing.T) {
 		{"canceled", fmt.Errorf("x: %w", context.Canceled), false, false},
 		{"not in flight", &types.MessageNotInflight{}, false, false},
 		{"invalid handle", api("ReceiptHandleIsInvalid"), false, false},
+		{"invalid parameter", api("InvalidParameterValue"), true, false},
+		{"invalid parameter, legacy code", api("AWS.SimpleQueueService.InvalidParameterValue"), true, false},
 	} {
 		if got := IsFatal(c.err); got != c.fatal {
 			t.Errorf("%s: IsFatal = %v", c.name, got)
