@@ -172,9 +172,10 @@ func walkErrors(err error, visit func(error) bool) bool {
 // wrappers are the error types with one wrapped error that only add context
 // to it.
 var wrappers = map[string]bool{
-	"*fmt.wrapError":             true,
-	"*sqsworker.PermanentError":  true,
-	"*sqsworker.RetryAfterError": true,
+	"*fmt.wrapError":              true,
+	"*sqsworker.PermanentError":   true,
+	"*sqsworker.RetryAfterError":  true,
+	"*sqsworker.UnavailableError": true,
 }
 
 // isWrapper reports whether err only adds context to the errors it wraps: one

@@ -1,0 +1,250 @@
+// Package breaker is the circuit breaker both runtimes put in front of their
+// handler (see sqsworker.BreakerConfig): it counts dependency failures,
+// opens after a threshold of them in a row, lets one probe through at a
+// jittered, growing interval, and closes after enough successful probes.
+//
+// It is a small state machine rather than a general breaker library: the
+// runtimes need to know when to stop receiving and how long until the next
+// probe, not to wrap a call.
+package breaker
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+// State is the breaker's state.
+type State int32
+
+// The states.
+const (
+	Closed State = iota
+	Open
+	HalfOpen
+)
+
+func (s State) String() string {
+	switch s {
+	case Open:
+		return "open"
+	case HalfOpen:
+		return "half-open"
+	}
+	return "closed"
+}
+
+// Breaker is safe for concurrent use. A nil *Breaker is a disabled one:
+// it always allows and records nothing.
+type Breaker struct {
+	cfg sqsworker.BreakerConfig
+	// onChange, if set, runs after every state change, outside the
+	// breaker's lock, with the error that opened it.
+	onChange func(from, to State, err error)
+	now      func() time.Time
+
+	mu        sync.Mutex
+	state     State
+	failures  int // dependency failures in a row, while closed
+	successes int // successful probes in a row, while half-open
+	interval  time.Duration
+	openUntil time.Time
+	probing   bool          // a probe is out
+	changed   chan struct{} // closed at each state change or freed probe
+	pending   []change      // state changes to report once unlocked
+
+	opens, probes atomic.Int64
+}
+
+type change struct {
+	from, to State
+	err      error
+}
+
+// lock takes the breaker's lock and moves an open breaker whose interval
+// passed to half-open.
+func (b *Breaker) lock() {
+	b.mu.Lock()
+	if b.state == Open && !b.now().Before(b.openUntil) {
+		b.setLocked(HalfOpen, nil)
+		b.probing = false
+	}
+}
+
+// unlock releases the lock, then reports the state changes made under it.
+func (b *Breaker) unlock() {
+	pending := b.pending
+	b.pending = nil
+	b.mu.Unlock()
+	if b.onChange != nil {
+		for _, c := range pending {
+			b.onChange(c.from, c.to, c.err)
+		}
+	}
+}
+
+func (b *Breaker) setLocked(to State, err error) {
+	if b.state == to {
+		return
+	}
+	b.pending = append(b.pending, change{b.state, to, err})
+	b.state = to
+	b.signalLocked()
+}
+
+// New returns a breaker for cfg, or nil when cfg disables it. onChange, if
+// not nil, is called after each state change, with the error that caused it
+// when it opens.
+func New(cfg sqsworker.BreakerConfig, onChange func(from, to State, err error)) *Breaker {
+	if cfg.Disabled {
+		return nil
+	}
+	return &Breaker{cfg: cfg.WithDefaults(), onChange: onChange, now: time.Now, changed: make(chan struct{})}
+}
+
+// IsDependencyFailure reports whether err counts toward opening the breaker:
+// an Unavailable error, or one of the configured error classes.
+func (b *Breaker) IsDependencyFailure(err error) bool {
+	if err == nil {
+		return false
+	}
+	if sqsworker.IsUnavailable(err) {
+		return true
+	}
+	return b != nil && len(b.cfg.Classes) > 0 && slices.Contains(b.cfg.Classes, sqsworker.ErrorClass(err))
+}
+
+// State returns the current state.
+func (b *Breaker) State() State {
+	if b == nil {
+		return Closed
+	}
+	b.lock()
+	defer b.unlock()
+	return b.state
+}
+
+// Counts returns how often the breaker opened and how many probes it let
+// through.
+func (b *Breaker) Counts() (opens, probes int64) {
+	if b == nil {
+		return 0, 0
+	}
+	return b.opens.Load(), b.probes.Load()
+}
+
+// Allow reports whether a message may run now. When it may run as the
+// probe, probe is true and the caller must Record its outcome (or Abort).
+// When it may not, wait is how long until it might.
+func (b *Breaker) Allow() (ok, probe bool, wait time.Duration) {
+	if b == nil {
+		return true, false, 0
+	}
+	b.lock()
+	defer b.unlock()
+	switch b.state {
+	case Closed:
+		return true, false, 0
+	case Open:
+		return false, false, b.openUntil.Sub(b.now())
+	}
+	if b.probing {
+		return false, false, b.interval
+	}
+	b.probing = true
+	b.probes.Add(1)
+	return true, true, 0
+}
+
+// Wait blocks until a message may run, and reports whether it runs as the
+// probe. It returns ctx's error when ctx ends first.
+func (b *Breaker) Wait(ctx context.Context) (probe bool, err error) {
+	for {
+		b.mu.Lock()
+		changed := b.changed
+		b.mu.Unlock()
+		ok, probe, wait := b.Allow()
+		if ok {
+			return probe, nil
+		}
+		t := time.NewTimer(max(wait, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false, ctx.Err()
+		case <-changed:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// Abort gives back a probe that did not run (a receive that brought
+// nothing, a message released unstarted).
+func (b *Breaker) Abort() {
+	if b == nil {
+		return
+	}
+	b.lock()
+	b.probing = false
+	b.signalLocked()
+	b.unlock()
+}
+
+// Record reports the outcome of a message that ran; probe says whether it
+// ran as the probe.
+func (b *Breaker) Record(err error, probe bool) {
+	if b == nil {
+		return
+	}
+	dep := b.IsDependencyFailure(err)
+	b.lock()
+	defer b.unlock()
+	switch {
+	case probe:
+		b.probing = false
+		b.signalLocked()
+		if b.state != HalfOpen {
+			return
+		}
+		if dep {
+			b.openLocked(min(2*b.interval, b.cfg.MaxProbeInterval), err)
+			return
+		}
+		if b.successes++; b.successes >= b.cfg.CloseAfter {
+			b.failures = 0
+			b.setLocked(Closed, nil)
+		}
+	case b.state != Closed:
+		// Messages that were running when the breaker opened: only
+		// probes decide now.
+	case dep:
+		if b.failures++; b.failures >= b.cfg.Threshold {
+			b.openLocked(b.cfg.ProbeInterval, err)
+		}
+	default:
+		b.failures = 0
+	}
+}
+
+// openLocked opens the breaker for interval, jittered by ±20%.
+func (b *Breaker) openLocked(interval time.Duration, cause error) {
+	b.opens.Add(1)
+	b.interval, b.successes, b.failures = interval, 0, 0
+	b.openUntil = b.now().Add(interval*8/10 + rand.N(interval*4/10+1))
+	b.setLocked(Open, cause)
+}
+
+func (b *Breaker) signalLocked() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+// ErrOpen is the cause of a message postponed because the breaker is open.
+var ErrOpen = errors.New("circuit breaker open: a dependency is unavailable")

@@ -1,0 +1,144 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+func newTest(cfg sqsworker.BreakerConfig) (*Breaker, *clock, *[]string) {
+	c := &clock{t: time.Unix(1_000_000, 0)}
+	var changes []string
+	var mu sync.Mutex
+	b := New(cfg, func(from, to State, err error) {
+		mu.Lock()
+		changes = append(changes, fmt.Sprintf("%s>%s", from, to))
+		mu.Unlock()
+	})
+	b.now = c.now
+	return b, c, &changes
+}
+
+var down = sqsworker.Unavailable(errors.New("connection refused"))
+
+func TestOpensAfterThresholdInARow(t *testing.T) {
+	b, _, changes := newTest(sqsworker.BreakerConfig{Threshold: 3})
+	b.Record(down, false)
+	b.Record(down, false)
+	b.Record(errors.New("bad message"), false) // not a dependency failure: resets
+	b.Record(down, false)
+	b.Record(down, false)
+	if b.State() != Closed {
+		t.Fatal("opened before 3 dependency failures in a row")
+	}
+	b.Record(down, false)
+	if b.State() != Open {
+		t.Fatal("not open after 3 dependency failures in a row")
+	}
+	if ok, _, wait := b.Allow(); ok || wait < 4*time.Second || wait > 6*time.Second {
+		t.Errorf("Allow while open = %v, wait %s; want no, 5s±20%%", ok, wait)
+	}
+	if opens, _ := b.Counts(); opens != 1 || len(*changes) != 1 {
+		t.Errorf("opens %d, changes %v", opens, *changes)
+	}
+}
+
+func TestProbesThenCloses(t *testing.T) {
+	b, c, changes := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: 10 * time.Second, MaxProbeInterval: 30 * time.Second})
+	b.Record(down, false)
+	c.add(13 * time.Second)
+	ok, probe, _ := b.Allow()
+	if !ok || !probe {
+		t.Fatalf("after the interval: ok %v probe %v, want the probe", ok, probe)
+	}
+	if ok, _, _ := b.Allow(); ok {
+		t.Fatal("a second message allowed while the probe is out")
+	}
+	// The probe fails: open again for twice as long.
+	b.Record(down, true)
+	if ok, _, wait := b.Allow(); ok || wait < 16*time.Second || wait > 24*time.Second {
+		t.Fatalf("after a failed probe: ok %v wait %s, want 20s±20%%", ok, wait)
+	}
+	c.add(25 * time.Second)
+	_, probe, _ = b.Allow()
+	b.Record(down, true) // doubles again, capped at 30s
+	if _, _, wait := b.Allow(); wait > 36*time.Second {
+		t.Fatalf("wait %s beyond MaxProbeInterval", wait)
+	}
+	c.add(40 * time.Second)
+	_, probe, _ = b.Allow()
+	b.Abort() // a receive that brought nothing
+	ok, probe, _ = b.Allow()
+	if !ok || !probe {
+		t.Fatal("the probe was not given back by Abort")
+	}
+	b.Record(nil, true)
+	if b.State() != HalfOpen {
+		t.Fatal("closed after one successful probe, want CloseAfter 2")
+	}
+	_, probe, _ = b.Allow()
+	b.Record(errors.New("the message's own failure"), probe)
+	if b.State() != Closed {
+		t.Fatal("not closed after two successful probes")
+	}
+	_, probes := b.Counts()
+	want := []string{"closed>open", "open>half-open", "half-open>open", "open>half-open", "half-open>open", "open>half-open", "half-open>closed"}
+	if fmt.Sprint(*changes) != fmt.Sprint(want) || probes != 5 {
+		t.Errorf("changes %v, probes %d; want %v, 5", *changes, probes, want)
+	}
+}
+
+func TestClassesAndNil(t *testing.T) {
+	b, _, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, Classes: []string{"*net.OpError"}})
+	if b.IsDependencyFailure(errors.New("x")) || !b.IsDependencyFailure(down) {
+		t.Error("classification")
+	}
+	var nb *Breaker
+	if ok, _, _ := nb.Allow(); !ok || nb.State() != Closed {
+		t.Error("a nil breaker must allow")
+	}
+	nb.Record(down, false)
+	if New(sqsworker.BreakerConfig{Disabled: true}, nil) != nil {
+		t.Error("Disabled gives a breaker")
+	}
+}
+
+func TestWaitWakesAndCancels(t *testing.T) {
+	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Hour})
+	b.Record(down, false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := b.Wait(ctx); done <- err }()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Wait = %v, want canceled", err)
+	}
+	c.add(2 * time.Hour)
+	probe, err := b.Wait(context.Background())
+	if err != nil || !probe {
+		t.Fatalf("Wait = %v, %v; want the probe", probe, err)
+	}
+	got := make(chan bool, 1)
+	go func() { p, _ := b.Wait(context.Background()); got <- p }()
+	b.Record(nil, true) // frees the probe: the waiter gets the next one
+	select {
+	case p := <-got:
+		if !p {
+			t.Error("second waiter did not get a probe")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not wake when the probe came back")
+	}
+}
