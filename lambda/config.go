@@ -57,6 +57,16 @@ type Config struct {
 	// DisableHeartbeat turns the heartbeat off.
 	DisableHeartbeat bool
 
+	// Breaker configures the circuit breaker, on by default, kept per
+	// queue for the life of the execution environment (see
+	// sqsworker.BreakerConfig). Lambda's event source mapping cannot be
+	// stopped from inside the function: while the breaker is open, the
+	// records of an invocation are not run but postponed, reported failed
+	// with a visibility timeout that reaches to the next probe, so that
+	// each costs one receive per probe interval instead of one per
+	// backoff; one record at a time runs as the probe.
+	Breaker sqsworker.BreakerConfig
+
 	// BatchingWindow is the event source mapping's maximum batching
 	// window, which records may have waited before the invocation. Default
 	// 0.
@@ -109,6 +119,9 @@ func (c *Config) validate() error {
 	}
 	if c.QueueRefresh < 0 {
 		bad("QueueRefresh %s is negative", c.QueueRefresh)
+	}
+	if err := c.Breaker.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MaxReceiveCount < 0 {
 		bad("MaxReceiveCount %d is negative", c.MaxReceiveCount)

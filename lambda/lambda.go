@@ -17,6 +17,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
+	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
@@ -102,7 +103,7 @@ func NewHandler(h sqsworker.Handler, cfg Config) (HandlerFunc, error) {
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
-	a := &adapter{h: h, cfg: cfg, recorder: recorder, queues: map[string]*queueState{}}
+	a := &adapter{h: h, cfg: cfg, recorder: recorder, queues: map[string]*queueState{}, breakers: map[string]*breaker.Breaker{}}
 	var err2 error
 	if a.unknown, err2 = a.newState(queue.Info{}, false); err2 != nil {
 		return nil, err2
@@ -119,8 +120,9 @@ type adapter struct {
 	// never retried with backoff nor dead-lettered.
 	unknown *queueState
 
-	mu     sync.Mutex
-	queues map[string]*queueState // by URL, refreshed every QueueRefresh
+	mu       sync.Mutex
+	queues   map[string]*queueState      // by URL, refreshed every QueueRefresh
+	breakers map[string]*breaker.Breaker // by URL, for the execution environment
 }
 
 // queueState is what the adapter knows of one queue.
@@ -157,6 +159,14 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 		TimeoutCause: ErrDeadline,
 		StopCauses:   []error{ErrDeadline},
 	}
+	a.mu.Lock()
+	b, ok := a.breakers[info.URL]
+	if !ok {
+		b = breaker.New(a.cfg.Breaker, st.exec.BreakerChanged)
+		a.breakers[info.URL] = b
+	}
+	a.mu.Unlock()
+	st.exec.Breaker = b
 	if known && !a.cfg.DisableHeartbeat && info.VisibilityTimeout >= time.Second {
 		hb := a.cfg.Heartbeat
 		if hb.Logger == nil {
@@ -384,13 +394,20 @@ func (inv *invocation) runGroups(recs []record) {
 }
 
 // run runs the record's handler, unless the deadline is too near to start
-// it: then it is released. It reports whether the record is done.
+// it (then it is released) or the circuit breaker is open (then it is
+// postponed to the next probe). It reports whether the record is done.
 func (inv *invocation) run(rec *record) bool {
 	ex := rec.exec(inv.a)
 	if !inv.stopAt.IsZero() && !time.Now().Before(inv.stopAt) {
 		ex.Release(&rec.job, rec)
 		return false
 	}
+	ok, probe, wait := ex.Breaker.Allow()
+	if !ok {
+		ex.Postpone(&rec.job, rec, max(wait, time.Second), breaker.ErrOpen)
+		return false
+	}
+	rec.job.Probe = probe
 	return ex.Run(&rec.job, rec)
 }
 

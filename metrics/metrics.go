@@ -23,6 +23,9 @@
 // | queue_in_flight           | gauge     | count   | queue                       | ApproximateNumberOfMessagesNotVisible |
 // | queue_delayed             | gauge     | count   | queue                       | ApproximateNumberOfMessagesDelayed |
 // | dlq_visible               | gauge     | count   | queue (the source queue)    | the dead-letter queue's ApproximateNumberOfMessages |
+// | breaker_state             | gauge     | count   | queue                       | the circuit breaker: 0 closed, 1 open, 2 half-open |
+// | breaker_opens             | counter   | count   | queue                       | times the circuit breaker opened |
+// | breaker_probes            | counter   | count   | queue                       | messages let through an open breaker as probes |
 //
 // The age of the oldest message is not part of the SQS API (it is the
 // CloudWatch metric ApproximateAgeOfOldestMessage, which the infra alarms
@@ -51,6 +54,9 @@ const (
 	QueueInFlight          = "queue_in_flight"
 	QueueDelayed           = "queue_delayed"
 	DeadLetterQueueVisible = "dlq_visible"
+	BreakerState           = "breaker_state"
+	BreakerOpens           = "breaker_opens"
+	BreakerProbes          = "breaker_probes"
 )
 
 // Dims are the dimensions of one measurement. Empty fields are left out.

@@ -65,6 +65,15 @@ type Config struct {
 	// one visibility timeout only.
 	DisableHeartbeat bool
 
+	// Breaker configures the circuit breaker, on by default: after
+	// Breaker.Threshold dependency failures in a row (errors marked with
+	// sqsworker.Unavailable, such as the idempotency store's outages) the
+	// worker stops receiving, releases what it received but has not
+	// started, and probes with one message at a time until the dependency
+	// is back, so that an outage does not spend receive counts and fill the
+	// dead-letter queue. See sqsworker.BreakerConfig for the defaults.
+	Breaker sqsworker.BreakerConfig
+
 	// Backoff spaces the retries of failed messages, by receive count.
 	// Default sqsworker.ExponentialBackoff{} (full jitter, 1s base, 15m cap).
 	Backoff sqsworker.Backoff
@@ -158,6 +167,9 @@ func (c *Config) validate() error {
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("ShutdownTimeout %s is negative", c.ShutdownTimeout)
+	}
+	if err := c.Breaker.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		return nil

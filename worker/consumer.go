@@ -9,6 +9,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
+	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
@@ -98,6 +99,7 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 		TimeoutCause:   ErrHandlerTimeout,
 		StopCauses:     []error{ErrShutdown},
 	}
+	c.exec.Breaker = breaker.New(cfg.Breaker, c.exec.BreakerChanged)
 	if !cfg.DisableHeartbeat {
 		hb := cfg.Heartbeat
 		if hb.Logger == nil {

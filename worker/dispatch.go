@@ -5,20 +5,22 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 )
 
 // dispatch starts the handlers of a received batch. Each message holds one
-// handler slot until it is settled.
-func (c *consumer) dispatch(msgs []types.Message) {
+// handler slot until it is settled. probe is true for the circuit breaker's
+// probe: one message.
+func (c *consumer) dispatch(msgs []types.Message, probe bool) {
 	now := time.Now()
 	c.exec.Received(len(msgs))
 	jobs, ptrs := make([]executor.Job, len(msgs)), make([]*executor.Job, len(msgs))
 	for i := range msgs {
 		j := &jobs[i]
 		ptrs[i] = j
-		j.Msg, j.ReceivedAt, j.Ctx = sqsmsg.FromSDK(c.info.URL, &msgs[i]), now, c.handlerCtx
+		j.Msg, j.ReceivedAt, j.Ctx, j.Probe = sqsmsg.FromSDK(c.info.URL, &msgs[i]), now, c.handlerCtx, probe
 		switch {
 		case c.ext != nil:
 			j.Ctx, j.Lease = c.ext.Track(c.handlerCtx, j.Msg, now)
@@ -28,6 +30,9 @@ func (c *consumer) dispatch(msgs []types.Message) {
 		}
 	}
 	if c.pollCtx.Err() != nil { // received while stopping
+		if probe {
+			c.exec.Breaker.Abort()
+		}
 		c.releaseLater(ptrs)
 		return
 	}
@@ -63,7 +68,8 @@ func (c *consumer) runGroup(group []*executor.Job) {
 			c.releaseLater(group[i:])
 			return
 		}
-		if late || j.Ctx.Err() != nil {
+		// Nor does a group go on while the circuit breaker is open.
+		if late || j.Ctx.Err() != nil || (i > 0 && c.exec.Breaker.State() != breaker.Closed) {
 			c.release(group[i:])
 			return
 		}

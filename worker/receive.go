@@ -37,17 +37,37 @@ func (c *consumer) poll() {
 	}
 	failures := 0
 	for {
-		n := c.acquire(c.cfg.MaxMessages)
+		// While the circuit breaker is open no receive is made: the
+		// messages stay in the queue with their receive counts unspent.
+		// Once it lets a probe through, one message is received.
+		probe, err := c.exec.Breaker.Wait(c.pollCtx)
+		if err != nil {
+			return
+		}
+		want := c.cfg.MaxMessages
+		if probe {
+			want = 1
+		}
+		n := c.acquire(want)
 		if n == 0 {
+			if probe {
+				c.exec.Breaker.Abort()
+			}
 			return
 		}
 		if c.pollCtx.Err() != nil {
 			c.releaseSlots(n)
+			if probe {
+				c.exec.Breaker.Abort()
+			}
 			return
 		}
 		in.MaxNumberOfMessages = int32(n)
 		// handlerCtx, not pollCtx: a receive under way at shutdown goes on.
 		out, err := c.w.api.ReceiveMessage(c.handlerCtx, in, quietReceive)
+		if probe && (err != nil || len(out.Messages) == 0) {
+			c.exec.Breaker.Abort()
+		}
 		if err != nil {
 			c.releaseSlots(n)
 			if c.pollCtx.Err() != nil {
@@ -71,7 +91,7 @@ func (c *consumer) poll() {
 		}
 		c.releaseSlots(n - len(out.Messages))
 		if len(out.Messages) > 0 {
-			c.dispatch(out.Messages)
+			c.dispatch(out.Messages, probe)
 		}
 	}
 }

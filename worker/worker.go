@@ -218,6 +218,9 @@ type Stats struct {
 	InFlight     int64 // handlers running now
 	Extensions   int64 // visibility extensions made by the heartbeat
 	LeasesLost   int64 // messages left unacknowledged because their lease was lost
+	// BreakerOpens counts the times the circuit breaker opened, and
+	// BreakerProbes the messages it let through as probes.
+	BreakerOpens, BreakerProbes int64
 }
 
 // Stats returns the worker's counters.
@@ -229,6 +232,7 @@ func (w *Worker) Stats() Stats {
 		Released: c.Released.Load(), Deleted: c.Deleted.Load(), AckFailures: c.AckFailures.Load(),
 		MoveFailures: c.MoveFailures.Load(), InFlight: c.InFlight.Load(),
 		Extensions: c.Extensions.Load(), LeasesLost: c.LeasesLost.Load(),
+		BreakerOpens: c.BreakerOpens.Load(), BreakerProbes: c.BreakerProbes.Load(),
 	}
 }
 

@@ -165,6 +165,9 @@ func (b *Breaker) Allow() (ok, probe bool, wait time.Duration) {
 // Wait blocks until a message may run, and reports whether it runs as the
 // probe. It returns ctx's error when ctx ends first.
 func (b *Breaker) Wait(ctx context.Context) (probe bool, err error) {
+	if b == nil {
+		return false, nil
+	}
 	for {
 		b.mu.Lock()
 		changed := b.changed
@@ -183,6 +186,20 @@ func (b *Breaker) Wait(ctx context.Context) (probe bool, err error) {
 		}
 		t.Stop()
 	}
+}
+
+// Pause returns how long until the open breaker lets its next probe
+// through; 0 when it is not open.
+func (b *Breaker) Pause() time.Duration {
+	if b == nil {
+		return 0
+	}
+	b.lock()
+	defer b.unlock()
+	if b.state != Open {
+		return 0
+	}
+	return b.openUntil.Sub(b.now())
 }
 
 // Abort gives back a probe that did not run (a receive that brought

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
@@ -26,6 +27,9 @@ type Counters struct {
 	InFlight     atomic.Int64 // handlers running now
 	Extensions   atomic.Int64 // heartbeat extensions
 	LeasesLost   atomic.Int64 // messages abandoned because their lease was lost
+	// BreakerOpens and BreakerProbes count the circuit breaker's openings
+	// and probes.
+	BreakerOpens, BreakerProbes atomic.Int64
 }
 
 // Received counts n received messages.
@@ -48,4 +52,21 @@ func (e *Executor) Heartbeat(api visibility.API, cfg visibility.Config, url stri
 		}
 	}
 	return visibility.New(api, cfg)
+}
+
+// BreakerChanged logs a change of the circuit breaker's state and sets its
+// gauge; pass it to breaker.New.
+func (e *Executor) BreakerChanged(from, to breaker.State, err error) {
+	e.Metrics.Set(metrics.BreakerState, float64(to), e.Queue)
+	switch to {
+	case breaker.Open:
+		e.Counters.BreakerOpens.Add(1)
+		e.Metrics.Add(metrics.BreakerOpens, 1, e.Queue)
+		e.Log.Warn("circuit breaker open: a dependency is unavailable; taking no message until a probe succeeds",
+			"from", from.String(), "error", err)
+	case breaker.HalfOpen:
+		e.Log.Info("circuit breaker half-open: probing with one message")
+	case breaker.Closed:
+		e.Log.Info("circuit breaker closed: the dependency is back")
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/metrics"
@@ -60,6 +61,8 @@ type Job struct {
 	// Log, when set, replaces the executor's Log for this message (the
 	// Lambda adapter's carries the request ID).
 	Log *slog.Logger
+	// Probe is true when the message runs as the circuit breaker's probe.
+	Probe bool
 }
 
 func (j *Job) log(e *Executor) *slog.Logger {
@@ -114,6 +117,8 @@ type Executor struct {
 	StopCauses []error
 	// MoveTimeout bounds a dead-letter move. Default 30s.
 	MoveTimeout time.Duration
+	// Breaker receives every handler's outcome; nil when it is disabled.
+	Breaker *breaker.Breaker
 }
 
 // DefaultMoveTimeout is the default Executor.MoveTimeout.
@@ -134,11 +139,16 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 	}
 	e.Metrics.Set(metrics.InFlight, float64(c.InFlight.Add(1)), e.Queue)
 	start := time.Now()
+	if j.Probe {
+		c.BreakerProbes.Add(1)
+		e.Metrics.Add(metrics.BreakerProbes, 1, e.Queue)
+	}
 	err := outcome.Call(ctx, e.Handler, m)
 	end := time.Now()
 	if cancel != nil {
 		cancel()
 	}
+	e.Breaker.Record(err, j.Probe)
 	e.Metrics.Set(metrics.InFlight, float64(c.InFlight.Add(-1)), e.Queue)
 	hd := metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName}
 	e.Metrics.Observe(metrics.HandlerDuration, end.Sub(start).Seconds(), hd)
@@ -184,6 +194,19 @@ func (e *Executor) Release(j *Job, ack Acker) {
 	ack.Retry(j, 0)
 }
 
+// Postpone puts off a message that was not run, without counting an
+// attempt: it comes back after delay. cause says why, for the log.
+func (e *Executor) Postpone(j *Job, ack Acker, delay time.Duration, cause error) {
+	if !j.Held(time.Now()) {
+		ack.Abandon(j)
+		return
+	}
+	e.Counters.Postponed.Add(1)
+	e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
+	j.log(e).Debug("message postponed", "message_id", j.Msg.ID, "retry_in", delay, "cause", cause)
+	ack.Retry(j, delay)
+}
+
 // settleFailure carries out the decision for a failed handler. It reports
 // whether the message was moved to the dead-letter queue.
 func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acker) bool {
@@ -213,6 +236,15 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 		log.Error("handler panicked", "panic", fmt.Sprint(p.Value), "stack", string(p.Stack))
 	}
 	switch {
+	case e.Breaker.IsDependencyFailure(err):
+		// A dependency is down, not the message: never dead-letter it,
+		// and while the breaker is open keep it away until the next probe.
+		delay := max(dec.Delay, e.Breaker.Pause())
+		c.Retried.Add(1)
+		e.Metrics.Add(metrics.MessagesRetried, 1, e.Queue)
+		log.Warn("dependency unavailable; retrying", "error", err, "retry_in", delay)
+		ack.Retry(j, delay)
+		return false
 	case dec.Action == outcome.DeadLetter:
 		if e.deadLetter(j, err, class, log) {
 			ack.Delete(j)
