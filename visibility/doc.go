@@ -18,7 +18,11 @@
 // total lifetime reaches Config.MaxLifetime (at most SQS's 12 hours from the
 // receive). The context that [Extender.Track] returned is then cancelled, with
 // a cause that matches [ErrLeaseLost] or [ErrMaxLifetime] under errors.Is; the
-// work may by then run elsewhere, so the handler should stop. Transient
+// work may by then run elsewhere, so the handler should stop. [Lease.Release],
+// called once the message has been handled, cancels the context with
+// [ErrReleased] unless it was lost or expired first, so that the cause still
+// tells the two apart, and so that the context Track derived it from, which
+// outlives every message, keeps nothing of it. Transient
 // errors (network, throttling, server faults) are retried in the following
 // rounds, while the lease lasts.
 //

@@ -33,6 +33,9 @@ var (
 	// ErrMaxLifetime: the message reached Config.MaxLifetime and is no
 	// longer extended.
 	ErrMaxLifetime = errors.New("visibility: maximum lifetime reached")
+	// ErrReleased: Lease.Release was called, the lease holding until then.
+	// A lease lost or expired before its release keeps that cause.
+	ErrReleased = errors.New("visibility: lease released")
 )
 
 // maxBatch is the most entries SQS takes in one batch call.
@@ -167,15 +170,44 @@ type Lease struct {
 	e          *Extender
 	msg        *sqsworker.Message
 	receivedAt time.Time
+	ctx        leaseContext // what Track returns, allocated with the Lease
 	cancel     context.CancelCauseFunc
 
 	// guarded by e.mu
 	deadline time.Time
 	hooks    []func(time.Time)
-	ended    bool
+	ended    bool // released, lost or expired; whoever sets it cancels ctx
 }
 
 type leaseKey struct{}
+
+// leaseContext is a lease's context: the cancel context Track derives from
+// its parent, which also answers FromContext, without a context.WithValue
+// layer of its own. Value hands every other key, context.Cause's included,
+// to the cancel context, so that contexts derived from a leaseContext are
+// registered with that cancel context as with any other.
+type leaseContext struct {
+	context.Context
+	l *Lease
+}
+
+// Value returns the lease for FromContext's key; other keys are looked up in
+// the cancel context and its parents.
+func (c *leaseContext) Value(key any) any {
+	if _, ok := key.(leaseKey); ok {
+		return c.l
+	}
+	return c.Context.Value(key)
+}
+
+// String names the context, as the standard library's contexts do.
+func (c *leaseContext) String() string {
+	id := ""
+	if c.l.msg != nil {
+		id = c.l.msg.ID
+	}
+	return fmt.Sprint(c.Context) + ".WithLease(" + id + ")"
+}
 
 // FromContext returns the lease of the message whose handler runs with ctx,
 // or nil.
@@ -186,15 +218,19 @@ func FromContext(ctx context.Context) *Lease {
 
 // Track starts extending m, received at receivedAt with the configured
 // visibility timeout. The returned context, derived from ctx and carrying the
-// lease, is cancelled when the lease is lost. Call Lease.Release once the
-// message has been handled.
+// lease (see FromContext), is cancelled when the lease is lost or expires,
+// with a cause matching ErrLeaseLost or ErrMaxLifetime, and at the latest by
+// Lease.Release, with the cause ErrReleased. Call Lease.Release once the
+// message has been handled: until then ctx keeps a reference to the lease's
+// context.
 func (e *Extender) Track(ctx context.Context, m *sqsworker.Message, receivedAt time.Time) (context.Context, *Lease) {
-	ctx, cancel := context.WithCancelCause(ctx)
+	cctx, cancel := context.WithCancelCause(ctx)
 	l := &Lease{e: e, msg: m, receivedAt: receivedAt, cancel: cancel, deadline: receivedAt.Add(e.cfg.VisibilityTimeout)}
+	l.ctx = leaseContext{Context: cctx, l: l}
 	e.mu.Lock()
 	e.leases[l] = struct{}{}
 	e.mu.Unlock()
-	return context.WithValue(ctx, leaseKey{}, l), l
+	return &l.ctx, l
 }
 
 // Message returns the leased message.
@@ -215,13 +251,27 @@ func (l *Lease) OnExtend(f func(until time.Time)) {
 	l.e.mu.Unlock()
 }
 
-// Release stops extending the message: its handler has finished. It does not
-// cancel the lease's context. Calling it more than once is harmless.
+// Release stops extending the message: its handler has finished. It cancels
+// the lease's context with the cause ErrReleased, which detaches it from the
+// context Track derived it from, unless the lease was lost or expired first:
+// the context then keeps that cause, in place when Release returns, so that
+// errors.Is(context.Cause(ctx), ErrLeaseLost) after Release tells a lost
+// lease from a released one. Calling it more than once is harmless.
 func (l *Lease) Release() {
 	l.e.mu.Lock()
-	l.ended = true
-	delete(l.e.leases, l)
+	first := !l.ended
+	if first {
+		l.ended = true
+		delete(l.e.leases, l)
+	}
 	l.e.mu.Unlock()
+	if first {
+		l.cancel(ErrReleased)
+		return
+	}
+	// Ended by a round, which cancels the context right after; or released
+	// before, and cancelled already.
+	<-l.ctx.Done()
 }
 
 // end stops tracking the lease and cancels its context with cause. It
@@ -280,51 +330,40 @@ func (e *Extender) Run(ctx context.Context) error {
 	}
 }
 
-// pending is one extension of a round.
-type pending struct {
-	l     *Lease
-	until time.Time
-}
-
 // Round extends the messages that are due now. Run calls it every
 // Config.Interval; tests may call it directly.
+//
+// Each call's visibility timeouts are computed when it is sent, not when the
+// round starts: a call that waited behind Config.MaxInFlight others still
+// extends by Config.Extension (within MaxLifetime), and a lease that ran out
+// or reached MaxLifetime meanwhile ends instead of being sent a timeout that
+// would make its message visible at once.
 func (e *Extender) Round(ctx context.Context) {
 	now := time.Now()
-	var due, early []pending
-	var lost, expired []*Lease
+	var due, early, lost, expired []*Lease
 	e.mu.Lock()
 	for l := range e.leases {
-		capAt := l.receivedAt.Add(e.cfg.MaxLifetime)
-		until := now.Add(e.cfg.Extension)
-		if capAt.Before(until) {
-			until = capAt
-		}
+		until := e.extensionEnd(l, now)
 		switch left := l.deadline.Sub(now); {
 		case left <= 0:
 			lost = append(lost, l)
 		case left > e.cfg.Threshold:
 			// Worth extending early only if it gains a round or more.
 			if until.Sub(l.deadline) >= e.cfg.Interval {
-				early = append(early, pending{l, until})
+				early = append(early, l)
 			}
 		case !until.After(l.deadline):
 			expired = append(expired, l)
 		default:
-			due = append(due, pending{l, until})
+			due = append(due, l)
 		}
 	}
 	e.mu.Unlock()
 	for _, l := range lost {
-		if l.end(fmt.Errorf("%w: message %s: visibility timeout ran out", ErrLeaseLost, l.msg.ID)) {
-			e.lost.Add(1)
-			e.log.Warn("visibility lease ran out before it could be extended", "message_id", l.msg.ID)
-		}
+		e.ranOut(l)
 	}
 	for _, l := range expired {
-		if l.end(fmt.Errorf("%w: message %s: %s since its receive", ErrMaxLifetime, l.msg.ID, e.cfg.MaxLifetime)) {
-			e.expired.Add(1)
-			e.log.Warn("message reached its maximum lifetime; no longer extended", "message_id", l.msg.ID, "max_lifetime", e.cfg.MaxLifetime)
-		}
+		e.expire(l)
 	}
 	if len(due) == 0 {
 		return
@@ -332,13 +371,21 @@ func (e *Extender) Round(ctx context.Context) {
 	e.rounds.Add(1)
 	// Fill the last call's free entries with the messages due soonest.
 	if free := (maxBatch - len(due)%maxBatch) % maxBatch; free > 0 && len(early) > 0 {
-		slices.SortFunc(early, func(a, b pending) int { return a.l.deadline.Compare(b.l.deadline) })
+		e.mu.Lock()
+		slices.SortFunc(early, func(a, b *Lease) int { return a.deadline.Compare(b.deadline) })
+		e.mu.Unlock()
 		due = append(due, early[:min(free, len(early))]...)
 	}
 	sem := make(chan struct{}, e.cfg.MaxInFlight)
 	var wg sync.WaitGroup
 	for batch := range slices.Chunk(due, maxBatch) {
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done(): // Run is stopping: no more calls
+		}
+		if ctx.Err() != nil {
+			break
+		}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			e.extend(ctx, batch)
@@ -347,17 +394,79 @@ func (e *Extender) Round(ctx context.Context) {
 	wg.Wait()
 }
 
-// extend makes one batch call.
-func (e *Extender) extend(ctx context.Context, batch []pending) {
+// extensionEnd is when an extension of l sent at t would end: Extension
+// after t, or earlier at l's MaxLifetime, in whole seconds from t.
+func (e *Extender) extensionEnd(l *Lease, t time.Time) time.Time {
+	d := e.cfg.Extension
+	if capAt := l.receivedAt.Add(e.cfg.MaxLifetime); capAt.Before(t.Add(d)) {
+		d = capAt.Sub(t).Truncate(time.Second)
+	}
+	return t.Add(d)
+}
+
+// ranOut ends a lease whose visibility timeout ended before it was extended.
+func (e *Extender) ranOut(l *Lease) {
+	if l.end(fmt.Errorf("%w: message %s: visibility timeout ran out", ErrLeaseLost, l.msg.ID)) {
+		e.lost.Add(1)
+		e.log.Warn("visibility lease ran out before it could be extended", "message_id", l.msg.ID)
+	}
+}
+
+// expire ends a lease that cannot be extended past its current deadline
+// without going past MaxLifetime.
+func (e *Extender) expire(l *Lease) {
+	if l.end(fmt.Errorf("%w: message %s: %s since its receive", ErrMaxLifetime, l.msg.ID, e.cfg.MaxLifetime)) {
+		e.expired.Add(1)
+		e.log.Warn("message reached its maximum lifetime; no longer extended", "message_id", l.msg.ID, "max_lifetime", e.cfg.MaxLifetime)
+	}
+}
+
+// pending is one extension of a call: the lease and when its message will be
+// visible again, counted from the call's start.
+type pending struct {
+	l     *Lease
+	until time.Time
+}
+
+// extend makes one batch call for the leases of batch still tracked. The
+// visibility timeouts are computed now, after any wait for a free call.
+func (e *Extender) extend(ctx context.Context, batch []*Lease) {
+	// SQS counts a timeout from its receipt of the call: no earlier than
+	// start, so until is a lower bound of the message's new deadline.
 	start := time.Now()
-	in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &e.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(batch))}
-	for i, p := range batch {
-		secs := int32((p.until.Sub(start) + time.Second - 1) / time.Second)
-		in.Entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(p.l.msg.ReceiptHandle), VisibilityTimeout: secs,
+	var lost, expired []*Lease
+	sends := make([]pending, 0, len(batch))
+	e.mu.Lock()
+	for _, l := range batch {
+		until := e.extensionEnd(l, start)
+		switch {
+		case l.ended: // released (or ended) while the call waited
+		case !start.Before(l.deadline):
+			lost = append(lost, l)
+		case !until.After(l.deadline):
+			expired = append(expired, l)
+		default:
+			sends = append(sends, pending{l, until})
 		}
-		// SQS counts from its receipt of the call: no earlier than start.
-		batch[i].until = start.Add(time.Duration(secs) * time.Second)
+	}
+	e.mu.Unlock()
+	for _, l := range lost {
+		e.ranOut(l)
+	}
+	for _, l := range expired {
+		e.expire(l)
+	}
+	if len(sends) == 0 {
+		return
+	}
+	in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &e.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(sends))}
+	for i, p := range sends {
+		// until is after the deadline, itself after start, and whole
+		// seconds from start: at least 1s.
+		in.Entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
+			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(p.l.msg.ReceiptHandle),
+			VisibilityTimeout: int32(p.until.Sub(start) / time.Second),
+		}
 	}
 	e.calls.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.Interval)
@@ -365,7 +474,7 @@ func (e *Extender) extend(ctx context.Context, batch []pending) {
 	out, err := e.api.ChangeMessageVisibilityBatch(cctx, in)
 	if err != nil {
 		if ctx.Err() == nil {
-			e.log.Warn("extending visibility failed; retrying next round", "messages", len(batch), "error", err)
+			e.log.Warn("extending visibility failed; retrying next round", "messages", len(sends), "error", err)
 		}
 		return
 	}
@@ -373,7 +482,7 @@ func (e *Extender) extend(ctx context.Context, batch []pending) {
 	for _, f := range out.Failed {
 		failed[aws.ToString(f.Id)] = f
 	}
-	for i, p := range batch {
+	for i, p := range sends {
 		f, bad := failed[strconv.Itoa(i)]
 		switch {
 		case !bad:

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -290,11 +292,254 @@ func TestMaxLifetime(t *testing.T) {
 		if d := lease.Deadline().Sub(start); d > 100*time.Second {
 			t.Errorf("extended to %s after the receive, past the 100s lifetime", d)
 		}
-		if left := lease.Deadline().Sub(time.Now()); left <= 0 {
+		if left := time.Until(lease.Deadline()); left <= 0 {
 			t.Errorf("lease ended after the message became visible (%s left)", left)
 		}
 		if v, _, _ := f.Depth(url); v != 0 {
 			t.Error("message visible when its lease ended")
+		}
+	})
+}
+
+// Released leases are not kept by the context they were derived from: a
+// poller tracks every message it receives on one long-lived context.
+func TestReleaseFreesLeaseContext(t *testing.T) {
+	const n = 100_000
+	e, err := visibility.New(sqstest.NewFake(), visibility.Config{QueueURL: "q", VisibilityTimeout: 30 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	m := &sqsworker.Message{ID: "m", ReceiptHandle: "h"}
+	track := func(n int) {
+		for range n {
+			ctx, l := e.Track(parent, m, time.Now())
+			l.Release()
+			if !errors.Is(context.Cause(ctx), visibility.ErrReleased) {
+				t.Fatalf("cause after Release = %v, want ErrReleased", context.Cause(ctx))
+			}
+		}
+	}
+	track(1000) // the extender's map and the parent's children map exist
+	before := heapInUse()
+	track(n)
+	after := heapInUse()
+	grew := int64(after) - int64(before)
+	t.Logf("heap in use grew by %d bytes over %d leases (%.1f bytes each)", grew, n, float64(grew)/n)
+	// A lease's cancel context and its entry in the parent's children map
+	// take about 120 bytes: 11 MB for 100k leases kept. Allow 2 MB of noise.
+	if grew > 2<<20 {
+		t.Errorf("heap in use grew by %.1f MB over %d released leases: the parent context keeps them", float64(grew)/(1<<20), n)
+	}
+	if s := e.Stats(); s.Tracked != 0 {
+		t.Errorf("%d leases still tracked", s.Tracked)
+	}
+	runtime.KeepAlive(parent)
+}
+
+// heapInUse is the heap in use after a garbage collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapInuse
+}
+
+// Track and Release cost three allocations: the lease (with the context
+// Track returns), the cancel context and its cancel function.
+func TestTrackAllocations(t *testing.T) {
+	e, err := visibility.New(sqstest.NewFake(), visibility.Config{QueueURL: "q", VisibilityTimeout: 30 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m := &sqsworker.Message{ID: "m", ReceiptHandle: "h"}
+	now := time.Now()
+	allocs := testing.AllocsPerRun(1000, func() {
+		ctx, l := e.Track(parent, m, now)
+		if visibility.FromContext(ctx) != l {
+			t.Fatal("FromContext does not return the lease")
+		}
+		l.Release()
+	})
+	if allocs > 3 {
+		t.Errorf("Track and Release make %.0f allocations, want at most 3", allocs)
+	}
+}
+
+// The lease's context is cancelled by Release with ErrReleased; contexts
+// derived from it find the lease and end with it; the parent's cancellation
+// reaches it before.
+func TestReleaseCancelsWithErrReleased(t *testing.T) {
+	e, err := visibility.New(sqstest.NewFake(), visibility.Config{QueueURL: "q", VisibilityTimeout: 30 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &sqsworker.Message{ID: "m", ReceiptHandle: "h"}
+	ctx, l := e.Track(context.Background(), m, time.Now())
+	child, cancelChild := context.WithTimeout(ctx, time.Hour)
+	defer cancelChild()
+	if visibility.FromContext(child) != l || l.Message() != m {
+		t.Fatal("a derived context does not carry the lease")
+	}
+	if ctx.Err() != nil || child.Err() != nil {
+		t.Fatal("lease context done before Release")
+	}
+	l.Release()
+	l.Release()
+	for _, c := range []context.Context{ctx, child} {
+		if cause := context.Cause(c); !errors.Is(cause, visibility.ErrReleased) || errors.Is(cause, visibility.ErrLeaseLost) {
+			t.Errorf("cause after Release = %v, want ErrReleased", cause)
+		}
+	}
+	if s := e.Stats(); s.Tracked != 0 || s.Lost != 0 {
+		t.Errorf("stats after Release = %+v", s)
+	}
+
+	shutdown := errors.New("shutdown")
+	parent, cancel := context.WithCancelCause(context.Background())
+	ctx, l = e.Track(parent, m, time.Now())
+	cancel(shutdown)
+	l.Release()
+	if cause := context.Cause(ctx); !errors.Is(cause, shutdown) {
+		t.Errorf("cause after the parent's cancellation = %v, want the parent's", cause)
+	}
+}
+
+// A lease lost before its release keeps ErrLeaseLost as its cause, whichever
+// of the round and the handler's end comes first.
+func TestLostLeaseKeepsCauseAfterRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 30*time.Second, 1)
+		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second})
+		defer stop()
+		ctx, l := e.Track(context.Background(), msgs[0], time.Now())
+		f.FailEntries(sqstest.OpChangeMessageVisibilityBatch, "ReceiptHandleIsInvalid", true, 1)
+		<-ctx.Done()
+		l.Release()
+		if cause := context.Cause(ctx); !errors.Is(cause, visibility.ErrLeaseLost) {
+			t.Errorf("cause after a loss and Release = %v, want ErrLeaseLost", cause)
+		}
+	})
+	// Without synctest, a round racing with Release: the cause is in place
+	// when Release returns, and it is the one of whichever ended it first.
+	f, url, msgs := setup(t, 2*time.Second, 200)
+	e, err := visibility.New(f, visibility.Config{QueueURL: url, VisibilityTimeout: 2 * time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-time.Minute) // every lease has run out
+	ctxs := make([]context.Context, len(msgs))
+	leases := make([]*visibility.Lease, len(msgs))
+	for i, m := range msgs {
+		ctxs[i], leases[i] = e.Track(context.Background(), m, past)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { e.Round(context.Background()) })
+	lost := 0
+	for i, l := range leases {
+		l.Release()
+		switch cause := context.Cause(ctxs[i]); {
+		case errors.Is(cause, visibility.ErrLeaseLost):
+			lost++
+		case !errors.Is(cause, visibility.ErrReleased):
+			t.Fatalf("cause after Release = %v", cause)
+		}
+	}
+	wg.Wait()
+	if got := e.Stats().Lost; got != int64(lost) {
+		t.Errorf("%d leases counted lost, %d contexts say so", got, lost)
+	}
+}
+
+// slowAPI answers ChangeMessageVisibilityBatch after delay and records the
+// visibility timeouts asked for.
+type slowAPI struct {
+	*sqstest.Fake
+	delay time.Duration
+
+	mu      sync.Mutex
+	timeout []int32
+}
+
+func (s *slowAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	s.mu.Lock()
+	for _, e := range in.Entries {
+		s.timeout = append(s.timeout, e.VisibilityTimeout)
+	}
+	s.mu.Unlock()
+	out, err := s.Fake.ChangeMessageVisibilityBatch(ctx, in, opts...)
+	time.Sleep(s.delay)
+	return out, err
+}
+
+// A call that waits behind MaxInFlight others extends by the whole
+// Extension from its own start, not from the round's, and never asks for a
+// visibility timeout of zero or less, which would make its messages visible
+// at once: the leases that ran out while it waited end as lost instead.
+func TestLateCallExtendsFromItsStart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 30*time.Second, 80)
+		api := &slowAPI{Fake: f, delay: 4500 * time.Millisecond}
+		// One call at a time, each 4.5s: the round at 15s finds all 80
+		// due, and its eight calls would start at 15s, 19.5s, ... 46.5s:
+		// the last four after the leases' 30s, the last one even after the
+		// 45s the round's own extensions would have reached.
+		e, err := visibility.New(api, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, MaxInFlight: 1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = e.Run(ctx) })
+		start := time.Now()
+		ctxs := make([]context.Context, len(msgs))
+		leases := make([]*visibility.Lease, len(msgs))
+		for i, m := range msgs {
+			ctxs[i], leases[i] = e.Track(context.Background(), m, start)
+		}
+		time.Sleep(50 * time.Second)
+		synctest.Wait()
+		defer func() {
+			cancel()
+			wg.Wait()
+			for _, l := range leases {
+				l.Release()
+			}
+		}()
+
+		api.mu.Lock()
+		sent := slices.Clone(api.timeout)
+		api.mu.Unlock()
+		for _, s := range sent {
+			if s != 30 {
+				t.Errorf("visibility timeouts sent: %v, want the 30s extension each time", sent)
+				break
+			}
+		}
+		kept, lost := 0, 0
+		for i, l := range leases {
+			switch cause := context.Cause(ctxs[i]); {
+			case cause == nil:
+				kept++
+				if d := l.Deadline().Sub(start); d < 45*time.Second {
+					t.Errorf("lease kept with a deadline %s after the receive", d)
+				}
+			case errors.Is(cause, visibility.ErrLeaseLost):
+				lost++
+			default:
+				t.Errorf("lease ended with %v", cause)
+			}
+		}
+		// The calls at 15s, 19.5s, 24s and 28.5s come before the leases'
+		// end: 40 kept; the rest ran out while they waited.
+		if kept != 40 || lost != 40 || e.Stats().Lost != 40 {
+			t.Errorf("%d leases kept and %d lost (stats %+v), want 40 and 40", kept, lost, e.Stats())
+		}
+		if v, inFlight, _ := f.Depth(url); inFlight < 40 {
+			t.Errorf("%d messages visible, %d in flight, want the 40 kept leases' messages in flight", v, inFlight)
 		}
 	})
 }

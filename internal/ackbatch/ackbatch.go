@@ -87,7 +87,7 @@ type Batcher struct {
 	// stop is cancelled by Close when its context ends: calls still under
 	// way give up.
 	stop     context.Context
-	stopCall context.CancelFunc
+	stopCall context.CancelCauseFunc
 }
 
 // New returns a Batcher for one queue.
@@ -105,20 +105,32 @@ func New(api API, cfg Config) *Batcher {
 		cfg.Timeout = 10 * time.Second
 	}
 	b := &Batcher{api: api, cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight)}
-	b.stop, b.stopCall = context.WithCancel(context.Background())
+	b.stop, b.stopCall = context.WithCancelCause(context.Background())
 	return b
 }
 
 // ErrClosed is the result of entries added after Close.
 var ErrClosed = errors.New("ackbatch: batcher closed")
 
-// Add queues an entry of the given kind.
+// maxVisibility is the longest visibility timeout SQS takes: 12 hours.
+const maxVisibility = 12 * time.Hour
+
+// Add queues an entry of the given kind. A ChangeVisibility entry whose
+// Visibility is outside 0..12h fails at once, alone: SQS would refuse the
+// whole call, and with it the entries batched with it.
 func (b *Batcher) Add(kind Kind, e Entry) {
+	if kind == ChangeVisibility && (e.Visibility < 0 || e.Visibility > maxVisibility) {
+		b.finish(kind, e, fmt.Errorf("%s of message %s: visibility timeout %s is outside 0..12h", kind, e.MessageID, e.Visibility))
+		return
+	}
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
 		b.finish(kind, e, ErrClosed)
 		return
+	}
+	if b.pending[kind] == nil {
+		b.pending[kind] = make([]Entry, 0, MaxBatch)
 	}
 	b.pending[kind] = append(b.pending[kind], e)
 	switch n := len(b.pending[kind]); {
@@ -152,8 +164,10 @@ func (b *Batcher) flushLocked(kind Kind) {
 }
 
 // Close sends the pending entries and waits until every call under way has
-// finished, or ctx ends; then it abandons the calls still under way and
-// reports their entries failed. Entries added after Close fail with ErrClosed.
+// finished, or ctx ends; then it cancels the calls under way and their
+// retries, makes no new call, and returns once the entries not sent are
+// reported failed (the SDK's calls return as soon as their context is
+// cancelled). Entries added after Close fail with ErrClosed.
 func (b *Batcher) Close(ctx context.Context) error {
 	b.mu.Lock()
 	b.closed = true
@@ -164,29 +178,35 @@ func (b *Batcher) Close(ctx context.Context) error {
 	go func() { b.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-		b.stopCall()
+		b.stopCall(nil)
 		return nil
 	case <-ctx.Done():
-		b.stopCall()
+		b.stopCall(fmt.Errorf("%w: %w", errStopped, context.Cause(ctx)))
 		<-done
 		return fmt.Errorf("ackbatch: flushing: %w", context.Cause(ctx))
 	}
 }
 
-// send makes the batch call for entries, retrying the failed ones.
+// send makes the batch call for entries, retrying the failed ones with
+// backoff, each reported with the error of its own last attempt.
 func (b *Batcher) send(kind Kind, entries []Entry) {
-	b.sem <- struct{}{}
-	defer func() { <-b.sem }()
+	select {
+	case b.sem <- struct{}{}:
+		defer func() { <-b.sem }()
+	case <-b.stop.Done():
+	}
+	if b.stop.Err() != nil { // Close's deadline passed while this waited
+		b.giveUp(kind, entries, nil, 0, context.Cause(b.stop))
+		return
+	}
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		retry, err := b.call(kind, entries)
+		retry, errs := b.call(kind, entries)
 		if len(retry) == 0 {
 			return
 		}
 		if attempt >= b.cfg.MaxAttempts || b.stop.Err() != nil {
-			for _, e := range retry {
-				b.finish(kind, e, fmt.Errorf("%s of message %s: gave up after %d attempts: %w", kind, e.MessageID, attempt, err))
-			}
+			b.giveUp(kind, retry, errs, attempt, nil)
 			return
 		}
 		entries = retry
@@ -195,8 +215,28 @@ func (b *Batcher) send(kind Kind, entries []Entry) {
 		case <-t.C:
 		case <-b.stop.Done():
 			t.Stop()
+			b.giveUp(kind, retry, errs, attempt, nil)
+			return
 		}
 		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// errStopped is the cause of the calls cancelled when Close's context ends.
+var errStopped = errors.New("ackbatch: closing: deadline passed")
+
+// giveUp reports entries failed after attempts calls, each with its own
+// error errs[i], or with err for all.
+func (b *Batcher) giveUp(kind Kind, entries []Entry, errs []error, attempts int, err error) {
+	for i, e := range entries {
+		if errs != nil {
+			err = errs[i]
+		}
+		if attempts == 0 {
+			b.finish(kind, e, fmt.Errorf("%s of message %s: not sent: %w", kind, e.MessageID, err))
+			continue
+		}
+		b.finish(kind, e, fmt.Errorf("%s of message %s: gave up after %d attempts: %w", kind, e.MessageID, attempts, err))
 	}
 }
 
@@ -207,16 +247,21 @@ type entryError struct {
 
 func (e *entryError) Error() string { return e.Code + ": " + e.Message }
 
-// call makes one batch call and returns the entries worth another try.
-func (b *Batcher) call(kind Kind, entries []Entry) (retry []Entry, err error) {
+// ids are the entry IDs of a batch call: the entries' indexes.
+var ids = [MaxBatch]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
+
+// call makes one batch call. It reports the entries that succeeded or failed
+// for good, and returns the others, worth another try, with their errors.
+func (b *Batcher) call(kind Kind, entries []Entry) (retry []Entry, errs []error) {
 	ctx, cancel := context.WithTimeout(b.stop, b.cfg.Timeout)
 	defer cancel()
 	var failed []types.BatchResultErrorEntry
+	var err error
 	switch kind {
 	case Delete:
 		in := &sqs.DeleteMessageBatchInput{QueueUrl: &b.cfg.QueueURL, Entries: make([]types.DeleteMessageBatchRequestEntry, len(entries))}
-		for i, e := range entries {
-			in.Entries[i] = types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(e.ReceiptHandle)}
+		for i := range entries {
+			in.Entries[i] = types.DeleteMessageBatchRequestEntry{Id: &ids[i], ReceiptHandle: &entries[i].ReceiptHandle}
 		}
 		var out *sqs.DeleteMessageBatchOutput
 		if out, err = b.api.DeleteMessageBatch(ctx, in); err == nil {
@@ -224,11 +269,11 @@ func (b *Batcher) call(kind Kind, entries []Entry) (retry []Entry, err error) {
 		}
 	case ChangeVisibility:
 		in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &b.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(entries))}
-		for i, e := range entries {
+		for i := range entries {
 			in.Entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
-				Id:                aws.String(strconv.Itoa(i)),
-				ReceiptHandle:     aws.String(e.ReceiptHandle),
-				VisibilityTimeout: int32(e.Visibility / time.Second),
+				Id:                &ids[i],
+				ReceiptHandle:     &entries[i].ReceiptHandle,
+				VisibilityTimeout: int32(entries[i].Visibility / time.Second),
 			}
 		}
 		var out *sqs.ChangeMessageVisibilityBatchOutput
@@ -241,30 +286,34 @@ func (b *Batcher) call(kind Kind, entries []Entry) (retry []Entry, err error) {
 			for _, e := range entries {
 				b.finish(kind, e, fmt.Errorf("%s of message %s: %w", kind, e.MessageID, err))
 			}
-			return nil, err
+			return nil, nil
 		}
-		return entries, err
+		errs = make([]error, len(entries))
+		for i := range errs {
+			errs[i] = err
+		}
+		return entries, errs
 	}
-	byID := make(map[int]types.BatchResultErrorEntry, len(failed))
-	for _, f := range failed {
-		if i, convErr := strconv.Atoi(aws.ToString(f.Id)); convErr == nil && i >= 0 && i < len(entries) {
-			byID[i] = f
+	var byID [MaxBatch]*types.BatchResultErrorEntry
+	for i := range failed {
+		if n, convErr := strconv.Atoi(aws.ToString(failed[i].Id)); convErr == nil && n >= 0 && n < len(entries) {
+			byID[n] = &failed[i]
 		}
 	}
 	for i, e := range entries {
-		f, bad := byID[i]
+		f := byID[i]
 		switch {
-		case !bad:
+		case f == nil:
 			b.finish(kind, e, nil)
 		case f.SenderFault:
 			b.finish(kind, e, fmt.Errorf("%s of message %s: %w", kind, e.MessageID,
 				&entryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)}))
 		default:
 			retry = append(retry, e)
-			err = &entryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)}
+			errs = append(errs, &entryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)})
 		}
 	}
-	return retry, err
+	return retry, errs
 }
 
 func (b *Batcher) finish(kind Kind, e Entry, err error) {
