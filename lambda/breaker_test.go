@@ -1,0 +1,69 @@
+package lambda_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/sqstest"
+)
+
+// While a dependency is down the breaker opens: the records of later
+// invocations are not run but postponed to the next probe, without counting
+// as failures; one record runs as the probe, and once probes succeed the
+// records run again. Nothing is dead-lettered.
+func TestBreakerPostponesRecords(t *testing.T) {
+	f := newFake("30")
+	var down atomic.Bool
+	var calls atomic.Int64
+	down.Store(true)
+	h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+		calls.Add(1)
+		if down.Load() {
+			return sqsworker.Unavailable(errors.New("connection refused"))
+		}
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true,
+		Breaker: sqsworker.BreakerConfig{Threshold: 2, ProbeInterval: time.Second, CloseAfter: 1}})
+	resp, err := fn(context.Background(), received(t, f, "orders", "a", "b", "c"))
+	if err != nil || len(resp.BatchItemFailures) != 3 {
+		t.Fatalf("first invocation: %v %v", resp, err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d handler calls, want 2: the third record must be postponed once the breaker opened", n)
+	}
+	// Postponed to the next probe, not released at once.
+	if v, _, _ := f.Depth(sqstest.QueueURL("orders")); v != 0 {
+		t.Errorf("%d records visible at once, want them held until the probe", v)
+	}
+	// A later invocation while open: nothing runs.
+	resp, _ = fn(context.Background(), received(t, f, "orders", "d"))
+	if len(resp.BatchItemFailures) != 1 || calls.Load() != 2 {
+		t.Errorf("while open: %v, %d calls", resp, calls.Load())
+	}
+	// After the probe interval, one record runs as the probe; the dependency
+	// is back, so the breaker closes and the rest runs.
+	time.Sleep(2500 * time.Millisecond) // every earlier record is visible again too
+	down.Store(false)
+	url := sqstest.QueueURL("orders")
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil || len(out.Messages) != 4 {
+		t.Fatalf("received %d records, want the 4 failed or postponed: %v", len(out.Messages), err)
+	}
+	resp, _ = fn(context.Background(), sqstest.SQSEvent(sqstest.QueueARN("orders"), out.Messages))
+	if len(resp.BatchItemFailures) != 0 {
+		t.Errorf("after recovery: %v, want every record handled", resp)
+	}
+	if v, _, _ := f.Depth(sqstest.QueueURL("orders-dlq")); v != 0 {
+		t.Errorf("%d records dead-lettered, want none", v)
+	}
+}
