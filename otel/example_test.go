@@ -74,7 +74,7 @@ func Example() {
 		for _, kv := range s.Attributes() {
 			switch kv.Key {
 			case "messaging.system", "messaging.destination.name", "messaging.operation.type", "sqsworker.attempt":
-				fmt.Printf("  %s=%s\n", kv.Key, kv.Value.Emit())
+				fmt.Printf("  %s=%s\n", kv.Key, kv.Value.String())
 			}
 		}
 		l := s.Links()[0].SpanContext

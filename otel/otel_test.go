@@ -83,9 +83,9 @@ func withXRay(m *sqsworker.Message) *sqsworker.Message {
 	return m
 }
 
-// run handles m with h wrapped in the middleware, and returns the handler's
-// error, the span its context carried, and the one span recorded.
-func run(t *testing.T, rec *tracetest.SpanRecorder, m *sqsworker.Message, h sqsworker.HandlerFunc, opts ...sqsotel.Option) (error, trace.SpanContext, sdktrace.ReadOnlySpan) {
+// run handles m with h wrapped in the middleware, and returns the span the
+// handler's context carried, the one span recorded, and the handler's error.
+func run(t *testing.T, rec *tracetest.SpanRecorder, m *sqsworker.Message, h sqsworker.HandlerFunc, opts ...sqsotel.Option) (trace.SpanContext, sdktrace.ReadOnlySpan, error) {
 	t.Helper()
 	var inHandler trace.SpanContext
 	wrapped := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
@@ -100,7 +100,7 @@ func run(t *testing.T, rec *tracetest.SpanRecorder, m *sqsworker.Message, h sqsw
 	if len(spans) != 1 {
 		t.Fatalf("%d spans recorded, want 1", len(spans))
 	}
-	return err, inHandler, spans[0]
+	return inHandler, spans[0], err
 }
 
 func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
@@ -117,13 +117,13 @@ func checkAttrs(t *testing.T, s sdktrace.ReadOnlySpan, want map[string]string, a
 	t.Helper()
 	got := attrs(s)
 	for k, v := range want {
-		if g, ok := got[attribute.Key(k)]; !ok || g.Emit() != v {
-			t.Errorf("attribute %s = %q (present: %v), want %q", k, g.Emit(), ok, v)
+		if g, ok := got[attribute.Key(k)]; !ok || g.String() != v {
+			t.Errorf("attribute %s = %q (present: %v), want %q", k, g.String(), ok, v)
 		}
 	}
 	for _, k := range absent {
 		if g, ok := got[attribute.Key(k)]; ok {
-			t.Errorf("attribute %s = %q, want none", k, g.Emit())
+			t.Errorf("attribute %s = %q, want none", k, g.String())
 		}
 	}
 }
@@ -161,7 +161,7 @@ func checkChildOf(t *testing.T, s sdktrace.ReadOnlySpan, want trace.SpanContext)
 // attribute, has the messaging attributes; the handler's ctx carries it.
 func TestMiddlewareLinksToProducer(t *testing.T) {
 	tp, rec := newTracer(t)
-	err, inHandler, s := run(t, rec, withTraceparent(message()), nil, sqsotel.WithTracerProvider(tp))
+	inHandler, s, err := run(t, rec, withTraceparent(message()), nil, sqsotel.WithTracerProvider(tp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestMiddlewareLinksToProducer(t *testing.T) {
 // With AsChild the consumer span is the producer span's child.
 func TestMiddlewareAsChild(t *testing.T) {
 	tp, rec := newTracer(t)
-	err, inHandler, s := run(t, rec, withTraceparent(message()), nil, sqsotel.WithTracerProvider(tp), sqsotel.AsChild())
+	inHandler, s, err := run(t, rec, withTraceparent(message()), nil, sqsotel.WithTracerProvider(tp), sqsotel.AsChild())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestMiddlewareAWSTraceHeader(t *testing.T) {
 			if c.asChild {
 				opts = append(opts, sqsotel.AsChild())
 			}
-			_, _, s := run(t, rec, c.m, nil, opts...)
+			_, s, _ := run(t, rec, c.m, nil, opts...)
 			if c.asChild {
 				checkChildOf(t, s, c.want)
 			} else {
@@ -296,7 +296,7 @@ func TestMiddlewareNoProducerSpan(t *testing.T) {
 				m.Attributes[sqsworker.AttrAWSTraceHeader] = h
 			}
 			m.MessageAttributes = map[string]sqsworker.MessageAttribute{"traceparent": {DataType: "String", StringValue: "not a traceparent"}}
-			_, _, s := run(t, rec, m, nil, sqsotel.WithTracerProvider(tp), sqsotel.AsChild())
+			_, s, _ := run(t, rec, m, nil, sqsotel.WithTracerProvider(tp), sqsotel.AsChild())
 			if s.Parent().IsValid() || len(s.Links()) != 0 {
 				t.Errorf("parent %v, links %v; want a root span without links", s.Parent(), s.Links())
 			}
@@ -311,7 +311,7 @@ func TestMiddlewareFIFOAndNames(t *testing.T) {
 	m := message()
 	m.QueueURL = "https://sqs.eu-west-1.amazonaws.com/123456789012/jobs.fifo"
 	m.GroupID = "customer-7"
-	_, _, s := run(t, rec, m, nil, sqsotel.WithTracerProvider(tp))
+	_, s, _ := run(t, rec, m, nil, sqsotel.WithTracerProvider(tp))
 	if s.Name() != "jobs.fifo process" {
 		t.Errorf("span name %q", s.Name())
 	}
@@ -320,7 +320,7 @@ func TestMiddlewareFIFOAndNames(t *testing.T) {
 	rec.Reset()
 	m = message()
 	m.QueueURL = ""
-	_, _, s = run(t, rec, m, nil, sqsotel.WithTracerProvider(tp))
+	_, s, _ = run(t, rec, m, nil, sqsotel.WithTracerProvider(tp))
 	if s.Name() != "process" {
 		t.Errorf("span name %q without a queue URL, want %q", s.Name(), "process")
 	}
@@ -352,7 +352,7 @@ func TestMiddlewareError(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tp, rec := newTracer(t)
-			err, _, s := run(t, rec, message(), func(context.Context, *sqsworker.Message) error { return c.err }, sqsotel.WithTracerProvider(tp))
+			_, s, err := run(t, rec, message(), func(context.Context, *sqsworker.Message) error { return c.err }, sqsotel.WithTracerProvider(tp))
 			if err != c.err {
 				t.Errorf("middleware returned %v, want the handler's %v", err, c.err)
 			}
@@ -408,7 +408,7 @@ func TestMiddlewareWithPropagator(t *testing.T) {
 	tp, rec := newTracer(t)
 	m := message()
 	m.MessageAttributes = map[string]sqsworker.MessageAttribute{"traceparent": {DataType: "String", StringValue: traceparent}}
-	_, _, s := run(t, rec, m, nil, sqsotel.WithTracerProvider(tp), sqsotel.WithPropagator(propagation.NewCompositeTextMapPropagator()))
+	_, s, _ := run(t, rec, m, nil, sqsotel.WithTracerProvider(tp), sqsotel.WithPropagator(propagation.NewCompositeTextMapPropagator()))
 	if len(s.Links()) != 0 {
 		t.Errorf("links %v with a propagator that reads nothing, want none", s.Links())
 	}
@@ -416,7 +416,7 @@ func TestMiddlewareWithPropagator(t *testing.T) {
 	m.MessageAttributes["baggage"] = sqsworker.MessageAttribute{DataType: "String", StringValue: "tenant=acme"}
 	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 	var tenant string
-	_, _, s = run(t, rec, m, func(ctx context.Context, _ *sqsworker.Message) error {
+	_, s, _ = run(t, rec, m, func(ctx context.Context, _ *sqsworker.Message) error {
 		tenant = baggageValue(ctx, "tenant")
 		return nil
 	}, sqsotel.WithTracerProvider(tp), sqsotel.WithPropagator(prop))
@@ -444,7 +444,7 @@ func TestInject(t *testing.T) {
 	}
 
 	tp, rec := newTracer(t)
-	_, _, s := run(t, rec, &sqsworker.Message{ID: "1", QueueURL: queueURL, MessageAttributes: got}, nil, sqsotel.WithTracerProvider(tp))
+	_, s, _ := run(t, rec, &sqsworker.Message{ID: "1", QueueURL: queueURL, MessageAttributes: got}, nil, sqsotel.WithTracerProvider(tp))
 	checkLinkedTo(t, s, producerSC.WithTraceState(ts))
 }
 

@@ -353,7 +353,7 @@ func validateAttribute(name string, a sqsworker.MessageAttribute) error {
 	case strings.IndexFunc(name, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.')
 	}) >= 0:
-		return fmt.Errorf("attribute name %q has characters other than letters, digits, _, - and .", name)
+		return fmt.Errorf("attribute name %q has characters other than letters, digits, '_', '-' and '.'", name)
 	case strings.HasPrefix(lower, "aws.") || strings.HasPrefix(lower, "amazon."):
 		return fmt.Errorf("attribute name %q uses a prefix reserved by AWS", name)
 	case strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, ".."):

@@ -206,7 +206,10 @@ func newAttributeFilter(in *sqs.ReceiveMessageInput) attributeFilter {
 	for _, n := range in.MessageSystemAttributeNames {
 		a.system[string(n)] = true
 	}
-	for _, n := range in.AttributeNames { // deprecated, still honoured by SQS
+	// The fake answers as SQS does, and SQS still honours the deprecated
+	// field that older clients send.
+	//lint:ignore SA1019 a fake of SQS must accept what SQS accepts
+	for _, n := range in.AttributeNames {
 		a.system[string(n)] = true
 	}
 	a.allSystem = a.system["All"]
@@ -298,13 +301,12 @@ func copyAttribute(v types.MessageAttributeValue) types.MessageAttributeValue {
 // sendRequest is one message to send, from SendMessage or an entry of
 // SendMessageBatch.
 type sendRequest struct {
-	body       *string
-	delay      int32
-	attrs      map[string]types.MessageAttributeValue
-	sysAttrs   map[string]types.MessageSystemAttributeValue
-	group      *string
-	dedupID    *string
-	isFIFOCall bool
+	body     *string
+	delay    int32
+	attrs    map[string]types.MessageAttributeValue
+	sysAttrs map[string]types.MessageSystemAttributeValue
+	group    *string
+	dedupID  *string
 }
 
 type sendResult struct {

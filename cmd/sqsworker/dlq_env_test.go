@@ -241,21 +241,6 @@ func replayJSON(t *testing.T, args ...string) (replayResult, string) {
 	return res, stderr
 }
 
-// selected returns the sorted bodies of the messages a replay result lists,
-// from the original message IDs.
-func selected(res replayResult, ids map[string]string) []string {
-	byID := map[string]string{}
-	for body, id := range ids {
-		byID[id] = body
-	}
-	out := []string{}
-	for _, m := range res.Messages {
-		out = append(out, byID[m.OriginalMessageID])
-	}
-	sort.Strings(out)
-	return out
-}
-
 var (
 	uuidRE = regexp.MustCompile(`[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}`)
 	timeRE = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)

@@ -106,12 +106,10 @@ type RIE struct {
 // executable, t.TempDir()/bootstrap.
 func BuildBootstrap(t testing.TB, pkg string) string {
 	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
+	// go test puts the GOROOT/bin of the go command that runs it first on
+	// the test's PATH, so "go" is that same toolchain.
 	out := filepath.Join(t.TempDir(), "bootstrap")
-	cmd := exec.Command(goBin, "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, pkg)
+	cmd := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+runtime.GOOS, "GOARCH="+runtime.GOARCH)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("building the bootstrap %s: %v\n%s", pkg, err, b)
