@@ -9,8 +9,6 @@ import (
 	"github.com/sqsworker/sqsworker"
 )
 
-type order struct{ ID int }
-
 var errInvalidOrder = errors.New("invalid order")
 
 // A handler decides each message's fate by what it returns.

@@ -72,13 +72,17 @@ func TestProbesThenCloses(t *testing.T) {
 		t.Fatalf("after a failed probe: ok %v wait %s, want 20s±20%%", ok, wait)
 	}
 	c.add(25 * time.Second)
-	_, probe, _ = b.Allow()
+	if _, probe, _ = b.Allow(); !probe {
+		t.Fatal("no probe after the doubled interval")
+	}
 	b.Record(down, true) // doubles again, capped at 30s
 	if _, _, wait := b.Allow(); wait > 36*time.Second {
 		t.Fatalf("wait %s beyond MaxProbeInterval", wait)
 	}
 	c.add(40 * time.Second)
-	_, probe, _ = b.Allow()
+	if _, probe, _ = b.Allow(); !probe {
+		t.Fatal("no probe after the capped interval")
+	}
 	b.Abort() // a receive that brought nothing
 	ok, probe, _ = b.Allow()
 	if !ok || !probe {
