@@ -7,9 +7,11 @@
 //     clients get "connection refused", live ones "connection reset";
 //   - [Blackhole] accepts connections and reads what clients send, but never
 //     answers, and stalls the live connections the same way: clients hang
-//     until their own timeouts. A stalled connection stays stalled after the
-//     proxy passes traffic again (its bytes were lost), until its client
-//     closes it;
+//     until their own timeouts. When the blackhole ends, the connections it
+//     stalled are reset, as a peer that gave up on them during a network
+//     partition resets them when the network comes back (their bytes were
+//     lost, so they cannot resume): a client without a timeout of its own
+//     hangs for the whole blackhole, not for ever;
 //   - [LoseReplies] forwards requests, but drops the next n responses by
 //     resetting the client's connection as soon as the service has started
 //     to answer: the request was applied, the client cannot know it, and a
@@ -112,6 +114,8 @@ type conn struct {
 	// stalled is set once, by Blackhole: from then on nothing is
 	// forwarded either way.
 	stalled atomic.Bool
+	// wasReset is set when the proxy resets the connection.
+	wasReset atomic.Bool
 }
 
 // New starts a proxy to target ("host:port", a loopback address or
@@ -176,7 +180,7 @@ func (p *Proxy) Stats() Stats {
 }
 
 // Pass forwards traffic again, listening again on the same port if the proxy
-// was refusing. Connections stalled by Blackhole stay stalled.
+// was refusing, and resets the connections a blackhole stalled.
 func (p *Proxy) Pass() error { return p.set(Pass, 0) }
 
 // Refuse closes the listener and resets every live connection, so that
@@ -185,13 +189,14 @@ func (p *Proxy) Pass() error { return p.set(Pass, 0) }
 func (p *Proxy) Refuse() error { return p.set(Refuse, 0) }
 
 // Blackhole accepts connections and reads from them but never answers, and
-// stalls every live connection, until the mode changes; the connections
-// stalled stay stalled.
+// stalls every live connection, until the mode changes; then the stalled
+// connections are reset.
 func (p *Proxy) Blackhole() error { return p.set(Blackhole, 0) }
 
 // LoseReplies forwards traffic but drops the next n responses, each by
 // resetting its client's connection when the first bytes of the response
-// come from the target; then it passes. n must be positive.
+// come from the target; then it passes. n must be positive. Connections a
+// blackhole stalled are reset.
 func (p *Proxy) LoseReplies(n int) error {
 	if n <= 0 {
 		return fmt.Errorf("faultproxy: LoseReplies(%d): n must be positive", n)
@@ -222,6 +227,12 @@ func (p *Proxy) set(m Mode, lose int) error {
 				p.stalled.Add(1)
 			}
 		}
+	default:
+		for c := range p.conns {
+			if c.stalled.Load() {
+				p.resetLocked(c)
+			}
+		}
 	}
 	if p.ln == nil {
 		return p.relistenLocked()
@@ -249,6 +260,9 @@ func (p *Proxy) relistenLocked() error {
 
 // resetLocked closes a connection with a reset, and its target side.
 func (p *Proxy) resetLocked(c *conn) {
+	if c.wasReset.Swap(true) {
+		return
+	}
 	if tc, ok := c.client.(*net.TCPConn); ok {
 		_ = tc.SetLinger(0) // RST, not FIN
 	}

@@ -194,7 +194,11 @@ func TestBlackhole(t *testing.T) {
 	if s.Stalled != 2 || s.Discarded != 3 {
 		t.Fatalf("stats %+v; want 2 stalled, 3 bytes discarded", s)
 	}
-	// After Pass, new connections work; the stalled ones stay stalled.
+	// Blackholing again is harmless.
+	if err := p.Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	// After Pass, new connections work, and the stalled ones are reset.
 	if err := p.Pass(); err != nil {
 		t.Fatal(err)
 	}
@@ -202,14 +206,31 @@ func TestBlackhole(t *testing.T) {
 	if got, err := roundTrip(fresh, "ok", time.Second); err != nil || got != "ok" {
 		t.Fatalf("after Pass: %q, %v", got, err)
 	}
-	if _, err := roundTrip(live, "d", 300*time.Millisecond); !isTimeout(err) {
-		t.Fatalf("stalled connection after Pass: %v; want a timeout", err)
+	for _, stalled := range []net.Conn{live, c} {
+		if _, err := roundTrip(stalled, "d", time.Second); err == nil || isTimeout(err) {
+			t.Fatalf("stalled connection after Pass: %v; want a reset", err)
+		}
 	}
-	// Refuse resets the stalled ones.
+	if s := p.Stats(); s.Reset != 2 || s.Stalled != 2 {
+		t.Fatalf("stats %+v; want the 2 stalled connections reset", s)
+	}
+}
+
+// TestBlackholeToRefuse resets the stalled connections too.
+func TestBlackholeToRefuse(t *testing.T) {
+	noLeaks(t)
+	p := newProxy(t, echoServer(t))
+	live := dial(t, p.Addr())
+	if err := p.Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := roundTrip(live, "a", 200*time.Millisecond); !isTimeout(err) {
+		t.Fatalf("live connection in Blackhole: %v; want a timeout", err)
+	}
 	if err := p.Refuse(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := roundTrip(live, "e", time.Second); err == nil || isTimeout(err) {
+	if _, err := roundTrip(live, "b", time.Second); err == nil || isTimeout(err) {
 		t.Fatalf("stalled connection after Refuse: %v; want a reset", err)
 	}
 }
