@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -121,12 +122,22 @@ sqsd), with the body as the request body and the headers
 The response status decides:
 
   2xx                  done: the message is deleted
-  429, 503             retry later: after the Retry-After header (seconds or
-                       an HTTP date), else after --retry-after
+  429, 503             the application is busy or down: retry after the
+                       Retry-After header (seconds or an HTTP date), else
+                       after --retry-after; never dead-lettered
+  connection refused   the application is not there (yet): retried, never
+  or reset, unknown    dead-lettered
+  host
   other 4xx            permanent failure: to the dead-letter queue at once
   5xx, 3xx (redirects  failure: retried with backoff, to the dead-letter
   are not followed),   queue after the redrive policy's maxReceiveCount
-  connection errors
+  timeouts
+
+429, 503 and connection errors count toward the circuit breaker: after 5 in
+a row sqsworker stops receiving and probes the application with one message
+every few seconds (5s, doubling up to 60s) until two probes succeed, so that
+an application that starts after sqsworker, or restarts, does not spend the
+messages' receive counts and fill the dead-letter queue.
 
 Without a dead-letter queue, permanent failures are logged and retried with
 backoff like other failures. The exit status of sqsworker run is 0 after a
@@ -460,7 +471,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 		if ctx.Err() != nil {
 			return fmt.Errorf("request stopped: %w", context.Cause(ctx))
 		}
-		return err // *url.Error: the method, the URL and the cause
+		return connectionError(err) // *url.Error: the method, the URL and the cause
 	}
 	// Read a little of the body, so that the connection can be reused;
 	// the body is not logged, it may echo the message's.
@@ -472,12 +483,41 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	case code >= 200 && code < 300:
 		return nil
 	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		return sqsworker.RetryAfter(parseRetryAfter(resp.Header.Get("Retry-After"), h.retryAfter, time.Now()), serr)
+		// The application is overloaded or down, not the message: these
+		// count toward the circuit breaker and never dead-letter it.
+		return sqsworker.RetryAfter(parseRetryAfter(resp.Header.Get("Retry-After"), h.retryAfter, time.Now()), sqsworker.Unavailable(serr))
 	case code >= 400 && code < 500:
 		return sqsworker.Permanent(serr)
 	}
 	return serr
 }
+
+// connectionError marks the failures that say the application is not there
+// (yet): connection refused or reset, an unknown host. They count toward the
+// worker's circuit breaker, so that a worker started before its application,
+// or an application restarting, does not dead-letter every message.
+func connectionError(err error) error {
+	var dns *net.DNSError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return sqsworker.Unavailable(&classedError{"connection-refused", err})
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return sqsworker.Unavailable(&classedError{"connection-reset", err})
+	case errors.As(err, &dns):
+		return sqsworker.Unavailable(&classedError{"dns", err})
+	}
+	return err
+}
+
+// classedError gives an error a class of its own.
+type classedError struct {
+	class string
+	err   error
+}
+
+func (e *classedError) Error() string      { return e.err.Error() }
+func (e *classedError) Unwrap() error      { return e.err }
+func (e *classedError) ErrorClass() string { return e.class }
 
 // httpStatusError is a response status other than 2xx.
 type httpStatusError struct {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -351,26 +352,50 @@ func TestRunHTTP(t *testing.T) {
 	}
 }
 
-// The endpoint being down is a failure like any other: retried with
-// backoff until the redrive policy dead-letters the message.
+// The application not listening yet (connection refused) opens the circuit
+// breaker instead of spending the messages' attempts: nothing is
+// dead-lettered while it starts, and every message is handled once it is up.
 func TestRunHTTPConnectionRefused(t *testing.T) {
 	t.Parallel()
 	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
-	srv := httptest.NewServer(http.NotFoundHandler())
-	endpoint := srv.URL
-	srv.Close() // nothing listens there now
-	testenv.Send(t, c, q.URL, "", "job")
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 5 * time.Second})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var bodies []string
+	for i := range 20 {
+		bodies = append(bodies, fmt.Sprint("job-", i))
+	}
+	testenv.Send(t, c, q.URL, "", bodies...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := startCLI(t, ctx, "", "run", q.URL, "--http", endpoint, "--wait", "1s")
-	dead := dlqBodies(t, c, q, 1)
+	p := startCLI(t, ctx, "", "run", q.URL, "--http", "http://"+addr+"/jobs", "--wait", "1s")
+	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(p.stderr.String(), "circuit breaker open") },
+		"breaker never opened; stderr:\n%s", p.stderr.String())
+	time.Sleep(10 * time.Second) // the application takes its time to start
+	rec := &httpRecorder{requests: map[string][]http.Header{}}
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listening again on %s: %v", addr, err)
+	}
+	srv := &http.Server{Handler: rec}
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	emptyEventually(t, c, q.URL)
 	cancel()
 	if code := p.wait(t); code != 0 {
 		t.Errorf("exit %d after cancel", code)
 	}
-	if a := attr(dead["job"], sqsworker.AttrFailureAttempts); a != "Number:2" {
-		t.Errorf("dead-lettered after %s attempts, want 2", a)
+	if v, f, d := testenv.Depth(t, c, q.DLQURL); v+f+d != 0 {
+		t.Errorf("%d messages dead-lettered while the application started, want none", v+f+d)
+	}
+	for _, b := range bodies {
+		if n := len(rec.get(b)); n != 1 {
+			t.Errorf("%s: %d requests, want 1", b, n)
+		}
 	}
 	if !strings.Contains(p.stderr.String(), "connection refused") {
 		t.Errorf("stderr does not say why:\n%s", p.stderr.String())
