@@ -1,0 +1,238 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	dtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+)
+
+// maxListed is how many job keys a failure names at most.
+const maxListed = 5
+
+// check runs the end-of-scenario checks, once the worker has stopped, and
+// fills res's counts.
+func (r *run) check(ctx context.Context, res *Result) {
+	// Nothing left in the main queue.
+	if d, err := r.depth(ctx, r.queueURL); err != nil {
+		r.fail("%v", err)
+	} else if d.total() != 0 {
+		r.fail("the main queue still holds messages: %s", d)
+	}
+
+	// Every good job applied exactly once, no poison job applied.
+	applied, err := r.effects(ctx)
+	if err != nil {
+		r.fail("%v", err)
+		return
+	}
+	var lost, twice, strays []string
+	for key := range r.good {
+		switch n := applied[key]; {
+		case n == 0:
+			lost = append(lost, key)
+		case n > 1:
+			twice = append(twice, fmt.Sprintf("%s×%d", key, n))
+		}
+	}
+	for key, n := range applied {
+		if !r.good[key] {
+			strays = append(strays, fmt.Sprintf("%s×%d", key, n))
+		}
+	}
+	res.Lost, res.Twice = len(lost), len(twice)
+	if len(twice) > 0 {
+		r.fail("%d good jobs applied more than once: %s", len(twice), list(twice))
+	}
+	if len(lost) > 0 {
+		r.fail("%d good jobs never applied: %s", len(lost), list(lost))
+	}
+	if len(strays) > 0 {
+		r.fail("effects applied for %d items that are no good job: %s", len(strays), list(strays))
+	}
+
+	// The dead-letter queue holds each poison job once, and nothing else.
+	dl, err := r.deadLetters(ctx)
+	if err != nil {
+		r.fail("%v", err)
+		return
+	}
+	seen := map[string]int{}
+	var healthy, unknown []string
+	healthyReasons := map[string]int{}
+	for _, m := range dl {
+		key, _ := m.Attribute(idempotency.KeyAttribute)
+		reason := failureReason(m)
+		switch {
+		case r.poison[key] != "":
+			seen[key]++
+			if seen[key] == 1 {
+				r.note("%s (%s) dead-lettered: %s", key, r.poison[key], reason)
+			}
+		case r.good[key]:
+			healthy = append(healthy, key)
+			healthyReasons[reason]++
+		default:
+			unknown = append(unknown, fmt.Sprintf("message %s (key %q)", m.ID, key))
+		}
+	}
+	res.DeadLetteredHealthy = len(healthy)
+	res.DeadLetteredPoison = len(seen)
+	if len(healthy) > 0 {
+		r.fail("%d good jobs dead-lettered: %s", len(healthy), list(healthy))
+		for _, reason := range sortedKeys(healthyReasons) {
+			r.note("good jobs dead-lettered %d× with: %s", healthyReasons[reason], reason)
+		}
+	}
+	if len(unknown) > 0 {
+		r.fail("%d unknown messages dead-lettered: %s", len(unknown), list(unknown))
+	}
+	for _, key := range sortedKeys(r.poison) {
+		switch n := seen[key]; {
+		case n == 0:
+			r.fail("poison job %s (%s) is not in the dead-letter queue", key, r.poison[key])
+		case n > 1:
+			r.fail("poison job %s (%s) is in the dead-letter queue %d times", key, r.poison[key], n)
+		}
+	}
+
+	// No log shows a message body.
+	if n, err := countInFile(r.out.Name(), r.marker); err != nil {
+		r.fail("reading the log: %v", err)
+	} else if n > 0 {
+		r.fail("%d log lines show a message body", n)
+	}
+}
+
+// effects reads the effects table: how many times each item was applied.
+func (r *run) effects(ctx context.Context) (map[string]int, error) {
+	out := map[string]int{}
+	p := dynamodb.NewScanPaginator(r.ddb, &dynamodb.ScanInput{TableName: &r.effectsTable, ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("scanning %s: %w", r.effectsTable, err)
+		}
+		for _, item := range page.Items {
+			id, _ := item["id"].(*dtypes.AttributeValueMemberS)
+			n, _ := item["applied"].(*dtypes.AttributeValueMemberN)
+			if id == nil || n == nil {
+				continue
+			}
+			v, err := strconv.Atoi(n.Value)
+			if err != nil {
+				return nil, fmt.Errorf("item %s of %s: applied %q: %w", id.Value, r.effectsTable, n.Value, err)
+			}
+			out[id.Value] = v
+		}
+	}
+	return out, nil
+}
+
+// appliedCount returns the number of good jobs applied at least once.
+func (r *run) appliedCount(ctx context.Context) (int, error) {
+	applied, err := r.effects(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for key := range r.good {
+		if applied[key] > 0 {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// deadLetters receives every message of the dead-letter queue, keeping them
+// invisible while it reads, until three receives in a row come back empty.
+func (r *run) deadLetters(ctx context.Context) ([]*sqsworker.Message, error) {
+	var all []*sqsworker.Message
+	for empty := 0; empty < 3; {
+		out, err := r.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: &r.dlqURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 600,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		if err != nil {
+			return nil, fmt.Errorf("receiving from the dead-letter queue: %w", err)
+		}
+		if len(out.Messages) == 0 {
+			empty++
+			continue
+		}
+		empty = 0
+		for i := range out.Messages {
+			all = append(all, sqsmsg.FromSDK(r.dlqURL, &out.Messages[i]))
+		}
+	}
+	return all, nil
+}
+
+// failureReason says why a message was dead-lettered, from its failure
+// metadata.
+func failureReason(m *sqsworker.Message) string {
+	f, ok := sqsworker.ParseFailure(m.MessageAttributes)
+	if !ok {
+		if m.Attributes[sqsworker.AttrDeadLetterSource] != "" {
+			return "moved by SQS's redrive policy, without failure metadata"
+		}
+		return "no failure metadata"
+	}
+	msg := f.Error
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	return fmt.Sprintf("class %s after %d attempt(s): %s", f.ErrorClass, f.Attempts, msg)
+}
+
+// countInFile counts the lines of a file that hold s.
+func countInFile(name, s string) (int, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	n := 0
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), s) {
+			n++
+		}
+	}
+	return n, sc.Err()
+}
+
+// list names up to maxListed items, sorted.
+func list(items []string) string {
+	s := slices.Clone(items)
+	sort.Strings(s)
+	if len(s) > maxListed {
+		return strings.Join(s[:maxListed], ", ") + fmt.Sprintf(" and %d more", len(s)-maxListed)
+	}
+	return strings.Join(s, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,213 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sqsworker/sqsworker/internal/faultproxy"
+)
+
+// Sizes of the scenarios, short and full.
+const (
+	killJobsShort, killJobsFull     = 2000, 10000
+	killsShort, killsFull           = 3, 10
+	outageJobsShort, outageJobsFull = 1000, 5000
+	sigtermJobs                     = 100
+	sigtermJobLength                = 3 * time.Second
+	// Jobs work for a random time in this range, in milliseconds, so that
+	// the queue is still being worked when the faults come.
+	jobMinMS, jobMaxMS = 50, 150
+	// outageAfter is the share of the jobs received before an outage
+	// starts, and outageWait the longest wait for it.
+	outageAfter = 0.15
+	outageWait  = 30 * time.Second
+)
+
+// scenarios returns every scenario, in the order Run runs them.
+func scenarios() []scenario {
+	return []scenario{
+		{name: "kill", spec: killSpec},
+		outageScenario("sqs-refuse-5s", sqsSide, faultproxy.Refuse, 5*time.Second, 5*time.Second),
+		outageScenario("sqs-refuse-30s", sqsSide, faultproxy.Refuse, 30*time.Second, 10*time.Second),
+		outageScenario("sqs-blackhole-30s", sqsSide, faultproxy.Blackhole, 30*time.Second, 10*time.Second),
+		outageScenario("ddb-refuse-60s", ddbSide, faultproxy.Refuse, 60*time.Second, 20*time.Second),
+		outageScenario("ddb-blackhole-30s", ddbSide, faultproxy.Blackhole, 30*time.Second, 10*time.Second),
+		{name: "sigterm", spec: sigtermSpec},
+		{name: "poison", spec: poisonSpec},
+	}
+}
+
+// killSpec: the worker's process group is killed with SIGKILL every 2 to 4
+// seconds and restarted at once.
+func killSpec(full bool, marker string) spec {
+	jobs, kills := killJobsShort, killsShort
+	if full {
+		jobs, kills = killJobsFull, killsFull
+	}
+	return spec{
+		label: "kill",
+		jobs:  goodJobs("kill", jobs, jobMinMS, jobMaxMS, marker),
+		script: func(ctx context.Context, r *run) error {
+			for i := 1; i <= kills; i++ {
+				if !sleep(ctx, 2*time.Second+rand.N(2*time.Second)) {
+					return ctx.Err()
+				}
+				r.watchWorker()
+				d, err := r.depth(ctx, r.queueURL)
+				if err != nil {
+					return err
+				}
+				if d.visible == 0 && d.delayed == 0 && d.inFlight == 0 {
+					r.note("the queue was empty before kill %d of %d", i, kills)
+					return nil
+				}
+				r.killWorker()
+				r.log.Info("kill", "n", i, "of", kills, "depth", d.String())
+				if err := r.startWorker(); err != nil {
+					return err
+				}
+			}
+			r.note("%d kills (SIGKILL to the worker's process group), each followed by a restart", kills)
+			return nil
+		},
+	}
+}
+
+// side picks the proxy a fault goes to.
+type side struct {
+	name  string
+	proxy func(r *run) *faultproxy.Proxy
+}
+
+var (
+	sqsSide = side{"SQS", func(r *run) *faultproxy.Proxy { return r.sqsProxy }}
+	ddbSide = side{"DynamoDB", func(r *run) *faultproxy.Proxy { return r.ddbProxy }}
+)
+
+// outageScenario makes a scenario in which the worker loses one service
+// for a wall-clock time (named in full mode, short in short mode), once it
+// has received a share of the jobs.
+func outageScenario(name string, s side, m faultproxy.Mode, full, short time.Duration) scenario {
+	return scenario{name: name, spec: func(isFull bool, marker string) spec {
+		jobs, d := outageJobsShort, short
+		if isFull {
+			jobs, d = outageJobsFull, full
+		}
+		return spec{
+			label: label(name, d, full),
+			jobs:  goodJobs(name, jobs, jobMinMS, jobMaxMS, marker),
+			script: func(ctx context.Context, r *run) error {
+				threshold := int(float64(jobs) * (1 - outageAfter))
+				var last depth
+				started := time.Now()
+				_, err := r.waitFor(ctx, outageWait, func() bool {
+					d, err := r.depth(ctx, r.queueURL)
+					if err != nil {
+						return false
+					}
+					last = d
+					return d.visible <= threshold
+				})
+				if err != nil {
+					return err
+				}
+				p := s.proxy(r)
+				var ferr error
+				switch m {
+				case faultproxy.Refuse:
+					ferr = p.Refuse()
+				case faultproxy.Blackhole:
+					ferr = p.Blackhole()
+				default:
+					ferr = fmt.Errorf("no outage of mode %s", m)
+				}
+				if ferr != nil {
+					return ferr
+				}
+				r.log.Info("outage started", "service", s.name, "mode", m.String(), "for", d,
+					"after", time.Since(started).Round(time.Millisecond), "depth", last.String())
+				ok := sleep(ctx, d)
+				if err := p.Pass(); err != nil {
+					return err
+				}
+				if !ok {
+					return ctx.Err()
+				}
+				st := p.Stats()
+				r.log.Info("outage over", "service", s.name, "proxy", fmt.Sprintf("%+v", st))
+				r.note("%s %s for %s, from when the queue held %s; connections reset %d, stalled %d",
+					s.name, m, d, last, st.Reset, st.Stalled)
+				return nil
+			},
+		}
+	}}
+}
+
+// sigtermSpec: 100 jobs of 3s, all in flight, then SIGTERM: each must
+// finish or be released, none stay invisible; then a restarted worker
+// drains the queue.
+func sigtermSpec(_ bool, marker string) spec {
+	return spec{
+		label:       "sigterm",
+		jobs:        goodJobs("sigterm", sigtermJobs, int(sigtermJobLength/time.Millisecond), int(sigtermJobLength/time.Millisecond), marker),
+		concurrency: sigtermJobs,
+		script: func(ctx context.Context, r *run) error {
+			var last depth
+			all, err := r.waitFor(ctx, 30*time.Second, func() bool {
+				d, err := r.depth(ctx, r.queueURL)
+				if err != nil {
+					return false
+				}
+				last = d
+				return d.inFlight >= sigtermJobs
+			})
+			if err != nil {
+				return err
+			}
+			if !all {
+				r.note("only %d of %d jobs were in flight at SIGTERM", last.inFlight, sigtermJobs)
+			}
+			if !sleep(ctx, time.Second) { // the jobs are a third done
+				return ctx.Err()
+			}
+			graceful, took := r.worker.terminate(stopTimeout)
+			if !graceful {
+				r.fail("the worker did not stop within %s of SIGTERM; killed", stopTimeout)
+			} else if c := r.worker.exitCode(); c != 0 {
+				r.fail("the worker exited with code %d after SIGTERM", c)
+			}
+			after, err := r.depth(ctx, r.queueURL)
+			if err != nil {
+				return err
+			}
+			done, err := r.appliedCount(ctx)
+			if err != nil {
+				return err
+			}
+			r.note("SIGTERM with %d jobs in flight: the worker stopped in %s; %d jobs finished, %d released (%s)",
+				last.inFlight, took.Round(100*time.Millisecond), done, after.visible, after)
+			if after.inFlight > 0 {
+				r.fail("%d messages still invisible after the worker stopped: neither finished nor released", after.inFlight)
+			}
+			if done+after.total() < sigtermJobs {
+				r.fail("after SIGTERM, %d jobs finished and %d are in the queue, of %d", done, after.total(), sigtermJobs)
+			}
+			return r.startWorker()
+		},
+	}
+}
+
+// poisonSpec: broken messages among good ones at SQS's limits.
+func poisonSpec(_ bool, marker string) spec {
+	good, poison := poisonSet(marker)
+	return spec{
+		label: "poison",
+		jobs:  append(good, poison...),
+		script: func(ctx context.Context, r *run) error {
+			r.note("%d poison messages among %d good ones", len(poison), len(good))
+			return nil
+		},
+	}
+}
