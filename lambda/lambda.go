@@ -228,8 +228,8 @@ type record struct {
 	keep       bool          // failed, but leave its visibility alone
 }
 
-// Delete: the record is done; Lambda deletes it.
-func (r *record) Delete(*executor.Job) {}
+// Delete: the record is done; Lambda deletes it once the function returns.
+func (r *record) Delete(j *executor.Job) { j.Done() }
 
 // Retry reports the record failed, to come back after vis.
 func (r *record) Retry(_ *executor.Job, vis time.Duration) {

@@ -186,14 +186,8 @@ func (c *consumer) stop(ctx context.Context) {
 		c.hardStop(ErrShutdown)
 		<-done
 	}
-	if c.ext != nil {
-		c.stopBeats()
-		c.beats.Wait()
-	}
-	if c.stopReport != nil {
-		c.stopReport()
-		c.reporter.Wait()
-	}
+	// The heartbeat holds the messages whose deletes are pending until
+	// they land: it stops after them.
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackFlushGrace)
 	defer cancel()
 	if ctx.Err() == nil {
@@ -202,13 +196,23 @@ func (c *consumer) stop(ctx context.Context) {
 	if err := c.acks.Close(fctx); err != nil {
 		c.log.Error("pending acknowledgements not sent; their messages will come back after their visibility timeout", "error", err)
 	}
+	if c.ext != nil {
+		c.stopBeats()
+		c.beats.Wait()
+	}
+	if c.stopReport != nil {
+		c.stopReport()
+		c.reporter.Wait()
+	}
 }
 
 // The worker's executor.Acker: acknowledgements go through the batcher.
 
-// Delete deletes the message.
+// Delete deletes the message. The heartbeat holds it until the delete has
+// landed, so that it is not handed out again meanwhile.
 func (c *consumer) Delete(j *executor.Job) {
-	c.acks.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID})
+	c.acks.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
+		Done: func(error) { j.Done() }})
 }
 
 // Retry makes the message visible again after vis, rounded up to whole

@@ -25,10 +25,13 @@ import (
 // Acker acknowledges messages the way one runtime does.
 type Acker interface {
 	// Delete acknowledges a message that is done: handled, or copied to
-	// the dead-letter queue.
+	// the dead-letter queue. The message's lease is still held, so that
+	// the heartbeat keeps it invisible until the delete lands: the acker
+	// calls j.Done once it has, or has failed for good.
 	Delete(j *Job)
 	// Retry makes the message visible again after vis, in whole seconds
-	// within SQS's limits; 0 releases it at once.
+	// within SQS's limits; 0 releases it at once. The lease is done
+	// already: the heartbeat no longer extends it.
 	Retry(j *Job, vis time.Duration)
 	// Abandon leaves the message to SQS: its lease was lost, so another
 	// consumer may hold it, and acknowledging it with this receipt handle
@@ -73,17 +76,41 @@ func (j *Job) log(e *Executor) *slog.Logger {
 }
 
 // Held reports whether the message's lease still holds, so that it may be
-// acknowledged, and stops extending it. A lease the heartbeat has not yet
-// found lost, but whose deadline has passed, does not hold either.
+// acknowledged. A lease the heartbeat has not yet found lost, but whose
+// deadline has passed, does not hold either.
 func (j *Job) Held(now time.Time) bool {
 	if j.Lease != nil {
-		j.Lease.Release()
 		if errors.Is(context.Cause(j.Ctx), visibility.ErrLeaseLost) {
 			return false
 		}
 		return now.Before(j.Lease.Deadline())
 	}
 	return j.LeaseEnd.IsZero() || now.Before(j.LeaseEnd)
+}
+
+// Done stops extending the message's lease. It is safe to call more than
+// once, from any goroutine.
+func (j *Job) Done() {
+	if j.Lease != nil {
+		j.Lease.Release()
+	}
+}
+
+// Valid reports whether the message's receipt handle may still work: its
+// lease holds. Acknowledgements retried through an outage stop when it
+// returns false.
+func (j *Job) Valid() bool { return j.Held(time.Now()) }
+
+// retry ends the lease, then asks ack to make the message visible after vis.
+func retry(j *Job, ack Acker, vis time.Duration) {
+	j.Done()
+	ack.Retry(j, vis)
+}
+
+// abandon ends the lease and leaves the message to SQS.
+func abandon(j *Job, ack Acker) {
+	j.Done()
+	ack.Abandon(j)
 }
 
 // Executor runs one queue's handler and settles its messages. Its fields are
@@ -162,7 +189,7 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 		e.Metrics.Add(metrics.LeasesLost, 1, e.Queue)
 		j.log(e).Warn("lease lost while the handler ran; the message is left to SQS and may be handled again",
 			"message_id", m.ID, "attempt", m.ReceiveCount, "handler_error", err, "cause", context.Cause(j.Ctx))
-		ack.Abandon(j)
+		abandon(j, ack)
 		return false
 	}
 	if err == nil {
@@ -187,24 +214,24 @@ func (e *Executor) stopped(cause error) bool {
 // runtime, visible again at once, unless its lease was lost.
 func (e *Executor) Release(j *Job, ack Acker) {
 	if !j.Held(time.Now()) {
-		ack.Abandon(j)
+		abandon(j, ack)
 		return
 	}
 	e.Counters.Released.Add(1)
-	ack.Retry(j, 0)
+	retry(j, ack, 0)
 }
 
 // Postpone puts off a message that was not run, without counting an
 // attempt: it comes back after delay. cause says why, for the log.
 func (e *Executor) Postpone(j *Job, ack Acker, delay time.Duration, cause error) {
 	if !j.Held(time.Now()) {
-		ack.Abandon(j)
+		abandon(j, ack)
 		return
 	}
 	e.Counters.Postponed.Add(1)
 	e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 	j.log(e).Debug("message postponed", "message_id", j.Msg.ID, "retry_in", delay, "cause", cause)
-	ack.Retry(j, delay)
+	retry(j, ack, delay)
 }
 
 // settleFailure carries out the decision for a failed handler. It reports
@@ -216,14 +243,14 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 		c.Postponed.Add(1)
 		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 		j.log(e).Debug("message postponed", "message_id", m.ID, "attempt", m.ReceiveCount, "retry_in", dec.Delay)
-		ack.Retry(j, dec.Delay)
+		retry(j, ack, dec.Delay)
 		return false
 	}
 	if cause := context.Cause(j.Ctx); cause != nil && e.stopped(cause) {
 		j.log(e).Warn("handler cut short by the runtime; releasing the message", "message_id", m.ID,
 			"attempt", m.ReceiveCount, "cause", cause, "error", err)
 		c.Released.Add(1)
-		ack.Retry(j, 0)
+		retry(j, ack, 0)
 		return false
 	}
 	c.Failed.Add(1)
@@ -243,7 +270,7 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 		c.Retried.Add(1)
 		e.Metrics.Add(metrics.MessagesRetried, 1, e.Queue)
 		log.Warn("dependency unavailable; retrying", "error", err, "retry_in", delay)
-		ack.Retry(j, delay)
+		retry(j, ack, delay)
 		return false
 	case dec.Action == outcome.DeadLetter:
 		if e.deadLetter(j, err, class, log) {
@@ -256,7 +283,7 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 	c.Retried.Add(1)
 	e.Metrics.Add(metrics.MessagesRetried, 1, e.Queue)
 	log.Warn("handler failed; retrying", "error", err, "retry_in", dec.Delay)
-	ack.Retry(j, dec.Delay)
+	retry(j, ack, dec.Delay)
 	return false
 }
 
