@@ -209,6 +209,11 @@ func (s *DynamoStore) Config() StoreConfig { return s.cfg }
 // Claim puts an in-progress record with one conditional PutItem. When the key
 // is taken, ReturnValuesOnConditionCheckFailure=ALL_OLD returns the record
 // that holds it in the same round trip.
+//
+// The claim's token is made before the request: when the condition fails on
+// a record holding that very token, an earlier attempt of the same request
+// wrote it (the SDK retried after its response was lost), and the claim is
+// the caller's.
 func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseUntil time.Time) (string, *Record, error) {
 	now := s.now()
 	token := newToken()
@@ -233,7 +238,11 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 	}
 	var taken *types.ConditionalCheckFailedException
 	if errors.As(err, &taken) {
-		return "", s.record(key, taken.Item), nil
+		r := s.record(key, taken.Item)
+		if r.Token == token {
+			return token, nil, nil
+		}
+		return "", r, nil
 	}
 	return "", nil, fmt.Errorf("idempotency: claiming key %q: %w", key, err)
 }
