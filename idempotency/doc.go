@@ -31,4 +31,10 @@
 // so a long job keeps its claim exactly as long as it keeps its message;
 // without one, the lease ends at the handler context's deadline, or after
 // Config.Lease.
+//
+// # Sharing a table
+//
+// Stores sharing a table tell their keys apart with StoreConfig.KeyPrefix:
+// a key k is stored as prefix + KeySeparator + k ("#"), and a prefix must not
+// contain the separator.
 package idempotency

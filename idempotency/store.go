@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -75,7 +76,11 @@ type StoreConfig struct {
 	// ExpiryAttr (CreateTable does both).
 	Table string
 	// KeyPrefix is put before every key, to share a table between
-	// handlers. Default "".
+	// handlers: a key k is stored as KeyPrefix + KeySeparator + k, so that
+	// no two prefixes' keys collide ("a"+"bc" and "ab"+"c" are "a#bc" and
+	// "ab#c"). It must not contain KeySeparator. Default "": keys are
+	// stored as they are, which may contain KeySeparator themselves, so
+	// every store sharing a table should have a prefix of its own.
 	KeyPrefix string
 	// TTL is how long a completed record keeps duplicates away. Default
 	// 24h.
@@ -89,6 +94,10 @@ type StoreConfig struct {
 
 // DefaultTTL is the default StoreConfig.TTL.
 const DefaultTTL = 24 * time.Hour
+
+// KeySeparator joins StoreConfig.KeyPrefix to a key in the partition key of
+// a stored record.
+const KeySeparator = "#"
 
 func (c StoreConfig) withDefaults() StoreConfig {
 	def := func(s *string, v string) {
@@ -132,6 +141,9 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 	}
 	if cfg.TTL < 0 {
 		errs = append(errs, fmt.Errorf("TTL %s is negative", cfg.TTL))
+	}
+	if strings.Contains(cfg.KeyPrefix, KeySeparator) {
+		errs = append(errs, fmt.Errorf("KeyPrefix %q contains the separator %q", cfg.KeyPrefix, KeySeparator))
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("idempotency: invalid StoreConfig: %w", errors.Join(errs...))
@@ -185,8 +197,12 @@ func newToken() string {
 	return hex.EncodeToString(b)
 }
 
+// key returns the primary key of k's record.
 func (s *DynamoStore) key(k string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{s.cfg.KeyAttr: str(s.cfg.KeyPrefix + k)}
+	if s.cfg.KeyPrefix != "" {
+		k = s.cfg.KeyPrefix + KeySeparator + k
+	}
+	return map[string]types.AttributeValue{s.cfg.KeyAttr: str(k)}
 }
 
 func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }

@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sqsworker/sqsworker/internal/testenv"
 )
@@ -147,3 +149,29 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // quiet is a logger that discards everything.
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// itemOf reads an item straight from a table, its string and number
+// attributes as strings; nil when there is none.
+func itemOf(t testing.TB, db *dynamodb.Client, table, id string) map[string]string {
+	t.Helper()
+	out, err := db.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &table, ConsistentRead: aws.Bool(true),
+		Key: map[string]ddbtypes.AttributeValue{"id": &ddbtypes.AttributeValueMemberS{Value: id}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Item == nil {
+		return nil
+	}
+	item := map[string]string{}
+	for k, v := range out.Item {
+		switch v := v.(type) {
+		case *ddbtypes.AttributeValueMemberS:
+			item[k] = v.Value
+		case *ddbtypes.AttributeValueMemberN:
+			item[k] = v.Value
+		case *ddbtypes.AttributeValueMemberB:
+			item[k] = string(v.Value)
+		}
+	}
+	return item
+}
