@@ -32,6 +32,13 @@
 // without one, the lease ends at the handler context's deadline, or after
 // Config.Lease.
 //
+// # Cache
+//
+// With Config.CacheSize, the records of completed keys are kept in memory:
+// a cached duplicate is answered as the store would answer it, with the same
+// payload check (a reused key is a Permanent error) and the same Record,
+// saved result included, for Config.OnDuplicate.
+//
 // # Sharing a table
 //
 // Stores sharing a table tell their keys apart with StoreConfig.KeyPrefix:

@@ -69,8 +69,12 @@ type Config struct {
 	// neither a visibility lease nor a deadline. Default 5m. With a
 	// visibility lease (the worker's heartbeat) the claim follows it.
 	Lease time.Duration
-	// CacheSize keeps up to this many completed keys in memory, so that
-	// their duplicates cost no request. Default 0: off.
+	// CacheSize keeps the records of up to this many completed keys in
+	// memory, so that their duplicates cost no request: the cached record
+	// answers a duplicate exactly as the store's would, payload check and
+	// saved result included. A record whose result is over 16 KiB is not
+	// cached when OnDuplicate is set (it would need the result). Default
+	// 0: off.
 	CacheSize int
 	// MaxResultSize is the largest result saved with a record; a larger one
 	// is dropped (and logged) rather than failing the job. Default 300 KiB,
@@ -206,7 +210,8 @@ func SetResult(ctx context.Context, result []byte) {
 //     is claimed and next runs; on success the record is completed, on
 //     failure it is released so that the retry can claim it again;
 //   - a duplicate of a completed key is acknowledged without running next
-//     (or handed to Config.OnDuplicate);
+//     (or handed to Config.OnDuplicate), whether the store or the in-memory
+//     cache answers;
 //   - a duplicate of a key another holder is running is postponed until that
 //     claim's lease ends, with sqsworker.RetryAfter and a nil error, which the
 //     runtimes do not count as a failure;
@@ -235,16 +240,12 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s has no idempotency key (set the %q attribute)", m.ID, KeyAttribute))
 	}
 	now := g.now()
-	if g.cache != nil && g.cache.has(key, now) {
-		g.cacheHits.Add(1)
-		g.duplicates.Add(1)
-		g.cfg.Metrics.Add(metrics.IdempotentDuplicates, 1, metrics.Dims{Queue: metrics.QueueName(m.QueueURL)})
-		if g.cfg.OnDuplicate != nil {
-			return g.cfg.OnDuplicate(ctx, m, &Record{Key: key, Status: StatusCompleted})
-		}
-		return nil
-	}
 	hash := g.cfg.PayloadHash(m)
+	if g.cache != nil {
+		if r, ok := g.cache.get(key, now); ok {
+			return g.duplicate(ctx, m, key, hash, r, now, true)
+		}
+	}
 	lease := visibility.FromContext(ctx)
 	token, existing, err := g.store.Claim(ctx, key, hash, g.leaseUntil(ctx, lease, now))
 	if err != nil {
@@ -252,7 +253,7 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		return err
 	}
 	if existing != nil {
-		return g.duplicate(ctx, m, key, hash, existing, now)
+		return g.duplicate(ctx, m, key, hash, existing, now, false)
 	}
 	g.claimed.Add(1)
 	log := g.cfg.Logger.With("message_id", m.ID, "idempotency_key", key)
@@ -294,11 +295,11 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		log.Warn("result too large to save; completing without it", "bytes", len(result), "max", g.cfg.MaxResultSize)
 		result = nil
 	}
-	err = g.store.Complete(sctx, key, token, result)
+	rec, err := g.complete(sctx, key, token, hash, result)
 	if err != nil && result != nil && !errors.Is(err, ErrNotHolder) {
 		// Perhaps the item was too large with the result: save none.
 		log.Warn("completing with the result failed; completing without it", "error", err)
-		err = g.store.Complete(sctx, key, token, nil)
+		rec, err = g.complete(sctx, key, token, hash, nil)
 	}
 	if err != nil {
 		// The effect happened: acknowledge the message anyway. A duplicate
@@ -306,25 +307,64 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		// may run again.
 		g.storeErrors.Add(1)
 		log.Error("completing the idempotency record failed; a duplicate may run again", "error", err)
+		return nil
 	}
-	if g.cache != nil {
-		g.cache.add(key, now.Add(storeTTL(g.store)))
-	}
+	g.remember(rec)
 	return nil
 }
 
-// duplicate handles a key that another record holds.
-func (g *Guard) duplicate(ctx context.Context, m *sqsworker.Message, key, hash string, r *Record, now time.Time) error {
+// recordCompleter is a Store whose Complete can also return the record it
+// leaves, as Claim would return it to a duplicate.
+type recordCompleter interface {
+	completeRecord(ctx context.Context, key, token, payloadHash string, result []byte) (*Record, error)
+}
+
+// complete completes the claim and returns the completed record.
+func (g *Guard) complete(ctx context.Context, key, token, hash string, result []byte) (*Record, error) {
+	if rc, ok := g.store.(recordCompleter); ok {
+		return rc.completeRecord(ctx, key, token, hash, result)
+	}
+	if err := g.store.Complete(ctx, key, token, result); err != nil {
+		return nil, err
+	}
+	// What the store wrote, as well as the Guard can tell.
+	return &Record{Key: key, Status: StatusCompleted, Expiry: time.Unix(g.now().Add(storeTTL(g.store)).Unix(), 0),
+		Token: token, PayloadHash: hash, Result: result}, nil
+}
+
+// remember caches the record of a completed key, with its result when
+// OnDuplicate may need it.
+func (g *Guard) remember(r *Record) {
+	if g.cache == nil || r == nil || r.Status != StatusCompleted || r.Expiry.IsZero() {
+		return
+	}
+	switch {
+	case g.cfg.OnDuplicate == nil:
+		c := *r
+		c.Result = nil // nobody will see it
+		r = &c
+	case len(r.Result) > maxCachedResult:
+		g.cache.remove(r.Key) // its duplicates read it from the store
+		return
+	}
+	g.cache.add(r)
+}
+
+// duplicate handles a key that another record holds, r, from the store or
+// the cache.
+func (g *Guard) duplicate(ctx context.Context, m *sqsworker.Message, key, hash string, r *Record, now time.Time, cached bool) error {
 	if hash != "" && r.PayloadHash != "" && hash != r.PayloadHash {
 		g.payloadChanged.Add(1)
 		return sqsworker.Permanent(fmt.Errorf("idempotency: key %q was used for another payload", key))
 	}
 	if r.Status == StatusCompleted {
 		g.duplicates.Add(1)
-		g.cfg.Metrics.Add(metrics.IdempotentDuplicates, 1, metrics.Dims{Queue: metrics.QueueName(m.QueueURL)})
-		if g.cache != nil {
-			g.cache.add(key, r.Expiry)
+		if cached {
+			g.cacheHits.Add(1)
+		} else {
+			g.remember(r)
 		}
+		g.cfg.Metrics.Add(metrics.IdempotentDuplicates, 1, metrics.Dims{Queue: metrics.QueueName(m.QueueURL)})
 		if g.cfg.OnDuplicate != nil {
 			return g.cfg.OnDuplicate(ctx, m, r)
 		}

@@ -294,10 +294,18 @@ func (s *DynamoStore) record(key string, item map[string]types.AttributeValue) *
 // Complete marks the record completed, with one UpdateItem that only the
 // claim's holder can make. The record then lives for StoreConfig.TTL.
 func (s *DynamoStore) Complete(ctx context.Context, key, token string, result []byte) error {
+	_, err := s.completeRecord(ctx, key, token, "", result)
+	return err
+}
+
+// completeRecord is Complete, returning the record as Claim returns it to a
+// duplicate, given the payload hash the claim was made with.
+func (s *DynamoStore) completeRecord(ctx context.Context, key, token, payloadHash string, result []byte) (*Record, error) {
+	exp := s.now().Add(s.cfg.TTL).Unix()
 	update := "SET #s = :completed, #e = :exp REMOVE #l"
 	names := s.namesFor("#s", "#e", "#l", "#t")
 	values := map[string]types.AttributeValue{
-		":completed": str(StatusCompleted), ":exp": num(s.now().Add(s.cfg.TTL).Unix()), ":token": str(token),
+		":completed": str(StatusCompleted), ":exp": num(exp), ":token": str(token),
 	}
 	if result != nil {
 		update = "SET #s = :completed, #e = :exp, #r = :result REMOVE #l"
@@ -311,7 +319,11 @@ func (s *DynamoStore) Complete(ctx context.Context, key, token string, result []
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	})
-	return s.holderErr("completing", key, err)
+	if err != nil {
+		return nil, s.holderErr("completing", key, err)
+	}
+	return &Record{Key: key, Status: StatusCompleted, Expiry: time.Unix(exp, 0), Token: token,
+		PayloadHash: payloadHash, Result: result}, nil
 }
 
 // Release deletes the record with one DeleteItem that only the claim's holder

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -11,11 +12,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/testenv"
 )
 
@@ -77,6 +80,14 @@ func (p *faultProxy) setRule(rule func(op string, n int) fault) {
 	p.mu.Lock()
 	p.rule = rule
 	p.mu.Unlock()
+}
+
+// faults returns how many requests of op were refused, swallowed or had
+// their response dropped.
+func (p *faultProxy) faults(op string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.faulted[op]
 }
 
 // requests returns how many requests of op the proxy received.
@@ -149,6 +160,107 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // quiet is a logger that discards everything.
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// backend is a store for a test, and the means to fault it: the memory store
+// (faults injected in the store) or DynamoDB Local (faults injected by a
+// proxy in front of it, the SDK and the network included).
+type backend struct {
+	// store is the faulty holder's store; direct reaches the same records
+	// without faults, as another worker would.
+	store, direct idempotency.Store
+	// fail makes op (a MemStore operation name) fail, as a refusal (swallow
+	// false) or a request left unanswered (swallow true), until heal.
+	fail func(op string, swallow bool)
+	heal func()
+	// failures returns how many requests of op failed so far.
+	failures func(op string) int
+	// takeOver gives key to another holder, as a claim after the lease
+	// lapsed would.
+	takeOver func(key string)
+	// holder returns the token that holds key now.
+	holder func(key string) string
+}
+
+// dynamoOps maps MemStore operations to the DynamoDB requests making them.
+var dynamoOps = map[string]string{
+	idempotency.OpClaim: "PutItem", idempotency.OpComplete: "UpdateItem",
+	idempotency.OpExtendLease: "UpdateItem", idempotency.OpRelease: "DeleteItem",
+}
+
+// forEachBackend runs test against the memory store and against DynamoDB
+// Local (skipped without it).
+func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
+	t.Run("memory", func(t *testing.T) {
+		t.Parallel()
+		s := idempotency.NewMemStore(0)
+		var mu sync.Mutex
+		failing := map[string]bool{}
+		s.SetFault(func(op string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if failing[op] {
+				return errBrownout
+			}
+			return nil
+		})
+		test(t, backend{
+			store: s, direct: s.Unfaulted(),
+			fail:     func(op string, _ bool) { mu.Lock(); failing[op] = true; mu.Unlock() },
+			heal:     func() { mu.Lock(); clear(failing); mu.Unlock() },
+			failures: s.Failures,
+			takeOver: func(key string) {
+				r, _ := s.Get(key)
+				r.Token, r.LeaseExpiry = "another-holder", time.Now().Add(time.Hour)
+				s.Put(r)
+			},
+			holder: func(key string) string { r, _ := s.Get(key); return r.Token },
+		})
+	})
+	t.Run("dynamodb", func(t *testing.T) {
+		t.Parallel()
+		p := startFaultProxy(t)
+		direct := newStore(t, testenv.NewDynamoDB(t), idempotency.StoreConfig{})
+		cfg := direct.Config()
+		store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := testenv.NewDynamoDB(t)
+		test(t, backend{
+			store: store, direct: direct,
+			fail: func(op string, sw bool) {
+				f := refuse
+				if sw {
+					f = swallow
+				}
+				target := dynamoOps[op]
+				p.setRule(func(o string, _ int) fault {
+					if o == target {
+						return f
+					}
+					return forward
+				})
+			},
+			heal:     func() { p.setRule(nil) },
+			failures: func(op string) int { return p.faults(dynamoOps[op]) },
+			takeOver: func(key string) {
+				_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: &cfg.Table,
+					Key:              map[string]ddbtypes.AttributeValue{"id": &ddbtypes.AttributeValueMemberS{Value: key}},
+					UpdateExpression: aws.String("SET lease_token = :t, lease_expiry = :l"),
+					ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{
+						":t": &ddbtypes.AttributeValueMemberS{Value: "another-holder"},
+						":l": &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Add(time.Hour).UnixMilli(), 10)},
+					}})
+				if err != nil {
+					t.Errorf("taking over %s: %v", key, err)
+				}
+			},
+			holder: func(key string) string { return itemOf(t, db, cfg.Table, key)["lease_token"] },
+		})
+	})
+}
+
+var errBrownout = errors.New("injected: store unavailable")
 
 // itemOf reads an item straight from a table, its string and number
 // attributes as strings; nil when there is none.

@@ -1,0 +1,176 @@
+package idempotency
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// MemStore is an in-memory Store for the package's tests, with DynamoStore's
+// conditions (expiry in whole seconds, leases in milliseconds, the claimer's
+// own token recognised) and faults on demand.
+type MemStore struct {
+	*memData
+	fault  func(op string) error // guarded by mu
+	calls  map[string]int        // guarded by mu
+	failed map[string]int        // guarded by mu
+}
+
+// memData is the records MemStore views share.
+type memData struct {
+	mu   sync.Mutex
+	ttl  time.Duration
+	recs map[string]Record
+}
+
+// Operation names MemStore.SetFault is called with.
+const (
+	OpClaim       = "Claim"
+	OpComplete    = "Complete"
+	OpRelease     = "Release"
+	OpExtendLease = "ExtendLease"
+)
+
+var _ Store = (*MemStore)(nil)
+
+// NewMemStore returns an empty MemStore whose records last ttl (DefaultTTL
+// if 0).
+func NewMemStore(ttl time.Duration) *MemStore {
+	if ttl == 0 {
+		ttl = DefaultTTL
+	}
+	return &MemStore{memData: &memData{ttl: ttl, recs: map[string]Record{}}, calls: map[string]int{}, failed: map[string]int{}}
+}
+
+// Unfaulted returns a view of the same records without s's faults, as
+// another worker reaching the store would see them.
+func (s *MemStore) Unfaulted() *MemStore {
+	return &MemStore{memData: s.memData, calls: map[string]int{}, failed: map[string]int{}}
+}
+
+// SetFault makes every call of the store ask f first; a non-nil error fails
+// the call without effect. nil removes the fault.
+func (s *MemStore) SetFault(f func(op string) error) {
+	s.mu.Lock()
+	s.fault = f
+	s.mu.Unlock()
+}
+
+// Calls returns how many times op was called, failed calls included.
+func (s *MemStore) Calls(op string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[op]
+}
+
+// Failures returns how many calls of op the fault failed.
+func (s *MemStore) Failures(op string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed[op]
+}
+
+// Get returns the record of key.
+func (s *MemStore) Get(key string) (Record, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, ok := s.recs[key]
+	return *copyRecord(&r), ok
+}
+
+// Put replaces the record of r.Key, as another holder's write would.
+func (s *MemStore) Put(r Record) {
+	s.mu.Lock()
+	s.recs[r.Key] = *copyRecord(&r)
+	s.mu.Unlock()
+}
+
+// begin counts op and applies the fault. s.mu is held.
+func (s *MemStore) begin(ctx context.Context, op string) error {
+	s.calls[op]++
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.fault != nil {
+		if err := s.fault(op); err != nil {
+			s.failed[op]++
+			return fmt.Errorf("memstore: %s: %w", op, err)
+		}
+	}
+	return nil
+}
+
+// Claim implements Store.
+func (s *MemStore) Claim(ctx context.Context, key, payloadHash string, leaseUntil time.Time) (string, *Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin(ctx, OpClaim); err != nil {
+		return "", nil, err
+	}
+	now := time.Now()
+	if r, ok := s.recs[key]; ok && r.Expiry.Unix() >= now.Unix() &&
+		(r.Status != StatusInProgress || r.LeaseExpiry.UnixMilli() >= now.UnixMilli()) {
+		return "", copyRecord(&r), nil
+	}
+	token := newToken()
+	s.recs[key] = Record{Key: key, Status: StatusInProgress, Expiry: time.Unix(now.Add(s.ttl).Unix(), 0),
+		LeaseExpiry: time.UnixMilli(leaseUntil.UnixMilli()), Token: token, PayloadHash: payloadHash}
+	return token, nil, nil
+}
+
+// Complete implements Store.
+func (s *MemStore) Complete(ctx context.Context, key, token string, result []byte) error {
+	_, err := s.completeRecord(ctx, key, token, "", result)
+	return err
+}
+
+func (s *MemStore) completeRecord(ctx context.Context, key, token, _ string, result []byte) (*Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin(ctx, OpComplete); err != nil {
+		return nil, err
+	}
+	r, ok := s.recs[key]
+	if !ok || r.Token != token {
+		return nil, fmt.Errorf("memstore: completing key %q: %w", key, ErrNotHolder)
+	}
+	r.Status = StatusCompleted
+	r.Expiry = time.Unix(time.Now().Add(s.ttl).Unix(), 0)
+	r.LeaseExpiry = time.Time{}
+	if result != nil {
+		r.Result = append([]byte(nil), result...)
+	}
+	s.recs[key] = r
+	return copyRecord(&r), nil
+}
+
+// Release implements Store.
+func (s *MemStore) Release(ctx context.Context, key, token string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin(ctx, OpRelease); err != nil {
+		return err
+	}
+	if r, ok := s.recs[key]; !ok || r.Token != token {
+		return fmt.Errorf("memstore: releasing key %q: %w", key, ErrNotHolder)
+	}
+	delete(s.recs, key)
+	return nil
+}
+
+// ExtendLease implements Store.
+func (s *MemStore) ExtendLease(ctx context.Context, key, token string, until time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.begin(ctx, OpExtendLease); err != nil {
+		return err
+	}
+	r, ok := s.recs[key]
+	if !ok || r.Token != token || r.Status != StatusInProgress {
+		return fmt.Errorf("memstore: extending the lease of key %q: %w", key, ErrNotHolder)
+	}
+	r.LeaseExpiry = time.UnixMilli(until.UnixMilli())
+	s.recs[key] = r
+	return nil
+}
