@@ -27,10 +27,22 @@
 // A claim holds for a lease: a worker that dies mid-job leaves an in-progress
 // record that another worker may take over once its lease ends. With the
 // worker's visibility heartbeat, the lease is the message's visibility
-// deadline and moves with every extension (via visibility.Lease.OnExtend),
-// so a long job keeps its claim exactly as long as it keeps its message;
-// without one, the lease ends at the handler context's deadline, or after
-// Config.Lease.
+// deadline plus Config.ClaimGrace (30s by default), and moves with every
+// extension (via visibility.Lease.OnExtend); without one, it ends at the
+// handler context's deadline, or after Config.Lease, plus the grace.
+//
+// The grace covers a DynamoDB brownout: lease extensions that fail are
+// retried with backoff, apart from the handler, until the claim's lease
+// ends, so a job keeps its claim while its message is kept invisible. When
+// the claim is lost anyway (another holder has taken the key, or the lease
+// ended without a successful extension) the handler's context is cancelled
+// with a cause matching [ErrNotHolder]: the job may run elsewhere and should
+// stop. Completing a claim is retried with backoff too, for up to 30s and
+// never past its lease, so that a duplicate finds the key completed rather
+// than in progress.
+//
+// A duplicate of a running job is postponed until the claim's lease, grace
+// included, ends; it is then acknowledged if the job completed.
 //
 // # Cache
 //

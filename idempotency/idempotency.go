@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,7 +67,17 @@ type Config struct {
 	// Lease is how long a claim holds when the handler's context carries
 	// neither a visibility lease nor a deadline. Default 5m. With a
 	// visibility lease (the worker's heartbeat) the claim follows it.
+	// ClaimGrace is added in every case.
 	Lease time.Duration
+	// ClaimGrace is how long a claim outlasts the message's visibility
+	// deadline (or the context's deadline, or Lease): the time a holder
+	// has to extend its claim when DynamoDB fails for a while, since the
+	// extensions are retried until the claim's lease ends. A duplicate of
+	// a job whose holder died waits that much longer. When the claim's
+	// lease ends without a successful extension, or another holder has
+	// taken the key, the handler's context is cancelled with a cause
+	// matching ErrNotHolder. Default 30s; at most 12h.
+	ClaimGrace time.Duration
 	// CacheSize keeps the records of up to this many completed keys in
 	// memory, so that their duplicates cost no request: the cached record
 	// answers a duplicate exactly as the store's would, payload check and
@@ -101,8 +110,13 @@ const maxItemSize = 400 << 10
 // Defaults of Config.
 const (
 	DefaultLease         = 5 * time.Minute
+	DefaultClaimGrace    = 30 * time.Second
 	DefaultMaxResultSize = 300 << 10
 )
+
+// maxClaimGrace is the largest Config.ClaimGrace: SQS's longest visibility
+// timeout.
+const maxClaimGrace = sqsworker.MaxVisibilityTimeout
 
 // Stats counts what the middleware did.
 type Stats struct {
@@ -114,6 +128,7 @@ type Stats struct {
 	MissingKeys    int64 // messages without a key
 	Released       int64 // claims released after a handler failure
 	StoreErrors    int64 // store requests that failed
+	LostClaims     int64 // claims lost while their handler ran: its context was cancelled
 }
 
 // Guard makes a handler's effect happen once per idempotency key. Create one
@@ -125,7 +140,7 @@ type Guard struct {
 	now   func() time.Time
 
 	claimed, duplicates, cacheHits, inProgress, payloadChanged,
-	missing, released, storeErrors atomic.Int64
+	missing, released, storeErrors, lostClaims atomic.Int64
 }
 
 // New validates cfg and returns a Guard over store.
@@ -136,6 +151,9 @@ func New(store Store, cfg Config) (*Guard, error) {
 	}
 	if cfg.Lease < 0 {
 		errs = append(errs, fmt.Errorf("Lease %s is negative", cfg.Lease))
+	}
+	if cfg.ClaimGrace < 0 || cfg.ClaimGrace > maxClaimGrace {
+		errs = append(errs, fmt.Errorf("ClaimGrace %s is outside 0..%s", cfg.ClaimGrace, maxClaimGrace))
 	}
 	if cfg.CacheSize < 0 {
 		errs = append(errs, fmt.Errorf("CacheSize %d is negative", cfg.CacheSize))
@@ -157,6 +175,9 @@ func New(store Store, cfg Config) (*Guard, error) {
 	}
 	if cfg.Lease == 0 {
 		cfg.Lease = DefaultLease
+	}
+	if cfg.ClaimGrace == 0 {
+		cfg.ClaimGrace = DefaultClaimGrace
 	}
 	if cfg.MaxResultSize == 0 {
 		cfg.MaxResultSize = DefaultMaxResultSize
@@ -189,7 +210,7 @@ func (g *Guard) Stats() Stats {
 	return Stats{
 		Claimed: g.claimed.Load(), Duplicates: g.duplicates.Load(), CacheHits: g.cacheHits.Load(),
 		InProgress: g.inProgress.Load(), PayloadChanged: g.payloadChanged.Load(), MissingKeys: g.missing.Load(),
-		Released: g.released.Load(), StoreErrors: g.storeErrors.Load(),
+		Released: g.released.Load(), StoreErrors: g.storeErrors.Load(), LostClaims: g.lostClaims.Load(),
 	}
 }
 
@@ -219,8 +240,18 @@ func SetResult(ctx context.Context, result []byte) {
 //   - when the store cannot be reached, next does not run and the message is
 //     retried.
 //
-// With a visibility lease in the context (the worker's heartbeat), the claim's
-// lease moves with the message's visibility.
+// The claim holds until the message's visibility deadline (with the
+// worker's heartbeat; else the context's deadline, else Config.Lease) plus
+// Config.ClaimGrace, and moves with every visibility extension. Failed lease
+// extensions are retried with backoff, apart from the handler, until the
+// claim's lease ends. When the claim is lost (another holder has the key, or
+// its lease ended without an extension), next's context is cancelled with a
+// cause matching ErrNotHolder: the job may run elsewhere.
+//
+// Completing or releasing the claim is retried with backoff for up to 30s,
+// never past the claim's lease: a claim left in progress would postpone its
+// duplicates until its lease ends, then let them run again. A completion
+// that still fails is logged, and the message acknowledged all the same.
 func (g *Guard) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	if g.cfg.Disabled {
 		return next
@@ -247,7 +278,8 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		}
 	}
 	lease := visibility.FromContext(ctx)
-	token, existing, err := g.store.Claim(ctx, key, hash, g.leaseUntil(ctx, lease, now))
+	leaseUntil := g.leaseUntil(ctx, lease, now)
+	token, existing, err := g.store.Claim(ctx, key, hash, leaseUntil)
 	if err != nil {
 		g.storeErrors.Add(1)
 		return err
@@ -258,35 +290,27 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	g.claimed.Add(1)
 	log := g.cfg.Logger.With("message_id", m.ID, "idempotency_key", key)
 
-	// Keep the claim's lease in step with the message's visibility.
-	var extends sync.WaitGroup
-	var ended atomic.Bool
+	// Keep the claim's lease in step with the message's visibility, and
+	// cancel the handler if the claim is lost.
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	k := g.startKeeper(ctx, key, token, leaseUntil, cancel, log)
 	if lease != nil {
-		lease.OnExtend(func(until time.Time) {
-			if ended.Load() {
-				return
-			}
-			extends.Go(func() {
-				ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-				defer cancel()
-				if err := g.store.ExtendLease(ectx, key, token, until); err != nil {
-					g.storeErrors.Add(1)
-					log.Warn("extending the idempotency claim failed", "error", err)
-				}
-			})
-		})
+		lease.OnExtend(k.extendTo)
 	}
 	var result []byte
-	herr := next.HandleMessage(context.WithValue(ctx, resultKey{}, &result), m)
-	ended.Store(true)
-	extends.Wait()
+	herr := next.HandleMessage(context.WithValue(hctx, resultKey{}, &result), m)
+	held := k.stop()
 
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
+	fctx := context.WithoutCancel(ctx)
+	deadline := earliest(g.now().Add(finishBudget), held)
 	if herr != nil {
 		g.released.Add(1)
-		if err := g.store.Release(sctx, key, token); err != nil {
-			g.storeErrors.Add(1)
+		err := g.retry(fctx, deadline, func(ctx context.Context) error { return g.store.Release(ctx, key, token) })
+		switch {
+		case errors.Is(err, ErrNotHolder):
+			log.Info("the idempotency claim was no longer held when its handler failed", "error", err)
+		case err != nil:
 			log.Warn("releasing the idempotency claim failed; the retry waits for its lease to end", "error", err)
 		}
 		return herr
@@ -295,17 +319,16 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		log.Warn("result too large to save; completing without it", "bytes", len(result), "max", g.cfg.MaxResultSize)
 		result = nil
 	}
-	rec, err := g.complete(sctx, key, token, hash, result)
-	if err != nil && result != nil && !errors.Is(err, ErrNotHolder) {
+	rec, err := g.complete(fctx, deadline, key, token, hash, result)
+	if err != nil && result != nil && !retryable(err) && !errors.Is(err, ErrNotHolder) {
 		// Perhaps the item was too large with the result: save none.
 		log.Warn("completing with the result failed; completing without it", "error", err)
-		rec, err = g.complete(sctx, key, token, hash, nil)
+		rec, err = g.complete(fctx, deadline, key, token, hash, nil)
 	}
 	if err != nil {
 		// The effect happened: acknowledge the message anyway. A duplicate
 		// arriving before the claim's lease ends is postponed, after it
 		// may run again.
-		g.storeErrors.Add(1)
 		log.Error("completing the idempotency record failed; a duplicate may run again", "error", err)
 		return nil
 	}
@@ -319,17 +342,25 @@ type recordCompleter interface {
 	completeRecord(ctx context.Context, key, token, payloadHash string, result []byte) (*Record, error)
 }
 
-// complete completes the claim and returns the completed record.
-func (g *Guard) complete(ctx context.Context, key, token, hash string, result []byte) (*Record, error) {
-	if rc, ok := g.store.(recordCompleter); ok {
-		return rc.completeRecord(ctx, key, token, hash, result)
-	}
-	if err := g.store.Complete(ctx, key, token, result); err != nil {
-		return nil, err
-	}
-	// What the store wrote, as well as the Guard can tell.
-	return &Record{Key: key, Status: StatusCompleted, Expiry: time.Unix(g.now().Add(storeTTL(g.store)).Unix(), 0),
-		Token: token, PayloadHash: hash, Result: result}, nil
+// complete completes the claim, retrying until deadline, and returns the
+// completed record.
+func (g *Guard) complete(ctx context.Context, deadline time.Time, key, token, hash string, result []byte) (*Record, error) {
+	var rec *Record
+	err := g.retry(ctx, deadline, func(ctx context.Context) error {
+		if rc, ok := g.store.(recordCompleter); ok {
+			r, err := rc.completeRecord(ctx, key, token, hash, result)
+			rec = r
+			return err
+		}
+		if err := g.store.Complete(ctx, key, token, result); err != nil {
+			return err
+		}
+		// What the store wrote, as well as the Guard can tell.
+		rec = &Record{Key: key, Status: StatusCompleted, Expiry: time.Unix(g.now().Add(storeTTL(g.store)).Unix(), 0),
+			Token: token, PayloadHash: hash, Result: result}
+		return nil
+	})
+	return rec, err
 }
 
 // remember caches the record of a completed key, with its result when
@@ -376,15 +407,16 @@ func (g *Guard) duplicate(ctx context.Context, m *sqsworker.Message, key, hash s
 }
 
 // leaseUntil is when a new claim's lease ends: with the message's visibility,
-// else at the context's deadline, else after Config.Lease.
+// else at the context's deadline, else after Config.Lease; plus
+// Config.ClaimGrace.
 func (g *Guard) leaseUntil(ctx context.Context, lease *visibility.Lease, now time.Time) time.Time {
+	end := now.Add(g.cfg.Lease)
 	if lease != nil {
-		return lease.Deadline()
+		end = lease.Deadline()
+	} else if d, ok := ctx.Deadline(); ok {
+		end = d
 	}
-	if d, ok := ctx.Deadline(); ok {
-		return d
-	}
-	return now.Add(g.cfg.Lease)
+	return end.Add(g.cfg.ClaimGrace)
 }
 
 // storeTTL is how long completed records last in store, for the cache.

@@ -55,7 +55,8 @@ type Store interface {
 
 // ErrNotHolder is returned by Complete, Release and ExtendLease when the
 // claim is no longer the caller's: its lease expired and another holder
-// took the key.
+// took the key. The Guard also cancels a handler's context with a cause
+// matching it when the handler's claim is lost.
 var ErrNotHolder = errors.New("idempotency: claim no longer held")
 
 // DynamoAPI is the part of the DynamoDB client a DynamoStore calls.

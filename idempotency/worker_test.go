@@ -107,7 +107,10 @@ func TestWorkerEndToEndExactlyOnceEffects(t *testing.T) {
 	t.Parallel()
 	sq := testenv.NewSQS(t)
 	q := testenv.NewQueue(t, sq, testenv.QueueOptions{VisibilityTimeout: 2 * time.Second})
-	guard, err := idempotency.New(newStore(t, testenv.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{})
+	// Duplicates of running jobs are postponed until the claim's lease
+	// (the handler's deadline plus the grace) ends: both short, so that
+	// they come back soon.
+	guard, err := idempotency.New(newStore(t, testenv.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{ClaimGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +130,7 @@ func TestWorkerEndToEndExactlyOnceEffects(t *testing.T) {
 		eff.add(k)
 		return nil
 	}), guard.Middleware)
-	w := runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 50, DisableHeartbeat: true, HandlerTimeout: 30 * time.Second,
+	w := runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 50, DisableHeartbeat: true, HandlerTimeout: 10 * time.Second,
 		Backoff: sqsworker.ExponentialBackoff{Base: 500 * time.Millisecond, Cap: 2 * time.Second}}, h)
 	testenv.Eventually(t, 180*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained")
 	got := eff.snapshot()
@@ -154,7 +157,10 @@ func TestClaimLeaseFollowsHeartbeat(t *testing.T) {
 	db := testenv.NewDynamoDB(t)
 	q := testenv.NewQueue(t, sq, testenv.QueueOptions{VisibilityTimeout: 2 * time.Second})
 	store := newStore(t, db, idempotency.StoreConfig{})
-	guard, _ := idempotency.New(store, idempotency.Config{})
+	// A grace shorter than a heartbeat round: the claim must follow the
+	// heartbeat to hold past the first visibility deadline, and the
+	// postponed duplicate comes back soon after the job.
+	guard, _ := idempotency.New(store, idempotency.Config{ClaimGrace: 100 * time.Millisecond})
 	var eff effects
 	started := make(chan struct{}, 1)
 	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
