@@ -150,6 +150,7 @@ func New(store Store, cfg Config) (*Guard, error) {
 		errs = append(errs, errors.New("nil Store"))
 	}
 	if cfg.Lease < 0 {
+		//lint:ignore ST1005 the message starts with the name of the field
 		errs = append(errs, fmt.Errorf("Lease %s is negative", cfg.Lease))
 	}
 	if cfg.ClaimGrace < 0 || cfg.ClaimGrace > maxClaimGrace {

@@ -138,6 +138,7 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 		errs = append(errs, errors.New("nil DynamoDB client"))
 	}
 	if cfg.Table == "" {
+		//lint:ignore ST1005 the message starts with the name of the field
 		errs = append(errs, errors.New("Table is required"))
 	}
 	if cfg.TTL < 0 {
