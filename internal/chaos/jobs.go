@@ -57,6 +57,38 @@ func goodJobs(prefix string, n, minMS, maxMS int, marker string) []job {
 	return jobs
 }
 
+// poisonKinds are the broken jobs mixed among good ones, with how each is
+// broken; the panic is left to the poison scenario.
+var poisonKinds = []struct {
+	kind string
+	body func(key, marker string) string
+}{
+	{"a Permanent error", func(key, marker string) string {
+		return jobBody{ID: key, Poison: "permanent", Pad: marker}.String()
+	}},
+	{"invalid JSON", func(key, marker string) string { return `{"id": "` + key + `", "pad": "` + marker + `"` }},
+	{"an error on every attempt", func(key, marker string) string {
+		return jobBody{ID: key, Poison: "fail", Pad: marker}.String()
+	}},
+}
+
+// withPoison returns jobs with one broken job after every perPoison good
+// ones, named prefix-poison-0001...
+func withPoison(jobs []job, prefix string, perPoison int, marker string) []job {
+	var out []job
+	n := 0
+	for i, j := range jobs {
+		out = append(out, j)
+		if (i+1)%perPoison == 0 {
+			n++
+			k := poisonKinds[(n-1)%len(poisonKinds)]
+			key := fmt.Sprintf("%s-poison-%04d", prefix, n)
+			out = append(out, job{key: key, poison: k.kind, msg: producer.Message{Body: k.body(key, marker), IdempotencyKey: key}})
+		}
+	}
+	return out
+}
+
 // Sizes of the poison scenario's large messages.
 const (
 	// nearLimit is how far below SQS's 1 MiB message limit the large

@@ -14,6 +14,12 @@ const (
 	killJobsShort, killJobsFull     = 2000, 10000
 	killsShort, killsFull           = 3, 10
 	outageJobsShort, outageJobsFull = 1000, 5000
+	// perPoison good jobs come before each broken one in the kill, outage
+	// and lost-reply scenarios.
+	perPoison = 100
+	// replyLossEvery is how often a reply is lost in the lost-reply
+	// scenarios.
+	replyLossEvery = 250 * time.Millisecond
 	sigtermJobs                     = 100
 	sigtermJobLength                = 3 * time.Second
 	// Jobs work for a random time in this range, in milliseconds, so that
@@ -34,6 +40,8 @@ func scenarios() []scenario {
 		outageScenario("sqs-blackhole-30s", sqsSide, faultproxy.Blackhole, 30*time.Second, 10*time.Second),
 		outageScenario("ddb-refuse-60s", ddbSide, faultproxy.Refuse, 60*time.Second, 20*time.Second),
 		outageScenario("ddb-blackhole-30s", ddbSide, faultproxy.Blackhole, 30*time.Second, 10*time.Second),
+		outageScenario("sqs-lose-replies-30s", sqsSide, faultproxy.LoseReplies, 30*time.Second, 10*time.Second),
+		outageScenario("ddb-lose-replies-30s", ddbSide, faultproxy.LoseReplies, 30*time.Second, 10*time.Second),
 		{name: "sigterm", spec: sigtermSpec},
 		{name: "poison", spec: poisonSpec},
 	}
@@ -48,7 +56,7 @@ func killSpec(full bool, marker string) spec {
 	}
 	return spec{
 		label: "kill",
-		jobs:  goodJobs("kill", jobs, jobMinMS, jobMaxMS, marker),
+		jobs:  withPoison(goodJobs("kill", jobs, jobMinMS, jobMaxMS, marker), "kill", perPoison, marker),
 		script: func(ctx context.Context, r *run) error {
 			for i := 1; i <= kills; i++ {
 				if !sleep(ctx, 2*time.Second+rand.N(2*time.Second)) {
@@ -88,18 +96,20 @@ var (
 
 // outageScenario makes a scenario in which the worker loses one service
 // for a wall-clock time (named in full mode, short in short mode), once it
-// has received a share of the jobs.
+// has received a share of the jobs: its connections are refused, or
+// blackholed, or one reply in each replyLossEvery is lost.
 func outageScenario(name string, s side, m faultproxy.Mode, full, short time.Duration) scenario {
 	return scenario{name: name, spec: func(isFull bool, marker string) spec {
-		jobs, d := outageJobsShort, short
+		n, d := outageJobsShort, short
 		if isFull {
-			jobs, d = outageJobsFull, full
+			n, d = outageJobsFull, full
 		}
+		jobs := withPoison(goodJobs(name, n, jobMinMS, jobMaxMS, marker), name, perPoison, marker)
 		return spec{
 			label: label(name, d, full),
-			jobs:  goodJobs(name, jobs, jobMinMS, jobMaxMS, marker),
+			jobs:  jobs,
 			script: func(ctx context.Context, r *run) error {
-				threshold := int(float64(jobs) * (1 - outageAfter))
+				threshold := int(float64(len(jobs)) * (1 - outageAfter))
 				var last depth
 				started := time.Now()
 				_, err := r.waitFor(ctx, outageWait, func() bool {
@@ -114,35 +124,63 @@ func outageScenario(name string, s side, m faultproxy.Mode, full, short time.Dur
 					return err
 				}
 				p := s.proxy(r)
-				var ferr error
-				switch m {
-				case faultproxy.Refuse:
-					ferr = p.Refuse()
-				case faultproxy.Blackhole:
-					ferr = p.Blackhole()
-				default:
-					ferr = fmt.Errorf("no outage of mode %s", m)
+				before := p.Stats()
+				r.log.Info("outage starts", "service", s.name, "mode", m.String(), "for", d,
+					"after", time.Since(started).Round(time.Millisecond), "depth", last.String())
+				ok, ferr := fault(ctx, p, m, d)
+				if err := p.Pass(); err != nil {
+					return err
 				}
 				if ferr != nil {
 					return ferr
-				}
-				r.log.Info("outage started", "service", s.name, "mode", m.String(), "for", d,
-					"after", time.Since(started).Round(time.Millisecond), "depth", last.String())
-				ok := sleep(ctx, d)
-				if err := p.Pass(); err != nil {
-					return err
 				}
 				if !ok {
 					return ctx.Err()
 				}
 				st := p.Stats()
 				r.log.Info("outage over", "service", s.name, "proxy", fmt.Sprintf("%+v", st))
-				r.note("%s %s for %s, from when the queue held %s; connections reset %d, stalled %d",
-					s.name, m, d, last, st.Reset, st.Stalled)
+				if m == faultproxy.LoseReplies {
+					r.note("%s: %d replies lost over %s, one every %s, from when the queue held %s",
+						s.name, st.LostReplies-before.LostReplies, d, replyLossEvery, last)
+				} else {
+					r.note("%s %s for %s, from when the queue held %s; connections reset %d, stalled %d",
+						s.name, m, d, last, st.Reset-before.Reset, st.Stalled-before.Stalled)
+				}
 				return nil
 			},
 		}
 	}}
+}
+
+// fault puts p in mode m for d. It reports whether d passed; the caller
+// sets p back to Pass.
+func fault(ctx context.Context, p *faultproxy.Proxy, m faultproxy.Mode, d time.Duration) (bool, error) {
+	switch m {
+	case faultproxy.Refuse:
+		if err := p.Refuse(); err != nil {
+			return false, err
+		}
+		return sleep(ctx, d), nil
+	case faultproxy.Blackhole:
+		if err := p.Blackhole(); err != nil {
+			return false, err
+		}
+		return sleep(ctx, d), nil
+	case faultproxy.LoseReplies:
+		end := time.Now().Add(d)
+		for time.Now().Before(end) {
+			if p.Mode() != faultproxy.LoseReplies { // the last loss happened
+				if err := p.LoseReplies(1); err != nil {
+					return false, err
+				}
+			}
+			if !sleep(ctx, min(replyLossEvery, time.Until(end))) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("chaos: no outage of mode %s", m)
 }
 
 // sigtermSpec: 100 jobs of 3s, all in flight, then SIGTERM: each must
