@@ -19,9 +19,9 @@ const (
 	perPoison = 100
 	// replyLossEvery is how often a reply is lost in the lost-reply
 	// scenarios.
-	replyLossEvery = 250 * time.Millisecond
-	sigtermJobs                     = 100
-	sigtermJobLength                = 3 * time.Second
+	replyLossEvery   = 250 * time.Millisecond
+	sigtermJobs      = 100
+	sigtermJobLength = 3 * time.Second
 	// Jobs work for a random time in this range, in milliseconds, so that
 	// the queue is still being worked when the faults come.
 	jobMinMS, jobMaxMS = 50, 150
