@@ -53,8 +53,8 @@ type Options struct {
 	// Default all.
 	Scenarios []string
 	// Parallel is the number of scenarios run at once, each with its own
-	// queues, tables, proxies and worker. Default 8 in short mode, 2 in
-	// full mode.
+	// queues, tables, proxies and worker. Default: all of them in short
+	// mode, 2 in full mode.
 	Parallel int
 	// WorkerBin is the chaosworker binary. Default: Run builds it with
 	// `go build` into a temporary directory.
@@ -131,7 +131,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	e.full = opts.Full
 	parallel := opts.Parallel
 	if parallel <= 0 {
-		parallel = 8
+		parallel = len(selected)
 		if opts.Full {
 			parallel = 2
 		}

@@ -55,7 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var selected names
 	fs.BoolVar(&opts.Full, "full", false, "run every scenario at full size (10,000 jobs and 10 kills, outages at their named lengths)")
 	fs.Var(&selected, "scenario", "scenario to run, repeatable or comma-separated (default all): "+strings.Join(chaos.Scenarios(), ", "))
-	fs.IntVar(&opts.Parallel, "parallel", 0, "scenarios at once (default 8 short, 2 full)")
+	fs.IntVar(&opts.Parallel, "parallel", 0, "scenarios at once (default all in short mode, 2 in full mode)")
 	fs.StringVar(&opts.LogDir, "logs", "", "directory of the scenarios' logs (default a new temporary directory)")
 	fs.StringVar(&opts.WorkerBin, "worker", "", "chaosworker binary (default: built with go build)")
 	verbose := fs.Bool("v", false, "log the runner's progress at debug level")
