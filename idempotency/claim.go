@@ -105,13 +105,20 @@ func (k *keeper) run(ctx context.Context) {
 	defer retry.Stop()
 	var retrying <-chan time.Time
 	failures := 0
+	var lastErr error // of the last failed extension
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-lapse.C:
-			k.lost(fmt.Errorf("idempotency: key %q: the claim's lease ended at %s without a successful extension: %w",
-				k.key, k.held.Format(time.RFC3339Nano), ErrNotHolder))
+			cause := fmt.Errorf("idempotency: key %q: the claim's lease ended at %s without a successful extension: %w",
+				k.key, k.held.Format(time.RFC3339Nano), ErrNotHolder)
+			if lastErr != nil {
+				// When the extensions failed for an outage, the cause
+				// is marked so (sqsworker.Unavailable) too.
+				cause = fmt.Errorf("%w (last attempt: %w)", cause, lastErr)
+			}
+			k.lost(cause)
 			return
 		case <-k.wake:
 			if retrying != nil {
@@ -132,7 +139,7 @@ func (k *keeper) run(ctx context.Context) {
 		cancel()
 		switch {
 		case err == nil:
-			k.held, failures = want, 0
+			k.held, failures, lastErr = want, 0, nil
 			lapse.Reset(time.Until(want))
 		case ctx.Err() != nil:
 			return // stopped
@@ -143,6 +150,7 @@ func (k *keeper) run(ctx context.Context) {
 		default:
 			k.g.storeErrors.Add(1)
 			failures++
+			lastErr = err
 			level := slog.LevelDebug
 			if failures == 1 {
 				level = slog.LevelWarn
@@ -206,6 +214,7 @@ var permanentCodes = map[string]bool{
 	"ResourceNotFoundException":                true,
 	"ItemCollectionSizeLimitExceededException": true,
 	"ConditionalCheckFailedException":          true,
+	"IdempotentParameterMismatchException":     true,
 	"AccessDeniedException":                    true,
 	"UnrecognizedClientException":              true,
 	"MissingAuthenticationTokenException":      true,
@@ -215,11 +224,16 @@ var permanentCodes = map[string]bool{
 
 // retryable reports whether a failed store request may succeed if tried
 // again: not when the claim is another's, nor when DynamoDB refused the
-// request itself (validation, a missing table, permissions); network errors,
-// timeouts, throttling and server faults may pass, and so may the errors of
-// other stores.
+// request itself (validation, a missing table, permissions, a condition of
+// the handler's writes); network errors, timeouts, throttling, transaction
+// conflicts and server faults may pass, and so may the errors of other
+// stores.
 func retryable(err error) bool {
-	if errors.Is(err, ErrNotHolder) {
+	if errors.Is(err, ErrNotHolder) || errors.Is(err, errRecordRefused) || errors.Is(err, ErrInvalidWrites) {
+		return false
+	}
+	var cancelled *TransactionCanceledError
+	if errors.As(err, &cancelled) {
 		return false
 	}
 	var api smithy.APIError

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/smithy-go"
+
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
@@ -128,7 +130,9 @@ type Stats struct {
 	MissingKeys    int64 // messages without a key
 	Released       int64 // claims released after a handler failure
 	StoreErrors    int64 // store requests that failed
-	LostClaims     int64 // claims lost while their handler ran: its context was cancelled
+	LostClaims     int64 // claims lost while their handler ran (its context was cancelled), or before its writes were committed
+	Committed      int64 // completions committed in one transaction with the handler's writes (AddWrites)
+	Cancelled      int64 // transactions cancelled by the handler's own writes (TransactionCanceledError)
 }
 
 // Guard makes a handler's effect happen once per idempotency key. Create one
@@ -140,7 +144,7 @@ type Guard struct {
 	now   func() time.Time
 
 	claimed, duplicates, cacheHits, inProgress, payloadChanged,
-	missing, released, storeErrors, lostClaims atomic.Int64
+	missing, released, storeErrors, lostClaims, committed, cancelled atomic.Int64
 }
 
 // New validates cfg and returns a Guard over store.
@@ -212,6 +216,7 @@ func (g *Guard) Stats() Stats {
 		Claimed: g.claimed.Load(), Duplicates: g.duplicates.Load(), CacheHits: g.cacheHits.Load(),
 		InProgress: g.inProgress.Load(), PayloadChanged: g.payloadChanged.Load(), MissingKeys: g.missing.Load(),
 		Released: g.released.Load(), StoreErrors: g.storeErrors.Load(), LostClaims: g.lostClaims.Load(),
+		Committed: g.committed.Load(), Cancelled: g.cancelled.Load(),
 	}
 }
 
@@ -255,7 +260,12 @@ func SetResult(ctx context.Context, result []byte) {
 // that still fails is logged, and the message acknowledged all the same.
 func (g *Guard) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	if g.cfg.Disabled {
-		return next
+		if _, ok := g.store.(WriteCommitter); !ok {
+			return next
+		}
+		return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			return g.runUnclaimed(ctx, m, next)
+		})
 	}
 	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		return g.handle(ctx, m, next)
@@ -267,9 +277,13 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	if key == "" {
 		g.missing.Add(1)
 		if g.cfg.MissingKey == RunWithoutKey {
-			return next.HandleMessage(ctx, m)
+			return g.runUnclaimed(ctx, m, next)
 		}
 		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s has no idempotency key (set the %q attribute)", m.ID, KeyAttribute))
+	}
+	if len(key) > MaxKeySize {
+		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s: its idempotency key is %d bytes, over the limit of %d: use a shorter key (a digest of a long one, for instance)",
+			m.ID, len(key), MaxKeySize))
 	}
 	now := g.now()
 	hash := g.cfg.PayloadHash(m)
@@ -283,6 +297,12 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	token, existing, err := g.store.Claim(ctx, key, hash, leaseUntil)
 	if err != nil {
 		g.storeErrors.Add(1)
+		if isConflict(err) {
+			// A transaction is completing the record: its holder is
+			// committing. Come back when it is done.
+			g.inProgress.Add(1)
+			return sqsworker.RetryAfter(time.Second, nil)
+		}
 		return err
 	}
 	if existing != nil {
@@ -300,25 +320,34 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		lease.OnExtend(k.extendTo)
 	}
 	var result []byte
-	herr := next.HandleMessage(context.WithValue(hctx, resultKey{}, &result), m)
+	p := &pending{key: key}
+	p.wc, _ = g.store.(WriteCommitter)
+	herr := next.HandleMessage(context.WithValue(context.WithValue(hctx, resultKey{}, &result), pendingKey{}, p), m)
+	writes, size, refused := p.seal()
 	held := k.stop()
 
 	fctx := context.WithoutCancel(ctx)
 	deadline := earliest(g.now().Add(finishBudget), held)
+	if herr == nil && refused != nil {
+		// The handler ignored AddWrites' refusal: completing without the
+		// writes would lose its effect for good.
+		herr = refused
+	}
 	if herr != nil {
-		g.released.Add(1)
-		err := g.retry(fctx, deadline, func(ctx context.Context) error { return g.store.Release(ctx, key, token) })
-		switch {
-		case errors.Is(err, ErrNotHolder):
-			log.Info("the idempotency claim was no longer held when its handler failed", "error", err)
-		case err != nil:
-			log.Warn("releasing the idempotency claim failed; the retry waits for its lease to end", "error", err)
+		if cause := context.Cause(hctx); errors.Is(cause, ErrNotHolder) && sqsworker.IsUnavailable(cause) && !sqsworker.IsUnavailable(herr) {
+			// The claim was lost to a store outage, and the handler
+			// stopped for it.
+			herr = fmt.Errorf("%w (%w)", herr, cause)
 		}
+		g.release(fctx, deadline, key, token, log)
 		return herr
 	}
 	if len(result) > g.cfg.MaxResultSize {
 		log.Warn("result too large to save; completing without it", "bytes", len(result), "max", g.cfg.MaxResultSize)
 		result = nil
+	}
+	if len(writes) > 0 {
+		return g.commit(fctx, deadline, Commit{Key: key, Token: token, PayloadHash: hash, Result: result, Writes: writes}, size, log)
 	}
 	rec, err := g.complete(fctx, deadline, key, token, hash, result)
 	if err != nil && result != nil && !retryable(err) && !errors.Is(err, ErrNotHolder) {
@@ -335,6 +364,114 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	}
 	g.remember(rec)
 	return nil
+}
+
+// release releases the claim of a handler that failed, retrying until
+// deadline.
+func (g *Guard) release(ctx context.Context, deadline time.Time, key, token string, log *slog.Logger) {
+	g.released.Add(1)
+	err := g.retry(ctx, deadline, func(ctx context.Context) error { return g.store.Release(ctx, key, token) })
+	switch {
+	case errors.Is(err, ErrNotHolder):
+		log.Info("the idempotency claim was no longer held (or was completed) when its handler failed", "error", err)
+	case err != nil:
+		log.Warn("releasing the idempotency claim failed; the retry waits for its lease to end", "error", err)
+	}
+}
+
+// commit commits the claim's completion with the handler's writes, which
+// come to size bytes, retrying until deadline, and returns the job's
+// outcome.
+func (g *Guard) commit(ctx context.Context, deadline time.Time, c Commit, size int, log *slog.Logger) error {
+	wc := g.store.(WriteCommitter) // AddWrites accepted writes: the store is one
+	if c.Result != nil && size+len(c.Result)+len(c.Key)+completionSize > MaxTransactionSize {
+		log.Warn("result too large to save with the writes in one transaction; completing without it",
+			"bytes", len(c.Result), "writes_bytes", size, "max", MaxTransactionSize)
+		c.Result = nil
+	}
+	c.ID, c.At = newToken(), g.now()
+	rec, err := g.commitRetried(ctx, deadline, wc, c)
+	if c.Result != nil && (errors.Is(err, errRecordRefused) || isValidation(err)) {
+		// Perhaps the record was too large with the result: save none.
+		log.Warn("committing with the result failed; committing without it", "error", err)
+		c.Result, c.ID = nil, newToken()
+		rec, err = g.commitRetried(ctx, deadline, wc, c)
+	}
+	var cancelled *TransactionCanceledError
+	switch {
+	case err == nil:
+		g.committed.Add(1)
+		g.remember(rec)
+		return nil
+	case errors.Is(err, ErrNotHolder):
+		// Another holder has the key: the writes were not applied, and
+		// the job's retry finds the key completed, held or free.
+		g.lostClaims.Add(1)
+		log.Warn("the idempotency claim was lost before its writes were committed; none applied", "error", err)
+		return err
+	case errors.As(err, &cancelled):
+		g.cancelled.Add(1)
+		g.release(ctx, deadline, c.Key, c.Token, log)
+		return err
+	case retryable(err):
+		// Unknown outcome: perhaps committed, whose record says so to the
+		// retry; or not, and the claim is released (the condition on its
+		// status keeps a committed record) so that the retry runs at
+		// once rather than after the lease.
+		log.Error("committing the writes with the idempotency record failed; the job will be retried", "error", err)
+		g.release(ctx, time.Time{}, c.Key, c.Token, log)
+		if !sqsworker.IsUnavailable(err) && isOutage(err) {
+			err = sqsworker.Unavailable(err)
+		}
+		return err
+	default:
+		log.Error("DynamoDB refused the writes with the idempotency record", "error", err)
+		g.release(ctx, deadline, c.Key, c.Token, log)
+		return err
+	}
+}
+
+// commitRetried commits c, retrying until deadline.
+func (g *Guard) commitRetried(ctx context.Context, deadline time.Time, wc WriteCommitter, c Commit) (*Record, error) {
+	var rec *Record
+	err := g.retry(ctx, deadline, func(ctx context.Context) error {
+		r, err := wc.CommitWrites(ctx, c)
+		rec = r
+		return err
+	})
+	return rec, err
+}
+
+// isValidation reports whether DynamoDB refused a request as invalid.
+func isValidation(err error) bool {
+	var api smithy.APIError
+	return errors.As(err, &api) && api.ErrorCode() == "ValidationException"
+}
+
+// runUnclaimed runs next for a message without a claim (RunWithoutKey, or
+// Config.Disabled): the writes it adds are committed on their own.
+func (g *Guard) runUnclaimed(ctx context.Context, m *sqsworker.Message, next sqsworker.Handler) error {
+	wc, ok := g.store.(WriteCommitter)
+	if !ok {
+		return next.HandleMessage(ctx, m)
+	}
+	p := &pending{wc: wc}
+	herr := next.HandleMessage(context.WithValue(ctx, pendingKey{}, p), m)
+	writes, _, refused := p.seal()
+	switch {
+	case herr != nil:
+		return herr
+	case refused != nil:
+		return refused
+	case len(writes) == 0:
+		return nil
+	}
+	c := Commit{Writes: writes, ID: newToken(), At: g.now()}
+	_, err := g.commitRetried(context.WithoutCancel(ctx), g.now().Add(finishBudget), wc, c)
+	if err == nil {
+		g.committed.Add(1)
+	}
+	return err
 }
 
 // recordCompleter is a Store whose Complete can also return the record it

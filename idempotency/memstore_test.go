@@ -2,9 +2,13 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // MemStore is an in-memory Store for the package's tests, with DynamoStore's
@@ -19,9 +23,11 @@ type MemStore struct {
 
 // memData is the records MemStore views share.
 type memData struct {
-	mu   sync.Mutex
-	ttl  time.Duration
-	recs map[string]Record
+	mu      sync.Mutex
+	ttl     time.Duration
+	recs    map[string]Record
+	applied map[string][]types.TransactWriteItem // committed writes, by key ("" without a claim)
+	commits map[string]bool                      // IDs of the commits applied
 }
 
 // Operation names MemStore.SetFault is called with.
@@ -30,9 +36,17 @@ const (
 	OpComplete    = "Complete"
 	OpRelease     = "Release"
 	OpExtendLease = "ExtendLease"
+	OpCommit      = "CommitWrites"
 )
 
-var _ Store = (*MemStore)(nil)
+// ErrLostReply, returned by a fault, makes the call take effect and then
+// fail, as a request whose reply was lost.
+var ErrLostReply = errors.New("injected: reply lost")
+
+var (
+	_ Store          = (*MemStore)(nil)
+	_ WriteCommitter = (*MemStore)(nil)
+)
 
 // NewMemStore returns an empty MemStore whose records last ttl (DefaultTTL
 // if 0).
@@ -40,7 +54,8 @@ func NewMemStore(ttl time.Duration) *MemStore {
 	if ttl == 0 {
 		ttl = DefaultTTL
 	}
-	return &MemStore{memData: &memData{ttl: ttl, recs: map[string]Record{}}, calls: map[string]int{}, failed: map[string]int{}}
+	return &MemStore{memData: &memData{ttl: ttl, recs: map[string]Record{}, applied: map[string][]types.TransactWriteItem{}, commits: map[string]bool{}},
+		calls: map[string]int{}, failed: map[string]int{}}
 }
 
 // Unfaulted returns a view of the same records without s's faults, as
@@ -152,7 +167,7 @@ func (s *MemStore) Release(ctx context.Context, key, token string) error {
 	if err := s.begin(ctx, OpRelease); err != nil {
 		return err
 	}
-	if r, ok := s.recs[key]; !ok || r.Token != token {
+	if r, ok := s.recs[key]; !ok || r.Token != token || r.Status != StatusInProgress {
 		return fmt.Errorf("memstore: releasing key %q: %w", key, ErrNotHolder)
 	}
 	delete(s.recs, key)
@@ -173,4 +188,70 @@ func (s *MemStore) ExtendLease(ctx context.Context, key, token string, until tim
 	r.LeaseExpiry = time.UnixMilli(until.UnixMilli())
 	s.recs[key] = r
 	return nil
+}
+
+// Applied returns the writes committed with the claims of key ("" for those
+// committed without a claim), in order.
+func (s *MemStore) Applied(key string) []types.TransactWriteItem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.applied[key])
+}
+
+// CommitWrites implements WriteCommitter, as DynamoStore does: a commit
+// whose ID was applied succeeds again without effect, as does one finding
+// the record completed with its token.
+func (s *MemStore) CommitWrites(ctx context.Context, c Commit) (*Record, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.calls[OpCommit]++
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var lost error
+	if s.fault != nil {
+		if err := s.fault(OpCommit); err != nil {
+			s.failed[OpCommit]++
+			if !errors.Is(err, ErrLostReply) {
+				return nil, fmt.Errorf("memstore: %s: %w", OpCommit, err)
+			}
+			lost = fmt.Errorf("memstore: %s: %w", OpCommit, err)
+		}
+	}
+	rec, err := s.commit(c)
+	if lost != nil {
+		return nil, lost
+	}
+	return rec, err
+}
+
+// commit applies c. s.mu is held.
+func (s *MemStore) commit(c Commit) (*Record, error) {
+	if c.ID != "" && s.commits[c.ID] {
+		r := s.recs[c.Key]
+		return copyRecord(&r), nil
+	}
+	var rec *Record
+	if c.Key != "" {
+		r, ok := s.recs[c.Key]
+		switch {
+		case ok && r.Token == c.Token && r.Status == StatusCompleted:
+			return copyRecord(&r), nil
+		case !ok || r.Token != c.Token || r.Status != StatusInProgress:
+			return nil, fmt.Errorf("memstore: committing the writes of key %q: %w", c.Key, ErrNotHolder)
+		}
+		r.Status = StatusCompleted
+		r.Expiry = time.Unix(c.At.Add(s.ttl).Unix(), 0)
+		r.LeaseExpiry = time.Time{}
+		if c.Result != nil {
+			r.Result = append([]byte(nil), c.Result...)
+		}
+		s.recs[c.Key] = r
+		rec = copyRecord(&r)
+	}
+	s.applied[c.Key] = append(s.applied[c.Key], c.Writes...)
+	if c.ID != "" {
+		s.commits[c.ID] = true
+	}
+	return rec, nil
 }

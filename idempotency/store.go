@@ -6,13 +6,19 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/arn"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/sqsworker/sqsworker"
 )
 
 // Status of a record.
@@ -60,10 +66,14 @@ type Store interface {
 var ErrNotHolder = errors.New("idempotency: claim no longer held")
 
 // DynamoAPI is the part of the DynamoDB client a DynamoStore calls.
+// TransactWriteItems commits the writes handlers add with AddWrites; a
+// test double of the client needs it too (it may return an error if the
+// handlers add none).
 type DynamoAPI interface {
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, opts ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
 }
 
@@ -77,11 +87,16 @@ type StoreConfig struct {
 	// ExpiryAttr (CreateTable does both).
 	Table string
 	// KeyPrefix is put before every key, to share a table between
-	// handlers: a key k is stored as KeyPrefix + KeySeparator + k, so that
-	// no two prefixes' keys collide ("a"+"bc" and "ab"+"c" are "a#bc" and
-	// "ab#c"). It must not contain KeySeparator. Default "": keys are
-	// stored as they are, which may contain KeySeparator themselves, so
-	// every store sharing a table should have a prefix of its own.
+	// handlers, or to keep tenants apart: a key k is stored as KeyPrefix +
+	// KeySeparator + k, so that no two prefixes' keys collide ("a"+"bc"
+	// and "ab"+"c" are "a#bc" and "ab#c"). It must not contain
+	// KeySeparator, and is at most MaxKeyPrefixSize bytes. Default "":
+	// keys are stored as they are, which may contain KeySeparator
+	// themselves, so every store sharing a table should have a prefix of
+	// its own. Two handlers (or tenants) whose producers may pick the same
+	// key need a store each, with different prefixes: with one prefix,
+	// the second job of a key is taken for a duplicate of the first (or
+	// fails as a reused key).
 	KeyPrefix string
 	// TTL is how long a completed record keeps duplicates away. Default
 	// 24h.
@@ -99,6 +114,11 @@ const DefaultTTL = 24 * time.Hour
 // KeySeparator joins StoreConfig.KeyPrefix to a key in the partition key of
 // a stored record.
 const KeySeparator = "#"
+
+// MaxKeyPrefixSize is the longest StoreConfig.KeyPrefix, in bytes: with the
+// separator and a key of MaxKeySize, DynamoDB's 2048-byte limit on a
+// partition key.
+const MaxKeyPrefixSize = 2048 - MaxKeySize - len(KeySeparator)
 
 func (c StoreConfig) withDefaults() StoreConfig {
 	def := func(s *string, v string) {
@@ -126,9 +146,18 @@ type DynamoStore struct {
 	cfg   StoreConfig
 	names map[string]string // expression attribute names
 	now   func() time.Time
+
+	// Where the table is, for the writes of AddWrites: its name (from
+	// an ARN if cfg.Table is one), its region (from the ARN, else the
+	// client's; "" if unknown) and its account ("" unless cfg.Table is an
+	// ARN).
+	tableName, region, account string
 }
 
-var _ Store = (*DynamoStore)(nil)
+var (
+	_ Store          = (*DynamoStore)(nil)
+	_ WriteCommitter = (*DynamoStore)(nil)
+)
 
 // NewDynamoStore validates cfg and checks that the table exists with the
 // expected key. It returns an error naming the problem otherwise.
@@ -147,6 +176,15 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 	if strings.Contains(cfg.KeyPrefix, KeySeparator) {
 		errs = append(errs, fmt.Errorf("KeyPrefix %q contains the separator %q", cfg.KeyPrefix, KeySeparator))
 	}
+	if len(cfg.KeyPrefix) > MaxKeyPrefixSize {
+		errs = append(errs, fmt.Errorf("KeyPrefix of %d bytes is over %d (keys are up to %d bytes, and DynamoDB's partition keys up to 2048): use a shorter prefix",
+			len(cfg.KeyPrefix), MaxKeyPrefixSize, MaxKeySize))
+	}
+	table, err := parseTable(cfg.Table)
+	if err != nil {
+		//lint:ignore ST1005 the message starts with the name of the field
+		errs = append(errs, fmt.Errorf("Table: %w", err))
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("idempotency: invalid StoreConfig: %w", errors.Join(errs...))
 	}
@@ -155,6 +193,10 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 		"#k": cfg.KeyAttr, "#s": cfg.StatusAttr, "#e": cfg.ExpiryAttr, "#l": cfg.LeaseAttr,
 		"#t": cfg.TokenAttr, "#h": cfg.HashAttr, "#r": cfg.ResultAttr,
 	}}
+	s.tableName, s.region, s.account = table.name, table.region, table.account
+	if o, ok := api.(interface{ Options() dynamodb.Options }); ok && s.region == "" {
+		s.region = o.Options().Region
+	}
 	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &cfg.Table})
 	if err != nil {
 		var missing *types.ResourceNotFoundException
@@ -231,7 +273,11 @@ func (s *DynamoStore) Config() StoreConfig { return s.cfg }
 // The claim's token is made before the request: when the condition fails on
 // a record holding that very token, an earlier attempt of the same request
 // wrote it (the SDK retried after its response was lost), and the claim is
-// the caller's.
+// the caller's. When the request fails in a way that leaves its outcome
+// unknown (the SDK's retries ran out on timeouts, lost replies or server
+// errors), Claim deletes the record it may have written, with its token,
+// as a best effort: otherwise the key would stay in progress, its
+// duplicates postponed, until the lease ends.
 func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseUntil time.Time) (string, *Record, error) {
 	now := s.now()
 	token := newToken()
@@ -262,7 +308,23 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 		}
 		return "", r, nil
 	}
-	return "", nil, fmt.Errorf("idempotency: claiming key %q: %w", key, err)
+	if retryable(err) && !errors.Is(err, context.Canceled) {
+		s.forget(ctx, key, token)
+	}
+	return "", nil, s.fail("claiming", key, err)
+}
+
+// forgetTimeout bounds the best-effort release of a claim whose outcome is
+// unknown.
+const forgetTimeout = 2 * time.Second
+
+// forget deletes the in-progress record of key if token holds it, with one
+// attempt, and ignores the outcome: a claim that may have been written,
+// whose caller will not run.
+func (s *DynamoStore) forget(ctx context.Context, key, token string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), forgetTimeout)
+	defer cancel()
+	_ = s.release(ctx, key, token, func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
 }
 
 func (s *DynamoStore) record(key string, item map[string]types.AttributeValue) *Record {
@@ -300,10 +362,9 @@ func (s *DynamoStore) Complete(ctx context.Context, key, token string, result []
 	return err
 }
 
-// completeRecord is Complete, returning the record as Claim returns it to a
-// duplicate, given the payload hash the claim was made with.
-func (s *DynamoStore) completeRecord(ctx context.Context, key, token, payloadHash string, result []byte) (*Record, error) {
-	exp := s.now().Add(s.cfg.TTL).Unix()
+// completion returns the update expression, names and values that complete
+// the claim of token, saving result, with the record's expiry at exp.
+func (s *DynamoStore) completion(token string, exp int64, result []byte) (string, map[string]string, map[string]types.AttributeValue) {
 	update := "SET #s = :completed, #e = :exp REMOVE #l"
 	names := s.namesFor("#s", "#e", "#l", "#t")
 	values := map[string]types.AttributeValue{
@@ -314,6 +375,14 @@ func (s *DynamoStore) completeRecord(ctx context.Context, key, token, payloadHas
 		names["#r"] = s.names["#r"]
 		values[":result"] = &types.AttributeValueMemberB{Value: result}
 	}
+	return update, names, values
+}
+
+// completeRecord is Complete, returning the record as Claim returns it to a
+// duplicate, given the payload hash the claim was made with.
+func (s *DynamoStore) completeRecord(ctx context.Context, key, token, payloadHash string, result []byte) (*Record, error) {
+	exp := s.now().Add(s.cfg.TTL).Unix()
+	update, names, values := s.completion(token, exp, result)
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.cfg.Table, Key: s.key(key),
 		UpdateExpression:          &update,
@@ -328,15 +397,19 @@ func (s *DynamoStore) completeRecord(ctx context.Context, key, token, payloadHas
 		PayloadHash: payloadHash, Result: result}, nil
 }
 
-// Release deletes the record with one DeleteItem that only the claim's holder
-// can make.
+// Release deletes the in-progress record with one DeleteItem that only the
+// claim's holder can make. A completed record is never deleted.
 func (s *DynamoStore) Release(ctx context.Context, key, token string) error {
+	return s.release(ctx, key, token)
+}
+
+func (s *DynamoStore) release(ctx context.Context, key, token string, opts ...func(*dynamodb.Options)) error {
 	_, err := s.api.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: &s.cfg.Table, Key: s.key(key),
-		ConditionExpression:       aws.String("#t = :token"),
-		ExpressionAttributeNames:  s.namesFor("#t"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":token": str(token)},
-	})
+		ConditionExpression:       aws.String("#t = :token AND #s = :inprogress"),
+		ExpressionAttributeNames:  s.namesFor("#t", "#s"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":token": str(token), ":inprogress": str(StatusInProgress)},
+	}, opts...)
 	return s.holderErr("releasing", key, err)
 }
 
@@ -361,5 +434,194 @@ func (s *DynamoStore) holderErr(op, key string, err error) error {
 	if errors.As(err, &notHolder) {
 		return fmt.Errorf("idempotency: %s key %q: %w", op, key, ErrNotHolder)
 	}
-	return fmt.Errorf("idempotency: %s key %q: %w", op, key, err)
+	return s.fail(op, key, err)
+}
+
+// fail wraps the error of a request about key, marking it with
+// sqsworker.Unavailable when it means DynamoDB is unreachable, throttled or
+// failing (see isOutage), so that the runtimes' circuit breaker counts it
+// and the message is never dead-lettered for it.
+func (s *DynamoStore) fail(op, key string, err error) error {
+	err = fmt.Errorf("idempotency: %s key %q: %w", op, key, err)
+	if isOutage(err) {
+		return sqsworker.Unavailable(err)
+	}
+	return err
+}
+
+// CommitWrites implements WriteCommitter with one TransactWriteItems: an
+// Update completing the record on the condition that the claim is still
+// c.Token's and in progress, then the writes, in order. c.ID is the request's
+// ClientRequestToken: DynamoDB applies a request repeated within 10 minutes
+// once, and answers it as the first. After that, a repeated request is
+// cancelled by the completion's condition, and the record it finds,
+// completed with c.Token, shows that the commit was applied: CommitWrites
+// succeeds.
+func (s *DynamoStore) CommitWrites(ctx context.Context, c Commit) (*Record, error) {
+	items := make([]types.TransactWriteItem, 0, len(c.Writes)+1)
+	var rec *Record
+	if c.Key != "" {
+		exp := c.At.Add(s.cfg.TTL).Unix()
+		update, names, values := s.completion(c.Token, exp, c.Result)
+		names["#s"] = s.names["#s"]
+		values[":inprogress"] = str(StatusInProgress)
+		items = append(items, types.TransactWriteItem{Update: &types.Update{
+			TableName: &s.cfg.Table, Key: s.key(c.Key),
+			UpdateExpression:                    &update,
+			ConditionExpression:                 aws.String("#t = :token AND #s = :inprogress"),
+			ExpressionAttributeNames:            names,
+			ExpressionAttributeValues:           values,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}})
+		rec = &Record{Key: c.Key, Status: StatusCompleted, Expiry: time.Unix(exp, 0), Token: c.Token,
+			PayloadHash: c.PayloadHash, Result: c.Result}
+	}
+	items = append(items, c.Writes...)
+	if len(items) == 0 {
+		return rec, nil
+	}
+	in := &dynamodb.TransactWriteItemsInput{TransactItems: items}
+	if c.ID != "" {
+		in.ClientRequestToken = aws.String(c.ID)
+	}
+	_, err := s.api.TransactWriteItems(ctx, in)
+	if err == nil {
+		return rec, nil
+	}
+	return s.commitErr(c, err, rec)
+}
+
+// errRecordRefused marks a commit DynamoDB refused for the completion
+// itself (the record with its result too large, say), not for the
+// handler's writes.
+var errRecordRefused = errors.New("DynamoDB refused the completion of the record")
+
+// commitErr classifies the failure of c's transaction: the claim not c's
+// (ErrNotHolder), or c already applied (nil and rec), or the handler's
+// writes at fault (*TransactionCanceledError), or the completion at fault
+// (errRecordRefused), or an outage (sqsworker.Unavailable).
+func (s *DynamoStore) commitErr(c Commit, err error, rec *Record) (*Record, error) {
+	n := len(c.Writes)
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		var api smithy.APIError
+		if errors.As(err, &api) && api.ErrorCode() == "ValidationException" && n > 0 {
+			return nil, fmt.Errorf("idempotency: committing key %q with %d writes: DynamoDB refused the transaction (the writes must be on distinct items, at most %d, about 4 MB in all with the record, in the idempotency table's account and region, with valid expressions): %w",
+				c.Key, n, MaxWrites, err)
+		}
+		return nil, s.fail("committing the writes of", c.Key, err)
+	}
+	reasons := tce.CancellationReasons
+	if c.Key != "" && len(reasons) == n+1 {
+		r := reasons[0]
+		switch aws.ToString(r.Code) {
+		case reasonConditionFailed:
+			old := s.record(c.Key, r.Item)
+			if old.Status == StatusCompleted && old.Token == c.Token {
+				// An earlier attempt of this very commit was applied.
+				rec.Expiry = old.Expiry
+				return rec, nil
+			}
+			return nil, fmt.Errorf("idempotency: committing the writes of key %q: none applied: %w", c.Key, ErrNotHolder)
+		case reasonValidation, "ItemCollectionSizeLimitExceeded":
+			return nil, fmt.Errorf("idempotency: committing the writes of key %q: %w: %w", c.Key, errRecordRefused, err)
+		}
+		reasons = reasons[1:]
+	}
+	for _, r := range reasons {
+		switch aws.ToString(r.Code) {
+		case "", reasonNone, "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
+			continue
+		}
+		// A write of the handler's is at fault.
+		return nil, &TransactionCanceledError{Key: c.Key, Reasons: slices.Clone(reasons), Err: err}
+	}
+	if len(tce.CancellationReasons) == 0 {
+		// No reasons to tell the claim lost from a condition of the
+		// handler's: nothing was applied, and the retry sorts it out.
+		return nil, &TransactionCanceledError{Key: c.Key, Err: err}
+	}
+	// Throttled, or in conflict with another transaction: worth retrying.
+	return nil, s.fail("committing the writes of", c.Key, err)
+}
+
+// checkWrites implements writeChecker: every write in the table's account
+// and region, none on the same item as another or as the record of key.
+func (s *DynamoStore) checkWrites(key string, all []types.TransactWriteItem) error {
+	account, accountOf := s.account, "the idempotency table"
+	keyNames := map[string][]string{s.tableName: {s.cfg.KeyAttr}}
+	tables := make([]tableRef, len(all))
+	for i := range all {
+		kind, name, k := describe(&all[i])
+		t, err := parseTable(name)
+		if err != nil {
+			return fmt.Errorf("idempotency: AddWrites: write %d (%s): %w: %w", i, kind, err, ErrInvalidWrites)
+		}
+		tables[i] = t
+		if t.region != "" && s.region != "" && t.region != s.region {
+			return fmt.Errorf("idempotency: AddWrites: write %d (%s on table %s) is in region %s, the idempotency table in %s: a DynamoDB transaction stays in one account and region; use a table in %s for the effect, or a store whose table is in %s: %w",
+				i, kind, name, t.region, s.region, s.region, t.region, ErrInvalidWrites)
+		}
+		if t.account != "" {
+			if account == "" {
+				account, accountOf = t.account, fmt.Sprintf("write %d", i)
+			} else if t.account != account {
+				return fmt.Errorf("idempotency: AddWrites: write %d (%s on table %s) is in account %s, %s in %s: a DynamoDB transaction stays in one account and region; use tables of one account: %w",
+					i, kind, name, t.account, accountOf, account, ErrInvalidWrites)
+			}
+		}
+		if _, known := keyNames[t.name]; !known && k != nil {
+			keyNames[t.name] = slices.Sorted(maps.Keys(k))
+		}
+	}
+	seen := map[string]int{}
+	if key != "" {
+		seen[identity(s.tableName, s.key(key))] = -1
+	}
+	for i := range all {
+		kind, name, k := describe(&all[i])
+		if k == nil { // a Put: its key is among its attributes
+			k = map[string]types.AttributeValue{}
+			for _, a := range keyNames[tables[i].name] {
+				if v, ok := all[i].Put.Item[a]; ok {
+					k[a] = v
+				}
+			}
+			if len(k) == 0 || len(k) != len(keyNames[tables[i].name]) {
+				continue // unknown key schema: DynamoDB will tell
+			}
+		}
+		id := identity(tables[i].name, k)
+		j, dup := seen[id]
+		switch {
+		case dup && j < 0:
+			return fmt.Errorf("idempotency: AddWrites: write %d (%s on table %s) is on the idempotency record of key %q, which the middleware completes in the same transaction: use another item: %w",
+				i, kind, name, key, ErrInvalidWrites)
+		case dup:
+			return fmt.Errorf("idempotency: AddWrites: writes %d and %d are on the same item of table %s: DynamoDB refuses two operations on one item in a transaction; merge them into one write: %w",
+				j, i, name, ErrInvalidWrites)
+		}
+		seen[id] = i
+	}
+	return nil
+}
+
+// tableRef is where a table named by name or ARN is: its name, and its
+// region and account when an ARN gives them.
+type tableRef struct{ name, region, account string }
+
+// parseTable reads a table's name or ARN.
+func parseTable(s string) (tableRef, error) {
+	if !arn.IsARN(s) {
+		return tableRef{name: s}, nil
+	}
+	a, err := arn.Parse(s)
+	if err != nil {
+		return tableRef{}, fmt.Errorf("%q is not a valid ARN: %w", s, err)
+	}
+	name, ok := strings.CutPrefix(a.Resource, "table/")
+	if a.Service != "dynamodb" || !ok || name == "" || strings.Contains(name, "/") {
+		return tableRef{}, fmt.Errorf("%q is not the ARN of a DynamoDB table", s)
+	}
+	return tableRef{name: name, region: a.Region, account: a.AccountID}, nil
 }
