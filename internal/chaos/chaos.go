@@ -59,6 +59,9 @@ type Options struct {
 	// WorkerBin is the chaosworker binary. Default: Run builds it with
 	// `go build` into a temporary directory.
 	WorkerBin string
+	// WorkerArgs are added to every chaosworker's command line, such as
+	// "-effect=update-item" to compare with the two-write effect.
+	WorkerArgs []string
 	// LogDir receives one log file per scenario, kept after the run.
 	// Default: a new directory under os.TempDir().
 	LogDir string
@@ -128,6 +131,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 		opts.WorkerBin = bin
 	}
 	e.workerBin = opts.WorkerBin
+	e.workerArgs = opts.WorkerArgs
 	e.full = opts.Full
 	parallel := opts.Parallel
 	if parallel <= 0 {

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/logging"
 )
 
 // WorkerPackage is the import path of the worker process under test.
@@ -29,6 +30,7 @@ type env struct {
 	ddb                      *dynamodb.Client
 	log                      *slog.Logger
 	workerBin                string
+	workerArgs               []string
 	logDir                   string
 	full                     bool
 }
@@ -79,6 +81,11 @@ func newEnv(ctx context.Context, log *slog.Logger) (*env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: loading the AWS config: %w", err)
 	}
+	// The SDK's own warnings (a connection the emulator closed while a
+	// response was being discarded) are the runner's debug records.
+	cfg.Logger = logging.LoggerFunc(func(c logging.Classification, format string, v ...any) {
+		log.Debug(fmt.Sprintf(format, v...), "source", "aws-sdk", "classification", string(c))
+	})
 	return &env{
 		sqsEndpoint: su,
 		ddbEndpoint: du,

@@ -290,6 +290,7 @@ func (r *run) startWorker() error {
 		"-idempotency-table", r.idemTable,
 		"-concurrency", strconv.Itoa(r.sp.concurrency),
 	}
+	args = append(args, r.workerArgs...)
 	p, err := startProc(r.workerBin, args, workerEnv(r.sqsProxy.URL(), r.ddbProxy.URL()), r.out)
 	if err != nil {
 		return err

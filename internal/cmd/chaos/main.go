@@ -58,6 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&opts.Parallel, "parallel", 0, "scenarios at once (default all in short mode, 2 in full mode)")
 	fs.StringVar(&opts.LogDir, "logs", "", "directory of the scenarios' logs (default a new temporary directory)")
 	fs.StringVar(&opts.WorkerBin, "worker", "", "chaosworker binary (default: built with go build)")
+	workerArgs := fs.String("worker-args", "", "arguments added to every chaosworker's command line, e.g. -effect=update-item")
 	verbose := fs.Bool("v", false, "log the runner's progress at debug level")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -70,6 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	opts.Scenarios = selected
+	opts.WorkerArgs = strings.Fields(*workerArgs)
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug

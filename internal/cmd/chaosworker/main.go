@@ -18,6 +18,14 @@
 // every attempt) or "panic". A body that is not such an object (empty or
 // blank, not JSON, an id that is not valid Unicode) is a Permanent error.
 //
+// The effect is committed with idempotency.AddWrites, in one
+// TransactWriteItems with the completion of the job's idempotency record, so
+// that the effect and the record exist together or not at all. With
+// -effect=update-item it is a separate UpdateItem instead, before the
+// completion: the two-write pattern, kept to compare runs with, which
+// applies an effect twice when the worker dies between the writes or the
+// UpdateItem's reply is lost.
+//
 // SIGTERM or SIGINT starts a graceful shutdown (worker.Shutdown with
 // -shutdown-timeout); the process then exits 0. It exits 1 when the worker
 // stops by itself with an error, 2 on bad settings.
@@ -73,7 +81,14 @@ type settings struct {
 	concurrency                       int
 	shutdownTimeout                   time.Duration
 	logLevel                          slog.Level
+	effect                            string
 }
+
+// The ways -effect writes a job's effect.
+const (
+	effectTransact   = "transact"
+	effectUpdateItem = "update-item"
+)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stderr))
@@ -126,7 +141,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 
 	log.Info("chaosworker started", "queue_url", s.queueURL, "concurrency", s.concurrency,
-		"effect", effectMode)
+		"effect", s.effect)
 	runErr := make(chan error, 1)
 	go func() { runErr <- w.Run(context.Background(), h) }() // owned: awaited below
 	code := exitOK
@@ -168,6 +183,11 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	fs.IntVar(&s.concurrency, "concurrency", conc, "handlers at once (env CHAOSWORKER_CONCURRENCY)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 25*time.Second, "deadline of the graceful shutdown at SIGTERM")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
+	effect := os.Getenv("CHAOSWORKER_EFFECT")
+	if effect == "" {
+		effect = effectTransact
+	}
+	fs.StringVar(&s.effect, "effect", effect, "how the effect is written: transact (idempotency.AddWrites, with the completion) or update-item (a separate UpdateItem, before it) (env CHAOSWORKER_EFFECT)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -186,6 +206,9 @@ func parseSettings(args []string, stderr io.Writer) (settings, error) {
 	}
 	if s.concurrency < 1 {
 		errs = append(errs, fmt.Errorf("-concurrency %d is below 1", s.concurrency))
+	}
+	if s.effect != effectTransact && s.effect != effectUpdateItem {
+		errs = append(errs, fmt.Errorf("-effect %q is neither %s nor %s", s.effect, effectTransact, effectUpdateItem))
 	}
 	if s.shutdownTimeout <= 0 {
 		errs = append(errs, fmt.Errorf("-shutdown-timeout %s is not positive", s.shutdownTimeout))
@@ -256,7 +279,7 @@ func setup(ctx context.Context, s settings, log *slog.Logger) (*worker.Worker, s
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("worker: %w", err)
 	}
-	h := &handler{ddb: ddb, table: s.effectsTable}
+	h := &handler{ddb: ddb, table: s.effectsTable, transact: s.effect == effectTransact}
 	return w, sqsworker.Chain(h, guard.Middleware), guard, nil
 }
 
@@ -318,6 +341,9 @@ func ParseJob(body string) (Job, error) {
 type handler struct {
 	ddb   *dynamodb.Client
 	table string
+	// transact commits the effect with the idempotency record's
+	// completion; else it is an UpdateItem of its own.
+	transact bool
 }
 
 // errPoison is the failure of a job poisoned with "fail".
@@ -350,9 +376,6 @@ func (h *handler) HandleMessage(ctx context.Context, m *sqsworker.Message) error
 	return h.applyEffect(ctx, j.ID)
 }
 
-// effectMode says, in the start-up log, how the effect is written.
-const effectMode = "update-item"
-
 // EffectWrite is a job's effect as a transactional write: one more
 // application on the job's item.
 func EffectWrite(table, id string) types.TransactWriteItem {
@@ -365,19 +388,20 @@ func EffectWrite(table, id string) types.TransactWriteItem {
 	}}
 }
 
-// applyEffect records the job's effect.
+// applyEffect records the job's effect: with the completion of its
+// idempotency record, or at once with an UpdateItem of its own.
 func (h *handler) applyEffect(ctx context.Context, id string) error {
 	w := EffectWrite(h.table, id)
-	// TODO(transactional effects): once idempotency.AddWrites exists
-	// (`go doc github.com/sqsworker/sqsworker/idempotency AddWrites`),
-	// replace the UpdateItem below with
-	//
-	//	return idempotency.AddWrites(ctx, w)
-	//
-	// and set effectMode to "transact", so that the effect commits in one
-	// TransactWriteItems with the claim's completion. Until then the effect
-	// and the completion are two writes: a crash between them, or a reply
-	// lost after the effect was applied, applies the effect twice.
+	if h.transact {
+		// Committed by the middleware when the handler returns nil, in one
+		// TransactWriteItems with the completion.
+		if err := idempotency.AddWrites(ctx, w); err != nil {
+			return fmt.Errorf("chaos job %s: adding its effect: %w", id, err)
+		}
+		return nil
+	}
+	// Two writes: a crash after this one and before the completion, or a
+	// reply lost after the effect was applied, applies it twice.
 	u := w.Update
 	_, err := h.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
