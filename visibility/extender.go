@@ -177,6 +177,7 @@ type Lease struct {
 	deadline time.Time
 	hooks    []func(time.Time)
 	ended    bool // released, lost or expired; whoever sets it cancels ctx
+	acking   bool // see Acknowledging
 }
 
 type leaseKey struct{}
@@ -272,6 +273,23 @@ func (l *Lease) Release() {
 	// Ended by a round, which cancels the context right after; or released
 	// before, and cancelled already.
 	<-l.ctx.Done()
+}
+
+// Acknowledging marks the lease as being acknowledged: its delete has been
+// sent, and the lease is still extended until Release, so that the message
+// is not handed out again while the delete is retried through an outage. An
+// extension rejected from then on is taken as the delete having landed,
+// not as a lost lease: the lease ends quietly, with the cause ErrReleased.
+func (l *Lease) Acknowledging() {
+	l.e.mu.Lock()
+	l.acking = true
+	l.e.mu.Unlock()
+}
+
+func (l *Lease) acknowledging() bool {
+	l.e.mu.Lock()
+	defer l.e.mu.Unlock()
+	return l.acking
 }
 
 // end stops tracking the lease and cancels its context with cause. It
@@ -488,6 +506,9 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		case !bad:
 			e.extended.Add(1)
 			e.extendedTo(p.l, p.until)
+		case f.SenderFault && p.l.acknowledging():
+			// Deleted while this call was under way.
+			p.l.end(ErrReleased)
 		case f.SenderFault:
 			// A message deleted while this call was under way fails here
 			// too; its lease was released, and end says so.

@@ -543,3 +543,32 @@ func TestLateCallExtendsFromItsStart(t *testing.T) {
 		}
 	})
 }
+
+// A lease whose message is being acknowledged ends quietly when SQS rejects
+// its extension: the delete landed first; it is not a lost lease.
+func TestAcknowledgingLeaseEndsQuietly(t *testing.T) {
+	f := sqstest.NewFake()
+	url := f.CreateQueue("q", map[string]string{"VisibilityTimeout": "2"})
+	f.Send(url, "m")
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatal(err)
+	}
+	m := &sqsworker.Message{ID: aws.ToString(out.Messages[0].MessageId), ReceiptHandle: aws.ToString(out.Messages[0].ReceiptHandle)}
+	e, err := visibility.New(f, visibility.Config{QueueURL: url, VisibilityTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, l := e.Track(context.Background(), m, time.Now().Add(-1500*time.Millisecond))
+	l.Acknowledging()
+	if _, err := f.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &m.ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	e.Round(context.Background())
+	if s := e.Stats(); s.Lost != 0 || s.Tracked != 0 {
+		t.Errorf("stats %+v, want the lease ended without counting it lost", s)
+	}
+	if !errors.Is(context.Cause(ctx), visibility.ErrReleased) {
+		t.Errorf("cause %v, want ErrReleased", context.Cause(ctx))
+	}
+}

@@ -211,6 +211,7 @@ func (c *consumer) stop(ctx context.Context) {
 // Delete deletes the message. The heartbeat holds it until the delete has
 // landed, so that it is not handed out again meanwhile.
 func (c *consumer) Delete(j *executor.Job) {
+	j.Acknowledging()
 	c.acks.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
 		Done: func(error) { j.Done() }})
 }

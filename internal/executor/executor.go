@@ -88,6 +88,15 @@ func (j *Job) Held(now time.Time) bool {
 	return j.LeaseEnd.IsZero() || now.Before(j.LeaseEnd)
 }
 
+// Acknowledging tells the heartbeat that the message's delete is on its
+// way: the lease is still extended until Done, but a rejected extension
+// then means the delete landed.
+func (j *Job) Acknowledging() {
+	if j.Lease != nil {
+		j.Lease.Acknowledging()
+	}
+}
+
 // Done stops extending the message's lease. It is safe to call more than
 // once, from any goroutine.
 func (j *Job) Done() {
