@@ -1,0 +1,105 @@
+package dlq
+
+import (
+	"sort"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+)
+
+// AttrReplays is the Number message attribute that counts how many times a
+// replay sent a message back from a dead-letter queue.
+const AttrReplays = "sqsworker.replays"
+
+// Message is one message of a dead-letter queue, with the failure metadata
+// the runtimes add to the messages they dead-letter.
+type Message struct {
+	// Message is the message as the runtimes see messages: ID (its ID in
+	// the dead-letter queue), body, system and message attributes, FIFO
+	// group. Its ReceiptHandle is the one of the scan that read it, which
+	// released it at its end.
+	sqsworker.Message
+	// Failure is the failure metadata, when HasFailure.
+	Failure sqsworker.Failure
+	// HasFailure is true when the message carries sqsworker failure
+	// metadata.
+	HasFailure bool
+	// Replays is the message's replay count (the [AttrReplays] attribute):
+	// 0 for a message never replayed.
+	Replays int
+	// RedriveSource is the ARN of the queue SQS's own redrive moved the
+	// message from (the DeadLetterQueueSourceArn system attribute, which
+	// only SQS sets); empty for a message sent to the dead-letter queue,
+	// such as the runtimes' copies.
+	RedriveSource string
+	// Unverified says why the failure metadata cannot be trusted: it names
+	// a source queue that does not send its dead letters to this queue, or
+	// the message was moved here by SQS's redrive, not by a runtime, so its
+	// metadata came with it (from an earlier failure, or from whoever sent
+	// it). Empty when the metadata was checked, or when there is none. The
+	// metadata is attribute values anyone allowed to send to the source or
+	// dead-letter queue can set: a replay never takes its destination from
+	// unverified metadata.
+	Unverified string
+
+	raw types.Message
+}
+
+func newMessage(queueURL string, m types.Message) *Message {
+	d := &Message{raw: m, Message: *sqsmsg.FromSDK(queueURL, &m)}
+	d.Failure, d.HasFailure = sqsworker.ParseFailure(d.MessageAttributes)
+	if v, ok := d.Attribute(AttrReplays); ok {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {
+			d.Replays = int(f)
+		}
+	}
+	d.RedriveSource = d.Attributes[sqsworker.AttrDeadLetterSource]
+	return d
+}
+
+// OriginalID is the ID of the message in the queue it failed in: from the
+// failure metadata, else the dead-letter message's own ID.
+func (m *Message) OriginalID() string {
+	if m.HasFailure && m.Failure.MessageID != "" {
+		return m.Failure.MessageID
+	}
+	return m.ID
+}
+
+// Verified reports whether the message has failure metadata that was
+// checked: its source queue sends its dead letters to this queue, and the
+// message was not moved here by SQS's redrive.
+func (m *Message) Verified() bool { return m.HasFailure && m.Unverified == "" }
+
+// claimedSource is the queue a replay would send m to without a
+// destination of its own, and whether that comes from SQS itself: the
+// queue SQS's redrive moved it from, else the one its failure metadata
+// names.
+func (m *Message) claimedSource() (ref string, fromSQS bool) {
+	if m.RedriveSource != "" {
+		return m.RedriveSource, true
+	}
+	if m.HasFailure {
+		return m.Failure.SourceQueue, false
+	}
+	return "", false
+}
+
+// SortMessages orders messages by failure time, then original ID and ID,
+// so that listings are the same from one run to the next whatever order SQS
+// returned the messages in. Messages without a failure time come first.
+func SortMessages(ms []*Message) {
+	sort.SliceStable(ms, func(i, j int) bool {
+		a, b := ms[i], ms[j]
+		if !a.Failure.FailedAt.Equal(b.Failure.FailedAt) {
+			return a.Failure.FailedAt.Before(b.Failure.FailedAt)
+		}
+		if a.OriginalID() != b.OriginalID() {
+			return a.OriginalID() < b.OriginalID()
+		}
+		return a.ID < b.ID
+	})
+}

@@ -1,0 +1,184 @@
+package dlq
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// moveTasks names the feature of an unsupported move task call.
+const moveTasks = "message move tasks"
+
+// RedriveConfig is how [Queue.PlanRedrive] and [Queue.StartRedrive] start
+// SQS's own redrive.
+type RedriveConfig struct {
+	// To is the queue (name, URL or ARN) to move every message to. Default
+	// "": SQS moves each message back to the queue its redrive moved it
+	// from. Messages SQS's redrive did not move (such as the copies the
+	// runtimes dead-letter, which carry their source in their failure
+	// metadata instead) have no such queue: give To, or use [Queue.Replay].
+	To string
+	// PerSecond is the task's rate: 1 to 500 messages per second. Default
+	// 0: SQS's choice.
+	PerSecond int
+	// Audit records the task once it is started.
+	Audit Audit
+}
+
+// RedrivePlan is what a redrive does: a dry run's plan, or a started task.
+type RedrivePlan struct {
+	// DLQ is the dead-letter queue's ARN.
+	DLQ string `json:"dlq"`
+	// Destination is the --to queue; nil for the source queues.
+	Destination *Target `json:"destination,omitempty"`
+	// Sources are the URLs of the queues that send their dead letters to
+	// the dead-letter queue, as [Open] found them.
+	Sources []string `json:"sources,omitempty"`
+	// Approximate is the dead-letter queue's approximate number of
+	// messages (visible and in flight); -1 when it could not be read.
+	Approximate int `json:"approximateMessages"`
+	// PerSecond is the rate asked for (0: SQS's choice).
+	PerSecond int `json:"perSecond,omitempty"`
+	// Running are the move tasks of the queue that are running: SQS runs
+	// one at a time per queue.
+	Running []MoveTask `json:"running,omitempty"`
+	// TaskHandle is the started task's handle; empty in a plan.
+	TaskHandle string `json:"taskHandle,omitempty"`
+}
+
+// MoveTask is an SQS message move task.
+type MoveTask struct {
+	TaskHandle    string    `json:"taskHandle,omitempty"`
+	Status        string    `json:"status"`
+	Started       time.Time `json:"started,omitzero"`
+	Moved         int64     `json:"moved"`
+	ToMove        *int64    `json:"toMove,omitempty"`
+	Destination   string    `json:"destination,omitempty"`
+	PerSecond     *int32    `json:"ratePerSecond,omitempty"`
+	FailureReason string    `json:"failureReason,omitempty"`
+}
+
+// PlanRedrive is the dry run of [Queue.StartRedrive]: it checks that the
+// endpoint has message move tasks (ListMessageMoveTasks), resolves the
+// destination, and returns what the task would move, starting nothing.
+// An endpoint without move tasks (such as the fauxqs emulator) is an
+// [ErrUnsupported] error.
+func (q *Queue) PlanRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePlan, error) {
+	if cfg.PerSecond < 0 || cfg.PerSecond > 500 {
+		return nil, fmt.Errorf("dlq: rate %d: SQS accepts 1 to 500 messages per second (0: its own choice)", cfg.PerSecond)
+	}
+	p := &RedrivePlan{DLQ: q.ARN, Sources: q.Sources, PerSecond: cfg.PerSecond, Approximate: -1}
+	if cfg.To != "" {
+		t, err := q.Target(ctx, cfg.To)
+		if err != nil {
+			return nil, fmt.Errorf("dlq: destination: %w", err)
+		}
+		p.Destination = &t
+	}
+	tasks, err := q.Redrives(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range tasks {
+		if t.Status == "RUNNING" {
+			p.Running = append(p.Running, t)
+		}
+	}
+	if c, err := q.Counts(ctx); err == nil {
+		p.Approximate = c.Visible + c.InFlight
+	}
+	return p, nil
+}
+
+// StartRedrive starts an SQS message move task that moves every message of
+// the dead-letter queue back to its source queue (or to cfg.To), after the
+// checks of [Queue.PlanRedrive], and records it in cfg.Audit. It returns at
+// once with the task's handle; [Queue.Redrives] follows the task and
+// [CancelRedrive] stops it.
+func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePlan, error) {
+	p, err := q.PlanRedrive(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(p.Running) > 0 {
+		return p, fmt.Errorf("dlq: a message move task of %s is running already (%s): SQS runs one at a time; cancel it or wait", q.Name, p.Running[0].TaskHandle)
+	}
+	mt := q.api.(MoveTaskAPI) // PlanRedrive checked it
+	in := &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(q.ARN)}
+	if p.Destination != nil {
+		in.DestinationArn = aws.String(p.Destination.ARN)
+	}
+	if cfg.PerSecond > 0 {
+		in.MaxNumberOfMessagesPerSecond = aws.Int32(int32(cfg.PerSecond))
+	}
+	out, err := mt.StartMessageMoveTask(ctx, in)
+	if err != nil {
+		return p, moveTaskError("StartMessageMoveTask", err)
+	}
+	p.TaskHandle = aws.ToString(out.TaskHandle)
+	if err := cfg.Audit.record(ctx, AuditRecord{
+		Action: ActionRedrive, DLQ: q.URL, Destination: aws.ToString(in.DestinationArn), TaskHandle: p.TaskHandle,
+		ApproximateMessages: max(p.Approximate, 0), PerSecond: cfg.PerSecond,
+	}); err != nil {
+		return p, fmt.Errorf("dlq: message move task %s started, but the audit record failed: %w", p.TaskHandle, err)
+	}
+	return p, nil
+}
+
+// Redrives lists the most recent message move tasks of the queue (up to
+// 10), newest first.
+func (q *Queue) Redrives(ctx context.Context) ([]MoveTask, error) {
+	mt, ok := q.api.(MoveTaskAPI)
+	if !ok {
+		return nil, &unsupportedError{op: "ListMessageMoveTasks", what: moveTasks}
+	}
+	out, err := mt.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(q.ARN), MaxResults: aws.Int32(10)})
+	if err != nil {
+		return nil, moveTaskError("ListMessageMoveTasks", err)
+	}
+	tasks := make([]MoveTask, 0, len(out.Results))
+	for _, t := range out.Results {
+		mt := MoveTask{
+			TaskHandle: aws.ToString(t.TaskHandle), Status: aws.ToString(t.Status),
+			Moved: t.ApproximateNumberOfMessagesMoved, ToMove: t.ApproximateNumberOfMessagesToMove,
+			Destination: aws.ToString(t.DestinationArn), PerSecond: t.MaxNumberOfMessagesPerSecond,
+			FailureReason: aws.ToString(t.FailureReason),
+		}
+		if t.StartedTimestamp > 0 {
+			mt.Started = time.UnixMilli(t.StartedTimestamp).UTC()
+		}
+		tasks = append(tasks, mt)
+	}
+	return tasks, nil
+}
+
+// CancelRedrive cancels a running message move task, given its handle, and
+// records it in audit. The messages already moved stay where they are; it
+// returns how many, about.
+func CancelRedrive(ctx context.Context, api API, handle string, audit Audit) (moved int64, err error) {
+	mt, ok := api.(MoveTaskAPI)
+	if !ok {
+		return 0, &unsupportedError{op: "CancelMessageMoveTask", what: moveTasks}
+	}
+	out, err := mt.CancelMessageMoveTask(ctx, &sqs.CancelMessageMoveTaskInput{TaskHandle: aws.String(handle)})
+	if err != nil {
+		return 0, moveTaskError("CancelMessageMoveTask", err)
+	}
+	if err := audit.record(ctx, AuditRecord{Action: ActionRedriveCancel, TaskHandle: handle, Note: fmt.Sprintf("about %d message(s) had been moved", out.ApproximateNumberOfMessagesMoved)}); err != nil {
+		return out.ApproximateNumberOfMessagesMoved, fmt.Errorf("dlq: message move task %s cancelled, but the audit record failed: %w", handle, err)
+	}
+	return out.ApproximateNumberOfMessagesMoved, nil
+}
+
+// moveTaskError makes the error of a message move task call clear: a
+// missing API says so (matching [ErrUnsupported]). It classifies by error
+// code, never by message text.
+func moveTaskError(op string, err error) error {
+	if u := unsupported(op, moveTasks, err); u != nil {
+		return u
+	}
+	return fmt.Errorf("dlq: %s: %w", op, err)
+}

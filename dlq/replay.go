@@ -1,0 +1,499 @@
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+// moveTimeout bounds the send and the delete of one message, which run to
+// their end even when the replay is interrupted.
+const moveTimeout = 30 * time.Second
+
+// ReplayConfig is what [Queue.Replay] and [Queue.Plan] move. The zero value
+// moves every message back to its source queue, as fast as SQS takes them.
+type ReplayConfig struct {
+	// Filter selects the messages to move. Default: every message.
+	Filter Filter
+	// To is the queue (name, URL or ARN) every message is sent to. Default
+	// "": each message goes back to its source queue, which must send its
+	// dead letters to this queue: the queue SQS's redrive moved it from
+	// (DeadLetterQueueSourceArn, set by SQS), else the one its failure
+	// metadata names, checked against the sources [Open] found (or, where
+	// they are unknown, against that queue's own redrive policy). A message
+	// whose source does not pass stays, and is listed in
+	// ReplayResult.Stayed.
+	To string
+	// Limit moves at most this many messages. Default 0: no limit.
+	Limit int
+	// PerSecond moves at most this many messages per second. Default 0: no
+	// limit.
+	PerSecond float64
+	// Visibility is the visibility timeout of the messages while the
+	// replay holds them (whole seconds, 1s to 12h). Default
+	// [DefaultVisibility]. Those that stay are made visible again at once
+	// when the replay ends.
+	Visibility time.Duration
+	// Audit records each moved message (not in a dry run).
+	Audit Audit
+	// Progress, when set, is called after each message read.
+	Progress func(Progress)
+}
+
+// Progress is how far a replay has come.
+type Progress struct {
+	Scanned, Matched, Moved int
+}
+
+// ReplayResult is what a replay did, or in a dry run would do.
+type ReplayResult struct {
+	// DryRun is true for [Queue.Plan].
+	DryRun bool `json:"dryRun"`
+	// DLQ is the dead-letter queue's URL.
+	DLQ string `json:"dlq"`
+	// Filter describes the filter, and the limit.
+	Filter string `json:"filter"`
+	// Scanned is the number of messages read.
+	Scanned int `json:"scanned"`
+	// Matched is the number of messages that passed the filter and have a
+	// destination: moved, or in a dry run to be moved.
+	Matched int `json:"matched"`
+	// Moved is the number of messages copied and deleted from the
+	// dead-letter queue.
+	Moved int `json:"moved"`
+	// NoSource counts matching messages that stay because nothing names
+	// their source queue (no failure metadata, not moved by SQS's redrive):
+	// give ReplayConfig.To.
+	NoSource int `json:"noSource,omitempty"`
+	// Refused counts matching messages that stay because the source queue
+	// they name does not send its dead letters to this queue (or does not
+	// exist): see Stayed.
+	Refused int `json:"refused,omitempty"`
+	// NotDeleted counts messages copied whose original could not be
+	// deleted: they are in both queues.
+	NotDeleted int `json:"notDeleted,omitempty"`
+	// FailedAgain counts copies this replay sent that failed again and came
+	// back while it ran: they are not replayed twice.
+	FailedAgain int `json:"failedAgain,omitempty"`
+	// LimitHit is true when the replay stopped at ReplayConfig.Limit.
+	LimitHit bool `json:"limitReached,omitempty"`
+	// Interrupted is true when ctx ended the replay.
+	Interrupted bool `json:"interrupted,omitempty"`
+	// Coverage compares what the replay read with the queue's count.
+	Coverage Coverage `json:"coverage"`
+	// Messages are the messages moved (or to be moved), ordered by
+	// [SortMessages].
+	Messages []ReplayedMessage `json:"messages"`
+	// Stayed are the matching messages refused a destination, and why.
+	Stayed []StayedMessage `json:"stayed,omitempty"`
+}
+
+// ReplayedMessage is a message a replay moved, or would move.
+type ReplayedMessage struct {
+	MessageID         string    `json:"messageId"`
+	OriginalMessageID string    `json:"originalMessageId"`
+	ErrorClass        string    `json:"errorClass"`
+	FailedAt          time.Time `json:"failedAt,omitzero"`
+	GroupID           string    `json:"groupId,omitempty"`
+	// Destination is the URL of the queue it was (or would be) sent to.
+	Destination string `json:"destination"`
+	// NewMessageID is the ID of its copy; empty in a dry run.
+	NewMessageID string `json:"newMessageId,omitempty"`
+	// Replays is the copy's replay count (0: no room for the attribute).
+	Replays int `json:"replays"`
+	// Note says what else happened: the failure metadata compacted, the
+	// original not deleted.
+	Note string `json:"note,omitempty"`
+
+	msg *Message
+}
+
+// StayedMessage is a matching message that a replay left in the
+// dead-letter queue for want of a destination it can trust.
+type StayedMessage struct {
+	MessageID         string `json:"messageId"`
+	OriginalMessageID string `json:"originalMessageId"`
+	Reason            string `json:"reason"`
+}
+
+// Plan is a dry run of [Queue.Replay]: it reads the queue as the replay
+// would and returns what would move where, moving nothing. The messages it
+// read are made visible again at once when it ends.
+func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, error) {
+	return q.replay(ctx, cfg, true)
+}
+
+// Replay moves the messages that pass cfg.Filter back to their source
+// queue, or to cfg.To, and records each in cfg.Audit. For each message it
+// sends the copy first, then deletes the original: an interruption loses
+// nothing, at worst a message is in both queues (counted in NotDeleted).
+// When ctx ends it stops between two messages and returns an error that
+// matches [ErrInterrupted], with the result so far.
+//
+// The copy keeps the body, every message attribute (the failure metadata
+// stays as history; the runtimes replace it if the message fails again),
+// the X-Ray trace header and, on FIFO queues, the message group; its
+// deduplication ID is the original message ID and its replay count. It gets
+// the Number attribute [AttrReplays]: 1, or one more than the message had.
+// SQS allows 10 attributes: when the message already has 10, its failure
+// metadata is compacted into the one JSON attribute sqsworker.failure, and
+// when even that leaves no room the copy goes without the count (the
+// message's Note says which).
+//
+// On a FIFO queue a group is replayed in order, up to its first message
+// that stays. A copy that fails again and comes back while the replay runs
+// is not replayed a second time.
+func (q *Queue) Replay(ctx context.Context, cfg ReplayConfig) (*ReplayResult, error) {
+	return q.replay(ctx, cfg, false)
+}
+
+func (q *Queue) replay(ctx context.Context, cfg ReplayConfig, dryRun bool) (*ReplayResult, error) {
+	if cfg.Visibility == 0 {
+		cfg.Visibility = DefaultVisibility
+	}
+	var errs []error
+	if err := validateVisibility(cfg.Visibility); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.Limit < 0 {
+		errs = append(errs, fmt.Errorf("limit %d: want 0 (no limit) or more", cfg.Limit))
+	}
+	if math.IsNaN(cfg.PerSecond) || math.IsInf(cfg.PerSecond, 0) || cfg.PerSecond < 0 {
+		errs = append(errs, fmt.Errorf("rate %v: want messages per second, more than 0 (or 0: no limit)", cfg.PerSecond))
+	}
+	if err := cfg.Filter.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("dlq: Replay: %w", errors.Join(errs...))
+	}
+	r := &replayer{q: q, cfg: cfg, dryRun: dryRun, blocked: map[string]bool{}, sent: map[string]bool{}}
+	r.res.DryRun, r.res.DLQ, r.res.Filter = dryRun, q.URL, cfg.Filter.String()
+	if cfg.Limit > 0 {
+		r.res.Filter += fmt.Sprintf(" (limit %d)", cfg.Limit)
+	}
+	if cfg.To != "" {
+		to, err := q.Target(ctx, cfg.To)
+		if err != nil {
+			return nil, fmt.Errorf("dlq: destination: %w", err)
+		}
+		r.to = &to
+	}
+	batch := 10
+	if cfg.PerSecond > 0 {
+		r.pace = newPacer(cfg.PerSecond)
+		// Receive no more than can be moved in half the visibility timeout.
+		batch = int(min(max(cfg.PerSecond*cfg.Visibility.Seconds()/2, 1), 10))
+	}
+	r.s = q.newScanner(ctx, cfg.Visibility)
+	err := r.run(ctx, batch)
+	if rerr := r.s.release(ctx); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	r.res.Coverage = r.s.coverage()
+	ms := make([]*Message, len(r.res.Messages))
+	byMsg := make(map[*Message]ReplayedMessage, len(r.res.Messages))
+	for i, m := range r.res.Messages {
+		ms[i] = m.msg
+		byMsg[m.msg] = m
+	}
+	SortMessages(ms)
+	for i, m := range ms {
+		r.res.Messages[i] = byMsg[m]
+	}
+	if r.res.Messages == nil {
+		r.res.Messages = []ReplayedMessage{}
+	}
+	return &r.res, err
+}
+
+type replayer struct {
+	q       *Queue
+	cfg     ReplayConfig
+	dryRun  bool
+	to      *Target
+	pace    *pacer
+	s       *scanner
+	blocked map[string]bool // FIFO groups stopped at a message that stays
+	sent    map[string]bool // IDs of the copies this run sent
+	res     ReplayResult
+}
+
+// run scans the dead-letter queue, moving (or, in a dry run, noting) the
+// messages that match, until the queue has no more, the limit is reached,
+// an error or an interruption.
+func (r *replayer) run(ctx context.Context, batch int) error {
+	for {
+		if r.cfg.Limit > 0 && r.res.Matched >= r.cfg.Limit {
+			r.res.LimitHit = true
+			return nil
+		}
+		fresh, drained, err := r.s.receive(ctx, batch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return r.interrupted(ctx)
+			}
+			return err
+		}
+		if drained {
+			r.s.complete = true
+			return nil
+		}
+		for i, raw := range fresh {
+			m := newMessage(r.q.URL, raw)
+			var err error
+			if ctx.Err() != nil {
+				r.s.hold(m.ID, m.ReceiptHandle)
+				err = r.interrupted(ctx)
+			} else {
+				err = r.handle(ctx, m)
+			}
+			if err != nil {
+				for _, rest := range fresh[i+1:] {
+					r.s.hold(aws.ToString(rest.MessageId), aws.ToString(rest.ReceiptHandle))
+				}
+				return err
+			}
+		}
+	}
+}
+
+func (r *replayer) interrupted(ctx context.Context) error {
+	r.res.Interrupted = true
+	return fmt.Errorf("%w: %d message(s) moved, the others stay in %s: %w", ErrInterrupted, r.res.Moved, r.q.Name, context.Cause(ctx))
+}
+
+// handle decides the fate of one message. Every message that is not deleted
+// is held, to be released at the end.
+func (r *replayer) handle(ctx context.Context, m *Message) error {
+	r.res.Scanned++
+	if r.cfg.Progress != nil {
+		defer func() { r.cfg.Progress(Progress{Scanned: r.res.Scanned, Matched: r.res.Matched, Moved: r.res.Moved}) }()
+	}
+	group := m.GroupID
+	stay := func() {
+		r.s.hold(m.ID, m.ReceiptHandle)
+		if r.q.FIFO {
+			r.blocked[group] = true // later messages of the group must stay behind it
+		}
+	}
+	if (r.cfg.Limit > 0 && r.res.Matched >= r.cfg.Limit) || (r.q.FIFO && r.blocked[group]) || !r.cfg.Filter.Match(m) {
+		stay()
+		return nil
+	}
+	if m.HasFailure && r.sent[m.Failure.MessageID] {
+		// A copy this run sent failed again already: it is not replayed
+		// again, or a replay while the handler still fails would never end.
+		r.res.FailedAgain++
+		stay()
+		return nil
+	}
+	dest, ok, err := r.destination(ctx, m)
+	if err != nil {
+		stay()
+		return err
+	}
+	if !ok {
+		stay()
+		return nil
+	}
+	r.res.Matched++
+	rm := ReplayedMessage{
+		MessageID: m.ID, OriginalMessageID: m.OriginalID(), ErrorClass: m.Failure.ErrorClass,
+		FailedAt: m.Failure.FailedAt, GroupID: group, Destination: dest.URL, msg: m,
+	}
+	if r.dryRun {
+		_, rm.Replays, rm.Note = copyAttributes(m)
+		r.s.hold(m.ID, m.ReceiptHandle)
+		r.res.Messages = append(r.res.Messages, rm)
+		return nil
+	}
+	if err := r.pace.wait(ctx); err != nil {
+		r.res.Matched--
+		stay()
+		return r.interrupted(ctx)
+	}
+	// The send and the delete run to their end even if ctx is cancelled now.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	defer cancel()
+	newID, replays, note, err := r.send(mctx, m, dest)
+	if err != nil {
+		r.res.Matched--
+		stay()
+		return fmt.Errorf("dlq: sending the copy of message %s to %s: %w; it stays in %s", m.ID, dest.Name, err, r.q.Name)
+	}
+	rm.NewMessageID, rm.Replays, rm.Note = newID, replays, note
+	r.sent[newID] = true
+	deleted := true
+	if _, err := r.q.api.DeleteMessage(mctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}); err != nil {
+		deleted = false
+		r.res.NotDeleted++
+		r.s.hold(m.ID, m.ReceiptHandle) // if it comes back in this run, it is not copied again
+		rm.Note = joinNotes(rm.Note, fmt.Sprintf("copied, but not deleted from the dead-letter queue: %v", err))
+		r.q.log.Warn("dlq: a message was copied but not deleted from the dead-letter queue: it is in both queues",
+			"queue", r.q.URL, "message", m.ID, "destination", dest.URL, "error", err)
+	} else {
+		r.s.forget(m.ID)
+		r.res.Moved++
+	}
+	r.res.Messages = append(r.res.Messages, rm)
+	if err := r.cfg.Audit.record(ctx, AuditRecord{
+		Action: ActionReplay, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
+		DLQMessageID: m.ID, NewMessageID: newID, Replays: rm.Replays, Filter: r.res.Filter, Deleted: deleted, Note: rm.Note,
+	}); err != nil {
+		return fmt.Errorf("dlq: message %s was moved to %s as %s, but the audit record failed: %w", m.ID, dest.Name, newID, err)
+	}
+	return nil
+}
+
+// destination returns where m goes: ReplayConfig.To, else its source queue
+// if that sends its dead letters to this queue. ok is false when m stays,
+// counted in NoSource or Refused.
+func (r *replayer) destination(ctx context.Context, m *Message) (Target, bool, error) {
+	if r.to != nil {
+		return *r.to, true, nil
+	}
+	ref, _ := m.claimedSource()
+	if ref == "" {
+		r.res.NoSource++
+		return Target{}, false, nil
+	}
+	t, reason, err := r.q.source(ctx, ref)
+	if err != nil {
+		return Target{}, false, fmt.Errorf("dlq: message %s: checking its source queue: %w; nothing was moved for it", m.ID, err)
+	}
+	if reason != "" {
+		r.res.Refused++
+		r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: reason})
+		return Target{}, false, nil
+	}
+	return t, true, nil
+}
+
+// copyAttributes returns the message attributes of m's copy, and its replay
+// count (0 when the copy cannot carry one, then note says why).
+func copyAttributes(m *Message) (attrs map[string]types.MessageAttributeValue, replays int, note string) {
+	attrs = make(map[string]types.MessageAttributeValue, len(m.raw.MessageAttributes)+1)
+	for k, v := range m.raw.MessageAttributes {
+		attrs[k] = v
+	}
+	_, has := attrs[AttrReplays]
+	if !has && len(attrs) >= sqsworker.MaxMessageAttributes {
+		if c, ok := compactFailure(m); ok && len(c) < sqsworker.MaxMessageAttributes {
+			attrs = c
+			note = fmt.Sprintf("failure metadata kept as the one attribute %s, to make room for %s", sqsworker.AttrFailure, AttrReplays)
+		}
+	}
+	if !has && len(attrs) >= sqsworker.MaxMessageAttributes {
+		return attrs, 0, fmt.Sprintf("%s not added: the message already has SQS's maximum of %d attributes", AttrReplays, sqsworker.MaxMessageAttributes)
+	}
+	replays = m.Replays + 1
+	attrs[AttrReplays] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(replays))}
+	return attrs, replays, note
+}
+
+// compactFailure returns m's attributes with its failure metadata as the
+// single JSON attribute sqsworker.Failure.AddTo falls back to (and
+// sqsworker.ParseFailure reads), instead of one attribute per field. ok is
+// false when m has no per-field metadata to compact.
+func compactFailure(m *Message) (map[string]types.MessageAttributeValue, bool) {
+	if _, perField := m.raw.MessageAttributes[sqsworker.AttrFailureClass]; !perField || !m.HasFailure {
+		return nil, false
+	}
+	b, err := json.Marshal(m.Failure)
+	if err != nil {
+		return nil, false
+	}
+	out := make(map[string]types.MessageAttributeValue, len(m.raw.MessageAttributes))
+	for k, v := range m.raw.MessageAttributes {
+		if !sqsworker.IsFailureAttribute(k) {
+			out[k] = v
+		}
+	}
+	out[sqsworker.AttrFailure] = types.MessageAttributeValue{DataType: aws.String("String.json"), StringValue: aws.String(string(b))}
+	return out, true
+}
+
+// send sends the copy of m to dest and returns its message ID and its replay
+// count.
+func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID string, replays int, note string, err error) {
+	attrs, replays, note := copyAttributes(m)
+	in := &sqs.SendMessageInput{
+		QueueUrl:          aws.String(dest.URL),
+		MessageBody:       m.raw.Body,
+		MessageAttributes: attrs,
+	}
+	if len(attrs) == 0 {
+		in.MessageAttributes = nil
+	}
+	if th := m.Attributes[sqsworker.AttrAWSTraceHeader]; th != "" {
+		in.MessageSystemAttributes = map[string]types.MessageSystemAttributeValue{
+			string(types.MessageSystemAttributeNameForSendsAWSTraceHeader): {DataType: aws.String("String"), StringValue: aws.String(th)},
+		}
+	}
+	if dest.FIFO {
+		group := m.GroupID
+		if group == "" {
+			group = "sqsworker"
+		}
+		in.MessageGroupId = aws.String(group)
+		// The same replay retried is deduplicated; the next replay of the
+		// message (it failed again) is not.
+		dedup := fmt.Sprintf("%s-%d", m.OriginalID(), replays)
+		if replays == 0 { // no count: the dead-letter message's ID is new on every failure
+			dedup = m.OriginalID() + "-" + m.ID
+		}
+		in.MessageDeduplicationId = aws.String(dedup)
+	}
+	out, err := r.q.api.SendMessage(ctx, in)
+	if err != nil {
+		return "", 0, "", err
+	}
+	return aws.ToString(out.MessageId), replays, note, nil
+}
+
+func joinNotes(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+// pacer spaces events at most rate per second apart, with a burst of one,
+// as a token bucket of size one does. A nil pacer does not wait.
+type pacer struct {
+	interval time.Duration
+	next     time.Time
+}
+
+func newPacer(perSecond float64) *pacer {
+	return &pacer{interval: time.Duration(float64(time.Second) / perSecond)}
+}
+
+// wait waits for the next event's turn, or until ctx ends.
+func (p *pacer) wait(ctx context.Context) error {
+	if p == nil {
+		return ctx.Err()
+	}
+	now := time.Now()
+	if d := p.next.Sub(now); d > 0 {
+		if err := sleep(ctx, d); err != nil {
+			return err
+		}
+		now = p.next
+	} else if err := ctx.Err(); err != nil {
+		return err
+	}
+	p.next = now.Add(p.interval)
+	return nil
+}

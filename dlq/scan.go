@@ -1,0 +1,458 @@
+package dlq
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+)
+
+// DefaultVisibility is the visibility timeout with which scans and replays
+// receive messages, unless configured otherwise.
+const DefaultVisibility = 30 * time.Second
+
+const (
+	// receiveWait is the long-poll time of each receive, in seconds: a
+	// long poll asks every SQS server, where a short poll samples some.
+	receiveWait = 1
+	// receiveTimeout bounds one receive, which waits a second for
+	// messages. It only ends a receive whose connection has hung; such a
+	// receive is counted as lost (see Coverage.LostReceives).
+	receiveTimeout = 2 * time.Minute
+	// releaseTimeout bounds the release of held messages, which runs even
+	// after the operation was interrupted.
+	releaseTimeout = 15 * time.Second
+	// maxReceiveFailures is how many receives in a row may fail before a
+	// scan gives up.
+	maxReceiveFailures = 5
+	// lostMargin is how long after a lost receive's messages become
+	// visible again the scan looks for them.
+	lostMargin = time.Second
+)
+
+// ScanConfig is what [Queue.Scan] reads. The zero value reads every message
+// with the default visibility timeout.
+type ScanConfig struct {
+	// Filter selects the messages the result lists; every message read
+	// counts in Scanned. Default: every message.
+	Filter Filter
+	// Max stops the scan once it has read this many messages. Default 0:
+	// no limit.
+	Max int
+	// Visibility is the visibility timeout of the messages while the scan
+	// holds them: whole seconds from 1s to 12h. Default [DefaultVisibility].
+	// When the scan ends they are all made visible again at once.
+	Visibility time.Duration
+	// Until, when set, is called with each matching message; the scan stops
+	// after the first for which it returns true (to look one message up).
+	Until func(*Message) bool
+}
+
+// ScanResult is what a scan read.
+type ScanResult struct {
+	// Messages are the messages that matched the filter, ordered by
+	// [SortMessages].
+	Messages []*Message
+	// Scanned is the number of messages read, matching or not.
+	Scanned int
+	// Truncated is true when the scan stopped at ScanConfig.Max.
+	Truncated bool
+	// Coverage says how much of the queue the scan saw.
+	Coverage Coverage
+}
+
+// Coverage says how much of a queue a scan or a replay saw, next to the
+// queue's own approximate count.
+type Coverage struct {
+	// Seen is the number of distinct messages received.
+	Seen int `json:"seen"`
+	// Approximate is the queue's ApproximateNumberOfMessages plus
+	// ApproximateNumberOfMessagesNotVisible when the scan started: -1 when
+	// they could not be read.
+	Approximate int `json:"approximate"`
+	// Complete is true when the scan read until the queue had no more
+	// visible messages: it was not stopped by a limit, a lookup or an
+	// interruption.
+	Complete bool `json:"complete"`
+	// LostReceives counts the receives that failed after SQS may have
+	// handed them messages (a connection broken during the response, a
+	// receive that hung): those messages stay hidden for the visibility
+	// timeout. The scan waits for them to come back before it ends.
+	LostReceives int `json:"lostReceives,omitempty"`
+	// HiddenUntil is when messages a lost receive hid become visible again,
+	// when the scan ended before (it was interrupted or stopped early);
+	// zero otherwise.
+	HiddenUntil time.Time `json:"hiddenUntil,omitzero"`
+	// FIFO is true for a FIFO queue, of which a scan sees only the messages
+	// at the head of each message group.
+	FIFO bool `json:"-"`
+}
+
+// Shortfall says, in a sentence without a capital or a full stop, how the
+// scan fell short of the queue's approximate count, or of messages that a
+// lost receive hid: "saw 65 of about 75 messages; ...". It is empty when
+// the scan saw at least as many messages as the queue had.
+func (c Coverage) Shortfall() string {
+	lost := ""
+	if !c.HiddenUntil.IsZero() {
+		lost = fmt.Sprintf("%d receive(s) lost their response on the way, and the messages SQS had handed them stay hidden until %s", c.LostReceives, c.HiddenUntil.Format(time.TimeOnly))
+	}
+	if !c.Complete || c.Approximate < 0 || c.Seen >= c.Approximate {
+		return lost
+	}
+	s := fmt.Sprintf("saw %d of about %d messages", c.Seen, c.Approximate)
+	switch {
+	case lost != "":
+		return s + ": " + lost + "; run again after that"
+	case c.FIFO:
+		return s + ": on a FIFO queue only the first messages of each message group can be read while the group's earlier ones are held"
+	}
+	return s + ": the others were in flight (received by another consumer, or by an earlier read still hiding them) or SQS's count is ahead; run again once they are visible"
+}
+
+// validateVisibility checks a visibility timeout.
+func validateVisibility(d time.Duration) error {
+	if d < time.Second || d > 12*time.Hour || d%time.Second != 0 {
+		return fmt.Errorf("visibility timeout %s: want a whole number of seconds from 1s to 12h", d)
+	}
+	return nil
+}
+
+// Scan reads the queue's messages and releases them. SQS has no peek: the
+// messages are received with the visibility timeout of cfg.Visibility, up
+// to ten at a time, until no more come (or cfg.Max, or cfg.Until); then
+// they are all made visible again at once (ChangeMessageVisibilityBatch to
+// 0), even when ctx ends. Meanwhile other consumers of the queue do not see
+// them, and each read counts as a receive.
+//
+// A receive is never cut short: ctx is looked at between receives. A
+// receive that fails after SQS may have handed it messages is not retried
+// blindly; its messages come back after the visibility timeout, and the
+// scan waits for them before it ends (see [Coverage]).
+//
+// Each message with failure metadata is checked: see [Message.Unverified].
+func (q *Queue) Scan(ctx context.Context, cfg ScanConfig) (res *ScanResult, err error) {
+	if cfg.Visibility == 0 {
+		cfg.Visibility = DefaultVisibility
+	}
+	var errs []error
+	if err := validateVisibility(cfg.Visibility); err != nil {
+		errs = append(errs, err)
+	}
+	if cfg.Max < 0 {
+		errs = append(errs, fmt.Errorf("max %d: want 0 (no limit) or more", cfg.Max))
+	}
+	if err := cfg.Filter.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("dlq: Scan: %w", errors.Join(errs...))
+	}
+	s := q.newScanner(ctx, cfg.Visibility)
+	res = &ScanResult{}
+	defer func() {
+		if rerr := s.release(ctx); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		res.Coverage = s.coverage()
+	}()
+	for {
+		n := 10
+		if cfg.Max > 0 {
+			if res.Scanned >= cfg.Max {
+				res.Truncated = true
+				break
+			}
+			n = min(n, cfg.Max-res.Scanned)
+		}
+		fresh, drained, err := s.receive(ctx, n)
+		if err != nil {
+			return res, err
+		}
+		if drained {
+			s.complete = true
+			break
+		}
+		stop := false
+		for _, raw := range fresh {
+			m := newMessage(q.URL, raw)
+			s.hold(m.ID, m.ReceiptHandle)
+			if stop {
+				continue
+			}
+			res.Scanned++
+			q.verify(ctx, m)
+			if cfg.Filter.Match(m) {
+				res.Messages = append(res.Messages, m)
+				stop = cfg.Until != nil && cfg.Until(m)
+			}
+		}
+		if stop {
+			break
+		}
+	}
+	SortMessages(res.Messages)
+	return res, nil
+}
+
+// verify sets m.Unverified when its failure metadata cannot be trusted.
+func (q *Queue) verify(ctx context.Context, m *Message) {
+	if !m.HasFailure {
+		return
+	}
+	if m.RedriveSource != "" {
+		from := m.RedriveSource
+		if a, err := ParseARN(from); err == nil {
+			from = a.Name
+		}
+		m.Unverified = fmt.Sprintf("SQS's redrive moved it here from %s: no sqsworker runtime dead-lettered it, so its failure metadata came with it (from an earlier failure, or from whoever sent it)", from)
+		return
+	}
+	if m.Failure.SourceQueue == "" {
+		m.Unverified = "its failure metadata names no source queue"
+		return
+	}
+	_, reason, err := q.source(ctx, m.Failure.SourceQueue)
+	switch {
+	case err != nil:
+		m.Unverified = fmt.Sprintf("its source queue could not be checked: %v", err)
+	case reason != "":
+		m.Unverified = reason
+	}
+}
+
+// scanner receives messages from a queue and keeps the ones it does not
+// delete until release makes them visible again, all at once. A message
+// received a second time (its visibility timeout ran out while held) is
+// recognised by its ID; the latest receipt handle is kept.
+type scanner struct {
+	q          *Queue
+	visibility time.Duration
+	held       map[string]string // message ID -> receipt handle
+	seen       map[string]bool
+	approx     int
+	complete   bool
+	lost       int
+	lostUntil  time.Time // when the messages of lost receives are visible again; zero when none are pending
+	failures   int       // receives failed in a row
+	attemptID  string    // FIFO: the ReceiveRequestAttemptId of the receive being retried
+}
+
+func (q *Queue) newScanner(ctx context.Context, visibility time.Duration) *scanner {
+	s := &scanner{q: q, visibility: visibility, held: map[string]string{}, seen: map[string]bool{}, approx: -1}
+	if c, err := q.Counts(ctx); err == nil {
+		s.approx = c.Visible + c.InFlight
+	} else {
+		q.log.Warn("dlq: the queue's message counts could not be read: a scan cannot be compared with them", "queue", q.URL, "error", err)
+	}
+	return s
+}
+
+func (s *scanner) coverage() Coverage {
+	c := Coverage{Seen: len(s.seen), Approximate: s.approx, Complete: s.complete, LostReceives: s.lost, FIFO: s.q.FIFO}
+	if s.lostUntil.After(time.Now()) {
+		c.HiddenUntil = s.lostUntil
+	}
+	return c
+}
+
+// noRetry makes the SDK try a receive once: an SDK retry of a receive
+// whose response was lost would hide the messages SQS handed the first
+// attempt, silently. The scanner retries itself, and accounts for them.
+func noRetry(o *sqs.Options) { o.RetryMaxAttempts = 1 }
+
+// receive receives up to n (1..10) messages and returns those not received
+// before. drained is true when the queue has no more visible messages: a
+// receive came back empty, or with messages already received only, and no
+// lost receive's messages are still to come back. err is a fatal error, a
+// receive that kept failing, or ctx's error (looked at between receives).
+func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, drained bool, err error) {
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, false, err
+		}
+		out, err := s.receiveOnce(ctx, n)
+		if err != nil {
+			if IsFatal(err) {
+				return nil, false, fmt.Errorf("dlq: receiving from %s: %w", s.q.Name, err)
+			}
+			s.failures++
+			if mayHaveReceived(err) {
+				s.lost++
+				s.lostUntil = later(s.lostUntil, time.Now().Add(s.visibility))
+				s.q.log.Warn("dlq: a receive failed after SQS may have handed it messages: they stay hidden for the visibility timeout, and the scan waits for them",
+					"queue", s.q.URL, "until", s.lostUntil, "error", err)
+			}
+			if s.failures >= maxReceiveFailures {
+				return nil, false, fmt.Errorf("dlq: receiving from %s: %d attempts in a row failed, the last: %w", s.q.Name, s.failures, err)
+			}
+			if err := sleep(ctx, time.Duration(s.failures)*time.Second); err != nil {
+				return nil, false, err
+			}
+			continue
+		}
+		s.failures, s.attemptID = 0, ""
+		for _, m := range out.Messages {
+			id := aws.ToString(m.MessageId)
+			if s.seen[id] {
+				s.held[id] = aws.ToString(m.ReceiptHandle)
+				continue
+			}
+			s.seen[id] = true
+			fresh = append(fresh, m)
+		}
+		if len(fresh) > 0 {
+			return fresh, false, nil
+		}
+		if s.lostUntil.IsZero() {
+			return nil, true, nil
+		}
+		if err := s.waitForLost(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+}
+
+// receiveOnce makes one receive, which ctx does not cut short: SQS may hand
+// messages to a receive whose caller has gone, and they would stay hidden
+// for the visibility timeout.
+func (s *scanner) receiveOnce(ctx context.Context, n int) (*sqs.ReceiveMessageOutput, error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), receiveTimeout)
+	defer cancel()
+	in := &sqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(s.q.URL),
+		MaxNumberOfMessages:         int32(min(max(n, 1), 10)),
+		WaitTimeSeconds:             receiveWait,
+		VisibilityTimeout:           int32(s.visibility / time.Second),
+		MessageAttributeNames:       []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+	}
+	if s.q.FIFO {
+		// SQS answers a FIFO receive retried with the same attempt ID with
+		// the messages of the first attempt, when it handed them any.
+		if s.attemptID == "" {
+			b := make([]byte, 16)
+			_, _ = rand.Read(b)
+			s.attemptID = hex.EncodeToString(b)
+		}
+		in.ReceiveRequestAttemptId = aws.String(s.attemptID)
+	}
+	return s.q.api.ReceiveMessage(rctx, in, noRetry)
+}
+
+// mayHaveReceived reports whether a failed receive may have been handed
+// messages by SQS: anything but an error response from SQS (4xx), which
+// hands out none.
+func mayHaveReceived(err error) bool {
+	var re interface{ HTTPStatusCode() int }
+	if errors.As(err, &re) {
+		code := re.HTTPStatusCode()
+		return code < 400 || code >= 500
+	}
+	return true
+}
+
+// waitForLost waits until the messages lost receives hid are visible again,
+// keeping the messages held meanwhile hidden, so that the next receives
+// find the lost ones and not those.
+func (s *scanner) waitForLost(ctx context.Context) error {
+	wait := time.Until(s.lostUntil) + lostMargin
+	if wait > 0 {
+		if err := s.change(ctx, s.held, wait+s.visibility); err != nil {
+			s.q.log.Warn("dlq: could not keep held messages hidden while waiting for lost ones: they may be read twice", "queue", s.q.URL, "error", err)
+		}
+		s.q.log.Info("dlq: waiting for the messages a lost receive hid to become visible again", "queue", s.q.URL, "wait", wait.Round(time.Second))
+		if err := sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+	s.lostUntil = time.Time{}
+	return nil
+}
+
+// hold keeps a message until release.
+func (s *scanner) hold(id, receipt string) { s.held[id] = receipt }
+
+// forget drops a message that was deleted.
+func (s *scanner) forget(id string) { delete(s.held, id) }
+
+// release makes every held message visible again at once, ten per
+// ChangeMessageVisibilityBatch call. It runs even when ctx is cancelled (an
+// interrupted operation must not leave messages invisible).
+func (s *scanner) release(ctx context.Context) error {
+	if len(s.held) == 0 {
+		return nil
+	}
+	err := s.change(ctx, s.held, 0)
+	s.held = map[string]string{}
+	if err != nil {
+		return fmt.Errorf("dlq: releasing messages of %s (they become visible again after the visibility timeout, %s): %w", s.q.Name, s.visibility, err)
+	}
+	return nil
+}
+
+// change sets the visibility timeout of the messages given by ID and
+// receipt handle. Entries whose message is no longer held by this receipt
+// (deleted, or received again by someone else) are not errors.
+func (s *scanner) change(ctx context.Context, handles map[string]string, visibility time.Duration) error {
+	if len(handles) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	secs := int32(min((visibility+time.Second-1)/time.Second, 12*3600))
+	ids := make([]string, 0, len(handles))
+	for id := range handles {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var errs []error
+	for start := 0; start < len(ids); start += 10 {
+		in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(s.q.URL)}
+		for i, id := range ids[start:min(start+10, len(ids))] {
+			in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(handles[id]), VisibilityTimeout: secs,
+			})
+		}
+		out, err := s.q.api.ChangeMessageVisibilityBatch(ctx, in)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, f := range out.Failed {
+			switch aws.ToString(f.Code) {
+			case "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight":
+				continue
+			}
+			errs = append(errs, fmt.Errorf("%s: %s", aws.ToString(f.Code), aws.ToString(f.Message)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sleep waits for d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
