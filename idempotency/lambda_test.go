@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -54,6 +55,45 @@ func TestLambdaDuplicatesHaveOneEffect(t *testing.T) {
 		t.Errorf("%d effects, want 1", got)
 	}
 	if s := guard.Stats(); s.Claimed != 1 || s.Duplicates != 1 {
+		t.Errorf("stats = %+v", s)
+	}
+}
+
+// Transactional effects in Lambda: a job delivered in two invocations, whose
+// handler adds its effect with AddWrites, applies it once.
+func TestLambdaTransactionalEffect(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDynamoDB(t)
+	effects := newEffectsTable(t, db)
+	guard, err := idempotency.New(newStore(t, db, idempotency.StoreConfig{}), idempotency.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	h := sqsworker.Chain(effectHandler(effects, &runs), guard.Middleware)
+	f := sqstest.NewFake()
+	url := f.CreateQueue("payments", nil)
+	fn, err := lambda.NewHandler(h, lambda.Config{Client: f, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		f.Send(url, "charge 10 EUR", func(in *sqs.SendMessageInput) {
+			in.MessageAttributes = map[string]types.MessageAttributeValue{
+				idempotency.KeyAttribute: {DataType: aws.String("String"), StringValue: aws.String("payment-78")},
+			}
+		})
+		out, _ := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MessageAttributeNames: []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+		resp, err := fn(context.Background(), sqstest.SQSEvent(sqstest.QueueARN("payments"), out.Messages))
+		if err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("invocation: %v %v", resp, err)
+		}
+	}
+	if n := applied(t, db, effects, "payment-78"); n != 1 || runs.Load() != 1 {
+		t.Errorf("effect applied %d times, %d runs; want 1 and 1", n, runs.Load())
+	}
+	if s := guard.Stats(); s.Committed != 1 || s.Duplicates != 1 {
 		t.Errorf("stats = %+v", s)
 	}
 }

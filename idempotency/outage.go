@@ -61,25 +61,21 @@ func isOutage(err error) bool {
 		}
 		return false
 	}
-	var status interface{ HTTPStatusCode() int }
-	hasStatus := errors.As(err, &status)
-	var api smithy.APIError
-	if errors.As(err, &api) {
-		if outageCodes[api.ErrorCode()] {
-			return true
-		}
-		return hasStatus && (status.HTTPStatusCode() >= 500 || status.HTTPStatusCode() == 429)
-	}
-	if hasStatus {
-		return status.HTTPStatusCode() >= 500 || status.HTTPStatusCode() == 429
-	}
 	var send *smithyhttp.RequestSendError
-	var quota *ratelimit.QuotaExceededError
+	var quota ratelimit.QuotaExceededError // a value, as the SDK returns it
 	var deser *smithy.DeserializationError
 	var netErr net.Error
-	return errors.As(err, &send) || errors.As(err, &quota) || errors.As(err, &deser) || errors.As(err, &netErr) ||
+	if errors.As(err, &send) || errors.As(err, &quota) || errors.As(err, &deser) || errors.As(err, &netErr) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
+		return true // no answer, or a broken one
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) && outageCodes[api.ErrorCode()] {
+		return true
+	}
+	var status interface{ HTTPStatusCode() int }
+	return errors.As(err, &status) && (status.HTTPStatusCode() >= 500 || status.HTTPStatusCode() == 429)
 }
 
 // isConflict reports whether err is DynamoDB refusing a write because a

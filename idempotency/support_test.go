@@ -179,12 +179,17 @@ type backend struct {
 	takeOver func(key string)
 	// holder returns the token that holds key now.
 	holder func(key string) string
+	// effects is a table for the handlers' writes (AddWrites), and
+	// applied counts the writes of effectWrite(effects, key) committed.
+	effects string
+	applied func(key string) int
 }
 
 // dynamoOps maps MemStore operations to the DynamoDB requests making them.
 var dynamoOps = map[string]string{
 	idempotency.OpClaim: "PutItem", idempotency.OpComplete: "UpdateItem",
 	idempotency.OpExtendLease: "UpdateItem", idempotency.OpRelease: "DeleteItem",
+	idempotency.OpCommit: "TransactWriteItems",
 }
 
 // forEachBackend runs test against the memory store and against DynamoDB
@@ -213,7 +218,9 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
 				r.Token, r.LeaseExpiry = "another-holder", time.Now().Add(time.Hour)
 				s.Put(r)
 			},
-			holder: func(key string) string { r, _ := s.Get(key); return r.Token },
+			holder:  func(key string) string { r, _ := s.Get(key); return r.Token },
+			effects: "effects",
+			applied: func(key string) int { return len(s.Applied(key)) },
 		})
 	})
 	t.Run("dynamodb", func(t *testing.T) {
@@ -226,6 +233,7 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
 			t.Fatal(err)
 		}
 		db := testenv.NewDynamoDB(t)
+		effects := newEffectsTable(t, db)
 		test(t, backend{
 			store: store, direct: direct,
 			fail: func(op string, sw bool) {
@@ -255,7 +263,9 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
 					t.Errorf("taking over %s: %v", key, err)
 				}
 			},
-			holder: func(key string) string { return itemOf(t, db, cfg.Table, key)["lease_token"] },
+			holder:  func(key string) string { return itemOf(t, db, cfg.Table, key)["lease_token"] },
+			effects: effects,
+			applied: func(key string) int { return applied(t, db, effects, key) },
 		})
 	})
 }

@@ -331,3 +331,110 @@ func TestLostCommitRepliesOnTheWire(t *testing.T) {
 		t.Errorf("proxy lost %d replies, want 5", s.LostReplies)
 	}
 }
+
+// A commit failing in a brownout is retried, with the same request, until
+// the store answers: the job succeeds, its effect applied once, and a
+// duplicate is acknowledged.
+func TestCommitRetriedThroughBrownout(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		g, _ := idempotency.New(b.store, idempotency.Config{Logger: quiet()})
+		other, _ := idempotency.New(b.direct, idempotency.Config{Logger: quiet()})
+		var runs atomic.Int64
+		work := effectHandler(b.effects, &runs)
+		b.fail(idempotency.OpCommit, false)
+		done := make(chan error, 1)
+		go func() { done <- g.Middleware(work).HandleMessage(context.Background(), msg("brownout-commit", "payload")) }()
+		// More failures than one TransactWriteItems call makes (the
+		// SDK's attempts, each of which net/http may replay once).
+		failures := 9
+		if _, mem := b.store.(*idempotency.MemStore); mem {
+			failures = 3
+		}
+		for b.failures(idempotency.OpCommit) < failures {
+			select {
+			case err := <-done:
+				t.Fatalf("the middleware returned (%v) after %d failed commits, before the store came back", err, b.failures(idempotency.OpCommit))
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		b.heal()
+		if err := wait(t, done, "end of the job"); err != nil {
+			t.Errorf("job: %v", err)
+		}
+		if err := other.Middleware(work).HandleMessage(context.Background(), msg("brownout-commit", "payload")); err != nil {
+			t.Errorf("duplicate: %v", err)
+		}
+		if n := b.applied("brownout-commit"); n != 1 || runs.Load() != 1 {
+			t.Errorf("effect applied %d times, %d runs; want 1 and 1", n, runs.Load())
+		}
+	})
+}
+
+// A commit repeated after it was applied succeeds without applying anything
+// again: with the same ID DynamoDB answers it as the first; with another
+// (a repeat after DynamoDB's 10 minutes), the record completed with the
+// claim's token shows it was applied. Another holder's commit is refused
+// with ErrNotHolder.
+func TestCommitWritesRepeated(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDynamoDB(t)
+	effects := newEffectsTable(t, db)
+	store := newStore(t, db, idempotency.StoreConfig{})
+	ctx := context.Background()
+	token, _, err := store.Claim(ctx, "repeated", "h", time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := idempotency.Commit{Key: "repeated", Token: token, PayloadHash: "h", Result: []byte("receipt"),
+		Writes: []ddbtypes.TransactWriteItem{effectWrite(effects, "repeated")}, ID: "commit-1-" + token[:8], At: time.Now()}
+	first, err := store.CommitWrites(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{c.ID, "commit-2-" + token[:8]} {
+		c.ID = id
+		r, err := store.CommitWrites(ctx, c)
+		if err != nil || r == nil || r.Status != idempotency.StatusCompleted || r.Token != token || !r.Expiry.Equal(first.Expiry) || string(r.Result) != "receipt" {
+			t.Errorf("commit %s repeated: %+v, %v", id, r, err)
+		}
+	}
+	if n := applied(t, db, effects, "repeated"); n != 1 {
+		t.Errorf("effect applied %d times", n)
+	}
+	c.Token, c.ID = "another-holder", "commit-3-"+token[:8]
+	if _, err := store.CommitWrites(ctx, c); !errors.Is(err, idempotency.ErrNotHolder) {
+		t.Errorf("another holder's commit: %v, want ErrNotHolder", err)
+	}
+	// Writes alone (no claim) commit as they are.
+	if _, err := store.CommitWrites(ctx, idempotency.Commit{Writes: []ddbtypes.TransactWriteItem{effectWrite(effects, "alone")}}); err != nil {
+		t.Errorf("writes without a claim: %v", err)
+	}
+	if n := applied(t, db, effects, "alone"); n != 1 {
+		t.Errorf("effect without a claim applied %d times", n)
+	}
+}
+
+// Two Puts on one item of a table whose key AddWrites cannot know: DynamoDB
+// refuses the transaction, and the job fails with an error naming the
+// rules, without retrying for 30s.
+func TestDynamoDBRefusesWrites(t *testing.T) {
+	t.Parallel()
+	db := testenv.NewDynamoDB(t)
+	effects := newEffectsTable(t, db)
+	g, _ := idempotency.New(newStore(t, db, idempotency.StoreConfig{}), idempotency.Config{Logger: quiet()})
+	h := g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		return idempotency.AddWrites(ctx, putWrite(effects, "same", 1), putWrite(effects, "same", 2))
+	}))
+	start := time.Now()
+	err := h.HandleMessage(context.Background(), msg("refused-writes", "payload"))
+	if err == nil || !strings.Contains(err.Error(), "must be on distinct items") || sqsworker.IsUnavailable(err) {
+		t.Errorf("two puts on one item: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("refused after %s: retried", d)
+	}
+	if n := itemCount(t, db, effects); n != 0 {
+		t.Errorf("%d items written", n)
+	}
+}

@@ -273,3 +273,65 @@ func TestDynamoDBOutage(t *testing.T) {
 		t.Errorf("stats = %+v: the outage was not seen", s)
 	}
 }
+
+// End to end with transactional effects: 1,000 messages each sent twice,
+// some redelivered while their first delivery runs, through the worker on
+// the local SQS, with handlers that add their effect with AddWrites, and one
+// commit reply in 25 lost on the way back (the SDK retries it): exactly
+// 1,000 effects in DynamoDB.
+func TestWorkerTransactionalEffectsExactlyOnce(t *testing.T) {
+	t.Parallel()
+	sq := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, sq, testenv.QueueOptions{VisibilityTimeout: 2 * time.Second})
+	p := startFaultProxy(t)
+	p.setRule(func(op string, n int) fault {
+		if op == "TransactWriteItems" && n%25 == 0 {
+			return dropResponse
+		}
+		return forward
+	})
+	db := testenv.NewDynamoDB(t)
+	effectsTable := newEffectsTable(t, db)
+	direct := newStore(t, db, idempotency.StoreConfig{})
+	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := idempotency.New(store, idempotency.Config{ClaimGrace: time.Second, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("order-%04d", i)
+	}
+	sendKeyed(t, sq, q.URL, keys)
+	sendKeyed(t, sq, q.URL, keys)
+	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		k, _ := idempotency.KeyFromContext(ctx)
+		if k[len(k)-2:] == "00" && m.ReceiveCount == 1 {
+			time.Sleep(3 * time.Second) // outlives the 2s visibility timeout: redelivered meanwhile
+		}
+		return idempotency.AddWrites(ctx, effectWrite(effectsTable, k))
+	}), guard.Middleware)
+	w := runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 50, DisableHeartbeat: true, HandlerTimeout: 10 * time.Second,
+		Backoff: sqsworker.ExponentialBackoff{Base: 500 * time.Millisecond, Cap: 2 * time.Second}}, h)
+	testenv.Eventually(t, 180*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained")
+	total := 0
+	for _, k := range keys {
+		got := applied(t, db, effectsTable, k)
+		if got != 1 {
+			t.Errorf("%s: effect applied %d times", k, got)
+		}
+		total += got
+	}
+	if c := itemCount(t, db, effectsTable); c != n {
+		t.Errorf("%d items in the effects table, want %d", c, n)
+	}
+	gs := guard.Stats()
+	t.Logf("%d effects; %d commit replies lost; worker %+v; idempotency %+v", total, p.faults("TransactWriteItems"), w.Stats(), gs)
+	if gs.Committed != n || gs.Duplicates < n || p.faults("TransactWriteItems") == 0 {
+		t.Errorf("idempotency stats = %+v, %d replies lost; want %d commits, at least %d duplicates, some replies lost", gs, p.faults("TransactWriteItems"), n, n)
+	}
+}
