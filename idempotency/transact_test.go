@@ -344,7 +344,9 @@ func TestCommitRetriedThroughBrownout(t *testing.T) {
 		work := effectHandler(b.effects, &runs)
 		b.fail(idempotency.OpCommit, false)
 		done := make(chan error, 1)
-		go func() { done <- g.Middleware(work).HandleMessage(context.Background(), msg("brownout-commit", "payload")) }()
+		go func() {
+			done <- g.Middleware(work).HandleMessage(context.Background(), msg("brownout-commit", "payload"))
+		}()
 		// More failures than one TransactWriteItems call makes (the
 		// SDK's attempts, each of which net/http may replay once).
 		failures := 9
