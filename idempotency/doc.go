@@ -16,11 +16,39 @@
 //   - a key reused for another payload is a Permanent error naming it.
 //
 // [DynamoStore] keeps the records in DynamoDB with conditional writes: a
-// first-time message costs two requests (claim, complete), a duplicate one
-// (the failed claim returns the old record, ReturnValuesOnConditionCheckFailure
+// first-time message costs two requests (claim, complete; or claim and one
+// TransactWriteItems with the handler's writes), a duplicate one (the
+// failed claim returns the old record, ReturnValuesOnConditionCheckFailure
 // ALL_OLD), and none with Config.CacheSize. Records expire after
 // StoreConfig.TTL; an expired record counts as absent even before DynamoDB's
 // TTL deletes it, which can take hours.
+//
+// # Transactional effects
+//
+// A handler whose effect is a DynamoDB write adds it with [AddWrites] rather
+// than making it itself: the middleware commits it in one TransactWriteItems
+// with the completion of the idempotency record, conditioned on the claim
+// still being the handler's. The effect and the completed record both exist,
+// or neither does, so a crash anywhere re-runs the job cleanly and a
+// duplicate never applies the effect again. The commit's ClientRequestToken
+// makes a retry after a lost reply harmless. A failed condition of the
+// handler's own writes fails the job with a [*TransactionCanceledError];
+// writes beyond DynamoDB's limits (99 writes, 4 MB, one account and region,
+// one write per item) are refused by AddWrites with an error matching
+// [ErrInvalidWrites].
+//
+// An effect outside DynamoDB cannot join the transaction: pass the key
+// ([KeyFromContext]) to a service that deduplicates requests itself, as an
+// Idempotency-Key header for instance.
+//
+// # Outages
+//
+// A DynamoStore marks the errors that mean DynamoDB is unreachable,
+// throttled or failing (network errors, timeouts, HTTP 5xx,
+// ProvisionedThroughputExceeded, ThrottlingException, RequestLimitExceeded)
+// with sqsworker.Unavailable: the runtimes' circuit breaker counts them, and
+// never dead-letters a message for them. A claim whose outcome is unknown is
+// deleted as a best effort, so that the retry need not wait for its lease.
 //
 // # Leases
 //
@@ -55,5 +83,8 @@
 //
 // Stores sharing a table tell their keys apart with StoreConfig.KeyPrefix:
 // a key k is stored as prefix + KeySeparator + k ("#"), and a prefix must not
-// contain the separator.
+// contain the separator. Give each handler, and each tenant whose producers
+// pick their own keys, a store with a prefix of its own: two jobs with one
+// key under one prefix are one job. Keys are at most [MaxKeySize] (1 KiB)
+// bytes; a longer one fails its message as Permanent.
 package idempotency

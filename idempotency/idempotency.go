@@ -51,7 +51,8 @@ const (
 	// RejectMissingKey fails the message with a Permanent error: it goes to
 	// the dead-letter queue. The default.
 	RejectMissingKey MissingKey = iota
-	// RunWithoutKey runs the handler without idempotency.
+	// RunWithoutKey runs the handler without idempotency; the writes it
+	// adds with AddWrites are committed on their own.
 	RunWithoutKey
 )
 
@@ -95,7 +96,8 @@ type Config struct {
 	// its record (and saved result); its error becomes the message's.
 	// Default: the duplicate is acknowledged.
 	OnDuplicate func(ctx context.Context, m *sqsworker.Message, r *Record) error
-	// Disabled turns idempotency off: the handler runs for every message.
+	// Disabled turns idempotency off: the handler runs for every message,
+	// and the writes it adds with AddWrites are committed on their own.
 	// For local debugging.
 	Disabled bool
 	// Logger receives lost claims and store failures. Default
@@ -234,7 +236,8 @@ func SetResult(ctx context.Context, result []byte) {
 // Middleware wraps next so that it runs once per key:
 //
 //   - a new key, or one whose record expired or whose claim's lease ran out,
-//     is claimed and next runs; on success the record is completed, on
+//     is claimed and next runs; on success the record is completed (in one
+//     transaction with the writes next added with AddWrites, if any), on
 //     failure it is released so that the retry can claim it again;
 //   - a duplicate of a completed key is acknowledged without running next
 //     (or handed to Config.OnDuplicate), whether the store or the in-memory
@@ -242,9 +245,15 @@ func SetResult(ctx context.Context, result []byte) {
 //   - a duplicate of a key another holder is running is postponed until that
 //     claim's lease ends, with sqsworker.RetryAfter and a nil error, which the
 //     runtimes do not count as a failure;
-//   - a key reused with another payload is a Permanent error naming the key;
+//   - a key reused with another payload, or over MaxKeySize bytes, is a
+//     Permanent error naming the key or the limit;
 //   - when the store cannot be reached, next does not run and the message is
-//     retried.
+//     retried; a DynamoStore's outages (network errors, timeouts, 5xx,
+//     throttling) come back marked sqsworker.Unavailable, which the
+//     runtimes' circuit breaker counts and never dead-letters.
+//
+// next's context carries the key (KeyFromContext) and collects its writes
+// (AddWrites).
 //
 // The claim holds until the message's visibility deadline (with the
 // worker's heartbeat; else the context's deadline, else Config.Lease) plus
@@ -252,12 +261,18 @@ func SetResult(ctx context.Context, result []byte) {
 // extensions are retried with backoff, apart from the handler, until the
 // claim's lease ends. When the claim is lost (another holder has the key, or
 // its lease ended without an extension), next's context is cancelled with a
-// cause matching ErrNotHolder: the job may run elsewhere.
+// cause matching ErrNotHolder: the job may run elsewhere. When it was lost
+// to an outage, next's error is returned marked sqsworker.Unavailable.
 //
-// Completing or releasing the claim is retried with backoff for up to 30s,
-// never past the claim's lease: a claim left in progress would postpone its
-// duplicates until its lease ends, then let them run again. A completion
-// that still fails is logged, and the message acknowledged all the same.
+// Completing or releasing the claim, or committing next's writes with the
+// completion, is retried with backoff for up to 30s, never past the claim's
+// lease: a claim left in progress would postpone its duplicates until its
+// lease ends, then let them run again. A completion without writes that
+// still fails is logged, and the message acknowledged all the same (the
+// effect happened). A commit that still fails applied nothing, or applied
+// everything and completed the record; the claim is released (a completed
+// record is kept) and the job fails, marked sqsworker.Unavailable for an
+// outage: its retry runs, or is acknowledged as a duplicate.
 func (g *Guard) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	if g.cfg.Disabled {
 		if _, ok := g.store.(WriteCommitter); !ok {
