@@ -13,7 +13,10 @@ package sqstest_test
 //   - Receipt handles: SQS rejects made-up handles, and the Fake also rejects
 //     the handle of an earlier receive of a message received again
 //     (ReceiptHandleIsInvalid, SenderFault true); the emulator accepts both
-//     without an error and deletes nothing.
+//     without an error and deletes nothing. A visibility change with the
+//     handle of a deleted message fails as the caller's fault on both, with
+//     InvalidParameterValue on SQS and the Fake, ReceiptHandleIsInvalid on
+//     the emulator.
 //   - The emulator accepts a message with more than 10 message attributes;
 //     SQS and the Fake refuse it with InvalidParameterValue.
 //   - Redrive: the emulator counts the receive that moves a message to the
@@ -707,6 +710,66 @@ func TestConformanceLongPoll(t *testing.T) {
 		_, err := b.c.ReceiveMessage(cctx, &sqs.ReceiveMessageInput{QueueUrl: &q.URL, WaitTimeSeconds: 10})
 		if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
 			t.Errorf("cancelled long poll: err = %v after %s", err, time.Since(start))
+		}
+	})
+}
+
+// A deleted message stays deleted: deleting it again with the handle that
+// deleted it succeeds, a visibility change with that handle fails as the
+// caller's fault, and it is never received again. The Fake, which frees
+// deleted messages, also keeps an earlier receive's handle invalid.
+func TestConformanceDeletedMessage(t *testing.T) {
+	conform(t, func(t *testing.T, b *backend) {
+		q := b.newQueue(testenv.QueueOptions{})
+		b.send(q.URL, "", "once", "twice")
+		got := b.receiveN(q.URL, 2, 60)
+		var once, first types.Message
+		for _, m := range got {
+			if aws.ToString(m.Body) == "once" {
+				once = m
+			} else {
+				first = m
+			}
+		}
+		b.changeVisibility(q.URL, 0, aws.ToString(first.ReceiptHandle))
+		second := b.receiveN(q.URL, 1, 60)[0]
+		latest := []string{aws.ToString(once.ReceiptHandle), aws.ToString(second.ReceiptHandle)}
+		for i := range 2 {
+			if out := b.deleteBatch(q.URL, latest...); len(out.Successful) != 2 || len(out.Failed) != 0 {
+				t.Errorf("delete %d with the latest handles: %d successful, failed %+v", i+1, len(out.Successful), out.Failed)
+			}
+		}
+		in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &q.URL}
+		for i, h := range latest {
+			in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(h), VisibilityTimeout: 10})
+		}
+		out, err := b.c.ChangeMessageVisibilityBatch(ctx, in)
+		if err != nil {
+			t.Fatalf("ChangeMessageVisibilityBatch: %v", err)
+		}
+		if len(out.Failed) != 2 || len(out.Successful) != 0 {
+			t.Errorf("visibility change of deleted messages: %d successful, %d failed; want 2 failed", len(out.Successful), len(out.Failed))
+		}
+		for _, f := range out.Failed {
+			if !f.SenderFault {
+				t.Errorf("visibility change of a deleted message: %s not a sender fault", aws.ToString(f.Code))
+			}
+			// SQS and the Fake answer InvalidParameterValue, the
+			// emulator ReceiptHandleIsInvalid.
+			t.Logf("visibility change of a deleted message: %s: %s", aws.ToString(f.Code), aws.ToString(f.Message))
+		}
+		if !b.emulator {
+			// The emulator accepts outdated handles (see above).
+			out := b.deleteBatch(q.URL, aws.ToString(first.ReceiptHandle))
+			if len(out.Failed) != 1 || aws.ToString(out.Failed[0].Code) != "ReceiptHandleIsInvalid" || !out.Failed[0].SenderFault {
+				t.Errorf("delete with an earlier receive's handle of a deleted message: %+v", out)
+			}
+		}
+		if v, f, d := b.depth(q.URL); v+f+d != 0 {
+			t.Errorf("depth %d, %d, %d after delete", v, f, d)
+		}
+		if m := b.receive(q.URL, 10, 1, 60); len(m) != 0 {
+			t.Errorf("received %q after delete", bodies(m))
 		}
 	})
 }

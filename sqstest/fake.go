@@ -3,7 +3,6 @@ package sqstest
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -76,6 +75,15 @@ const maxPollRecheck = 100 * time.Millisecond
 // modeled error (*types.QueueDoesNotExist, ...) or a smithy.APIError. Each
 // call first counts itself (see Calls), then fails if its context is done or
 // a failure was injected with FailNext.
+//
+// A deleted message is freed: receipt handles are signed by their queue and
+// name their message and receive, so the Fake needs no record of a deleted
+// message to answer for its handles as before (its latest handle deletes
+// again without an error, the others are invalid). It keeps only the receive
+// count of a message deleted after more than one receive, and the ordinal of
+// one moved to a dead-letter queue, a few bytes each, until the queue is
+// deleted. A soak over millions of messages thus measures the code under
+// test, not the Fake.
 type Fake struct {
 	// Now returns the current time. Visibility timeouts, delays, timestamps
 	// and the deduplication window are computed from it when a call is
@@ -180,8 +188,10 @@ func (f *Fake) CreateQueue(name string, attrs map[string]string) (url string) {
 		fifo:    strings.HasSuffix(name, ".fifo"),
 		attrs:   attrs,
 		created: now, modified: now,
-		handles: map[string]*message{},
-		dedup:   map[string]dedupEntry{},
+		dedup:    map[string]dedupEntry{},
+		key:      newKey(),
+		received: map[uint64]*message{},
+		gone:     map[uint64]int32{},
 	}
 	if q.attrs == nil {
 		q.attrs = map[string]string{}
@@ -471,11 +481,11 @@ func parseRedrivePolicy(s string) (arn string, maxReceiveCount int, err error) {
 	return p.DeadLetterTargetArn, n, nil
 }
 
-// newToken returns a random string of n bytes of entropy, URL-safe.
-func newToken(n int) string {
-	b := make([]byte, n)
+// newKey returns a random key that signs the receipt handles of a queue.
+func newKey() []byte {
+	b := make([]byte, 32)
 	_, _ = rand.Read(b)
-	return base64.RawURLEncoding.EncodeToString(b)
+	return b
 }
 
 // newMessageID returns a random UUID, the form of SQS message IDs.

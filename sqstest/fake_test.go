@@ -620,3 +620,93 @@ func TestConcurrentUse(t *testing.T) {
 		t.Errorf("depth %d %d %d", v, fl, d)
 	}
 }
+
+// The Fake frees deleted messages, yet answers for their receipt handles as
+// before: the latest deletes again, earlier ones, a moved message's, another
+// queue's, a deleted and recreated queue's and altered ones are invalid.
+func TestHandlesOfGoneMessages(t *testing.T) {
+	f, clock := newFake(t)
+	ctx := context.Background()
+	dlq := f.CreateQueue("dlq", nil)
+	url := f.CreateQueue("q", map[string]string{"VisibilityTimeout": "30",
+		"RedrivePolicy": `{"deadLetterTargetArn":"` + sqstest.QueueARN("dlq") + `","maxReceiveCount":1}`})
+	other := f.CreateQueue("other", nil)
+	for _, body := range []string{"a", "b", "c"} {
+		f.Send(url, body)
+	}
+	first := recv(t, f, url, 3) // a, b, c
+	if len(first) != 3 {
+		t.Fatalf("received %d", len(first))
+	}
+	deleteAll(t, f, url, first[:1]) // a, after one receive
+	f.Send(other, "o")
+	otherMsg := recv(t, f, other, 1)
+	clock.Advance(30 * time.Second)
+	if got := recv(t, f, url, 10); len(got) != 0 { // b and c move to the dead-letter queue
+		t.Fatalf("received %d, want the others moved", len(got))
+	}
+	moved := recv(t, f, dlq, 10)
+	if len(moved) != 2 {
+		t.Fatalf("%d on the dead-letter queue, want 2", len(moved))
+	}
+	// b again on the dead-letter queue, deleted after its second receive.
+	if _, err := f.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &dlq, ReceiptHandle: moved[0].ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	again := recv(t, f, dlq, 1)
+	if len(again) != 1 || aws.ToString(again[0].MessageId) != aws.ToString(moved[0].MessageId) {
+		t.Fatalf("received %+v again", again)
+	}
+	deleteAll(t, f, dlq, again)
+
+	altered := []byte(aws.ToString(first[0].ReceiptHandle))
+	altered[3] ^= 1
+	for _, c := range []struct {
+		name, url, handle string
+		ok                bool // the delete succeeds
+	}{
+		{"latest handle of a deleted message", url, aws.ToString(first[0].ReceiptHandle), true},
+		{"latest handle of a message deleted after two receives", dlq, aws.ToString(again[0].ReceiptHandle), true},
+		{"earlier handle of a message deleted after two receives", dlq, aws.ToString(moved[0].ReceiptHandle), false},
+		{"handle of a message moved to the dead-letter queue", url, aws.ToString(first[1].ReceiptHandle), false},
+		{"another queue's handle", url, aws.ToString(otherMsg[0].ReceiptHandle), false},
+		{"altered handle", url, string(altered), false},
+		{"made-up handle", url, "made-up", false},
+	} {
+		out, err := f.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &c.url, Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String("0"), ReceiptHandle: &c.handle}}})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.ok {
+			if len(out.Successful) != 1 {
+				t.Errorf("%s: delete failed: %+v", c.name, out.Failed)
+			}
+			_, err := f.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &c.url, ReceiptHandle: &c.handle, VisibilityTimeout: 10})
+			var ae smithy.APIError
+			if !errors.As(err, &ae) || ae.ErrorCode() != "InvalidParameterValue" {
+				t.Errorf("%s: visibility change: %v, want InvalidParameterValue", c.name, err)
+			}
+			continue
+		}
+		if len(out.Failed) != 1 || aws.ToString(out.Failed[0].Code) != "ReceiptHandleIsInvalid" || !out.Failed[0].SenderFault {
+			t.Errorf("%s: delete: %+v, want ReceiptHandleIsInvalid", c.name, out)
+		}
+		_, err = f.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &c.url, ReceiptHandle: &c.handle, VisibilityTimeout: 10})
+		var invalid *types.ReceiptHandleIsInvalid
+		if !errors.As(err, &invalid) {
+			t.Errorf("%s: visibility change: %v, want ReceiptHandleIsInvalid", c.name, err)
+		}
+	}
+	if v, fl, _ := f.Depth(other); v+fl != 1 {
+		t.Errorf("the other queue's message was deleted")
+	}
+
+	// A queue deleted and created again knows none of the old handles.
+	f.DeleteQueue(other)
+	other = f.CreateQueue("other", nil)
+	f.Send(other, "o2")
+	recv(t, f, other, 1)
+	if out := deleteAll(t, f, other, otherMsg); len(out.Failed) != 1 || aws.ToString(out.Failed[0].Code) != "ReceiptHandleIsInvalid" {
+		t.Errorf("handle of the deleted queue: %+v", out)
+	}
+}

@@ -209,7 +209,8 @@ func (f *Fake) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInp
 
 // DeleteMessage deletes the message received with ReceiptHandle. It fails
 // with *types.ReceiptHandleIsInvalid when the handle is unknown or not the
-// latest receive's. Deleting a deleted message succeeds.
+// latest receive's. Deleting a deleted message again, with the handle that
+// deleted it, succeeds, as on SQS.
 func (f *Fake) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
 	const op = OpDeleteMessage
 	if err := f.begin(ctx, op); err != nil {
@@ -276,8 +277,9 @@ func (f *Fake) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatc
 // ChangeMessageVisibility makes the in-flight message received with
 // ReceiptHandle visible again VisibilityTimeout seconds from now: 0 makes it
 // visible at once. It fails with *types.ReceiptHandleIsInvalid when the
-// handle is unknown or not the latest receive's, and with
-// *types.MessageNotInflight when the message's visibility timeout has passed.
+// handle is unknown or not the latest receive's, with
+// *types.MessageNotInflight when the message's visibility timeout has passed,
+// and with InvalidParameterValue when the message was deleted.
 func (f *Fake) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
 	const op = OpChangeMessageVisibility
 	if err := f.begin(ctx, op); err != nil {

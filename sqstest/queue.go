@@ -1,8 +1,11 @@
 package sqstest
 
 import (
+	"crypto/hmac"
 	"crypto/md5"
 	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -24,10 +27,21 @@ type queue struct {
 	fifo              bool
 	attrs             map[string]string
 	created, modified time.Time
-	msgs              []*message          // not deleted, in the order sent
-	handles           map[string]*message // by current receipt handle
+	msgs              []*message // not deleted, in the order sent
 	dedup             map[string]dedupEntry
 	seq               uint64
+	// Receipt handles name a message by its ordinal and a receive by its
+	// count, signed with the queue's key (see handle), so that the queue
+	// needs no record of a message once it is deleted: received are the
+	// messages of msgs received at least once, by ordinal; gone records
+	// only what a handle cannot tell, by ordinal: the receive count of a
+	// message deleted after more than one receive (its earlier handles
+	// stay invalid), and 0 for a message moved to the dead-letter queue
+	// (all of its handles are).
+	key      []byte
+	ordinals uint64 // given out
+	received map[uint64]*message
+	gone     map[uint64]int32
 }
 
 type dedupEntry struct {
@@ -38,6 +52,7 @@ type dedupEntry struct {
 // message is one message of a queue.
 type message struct {
 	id, body, md5Body string
+	ordinal           uint64 // in its queue, from 1
 	attrs             map[string]types.MessageAttributeValue
 	traceHeader       string
 	group, dedupID    string
@@ -50,7 +65,6 @@ type message struct {
 	firstReceive time.Time
 	receivedAt   time.Time
 	handle       string // of the latest receive
-	deleted      bool
 	deadLetterOf string // ARN of the queue it was moved from
 }
 
@@ -166,9 +180,8 @@ func (f *Fake) receive(q *queue, now time.Time, max int, vis time.Duration) []*m
 		if m.firstReceive.IsZero() {
 			m.firstReceive = now
 		}
-		delete(q.handles, m.handle)
-		m.handle = newToken(48)
-		q.handles[m.handle] = m
+		m.handle = q.handle(m.ordinal, m.receiveCount)
+		q.received[m.ordinal] = m
 		m.receivedAt = now
 		m.visibleAt = now.Add(vis)
 	}
@@ -179,9 +192,10 @@ func (f *Fake) receive(q *queue, now time.Time, max int, vis time.Duration) []*m
 // attributes, receive count and, on standard queues, sent timestamp, as SQS's
 // redrive does. The caller removes m from q.msgs.
 func (f *Fake) moveToDLQ(q, dlq *queue, m *message, now time.Time) {
-	delete(q.handles, m.handle)
+	delete(q.received, m.ordinal)
+	q.gone[m.ordinal] = 0
 	c := &message{
-		id: m.id, body: m.body, md5Body: m.md5Body, attrs: m.attrs, traceHeader: m.traceHeader,
+		id: m.id, ordinal: dlq.nextOrdinal(), body: m.body, md5Body: m.md5Body, attrs: m.attrs, traceHeader: m.traceHeader,
 		group: m.group, dedupID: m.dedupID, sent: m.sent, visibleAt: now,
 		receiveCount: m.receiveCount, firstReceive: m.firstReceive, deadLetterOf: q.arn,
 	}
@@ -374,6 +388,7 @@ func (f *Fake) send(q *queue, r sendRequest) (sendResult, error) {
 			delay = q.intAttr("DelaySeconds", 0)
 		}
 		m.visibleAt = now.Add(time.Duration(delay) * time.Second)
+		m.ordinal = q.nextOrdinal()
 		q.msgs = append(q.msgs, m)
 		f.notify()
 		return res, nil
@@ -409,6 +424,7 @@ func (f *Fake) send(q *queue, r sendRequest) (sendResult, error) {
 	res.seq = m.seq
 	q.dedup[m.dedupID] = dedupEntry{id: m.id, seq: m.seq, until: now.Add(DeduplicationInterval)}
 	m.visibleAt = now.Add(time.Duration(q.intAttr("DelaySeconds", 0)) * time.Second)
+	m.ordinal = q.nextOrdinal()
 	q.msgs = append(q.msgs, m)
 	f.notify()
 	return res, nil
@@ -553,18 +569,22 @@ func md5Hex(b []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// deleteMessage deletes the message whose latest receipt handle is h. f.mu
-// is held.
+// deleteMessage deletes the message whose latest receipt handle is h, and
+// keeps no record of it unless it was received more than once. f.mu is held.
 func (f *Fake) deleteMessage(q *queue, h string) error {
-	m := q.handles[h]
-	if m == nil {
+	m, deleted := q.lookup(h)
+	switch {
+	case deleted: // deleting twice succeeds, as on SQS
+		return nil
+	case m == nil:
 		return receiptHandleInvalid(h)
 	}
-	if !m.deleted { // deleting twice succeeds, as on SQS
-		m.deleted = true
-		q.msgs = slices.DeleteFunc(q.msgs, func(x *message) bool { return x == m })
-		f.notify()
+	delete(q.received, m.ordinal)
+	if m.receiveCount > 1 {
+		q.gone[m.ordinal] = int32(m.receiveCount)
 	}
+	q.msgs = slices.DeleteFunc(q.msgs, func(x *message) bool { return x == m })
+	f.notify()
 	return nil
 }
 
@@ -572,12 +592,12 @@ func (f *Fake) deleteMessage(q *queue, h string) error {
 // whose latest receipt handle is h. f.mu is held.
 func (f *Fake) changeVisibility(q *queue, h string, secs int32) error {
 	now := f.now()
-	m := q.handles[h]
+	m, deleted := q.lookup(h)
 	switch {
+	case deleted:
+		return invalidParameter("Value %s for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change.", h)
 	case m == nil:
 		return receiptHandleInvalid(h)
-	case m.deleted:
-		return invalidParameter("Value %s for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change.", h)
 	case secs < 0 || secs > 43200:
 		return invalidParameter("Value %d for parameter VisibilityTimeout is invalid. Reason: Must be between 0 and 43200.", secs)
 	case !m.inFlight(now):
@@ -590,6 +610,55 @@ func (f *Fake) changeVisibility(q *queue, h string, secs int32) error {
 	m.visibleAt = until
 	f.notify()
 	return nil
+}
+
+// handleMAC is the length of a receipt handle's signature.
+const handleMAC = 16
+
+// handle returns the receipt handle of the count-th receive of the message
+// of q with the given ordinal: both numbers, signed with q's key (HMAC-SHA256,
+// cut to 16 bytes), base64url-encoded. Only q's own handles verify, and none
+// of a queue deleted and created again.
+func (q *queue) handle(ordinal uint64, count int) string {
+	b := make([]byte, 12, 12+sha256.Size)
+	binary.BigEndian.PutUint64(b, ordinal)
+	binary.BigEndian.PutUint32(b[8:], uint32(count))
+	mac := hmac.New(sha256.New, q.key)
+	mac.Write(b)
+	return base64.RawURLEncoding.EncodeToString(mac.Sum(b)[:12+handleMAC])
+}
+
+// lookup returns the message whose latest receipt handle is h, or reports
+// that h is the latest handle of a message deleted. Neither when h is not a
+// handle of q, an earlier receive's, or a moved message's. f.mu is held.
+func (q *queue) lookup(h string) (m *message, deleted bool) {
+	b, err := base64.RawURLEncoding.DecodeString(h)
+	if err != nil || len(b) != 12+handleMAC {
+		return nil, false
+	}
+	mac := hmac.New(sha256.New, q.key)
+	mac.Write(b[:12])
+	if !hmac.Equal(mac.Sum(nil)[:handleMAC], b[12:]) {
+		return nil, false
+	}
+	ordinal, count := binary.BigEndian.Uint64(b), int32(binary.BigEndian.Uint32(b[8:]))
+	if m := q.received[ordinal]; m != nil {
+		if int32(m.receiveCount) != count {
+			return nil, false // received again since
+		}
+		return m, false
+	}
+	last, ok := q.gone[ordinal]
+	if !ok {
+		last = 1 // deleted after its first receive, unrecorded
+	}
+	return nil, count == last
+}
+
+// nextOrdinal gives out the ordinal of a new message of q.
+func (q *queue) nextOrdinal() uint64 {
+	q.ordinals++
+	return q.ordinals
 }
 
 func receiptHandleInvalid(h string) error {

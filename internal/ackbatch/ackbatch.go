@@ -1,12 +1,22 @@
 // Package ackbatch groups the acknowledgements of one queue — deletes and
 // visibility changes — into batch calls of up to ten entries, sends them
 // concurrently, and retries what failed.
+//
+// An entry that failed in a way a retry may fix (the network, throttling, a
+// server fault, an entry SQS failed on its side) waits out a jittered
+// exponential backoff, then is sent again, batched with the other entries
+// due then: the entries of one failed call stay together, and retries fill
+// the batches of new entries. An entry with [Entry.Valid] set is retried for
+// as long as its receipt handle may still work, however long SQS stays out of
+// reach; the others at most [Config.MaxAttempts] times.
 package ackbatch
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -28,6 +38,15 @@ var _ API = (*sqs.Client)(nil)
 
 // MaxBatch is the most entries SQS takes in one batch call.
 const MaxBatch = 10
+
+// The backoff between the calls of an entry: FirstBackoff after its first
+// attempt, doubling after each further one up to MaxBackoff, of which a
+// random part, up to half, is left out (jitter), so that batchers retrying
+// together spread their calls.
+const (
+	FirstBackoff = 100 * time.Millisecond
+	MaxBackoff   = 5 * time.Second
+)
 
 // Kind says what an entry asks for.
 type Kind uint8
@@ -52,6 +71,23 @@ type Entry struct {
 	MessageID string
 	// Visibility is the new visibility timeout of a ChangeVisibility entry.
 	Visibility time.Duration
+	// Valid, if set, reports whether the receipt handle may still work:
+	// typically, whether the message's lease still holds. While it
+	// returns true, the entry is retried after every failure a retry may
+	// fix (the network, throttling, server faults, an entry SQS failed on
+	// its side), with backoff, for as long as it takes: Config.MaxAttempts
+	// does not apply to it. Once it returns false the entry is not sent
+	// again (it leaves the batch it was to go in) and finishes with an
+	// error wrapping ErrExpired. It is called before each call that would
+	// carry the entry and after each failed one, from the batcher's
+	// goroutines, without its lock held; it must be safe for concurrent
+	// use and quick.
+	//
+	// Without Valid an entry is sent at most Config.MaxAttempts times.
+	// Either way, failures no retry fixes (sender faults such as an
+	// invalid receipt handle, denied access, a missing queue) finish the
+	// entry at once, and Close's context bounds every retry.
+	Valid func() bool
 	// Done, if set, is called once with the entry's final result.
 	Done func(error)
 }
@@ -64,7 +100,8 @@ type Config struct {
 	Interval time.Duration
 	// MaxInFlight bounds the batch calls under way at once. Default 8.
 	MaxInFlight int
-	// MaxAttempts bounds the calls made for one entry. Default 8, spanning about 11s of backoff.
+	// MaxAttempts bounds the calls made for one entry without
+	// Entry.Valid. Default 8, spanning about 6 to 11 s of backoff.
 	MaxAttempts int
 	// Timeout bounds each call. Default 10s.
 	Timeout time.Duration
@@ -73,21 +110,44 @@ type Config struct {
 }
 
 // Batcher collects entries and sends them in batches. Its methods are safe for
-// concurrent use. Close sends what is pending and waits for calls under way.
+// concurrent use. Close sends what is pending, waits for the retries, and for
+// the calls under way.
 type Batcher struct {
 	api API
 	cfg Config
 	sem chan struct{}
-	wg  sync.WaitGroup
+	wg  sync.WaitGroup // the goroutines making calls
 
-	mu      sync.Mutex
-	pending [2][]Entry
-	timer   [2]*time.Timer
-	closed  bool
-	// stop is cancelled by Close when its context ends: calls still under
-	// way give up.
+	mu sync.Mutex
+	// pending are the entries waiting for their batch to fill: new ones,
+	// and retries that came due.
+	pending [2][]item
+	timer   [2]*time.Timer // flushes pending after Interval
+	// retries are the entries waiting out their backoff; retryTimer moves
+	// them to pending when the first comes due, at retryAt.
+	retries    [2][]item
+	retryTimer [2]*time.Timer
+	retryAt    [2]time.Time
+	retrySeq   [2]uint64 // of the latest retry timer; earlier ones do nothing
+	// open counts the entries added and not yet finished.
+	open   int
+	closed bool
+	// drained is closed once Close was called and no entry is open.
+	drained chan struct{}
+	// stopped is set when Close's context ends: no call is made after.
+	stopped bool
+	// stop is cancelled by Close, when its context ends with that
+	// context's cause: calls still under way give up.
 	stop     context.Context
 	stopCall context.CancelCauseFunc
+}
+
+// item is an entry on its way, with its attempts so far.
+type item struct {
+	Entry
+	attempts int
+	err      error     // of the last attempt
+	due      time.Time // of the next attempt, while waiting out a backoff
 }
 
 // New returns a Batcher for one queue.
@@ -112,6 +172,14 @@ func New(api API, cfg Config) *Batcher {
 // ErrClosed is the result of entries added after Close.
 var ErrClosed = errors.New("ackbatch: batcher closed")
 
+// ErrExpired is wrapped by the result of an entry whose Entry.Valid returned
+// false before it could be sent successfully: its receipt handle can no
+// longer work.
+var ErrExpired = errors.New("ackbatch: receipt handle expired")
+
+// errStopped is the cause of the calls cancelled when Close's context ends.
+var errStopped = errors.New("ackbatch: closing: deadline passed")
+
 // maxVisibility is the longest visibility timeout SQS takes: 12 hours.
 const maxVisibility = 12 * time.Hour
 
@@ -129,30 +197,44 @@ func (b *Batcher) Add(kind Kind, e Entry) {
 		b.finish(kind, e, ErrClosed)
 		return
 	}
+	b.open++
+	b.queueLocked(kind, item{Entry: e})
+	b.mu.Unlock()
+}
+
+// queueLocked adds it to the pending entries of kind, and sends them when
+// they fill a batch, or arranges for them to be sent after Interval. b.mu is
+// held.
+func (b *Batcher) queueLocked(kind Kind, it item) {
 	if b.pending[kind] == nil {
-		b.pending[kind] = make([]Entry, 0, MaxBatch)
+		b.pending[kind] = make([]item, 0, MaxBatch)
 	}
-	b.pending[kind] = append(b.pending[kind], e)
+	b.pending[kind] = append(b.pending[kind], it)
 	switch n := len(b.pending[kind]); {
 	case n >= MaxBatch:
 		b.flushLocked(kind)
 	case n == 1:
 		b.timer[kind] = time.AfterFunc(b.cfg.Interval, func() { b.Flush(kind) })
 	}
-	b.mu.Unlock()
 }
 
-// Flush sends the pending entries of kind now.
+// Flush sends the pending entries of kind now. Entries waiting out a backoff
+// keep waiting.
 func (b *Batcher) Flush(kind Kind) {
 	b.mu.Lock()
 	b.flushLocked(kind)
 	b.mu.Unlock()
 }
 
+// flushLocked sends the pending entries of kind in batches of up to
+// MaxBatch. b.mu is held.
 func (b *Batcher) flushLocked(kind Kind) {
 	if t := b.timer[kind]; t != nil {
 		t.Stop()
 		b.timer[kind] = nil
+	}
+	if b.stopped {
+		return // Close finishes what is pending
 	}
 	for len(b.pending[kind]) > 0 {
 		n := min(len(b.pending[kind]), MaxBatch)
@@ -163,80 +245,253 @@ func (b *Batcher) flushLocked(kind Kind) {
 	b.pending[kind] = nil
 }
 
-// Close sends the pending entries and waits until every call under way has
-// finished, or ctx ends; then it cancels the calls under way and their
-// retries, makes no new call, and returns once the entries not sent are
-// reported failed (the SDK's calls return as soon as their context is
+// Close sends the pending entries and waits until every entry has finished:
+// sent, failed for good, or, with Entry.Valid, expired. When ctx ends first
+// it cancels the calls under way, makes no other call, reports every entry
+// not done failed, and returns the context's cause once the calls under way
+// have returned (the SDK's calls return as soon as their context is
 // cancelled). Entries added after Close fail with ErrClosed.
 func (b *Batcher) Close(ctx context.Context) error {
 	b.mu.Lock()
-	b.closed = true
+	if !b.closed {
+		b.closed = true
+		b.drained = make(chan struct{})
+		if b.open == 0 {
+			close(b.drained)
+		}
+	}
 	b.flushLocked(Delete)
 	b.flushLocked(ChangeVisibility)
+	drained := b.drained
 	b.mu.Unlock()
-	done := make(chan struct{})
-	go func() { b.wg.Wait(); close(done) }()
 	select {
-	case <-done:
+	case <-drained:
+		b.wg.Wait()
 		b.stopCall(nil)
 		return nil
 	case <-ctx.Done():
-		b.stopCall(fmt.Errorf("%w: %w", errStopped, context.Cause(ctx)))
-		<-done
-		return fmt.Errorf("ackbatch: flushing: %w", context.Cause(ctx))
+		select {
+		case <-drained: // both: nothing was lost
+			b.wg.Wait()
+			b.stopCall(nil)
+			return nil
+		default:
+		}
 	}
+	cause := fmt.Errorf("%w: %w", errStopped, context.Cause(ctx))
+	b.stopCall(cause)
+	b.mu.Lock()
+	b.stopped = true
+	var left [2][]item
+	for kind := range left {
+		for _, t := range []*time.Timer{b.timer[kind], b.retryTimer[kind]} {
+			if t != nil {
+				t.Stop()
+			}
+		}
+		b.timer[kind], b.retryTimer[kind] = nil, nil
+		left[kind] = append(b.pending[kind], b.retries[kind]...)
+		b.pending[kind], b.retries[kind] = nil, nil
+	}
+	b.mu.Unlock()
+	for kind, items := range left {
+		b.giveUp(Kind(kind), items, cause)
+	}
+	b.wg.Wait()
+	return fmt.Errorf("ackbatch: flushing: %w", context.Cause(ctx))
 }
 
-// send makes the batch call for entries, retrying the failed ones with
-// backoff, each reported with the error of its own last attempt.
-func (b *Batcher) send(kind Kind, entries []Entry) {
+// send makes one batch call for items, once a call slot is free, and hands
+// what failed, worth another try, to retry.
+func (b *Batcher) send(kind Kind, items []item) {
 	select {
 	case b.sem <- struct{}{}:
-		defer func() { <-b.sem }()
 	case <-b.stop.Done():
-	}
-	if b.stop.Err() != nil { // Close's deadline passed while this waited
-		b.giveUp(kind, entries, nil, 0, context.Cause(b.stop))
+		b.giveUp(kind, items, context.Cause(b.stop))
 		return
 	}
-	backoff := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		retry, errs := b.call(kind, entries)
-		if len(retry) == 0 {
-			return
-		}
-		if attempt >= b.cfg.MaxAttempts || b.stop.Err() != nil {
-			b.giveUp(kind, retry, errs, attempt, nil)
-			return
-		}
-		entries = retry
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-b.stop.Done():
-			t.Stop()
-			b.giveUp(kind, retry, errs, attempt, nil)
-			return
-		}
-		backoff = min(2*backoff, 5*time.Second)
+	if b.stop.Err() != nil { // Close's deadline passed while this waited
+		<-b.sem
+		b.giveUp(kind, items, context.Cause(b.stop))
+		return
+	}
+	items = b.dropExpired(kind, items)
+	if len(items) == 0 {
+		<-b.sem
+		return
+	}
+	retry := b.call(kind, items)
+	<-b.sem
+	if len(retry) > 0 {
+		b.retry(kind, retry)
 	}
 }
 
-// errStopped is the cause of the calls cancelled when Close's context ends.
-var errStopped = errors.New("ackbatch: closing: deadline passed")
-
-// giveUp reports entries failed after attempts calls, each with its own
-// error errs[i], or with err for all.
-func (b *Batcher) giveUp(kind Kind, entries []Entry, errs []error, attempts int, err error) {
-	for i, e := range entries {
-		if errs != nil {
-			err = errs[i]
-		}
-		if attempts == 0 {
-			b.finish(kind, e, fmt.Errorf("%s of message %s: not sent: %w", kind, e.MessageID, err))
+// dropExpired finishes the items whose Valid returns false, and returns the
+// others.
+func (b *Batcher) dropExpired(kind Kind, items []item) []item {
+	keep := items[:0]
+	for _, it := range items {
+		if it.Valid != nil && !it.Valid() {
+			b.expire(kind, it)
 			continue
 		}
-		b.finish(kind, e, fmt.Errorf("%s of message %s: gave up after %d attempts: %w", kind, e.MessageID, attempts, err))
+		keep = append(keep, it)
+	}
+	return keep
+}
+
+// expire finishes an item whose receipt handle can no longer work.
+func (b *Batcher) expire(kind Kind, it item) {
+	if it.attempts == 0 {
+		b.done(kind, it, fmt.Errorf("%s of message %s: not sent: %w", kind, it.MessageID, ErrExpired))
+		return
+	}
+	b.done(kind, it, fmt.Errorf("%s of message %s: %w after %d attempts: %w", kind, it.MessageID, ErrExpired, it.attempts, it.err))
+}
+
+// retry schedules the next attempt of items, which failed together: each
+// waits its backoff, shortened by the same random part for all, so that
+// those of one attempt stay together. Items out of attempts or expired
+// finish instead.
+func (b *Batcher) retry(kind Kind, items []item) {
+	now := time.Now()
+	jitter := rand.Float64()
+	again := items[:0]
+	var first time.Time
+	for _, it := range items {
+		switch {
+		case it.Valid == nil && it.attempts >= b.cfg.MaxAttempts:
+			b.done(kind, it, fmt.Errorf("%s of message %s: gave up after %d attempts: %w", kind, it.MessageID, it.attempts, it.err))
+		case it.Valid != nil && !it.Valid():
+			b.expire(kind, it)
+		default:
+			it.due = now.Add(backoff(it.attempts, jitter))
+			if first.IsZero() || it.due.Before(first) {
+				first = it.due
+			}
+			again = append(again, it)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	b.mu.Lock()
+	if b.stopped {
+		b.mu.Unlock()
+		b.giveUp(kind, again, context.Cause(b.stop))
+		return
+	}
+	b.retries[kind] = append(b.retries[kind], again...)
+	b.scheduleLocked(kind, first)
+	b.mu.Unlock()
+}
+
+// backoff is the wait after attempts failed attempts: FirstBackoff doubling
+// up to MaxBackoff, less up to half of it, by jitter in [0, 1).
+func backoff(attempts int, jitter float64) time.Duration {
+	d := MaxBackoff
+	if attempts <= 6 { // 100ms << 6 is past MaxBackoff
+		d = min(FirstBackoff<<max(attempts-1, 0), MaxBackoff)
+	}
+	return d - time.Duration(jitter*float64(d/2))
+}
+
+// scheduleLocked makes the retry timer of kind fire by due. b.mu is held.
+func (b *Batcher) scheduleLocked(kind Kind, due time.Time) {
+	if b.retryTimer[kind] != nil {
+		if !due.Before(b.retryAt[kind]) {
+			return
+		}
+		b.retryTimer[kind].Stop()
+	}
+	b.retryAt[kind] = due
+	b.retrySeq[kind]++
+	seq := b.retrySeq[kind]
+	b.retryTimer[kind] = time.AfterFunc(time.Until(due), func() { b.retryDue(kind, seq) })
+}
+
+// retryDue sends the retries of kind that are due, or will be within
+// Interval, with the pending entries, in as few batches as first fit makes
+// without splitting the entries that failed together (see pack).
+func (b *Batcher) retryDue(kind Kind, seq uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped || seq != b.retrySeq[kind] {
+		return // stopped, or replaced by an earlier timer
+	}
+	b.retryTimer[kind] = nil
+	horizon := time.Now().Add(b.cfg.Interval)
+	var next time.Time
+	var due []item
+	waiting := b.retries[kind][:0]
+	for _, it := range b.retries[kind] {
+		if it.due.After(horizon) {
+			waiting = append(waiting, it)
+			if next.IsZero() || it.due.Before(next) {
+				next = it.due
+			}
+			continue
+		}
+		due = append(due, it)
+	}
+	clear(b.retries[kind][len(waiting):])
+	b.retries[kind] = waiting
+	if t := b.timer[kind]; t != nil {
+		t.Stop()
+		b.timer[kind] = nil
+	}
+	for _, batch := range pack(b.pending[kind], due) {
+		b.wg.Go(func() { b.send(kind, batch) })
+	}
+	b.pending[kind] = nil
+	if !next.IsZero() {
+		b.scheduleLocked(kind, next)
+	}
+}
+
+// pack puts pending entries (fewer than MaxBatch) and due retries into
+// batches. The retries that failed together, and so share a due time and
+// stand next to each other, form a group that pack does not split: an
+// outage does not fragment batches, and groups that meet merge for good.
+// The groups go, largest first, into the first batch with room.
+func pack(pending, due []item) [][]item {
+	var groups [][]item
+	for i := 0; i < len(due); {
+		j := i + 1
+		for j < len(due) && j-i < MaxBatch && due[j].due.Equal(due[i].due) {
+			j++
+		}
+		groups = append(groups, due[i:j])
+		i = j
+	}
+	slices.SortStableFunc(groups, func(a, b []item) int { return len(b) - len(a) })
+	var batches [][]item
+	if len(pending) > 0 {
+		batches = append(batches, append(make([]item, 0, MaxBatch), pending...))
+	}
+next:
+	for _, g := range groups {
+		for k := range batches {
+			if len(batches[k])+len(g) <= MaxBatch {
+				batches[k] = append(batches[k], g...)
+				continue next
+			}
+		}
+		batches = append(batches, append(make([]item, 0, MaxBatch), g...))
+	}
+	return batches
+}
+
+// giveUp finishes items that will not be sent again because Close's context
+// ended: with the error of their last attempt, or cause when not sent.
+func (b *Batcher) giveUp(kind Kind, items []item, cause error) {
+	for _, it := range items {
+		if it.attempts == 0 {
+			b.done(kind, it, fmt.Errorf("%s of message %s: not sent: %w", kind, it.MessageID, cause))
+			continue
+		}
+		b.done(kind, it, fmt.Errorf("%s of message %s: gave up after %d attempts: %w: %w", kind, it.MessageID, it.attempts, cause, it.err))
 	}
 }
 
@@ -250,30 +505,31 @@ func (e *entryError) Error() string { return e.Code + ": " + e.Message }
 // ids are the entry IDs of a batch call: the entries' indexes.
 var ids = [MaxBatch]string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
 
-// call makes one batch call. It reports the entries that succeeded or failed
-// for good, and returns the others, worth another try, with their errors.
-func (b *Batcher) call(kind Kind, entries []Entry) (retry []Entry, errs []error) {
+// call makes one batch call. It finishes the items that succeeded or failed
+// for good, and returns the others, worth another try, with their attempts
+// and errors updated.
+func (b *Batcher) call(kind Kind, items []item) (retry []item) {
 	ctx, cancel := context.WithTimeout(b.stop, b.cfg.Timeout)
 	defer cancel()
 	var failed []types.BatchResultErrorEntry
 	var err error
 	switch kind {
 	case Delete:
-		in := &sqs.DeleteMessageBatchInput{QueueUrl: &b.cfg.QueueURL, Entries: make([]types.DeleteMessageBatchRequestEntry, len(entries))}
-		for i := range entries {
-			in.Entries[i] = types.DeleteMessageBatchRequestEntry{Id: &ids[i], ReceiptHandle: &entries[i].ReceiptHandle}
+		in := &sqs.DeleteMessageBatchInput{QueueUrl: &b.cfg.QueueURL, Entries: make([]types.DeleteMessageBatchRequestEntry, len(items))}
+		for i := range items {
+			in.Entries[i] = types.DeleteMessageBatchRequestEntry{Id: &ids[i], ReceiptHandle: &items[i].ReceiptHandle}
 		}
 		var out *sqs.DeleteMessageBatchOutput
 		if out, err = b.api.DeleteMessageBatch(ctx, in); err == nil {
 			failed = out.Failed
 		}
 	case ChangeVisibility:
-		in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &b.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(entries))}
-		for i := range entries {
+		in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &b.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(items))}
+		for i := range items {
 			in.Entries[i] = types.ChangeMessageVisibilityBatchRequestEntry{
 				Id:                &ids[i],
-				ReceiptHandle:     &entries[i].ReceiptHandle,
-				VisibilityTimeout: int32(entries[i].Visibility / time.Second),
+				ReceiptHandle:     &items[i].ReceiptHandle,
+				VisibilityTimeout: int32(items[i].Visibility / time.Second),
 			}
 		}
 		var out *sqs.ChangeMessageVisibilityBatchOutput
@@ -281,39 +537,51 @@ func (b *Batcher) call(kind Kind, entries []Entry) (retry []Entry, errs []error)
 			failed = out.Failed
 		}
 	}
+	for i := range items {
+		items[i].attempts++
+	}
 	if err != nil {
 		if awserr.IsFatal(err) {
-			for _, e := range entries {
-				b.finish(kind, e, fmt.Errorf("%s of message %s: %w", kind, e.MessageID, err))
+			for _, it := range items {
+				b.done(kind, it, fmt.Errorf("%s of message %s: %w", kind, it.MessageID, err))
 			}
-			return nil, nil
+			return nil
 		}
-		errs = make([]error, len(entries))
-		for i := range errs {
-			errs[i] = err
+		for i := range items {
+			items[i].err = err
 		}
-		return entries, errs
+		return items
 	}
 	var byID [MaxBatch]*types.BatchResultErrorEntry
 	for i := range failed {
-		if n, convErr := strconv.Atoi(aws.ToString(failed[i].Id)); convErr == nil && n >= 0 && n < len(entries) {
+		if n, convErr := strconv.Atoi(aws.ToString(failed[i].Id)); convErr == nil && n >= 0 && n < len(items) {
 			byID[n] = &failed[i]
 		}
 	}
-	for i, e := range entries {
+	for i, it := range items {
 		f := byID[i]
 		switch {
 		case f == nil:
-			b.finish(kind, e, nil)
+			b.done(kind, it, nil)
 		case f.SenderFault:
-			b.finish(kind, e, fmt.Errorf("%s of message %s: %w", kind, e.MessageID,
+			b.done(kind, it, fmt.Errorf("%s of message %s: %w", kind, it.MessageID,
 				&entryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)}))
 		default:
-			retry = append(retry, e)
-			errs = append(errs, &entryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)})
+			it.err = &entryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)}
+			retry = append(retry, it)
 		}
 	}
-	return retry, errs
+	return retry
+}
+
+// done finishes an added entry, and lets Close return once none is left.
+func (b *Batcher) done(kind Kind, it item, err error) {
+	b.finish(kind, it.Entry, err)
+	b.mu.Lock()
+	if b.open--; b.open == 0 && b.closed {
+		close(b.drained)
+	}
+	b.mu.Unlock()
 }
 
 func (b *Batcher) finish(kind Kind, e Entry, err error) {

@@ -213,7 +213,7 @@ func TestPartialFailureRetriesOnlyFailedEntries(t *testing.T) {
 }
 
 // Whole-call errors that may pass (throttling, server errors, the network)
-// are retried with exponential backoff until the call succeeds.
+// are retried with exponential backoff, jittered, until the call succeeds.
 func TestTransientErrorsRetriedWithBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		api := newFake(func(n int, c call) (map[string]failure, error) {
@@ -244,9 +244,14 @@ func TestTransientErrorsRetriedWithBackoff(t *testing.T) {
 				t.Errorf("call %+v, want the three entries with 30s each", c)
 			}
 		}
-		ms := time.Millisecond
-		if want := []time.Duration{0, 100 * ms, 300 * ms, 700 * ms, 1500 * ms}; !slices.Equal(at, want) {
-			t.Errorf("calls at %v, want %v (100ms backoff, doubling)", at, want)
+		if len(at) != 5 {
+			t.Fatalf("calls at %v, want 5", at)
+		}
+		// 100ms doubling, less up to half (jitter).
+		for i, base := 1, ackbatch.FirstBackoff; i < len(at); i, base = i+1, 2*base {
+			if gap := at[i] - at[i-1]; gap < base/2 || gap > base {
+				t.Errorf("call %d came %s after the one before, want %s to %s", i+1, gap, base/2, base)
+			}
 		}
 		for _, h := range []string{"v0", "v1", "v2"} {
 			if err := r.of(t, h); err != nil {
