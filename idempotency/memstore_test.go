@@ -228,6 +228,9 @@ func (s *MemStore) CommitWrites(ctx context.Context, c Commit) (*Record, error) 
 // commit applies c. s.mu is held.
 func (s *MemStore) commit(c Commit) (*Record, error) {
 	if c.ID != "" && s.commits[c.ID] {
+		if c.Key == "" {
+			return nil, nil
+		}
 		r := s.recs[c.Key]
 		return copyRecord(&r), nil
 	}

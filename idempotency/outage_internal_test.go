@@ -124,3 +124,26 @@ func TestStoreMarksOutages(t *testing.T) {
 		}
 	}
 }
+
+// A claim refused because a transaction is writing the record (its holder
+// committing) is postponed, not failed.
+func TestClaimConflictPostponed(t *testing.T) {
+	ctx := context.Background()
+	s, err := NewDynamoStore(ctx, failingAPI{httpErr(400, &types.TransactionConflictException{})}, StoreConfig{Table: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := New(s, Config{})
+	ran := false
+	err = g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { ran = true; return nil })).
+		HandleMessage(ctx, &sqsworker.Message{ID: "m", Body: "b", MessageAttributes: map[string]sqsworker.MessageAttribute{
+			KeyAttribute: {DataType: "String", StringValue: "k"},
+		}})
+	var ra *sqsworker.RetryAfterError
+	if !errors.As(err, &ra) || ra.Err != nil || ran || sqsworker.IsUnavailable(err) {
+		t.Errorf("claim in conflict with a transaction: %v (ran %v), want postponed", err, ran)
+	}
+	if st := g.Stats(); st.InProgress != 1 {
+		t.Errorf("stats %+v", st)
+	}
+}

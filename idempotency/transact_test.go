@@ -408,12 +408,17 @@ func TestCommitWritesRepeated(t *testing.T) {
 	if _, err := store.CommitWrites(ctx, c); !errors.Is(err, idempotency.ErrNotHolder) {
 		t.Errorf("another holder's commit: %v, want ErrNotHolder", err)
 	}
-	// Writes alone (no claim) commit as they are.
-	if _, err := store.CommitWrites(ctx, idempotency.Commit{Writes: []ddbtypes.TransactWriteItem{effectWrite(effects, "alone")}}); err != nil {
-		t.Errorf("writes without a claim: %v", err)
+	// Writes alone (no claim, no condition) commit as they are; repeated
+	// with the same ID, they are applied once: DynamoDB (Local too)
+	// honours the ClientRequestToken.
+	alone := idempotency.Commit{Writes: []ddbtypes.TransactWriteItem{effectWrite(effects, "alone")}, ID: "alone-" + token[:8]}
+	for range 2 {
+		if _, err := store.CommitWrites(ctx, alone); err != nil {
+			t.Errorf("writes without a claim: %v", err)
+		}
 	}
 	if n := applied(t, db, effects, "alone"); n != 1 {
-		t.Errorf("effect without a claim applied %d times", n)
+		t.Errorf("effect without a claim, committed twice with one ID, applied %d times", n)
 	}
 }
 
