@@ -121,7 +121,7 @@ type RedrivePolicy struct {
 func ParseRedrivePolicy(s string) (RedrivePolicy, error) {
 	arn, n, err := queue.ParseRedrivePolicy(s)
 	if err != nil {
-		return RedrivePolicy{}, fmt.Errorf("dlq: %w", err)
+		return RedrivePolicy{}, err
 	}
 	return RedrivePolicy{DeadLetterTargetARN: arn, MaxReceiveCount: n}, nil
 }
@@ -135,7 +135,7 @@ type ARN struct {
 func ParseARN(s string) (ARN, error) {
 	name, account, err := queue.ParseARN(s)
 	if err != nil {
-		return ARN{}, fmt.Errorf("dlq: %w", err)
+		return ARN{}, err
 	}
 	parts := strings.Split(s, ":")
 	return ARN{Partition: parts[1], Region: parts[3], Account: account, Name: name}, nil

@@ -33,6 +33,9 @@ const (
 	// maxReceiveFailures is how many receives in a row may fail before a
 	// scan gives up.
 	maxReceiveFailures = 5
+	// maxComebacks is how many receives in a row may bring back only
+	// messages already held before the scan takes the queue for drained.
+	maxComebacks = 3
 	// lostMargin is how long after a lost receive's messages become
 	// visible again the scan looks for them.
 	lostMargin = time.Second
@@ -243,6 +246,7 @@ type scanner struct {
 	lost       int
 	lostUntil  time.Time // when the messages of lost receives are visible again; zero when none are pending
 	failures   int       // receives failed in a row
+	comebacks  int       // receives in a row that brought back held messages only
 	attemptID  string    // FIFO: the ReceiveRequestAttemptId of the receive being retried
 }
 
@@ -309,15 +313,27 @@ func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, dr
 			s.seen[id] = true
 			fresh = append(fresh, m)
 		}
-		if len(fresh) > 0 {
+		switch {
+		case len(fresh) > 0:
+			s.comebacks = 0
 			return fresh, false, nil
+		case len(out.Messages) > 0 && s.comebacks < maxComebacks:
+			// Only messages already held came back: their visibility
+			// timeout ran out while held (a slow replay, a retried
+			// receive), and they may stand before unread ones. Hide them
+			// all again and go on.
+			s.comebacks++
+			if err := s.change(ctx, s.held, s.visibility); err != nil {
+				s.q.log.Warn("dlq: could not hide held messages again", "queue", s.q.URL, "error", err)
+			}
+			continue
+		case !s.lostUntil.IsZero():
+			if err := s.waitForLost(ctx); err != nil {
+				return nil, false, err
+			}
+			continue
 		}
-		if s.lostUntil.IsZero() {
-			return nil, true, nil
-		}
-		if err := s.waitForLost(ctx); err != nil {
-			return nil, false, err
-		}
+		return nil, true, nil
 	}
 }
 

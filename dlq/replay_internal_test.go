@@ -1,0 +1,141 @@
+package dlq
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/smithy-go"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+// The replay count: added, incremented, made room for by keeping the
+// failure metadata as one attribute, or left out when there is no room.
+func TestCopyAttributes(t *testing.T) {
+	mk := func(own int, replays string) *Message {
+		attrs := map[string]sqsworker.MessageAttribute{}
+		for i := range own {
+			attrs[string(rune('a'+i))] = sqsworker.MessageAttribute{DataType: "String", StringValue: "v"}
+		}
+		if replays != "" {
+			attrs[AttrReplays] = sqsworker.MessageAttribute{DataType: "Number", StringValue: replays}
+		}
+		return testMessage(sqsworker.Failure{ErrorClass: "c", Error: "e", MessageID: "orig", SourceQueue: "q", FailedAt: time.Unix(1e9, 0)}, "", attrs)
+	}
+	for _, tc := range []struct {
+		own      int
+		replays  string
+		want     int
+		n        int
+		compact  bool
+		noteLike string
+	}{
+		{0, "", 1, 8 + 1, false, ""},
+		{1, "", 1, 1 + 8 + 1, false, ""},
+		{1, "1", 2, 1 + 1 + 8, false, ""}, // 10 with the count already there
+		{2, "", 1, 2 + 1 + 1, true, "kept as the one attribute"},
+		{8, "", 1, 8 + 1 + 1, true, ""}, // the runtime kept it as one attribute already
+		{9, "", 0, 9 + 1, true, "not added"},
+		{8, "4", 5, 8 + 1 + 1, true, ""},
+	} {
+		m := mk(tc.own, tc.replays)
+		attrs, replays, note := copyAttributes(m)
+		_, compact := attrs[sqsworker.AttrFailure]
+		if replays != tc.want || len(attrs) != tc.n || compact != tc.compact || (tc.noteLike == "") != (note == "") || !strings.Contains(note, tc.noteLike) {
+			t.Errorf("%d own attributes, replays %q: count %d, %d attributes (compact %v), note %q", tc.own, tc.replays, replays, len(attrs), compact, note)
+		}
+		if replays > 0 && aws.ToString(attrs[AttrReplays].StringValue) != strconv.Itoa(replays) {
+			t.Errorf("count attribute %v", attrs[AttrReplays])
+		}
+		got := map[string]sqsworker.MessageAttribute{}
+		for k, v := range attrs {
+			got[k] = sqsworker.MessageAttribute{DataType: aws.ToString(v.DataType), StringValue: aws.ToString(v.StringValue)}
+		}
+		f, ok := sqsworker.ParseFailure(got)
+		a, _ := json.Marshal(f)
+		b, _ := json.Marshal(m.Failure)
+		if !ok || string(a) != string(b) {
+			t.Errorf("%d own attributes: failure metadata %+v, want %+v", tc.own, f, m.Failure)
+		}
+	}
+}
+
+// A missing API is recognised by its error code, whatever the message;
+// other errors pass through.
+func TestMoveTaskErrorClassification(t *testing.T) {
+	for _, tc := range []struct {
+		err         error
+		unsupported bool
+	}{
+		{&smithy.GenericAPIError{Code: "InvalidAction", Message: "Unknown action: StartMessageMoveTask"}, true},
+		{&smithy.OperationError{ServiceID: "SQS", OperationName: "StartMessageMoveTask",
+			Err: &smithy.GenericAPIError{Code: "UnknownOperationException", Message: "whatever"}}, true},
+		{&smithy.GenericAPIError{Code: "AWS.SimpleQueueService.UnsupportedOperation", Message: "Unknown action"}, false},
+		{&smithy.GenericAPIError{Code: "ResourceNotFoundException", Message: "Unknown action"}, false},
+		{errors.New("InvalidAction: Unknown action"), false},
+	} {
+		err := moveTaskError("StartMessageMoveTask", tc.err)
+		if got := errors.Is(err, ErrUnsupported); got != tc.unsupported {
+			t.Errorf("%v: unsupported = %v, want %v (%v)", tc.err, got, tc.unsupported, err)
+		}
+		if !errors.Is(err, tc.err) {
+			t.Errorf("%v is not wrapped: %v", tc.err, err)
+		}
+		if tc.unsupported && !strings.HasPrefix(err.Error(), "this SQS endpoint does not support message move tasks (StartMessageMoveTask answered ") {
+			t.Errorf("%v: %v", tc.err, err)
+		}
+	}
+}
+
+// The pacer spaces events by the rate, a burst of one, and stops waiting
+// when the context ends.
+func TestPacer(t *testing.T) {
+	p := newPacer(20) // 50ms apart
+	ctx := context.Background()
+	start := time.Now()
+	for range 5 {
+		if err := p.wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := time.Since(start); d < 190*time.Millisecond {
+		t.Errorf("5 events at 20/s took %s, want at least 200ms less the first", d)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := newPacer(0.001).wait(cctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+	var none *pacer
+	if err := none.wait(ctx); err != nil {
+		t.Errorf("nil pacer: %v", err)
+	}
+}
+
+func TestQueueKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://sqs.eu-west-1.amazonaws.com/123456789012/orders": "123456789012/orders",
+		"http://127.0.0.1:9324/000000000000/jobs.fifo":           "000000000000/jobs.fifo",
+		"arn:aws:sqs:eu-west-1:123456789012:orders":              "123456789012/orders",
+		"orders":                               "",
+		"https://sqs.example/orders":           "",
+		"https://sqs.example/a/b/c":            "",
+		"file:///123/orders":                   "",
+		"arn:aws:s3:eu-west-1:123456789012:bk": "",
+	} {
+		a, n, ok := queueKey(in)
+		got := ""
+		if ok {
+			got = a + "/" + n
+		}
+		if got != want {
+			t.Errorf("queueKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
