@@ -23,7 +23,7 @@ import (
 // dead-letter queue: orders -> orders-dlq and billing -> billing-dlq (one
 // receive each), and a queue without either, lonely.
 type fakeEnv struct {
-	f                                          *sqstest.Fake
+	f                                              *sqstest.Fake
 	orders, ordersDLQ, billing, billingDLQ, lonely string
 }
 

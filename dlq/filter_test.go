@@ -109,12 +109,12 @@ func TestFilterMatchAndDescription(t *testing.T) {
 		{msg("c", in, "acme", body), false},
 		{msg("a", in, "globex", body), false},
 		{msg("a", now.Add(-4*time.Hour), "acme", body), false},
-		{msg("a", now.Add(-time.Hour), "acme", body), false},                 // at Until: excluded
-		{msg("a", now.Add(-3*time.Hour), "acme", body), true},                // at Since: included
-		{msg("a", in, "acme", `{"order":{"id":8}}`), false},                  // json field
-		{msg("a", in, "acme", `{"ordre":{"id":7}}`), false},                  // body contains
-		{msg("a", time.Time{}, "acme", body), false},                         // no failure time
-		{newMessage("q", types.Message{Body: aws.String(body)}), false},      // no metadata
+		{msg("a", now.Add(-time.Hour), "acme", body), false},                  // at Until: excluded
+		{msg("a", now.Add(-3*time.Hour), "acme", body), true},                 // at Since: included
+		{msg("a", in, "acme", `{"order":{"id":8}}`), false},                   // json field
+		{msg("a", in, "acme", `{"ordre":{"id":7}}`), false},                   // body contains
+		{msg("a", time.Time{}, "acme", body), false},                          // no failure time
+		{newMessage("q", types.Message{Body: aws.String(body)}), false},       // no metadata
 		{newMessage("q", types.Message{Body: aws.String("not json")}), false}, // no metadata
 	} {
 		if got := f.Match(tc.m); got != tc.want {

@@ -121,8 +121,8 @@ func TestPacer(t *testing.T) {
 func TestQueueKey(t *testing.T) {
 	for in, want := range map[string]string{
 		"https://sqs.eu-west-1.amazonaws.com/123456789012/orders": "123456789012/orders",
-		"http://127.0.0.1:9324/000000000000/jobs.fifo":           "000000000000/jobs.fifo",
-		"arn:aws:sqs:eu-west-1:123456789012:orders":              "123456789012/orders",
+		"http://127.0.0.1:9324/000000000000/jobs.fifo":            "000000000000/jobs.fifo",
+		"arn:aws:sqs:eu-west-1:123456789012:orders":               "123456789012/orders",
 		"orders":                               "",
 		"https://sqs.example/orders":           "",
 		"https://sqs.example/a/b/c":            "",
