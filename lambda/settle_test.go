@@ -4,6 +4,7 @@ package lambda_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,12 +137,12 @@ func TestQueueAttributesRefreshed(t *testing.T) {
 func TestColdStartThrottledAttributes(t *testing.T) {
 	f := newFake("30")
 	f.FailNext(sqstest.OpGetQueueAttributes, &smithyThrottle, 1)
-	var ran int
-	h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { ran++; return nil })
+	var ran atomic.Int64
+	h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { ran.Add(1); return nil })
 	fn := newHandler(t, h, lambda.Config{Client: f})
 	resp, err := fn(context.Background(), received(t, f, "orders", "a", "b"))
-	if err != nil || len(resp.BatchItemFailures) != 0 || ran != 2 {
-		t.Errorf("resp %v, err %v, ran %d; want both records handled", resp, err, ran)
+	if err != nil || len(resp.BatchItemFailures) != 0 || ran.Load() != 2 {
+		t.Errorf("resp %v, err %v, ran %d; want both records handled", resp, err, ran.Load())
 	}
 }
 

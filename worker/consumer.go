@@ -213,7 +213,7 @@ func (c *consumer) stop(ctx context.Context) {
 func (c *consumer) Delete(j *executor.Job) {
 	j.Acknowledging()
 	c.acks.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
-		Done: func(error) { j.Done() }})
+		Valid: j.Valid, Done: func(error) { j.Done() }})
 }
 
 // Retry makes the message visible again after vis, rounded up to whole
@@ -222,7 +222,8 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 	limit := sqsworker.MaxVisibilityTimeout - time.Since(j.ReceivedAt) - time.Second
 	vis = min(sqsworker.ClampDelay(vis), max(limit, 0))
 	vis = (vis + time.Second - 1).Truncate(time.Second)
-	c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Visibility: vis})
+	c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Visibility: vis,
+		Valid: j.Valid})
 }
 
 // Abandon leaves the message alone.

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,4 +51,41 @@ func TestRecoversFromSQSOutage(t *testing.T) {
 	dups := rec.total() - total
 	t.Logf("processed %d messages, %d duplicates; stats %+v", total, dups, r.w.Stats())
 	_ = context.Background
+}
+
+// SQS unreachable for 15 s mid-run: the deletes of the messages handled
+// meanwhile are retried until they land, and the heartbeat keeps those
+// messages invisible until then, so none is delivered and handled twice.
+func TestAcksOutliveSQSOutage(t *testing.T) {
+	t.Parallel()
+	direct := testenv.NewSQS(t)
+	proxy := testenv.StartProxy(t, strings.TrimPrefix(testenv.Endpoint(), "http://"))
+	c := testenv.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
+	q := testenv.NewQueue(t, direct, testenv.QueueOptions{VisibilityTimeout: 30 * time.Second})
+	const total = 300
+	var rec recorder
+	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second}, sqsworker.HandlerFunc(
+		func(ctx context.Context, m *sqsworker.Message) error {
+			time.Sleep(50 * time.Millisecond)
+			rec.add(m.Body)
+			return nil
+		}))
+	bodies := make([]string, total)
+	for i := range bodies {
+		bodies[i] = fmt.Sprint(i)
+	}
+	testenv.Send(t, direct, q.URL, "", bodies...)
+	testenv.Eventually(t, 60*time.Second, func() bool { return rec.total() >= total/3 }, "no progress before the outage")
+	proxy.Cut()
+	time.Sleep(15 * time.Second)
+	proxy.Restore()
+	emptyEventually(t, direct, q.URL, 2*time.Minute)
+	for _, b := range bodies {
+		if n := rec.count(b); n != 1 {
+			t.Errorf("message %s handled %d times, want once", b, n)
+		}
+	}
+	if s := r.w.Stats(); s.AckFailures != 0 {
+		t.Errorf("stats %+v, want no acknowledgement given up", s)
+	}
 }
