@@ -130,7 +130,7 @@ type Stats struct {
 	InProgress     int64 // duplicates postponed while another holder runs
 	PayloadChanged int64 // keys reused with another payload
 	MissingKeys    int64 // messages without a key
-	Released       int64 // claims released after a handler failure
+	Released       int64 // claims released after a handler failure, or a commit that was cancelled or failed
 	StoreErrors    int64 // store requests that failed
 	LostClaims     int64 // claims lost while their handler ran (its context was cancelled), or before its writes were committed
 	Committed      int64 // completions committed in one transaction with the handler's writes (AddWrites)
