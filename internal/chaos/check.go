@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -33,13 +34,18 @@ func (r *run) check(ctx context.Context, res *Result) {
 	} else if d.total() != 0 {
 		r.fail("the main queue still holds messages: %s", d)
 	}
-
-	// Every good job applied exactly once, no poison job applied.
 	applied, err := r.effects(ctx)
 	if err != nil {
 		r.fail("%v", err)
 		return
 	}
+	dl, err := r.deadLetters(ctx)
+	if err != nil {
+		r.fail("%v", err)
+		return
+	}
+
+	// Every good job applied exactly once, no poison job applied.
 	var lost, twice, strays []string
 	for key := range r.good {
 		switch n := applied[key]; {
@@ -65,12 +71,7 @@ func (r *run) check(ctx context.Context, res *Result) {
 		r.fail("effects applied for %d items that are no good job: %s", len(strays), list(strays))
 	}
 
-	// The dead-letter queue holds each poison job once, and nothing else.
-	dl, err := r.deadLetters(ctx)
-	if err != nil {
-		r.fail("%v", err)
-		return
-	}
+	// The dead-letter queue holds each poison job, and nothing else.
 	seen := map[string]int{}
 	var healthy, unknown []string
 	healthyReasons := map[string]int{}
@@ -85,36 +86,25 @@ func (r *run) check(ctx context.Context, res *Result) {
 				poisonReasons[key] = reason
 			}
 		case r.good[key]:
+			seen[key]++
 			healthy = append(healthy, key)
 			healthyReasons[strings.ReplaceAll(reason, key, "<job>")]++
 		default:
 			unknown = append(unknown, fmt.Sprintf("message %s (key %q)", m.ID, key))
 		}
 	}
-	// The reasons, by kind of poison and reason.
-	type group struct {
-		n    int
-		keys []string
-	}
-	groups := map[string]*group{}
-	for key, reason := range poisonReasons {
-		g := r.poison[key] + "\x00" + strings.ReplaceAll(reason, key, "<job>")
-		if groups[g] == nil {
-			groups[g] = &group{}
-		}
-		groups[g].n++
-		groups[g].keys = append(groups[g].keys, key)
-	}
-	for _, g := range sortedKeys(groups) {
-		kind, reason, _ := strings.Cut(g, "\x00")
-		if groups[g].n == 1 {
-			r.note("%s (%s) dead-lettered: %s", groups[g].keys[0], kind, reason)
-		} else {
-			r.note("%d poison jobs (%s) dead-lettered: %s", groups[g].n, kind, reason)
+	var gone []string
+	for _, key := range lost {
+		if seen[key] == 0 {
+			gone = append(gone, key)
 		}
 	}
+	if len(gone) > 0 {
+		r.fail("%d of the good jobs never applied are not in the dead-letter queue either: %s", len(gone), list(gone))
+	}
+	r.notePoisonReasons(poisonReasons)
 	res.DeadLetteredHealthy = len(healthy)
-	res.DeadLetteredPoison = len(seen)
+	res.DeadLetteredPoison = len(poisonReasons)
 	if len(healthy) > 0 {
 		r.fail("%d good jobs dead-lettered: %s", len(healthy), list(healthy))
 		reasons := sortedKeys(healthyReasons)
@@ -146,6 +136,32 @@ func (r *run) check(ctx context.Context, res *Result) {
 		r.fail("reading the log: %v", err)
 	} else if n > 0 {
 		r.fail("%d log lines show a message body", n)
+	}
+}
+
+// notePoisonReasons notes why the poison jobs were dead-lettered, by kind
+// of poison and reason.
+func (r *run) notePoisonReasons(reasons map[string]string) {
+	type group struct {
+		n    int
+		keys []string
+	}
+	groups := map[string]*group{}
+	for key, reason := range reasons {
+		g := r.poison[key] + "\x00" + strings.ReplaceAll(reason, key, "<job>")
+		if groups[g] == nil {
+			groups[g] = &group{}
+		}
+		groups[g].n++
+		groups[g].keys = append(groups[g].keys, key)
+	}
+	for _, g := range sortedKeys(groups) {
+		kind, reason, _ := strings.Cut(g, "\x00")
+		if groups[g].n == 1 {
+			r.note("%s (%s) dead-lettered: %s", groups[g].keys[0], kind, reason)
+		} else {
+			r.note("%d poison jobs (%s) dead-lettered: %s", groups[g].n, kind, reason)
+		}
 	}
 }
 
@@ -190,10 +206,18 @@ func (r *run) appliedCount(ctx context.Context) (int, error) {
 }
 
 // deadLetters receives every message of the dead-letter queue, keeping them
-// invisible while it reads, until three receives in a row come back empty.
+// invisible while it reads: at least as many as the queue's depth said
+// before, until three receives in a row come back empty (for 30s at most
+// when fewer came).
 func (r *run) deadLetters(ctx context.Context) ([]*sqsworker.Message, error) {
+	want, err := r.depth(ctx, r.dlqURL)
+	if err != nil {
+		return nil, err
+	}
 	var all []*sqsworker.Message
-	for empty := 0; empty < 3; {
+	seen := map[string]bool{}
+	giveUp := time.Now().Add(30 * time.Second)
+	for empty := 0; empty < 3 || (len(all) < want.total() && time.Now().Before(giveUp)); {
 		out, err := r.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
 			QueueUrl: &r.dlqURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 600,
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
@@ -208,8 +232,16 @@ func (r *run) deadLetters(ctx context.Context) ([]*sqsworker.Message, error) {
 		}
 		empty = 0
 		for i := range out.Messages {
-			all = append(all, sqsmsg.FromSDK(r.dlqURL, &out.Messages[i]))
+			m := sqsmsg.FromSDK(r.dlqURL, &out.Messages[i])
+			if !seen[m.ID] {
+				seen[m.ID] = true
+				all = append(all, m)
+			}
 		}
+	}
+	r.log.Info("dead-letter queue read", "depth_before", want.String(), "received", len(all))
+	if len(all) != want.total() {
+		r.fail("the dead-letter queue's depth was %d (%s) but %d messages could be received from it", want.total(), want, len(all))
 	}
 	return all, nil
 }
