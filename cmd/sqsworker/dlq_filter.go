@@ -1,27 +1,17 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sqsworker/sqsworker/dlq"
 )
 
-// replayFilter selects dead-letter messages. Every condition set must hold;
-// a message matches one of several error classes.
-type replayFilter struct {
-	classes      []string
-	attrs        []nameValue
-	since, until time.Time // on failed-at; zero when not set
-	bodyContains string
-	jsonFields   []nameValue
-}
-
-type nameValue struct{ name, value string }
-
-// filterFlags are the replay flags that make a replayFilter.
+// filterFlags are the flags that make a dlq.Filter.
 type filterFlags struct {
 	classes      []string
 	attrs        []string
@@ -30,17 +20,27 @@ type filterFlags struct {
 	jsonFields   []string
 }
 
+func (ff *filterFlags) add(cmd *cobra.Command, verb string) {
+	f := cmd.Flags()
+	f.StringArrayVar(&ff.classes, "error-class", nil, verb+" messages whose failure has this error class (repeatable: any of them)")
+	f.StringArrayVar(&ff.attrs, "attr", nil, verb+" messages whose attribute NAME has VALUE, as NAME=VALUE (repeatable: all of them)")
+	f.StringVar(&ff.since, "since", "", verb+` messages that failed at or after this time: RFC 3339 or a duration ago ("2h ago")`)
+	f.StringVar(&ff.until, "until", "", verb+` messages that failed before this time: RFC 3339 or a duration ago ("30m ago")`)
+	f.StringVar(&ff.bodyContains, "body-contains", "", verb+" messages whose body contains this text")
+	f.StringArrayVar(&ff.jsonFields, "json-field", nil, verb+" messages whose JSON body has this value at a dot path, as PATH=VALUE (repeatable: all of them)")
+}
+
 // parse checks the flags and builds the filter, with relative times taken
 // from now. Every mistake is named, in one usage error.
-func (ff filterFlags) parse(now time.Time) (replayFilter, error) {
-	var f replayFilter
+func (ff filterFlags) parse(now time.Time) (dlq.Filter, error) {
+	var f dlq.Filter
 	var errs []error
 	for _, c := range ff.classes {
 		if strings.TrimSpace(c) == "" {
 			errs = append(errs, errors.New("--error-class: empty class"))
 			continue
 		}
-		f.classes = append(f.classes, c)
+		f.ErrorClasses = append(f.ErrorClasses, c)
 	}
 	for _, a := range ff.attrs {
 		name, value, ok := strings.Cut(a, "=")
@@ -50,176 +50,44 @@ func (ff filterFlags) parse(now time.Time) (replayFilter, error) {
 		case value == "":
 			errs = append(errs, fmt.Errorf("--attr %q: SQS attributes are never empty, so an empty value matches nothing", a))
 		default:
-			f.attrs = append(f.attrs, nameValue{name, value})
+			f.Attributes = append(f.Attributes, dlq.Attribute{Name: name, Value: value})
 		}
 	}
 	for _, j := range ff.jsonFields {
 		path, value, ok := strings.Cut(j, "=")
-		if !ok || path == "" || strings.Contains("."+path+".", "..") {
+		if !ok || !dlq.ValidJSONPath(path) {
 			errs = append(errs, fmt.Errorf("--json-field %q: want path=value, the path in dots like order.customer.id or items.0.sku", j))
 			continue
 		}
-		f.jsonFields = append(f.jsonFields, nameValue{path, value})
+		f.JSONFields = append(f.JSONFields, dlq.JSONField{Path: path, Value: value})
 	}
 	var err error
 	if ff.since != "" {
-		if f.since, err = parseWhen(ff.since, now); err != nil {
+		if f.Since, err = dlq.ParseTime(ff.since, now); err != nil {
 			errs = append(errs, fmt.Errorf("--since: %w", err))
 		}
 	}
 	if ff.until != "" {
-		if f.until, err = parseWhen(ff.until, now); err != nil {
+		if f.Until, err = dlq.ParseTime(ff.until, now); err != nil {
 			errs = append(errs, fmt.Errorf("--until: %w", err))
 		}
 	}
-	if !f.since.IsZero() && !f.until.IsZero() && !f.since.Before(f.until) {
-		errs = append(errs, fmt.Errorf("--since %s is not before --until %s", fmtTime(f.since), fmtTime(f.until)))
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		errs = append(errs, fmt.Errorf("--since %s is not before --until %s", fmtTime(f.Since), fmtTime(f.Until)))
 	}
-	f.bodyContains = ff.bodyContains
+	f.BodyContains = ff.bodyContains
 	if len(errs) > 0 {
-		return replayFilter{}, usageError{errors.Join(errs...)}
+		return dlq.Filter{}, usageError{errors.Join(errs...)}
 	}
 	return f, nil
 }
 
-// parseWhen reads a point in time: RFC 3339 ("2026-11-29T14:00:00Z"), or a
-// duration before now ("2h ago", "90m", "7d ago").
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t, nil
-	}
-	d := strings.TrimSpace(strings.TrimSuffix(s, "ago"))
-	var dur time.Duration
-	var err error
-	if days, ok := strings.CutSuffix(d, "d"); ok {
-		var n int
-		n, err = strconv.Atoi(days)
-		dur = time.Duration(n) * 24 * time.Hour
-	} else {
-		dur, err = time.ParseDuration(d)
-	}
-	if err != nil || dur < 0 {
-		return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2006-01-02T15:04:05Z07:00) nor a duration ago (2h ago, 90m, 7d ago)", s)
-	}
-	return now.Add(-dur), nil
-}
-
-// match reports whether m passes every condition.
-func (f replayFilter) match(m *dlqMessage) bool {
-	if len(f.classes) > 0 {
-		ok := false
-		for _, c := range f.classes {
-			if m.hasMeta && m.failure.ErrorClass == c {
-				ok = true
-				break
-			}
-		}
-		if !ok {
-			return false
-		}
-	}
-	for _, a := range f.attrs {
-		if v, ok := m.msg.Attribute(a.name); !ok || v != a.value {
-			return false
-		}
-	}
-	if !f.since.IsZero() || !f.until.IsZero() {
-		at := m.failure.FailedAt
-		if !m.hasMeta || at.IsZero() || (!f.since.IsZero() && at.Before(f.since)) || (!f.until.IsZero() && !at.Before(f.until)) {
-			return false
-		}
-	}
-	if f.bodyContains != "" && !strings.Contains(m.msg.Body, f.bodyContains) {
-		return false
-	}
-	if len(f.jsonFields) > 0 {
-		var doc any
-		dec := json.NewDecoder(strings.NewReader(m.msg.Body))
-		dec.UseNumber()
-		if dec.Decode(&doc) != nil {
-			return false
-		}
-		for _, jf := range f.jsonFields {
-			if !jsonFieldIs(doc, jf.name, jf.value) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// jsonFieldIs reports whether the value at a dot path of doc is want: the
-// text of a string; a number equal to want's; true, false or null as
-// written; an object or array as compact JSON.
-func jsonFieldIs(doc any, path, want string) bool {
-	v := doc
-	for _, part := range strings.Split(path, ".") {
-		switch x := v.(type) {
-		case map[string]any:
-			var ok bool
-			if v, ok = x[part]; !ok {
-				return false
-			}
-		case []any:
-			i, err := strconv.Atoi(part)
-			if err != nil || i < 0 || i >= len(x) {
-				return false
-			}
-			v = x[i]
-		default:
-			return false
-		}
-	}
-	switch x := v.(type) {
-	case string:
-		return x == want
-	case json.Number:
-		if x.String() == want {
-			return true
-		}
-		a, err1 := x.Float64()
-		b, err2 := strconv.ParseFloat(want, 64)
-		return err1 == nil && err2 == nil && a == b
-	case nil:
-		return want == "null"
-	case bool:
-		return strconv.FormatBool(x) == want
-	default:
-		b, err := json.Marshal(x)
-		return err == nil && string(b) == want
-	}
-}
-
-// String describes the filter for people and for the audit log.
-func (f replayFilter) String() string {
-	var parts []string
-	if len(f.classes) == 1 {
-		parts = append(parts, fmt.Sprintf("error-class=%q", f.classes[0]))
-	} else if len(f.classes) > 1 {
-		q := make([]string, len(f.classes))
-		for i, c := range f.classes {
-			q[i] = strconv.Quote(c)
-		}
-		parts = append(parts, "error-class in ("+strings.Join(q, ", ")+")")
-	}
-	for _, a := range f.attrs {
-		parts = append(parts, fmt.Sprintf("attr %s=%q", a.name, a.value))
-	}
-	if !f.since.IsZero() {
-		parts = append(parts, "failed at or after "+f.since.UTC().Format(time.RFC3339Nano))
-	}
-	if !f.until.IsZero() {
-		parts = append(parts, "failed before "+f.until.UTC().Format(time.RFC3339Nano))
-	}
-	if f.bodyContains != "" {
-		parts = append(parts, fmt.Sprintf("body contains %q", f.bodyContains))
-	}
-	for _, j := range f.jsonFields {
-		parts = append(parts, fmt.Sprintf("json %s=%q", j.name, j.value))
-	}
-	if len(parts) == 0 {
-		return "all messages"
-	}
-	return strings.Join(parts, " and ")
-}
+const filterHelp = `
+Filters (all optional; a message must pass every one given):
+  --error-class C       the failure's error class is C (repeat for any of several)
+  --attr NAME=VALUE     the message attribute NAME has the value VALUE (repeatable)
+  --since T, --until T  failed at or after T / before T: RFC 3339
+                        (2026-11-29T14:00:00Z) or a duration ago (2h ago, 30m, 7d)
+  --body-contains S     the body contains S
+  --json-field P=V      the body is JSON whose field at the dot path P (order.id,
+                        items.0.sku) is V (repeatable)`

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/dlq"
 )
 
 // peekFlags are the flags of the commands that look at a dead-letter queue
@@ -47,35 +50,50 @@ they are all made visible again at once (ChangeMessageVisibilityBatch to 0).
 Meanwhile other consumers of the queue do not see them, and each read counts
 as a receive. On a FIFO queue SQS hands out a message group's messages only
 while none of the group is in flight, so only the first messages of each
-group are seen.`
+group are seen. What was read is compared with the queue's approximate
+count: "saw 65 of about 75 messages" says some were not seen, and why.
 
-func newDLQListCmd(a *app) *cobra.Command {
+The failure metadata is message attributes, which whoever sends a message
+can set: METADATA says "unverified" when its source queue does not send its
+dead letters to this queue, or when SQS's own redrive moved the message here
+(its metadata then came with it); show says why.`
+
+func (d *dlqCmd) newListCmd() *cobra.Command {
 	var p peekFlags
+	var ff filterFlags
 	cmd := &cobra.Command{
 		Use:   "ls DLQ",
 		Short: "List a dead-letter queue's messages with their failure metadata",
 		Long: `List the messages of a dead-letter queue with their failure metadata (error
 class, error text, attempts, first-received and failed-at times, source queue,
-original message ID) and their other message attributes, oldest failure
-first. Bodies are printed only with --body.
-` + peekHelp,
+original message ID, whether it was verified) and their other message
+attributes, oldest failure first. Bodies are printed only with --body. The
+filters of replay select what is listed.
+` + peekHelp + "\n" + filterHelp,
 		Example: `  sqsworker dlq ls orders-dlq
   sqsworker dlq ls orders-dlq --body --max 50
+  sqsworker dlq ls orders-dlq --error-class upstream-unavailable --since "2h ago"
   sqsworker dlq ls https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq -o json`,
 		Args: exactArgs(1, "DLQ"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			a := d.a
 			if err := p.validate(); err != nil {
 				return err
 			}
+			filter, err := ff.parse(time.Now())
+			if err != nil {
+				return err
+			}
 			ctx := cmd.Context()
-			info, err := a.loadQueue(ctx, args[0])
+			q, err := d.open(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			ms, truncated, err := a.peek(ctx, info.URL, p.visibility, p.max)
+			res, err := q.Scan(ctx, dlq.ScanConfig{Filter: filter, Max: p.max, Visibility: p.visibility})
 			if err != nil {
-				return err
+				return scanError(err)
 			}
+			ms := res.Messages
 			if a.output == "json" {
 				out := make([]messageJSON, len(ms))
 				for i, m := range ms {
@@ -87,57 +105,89 @@ first. Bodies are printed only with --body.
 			} else if err := a.table(listHeader(p.body), listRows(ms, p.body)); err != nil {
 				return err
 			}
-			fmt.Fprintf(a.err, "%d message(s) in %s, read with a %s visibility timeout and released at once\n",
-				len(ms), queueName(info.URL), p.visibility)
-			if truncated {
+			if filter.String() == "all messages" {
+				fmt.Fprintf(a.err, "%d message(s) in %s, read with a %s visibility timeout and released at once\n",
+					len(ms), q.Name, p.visibility)
+			} else {
+				fmt.Fprintf(a.err, "%d of %d message(s) in %s match %s; read with a %s visibility timeout and released at once\n",
+					len(ms), res.Scanned, q.Name, filter, p.visibility)
+			}
+			if n := countUnverified(ms); n > 0 {
+				fmt.Fprintf(a.err, "%d message(s) carry failure metadata that could not be verified (METADATA unverified; dlq show says why): replay never takes their destination from it\n", n)
+			}
+			if res.Truncated {
 				fmt.Fprintf(a.err, "stopped at --max %d: the queue may hold more\n", p.max)
 			}
+			d.coverage(res.Coverage)
 			return nil
 		},
 	}
 	p.add(cmd)
+	ff.add(cmd, "list")
 	return cmd
 }
 
-func newDLQShowCmd(a *app) *cobra.Command {
+// scanError makes an interrupted read say so.
+func scanError(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+	return err
+}
+
+func countUnverified(ms []*dlq.Message) int {
+	n := 0
+	for _, m := range ms {
+		if m.HasFailure && !m.Verified() {
+			n++
+		}
+	}
+	return n
+}
+
+func (d *dlqCmd) newShowCmd() *cobra.Command {
 	var p peekFlags
 	cmd := &cobra.Command{
 		Use:   "show DLQ MESSAGE_ID",
 		Short: "Show one dead-letter message: failure metadata, attributes and, with --body, body",
-		Long: `Show one message of a dead-letter queue: its failure metadata, its message
-attributes and, with --body, its body. MESSAGE_ID is its ID in the
-dead-letter queue or its original ID (the one it had in its source queue).
+		Long: `Show one message of a dead-letter queue: its failure metadata and whether it
+was verified, its message attributes and, with --body, its body. MESSAGE_ID is
+its ID in the dead-letter queue or its original ID (the one it had in its
+source queue). The read stops at the message.
 ` + peekHelp,
 		Example: `  sqsworker dlq show orders-dlq 5f1c0a4e-8d0b-4c1e-9a57-3f2b6d1e0c11
   sqsworker dlq show orders-dlq 5f1c0a4e-8d0b-4c1e-9a57-3f2b6d1e0c11 --body -o json`,
 		Args: exactArgs(2, "DLQ MESSAGE_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			a := d.a
 			if err := p.validate(); err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			info, err := a.loadQueue(ctx, args[0])
+			q, err := d.open(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			ms, truncated, err := a.peek(ctx, info.URL, p.visibility, p.max)
-			if err != nil {
-				return err
-			}
-			var found *dlqMessage
-			for _, m := range ms {
-				if m.msg.ID == args[1] || (m.hasMeta && m.failure.MessageID == args[1]) {
+			id := args[1]
+			var found *dlq.Message
+			res, err := q.Scan(ctx, dlq.ScanConfig{Max: p.max, Visibility: p.visibility, Until: func(m *dlq.Message) bool {
+				if m.ID == id || (m.HasFailure && m.Failure.MessageID == id) {
 					found = m
-					break
+					return true
 				}
+				return false
+			}})
+			if err != nil {
+				return scanError(err)
 			}
 			if found == nil {
 				more := ""
-				if truncated {
+				if res.Truncated {
 					more = fmt.Sprintf(" (stopped at --max %d)", p.max)
 				}
+				d.coverage(res.Coverage)
 				return fmt.Errorf("no message with ID %s among the %d message(s) read from %s%s",
-					args[1], len(ms), queueName(info.URL), more)
+					id, res.Scanned, q.Name, more)
 			}
 			if a.output == "json" {
 				return a.printJSON(toMessageJSON(found, p.body))
@@ -149,26 +199,19 @@ dead-letter queue or its original ID (the one it had in its source queue).
 	return cmd
 }
 
-// exactArgs is cobra.ExactArgs with a usage error that names the arguments.
-func exactArgs(n int, names string) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return usageError{fmt.Errorf("%s takes %s (%d argument(s)), got %d; see --help",
-				cmd.CommandPath(), names, n, len(args))}
-		}
-		return nil
-	}
-}
-
 // messageJSON is a dead-letter message in -o json output.
 type messageJSON struct {
-	MessageID         string                   `json:"messageId"`
-	OriginalMessageID string                   `json:"originalMessageId"`
-	GroupID           string                   `json:"groupId,omitempty"`
-	Failure           *sqsworker.Failure       `json:"failure"`
-	Replays           int                      `json:"replays"`
-	Attributes        map[string]attributeJSON `json:"attributes"`
-	Body              *string                  `json:"body,omitempty"`
+	MessageID         string             `json:"messageId"`
+	OriginalMessageID string             `json:"originalMessageId"`
+	GroupID           string             `json:"groupId,omitempty"`
+	Failure           *sqsworker.Failure `json:"failure"`
+	// Metadata is "verified", "unverified" or "none".
+	Metadata      string                   `json:"metadata"`
+	Unverified    string                   `json:"unverified,omitempty"`
+	RedriveSource string                   `json:"redriveSource,omitempty"`
+	Replays       int                      `json:"replays"`
+	Attributes    map[string]attributeJSON `json:"attributes"`
+	Body          *string                  `json:"body,omitempty"`
 }
 
 type attributeJSON struct {
@@ -177,66 +220,92 @@ type attributeJSON struct {
 	Binary []byte `json:"binary,omitempty"`
 }
 
-func toMessageJSON(m *dlqMessage, body bool) messageJSON {
+func toMessageJSON(m *dlq.Message, body bool) messageJSON {
 	out := messageJSON{
-		MessageID:         m.msg.ID,
-		OriginalMessageID: m.originalID(),
-		GroupID:           m.msg.GroupID,
-		Replays:           m.replays,
+		MessageID:         m.ID,
+		OriginalMessageID: m.OriginalID(),
+		GroupID:           m.GroupID,
+		Metadata:          metadataState(m),
+		Unverified:        m.Unverified,
+		RedriveSource:     m.RedriveSource,
+		Replays:           m.Replays,
 		Attributes:        map[string]attributeJSON{},
 	}
-	if m.hasMeta {
-		f := m.failure
+	if m.HasFailure {
+		f := m.Failure
 		out.Failure = &f
 	}
-	for k, v := range m.msg.MessageAttributes {
+	for k, v := range m.MessageAttributes {
 		if !sqsworker.IsFailureAttribute(k) {
 			out.Attributes[k] = attributeJSON{Type: v.DataType, Value: v.StringValue, Binary: v.BinaryValue}
 		}
 	}
 	if body {
-		b := m.msg.Body
+		b := m.Body
 		out.Body = &b
 	}
 	return out
 }
 
+// metadataState is "verified", "unverified" or "none".
+func metadataState(m *dlq.Message) string {
+	switch {
+	case !m.HasFailure:
+		return "none"
+	case m.Verified():
+		return "verified"
+	}
+	return "unverified"
+}
+
 func listHeader(body bool) []string {
-	h := []string{"MESSAGE ID", "FAILED AT", "ERROR CLASS", "ATTEMPTS", "FIRST RECEIVED", "SOURCE", "ORIGINAL ID", "ATTRIBUTES", "ERROR"}
+	h := []string{"MESSAGE ID", "FAILED AT", "ERROR CLASS", "ATTEMPTS", "FIRST RECEIVED", "SOURCE", "METADATA", "ORIGINAL ID", "ATTRIBUTES", "ERROR"}
 	if body {
 		h = append(h, "BODY")
 	}
 	return h
 }
 
-func listRows(ms []*dlqMessage, body bool) [][]string {
+func listRows(ms []*dlq.Message, body bool) [][]string {
 	rows := make([][]string, 0, len(ms))
 	for _, m := range ms {
-		f := m.failure
+		f := m.Failure
+		meta := metadataState(m)
+		if meta == "none" {
+			meta = "-"
+		}
 		r := []string{
-			m.msg.ID, fmtTime(f.FailedAt), orDash(f.ErrorClass), attemptsText(m), fmtTime(f.FirstReceived),
-			orDash(queueName(f.SourceQueue)), m.originalID(), attributesText(m.msg.MessageAttributes), orDash(oneLine(f.Error, 60)),
+			m.ID, fmtTime(f.FailedAt), orDash(f.ErrorClass), attemptsText(m), fmtTime(f.FirstReceived),
+			orDash(queueName(f.SourceQueue)), meta, m.OriginalID(), attributesText(m.MessageAttributes), orDash(oneLine(f.Error, 60)),
 		}
 		if body {
-			r = append(r, oneLine(m.msg.Body, 60))
+			r = append(r, oneLine(m.Body, 60))
 		}
 		rows = append(rows, r)
 	}
 	return rows
 }
 
-func (a *app) showMessage(m *dlqMessage, body bool) error {
-	f := m.failure
+func (a *app) showMessage(m *dlq.Message, body bool) error {
+	f := m.Failure
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
-	line("Message ID", m.msg.ID)
-	line("Original ID", m.originalID())
-	if m.msg.GroupID != "" {
-		line("Message group", m.msg.GroupID)
+	line("Message ID", m.ID)
+	line("Original ID", m.OriginalID())
+	if m.GroupID != "" {
+		line("Message group", m.GroupID)
 	}
-	if !m.hasMeta {
+	if m.RedriveSource != "" {
+		line("Moved by SQS from", m.RedriveSource)
+	}
+	if !m.HasFailure {
 		line("Failure", "no sqsworker failure metadata")
 	} else {
+		if m.Verified() {
+			line("Metadata", "verified: its source queue sends its dead letters here")
+		} else {
+			line("Metadata", "UNVERIFIED: "+m.Unverified)
+		}
 		line("Source queue", orDash(f.SourceQueue))
 		line("Error class", orDash(f.ErrorClass))
 		line("Error", orDash(oneLine(f.Error, 0)))
@@ -245,9 +314,9 @@ func (a *app) showMessage(m *dlqMessage, body bool) error {
 		line("Failed at", fmtTime(f.FailedAt))
 		line("Host", orDash(f.Host))
 	}
-	line("Replays", strconv.Itoa(m.replays))
-	names := make([]string, 0, len(m.msg.MessageAttributes))
-	for k := range m.msg.MessageAttributes {
+	line("Replays", strconv.Itoa(m.Replays))
+	names := make([]string, 0, len(m.MessageAttributes))
+	for k := range m.MessageAttributes {
 		if !sqsworker.IsFailureAttribute(k) {
 			names = append(names, k)
 		}
@@ -258,7 +327,7 @@ func (a *app) showMessage(m *dlqMessage, body bool) error {
 	} else {
 		fmt.Fprintln(tw, "Attributes:")
 		for _, k := range names {
-			v := m.msg.MessageAttributes[k]
+			v := m.MessageAttributes[k]
 			fmt.Fprintf(tw, "  %s\t%s\t%s\n", k, v.DataType, attributeValue(v))
 		}
 	}
@@ -266,17 +335,17 @@ func (a *app) showMessage(m *dlqMessage, body bool) error {
 		return err
 	}
 	if body {
-		_, err := fmt.Fprintf(a.out, "Body:\n%s\n", m.msg.Body)
+		_, err := fmt.Fprintf(a.out, "Body:\n%s\n", m.Body)
 		return err
 	}
 	return nil
 }
 
-func attemptsText(m *dlqMessage) string {
-	if !m.hasMeta {
+func attemptsText(m *dlq.Message) string {
+	if !m.HasFailure {
 		return "-"
 	}
-	return strconv.Itoa(m.failure.Attempts)
+	return strconv.Itoa(m.Failure.Attempts)
 }
 
 // attributesText lists the message attributes other than the failure

@@ -6,49 +6,45 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/aws/smithy-go"
 	"github.com/spf13/cobra"
+
+	"github.com/sqsworker/sqsworker/dlq"
 )
 
-func newDLQPurgeCmd(a *app) *cobra.Command {
-	var yes bool
+func (d *dlqCmd) newPurgeCmd() *cobra.Command {
+	var af auditFlags
 	cmd := &cobra.Command{
 		Use:   "purge DLQ",
 		Short: "Delete every message of a dead-letter queue (PurgeQueue), after confirmation",
 		Long: `Delete every message of a dead-letter queue with SQS's PurgeQueue. There is no
-undo: the messages and their failure metadata are gone.
+undo: the messages and their failure metadata are gone. A queue that is not a
+dead-letter queue (it has a redrive policy of its own, or no queue names it as
+its dead-letter queue) is refused, unless --force.
 
 Without --yes it asks for the queue's name on standard input and purges only
 when the name typed matches; anything else, or no input, refuses with exit
-code 1. SQS allows one purge per queue every 60 seconds and may take that
+code 1. The purge is appended to the audit log (--audit) before it is sent,
+with the caller (sts:GetCallerIdentity) and the approximate number of
+messages. SQS allows one purge per queue every 60 seconds and may take that
 long to delete the messages.`,
 		Example: `  sqsworker dlq purge orders-dlq          # asks you to type "orders-dlq"
   sqsworker dlq purge orders-dlq --yes    # in scripts`,
 		Args: exactArgs(1, "DLQ"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			a := d.a
+			if err := af.validate(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
-			c, err := a.sqs(ctx)
+			q, err := d.open(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			q, err := a.loadQueue(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			name := queueName(q.URL)
-			if !yes {
+			name := q.Name
+			if !af.yes {
 				count := "its messages"
-				out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-					QueueUrl:       aws.String(q.URL),
-					AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible},
-				})
-				if err == nil {
-					count = fmt.Sprintf("about %s visible and %s in-flight message(s)",
-						out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)],
-						out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
+				if c, err := q.Counts(ctx); err == nil {
+					count = fmt.Sprintf("about %d visible and %d in-flight message(s)", c.Visible, c.InFlight)
 				}
 				fmt.Fprintf(a.err, "Purging deletes %s of %s for good.\nType the queue name (%s) to confirm: ", count, name, name)
 				line, rerr := bufio.NewReader(a.in).ReadString('\n')
@@ -61,21 +57,24 @@ long to delete the messages.`,
 					return fmt.Errorf("not purged: %q is not the queue name %q", typed, name)
 				}
 			}
-			if _, err := c.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(q.URL)}); err != nil {
-				var inProgress *types.PurgeQueueInProgress
-				var api smithy.APIError
-				if errors.As(err, &inProgress) || (errors.As(err, &api) && api.ErrorCode() == "AWS.SimpleQueueService.PurgeQueueInProgress") {
-					return fmt.Errorf("not purged: %s was purged less than 60 seconds ago; SQS allows one purge a minute", name)
+			audit, closeAudit, err := d.openAudit(ctx, af)
+			if err != nil {
+				return fmt.Errorf("not purged: %w", err)
+			}
+			defer closeAudit()
+			if err := q.Purge(ctx, dlq.PurgeConfig{Audit: audit}); err != nil {
+				if errors.Is(err, dlq.ErrPurgeInProgress) {
+					return fmt.Errorf("not purged: %w", err)
 				}
-				return fmt.Errorf("purging %s: %w", name, err)
+				return err
 			}
 			if a.output == "json" {
 				return a.printJSON(map[string]any{"queue": q.URL, "purged": true})
 			}
-			_, err = fmt.Fprintf(a.out, "purged %s (SQS may take up to 60 seconds to delete every message)\n", name)
+			_, err = fmt.Fprintf(a.out, "purged %s (SQS may take up to 60 seconds to delete every message); audit log: %s\n", name, af.where())
 			return err
 		},
 	}
-	cmd.Flags().BoolVar(&yes, "yes", false, "purge without asking for the queue name")
+	af.add(cmd, "purge without asking for the queue name")
 	return cmd
 }

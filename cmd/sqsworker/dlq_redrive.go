@@ -4,109 +4,141 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
+	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/smithy-go"
 	"github.com/spf13/cobra"
+
+	"github.com/sqsworker/sqsworker/dlq"
 )
 
-// unsupportedCodes are the error codes with which an endpoint says it does
-// not know an operation at all: fauxqs and ElasticMQ answer InvalidAction
-// ("Unknown action: StartMessageMoveTask"), other emulators and proxies
-// UnknownOperationException or NotImplemented.
-var unsupportedCodes = map[string]bool{
-	"InvalidAction":             true,
-	"UnknownOperationException": true,
-	"UnknownOperation":          true,
-	"NotImplemented":            true,
-}
-
-// errMoveTasksUnsupported marks the failure of a message move task call on
-// an endpoint that lacks the API.
-var errMoveTasksUnsupported = errors.New("this SQS endpoint does not support message move tasks")
-
-// moveTaskError makes the error of a message move task call clear: a
-// missing API says so and points to replay. It classifies by error code,
-// never by message text.
-func moveTaskError(op, dlq string, err error) error {
-	var api smithy.APIError
-	if errors.As(err, &api) && unsupportedCodes[api.ErrorCode()] {
-		return fmt.Errorf("%w (%s answered %s: %s): use `sqsworker dlq replay %s` instead, which moves messages itself (dry run first, then --yes)",
-			errMoveTasksUnsupported, op, api.ErrorCode(), api.ErrorMessage(), dlq)
+// redriveError points to replay when the endpoint has no move tasks.
+func redriveError(dlqArg string, err error) error {
+	if errors.Is(err, dlq.ErrUnsupported) {
+		return fmt.Errorf("%w: use `sqsworker dlq replay %s` instead, which moves messages itself (dry run first, then --yes)", err, dlqArg)
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return err
 }
 
-func newDLQRedriveCmd(a *app) *cobra.Command {
+func (d *dlqCmd) newRedriveCmd() *cobra.Command {
 	var to string
 	var perSecond int
+	var af auditFlags
 	cmd := &cobra.Command{
-		Use:   "redrive DLQ [--to QUEUE] [--rate N]",
-		Short: "Start an SQS message move task from a dead-letter queue (and status, cancel)",
+		Use:   "redrive DLQ [--to QUEUE] [--rate N] [--yes]",
+		Short: "Start an SQS message move task from a dead-letter queue (dry run unless --yes; status, cancel)",
 		Long: `Start SQS's own redrive (StartMessageMoveTask): SQS moves every message of the
-dead-letter queue back to its source queue, or to --to QUEUE, at up to --rate
-messages per second (0: as fast as SQS chooses). It returns at once with the
-task's handle; "redrive status" follows the task and "redrive cancel" stops it.
+dead-letter queue back to the queue its redrive moved it from, or to --to
+QUEUE, at up to --rate messages per second (0: as fast as SQS chooses).
 
-SQS's redrive moves all the messages and keeps no sqsworker replay count; use
-"sqsworker dlq replay" to choose messages by error class, attributes, time or
-body. Endpoints without message move tasks (such as the fauxqs and ElasticMQ
-emulators) are reported as such, with exit code 1: use "dlq replay" there.
+Without --yes it is a dry run: it checks that the endpoint has message move
+tasks, and prints what the task would move and where, starting nothing. With
+--yes it starts the task, appends it to the audit log (--audit, with the
+caller from sts:GetCallerIdentity), and returns at once with the task's
+handle; "redrive status" follows the task and "redrive cancel" stops it.
+
+SQS's redrive moves all the messages, keeps no sqsworker replay count, and
+sends a message back only to the queue SQS's own redrive moved it from: the
+copies sqsworker's runtimes dead-letter (with failure metadata) are not such
+messages, give them --to or use "sqsworker dlq replay", which chooses messages
+by error class, attributes, time or body. Endpoints without message move tasks
+(such as the fauxqs and ElasticMQ emulators) are reported as such, with exit
+code 1: use "dlq replay" there.
 
 A dead-letter queue named "status" or "cancel" must be given by URL.`,
-		Example: `  sqsworker dlq redrive orders-dlq
-  sqsworker dlq redrive orders-dlq --to orders-retry --rate 50
+		Example: `  sqsworker dlq redrive orders-dlq                 # dry run
+  sqsworker dlq redrive orders-dlq --yes
+  sqsworker dlq redrive orders-dlq --to orders-retry --rate 50 --yes
   sqsworker dlq redrive status orders-dlq
-  sqsworker dlq redrive cancel "$TASK_HANDLE"`,
+  sqsworker dlq redrive cancel "$TASK_HANDLE" --yes`,
 		Args: exactArgs(1, "DLQ"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			a := d.a
 			if perSecond < 0 || perSecond > 500 {
 				return usageError{fmt.Errorf("--rate %d: SQS accepts 1 to 500 messages per second (0: its own choice)", perSecond)}
 			}
+			if af.yes {
+				if err := af.validate(); err != nil {
+					return err
+				}
+			}
 			ctx := cmd.Context()
-			c, err := a.sqs(ctx)
+			q, err := d.open(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			dlq, err := a.loadQueue(ctx, args[0])
-			if err != nil {
-				return err
-			}
-			in := &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(dlq.ARN)}
-			dest := "its source queues"
+			cfg := dlq.RedriveConfig{PerSecond: perSecond}
 			if to != "" {
-				toQ, err := a.loadQueue(ctx, to)
+				t, err := q.Target(ctx, to)
 				if err != nil {
 					return fmt.Errorf("--to: %w", err)
 				}
-				in.DestinationArn = aws.String(toQ.ARN)
-				dest = queueName(toQ.URL)
+				cfg.To = t.URL
 			}
-			if perSecond > 0 {
-				in.MaxNumberOfMessagesPerSecond = aws.Int32(int32(perSecond))
+			if !af.yes {
+				p, err := q.PlanRedrive(ctx, cfg)
+				if err != nil {
+					return redriveError(args[0], err)
+				}
+				return d.printRedrive(q, p, false)
 			}
-			out, err := c.StartMessageMoveTask(ctx, in)
+			audit, closeAudit, err := d.openAudit(ctx, af)
 			if err != nil {
-				return moveTaskError("StartMessageMoveTask", args[0], err)
+				return err
 			}
-			handle := aws.ToString(out.TaskHandle)
-			if a.output == "json" {
-				return a.printJSON(map[string]string{"taskHandle": handle, "source": dlq.ARN, "destination": aws.ToString(in.DestinationArn)})
+			defer closeAudit()
+			cfg.Audit = audit
+			p, err := q.StartRedrive(ctx, cfg)
+			if p != nil && p.TaskHandle != "" {
+				if perr := d.printRedrive(q, p, true); perr != nil {
+					err = errors.Join(err, perr)
+				}
+				fmt.Fprintf(a.err, "follow it with: sqsworker dlq redrive status %s; audit log: %s\n", args[0], af.where())
 			}
-			fmt.Fprintf(a.out, "started moving the messages of %s to %s\ntask handle: %s\n", queueName(dlq.URL), dest, handle)
-			fmt.Fprintf(a.err, "follow it with: sqsworker dlq redrive status %s\n", args[0])
-			return nil
+			return redriveError(args[0], err)
 		},
 	}
-	cmd.Flags().StringVar(&to, "to", "", "move the messages to this queue instead of their source queues")
+	cmd.Flags().StringVar(&to, "to", "", "move the messages to this queue instead of the queues SQS moved them from")
 	cmd.Flags().IntVar(&perSecond, "rate", 0, "messages per second, 1 to 500 (0: SQS's choice)")
-	cmd.AddCommand(newRedriveStatusCmd(a), newRedriveCancelCmd(a))
+	af.add(cmd, "start the task (without it: a dry run)")
+	cmd.AddCommand(d.newRedriveStatusCmd(), d.newRedriveCancelCmd())
 	return cmd
 }
 
-func newRedriveStatusCmd(a *app) *cobra.Command {
+func (d *dlqCmd) printRedrive(q *dlq.Queue, p *dlq.RedrivePlan, started bool) error {
+	a := d.a
+	if a.output == "json" {
+		return a.printJSON(p)
+	}
+	dest := "the queues SQS's redrive moved them from"
+	if p.Destination != nil {
+		dest = p.Destination.Name
+	} else if len(p.Sources) > 0 {
+		names := make([]string, len(p.Sources))
+		for i, s := range p.Sources {
+			names[i] = queueName(s)
+		}
+		dest += " (sources: " + strings.Join(names, ", ") + ")"
+	}
+	count := "its messages"
+	if p.Approximate >= 0 {
+		count = fmt.Sprintf("about %d message(s)", p.Approximate)
+	}
+	rate := "as fast as SQS chooses"
+	if p.PerSecond > 0 {
+		rate = fmt.Sprintf("at up to %d per second", p.PerSecond)
+	}
+	if started {
+		fmt.Fprintf(a.out, "started moving %s of %s to %s, %s\ntask handle: %s\n", count, q.Name, dest, rate, p.TaskHandle)
+		return nil
+	}
+	for _, t := range p.Running {
+		fmt.Fprintf(a.err, "a message move task is running already: %s (%d moved); SQS runs one at a time\n", t.TaskHandle, t.Moved)
+	}
+	_, err := fmt.Fprintf(a.out, "dry run: would move %s of %s to %s, %s; use --yes to start the task\n", count, q.Name, dest, rate)
+	return err
+}
+
+func (d *dlqCmd) newRedriveStatusCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "status DLQ",
 		Short: "List the message move tasks of a dead-letter queue (ListMessageMoveTasks)",
@@ -116,47 +148,21 @@ their handle (of a running task), status, progress and destination.`,
   sqsworker dlq redrive status orders-dlq -o json`,
 		Args: exactArgs(1, "DLQ"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			a := d.a
 			ctx := cmd.Context()
-			c, err := a.sqs(ctx)
+			q, err := d.open(ctx, args[0])
 			if err != nil {
 				return err
 			}
-			dlq, err := a.loadQueue(ctx, args[0])
+			tasks, err := q.Redrives(ctx)
 			if err != nil {
-				return err
-			}
-			out, err := c.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(dlq.ARN), MaxResults: aws.Int32(10)})
-			if err != nil {
-				return moveTaskError("ListMessageMoveTasks", args[0], err)
-			}
-			type taskJSON struct {
-				TaskHandle    string    `json:"taskHandle,omitempty"`
-				Status        string    `json:"status"`
-				Started       time.Time `json:"started,omitzero"`
-				Moved         int64     `json:"moved"`
-				ToMove        *int64    `json:"toMove,omitempty"`
-				Destination   string    `json:"destination,omitempty"`
-				RatePerSecond *int32    `json:"ratePerSecond,omitempty"`
-				FailureReason string    `json:"failureReason,omitempty"`
-			}
-			tasks := make([]taskJSON, 0, len(out.Results))
-			for _, t := range out.Results {
-				tj := taskJSON{
-					TaskHandle: aws.ToString(t.TaskHandle), Status: aws.ToString(t.Status),
-					Moved: t.ApproximateNumberOfMessagesMoved, ToMove: t.ApproximateNumberOfMessagesToMove,
-					Destination: aws.ToString(t.DestinationArn), RatePerSecond: t.MaxNumberOfMessagesPerSecond,
-					FailureReason: aws.ToString(t.FailureReason),
-				}
-				if t.StartedTimestamp > 0 {
-					tj.Started = time.UnixMilli(t.StartedTimestamp).UTC()
-				}
-				tasks = append(tasks, tj)
+				return redriveError(args[0], err)
 			}
 			if a.output == "json" {
 				return a.printJSON(tasks)
 			}
 			if len(tasks) == 0 {
-				fmt.Fprintf(a.out, "no message move task for %s\n", queueName(dlq.URL))
+				fmt.Fprintf(a.out, "no message move task for %s\n", q.Name)
 				return nil
 			}
 			rows := make([][]string, len(tasks))
@@ -167,7 +173,10 @@ their handle (of a running task), status, progress and destination.`,
 				}
 				dest := "source queues"
 				if t.Destination != "" {
-					dest = queueName(t.Destination)
+					dest = t.Destination
+					if arn, err := dlq.ParseARN(t.Destination); err == nil {
+						dest = arn.Name
+					}
 				}
 				rows[i] = []string{orDash(t.TaskHandle), t.Status, fmtTime(t.Started), strconv.FormatInt(t.Moved, 10), toMove, dest, orDash(t.FailureReason)}
 			}
@@ -176,29 +185,42 @@ their handle (of a running task), status, progress and destination.`,
 	}
 }
 
-func newRedriveCancelCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+func (d *dlqCmd) newRedriveCancelCmd() *cobra.Command {
+	var af auditFlags
+	cmd := &cobra.Command{
 		Use:   "cancel TASK_HANDLE",
 		Short: "Cancel a running message move task (CancelMessageMoveTask)",
 		Long: `Cancel a running message move task, given its handle (from "redrive" or
-"redrive status"). The messages already moved stay where they are.`,
+"redrive status"), and append it to the audit log (--audit). The messages
+already moved stay where they are.`,
 		Example: `  sqsworker dlq redrive cancel "$TASK_HANDLE"`,
 		Args:    exactArgs(1, "TASK_HANDLE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			a := d.a
+			if err := af.validate(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			c, err := a.sqs(ctx)
 			if err != nil {
 				return err
 			}
-			out, err := c.CancelMessageMoveTask(ctx, &sqs.CancelMessageMoveTaskInput{TaskHandle: aws.String(args[0])})
+			audit, closeAudit, err := d.openAudit(ctx, af)
 			if err != nil {
-				return moveTaskError("CancelMessageMoveTask", "DLQ", err)
+				return err
+			}
+			defer closeAudit()
+			moved, err := dlq.CancelRedrive(ctx, c, args[0], audit)
+			if err != nil {
+				return redriveError("DLQ", err)
 			}
 			if a.output == "json" {
-				return a.printJSON(map[string]any{"taskHandle": args[0], "cancelled": true, "moved": out.ApproximateNumberOfMessagesMoved})
+				return a.printJSON(map[string]any{"taskHandle": args[0], "cancelled": true, "moved": moved})
 			}
-			_, err = fmt.Fprintf(a.out, "cancelled; about %d message(s) had been moved\n", out.ApproximateNumberOfMessagesMoved)
+			_, err = fmt.Fprintf(a.out, "cancelled; about %d message(s) had been moved\n", moved)
 			return err
 		},
 	}
+	af.add(cmd, "")
+	return cmd
 }

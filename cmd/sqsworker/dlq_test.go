@@ -4,14 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/smithy-go"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/internal/testenv"
 )
 
@@ -37,20 +41,20 @@ func TestDlqListAndShowGolden(t *testing.T) {
 	}
 	d.stop()
 	waitVisible(t, c, q.DLQURL, len(jobs))
-	dlq := queueName(q.DLQURL)
+	dlqName := queueName(q.DLQURL)
 
-	stdout, stderr, code := runCLI(t, "", "dlq", "ls", dlq, "--body")
+	stdout, stderr, code := runCLI(t, "", "dlq", "ls", dlqName, "--body")
 	if code != 0 {
 		t.Fatalf("ls: exit %d: %s", code, stderr)
 	}
 	golden(t, "dlq_ls.txt", normalize(stdout, q, true))
-	if !strings.Contains(stderr, "3 message(s) in "+dlq+", read with a 30s visibility timeout and released at once") {
+	if !strings.Contains(stderr, "3 message(s) in "+dlqName+", read with a 30s visibility timeout and released at once") {
 		t.Errorf("ls stderr: %q", stderr)
 	}
 	// Released at once: all visible again, none in flight.
 	waitVisible(t, c, q.DLQURL, len(jobs))
 
-	stdout, _, code = runCLI(t, "", "-o", "json", "dlq", "ls", dlq, "--body")
+	stdout, _, code = runCLI(t, "", "-o", "json", "dlq", "ls", dlqName, "--body")
 	if code != 0 {
 		t.Fatalf("ls -o json: exit %d", code)
 	}
@@ -66,7 +70,7 @@ func TestDlqListAndShowGolden(t *testing.T) {
 	}
 
 	// Bodies only with --body.
-	for _, args := range [][]string{{"dlq", "ls", dlq}, {"-o", "json", "dlq", "ls", dlq}} {
+	for _, args := range [][]string{{"dlq", "ls", dlqName}, {"-o", "json", "dlq", "ls", dlqName}} {
 		stdout, _, _ := runCLI(t, "", args...)
 		for _, j := range jobs {
 			if strings.Contains(stdout, j.body) || strings.Contains(stdout, `"body"`) {
@@ -77,12 +81,12 @@ func TestDlqListAndShowGolden(t *testing.T) {
 
 	// show, by the dead-letter ID and by the original ID.
 	second := listed[1]
-	stdout, stderr, code = runCLI(t, "", "dlq", "show", dlq, second.MessageID, "--body")
+	stdout, stderr, code = runCLI(t, "", "dlq", "show", dlqName, second.MessageID, "--body")
 	if code != 0 {
 		t.Fatalf("show: exit %d: %s", code, stderr)
 	}
 	golden(t, "dlq_show.txt", normalize(stdout, q, false))
-	stdout, _, code = runCLI(t, "", "-o", "json", "dlq", "show", dlq, second.OriginalMessageID)
+	stdout, _, code = runCLI(t, "", "-o", "json", "dlq", "show", dlqName, second.OriginalMessageID)
 	if code != 0 {
 		t.Fatalf("show -o json: exit %d", code)
 	}
@@ -92,25 +96,28 @@ func TestDlqListAndShowGolden(t *testing.T) {
 		t.Errorf("show by original ID: %v, %+v", err, shown)
 	}
 
-	_, stderr, code = runCLI(t, "", "dlq", "show", dlq, "00000000-0000-0000-0000-000000000000")
+	_, stderr, code = runCLI(t, "", "dlq", "show", dlqName, "00000000-0000-0000-0000-000000000000")
 	if code != 1 || !strings.Contains(stderr, "no message with ID 00000000-0000-0000-0000-000000000000 among the 3 message(s)") {
 		t.Errorf("show of an unknown ID: exit %d, %q", code, stderr)
 	}
 	waitVisible(t, c, q.DLQURL, len(jobs))
 }
 
-// The emulator has no message move tasks: redrive, its status and cancel say
-// so clearly, point to replay, and exit 1.
+// The emulator has no message move tasks: redrive (its dry run and --yes),
+// its status and cancel say so clearly, point to replay, exit 1, and
+// record nothing.
 func TestDlqRedriveNotSupported(t *testing.T) {
 	t.Parallel()
 	c := testenv.NewSQS(t)
 	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
-	dlq := queueName(q.DLQURL)
+	dlqName := queueName(q.DLQURL)
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	for _, args := range [][]string{
-		{"dlq", "redrive", dlq},
-		{"dlq", "redrive", dlq, "--to", queueName(q.URL), "--rate", "10"},
-		{"dlq", "redrive", "status", dlq},
-		{"dlq", "redrive", "cancel", "made-up-task-handle"},
+		{"dlq", "redrive", dlqName},
+		{"dlq", "redrive", dlqName, "--yes", "--audit", audit},
+		{"dlq", "redrive", dlqName, "--to", queueName(q.URL), "--rate", "10", "--yes", "--audit", audit},
+		{"dlq", "redrive", "status", dlqName},
+		{"dlq", "redrive", "cancel", "made-up-task-handle", "--audit", audit},
 	} {
 		stdout, stderr, code := runCLI(t, "", args...)
 		if code != 1 || stdout != "" ||
@@ -119,41 +126,26 @@ func TestDlqRedriveNotSupported(t *testing.T) {
 			t.Errorf("%v: exit %d\nstdout: %s\nstderr: %s", args, code, stdout, stderr)
 		}
 	}
-}
-
-// The missing API is recognised by its error code, whatever the message;
-// other errors pass through.
-func TestDlqMoveTaskErrorClassification(t *testing.T) {
-	for _, tc := range []struct {
-		err         error
-		unsupported bool
-	}{
-		{&smithy.GenericAPIError{Code: "InvalidAction", Message: "Unknown action: StartMessageMoveTask"}, true},
-		{&smithy.OperationError{ServiceID: "SQS", OperationName: "StartMessageMoveTask",
-			Err: &smithy.GenericAPIError{Code: "UnknownOperationException", Message: "whatever"}}, true},
-		{&smithy.GenericAPIError{Code: "AWS.SimpleQueueService.UnsupportedOperation", Message: "Unknown action"}, false},
-		{&smithy.GenericAPIError{Code: "ResourceNotFoundException", Message: "Unknown action"}, false},
-		{errors.New("InvalidAction: Unknown action"), false},
-	} {
-		err := moveTaskError("StartMessageMoveTask", "dlq", tc.err)
-		if got := errors.Is(err, errMoveTasksUnsupported); got != tc.unsupported {
-			t.Errorf("%v: unsupported = %v, want %v (%v)", tc.err, got, tc.unsupported, err)
-		}
-		if !tc.unsupported && !errors.Is(err, tc.err) {
-			t.Errorf("%v is not wrapped: %v", tc.err, err)
-		}
+	if b, _ := os.ReadFile(audit); len(b) != 0 {
+		t.Errorf("audit log of redrives that did not start:\n%s", b)
+	}
+	// A source queue is no dead-letter queue to redrive from.
+	if _, stderr, code := runCLI(t, "", "dlq", "redrive", queueName(q.URL)); code != 1 || !strings.Contains(stderr, "is not a dead-letter queue") {
+		t.Errorf("redrive of a source queue: exit %d, %s", code, stderr)
 	}
 }
 
-// purge refuses without --yes unless the queue's name is typed.
+// purge refuses without --yes unless the queue's name is typed; every
+// purge is recorded, before it is sent, with the caller.
 func TestDlqPurge(t *testing.T) {
 	t.Parallel()
 	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	name := queueName(q.URL)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	name := queueName(q.DLQURL)
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	fill := func() {
-		testenv.Send(t, c, q.URL, "", "a", "b", "c")
-		waitVisible(t, c, q.URL, 3)
+		testenv.Send(t, c, q.DLQURL, "", "a", "b", "c")
+		waitVisible(t, c, q.DLQURL, 3)
 	}
 	fill()
 	for _, tc := range []struct{ stdin, want string }{
@@ -161,25 +153,171 @@ func TestDlqPurge(t *testing.T) {
 		{"wrong-name\n", `not purged: "wrong-name" is not the queue name`},
 		{name + "-not\n", "is not the queue name"},
 	} {
-		stdout, stderr, code := runCLI(t, tc.stdin, "dlq", "purge", name)
+		stdout, stderr, code := runCLI(t, tc.stdin, "dlq", "purge", name, "--audit", audit)
 		if code != 1 || stdout != "" || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "Type the queue name ("+name+") to confirm") {
 			t.Errorf("stdin %q: exit %d\nstdout: %s\nstderr: %s", tc.stdin, code, stdout, stderr)
 		}
-		if v, f, _ := testenv.Depth(t, c, q.URL); v+f != 3 {
+		if v, f, _ := testenv.Depth(t, c, q.DLQURL); v+f != 3 {
 			t.Fatalf("stdin %q: the queue holds %d messages, want 3", tc.stdin, v+f)
 		}
 	}
-	stdout, stderr, code := runCLI(t, name+"\n", "dlq", "purge", name)
+	if lines := readAudit(t, audit); len(lines) != 0 {
+		t.Errorf("refused purges recorded: %+v", lines)
+	}
+	stdout, stderr, code := runCLI(t, name+"\n", "dlq", "purge", name, "--audit", audit)
 	if code != 0 || !strings.Contains(stdout, "purged "+name) {
 		t.Fatalf("typed name: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
-	waitVisible(t, c, q.URL, 0)
+	waitVisible(t, c, q.DLQURL, 0)
 	fill()
-	stdout, stderr, code = runCLI(t, "", "-o", "json", "dlq", "purge", q.URL, "--yes")
+	// fauxqs allows a purge a minute too: wait for the next one.
+	testenv.Eventually(t, 90*time.Second, func() bool {
+		stdout, stderr, code = runCLI(t, "", "-o", "json", "dlq", "purge", q.DLQURL, "--yes", "--audit", audit)
+		return code == 0 || !strings.Contains(stderr, "purged less than 60 seconds ago")
+	}, "purge: %s", stderr)
 	if code != 0 || !strings.Contains(stdout, `"purged": true`) || strings.Contains(stderr, "confirm") {
 		t.Fatalf("--yes: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
-	waitVisible(t, c, q.URL, 0)
+	waitVisible(t, c, q.DLQURL, 0)
+	var purges []auditRecord
+	for _, l := range readAudit(t, audit) {
+		if l.Action == dlq.ActionPurge {
+			purges = append(purges, l)
+		}
+	}
+	if len(purges) != 2 {
+		t.Fatalf("audit: %+v", readAudit(t, audit))
+	}
+	for _, l := range purges {
+		if l.DLQ != q.DLQURL || l.ApproximateMessages != 3 || l.Caller != dlq.UnknownCaller || !strings.Contains(l.CallerNote, "no STS in the local stack") {
+			t.Errorf("audit line %+v", l)
+		}
+	}
+}
+
+// The dlq commands refuse a live queue, before receiving anything from it:
+// one with a redrive policy of its own, or one that no queue names as its
+// dead-letter queue; --force overrides it.
+func TestDlqRefusesALiveQueue(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	jobs := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
+	plain := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	testenv.Send(t, c, jobs.URL, "", "live 1", "live 2")
+	testenv.Send(t, c, plain.URL, "", "live 3")
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	for _, tc := range []struct {
+		q    string
+		want string
+	}{
+		{queueName(jobs.URL), "is not a dead-letter queue: it has a redrive policy of its own (its messages go to " + queueName(jobs.DLQURL) + " after 3 receives): it is a source queue"},
+		{plain.URL, "is not a dead-letter queue: no queue names it as its dead-letter queue"},
+	} {
+		for _, args := range [][]string{
+			{"dlq", "ls", tc.q},
+			{"dlq", "show", tc.q, "some-id"},
+			{"dlq", "replay", tc.q},
+			{"dlq", "replay", tc.q, "--yes", "--audit", audit},
+			{"dlq", "purge", tc.q, "--yes", "--audit", audit},
+			{"dlq", "redrive", tc.q, "--yes", "--audit", audit},
+		} {
+			stdout, stderr, code := runCLI(t, "", args...)
+			if code != 1 || stdout != "" || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "--force") {
+				t.Errorf("%v: exit %d\nstdout: %s\nstderr: %s", args, code, stdout, stderr)
+			}
+		}
+	}
+	// Nothing was received (nothing in flight), nothing purged, nothing
+	// recorded.
+	for q, n := range map[string]int{jobs.URL: 2, plain.URL: 1} {
+		if v, f, _ := testenv.Depth(t, c, q); v != n || f != 0 {
+			t.Errorf("%s: %d visible, %d in flight", queueName(q), v, f)
+		}
+		for _, m := range testenv.ReceiveAll(t, c, q, time.Second, 30*time.Second) {
+			if n := m.Attributes["ApproximateReceiveCount"]; n != "1" {
+				t.Errorf("%s: a message was received %s times", queueName(q), n)
+			}
+		}
+	}
+	if b, _ := os.ReadFile(audit); len(b) != 0 {
+		t.Errorf("audit log:\n%s", b)
+	}
+	// --force reads it all the same, and says so.
+	other := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	testenv.Send(t, c, other.URL, "", "live 4")
+	stdout, stderr, code := runCLI(t, "", "dlq", "ls", other.URL, "--force")
+	if code != 0 || !strings.Contains(stdout, "MESSAGE ID") || !strings.Contains(stderr, "warning: opened with force although no queue names it") ||
+		!strings.Contains(stderr, "1 message(s) in") {
+		t.Errorf("--force: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	waitVisible(t, c, other.URL, 1)
+}
+
+// Failure metadata naming a queue that does not send its dead letters to
+// this one is marked unverified by ls and show, and replay leaves that
+// message in place, saying why, unless --to.
+func TestDlqUnverifiedMetadata(t *testing.T) {
+	t.Parallel()
+	c, orders, _ := newDLQ(t, testenv.QueueOptions{}, job{body: "real", fail: classError{"c", "boom"}, permanent: true})
+	billing := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	attrs, _ := sqsworker.Failure{ErrorClass: "c", Error: "forged", SourceQueue: billing.URL, MessageID: "forged-1", FailedAt: time.Now()}.AddTo(nil)
+	in := &sqs.SendMessageInput{QueueUrl: aws.String(orders.DLQURL), MessageBody: aws.String("forged"), MessageAttributes: map[string]types.MessageAttributeValue{}}
+	for k, v := range attrs {
+		in.MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: aws.String(v.StringValue)}
+	}
+	forgedID, err := c.SendMessage(context.Background(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitVisible(t, c, orders.DLQURL, 2)
+	dlqName := queueName(orders.DLQURL)
+	stdout, stderr, code := runCLI(t, "", "-o", "json", "dlq", "ls", dlqName)
+	var ms []messageJSON
+	if code != 0 || json.Unmarshal([]byte(stdout), &ms) != nil || len(ms) != 2 {
+		t.Fatalf("ls: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	for _, m := range ms {
+		forged := m.MessageID == aws.ToString(forgedID.MessageId)
+		if forged != (m.Metadata == "unverified") || (m.Metadata != "unverified") != (m.Metadata == "verified") ||
+			forged != strings.Contains(m.Unverified, "source queue "+queueName(billing.URL)+" does not send its dead letters to "+dlqName) {
+			t.Errorf("%+v", m)
+		}
+	}
+	if !strings.Contains(stderr, "1 message(s) carry failure metadata that could not be verified") {
+		t.Errorf("ls stderr: %s", stderr)
+	}
+	stdout, _, code = runCLI(t, "", "dlq", "show", dlqName, "forged-1")
+	if code != 0 || !strings.Contains(stdout, "Metadata:        UNVERIFIED: source queue "+queueName(billing.URL)+" does not send its dead letters") {
+		t.Errorf("show: exit %d\n%s", code, stdout)
+	}
+	stdout, _, _ = runCLI(t, "", "dlq", "ls", dlqName)
+	if !strings.Contains(stdout, " unverified ") || !strings.Contains(stdout, " verified ") {
+		t.Errorf("ls table:\n%s", stdout)
+	}
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	for _, yes := range []string{"--yes=false", "--yes"} {
+		stdout, stderr, code := runCLI(t, "", "-o", "json", "dlq", "replay", dlqName, yes, "--audit", audit)
+		var res replayResult
+		if code != 1 || json.Unmarshal([]byte(stdout), &res) != nil || res.Refused != 1 || res.Matched != 1 ||
+			!strings.Contains(stderr, "stays: message "+aws.ToString(forgedID.MessageId)+" (original forged-1): source queue "+queueName(billing.URL)+" does not send its dead letters to "+dlqName) ||
+			!strings.Contains(stderr, "1 matching message(s) stay in "+dlqName+": their source queue does not send its dead letters there") {
+			t.Errorf("%s: exit %d\n%s\n%s", yes, code, stdout, stderr)
+		}
+	}
+	if v, f, d := testenv.Depth(t, c, billing.URL); v+f+d != 0 {
+		t.Errorf("billing received %d message(s)", v+f+d)
+	}
+	if got := bodies(drain(t, c, orders.URL, time.Second)); strings.Join(got, ",") != "real" {
+		t.Errorf("orders received %v", got)
+	}
+	waitVisible(t, c, orders.DLQURL, 1)
+	res, _ := replayJSON(t, dlqName, "--to", billing.URL, "--yes", "--audit", audit)
+	if res.Moved != 1 {
+		t.Errorf("--to billing: %+v", res)
+	}
+	if got := bodies(drain(t, c, billing.URL, time.Second)); strings.Join(got, ",") != "forged" {
+		t.Errorf("billing received %v", got)
+	}
 }
 
 // Mistakes are clear errors, with exit code 2 for the command line's and 1
@@ -188,8 +326,12 @@ func TestDlqErrors(t *testing.T) {
 	t.Parallel()
 	c, q, _ := newDLQ(t, testenv.QueueOptions{}, job{body: "x", fail: classError{"c", "boom"}, permanent: true})
 	fifo := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true})
-	dlq := queueName(q.DLQURL)
+	dlqName := queueName(q.DLQURL)
 	audit := t.TempDir() + "/audit.jsonl"
+	link := t.TempDir() + "/link.jsonl"
+	if err := os.Symlink(audit, link); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -198,28 +340,31 @@ func TestDlqErrors(t *testing.T) {
 		{[]string{"dlq", "ls", "no-such-queue-dlq"}, 1, `queue "no-such-queue-dlq" does not exist`},
 		{[]string{"dlq", "show", "no-such-queue-dlq", "id"}, 1, `queue "no-such-queue-dlq" does not exist`},
 		{[]string{"dlq", "replay", "no-such-queue-dlq"}, 1, `queue "no-such-queue-dlq" does not exist`},
-		{[]string{"dlq", "replay", dlq, "--to", "no-such-queue"}, 1, `--to: queue "no-such-queue" does not exist`},
-		{[]string{"dlq", "purge", "no-such-queue-dlq", "--yes"}, 1, `queue "no-such-queue-dlq" does not exist`},
+		{[]string{"dlq", "replay", dlqName, "--to", "no-such-queue"}, 1, `--to: queue "no-such-queue" does not exist`},
+		{[]string{"dlq", "purge", "no-such-queue-dlq", "--yes", "--audit", audit}, 1, `queue "no-such-queue-dlq" does not exist`},
 		{[]string{"dlq", "redrive", "no-such-queue-dlq"}, 1, `queue "no-such-queue-dlq" does not exist`},
-		{[]string{"dlq", "replay", dlq, "--to", queueName(fifo.URL), "--yes", "--audit", audit}, 1,
-			"is a FIFO queue but dead-letter queue " + dlq + " is a standard queue"},
-		{[]string{"dlq", "replay", dlq, "--to", dlq, "--yes", "--audit", audit}, 1, "is the dead-letter queue itself"},
+		{[]string{"dlq", "replay", dlqName, "--to", queueName(fifo.URL), "--yes", "--audit", audit}, 1,
+			"is a FIFO queue but dead-letter queue " + dlqName + " is a standard queue"},
+		{[]string{"dlq", "replay", dlqName, "--to", dlqName, "--yes", "--audit", audit}, 1, "is the dead-letter queue itself"},
+		{[]string{"dlq", "replay", dlqName, "--yes", "--audit", link}, 1, "audit log " + link + " is a symbolic link: not followed"},
+		{[]string{"dlq", "purge", dlqName, "--yes", "--audit", link}, 1, "not purged: dlq: audit log " + link + " is a symbolic link"},
 		{[]string{"dlq", "ls"}, 2, "sqsworker dlq ls takes DLQ"},
-		{[]string{"dlq", "show", dlq}, 2, "takes DLQ MESSAGE_ID"},
+		{[]string{"dlq", "show", dlqName}, 2, "takes DLQ MESSAGE_ID"},
 		{[]string{"dlq", "nonsense"}, 2, `unknown command "nonsense"`},
-		{[]string{"dlq", "ls", dlq, "--max", "0"}, 2, "--max 0"},
-		{[]string{"dlq", "ls", dlq, "--visibility", "500ms"}, 2, "--visibility 500ms"},
-		{[]string{"dlq", "replay", dlq, "--rate", "-1"}, 2, "--rate -1"},
-		{[]string{"dlq", "replay", dlq, "--rate", "fast"}, 2, `invalid argument "fast" for "--rate"`},
-		{[]string{"dlq", "replay", dlq, "--rate", "NaN"}, 2, "--rate NaN"},
-		{[]string{"dlq", "replay", dlq, "--limit", "-3"}, 2, "--limit -3"},
-		{[]string{"dlq", "replay", dlq, "--attr", "tenant"}, 2, `--attr "tenant": want name=value`},
-		{[]string{"dlq", "replay", dlq, "--json-field", "order..id=1"}, 2, `--json-field "order..id=1"`},
-		{[]string{"dlq", "replay", dlq, "--since", "yesterday"}, 2, `--since: "yesterday" is neither an RFC 3339 time`},
-		{[]string{"dlq", "replay", dlq, "--since", "1h ago", "--until", "2h ago"}, 2, "is not before --until"},
-		{[]string{"dlq", "replay", dlq, "--error-class", ""}, 2, "--error-class: empty class"},
-		{[]string{"dlq", "replay", dlq, "--yes", "--audit", ""}, 2, "--audit: empty file name"},
-		{[]string{"dlq", "redrive", dlq, "--rate", "1000"}, 2, "--rate 1000"},
+		{[]string{"dlq", "ls", dlqName, "--max", "0"}, 2, "--max 0"},
+		{[]string{"dlq", "ls", dlqName, "--visibility", "500ms"}, 2, "--visibility 500ms"},
+		{[]string{"dlq", "ls", dlqName, "--since", "later"}, 2, `--since: "later" is neither`},
+		{[]string{"dlq", "replay", dlqName, "--rate", "-1"}, 2, "--rate -1"},
+		{[]string{"dlq", "replay", dlqName, "--rate", "fast"}, 2, `invalid argument "fast" for "--rate"`},
+		{[]string{"dlq", "replay", dlqName, "--rate", "NaN"}, 2, "--rate NaN"},
+		{[]string{"dlq", "replay", dlqName, "--limit", "-3"}, 2, "--limit -3"},
+		{[]string{"dlq", "replay", dlqName, "--attr", "tenant"}, 2, `--attr "tenant": want name=value`},
+		{[]string{"dlq", "replay", dlqName, "--json-field", "order..id=1"}, 2, `--json-field "order..id=1"`},
+		{[]string{"dlq", "replay", dlqName, "--since", "yesterday"}, 2, `--since: "yesterday" is neither an RFC 3339 time`},
+		{[]string{"dlq", "replay", dlqName, "--since", "1h ago", "--until", "2h ago"}, 2, "is not before --until"},
+		{[]string{"dlq", "replay", dlqName, "--error-class", ""}, 2, "--error-class: empty class"},
+		{[]string{"dlq", "replay", dlqName, "--yes", "--audit", ""}, 2, "--audit: empty file name"},
+		{[]string{"dlq", "redrive", dlqName, "--rate", "1000"}, 2, "--rate 1000"},
 	} {
 		stdout, stderr, code := runCLI(t, "", tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.want) {
@@ -233,10 +378,14 @@ func TestDlqErrors(t *testing.T) {
 	if v, f, _ := testenv.Depth(t, c, q.URL); v+f != 0 {
 		t.Errorf("the source queue received %d messages", v+f)
 	}
+	if _, err := os.Stat(audit); !os.IsNotExist(err) {
+		t.Errorf("the audit log behind the link was created: %v", err)
+	}
 }
 
-// A replay whose source queue is gone stops before moving anything; --to
-// sends the messages elsewhere.
+// A dead-letter queue whose source queue is gone is no longer named by any
+// queue: refused without --force; with it, a replay leaves its messages in
+// place, saying why, and --to sends them elsewhere.
 func TestDlqReplaySourceQueueGone(t *testing.T) {
 	t.Parallel()
 	c, q, _ := newDLQ(t, testenv.QueueOptions{},
@@ -246,16 +395,19 @@ func TestDlqReplaySourceQueueGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	audit := t.TempDir() + "/audit.jsonl"
-	dlq := queueName(q.DLQURL)
+	dlqName := queueName(q.DLQURL)
+	if _, stderr, code := runCLI(t, "", "dlq", "replay", dlqName); code != 1 || !strings.Contains(stderr, "no queue names it as its dead-letter queue") {
+		t.Errorf("without --force: exit %d, %q", code, stderr)
+	}
 	for _, yes := range []string{"--yes=false", "--yes"} {
-		_, stderr, code := runCLI(t, "", "dlq", "replay", dlq, yes, "--audit", audit)
-		if code != 1 || !strings.Contains(stderr, "source queue: queue \""+q.URL+"\" does not exist") || !strings.Contains(stderr, "use --to") {
+		_, stderr, code := runCLI(t, "", "dlq", "replay", dlqName, yes, "--force", "--audit", audit)
+		if code != 1 || !strings.Contains(stderr, "source queue "+q.URL+" does not exist") || !strings.Contains(stderr, "give --to") {
 			t.Errorf("%s: exit %d, %q", yes, code, stderr)
 		}
 		waitVisible(t, c, q.DLQURL, 2)
 	}
 	other := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	res, _ := replayJSON(t, dlq, "--to", other.URL, "--yes", "--audit", audit)
+	res, _ := replayJSON(t, dlqName, "--force", "--to", other.URL, "--yes", "--audit", audit)
 	if res.Moved != 2 {
 		t.Errorf("moved %d, want 2", res.Moved)
 	}

@@ -13,8 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/spf13/cobra"
 
-	"github.com/sqsworker/sqsworker/internal/awserr"
-	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/dlq"
 )
 
 func init() {
@@ -173,27 +172,29 @@ func (s *statsReader) readOne(ctx context.Context, arg, url string) (statsRow, e
 		InFlight:                 statsAtoi(at["ApproximateNumberOfMessagesNotVisible"]),
 		Delayed:                  statsAtoi(at["ApproximateNumberOfMessagesDelayed"]),
 		VisibilityTimeoutSeconds: statsAtoi(at["VisibilityTimeout"]),
-		FIFO:                     at["FifoQueue"] == "true" || queue.IsFIFOURL(url),
+		FIFO:                     at["FifoQueue"] == "true" || strings.HasSuffix(url, ".fifo"),
 	}
 	rp := at["RedrivePolicy"]
 	if rp == "" {
 		return r, nil
 	}
-	arn, maxReceive, err := queue.ParseRedrivePolicy(rp)
+	policy, err := dlq.ParseRedrivePolicy(rp)
 	if err != nil {
 		return statsRow{}, fmt.Errorf("queue %s: %w", arg, err)
 	}
-	name, account, err := queue.ParseARN(arn)
+	arn := policy.DeadLetterTargetARN
+	target, err := dlq.ParseARN(arn)
 	if err != nil {
 		return statsRow{}, fmt.Errorf("queue %s: redrive policy: %w", arg, err)
 	}
-	d := &statsDLQ{Queue: name, MaxReceiveCount: maxReceive}
+	name, account := target.Name, target.Account
+	d := &statsDLQ{Queue: name, MaxReceiveCount: policy.MaxReceiveCount}
 	r.DeadLetterQueue = d
 	dlqURL, ok := s.dlqURLs[arn]
 	if !ok {
 		u, err := s.client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name), QueueOwnerAWSAccountId: aws.String(account)})
 		switch {
-		case awserr.IsQueueMissing(err):
+		case dlq.IsQueueMissing(err):
 			d.Missing = true
 			return r, nil
 		case err != nil:
@@ -205,7 +206,7 @@ func (s *statsReader) readOne(ctx context.Context, arg, url string) (statsRow, e
 	d.URL = dlqURL
 	dout, err := s.client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(dlqURL), AttributeNames: statsAttributes[:3]})
 	switch {
-	case awserr.IsQueueMissing(err):
+	case dlq.IsQueueMissing(err):
 		delete(s.dlqURLs, arn) // it may be created again
 		d.Missing, d.URL = true, ""
 		return r, nil
@@ -257,7 +258,7 @@ func (s *statsReader) watch(ctx context.Context, interval time.Duration) error {
 			return nil
 		}
 		switch {
-		case err != nil && awserr.IsFatal(err):
+		case err != nil && dlq.IsFatal(err):
 			return err
 		case err != nil:
 			fmt.Fprintf(a.err, "sqsworker stats: %s: %v (retrying in %s)\n", time.Now().Format(time.TimeOnly), err, interval)
