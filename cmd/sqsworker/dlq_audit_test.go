@@ -36,7 +36,9 @@ func TestDlqAuditCaller(t *testing.T) {
 	}{
 		{"STS", stsCallerIdentity, testenv.Endpoint(), "arn:aws:iam::000000000000:root", ""},
 		{"STS unreachable", stsCallerIdentity, "http://127.0.0.1:1", dlq.UnknownCaller, "sts:GetCallerIdentity failed: "},
-		{"stand-in", func(context.Context, *app) (string, error) { return "arn:aws:sts::123456789012:assumed-role/ops/alice", nil }, "", "arn:aws:sts::123456789012:assumed-role/ops/alice", ""},
+		{"stand-in", func(context.Context, *app) (string, error) {
+			return "arn:aws:sts::123456789012:assumed-role/ops/alice", nil
+		}, "", "arn:aws:sts::123456789012:assumed-role/ops/alice", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			callerIdentity = tc.identity
