@@ -40,7 +40,7 @@ LAMBDA_ARCHS := amd64 arm64
 # Prometheus and OpenTelemetry modules.
 PKGS := ./... ./cmd/sqsworker/... ./metrics/prometheus/... ./otel/...
 
-.PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench lint fmt vet clean FORCE
+.PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench chaos lint fmt vet clean FORCE
 
 all: lint test
 
@@ -96,6 +96,14 @@ test: stack-start vet tools infra-test
 ## test-unit: the tests that need no local stack (the others skip)
 test-unit:
 	env -u AWS_ENDPOINT_URL -u AWS_ENDPOINT_URL_SQS -u AWS_ENDPOINT_URL_DYNAMODB $(GO) test -count=1 $(PKGS)
+
+## chaos: the full chaos run against the local stack behind fault proxies:
+## kill -9 of the worker (10,000 jobs, 10 kills), SQS refused and
+## blackholed, DynamoDB refused and blackholed, SIGTERM with jobs in flight,
+## poison jobs; a table of duplicates, lost and dead-lettered jobs per
+## scenario. `make test` runs the short version (TestChaosShort).
+chaos: stack-start
+	$(WITH_STACK) $(GO) run ./internal/cmd/chaos -full
 
 ## bench: worker throughput against a raw SDK loop, and request cost per message
 bench: stack-start tools
