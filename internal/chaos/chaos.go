@@ -10,15 +10,19 @@
 // chaosworker command (internal/cmd/chaosworker) as a child process in its
 // own process group, talking to the services through the proxies only. It
 // then injects the scenario's faults: kill -9 of the worker, refused or
-// blackholed connections to SQS or DynamoDB for a wall-clock time, a
-// SIGTERM with jobs in flight, poison messages. When the queue is drained it
-// stops the worker and checks every job:
+// blackholed connections to SQS or DynamoDB for a wall-clock time, replies
+// lost after their requests were applied, a SIGTERM with jobs in flight,
+// poison messages (broken jobs are mixed among the good ones in the other
+// scenarios too). When the queue is drained it stops the worker and checks
+// every job:
 //
 //   - each good job's effect counter in the effects table is exactly 1: not
 //     0 (lost), not 2 or more (applied twice);
 //   - the main queue is empty;
-//   - the dead-letter queue holds each poison job once, with its failure
-//     reason, and no good job.
+//   - the dead-letter queue holds every poison job, with its failure reason
+//     (a second copy of one, which an at-least-once move can leave, is
+//     noted), and no good job;
+//   - no log line shows a message body.
 //
 // Every scenario's worker output and the runner's own record of it go to a
 // log file per scenario. Child processes and proxies are stopped, and
