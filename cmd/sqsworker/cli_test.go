@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"os"
@@ -27,13 +26,8 @@ func runCLI(t *testing.T, stdin string, args ...string) (stdout, stderr string, 
 	err := root.ExecuteContext(ctx)
 	if err != nil {
 		errOut.WriteString("sqsworker: " + err.Error() + "\n")
-		code = 1
-		var ec exitCoder
-		if errors.As(err, &ec) {
-			code = ec.ExitCode()
-		}
 	}
-	return out.String(), errOut.String(), code
+	return out.String(), errOut.String(), exitCode(ctx, err)
 }
 
 // golden compares got with testdata/NAME, or rewrites it with -update.

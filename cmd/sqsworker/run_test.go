@@ -56,20 +56,24 @@ type cliProcess struct {
 // then wait. A test that ends without waiting stops it.
 func startCLI(t *testing.T, ctx context.Context, stdin string, args ...string) *cliProcess {
 	t.Helper()
+	return startCLIWith(t, ctx, strings.NewReader(stdin), nil, args...)
+}
+
+// startCLIWith is startCLI with any stdin and options of the root command.
+// A second interrupt is withStopNow on ctx.
+func startCLIWith(t *testing.T, ctx context.Context, stdin io.Reader, opts []rootOption, args ...string) *cliProcess {
+	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	p := &cliProcess{stdout: &lockedBuffer{}, stderr: &lockedBuffer{}, done: make(chan struct{})}
-	root := newRoot(strings.NewReader(stdin), p.stdout, p.stderr)
+	root := newRoot(stdin, p.stdout, p.stderr, opts...)
 	root.SetArgs(args)
 	go func() {
 		defer close(p.done)
-		if err := root.ExecuteContext(ctx); err != nil {
+		err := root.ExecuteContext(ctx)
+		if err != nil {
 			p.stderr.Write([]byte("sqsworker: " + err.Error() + "\n"))
-			p.code = 1
-			var ec exitCoder
-			if errors.As(err, &ec) {
-				p.code = ec.ExitCode()
-			}
 		}
+		p.code = exitCode(ctx, err)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"os"
 	"regexp"
 	"strconv"
@@ -18,10 +19,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/spf13/cobra"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/producer"
 )
 
@@ -29,18 +31,21 @@ func init() {
 	commands = append(commands, newSendCmd)
 }
 
-// Bounds of the JSON lines send reads from stdin.
+// Bounds of the lines send reads from stdin.
 const (
 	// sendMaxLine is the longest line read: a 1 MiB body, escaped in JSON,
 	// with attributes. Longer lines are reported, not read into memory.
 	sendMaxLine = 8 << 20
-	// sendChunk and sendChunkBytes bound the messages held before they are
-	// sent, so that a long stream is sent as it is read.
-	sendChunk      = 100
-	sendChunkBytes = 8 << 20
+	// sendBatch is the most messages of one SendMessageBatch call. Lines
+	// are sent a call at a time, as they are read, so that an interrupt
+	// lets the call under way finish and knows which lines were sent.
+	sendBatch = 10
 	// sendMaxDetails is the most failures named in the error message; the
 	// output names them all.
 	sendMaxDetails = 10
+	// sendReaderWait is how long an interrupted send waits for its reader
+	// of stdin to stop; see sendLines.
+	sendReaderWait = 100 * time.Millisecond
 )
 
 type sendFlags struct {
@@ -49,17 +54,20 @@ type sendFlags struct {
 	group          string
 	dedupID        string
 	idempotencyKey string
+	raw            bool
 }
 
 func newSendCmd(a *app) *cobra.Command {
 	var f sendFlags
 	cmd := &cobra.Command{
 		Use:   "send QUEUE [BODY...]",
-		Short: "Send messages: BODY arguments, or JSON lines from stdin",
+		Short: "Send messages: BODY arguments, or lines from stdin (JSON, or each line as it is with --raw)",
 		Long: `Send messages to a queue, given by name or URL.
 
-Each BODY argument is one message. Without BODY arguments, send reads JSON
-lines from stdin, one message per line (blank lines are skipped):
+Each BODY argument is one message. Without BODY arguments, send reads lines
+from stdin, one message per line (blank lines are skipped). With --raw, each
+line is the body of its message, as it is (a JSON object too). Otherwise each
+line is a JSON object that describes its message:
 
   {"body": "...", "idempotencyKey": "...", "delaySeconds": 10,
    "groupId": "...", "deduplicationId": "...",
@@ -69,8 +77,9 @@ lines from stdin, one message per line (blank lines are skipped):
 
 "body" is required. An attribute given as a string is a String attribute, as
 a JSON number a Number attribute; binaryValue is base64. The flags apply to
-BODY arguments, and are the defaults of the lines that do not set the field
-(a line's attributes are added to the --attr ones, and win on the same name).
+BODY arguments and --raw lines, and are the defaults of the JSON lines that
+do not set the field (a line's attributes are added to the --attr ones, and
+win on the same name).
 
 The idempotency key is sent as the "idempotency-key" attribute, which the
 idempotency middleware reads. FIFO queues (names ending in .fifo) need a
@@ -80,14 +89,23 @@ has content-based deduplication; they take no per-message delay.
 Messages are checked before anything is sent: a message SQS would refuse
 (empty or over 1 MiB, more than 10 attributes, a bad attribute name or value,
 a delay over 15m, ...) or a line that is not valid JSON is reported with its
-line number and not sent; the other messages are. Messages are sent with
-SendMessageBatch, ten (and at most 1 MiB) per call, and the entries SQS fails
-on its side are retried.
+line number and not sent; the other messages are. Messages are sent as they
+are read, with SendMessageBatch, ten (and at most 1 MiB) per call; the entries
+SQS fails on its side are retried. A failure whose request got no answer (the
+network, a timeout, an SQS 5xx) is reported as "may have been sent".
 
-Output: a row per message (INDEX is the BODY argument's position or the line
-number), or with -o json a list of {"index", "messageId", "error"}. The exit
-status is 1 when any message was not sent, 2 for a mistake in the command
-line.`,
+Ctrl-C lets the call under way finish, then stops and says which line was the
+last one handled, and how to send the rest:
+
+  sqsworker: interrupted after line 5400; resume with ` + "`tail -n +5401`" + `
+
+A second Ctrl-C cuts the call under way short; its lines may have been sent.
+
+Output: "sent N" at the end, and a progress line while sending when stderr
+is a terminal (--quiet for neither). With -o table, a row per message (INDEX
+is the BODY argument's position or the line number); with -o json, a list of
+{"index", "messageId", "error", "maybeSent"}. The exit status is 1 when any
+message was not sent, 2 for a mistake in the command line, 130 after Ctrl-C.`,
 		Example: `  # One message, with an attribute and an idempotency key
   sqsworker send orders '{"order":42}' --attr tenant=acme --idempotency-key order-42
 
@@ -97,8 +115,14 @@ line.`,
   # A FIFO queue
   sqsworker send orders.fifo '{"order":45}' --group customer-7 --dedup-id order-45
 
+  # Each line of a file is a body, as it is
+  sqsworker send orders --raw < bodies.txt
+
   # JSON lines from a file; --attr is added to every line's attributes
   sqsworker send orders --attr source=backfill < jobs.jsonl
+
+  # An interrupted send, resumed
+  tail -n +5401 jobs.jsonl | sqsworker send orders
 
   # From jq, printing the message IDs as JSON
   jq -c '.[] | {body: tojson, idempotencyKey: (.id | tostring)}' orders.json | sqsworker send orders -o json`,
@@ -118,6 +142,7 @@ line.`,
 	fl.StringVar(&f.group, "group", "", "message group ID (FIFO queues: required)")
 	fl.StringVar(&f.dedupID, "dedup-id", "", "message deduplication ID (FIFO queues)")
 	fl.StringVar(&f.idempotencyKey, "idempotency-key", "", `idempotency key, sent as the "idempotency-key" attribute`)
+	fl.BoolVar(&f.raw, "raw", false, "each line of stdin is a message body, as it is (not a JSON description)")
 	return cmd
 }
 
@@ -126,6 +151,12 @@ type sendResult struct {
 	Index     int    `json:"index"`
 	MessageID string `json:"messageId,omitempty"`
 	Error     string `json:"error,omitempty"`
+	// MaybeSent is true when the request that carried the message got no
+	// answer: SQS may have it.
+	MaybeSent bool `json:"maybeSent,omitempty"`
+
+	// hint is a hint for the error's kind, given once in the summary.
+	hint string
 }
 
 // sendQueue is what send needs to know of the queue.
@@ -135,16 +166,25 @@ type sendQueue struct {
 	contentDedup bool
 }
 
+// rawHint is the hint given when lines are not the JSON send expects.
+const rawHint = `each line is a JSON object such as {"body": "..."}; to send each line as it is (a JSON object too), use --raw`
+
 func (a *app) send(ctx context.Context, f sendFlags, queueArg string, bodies []string) error {
 	base, err := f.message()
 	if err != nil {
 		return err
 	}
-	if len(bodies) > 1 && f.dedupID != "" {
+	switch {
+	case len(bodies) > 0 && f.raw:
+		return usageError{errors.New("--raw is for lines on stdin; BODY arguments are sent as they are")}
+	case len(bodies) > 1 && f.dedupID != "":
 		return usageError{fmt.Errorf("--dedup-id with %d BODY arguments: a FIFO queue would keep only the first; send them as JSON lines with a deduplicationId each", len(bodies))}
-	}
-	if len(bodies) > 1 && f.idempotencyKey != "" {
+	case len(bodies) > 1 && f.idempotencyKey != "":
 		return usageError{fmt.Errorf("--idempotency-key with %d BODY arguments: the idempotency middleware would run only the first; send them as JSON lines with an idempotencyKey each", len(bodies))}
+	case f.raw && f.dedupID != "":
+		return usageError{errors.New("--dedup-id with --raw: a FIFO queue would keep only the first line; use JSON lines with a deduplicationId each, or a queue with content-based deduplication")}
+	case f.raw && f.idempotencyKey != "":
+		return usageError{errors.New("--idempotency-key with --raw: the idempotency middleware would run only the first line; use JSON lines with an idempotencyKey each")}
 	}
 	q, err := a.sendQueue(ctx, queueArg)
 	if err != nil {
@@ -158,79 +198,422 @@ func (a *app) send(ctx context.Context, f sendFlags, queueArg string, bodies []s
 	if err != nil {
 		return err
 	}
-
-	var results []sendResult
-	what := "message"
+	// The calls under way finish after the first interrupt; the second
+	// cuts them short.
+	sendCtx, stop := untilStopNow(ctx)
+	defer stop()
+	s := &sender{a: a, p: p, ctx: ctx, sendCtx: sendCtx, prog: a.progress("sent", "messages")}
 	if len(bodies) > 0 {
 		if err := q.checkFlags(f, queueArg); err != nil {
 			return err
 		}
-		msgs := make([]producer.Message, len(bodies))
-		for i, b := range bodies {
-			msgs[i] = base
-			msgs[i].Attributes = maps.Clone(base.Attributes)
-			msgs[i].Body = b
-		}
-		res, _ := p.SendBatch(ctx, msgs)
-		for i, r := range res {
-			results = append(results, sendResult{Index: i + 1, MessageID: r.MessageID, Error: sendErrorText(r.Err)})
-		}
+		s.what = "message"
+		s.prog.SetTotal(int64(len(bodies)))
+		s.sendArgs(base, bodies)
 	} else {
-		what = "line"
-		if isTTY(a.in) {
-			fmt.Fprintln(a.err, "sqsworker send: reading JSON lines from stdin (end with Ctrl-D; see --help)")
+		if f.raw {
+			if err := q.checkFlags(f, queueArg); err != nil {
+				return err
+			}
 		}
-		var readErr error
-		results, readErr = a.sendLines(ctx, p, q, base)
-		if readErr != nil {
+		s.what = "line"
+		if isTTY(a.in) && !a.quiet {
+			kind := "JSON lines"
+			if f.raw {
+				kind = "lines"
+			}
+			fmt.Fprintf(a.errs, "sqsworker send: reading %s from stdin (end with Ctrl-D; see --help)\n", kind)
+		}
+		if err := s.sendLines(base, q, f.raw); err != nil {
 			// Say what was sent before the input failed.
-			_ = a.printSendResults(results)
-			return readErr
+			s.prog.Finish()
+			_ = s.print()
+			return err
 		}
-		if len(results) == 0 && ctx.Err() == nil {
-			fmt.Fprintln(a.err, "sqsworker send: no messages on stdin")
+		if len(s.results) == 0 && !s.interrupted {
+			fmt.Fprintln(a.errs, "sqsworker send: no messages on stdin")
 		}
 	}
-
-	if err := a.printSendResults(results); err != nil {
+	s.prog.Finish()
+	if err := s.print(); err != nil {
 		return err
 	}
-	var details []string
-	failed := 0
-	for _, r := range results {
-		if r.Error == "" {
-			continue
-		}
-		failed++
-		if len(details) < sendMaxDetails {
-			details = append(details, fmt.Sprintf("%s %d: %s", what, r.Index, r.Error))
-		}
-	}
-	if failed == 0 {
-		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted: %d messages sent; the rest of the input was not read", len(results))
-		}
-		return nil
-	}
-	msg := fmt.Sprintf("%d of %d messages not sent:\n  %s", failed, len(results), strings.Join(details, "\n  "))
-	if failed > len(details) {
-		msg += fmt.Sprintf("\n  and %d more (see the output)", failed-len(details))
-	}
-	return errors.New(msg)
+	return s.outcome()
 }
 
-func (a *app) printSendResults(results []sendResult) error {
-	if a.output == "json" {
+// sender sends messages a SendMessageBatch call at a time and keeps the
+// outcome of each, in input order.
+type sender struct {
+	a *app
+	p *producer.Producer
+	// ctx is the command's: the first interrupt cancels it, and no call
+	// starts after it. sendCtx is the calls': the second interrupt
+	// cancels it.
+	ctx, sendCtx context.Context
+	prog         *progress
+	what         string // "line" or "message"
+
+	results []sendResult
+	pending []producer.Message
+	slots   []int // index in results of each of pending
+	size    int   // of pending, in bytes
+
+	// interrupted is set when the first interrupt stopped the input;
+	// after is the last line (or argument) handled then, and of is the
+	// number of BODY arguments.
+	interrupted bool
+	after, of   int
+}
+
+// add queues m, the message of results[slot], sending the call before when
+// m does not fit in it.
+func (s *sender) add(m producer.Message, slot int) {
+	n := producer.Size(m)
+	if len(s.pending) > 0 && s.size+n > producer.MaxMessageSize {
+		s.flush()
+	}
+	s.pending = append(s.pending, m)
+	s.slots = append(s.slots, slot)
+	s.size += n
+	if len(s.pending) == sendBatch {
+		s.flush()
+	}
+}
+
+// flush sends the pending messages in one call, which the first interrupt
+// does not cut short.
+func (s *sender) flush() {
+	if len(s.pending) == 0 {
+		return
+	}
+	res, _ := s.p.SendBatch(s.sendCtx, s.pending)
+	for i, r := range res {
+		out := &s.results[s.slots[i]]
+		out.MessageID = r.MessageID
+		out.Error = sendErrorText(r.Err)
+		if r.Err != nil && outcomeUnknown(r.Err) {
+			out.MaybeSent = true
+			out.Error = "may have been sent: " + out.Error
+			if s.sendCtx.Err() != nil {
+				out.Error = "may have been sent: the second interrupt cut its request short"
+			}
+		}
+	}
+	s.prog.Add(int64(len(res)))
+	s.pending, s.slots, s.size = s.pending[:0], s.slots[:0], 0
+}
+
+// stopPending drops the messages not sent yet, and the results from the
+// first of them on, when an interrupt stopped the input: handled is the
+// last line (or argument) handled so far.
+func (s *sender) stopPending(handled int) {
+	s.interrupted = true
+	s.after = handled
+	if len(s.pending) > 0 {
+		first := s.slots[0]
+		s.after = s.results[first].Index - 1
+		s.results = s.results[:first]
+		s.pending, s.slots, s.size = nil, nil, 0
+	}
+}
+
+// sendArgs sends the BODY arguments.
+func (s *sender) sendArgs(base producer.Message, bodies []string) {
+	s.of = len(bodies)
+	for i, b := range bodies {
+		if s.ctx.Err() != nil {
+			s.stopPending(i)
+			return
+		}
+		m := base
+		m.Attributes = maps.Clone(base.Attributes)
+		m.Body = b
+		s.results = append(s.results, sendResult{Index: i + 1})
+		if err := producer.Validate(m, false); err != nil {
+			s.results[i].Error = sendErrorText(err)
+			continue
+		}
+		s.add(m, i)
+	}
+	if s.ctx.Err() != nil {
+		s.stopPending(len(bodies))
+		return
+	}
+	s.flush()
+}
+
+// inputLine is a line of stdin, numbered from 1.
+type inputLine struct {
+	n       int
+	text    []byte
+	tooLong bool
+	read    int64 // bytes of the input read so far
+	err     error // a read error: the last item
+}
+
+// sendLines sends the lines of stdin as they are read, a call at a time.
+//
+// The lines are read by a goroutine of its own, so that an interrupt stops
+// the send even while a read waits for input. sendLines owns it: it tells
+// it to stop on return and waits for it, but no longer than sendReaderWait
+// after an interrupt: a read of a terminal or a pipe cannot be cut short,
+// and that goroutine then ends with its read, at the latest with the
+// process.
+func (s *sender) sendLines(base producer.Message, q sendQueue, raw bool) error {
+	quit := make(chan struct{})
+	lines := make(chan inputLine)
+	readerDone := make(chan struct{})
+	in, size := s.a.in, inputSize(s.a.in)
+	go func() {
+		defer close(readerDone)
+		readLines(in, lines, quit)
+	}()
+	defer func() {
+		close(quit)
+		select {
+		case <-readerDone:
+		case <-time.After(sendReaderWait):
+		}
+	}()
+
+	handled := 0 // the last line handled
+	for {
+		if s.ctx.Err() != nil {
+			s.stopPending(handled)
+			return nil
+		}
+		var l inputLine
+		var ok bool
+		select {
+		case <-s.ctx.Done():
+			s.stopPending(handled)
+			return nil
+		case l, ok = <-lines:
+		}
+		if !ok {
+			break
+		}
+		if l.err != nil {
+			s.flush()
+			return fmt.Errorf("reading stdin: %w", l.err)
+		}
+		s.prog.SetPosition(l.read, size)
+		handled = l.n
+		switch {
+		case l.tooLong:
+			s.results = append(s.results, sendResult{Index: l.n, Error: fmt.Sprintf("the line is over %d MiB; a message is at most 1 MiB", sendMaxLine>>20)})
+		case len(bytes.TrimSpace(l.text)) == 0:
+			// skipped
+		default:
+			var m producer.Message
+			var err error
+			if raw {
+				m = base
+				m.Attributes = maps.Clone(base.Attributes)
+				m.Body = string(l.text)
+				err = checkForQueue(m, q)
+			} else {
+				m, err = parseSendLine(l.text, base, q)
+			}
+			s.results = append(s.results, sendResult{Index: l.n})
+			if err != nil {
+				r := &s.results[len(s.results)-1]
+				r.Error = err.Error()
+				var he *hintError
+				if errors.As(err, &he) {
+					r.hint = he.hint
+				}
+				break
+			}
+			s.add(m, len(s.results)-1)
+		}
+	}
+	if s.ctx.Err() != nil {
+		s.stopPending(handled)
+		return nil
+	}
+	s.flush()
+	return nil
+}
+
+// readLines reads the lines of in and sends them on lines, until the end
+// of the input, a read error (sent as the last item) or quit. It closes
+// lines at the end of the input.
+func readLines(in io.Reader, lines chan<- inputLine, quit <-chan struct{}) {
+	cr := &countingReader{r: in}
+	r := bufio.NewReaderSize(cr, 64<<10)
+	for n := 1; ; n++ {
+		line, tooLong, err := readLine(r, sendMaxLine)
+		l := inputLine{n: n, text: line, tooLong: tooLong, read: cr.n - int64(r.Buffered())}
+		switch {
+		case err == io.EOF:
+			close(lines)
+			return
+		case err != nil:
+			l = inputLine{err: err}
+		}
+		select {
+		case lines <- l:
+		case <-quit:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// countingReader counts the bytes read through it. Only its reader's
+// goroutine uses it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// inputSize is the size of in when it is a regular file, for the progress
+// line; else 0.
+func inputSize(in io.Reader) int64 {
+	f, ok := in.(*os.File)
+	if !ok {
+		return 0
+	}
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return 0
+	}
+	off, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0
+	}
+	return st.Size() - off
+}
+
+// outcomeUnknown reports whether a message that failed may have reached
+// SQS: its request got no answer (a network error after the connection was
+// made, a timeout, a request cut short) or a 5xx one.
+func outcomeUnknown(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var op *smithy.OperationError
+	if !errors.As(err, &op) {
+		return false // not a request: a message the producer refused
+	}
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) && re.HTTPStatusCode() != 0 {
+		return re.HTTPStatusCode() >= 500
+	}
+	var ne *net.OpError
+	if errors.As(err, &ne) && ne.Op == "dial" {
+		return false // no connection, no request
+	}
+	return true
+}
+
+// print prints the results: a summary by default, the rows with -o table,
+// JSON with -o json.
+func (s *sender) print() error {
+	a := s.a
+	switch {
+	case a.output == "json":
+		results := s.results
 		if results == nil {
 			results = []sendResult{}
 		}
 		return a.printJSON(results)
+	case a.outputSet:
+		rows := make([][]string, len(s.results))
+		for i, r := range s.results {
+			rows[i] = []string{strconv.Itoa(r.Index), r.MessageID, r.Error}
+		}
+		return a.table([]string{"INDEX", "MESSAGE ID", "ERROR"}, rows)
+	case a.quiet:
+		return nil
 	}
-	rows := make([][]string, len(results))
-	for i, r := range results {
-		rows[i] = []string{strconv.Itoa(r.Index), r.MessageID, r.Error}
+	sent := 0
+	for _, r := range s.results {
+		if r.MessageID != "" {
+			sent++
+		}
 	}
-	return a.table([]string{"INDEX", "MESSAGE ID", "ERROR"}, rows)
+	if sent == len(s.results) {
+		_, err := fmt.Fprintf(a.out, "sent %d\n", sent)
+		return err
+	}
+	_, err := fmt.Fprintf(a.out, "sent %d of %d\n", sent, len(s.results))
+	return err
+}
+
+// outcome is the error send returns: the messages not sent, and the
+// interrupt.
+func (s *sender) outcome() error {
+	var details, hints, maybe []string
+	failed := 0
+	for _, r := range s.results {
+		if r.Error == "" {
+			continue
+		}
+		failed++
+		if r.MaybeSent {
+			maybe = append(maybe, strconv.Itoa(r.Index))
+		}
+		if len(details) < sendMaxDetails {
+			details = append(details, fmt.Sprintf("%s %d: %s", s.what, r.Index, r.Error))
+		}
+		if r.hint != "" && !containsString(hints, r.hint) {
+			hints = append(hints, r.hint)
+		}
+	}
+	var msg []string
+	if failed > 0 {
+		m := fmt.Sprintf("%d of %d messages not sent:\n  %s", failed, len(s.results), strings.Join(details, "\n  "))
+		if failed > len(details) {
+			m += fmt.Sprintf("\n  and %d more (see the output with -o table or -o json)", failed-len(details))
+		}
+		for _, h := range hints {
+			m += "\n  hint: " + h
+		}
+		msg = append(msg, m)
+	}
+	if !s.interrupted {
+		if failed == 0 {
+			return nil
+		}
+		return errors.New(msg[0])
+	}
+	var what string
+	switch {
+	case s.what == "message" && s.after == 0:
+		what = fmt.Sprintf("interrupted before any message was sent; none of the %d was", s.of)
+	case s.what == "message":
+		what = fmt.Sprintf("interrupted after message %d of %d: messages %d to %d were not sent", s.after, s.of, s.after+1, s.of)
+	case s.after == 0:
+		what = "interrupted before the first line was handled; nothing was sent"
+	default:
+		what = fmt.Sprintf("interrupted after line %d; resume with `tail -n +%d`", s.after, s.after+1)
+	}
+	if len(maybe) > 0 {
+		what += fmt.Sprintf("\n  %s %s may have been sent: the second interrupt cut their request short", s.what+"s", strings.Join(maybe, ", "))
+	}
+	if len(msg) > 0 {
+		what = msg[0] + "\n" + what
+	}
+	return &interruptedError{msg: what}
+}
+
+func containsString(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
 }
 
 // message returns the message the flags describe, without a body.
@@ -280,7 +663,7 @@ func (a *app) sendQueue(ctx context.Context, queueArg string) (sendQueue, error)
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue, types.QueueAttributeNameContentBasedDeduplication},
 	})
 	if err != nil {
-		return sendQueue{}, queueError(queueArg, err)
+		return sendQueue{}, a.queueError(queueArg, err)
 	}
 	return sendQueue{
 		url:          url,
@@ -289,12 +672,15 @@ func (a *app) sendQueue(ctx context.Context, queueArg string) (sendQueue, error)
 	}, nil
 }
 
-// checkFlags checks the flags that BODY arguments are sent with against the
-// queue, so that a mistake is one clear error rather than one per message.
+// checkFlags checks the flags that BODY arguments and --raw lines are sent
+// with against the queue, so that a mistake is one clear error rather than
+// one per message.
 func (q sendQueue) checkFlags(f sendFlags, queueArg string) error {
 	switch {
 	case q.fifo && f.group == "":
 		return usageError{fmt.Errorf("%s is a FIFO queue: --group is required", queueArg)}
+	case q.fifo && f.dedupID == "" && !q.contentDedup && f.raw:
+		return usageError{fmt.Errorf("%s is a FIFO queue without content-based deduplication: --raw lines would need a deduplication ID each; use JSON lines with a deduplicationId", queueArg)}
 	case q.fifo && f.dedupID == "" && !q.contentDedup:
 		return usageError{fmt.Errorf("%s is a FIFO queue without content-based deduplication: --dedup-id is required", queueArg)}
 	case q.fifo && f.delay != 0:
@@ -303,71 +689,6 @@ func (q sendQueue) checkFlags(f sendFlags, queueArg string) error {
 		return usageError{fmt.Errorf("%s is a standard queue: --dedup-id is for FIFO queues", queueArg)}
 	}
 	return nil
-}
-
-// sendLines sends the JSON lines of a.in, a chunk at a time, and returns a
-// result per non-blank line.
-func (a *app) sendLines(ctx context.Context, p *producer.Producer, q sendQueue, base producer.Message) ([]sendResult, error) {
-	var (
-		results []sendResult
-		msgs    []producer.Message
-		slots   []int // index in results of each of msgs
-		size    int
-	)
-	flush := func() {
-		if len(msgs) == 0 {
-			return
-		}
-		res, _ := p.SendBatch(ctx, msgs)
-		for i, r := range res {
-			results[slots[i]].MessageID = r.MessageID
-			results[slots[i]].Error = sendErrorText(r.Err)
-		}
-		msgs, slots, size = msgs[:0], slots[:0], 0
-	}
-	r := bufio.NewReaderSize(a.in, 64<<10)
-	for n := 1; ; n++ {
-		if ctx.Err() != nil {
-			break
-		}
-		line, tooLong, err := readLine(r, sendMaxLine)
-		if err != nil && err != io.EOF {
-			flush()
-			return results, fmt.Errorf("reading stdin: %w", err)
-		}
-		eof := err == io.EOF
-		switch {
-		case tooLong:
-			results = append(results, sendResult{Index: n, Error: fmt.Sprintf("the line is over %d MiB; a message is at most 1 MiB", sendMaxLine>>20)})
-		case len(bytes.TrimSpace(line)) == 0:
-			// skipped
-		default:
-			m, err := parseSendLine(line, base, q)
-			results = append(results, sendResult{Index: n})
-			if err != nil {
-				results[len(results)-1].Error = err.Error()
-				break
-			}
-			msgs = append(msgs, m)
-			slots = append(slots, len(results)-1)
-			size += producer.Size(m)
-			if len(msgs) == sendChunk || size >= sendChunkBytes {
-				flush()
-			}
-		}
-		if eof {
-			break
-		}
-	}
-	flush()
-	if err := ctx.Err(); err != nil {
-		for i := range results {
-			if results[i].MessageID == "" && results[i].Error == "" {
-				results[i].Error = "not sent: interrupted"
-			}
-		}
-	}
-	return results, nil
 }
 
 // readLine reads a line of at most max bytes, without its end of line.
@@ -414,18 +735,18 @@ func parseSendLine(line []byte, base producer.Message, q sendQueue) (producer.Me
 	var l sendLine
 	trimmed := bytes.TrimSpace(line)
 	if trimmed[0] != '{' {
-		return producer.Message{}, errors.New(`not a JSON object; want {"body": "...", ...}`)
+		return producer.Message{}, &hintError{errors.New(`not a JSON object; want {"body": "...", ...}`), rawHint}
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&l); err != nil {
-		return producer.Message{}, fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return producer.Message{}, &hintError{fmt.Errorf("invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: ")), rawHint}
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return producer.Message{}, errors.New("invalid JSON: more after the object")
+		return producer.Message{}, &hintError{errors.New("invalid JSON: more after the object"), rawHint}
 	}
 	if l.Body == nil {
-		return producer.Message{}, errors.New(`no "body"`)
+		return producer.Message{}, &hintError{errors.New(`no "body"`), rawHint}
 	}
 	m := base
 	m.Body = *l.Body
@@ -456,6 +777,12 @@ func parseSendLine(line []byte, base producer.Message, q sendQueue) (producer.Me
 		}
 		m.Attributes[name] = attr
 	}
+	return m, checkForQueue(m, q)
+}
+
+// checkForQueue checks a message for the queue: what SQS would refuse, and
+// the group and deduplication ID a FIFO queue needs.
+func checkForQueue(m producer.Message, q sendQueue) error {
 	var problems []string
 	if err := producer.Validate(m, q.fifo); err != nil {
 		problems = append(problems, sendErrorText(err))
@@ -470,10 +797,20 @@ func parseSendLine(line []byte, base producer.Message, q sendQueue) (producer.Me
 		problems = append(problems, "a deduplication ID is for FIFO queues")
 	}
 	if len(problems) > 0 {
-		return producer.Message{}, errors.New(strings.Join(problems, "; "))
+		return errors.New(strings.Join(problems, "; "))
 	}
-	return m, nil
+	return nil
 }
+
+// hintError is an error with a hint on how to avoid it, given once in the
+// summary of the lines that failed.
+type hintError struct {
+	err  error
+	hint string
+}
+
+func (e *hintError) Error() string { return e.err.Error() }
+func (e *hintError) Unwrap() error { return e.err }
 
 // parseSendAttribute reads an attribute of a JSON line: a string, a number,
 // or an object with dataType and stringValue or binaryValue.
@@ -528,6 +865,10 @@ func parseSendAttribute(name string, raw json.RawMessage) (sqsworker.MessageAttr
 // an entry SQS refused, which means nothing to the CLI's user.
 var refusedIndex = regexp.MustCompile(`SQS refused message \d+: `)
 
+// sendingTo matches the queue URL the producer puts in the error of a
+// request: the CLI's user gave the queue.
+var sendingTo = regexp.MustCompile(`sending to \S+: `)
+
 // sendErrorText is err as one line, without the producer's prefixes.
 func sendErrorText(err error) string {
 	if err == nil {
@@ -537,6 +878,7 @@ func sendErrorText(err error) string {
 	s = strings.ReplaceAll(s, "producer: invalid message: ", "")
 	s = strings.ReplaceAll(s, "producer: ", "")
 	s = refusedIndex.ReplaceAllString(s, "SQS refused it: ")
+	s = sendingTo.ReplaceAllString(s, "")
 	return strings.ReplaceAll(s, "\n", "; ")
 }
 
@@ -545,20 +887,9 @@ func sendErrorText(err error) string {
 func resolveQueueArg(ctx context.Context, a *app, nameOrURL string) (string, error) {
 	url, err := a.queueURL(ctx, nameOrURL)
 	if err != nil {
-		return "", queueError(nameOrURL, err)
+		return "", a.queueError(nameOrURL, err)
 	}
 	return url, nil
-}
-
-// queueError is err, made clear when it says the queue does not exist.
-func queueError(nameOrURL string, err error) error {
-	if awserr.IsQueueMissing(err) {
-		return &queueMissingError{queue: nameOrURL, err: err}
-	}
-	if strings.HasPrefix(err.Error(), "queue ") {
-		return err
-	}
-	return fmt.Errorf("queue %s: %w", nameOrURL, err)
 }
 
 // isTTY reports whether v is a terminal.
@@ -570,13 +901,3 @@ func isTTY(v any) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
-
-// queueMissingError says that a queue does not exist, more briefly than the
-// SDK's error it wraps.
-type queueMissingError struct {
-	queue string
-	err   error
-}
-
-func (e *queueMissingError) Error() string { return "queue " + e.queue + " does not exist" }
-func (e *queueMissingError) Unwrap() error { return e.err }

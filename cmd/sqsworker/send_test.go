@@ -2,11 +2,19 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,9 +69,19 @@ func TestSendBodies(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
 	}
+	if stdout != "sent 2\n" {
+		t.Errorf("output %q, want a summary", stdout)
+	}
+	stdout, stderr, code = runCLI(t, "", "send", name, "-o", "table", "fourth")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "INDEX") || !strings.Contains(lines[0], "MESSAGE ID") {
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "INDEX") || !strings.Contains(lines[0], "MESSAGE ID") {
 		t.Errorf("output:\n%s", stdout)
+	}
+	if stdout, stderr, code = runCLI(t, "", "send", name, "--quiet", "fifth"); code != 0 || stdout != "" || stderr != "" {
+		t.Errorf("--quiet: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 	stdout, stderr, code = runCLI(t, "", "send", q.URL, "-o", "json", "third", "--idempotency-key", "k-3")
 	if code != 0 {
@@ -77,7 +95,7 @@ func TestSendBodies(t *testing.T) {
 		t.Errorf("results %+v", res)
 	}
 
-	got := receiveBodies(t, c, q.URL, 3)
+	got := receiveBodies(t, c, q.URL, 5)
 	for _, body := range []string{"first", "second"} {
 		m := got[body]
 		if a, k := attr(m, "tenant"), attr(m, "kind"); a != "String:acme" || k != "String:test" {
@@ -180,7 +198,7 @@ func TestSendInvalidLinesTable(t *testing.T) {
 	c := testenv.NewSQS(t)
 	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
 	stdin := "{\"body\": \"\"}\nnot json\n{\"body\": \"x\", \"delaySeconds\": -1}\n"
-	stdout, stderr, code := runCLI(t, stdin, "send", q.URL)
+	stdout, stderr, code := runCLI(t, stdin, "send", q.URL, "-o", "table")
 	if code != 1 {
 		t.Errorf("exit %d, want 1", code)
 	}
@@ -339,5 +357,246 @@ func TestSendReadLine(t *testing.T) {
 	want := []line{{"one", false}, {"", true}, {"", false}, {"three", false}}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+// interruptingProxy is an HTTP proxy in front of the SQS emulator that, on
+// the nth SendMessageBatch call, calls interrupt and then holds the call
+// for a moment before passing it on, so that the interrupt comes while the
+// call is under way (and reaches SQS after it).
+func interruptingProxy(t *testing.T, n int32, interrupt func()) string {
+	t.Helper()
+	target := testenv.Endpoint()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.SendMessageBatch" && calls.Add(1) == n {
+			interrupt()
+			time.Sleep(500 * time.Millisecond)
+		}
+		// Passed on whether or not the client is still there.
+		req, err := http.NewRequestWithContext(context.Background(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		req.Header = r.Header.Clone()
+		req.Host = r.Host
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		maps.Copy(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// jsonLines returns n JSON lines with the bodies line-1 to line-n.
+func jsonLines(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "{\"body\": \"line-%d\"}\n", i)
+	}
+	return b.String()
+}
+
+// bodiesOf returns the bodies of messages received, sorted.
+func bodiesOf(ms []types.Message) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, aws.ToString(m.Body))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Ctrl-C during a long send lets the call under way finish, then stops
+// reading, and says exactly which lines were sent: every line up to the
+// one named, none after it.
+func TestSendInterruptedSaysWhereToResume(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	proxy := interruptingProxy(t, 30, interrupt)
+	p := startCLIWith(t, ctx, strings.NewReader(jsonLines(10000)),
+		[]rootOption{withSQSOptions(func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy) })},
+		"send", q.URL, "-o", "json")
+	code := p.wait(t)
+	stderr := p.stderr.String()
+	if code != exitInterrupted {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitInterrupted, stderr)
+	}
+	// The interrupt came during the 30th call, lines 291 to 300: it
+	// finished, and nothing was read after it.
+	const last = 300
+	if want := fmt.Sprintf("interrupted after line %d; resume with `tail -n +%d`", last, last+1); !strings.Contains(stderr, want) {
+		t.Errorf("stderr does not say %q:\n%s", want, stderr)
+	}
+	if strings.Contains(stderr, "not sent") {
+		t.Errorf("stderr reports messages not sent:\n%s", stderr)
+	}
+	var res []sendResult
+	if err := json.Unmarshal([]byte(p.stdout.String()), &res); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, p.stdout.String())
+	}
+	if len(res) != last {
+		t.Errorf("%d results, want one per line up to %d", len(res), last)
+	}
+	printed := map[string]bool{}
+	for i, r := range res {
+		if r.Index != i+1 || r.MessageID == "" || r.Error != "" {
+			t.Errorf("result %d: %+v", i, r)
+		}
+		printed[r.MessageID] = true
+	}
+	got := testenv.ReceiveAll(t, c, q.URL, 2*time.Second, 5*time.Minute)
+	var want []string
+	for i := 1; i <= last; i++ {
+		want = append(want, fmt.Sprint("line-", i))
+	}
+	slices.Sort(want)
+	if b := bodiesOf(got); !slices.Equal(b, want) {
+		t.Errorf("the queue holds %d messages, want lines 1 to %d", len(b), last)
+	}
+	for _, m := range got {
+		if !printed[aws.ToString(m.MessageId)] {
+			t.Errorf("%s was sent as %s, which the output does not name", aws.ToString(m.Body), aws.ToString(m.MessageId))
+		}
+	}
+}
+
+// A second Ctrl-C cuts the call under way short: its lines are reported as
+// possibly sent, never as not sent.
+func TestSendSecondInterruptCutsTheCall(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	now := make(chan struct{})
+	proxy := interruptingProxy(t, 5, func() { interrupt(); close(now) })
+	p := startCLIWith(t, withStopNow(ctx, now), strings.NewReader(jsonLines(1000)),
+		[]rootOption{withSQSOptions(func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy) })},
+		"send", q.URL, "-o", "json")
+	code := p.wait(t)
+	stderr := p.stderr.String()
+	if code != exitInterrupted {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitInterrupted, stderr)
+	}
+	for _, want := range []string{
+		"interrupted after line 50; resume with `tail -n +51`",
+		"lines 41, 42, 43, 44, 45, 46, 47, 48, 49, 50 may have been sent",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
+	}
+	var res []sendResult
+	if err := json.Unmarshal([]byte(p.stdout.String()), &res); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, p.stdout.String())
+	}
+	for _, r := range res {
+		if cut := r.Index > 40; cut != r.MaybeSent || cut != (r.MessageID == "") {
+			t.Errorf("line %d: %+v", r.Index, r)
+		}
+	}
+	// The proxy passed the cut call on: SQS has lines 1 to 50.
+	if n := len(testenv.ReceiveAll(t, c, q.URL, 2*time.Second, 5*time.Minute)); n != 50 {
+		t.Errorf("%d messages in the queue, want 50", n)
+	}
+}
+
+// With --raw each line is a body as it is; without, a line that is not the
+// JSON send expects fails with a hint.
+func TestSendRawLines(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	stdin := "plain text\n{\"order\": 1}\n\n  spaced\t \r\nlast without newline"
+	stdout, stderr, code := runCLI(t, stdin, "send", q.URL, "--raw", "--attr", "source=raw")
+	if code != 0 || stdout != "sent 4\n" {
+		t.Fatalf("exit %d, stdout %q, stderr:\n%s", code, stdout, stderr)
+	}
+	got := receiveBodies(t, c, q.URL, 4)
+	for _, body := range []string{"plain text", `{"order": 1}`, "  spaced\t ", "last without newline"} {
+		m, ok := got[body]
+		if !ok {
+			t.Errorf("%q not sent; got %v", body, slices.Collect(maps.Keys(got)))
+			continue
+		}
+		if a := attr(m, "source"); a != "String:raw" {
+			t.Errorf("%q: source=%s", body, a)
+		}
+	}
+
+	stdout, stderr, code = runCLI(t, "{\"order\": 2}\nplain\n", "send", q.URL)
+	if code != 1 || stdout != "sent 0 of 2\n" {
+		t.Errorf("exit %d, stdout %q", code, stdout)
+	}
+	for _, want := range []string{`line 1: invalid JSON: unknown field "order"`, "line 2: not a JSON object", "hint: each line is a JSON object", "use --raw"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Count(stderr, "hint:") != 1 {
+		t.Errorf("the hint is not given once:\n%s", stderr)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--raw", "--dedup-id", "d"}, "--dedup-id with --raw"},
+		{[]string{"--raw", "--idempotency-key", "k"}, "--idempotency-key with --raw"},
+		{[]string{"--raw", "body"}, "--raw is for lines on stdin"},
+	} {
+		_, stderr, code := runCLI(t, "x\n", append([]string{"send", q.URL}, tt.args...)...)
+		if code != 2 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
+// A long send shows its progress on a terminal: a count and a rate, then
+// clears the line for the summary.
+func TestSendProgress(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	var term lockedBuffer
+	var mu sync.Mutex
+	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tick := func() time.Time { // a second passes between two looks
+		mu.Lock()
+		defer mu.Unlock()
+		clock = clock.Add(time.Second)
+		return clock
+	}
+	p := startCLIWith(t, context.Background(), strings.NewReader(jsonLines(300)),
+		[]rootOption{withProgressTo(&term, tick)}, "send", q.URL)
+	if code := p.wait(t); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, p.stderr.String())
+	}
+	out := term.String()
+	if !regexp.MustCompile(`\r\x1b\[Ksent [0-9,]+ messages, [0-9,]+/s`).MatchString(out) || !strings.HasSuffix(out, "\r\x1b[K") {
+		t.Errorf("progress line %q", out)
+	}
+	if !strings.Contains(out, "sent 300 messages, 10/s") {
+		t.Errorf("progress line %q does not end with 300 messages at 10/s (one call a second)", out)
+	}
+	if p.stdout.String() != "sent 300\n" {
+		t.Errorf("stdout %q", p.stdout.String())
+	}
+	if strings.Contains(p.stderr.String(), "\r") {
+		t.Errorf("progress on a stderr that is not a terminal: %q", p.stderr.String())
 	}
 }
