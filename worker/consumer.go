@@ -38,6 +38,7 @@ type consumer struct {
 	margin   time.Duration // kept free at the end of a lease to send the ack
 
 	slots chan struct{} // one token per free handler slot
+	tasks chan task     // received messages for the handler goroutines (dispatch.go)
 
 	pollCtx    context.Context // cancelled when receiving stops
 	stopPoll   context.CancelFunc
@@ -76,6 +77,7 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 		w: w, cfg: cfg, info: info, log: w.log, vis: vis,
 		margin:   cfg.AckInterval + min(vis/10, time.Second),
 		slots:    make(chan struct{}, cfg.Concurrency),
+		tasks:    make(chan task, cfg.Concurrency),
 		fatal:    make(chan error, cfg.Pollers),
 		recorder: cfg.Metrics,
 	}
@@ -143,6 +145,9 @@ func (c *consumer) consume(ctx context.Context) error {
 		rctx, c.stopReport = context.WithCancel(context.WithoutCancel(ctx))
 		c.reporter.Go(func() { c.report(rctx) })
 	}
+	for range c.cfg.Concurrency {
+		c.handlers.Go(c.serve)
+	}
 	for range c.cfg.Pollers {
 		c.pollers.Go(c.poll)
 	}
@@ -178,7 +183,13 @@ func (c *consumer) stop(ctx context.Context) {
 	c.w.ready.Store(false)
 	c.stopPoll()
 	done := make(chan struct{})
-	go func() { c.pollers.Wait(); close(c.pollsDone); c.handlers.Wait(); close(done) }()
+	go func() {
+		c.pollers.Wait()
+		close(c.pollsDone)
+		close(c.tasks) // nothing dispatches any more
+		c.handlers.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-ctx.Done():

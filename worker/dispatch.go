@@ -38,13 +38,34 @@ func (c *consumer) dispatch(msgs []types.Message, probe bool) {
 	}
 	if !c.info.FIFO {
 		for _, j := range ptrs {
-			c.handlers.Go(func() { c.run(j) })
+			c.tasks <- task{job: j}
 		}
 		return
 	}
-	// FIFO: one goroutine per message group, in order.
+	// FIFO: each message group in order, groups in parallel.
 	for _, group := range groupByID(ptrs) {
-		c.handlers.Go(func() { c.runGroup(group) })
+		c.tasks <- task{group: group}
+	}
+}
+
+// task is one message, or one FIFO group's messages, for a handler
+// goroutine.
+type task struct {
+	job   *executor.Job
+	group []*executor.Job
+}
+
+// serve is one of the Concurrency handler goroutines: long-lived, so that a
+// message costs no goroutine start nor stack growth. Every task holds at
+// least one handler slot, so there are never more tasks than goroutines to
+// take them. It returns once tasks is closed and drained.
+func (c *consumer) serve() {
+	for t := range c.tasks {
+		if t.job != nil {
+			c.run(t.job)
+		} else {
+			c.runGroup(t.group)
+		}
 	}
 }
 
