@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -337,7 +338,7 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	var result []byte
 	p := &pending{key: key}
 	p.wc, _ = g.store.(WriteCommitter)
-	herr := next.HandleMessage(context.WithValue(context.WithValue(hctx, resultKey{}, &result), pendingKey{}, p), m)
+	herr := call(context.WithValue(context.WithValue(hctx, resultKey{}, &result), pendingKey{}, p), next, m)
 	writes, size, refused := p.seal()
 	held := k.stop()
 
@@ -465,6 +466,18 @@ func isValidation(err error) bool {
 
 // runUnclaimed runs next for a message without a claim (RunWithoutKey, or
 // Config.Disabled): the writes it adds are committed on their own.
+// call runs next, recovering a panic into a *sqsworker.PanicError as the
+// runtimes do, so that a panicking handler's claim is released like a
+// failed one's instead of being held until its lease ends.
+func call(ctx context.Context, next sqsworker.Handler, m *sqsworker.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &sqsworker.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return next.HandleMessage(ctx, m)
+}
+
 func (g *Guard) runUnclaimed(ctx context.Context, m *sqsworker.Message, next sqsworker.Handler) error {
 	wc, ok := g.store.(WriteCommitter)
 	if !ok {

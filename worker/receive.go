@@ -21,6 +21,12 @@ const (
 	// fillWait is how long a receive loop waits for more free handler slots
 	// before receiving fewer than MaxMessages.
 	fillWait = 5 * time.Millisecond
+	// receiveGrace is how long past its long-poll wait a receive may take
+	// before it is given up: an endpoint that swallows requests would
+	// otherwise hold the receive loop for ever. Cutting a receive can hide
+	// the messages SQS already handed it for a visibility timeout, so the
+	// grace is generous.
+	receiveGrace = 20 * time.Second
 )
 
 // poll is one receive loop: it receives as many messages as it holds free
@@ -64,7 +70,9 @@ func (c *consumer) poll() {
 		}
 		in.MaxNumberOfMessages = int32(n)
 		// handlerCtx, not pollCtx: a receive under way at shutdown goes on.
-		out, err := c.w.api.ReceiveMessage(c.handlerCtx, in, quietReceive)
+		rctx, cancel := context.WithTimeout(c.handlerCtx, c.cfg.WaitTime+receiveGrace)
+		out, err := c.w.api.ReceiveMessage(rctx, in, quietReceive)
+		cancel()
 		if probe && (err != nil || len(out.Messages) == 0) {
 			c.exec.Breaker.Abort()
 		}
