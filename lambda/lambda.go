@@ -268,13 +268,19 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	}
 	recs := make([]record, len(ev.Records))
 	states := map[*queueState]*slog.Logger{}
+	var lastARN, lastURL string // the records of a batch share their queue
+	var lastErr error
 	for i := range ev.Records {
 		r := &ev.Records[i]
 		if r.MessageId == "" {
 			return resp, fmt.Errorf("lambda: record %d of the event has no messageId: not an SQS event", i)
 		}
 		rec := &recs[i]
-		url, err := a.cfg.QueueURL(r.EventSourceARN)
+		if i == 0 || r.EventSourceARN != lastARN {
+			lastARN = r.EventSourceARN
+			lastURL, lastErr = a.cfg.QueueURL(lastARN)
+		}
+		url, err := lastURL, lastErr
 		if err != nil {
 			log.Error("record's queue unknown: it can be reported failed but not retried with backoff nor dead-lettered", "message_id", r.MessageId, "error", err)
 		} else if rec.st, err = a.state(ctx, url, log); err != nil {
