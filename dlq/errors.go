@@ -16,6 +16,11 @@ import (
 // error is a [*NotDeadLetterError] that says which.
 var ErrNotDeadLetterQueue = errors.New("not a dead-letter queue")
 
+// ErrCannotCheck is matched (with errors.Is) by the error of [Open] when
+// it cannot tell whether a queue is a dead-letter queue: listing its
+// sources failed (access denied, say). [Config.Force] opens it anyway.
+var ErrCannotCheck = errors.New("its sources could not be listed")
+
 // ErrUnsupported is matched (with errors.Is) by the errors of operations the
 // SQS endpoint, or the client given to the package, does not implement: the
 // message move tasks of [Queue.StartRedrive] on emulators, PurgeQueue on a
@@ -37,9 +42,9 @@ type NotDeadLetterError struct {
 	Reason string
 }
 
-// Error describes the refusal and how to override it.
+// Error describes the refusal.
 func (e *NotDeadLetterError) Error() string {
-	return fmt.Sprintf("%s is not a dead-letter queue: %s; the dlq commands receive, delete and purge messages, which would consume a live queue (give --force, or Config.Force, to act on it anyway)",
+	return fmt.Sprintf("%s is not a dead-letter queue: %s; receiving from a live queue would consume its messages, and purging it would lose them",
 		queueName(e.Queue), e.Reason)
 }
 

@@ -78,7 +78,7 @@ func ExampleOpen_notADeadLetterQueue() {
 	fmt.Println(err)
 	// Output:
 	// true
-	// orders is not a dead-letter queue: it has a redrive policy of its own (its messages go to orders-dlq after 5 receives): it is a source queue; the dlq commands receive, delete and purge messages, which would consume a live queue (give --force, or Config.Force, to act on it anyway)
+	// orders is not a dead-letter queue: it has a redrive policy of its own (its messages go to orders-dlq after 5 receives): it is a source queue; receiving from a live queue would consume its messages, and purging it would lose them
 }
 
 // A dry run says what would move where; the replay moves one error class

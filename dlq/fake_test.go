@@ -2,13 +2,11 @@ package dlq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -158,21 +156,3 @@ func (*throttled) ErrorCode() string   { return "RequestThrottled" }
 func (*throttled) HTTPStatusCode() int { return 400 }
 
 var _ error = (*throttled)(nil)
-
-// errorsAs is errors.As, for tests that only need to know.
-func errorsAs[T error](err error) bool {
-	var target T
-	return errors.As(err, &target)
-}
-
-// waitFor polls cond every 10ms for up to a generous timeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}

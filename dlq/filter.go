@@ -32,7 +32,10 @@ type Filter struct {
 
 // Attribute is a message attribute's name and value.
 type Attribute struct {
-	Name, Value string
+	// Name is the attribute's name, such as "tenant".
+	Name string
+	// Value is its String or Number value, as written.
+	Value string
 }
 
 // JSONField is a value at a dot path of a JSON body: "order.customer.id",
@@ -40,7 +43,10 @@ type Attribute struct {
 // of a string; numerically with a number ("20" matches 20.0); as written
 // with true, false and null; as compact JSON with an object or array.
 type JSONField struct {
-	Path, Value string
+	// Path is the dot path of the field.
+	Path string
+	// Value is the value it must have.
+	Value string
 }
 
 // Validate reports every mistake of the filter at once: empty error

@@ -103,8 +103,10 @@ type targetEntry struct {
 
 // Target is a queue that messages can be sent to.
 type Target struct {
+	// URL, ARN and Name identify the queue.
 	URL, ARN, Name string
-	FIFO           bool
+	// FIFO is true for a FIFO queue.
+	FIFO bool
 }
 
 // RedrivePolicy is a queue's RedrivePolicy attribute.
@@ -128,7 +130,14 @@ func ParseRedrivePolicy(s string) (RedrivePolicy, error) {
 
 // ARN is an SQS queue ARN: arn:PARTITION:sqs:REGION:ACCOUNT:NAME.
 type ARN struct {
-	Partition, Region, Account, Name string
+	// Partition is aws, aws-cn, aws-us-gov...
+	Partition string
+	// Region is the queue's region, such as eu-west-1.
+	Region string
+	// Account is the ID of the account that owns the queue.
+	Account string
+	// Name is the queue's name.
+	Name string
 }
 
 // ParseARN reads an SQS queue ARN.
@@ -208,7 +217,7 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 	}
 	if err := q.findSources(ctx); err != nil {
 		if !cfg.Force {
-			return nil, fmt.Errorf("dlq: cannot tell whether %s is a dead-letter queue: %w", q.Name, err)
+			return nil, fmt.Errorf("dlq: cannot tell whether %s is a dead-letter queue, %w: %w", q.Name, ErrCannotCheck, err)
 		}
 		q.Notes = append(q.Notes, fmt.Sprintf("opened with force although its sources could not be listed: %v", err))
 	} else if q.SourcesFrom != SourcesUnknown && len(q.Sources) == 0 {

@@ -51,14 +51,24 @@ type RedrivePlan struct {
 
 // MoveTask is an SQS message move task.
 type MoveTask struct {
-	TaskHandle    string    `json:"taskHandle,omitempty"`
-	Status        string    `json:"status"`
-	Started       time.Time `json:"started,omitzero"`
-	Moved         int64     `json:"moved"`
-	ToMove        *int64    `json:"toMove,omitempty"`
-	Destination   string    `json:"destination,omitempty"`
-	PerSecond     *int32    `json:"ratePerSecond,omitempty"`
-	FailureReason string    `json:"failureReason,omitempty"`
+	// TaskHandle identifies a running task (to cancel it); empty once it
+	// ended.
+	TaskHandle string `json:"taskHandle,omitempty"`
+	// Status is RUNNING, COMPLETED, CANCELLING, CANCELLED or FAILED.
+	Status string `json:"status"`
+	// Started is when the task started.
+	Started time.Time `json:"started,omitzero"`
+	// Moved is the approximate number of messages moved so far.
+	Moved int64 `json:"moved"`
+	// ToMove is the approximate number of messages to move, when known.
+	ToMove *int64 `json:"toMove,omitempty"`
+	// Destination is the ARN of the queue the task moves to; empty for
+	// the source queues.
+	Destination string `json:"destination,omitempty"`
+	// PerSecond is the task's rate, when one was set.
+	PerSecond *int32 `json:"ratePerSecond,omitempty"`
+	// FailureReason says why a FAILED task failed.
+	FailureReason string `json:"failureReason,omitempty"`
 }
 
 // PlanRedrive is the dry run of [Queue.StartRedrive]: it checks that the

@@ -50,9 +50,16 @@ type ReplayConfig struct {
 	Progress func(Progress)
 }
 
-// Progress is how far a replay has come.
+// Progress is how far a replay has come: the messages read, those that
+// matched and have a destination, and those moved.
 type Progress struct {
-	Scanned, Matched, Moved int
+	// Scanned is the number of messages read.
+	Scanned int
+	// Matched is the number of those that passed the filter and have a
+	// destination.
+	Matched int
+	// Moved is the number of those moved.
+	Moved int
 }
 
 // ReplayResult is what a replay did, or in a dry run would do.
@@ -100,11 +107,15 @@ type ReplayResult struct {
 
 // ReplayedMessage is a message a replay moved, or would move.
 type ReplayedMessage struct {
-	MessageID         string    `json:"messageId"`
-	OriginalMessageID string    `json:"originalMessageId"`
-	ErrorClass        string    `json:"errorClass"`
-	FailedAt          time.Time `json:"failedAt,omitzero"`
-	GroupID           string    `json:"groupId,omitempty"`
+	// MessageID is its ID in the dead-letter queue.
+	MessageID string `json:"messageId"`
+	// OriginalMessageID is its ID in the queue it failed in.
+	OriginalMessageID string `json:"originalMessageId"`
+	// ErrorClass and FailedAt are from its failure metadata.
+	ErrorClass string    `json:"errorClass"`
+	FailedAt   time.Time `json:"failedAt,omitzero"`
+	// GroupID is its FIFO message group.
+	GroupID string `json:"groupId,omitempty"`
 	// Destination is the URL of the queue it was (or would be) sent to.
 	Destination string `json:"destination"`
 	// NewMessageID is the ID of its copy; empty in a dry run.
@@ -121,9 +132,12 @@ type ReplayedMessage struct {
 // StayedMessage is a matching message that a replay left in the
 // dead-letter queue for want of a destination it can trust.
 type StayedMessage struct {
-	MessageID         string `json:"messageId"`
+	// MessageID is its ID in the dead-letter queue.
+	MessageID string `json:"messageId"`
+	// OriginalMessageID is its ID in the queue it failed in.
 	OriginalMessageID string `json:"originalMessageId"`
-	Reason            string `json:"reason"`
+	// Reason says why it has no destination.
+	Reason string `json:"reason"`
 }
 
 // Plan is a dry run of [Queue.Replay]: it reads the queue as the replay

@@ -141,6 +141,9 @@ func validateVisibility(d time.Duration) error {
 // blindly; its messages come back after the visibility timeout, and the
 // scan waits for them before it ends (see [Coverage]).
 //
+// When ctx ends the scan stops between two receives and returns an error
+// that matches [ErrInterrupted] and ctx's error, with what it read.
+//
 // Each message with failure metadata is checked: see [Message.Unverified].
 func (q *Queue) Scan(ctx context.Context, cfg ScanConfig) (res *ScanResult, err error) {
 	if cfg.Visibility == 0 {
@@ -178,6 +181,9 @@ func (q *Queue) Scan(ctx context.Context, cfg ScanConfig) (res *ScanResult, err 
 		}
 		fresh, drained, err := s.receive(ctx, n)
 		if err != nil {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("%w: %d message(s) read from %s: %w", ErrInterrupted, res.Scanned, q.Name, err)
+			}
 			return res, err
 		}
 		if drained {

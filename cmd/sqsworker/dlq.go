@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -82,6 +83,9 @@ func (d *dlqCmd) open(ctx context.Context, nameOrURL string) (*dlq.Queue, error)
 		return nil, err
 	}
 	q, err := dlq.Open(ctx, c, nameOrURL, dlq.Config{Force: d.force})
+	if errors.Is(err, dlq.ErrNotDeadLetterQueue) || errors.Is(err, dlq.ErrCannotCheck) {
+		return nil, fmt.Errorf("%w (give --force to act on it anyway)", err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -91,7 +89,7 @@ filters of replay select what is listed.
 			}
 			res, err := q.Scan(ctx, dlq.ScanConfig{Filter: filter, Max: p.max, Visibility: p.visibility})
 			if err != nil {
-				return scanError(err)
+				return err
 			}
 			ms := res.Messages
 			if a.output == "json" {
@@ -125,14 +123,6 @@ filters of replay select what is listed.
 	p.add(cmd)
 	ff.add(cmd, "list")
 	return cmd
-}
-
-// scanError makes an interrupted read say so.
-func scanError(err error) error {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("interrupted: %w", err)
-	}
-	return err
 }
 
 func countUnverified(ms []*dlq.Message) int {
@@ -178,7 +168,7 @@ source queue). The read stops at the message.
 				return false
 			}})
 			if err != nil {
-				return scanError(err)
+				return err
 			}
 			if found == nil {
 				more := ""

@@ -110,10 +110,17 @@ func TestDlqReplayFilters(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("%v selects %v, want %v", tc.args, labels(got, ids), tc.want)
 		}
+		// A receive whose response breaks on the way (the SDK then warns
+		// "failed to discard remaining HTTP response body ... use of closed
+		// network connection") hid the messages SQS handed it: the read
+		// waits for them, and still sees all 6.
 		if !res.DryRun || res.Moved != 0 || res.Matched != len(tc.want) || res.Scanned != 6 ||
-			res.Coverage.Seen != 6 || res.Coverage.Approximate != 6 || res.Coverage.LostReceives != 0 || strings.Contains(stderr, "saw ") ||
+			res.Coverage.Seen != 6 || res.Coverage.Approximate != 6 || !res.Coverage.Complete || strings.Contains(stderr, "saw ") ||
 			!strings.Contains(stderr, "dry run: nothing moved, use --yes") {
 			t.Errorf("%v: %+v, stderr %q", tc.args, res, stderr)
+		}
+		if res.Coverage.LostReceives > 0 {
+			t.Logf("%v: %d receive(s) lost their response, and the read waited for their messages", tc.args, res.Coverage.LostReceives)
 		}
 		// Nothing moved, nothing left invisible.
 		if v, f, _ := testenv.Depth(t, c, q.DLQURL); v != 6 || f != 0 {
@@ -358,10 +365,11 @@ func TestDlqReplayFIFOKeepsGroupOrder(t *testing.T) {
 	}
 }
 
-// cliEnv is the environment of the built command: the test's, with an STS
-// endpoint that refuses connections at once (the local stack has none).
+// cliEnv is the environment of the command run by buildCLI: the test's,
+// with an STS endpoint that refuses connections at once (the local stack
+// has none).
 func cliEnv() []string {
-	return append(os.Environ(), "AWS_ENDPOINT_URL_STS=http://127.0.0.1:1")
+	return append(os.Environ(), "AWS_ENDPOINT_URL_STS=http://127.0.0.1:1", runMainEnv+"=1")
 }
 
 // waitMoved waits until a replay running in the background has moved a
@@ -374,15 +382,28 @@ func waitMoved(t *testing.T, audit string, out *lockedBuffer) {
 	}, "the replay moved nothing:\n%s", out.String())
 }
 
-// buildCLI builds the command into a temporary directory.
+// buildCLI returns the command to run the command line in a process of its
+// own: this test binary, which runs main instead of the tests when
+// runMainEnv is set (see init). It is the code under test, compiled once,
+// whatever else changes in the working tree meanwhile.
 func buildCLI(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "sqsworker")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	bin, err := os.Executable()
 	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+		t.Fatal(err)
 	}
 	return bin
+}
+
+// runMainEnv makes the test binary run the command line's main.
+const runMainEnv = "SQSWORKER_TEST_RUN_MAIN"
+
+func init() {
+	if os.Getenv(runMainEnv) == "1" {
+		os.Args = append([]string{"sqsworker"}, os.Args[1:]...)
+		main()
+		os.Exit(0)
+	}
 }
 
 // originals returns the original message IDs of messages from their failure
@@ -449,7 +470,7 @@ func TestDlqReplayKilledLosesNothing(t *testing.T) {
 
 // An interrupt (SIGINT) stops the replay between two messages: the held
 // messages are released at once, nothing is lost or duplicated, every move
-// is in the audit log.
+// is in the audit log; the exit code is 130.
 func TestDlqReplayInterruptStopsCleanly(t *testing.T) {
 	t.Parallel()
 	bin := buildCLI(t)
@@ -471,7 +492,7 @@ func TestDlqReplayInterruptStopsCleanly(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := cmd.Wait()
-	if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(stderr.String(), "interrupted: ") {
+	if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(stderr.String(), "interrupted: ") {
 		t.Fatalf("exit %d (%v)\nstdout: %s\nstderr: %s", code, err, stdout.String(), stderr.String())
 	}
 	// Released at once: no message of the DLQ is left in flight.
