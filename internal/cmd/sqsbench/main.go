@@ -1,122 +1,430 @@
-// Command sqsbench measures the worker against the local SQS emulator: its
-// throughput with a no-op handler beside a hand-tuned raw SDK loop (8
-// goroutines of ReceiveMessage(10) + DeleteMessageBatch) in the same run, the
-// ratio of the two, and the SQS requests made per processed message.
+// Command sqsbench measures what users of the worker see against the local
+// SQS emulator: each consumer is a process of its own (package
+// internal/cmd/sqsbench/child, built once with go build into a temporary
+// directory), timed from exec to exit, draining exactly N messages that
+// sqsbench preloaded into a fresh queue before the exec.
 //
-// Run it with `make bench`. Rounds alternate raw and worker runs on fresh
-// queues so that both see the same emulator state; the median of the rounds
-// is reported.
+// The consumers are the raw SDK loop (8 goroutines of ReceiveMessage(10) +
+// DeleteMessageBatch) and the worker (worker.New + Run, no-op handler,
+// Concurrency 80, WaitTime 1 s) with the visibility heartbeat on (the
+// default) and off. Each repetition runs all three at each size, in an order
+// that rotates from one repetition to the next; medians over the repetitions
+// are reported, with their spread, and each worker figure is also divided by
+// the raw loop's of the same repetition and size.
+//
+// Per run: whole-process throughput (N / exec to exit); steady-state
+// throughput (between the 5% and 95% confirmed-delete marks, as the child
+// notes them); CPU seconds per 10k messages (the child's rusage, user +
+// system); peak RSS (the child's VmHWM, which it reads at exit); SQS requests
+// per message (the child counts every attempt with SDK middleware); the
+// start-up (exec to first confirmed delete) and the shutdown tail (last
+// confirmed delete to exit).
+//
+// Why not ru_maxrss: Go starts children with clone(CLONE_VM|CLONE_VFORK),
+// and at exec Linux folds the high-water mark of the memory the child
+// shared, the parent's, into the child's ru_maxrss; a child smaller than
+// sqsbench would be reported at sqsbench's size. sqsbench prints both.
+//
+// Then the soak (-soak): a worker with Concurrency 1,000 whose handlers
+// sleep 30 s, heartbeat on, drains -soak-messages (4,000: four waves of
+// 1,000, about two minutes), while sqsbench samples its VmRSS from
+// /proc/<pid>/status and the queue's in-flight count every -soak-interval.
+//
+// Run it with `make bench`. Output: progress on stderr, Markdown tables on
+// stdout.
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"log"
 	"log/slog"
+	"net"
+	"net/url"
 	"os"
-	"runtime/pprof"
-	"sort"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
-	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
-	"github.com/sqsworker/sqsworker/worker"
 )
 
-var profile string
+const childPkg = "github.com/sqsworker/sqsworker/internal/cmd/sqsbench/child"
 
-type result struct {
-	elapsed  time.Duration // from the lo to the hi mark
-	messages int64         // deleted between the marks
-	total    int           // messages in the run
-	requests int           // SQS requests in the whole run
+// report is what the child prints (child.Report).
+type report struct {
+	Start     int64          `json:"start_ns"`
+	First     int64          `json:"first_ns"`
+	Lo        int64          `json:"lo_ns"`
+	Hi        int64          `json:"hi_ns"`
+	Done      int64          `json:"done_ns"`
+	LoCount   int64          `json:"lo_count"`
+	HiCount   int64          `json:"hi_count"`
+	Deleted   int64          `json:"deleted"`
+	Requests  map[string]int `json:"requests"`
+	PeakRSSKB int64          `json:"peak_rss_kib"`
+	Extended  int64          `json:"extensions"`
 }
 
-func (r result) rate() float64       { return float64(r.messages) / r.elapsed.Seconds() }
-func (r result) perMessage() float64 { return float64(r.requests) / float64(r.total) }
+// result is one child's run.
+type result struct {
+	consumer string
+	n        int
+	wall     time.Duration // exec to exit
+	cpu      time.Duration // user + system
+	maxRSSKB int64         // ru_maxrss
+	rep      report
+}
 
-type markSet struct{ lo, hi int64 }
+func (r result) rate() float64 { return float64(r.n) / r.wall.Seconds() }
+func (r result) steady() float64 {
+	return float64(r.rep.HiCount-r.rep.LoCount) / time.Duration(r.rep.Hi-r.rep.Lo).Seconds()
+}
+func (r result) cpuPer10k() float64 { return r.cpu.Seconds() / float64(r.n) * 10000 }
+func (r result) rssMiB() float64    { return float64(r.rep.PeakRSSKB) / 1024 }
+func (r result) requests() int {
+	t := 0
+	for _, v := range r.rep.Requests {
+		t += v
+	}
+	return t
+}
+func (r result) perMessage() float64 { return float64(r.requests()) / float64(r.n) }
 
-// marks are the deleted counts between which throughput is timed.
-func marks(n int) markSet { return markSet{lo: int64(n / 20), hi: int64(n - n/20)} }
+// startup is exec to the first confirmed delete; tail the last confirmed
+// delete to exit. end is when the parent saw the exit.
+func (r result) startup(exec time.Time) time.Duration {
+	return time.Duration(r.rep.First - exec.UnixNano())
+}
+func (r result) tail(end time.Time) time.Duration { return time.Duration(end.UnixNano() - r.rep.Done) }
+
+type consumer struct {
+	name string
+	args []string
+}
+
+type settings struct {
+	sizes        []int
+	reps         int
+	goroutines   int
+	concurrency  int
+	waitTime     time.Duration
+	settle       time.Duration
+	perf, soak   bool
+	soakConc     int
+	soakMessages int
+	soakSleep    time.Duration
+	soakInterval time.Duration
+	soakVis      time.Duration
+	cpuprofile   string
+	memprofile   string
+	child        string
+	verbose      bool
+}
 
 func main() {
-	n := flag.Int("messages", 20000, "messages per run")
-	rounds := flag.Int("rounds", 5, "rounds of raw + worker runs")
-	goroutines := flag.Int("raw-goroutines", 8, "goroutines of the raw loop")
-	concurrency := flag.Int("concurrency", 80, "worker Config.Concurrency")
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the worker runs to this file")
-	flag.Parse()
-	profile = *cpuprofile
-	if e := testenv.Endpoint(); e == "" || !testenv.IsLoopback(e) {
-		log.Fatalf("sqsbench: set AWS_ENDPOINT_URL_SQS to the local emulator (make bench does), got %q", e)
+	s, err := parseSettings()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sqsbench:", err)
+		os.Exit(2)
 	}
-	ctx := context.Background()
+	if err := run(context.Background(), s); err != nil {
+		slog.Error("sqsbench failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func parseSettings() (settings, error) {
+	var s settings
+	sizes := flag.String("messages", "20000,60000", "messages per run, comma-separated sizes")
+	flag.IntVar(&s.reps, "reps", 3, "repetitions: each runs every consumer at every size")
+	flag.IntVar(&s.goroutines, "raw-goroutines", 8, "goroutines of the raw loop")
+	flag.IntVar(&s.concurrency, "concurrency", 80, "worker Config.Concurrency")
+	flag.DurationVar(&s.waitTime, "wait-time", time.Second, "long-poll wait of each receive, raw loop and worker")
+	flag.DurationVar(&s.settle, "settle", time.Second, "pause between preloading a queue and the exec")
+	flag.BoolVar(&s.perf, "perf", true, "run the throughput and cost comparison")
+	flag.BoolVar(&s.soak, "soak", true, "run the memory soak: slow jobs in flight")
+	flag.IntVar(&s.soakConc, "soak-concurrency", 1000, "soak: worker Config.Concurrency")
+	flag.IntVar(&s.soakMessages, "soak-messages", 4000, "soak: messages (waves of -soak-concurrency)")
+	flag.DurationVar(&s.soakSleep, "soak-sleep", 30*time.Second, "soak: how long each handler sleeps")
+	flag.DurationVar(&s.soakInterval, "soak-interval", 5*time.Second, "soak: RSS sampling interval")
+	flag.DurationVar(&s.soakVis, "soak-visibility", 30*time.Second, "soak: the queue's visibility timeout")
+	flag.StringVar(&s.cpuprofile, "cpuprofile", "", "CPU profile of one worker process (heartbeat on, largest size, last repetition)")
+	flag.StringVar(&s.memprofile, "memprofile", "", "allocation profile of the same worker process")
+	flag.StringVar(&s.child, "child", "", "a prebuilt "+childPkg+" binary (default: go build it into a temporary directory)")
+	flag.BoolVar(&s.verbose, "v", false, "print each run's requests by operation and ru_maxrss")
+	flag.Parse()
+	var errs []error
+	for f := range strings.SplitSeq(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 20 {
+			errs = append(errs, fmt.Errorf("-messages: %q is not a size of at least 20", f))
+			continue
+		}
+		s.sizes = append(s.sizes, n)
+	}
+	if s.reps < 1 {
+		errs = append(errs, errors.New("-reps must be at least 1"))
+	}
+	if e := os.Getenv("AWS_ENDPOINT_URL_SQS"); !isLoopback(e) {
+		errs = append(errs, fmt.Errorf("set AWS_ENDPOINT_URL_SQS to the local emulator on the loopback interface (make bench does), got %q", e))
+	}
+	return s, errors.Join(errs...)
+}
+
+// isLoopback reports whether endpoint is an http(s) URL on the loopback
+// interface.
+func isLoopback(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		return false
+	}
+	if u.Hostname() == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(u.Hostname())
+	return ip != nil && ip.IsLoopback()
+}
+
+func run(ctx context.Context, s settings) error {
+	began := time.Now()
 	cfg, err := config.LoadDefaultConfig(ctx)
 	if err != nil {
-		log.Fatal(err)
+		return fmt.Errorf("loading the AWS configuration: %w", err)
 	}
-	var count testenv.Counter
-	client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, count.AddTo) })
-
-	var raws, asyncs, workers []result
-	for round := 1; round <= *rounds; round++ {
-		raws = append(raws, measure(ctx, client, &count, *n, "raw", func(url string) time.Duration { return rawLoop(ctx, client, url, *n, *goroutines, false) }))
-		asyncs = append(asyncs, measure(ctx, client, &count, *n, "raw-async", func(url string) time.Duration { return rawLoop(ctx, client, url, *n, *goroutines, true) }))
-		workers = append(workers, measure(ctx, client, &count, *n, "worker", func(url string) time.Duration { return runWorker(ctx, client, url, *n, *concurrency) }))
-		fmt.Fprintf(os.Stderr, "round %d: raw %.0f msg/s, raw with async deletes %.0f msg/s, worker %.0f msg/s\n",
-			round, raws[round-1].rate(), asyncs[round-1].rate(), workers[round-1].rate())
+	c := sqs.NewFromConfig(cfg)
+	child := s.child
+	if child == "" {
+		dir, err := os.MkdirTemp("", "sqsbench-")
+		if err != nil {
+			return fmt.Errorf("temporary directory: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		child = filepath.Join(dir, "child")
+		build := exec.CommandContext(ctx, "go", "build", "-o", child, childPkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("go build %s: %w", childPkg, err)
+		}
 	}
-	raw, async, wk := median(raws), median(asyncs), median(workers)
-	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "consumer\tmessages\tmsg/s (median of %d)\tSQS requests/msg\t\n", *rounds)
-	fmt.Fprintf(tw, "raw SDK loop (%d goroutines)\t%d\t%.0f\t%.3f\t\n", *goroutines, raw.total, raw.rate(), raw.perMessage())
-	fmt.Fprintf(tw, "raw SDK loop, deletes in parallel\t%d\t%.0f\t%.3f\t\n", async.total, async.rate(), async.perMessage())
-	fmt.Fprintf(tw, "worker (Concurrency %d)\t%d\t%.0f\t%.3f\t\n", *concurrency, wk.total, wk.rate(), wk.perMessage())
-	tw.Flush()
-	fmt.Printf("worker / raw loop: %.2f, worker / raw loop with parallel deletes: %.2f (target >= 0.90)\n", wk.rate()/raw.rate(), wk.rate()/async.rate())
-	fmt.Printf("worker requests per message: %.3f (target <= 0.25)\n", wk.perMessage())
+	fmt.Printf("sqsbench %s: %d cores (GOMAXPROCS of the children: their default), shared with the emulator at %s\n\n",
+		time.Now().Format("2006-01-02"), runtime.NumCPU(), os.Getenv("AWS_ENDPOINT_URL_SQS"))
+	if s.perf {
+		if err := perf(ctx, c, s, child); err != nil {
+			return err
+		}
+	}
+	if s.soak {
+		if err := soak(ctx, c, s, child); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(os.Stderr, "sqsbench took %s\n", time.Since(began).Round(time.Second))
+	return nil
 }
 
-func median(rs []result) result {
-	sort.Slice(rs, func(i, j int) bool { return rs[i].rate() < rs[j].rate() })
-	return rs[len(rs)/2]
+func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
+	common := []string{"-wait-time", s.waitTime.String()}
+	consumers := []consumer{
+		{fmt.Sprintf("raw SDK loop (%d goroutines)", s.goroutines), append([]string{"-mode", "raw", "-raw-goroutines", strconv.Itoa(s.goroutines)}, common...)},
+		{"worker, heartbeat on", append([]string{"-mode", "worker", "-concurrency", strconv.Itoa(s.concurrency), "-heartbeat=true"}, common...)},
+		{"worker, heartbeat off", append([]string{"-mode", "worker", "-concurrency", strconv.Itoa(s.concurrency), "-heartbeat=false"}, common...)},
+	}
+	// runs[size][consumer][rep]
+	runs := make([][][]result, len(s.sizes))
+	for i := range runs {
+		runs[i] = make([][]result, len(consumers))
+	}
+	tails := map[string][]time.Duration{}
+	starts := map[string][]time.Duration{}
+	var parentHWM int64
+	for rep := range s.reps {
+		for si, n := range s.sizes {
+			for k := range consumers {
+				ci := (k + rep) % len(consumers) // rotate the order
+				cons := consumers[ci]
+				args := slices.Clone(cons.args)
+				if ci == 1 && rep == s.reps-1 && si == len(s.sizes)-1 {
+					if s.cpuprofile != "" {
+						args = append(args, "-cpuprofile", s.cpuprofile)
+					}
+					if s.memprofile != "" {
+						args = append(args, "-memprofile", s.memprofile)
+					}
+				}
+				r, exec, end, err := runChild(ctx, c, s, child, cons.name, n, args, 0, nil)
+				if err != nil {
+					return fmt.Errorf("%s, %d messages: %w", cons.name, n, err)
+				}
+				parentHWM = max(parentHWM, selfHWM())
+				runs[si][ci] = append(runs[si][ci], r)
+				key := fmt.Sprintf("%d\x00%d", si, ci)
+				tails[key] = append(tails[key], r.tail(end))
+				starts[key] = append(starts[key], r.startup(exec))
+				fmt.Fprintf(os.Stderr, "rep %d/%d, %6d msgs, %-28s %6.2f s exec→exit (%5.0f msg/s), steady %5.0f msg/s, CPU %.2f s/10k, VmHWM %4.1f MiB, %.4f req/msg, start-up %4d ms, tail %4d ms\n",
+					rep+1, s.reps, n, cons.name, r.wall.Seconds(), r.rate(), r.steady(), r.cpuPer10k(), r.rssMiB(), r.perMessage(),
+					r.startup(exec).Milliseconds(), r.tail(end).Milliseconds())
+				if s.verbose {
+					fmt.Fprintf(os.Stderr, "    requests %v, ru_maxrss %.1f MiB, extensions %d\n", r.rep.Requests, float64(r.maxRSSKB)/1024, r.rep.Extended)
+				}
+			}
+		}
+	}
+
+	fmt.Printf("Throughput, median of %d interleaved repetitions (min–max); × raw: the median of each repetition's ratio to the raw loop of the same size (min–max)\n\n", s.reps)
+	fmt.Println("| consumer | messages | exec → exit, s | whole-process msg/s | × raw | steady msg/s (5–95%) | × raw |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	for si, n := range s.sizes {
+		raw := runs[si][0]
+		for ci, cons := range consumers {
+			rs := runs[si][ci]
+			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s |\n", cons.name, n,
+				spread(each(rs, func(r result) float64 { return r.wall.Seconds() }), "%.2f"),
+				spread(each(rs, result.rate), "%.0f"),
+				ratio(rs, raw, result.rate, ci),
+				spread(each(rs, result.steady), "%.0f"),
+				ratio(rs, raw, result.steady, ci))
+		}
+	}
+	fmt.Printf("\nCost per process, median (min–max); CPU: user + system from rusage; peak RSS: the child's VmHWM; requests: every SQS attempt of the process\n\n")
+	fmt.Println("| consumer | messages | CPU s / 10k msgs | × raw | peak RSS, MiB | SQS requests/msg | exec → first delete, ms | last delete → exit, ms |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
+	for si, n := range s.sizes {
+		raw := runs[si][0]
+		for ci, cons := range consumers {
+			rs := runs[si][ci]
+			key := fmt.Sprintf("%d\x00%d", si, ci)
+			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s |\n", cons.name, n,
+				spread(each(rs, result.cpuPer10k), "%.2f"),
+				ratio(rs, raw, result.cpuPer10k, ci),
+				spread(each(rs, result.rssMiB), "%.1f"),
+				spread(each(rs, result.perMessage), "%.4f"),
+				spread(ms(starts[key]), "%.0f"),
+				spread(ms(tails[key]), "%.0f"))
+		}
+	}
+
+	// The targets of issue 14, reported, not asserted.
+	last := len(s.sizes) - 1
+	raw := runs[last][0]
+	fmt.Printf("\nAgainst the targets (reported, not asserted):\n\n")
+	for ci := 1; ci < len(consumers); ci++ {
+		rs := runs[last][ci]
+		fmt.Printf("- %s, %d msgs: whole process %.2f× the raw loop (target ≥ 0.95); CPU per message %.2f× (target ≤ 1.10)\n",
+			consumers[ci].name, s.sizes[last], median(ratios(rs, raw, result.rate)), median(ratios(rs, raw, result.cpuPer10k)))
+	}
+	var on []result
+	for si := range s.sizes {
+		on = append(on, runs[si][1]...)
+	}
+	fmt.Printf("- worker, heartbeat on, Concurrency %d: peak RSS %.1f MiB at most over %d runs (target ≤ 25 MB)\n",
+		s.concurrency, slices.Max(each(on, result.rssMiB)), len(on))
+	var workers []result
+	var tailAll []time.Duration
+	for si := range s.sizes {
+		for ci := 1; ci < len(consumers); ci++ {
+			workers = append(workers, runs[si][ci]...)
+			tailAll = append(tailAll, tails[fmt.Sprintf("%d\x00%d", si, ci)]...)
+		}
+	}
+	fmt.Printf("- worker: %.4f SQS requests per message at most (target ≤ 0.201)\n", slices.Max(each(workers, result.perMessage)))
+	fmt.Printf("- worker: last delete → exit %.0f ms median, %.0f ms at most, with a long poll of %s under way (target: no more than that poll)\n",
+		median(ms(tailAll)), slices.Max(ms(tailAll)), s.waitTime)
+	var all []result
+	for si := range s.sizes {
+		for ci := range consumers {
+			all = append(all, runs[si][ci]...)
+		}
+	}
+	fmt.Printf("\n(ru_maxrss of the children: %.1f–%.1f MiB, sqsbench's own peak %.1f MiB: ru_maxrss includes the parent's high-water mark at exec, hence VmHWM above.)\n\n",
+		slices.Min(eachInt(all, func(r result) int64 { return r.maxRSSKB })), slices.Max(eachInt(all, func(r result) int64 { return r.maxRSSKB })), float64(parentHWM)/1024)
+	return nil
 }
 
-// measure creates a queue, fills it with n messages, and lets consume drain
-// it, counting the requests it makes. consume returns the steady-state time:
-// from the 5% to the 95% deleted mark, leaving out start-up and the tail.
-func measure(ctx context.Context, c *sqs.Client, count *testenv.Counter, n int, name string, consume func(url string) time.Duration) result {
-	qn := fmt.Sprintf("bench-%s-%d", name, time.Now().UnixNano())
-	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &qn})
+// runChild preloads a fresh queue with n messages, lets it settle, then
+// times the child from exec to exit. sample, when not nil, is called with
+// the child's pid once it is started, and its stop function once it has
+// exited.
+func runChild(ctx context.Context, c *sqs.Client, s settings, child, name string, n int, args []string, visibility time.Duration,
+	sample func(pid int, started time.Time, queueURL string) (stop func())) (r result, execAt, end time.Time, err error) {
+	qn := fmt.Sprintf("sqsbench-%s-%d", strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '-'
+	}, strings.ToLower(name)), time.Now().UnixNano())
+	in := &sqs.CreateQueueInput{QueueName: &qn}
+	if visibility > 0 {
+		in.Attributes = map[string]string{string(types.QueueAttributeNameVisibilityTimeout): strconv.Itoa(int(visibility / time.Second))}
+	}
+	out, err := c.CreateQueue(ctx, in)
 	if err != nil {
-		log.Fatal(err)
+		return r, execAt, end, fmt.Errorf("creating a queue: %w", err)
 	}
-	url := aws.ToString(out.QueueUrl)
-	defer c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: &url})
-	fill(ctx, c, url, n)
-	count.Reset()
-	elapsed := consume(url)
-	r := result{elapsed: elapsed, messages: marks(n).hi - marks(n).lo, total: n, requests: count.Total()}
-	if os.Getenv("SQSBENCH_VERBOSE") != "" {
-		fmt.Fprintln(os.Stderr, name, count.ByOperation())
+	queueURL := aws.ToString(out.QueueUrl)
+	defer func() {
+		if _, derr := c.DeleteQueue(context.WithoutCancel(ctx), &sqs.DeleteQueueInput{QueueUrl: &queueURL}); derr != nil {
+			err = errors.Join(err, fmt.Errorf("deleting queue %s: %w", queueURL, derr))
+		}
+	}()
+	if err := fill(ctx, c, queueURL, n); err != nil {
+		return r, execAt, end, err
 	}
-	return r
+	time.Sleep(s.settle)
+
+	cmd := exec.CommandContext(ctx, child, append(slices.Clone(args), "-queue-url", queueURL, "-messages", strconv.Itoa(n))...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	execAt = time.Now()
+	if err := cmd.Start(); err != nil {
+		return r, execAt, end, fmt.Errorf("starting the child: %w", err)
+	}
+	var stop func()
+	if sample != nil {
+		stop = sample(cmd.Process.Pid, execAt, queueURL)
+	}
+	werr := cmd.Wait()
+	end = time.Now()
+	if stop != nil {
+		stop()
+	}
+	if werr != nil {
+		return r, execAt, end, fmt.Errorf("child: %w; its stderr:\n%s", werr, tail(stderr.String(), 4000))
+	}
+	if stderr.Len() > 0 {
+		fmt.Fprintf(os.Stderr, "child's stderr:\n%s", tail(stderr.String(), 4000))
+	}
+	r = result{consumer: name, n: n, wall: end.Sub(execAt)}
+	if err := json.Unmarshal(stdout.Bytes(), &r.rep); err != nil {
+		return r, execAt, end, fmt.Errorf("reading the child's report %q: %w", tail(stdout.String(), 400), err)
+	}
+	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	if !ok {
+		return r, execAt, end, errors.New("no rusage for the child")
+	}
+	r.cpu = time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+	r.maxRSSKB = ru.Maxrss
+	return r, execAt, end, nil
 }
 
-func fill(ctx context.Context, c *sqs.Client, url string, n int) {
+// fill sends n messages to the queue, ten a call, from 8 goroutines.
+func fill(ctx context.Context, c *sqs.Client, queueURL string, n int) error {
 	var wg sync.WaitGroup
 	var next atomic.Int64
+	errs := make(chan error, 8)
 	for range 8 {
 		wg.Go(func() {
 			for {
@@ -124,124 +432,199 @@ func fill(ctx context.Context, c *sqs.Client, url string, n int) {
 				if start >= n {
 					return
 				}
-				in := &sqs.SendMessageBatchInput{QueueUrl: &url}
+				in := &sqs.SendMessageBatchInput{QueueUrl: &queueURL}
 				for i := start; i < min(start+10, n); i++ {
 					in.Entries = append(in.Entries, types.SendMessageBatchRequestEntry{
 						Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(`{"job":` + strconv.Itoa(i) + `}`),
 					})
 				}
-				if _, err := c.SendMessageBatch(ctx, in); err != nil {
-					log.Fatal(err)
+				out, err := c.SendMessageBatch(ctx, in)
+				if err == nil && len(out.Failed) > 0 {
+					err = fmt.Errorf("%d entries failed, first %s", len(out.Failed), aws.ToString(out.Failed[0].Message))
 				}
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// rawLoop is the ceiling: receive ten, delete them in one batch, repeat.
-// With async, each batch delete runs in its own goroutine while the loop
-// receives again.
-func rawLoop(ctx context.Context, c *sqs.Client, url string, n, goroutines int, async bool) time.Duration {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	m := marks(n)
-	start := time.Now()
-	var loAt, hiAt atomic.Int64 // ns after start when the marks were passed
-	var done, received atomic.Int64
-	var wg, deletes sync.WaitGroup
-	for range goroutines {
-		wg.Go(func() {
-			for received.Load() < int64(n) {
-				out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
 				if err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					log.Fatal(err)
-				}
-				if len(out.Messages) == 0 {
-					continue
-				}
-				received.Add(int64(len(out.Messages)))
-				in := &sqs.DeleteMessageBatchInput{QueueUrl: &url}
-				for i, m := range out.Messages {
-					in.Entries = append(in.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
-				}
-				del := func() {
-					if _, err := c.DeleteMessageBatch(ctx, in); err != nil {
-						log.Fatal(err)
-					}
-					d := done.Add(int64(len(in.Entries)))
-					if d >= m.lo {
-						loAt.CompareAndSwap(0, int64(time.Since(start)))
-					}
-					if d >= m.hi {
-						hiAt.CompareAndSwap(0, int64(time.Since(start)))
-					}
-					if d >= int64(n) {
-						cancel() // stop the receives still waiting
-					}
-				}
-				if async {
-					deletes.Go(del)
-				} else {
-					del()
+					errs <- fmt.Errorf("preloading the queue: %w", err)
+					next.Store(int64(n)) // the others stop too
+					return
 				}
 			}
 		})
 	}
 	wg.Wait()
-	deletes.Wait()
-	return time.Duration(hiAt.Load() - loAt.Load())
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
 }
 
-func runWorker(ctx context.Context, c *sqs.Client, url string, n, concurrency int) time.Duration {
-	w, err := worker.New(c, worker.Config{
-		QueueURL: url, Concurrency: concurrency, WaitTime: time.Second,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+type sample struct {
+	at                time.Duration // since exec
+	rssKB, hwmKB      int64
+	inFlight, visible int
+}
+
+// soak runs one worker with slow jobs in flight and samples its memory.
+func soak(ctx context.Context, c *sqs.Client, s settings, child string) error {
+	var samples []sample
+	var mu sync.Mutex
+	sampler := func(pid int, started time.Time, queueURL string) func() {
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			t := time.NewTicker(s.soakInterval)
+			defer t.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-t.C:
+				}
+				rss, hwm, err := procStatus(pid)
+				if err != nil {
+					return // exited
+				}
+				sm := sample{at: time.Since(started), rssKB: rss, hwmKB: hwm, inFlight: -1, visible: -1}
+				out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &queueURL, AttributeNames: []types.QueueAttributeName{
+					types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible}})
+				if err == nil {
+					sm.visible, _ = strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessages)])
+					sm.inFlight, _ = strconv.Atoi(out.Attributes[string(types.QueueAttributeNameApproximateNumberOfMessagesNotVisible)])
+				}
+				mu.Lock()
+				samples = append(samples, sm)
+				mu.Unlock()
+				fmt.Fprintf(os.Stderr, "soak %5.0f s: VmRSS %.1f MiB, VmHWM %.1f MiB, in flight %d, waiting %d\n",
+					sm.at.Seconds(), float64(rss)/1024, float64(hwm)/1024, sm.inFlight, sm.visible)
+			}
+		})
+		return func() { close(done); wg.Wait() }
+	}
+	args := []string{"-mode", "worker", "-concurrency", strconv.Itoa(s.soakConc), "-heartbeat=true", "-sleep", s.soakSleep.String(), "-wait-time", s.waitTime.String()}
+	fmt.Fprintf(os.Stderr, "soak: %d messages, Concurrency %d, handlers sleeping %s, heartbeat on\n", s.soakMessages, s.soakConc, s.soakSleep)
+	r, _, end, err := runChild(ctx, c, s, child, "soak", s.soakMessages, args, s.soakVis, sampler)
 	if err != nil {
-		log.Fatal(err)
+		return fmt.Errorf("soak: %w", err)
 	}
-	if profile != "" {
-		f, err := os.Create(profile)
+	mu.Lock()
+	defer mu.Unlock()
+	fmt.Printf("Memory at scale: worker, Concurrency %d, handlers sleeping %s, heartbeat on, queue visibility timeout %s, WaitTime %s, %d messages\n\n",
+		s.soakConc, s.soakSleep, s.soakVis, s.waitTime, s.soakMessages)
+	fmt.Printf("- exec → exit %.1f s, peak RSS (VmHWM at exit) **%.1f MiB** (target ≤ 64 MB), CPU %.2f s, %.4f SQS requests/msg (%v), %d heartbeat extensions, last delete → exit %d ms\n",
+		r.wall.Seconds(), r.rssMiB(), r.cpu.Seconds(), r.perMessage(), r.rep.Requests, r.rep.Extended, r.tail(end).Milliseconds())
+	var loaded []float64
+	for _, sm := range samples {
+		if sm.inFlight >= s.soakConc*9/10 {
+			loaded = append(loaded, float64(sm.rssKB)/1024)
+		}
+	}
+	if len(loaded) > 0 {
+		fmt.Printf("- VmRSS while at least %d jobs were in flight: %.1f–%.1f MiB over %d samples\n", s.soakConc*9/10, slices.Min(loaded), slices.Max(loaded), len(loaded))
+	}
+	fmt.Printf("\n| s since exec | VmRSS, MiB | VmHWM, MiB | in flight | waiting |\n|---:|---:|---:|---:|---:|\n")
+	for _, sm := range samples {
+		fmt.Printf("| %.0f | %.1f | %.1f | %d | %d |\n", sm.at.Seconds(), float64(sm.rssKB)/1024, float64(sm.hwmKB)/1024, sm.inFlight, sm.visible)
+	}
+	fmt.Println()
+	return nil
+}
+
+// procStatus reads VmRSS and VmHWM, in KiB, from /proc/<pid>/status.
+func procStatus(pid int) (rss, hwm int64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the status of %d: %w", pid, err)
+	}
+	var found int
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "VmRSS" && k != "VmHWM") {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 		if err != nil {
-			log.Fatal(err)
+			return 0, 0, fmt.Errorf("status of %d: %s: %w", pid, k, err)
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			log.Fatal(err)
+		if k == "VmRSS" {
+			rss = kb
+		} else {
+			hwm = kb
 		}
-		defer pprof.StopCPUProfile()
+		found++
 	}
-	done := make(chan error, 1)
-	go func() {
-		done <- w.Run(ctx, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
-	}()
-	m := marks(n)
-	var loAt time.Time
-	for {
-		d := w.Stats().Deleted
-		if d >= m.lo && loAt.IsZero() {
-			loAt = time.Now()
-		}
-		if d >= m.hi {
-			break
-		}
-		time.Sleep(100 * time.Microsecond)
+	if found < 2 {
+		return 0, 0, fmt.Errorf("status of %d: no VmRSS or VmHWM (exited)", pid)
 	}
-	elapsed := time.Since(loAt)
-	for w.Stats().Deleted < int64(n) {
-		time.Sleep(time.Millisecond)
+	return rss, hwm, nil
+}
+
+func selfHWM() int64 {
+	_, hwm, _ := procStatus(os.Getpid())
+	return hwm
+}
+
+func each(rs []result, f func(result) float64) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = f(r)
 	}
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := w.Shutdown(sctx); err != nil {
-		log.Fatal(err)
+	return out
+}
+
+func eachInt(rs []result, f func(result) int64) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = float64(f(r)) / 1024
 	}
-	if err := <-done; err != nil {
-		log.Fatal(err)
+	return out
+}
+
+func ms(ds []time.Duration) []float64 {
+	out := make([]float64, len(ds))
+	for i, d := range ds {
+		out[i] = float64(d) / float64(time.Millisecond)
 	}
-	return elapsed
+	return out
+}
+
+// ratios divides each run's figure by the raw loop's of the same repetition.
+func ratios(rs, raw []result, f func(result) float64) []float64 {
+	out := make([]float64, len(rs))
+	for i := range rs {
+		out[i] = f(rs[i]) / f(raw[i])
+	}
+	return out
+}
+
+func ratio(rs, raw []result, f func(result) float64, ci int) string {
+	if ci == 0 {
+		return "1.00"
+	}
+	return spread(ratios(rs, raw, f), "%.2f")
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// spread formats the median and, with more than one value, the range.
+func spread(xs []float64, format string) string {
+	m := fmt.Sprintf(format, median(xs))
+	if len(xs) < 2 {
+		return m
+	}
+	return m + " (" + fmt.Sprintf(format, slices.Min(xs)) + "–" + fmt.Sprintf(format, slices.Max(xs)) + ")"
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
 }
