@@ -4,8 +4,15 @@
 // would refuse is a clear error naming the problem, not a failed request.
 //
 // SendBatch groups messages into SendMessageBatch calls of up to ten entries
-// and 1 MiB, retries the entries SQS failed on its side, and reports the
-// outcome of every message.
+// and up to the queue's MaximumMessageSize in all (read once from the queue,
+// or Config.MaxMessageSize), splits and sends again a call SQS finds too
+// long, retries the entries SQS failed on its side, and reports the outcome
+// of every message. On a FIFO queue it keeps each group's order: once a
+// message of a group is not sent, the group's later messages of that call
+// are not sent either.
+//
+// A message reported as not sent may still have reached the queue, and a
+// retried one may reach it twice: see [Result].
 package producer
 
 import (
@@ -14,6 +21,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -25,7 +34,9 @@ import (
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 )
 
-// API is the part of the SQS client a Producer calls.
+// API is the part of the SQS client a Producer calls. A client that also
+// has GetQueueAttributes, as *sqs.Client does, lets the Producer read the
+// queue's MaximumMessageSize (see Config.MaxMessageSize).
 type API interface {
 	SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
 	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
@@ -33,19 +44,48 @@ type API interface {
 
 var _ API = (*sqs.Client)(nil)
 
+// attributesAPI is the optional part of the client that reads the queue's
+// MaximumMessageSize.
+type attributesAPI interface {
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+}
+
+var _ attributesAPI = (*sqs.Client)(nil)
+
 // SQS's limits on a message.
 const (
-	// MaxMessageSize is the largest message, body and attributes together.
+	// MaxMessageSize is the largest message, body and attributes together,
+	// that any queue takes, and the largest SendMessageBatch call. A
+	// queue's own limit, its MaximumMessageSize attribute, may be lower:
+	// queues created before SQS raised the limit to 1 MiB kept 256 KiB.
 	MaxMessageSize = 1 << 20
+	// MinMessageSize is the lowest MaximumMessageSize a queue can have.
+	MinMessageSize = 1 << 10
 	// MaxDelay is the longest per-message delay.
 	MaxDelay = 15 * time.Minute
+	// MaxDataTypeLength is the longest data type of a message attribute,
+	// custom label included.
+	MaxDataTypeLength = 256
 	// maxBatchEntries is the most entries in one SendMessageBatch call.
 	maxBatchEntries = 10
+	// maxNumberDigits, maxNumberExponent and minNumberExponent bound the
+	// values of Number attributes: up to 38 significant digits, from
+	// 10^-128 to 10^126.
+	maxNumberDigits   = 38
+	maxNumberExponent = 126
+	minNumberExponent = -128
 )
 
 // IdempotencyKeyAttribute is the message attribute Message.IdempotencyKey is
 // sent in; the idempotency middleware reads it.
 const IdempotencyKeyAttribute = "idempotency-key"
+
+// ErrEarlierMessageNotSent is the reason a message of a FIFO queue is not
+// sent by SendBatch: an earlier message of its group in the same call was
+// not sent (it was invalid, SQS refused it, or its attempts failed), and
+// sending this one would put the group's messages out of order. Test for it
+// with errors.Is.
+var ErrEarlierMessageNotSent = errors.New("an earlier message of its group was not sent")
 
 // Message is a job to send.
 type Message struct {
@@ -58,7 +98,7 @@ type Message struct {
 	// GroupID is required on FIFO queues.
 	GroupID string
 	// DeduplicationID, on FIFO queues, unless the queue has content-based
-	// deduplication.
+	// deduplication. Standard queues refuse it.
 	DeduplicationID string
 	// Attributes are the message attributes, at most ten with the
 	// idempotency key.
@@ -74,6 +114,14 @@ type Config struct {
 	// MaxAttempts bounds the sends of one message whose entry SQS failed on
 	// its side. Default 5.
 	MaxAttempts int
+	// MaxMessageSize is the queue's MaximumMessageSize attribute, from
+	// MinMessageSize (1 KiB) to MaxMessageSize (1 MiB): the largest message
+	// the Producer sends, and the largest SendMessageBatch call it makes.
+	// Default: read from the queue with GetQueueAttributes on the first
+	// send, when the client has that method (an *sqs.Client does); if the
+	// read is refused (a role allowed sqs:SendMessage only), 1 MiB, and a
+	// call SQS finds too long (BatchRequestTooLong) is split and sent again.
+	MaxMessageSize int
 	// Attributes, if set, adds attributes to every message sent with ctx,
 	// such as a trace context (see the otel module's sqsotel.Inject); the
 	// message's own attributes, and its IdempotencyKey, win on the same
@@ -88,6 +136,14 @@ type Producer struct {
 	api  API
 	cfg  Config
 	fifo bool
+
+	sizeMu   sync.Mutex
+	sizeRead bool // the queue's limit is known, or will not be read
+	size     int  // the queue's MaximumMessageSize, once sizeRead
+
+	// batchBound is one less than the smallest call SQS refused as too
+	// long: calls are kept below it.
+	batchBound atomic.Int64
 }
 
 // New validates cfg and returns a Producer.
@@ -102,19 +158,26 @@ func New(api API, cfg Config) (*Producer, error) {
 	if cfg.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("MaxAttempts %d is negative", cfg.MaxAttempts))
 	}
+	if cfg.MaxMessageSize != 0 && (cfg.MaxMessageSize < MinMessageSize || cfg.MaxMessageSize > MaxMessageSize) {
+		errs = append(errs, fmt.Errorf("MaxMessageSize %d is not in %d..%d", cfg.MaxMessageSize, MinMessageSize, MaxMessageSize))
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("producer: invalid Config: %w", errors.Join(errs...))
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = 5
 	}
-	return &Producer{api: api, cfg: cfg, fifo: strings.HasSuffix(cfg.QueueURL, ".fifo")}, nil
+	p := &Producer{api: api, cfg: cfg, fifo: strings.HasSuffix(cfg.QueueURL, ".fifo")}
+	p.batchBound.Store(MaxMessageSize)
+	return p, nil
 }
 
-// Send sends one message and returns its message ID.
+// Send sends one message and returns its message ID. An error that is not
+// the message's own (a network failure, a cancelled ctx) does not prove
+// the message was not stored: see [Result].
 func (p *Producer) Send(ctx context.Context, m Message) (string, error) {
 	m = withAttributes(m, p.contextAttributes(ctx))
-	if err := Validate(m, p.fifo); err != nil {
+	if err := p.check(ctx, m); err != nil {
 		return "", err
 	}
 	e := entry("0", m)
@@ -129,18 +192,95 @@ func (p *Producer) Send(ctx context.Context, m Message) (string, error) {
 	return aws.ToString(out.MessageId), nil
 }
 
+// check validates m for this queue: Validate's rules, then those that
+// depend on the queue.
+func (p *Producer) check(ctx context.Context, m Message) error {
+	if err := Validate(m, p.fifo); err != nil {
+		return err
+	}
+	var errs []error
+	if !p.fifo && m.DeduplicationID != "" {
+		errs = append(errs, errors.New("a deduplication ID is for FIFO queues: a standard queue refuses it"))
+	}
+	if limit, n := p.maxSize(ctx), Size(m); n > limit {
+		errs = append(errs, fmt.Errorf("the message is %d bytes, over the queue's MaximumMessageSize of %d", n, limit))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("producer: invalid message: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// maxSize returns the queue's MaximumMessageSize: Config.MaxMessageSize, or
+// the queue's attribute, read on the first call; MaxMessageSize when it
+// cannot be read. A read cut short by ctx is tried again on the next call.
+func (p *Producer) maxSize(ctx context.Context) int {
+	if p.cfg.MaxMessageSize > 0 {
+		return p.cfg.MaxMessageSize
+	}
+	p.sizeMu.Lock()
+	defer p.sizeMu.Unlock()
+	if p.sizeRead {
+		return p.size
+	}
+	api, ok := p.api.(attributesAPI)
+	if !ok {
+		p.sizeRead, p.size = true, MaxMessageSize
+		return p.size
+	}
+	out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       &p.cfg.QueueURL,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMaximumMessageSize},
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			p.sizeRead, p.size = true, MaxMessageSize
+		}
+		return MaxMessageSize
+	}
+	p.sizeRead, p.size = true, MaxMessageSize
+	if n, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameMaximumMessageSize)]); err == nil && n >= MinMessageSize && n < MaxMessageSize {
+		p.size = n
+	}
+	return p.size
+}
+
 // Result is the outcome of one message of a batch.
+//
+// Err nil means SQS stored the message, once (MessageID is its ID). Err not
+// nil means the Producer could not confirm it was stored: it did not pass
+// Validate, SQS refused it, an earlier message of its FIFO group was not
+// sent ([ErrEarlierMessageNotSent]), or every attempt failed. Such a
+// message may be in the queue all the same, and a message may be there
+// twice:
+//
+//   - SQS may store an entry and still report it failed on its side
+//     (SenderFault false, such as InternalError); SendBatch then sends it
+//     again, so that on a standard queue it can be delivered twice, the
+//     second copy reported in MessageID;
+//   - a call cut short (ctx cancelled, a lost connection, a timeout) may
+//     have been carried out by SQS although its messages are reported as
+//     failed; sending them again then makes duplicates.
+//
+// FIFO queues drop such duplicates within their five-minute deduplication
+// interval, by the message's DeduplicationID or its content. On a standard
+// queue give messages an IdempotencyKey, and run the handlers under the
+// idempotency middleware (package idempotency), so that a second delivery
+// is acknowledged without running the job again.
 type Result struct {
 	MessageID string
-	// Err is the reason the message was not sent: it did not pass
-	// Validate, SQS refused it, or every attempt failed.
+	// Err is the reason the message may not have been sent: see Result.
 	Err error
 }
 
 // SendBatch sends msgs in SendMessageBatch calls of up to ten messages and
-// 1 MiB, in order, retrying the entries SQS failed on its side. It returns
-// one Result per message, in the order given, and an error that joins the
-// messages that were not sent (nil when all were).
+// up to the queue's MaximumMessageSize, in order, retrying the entries SQS
+// failed on its side. A call SQS refuses as too long is split in two and
+// sent again. On a FIFO queue, an entry is not retried once a later message
+// of its group was sent, and once a message of a group is not sent the
+// group's later messages are not sent either ([ErrEarlierMessageNotSent]).
+// SendBatch returns one Result per message, in the order given, and an
+// error that joins the messages that were not sent (nil when all were).
 func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, error) {
 	res := make([]Result, len(msgs))
 	if extra := p.contextAttributes(ctx); len(extra) > 0 {
@@ -150,27 +290,26 @@ func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, err
 		}
 		msgs = with
 	}
+	b := &batcher{p: p, ctx: ctx, msgs: msgs, res: res, failedGroups: map[string]int{}}
 	var batch []int // indexes of the messages of the next call
 	size := 0
-	flush := func() {
-		if len(batch) > 0 {
-			p.sendBatch(ctx, msgs, batch, res)
-			batch, size = batch[:0], 0
-		}
-	}
 	for i, m := range msgs {
-		if err := Validate(m, p.fifo); err != nil {
-			res[i].Err = err
+		if err := p.check(ctx, m); err != nil {
+			b.fail(i, err)
 			continue
 		}
 		n := Size(m)
-		if len(batch) == maxBatchEntries || size+n > MaxMessageSize {
-			flush()
+		if len(batch) == maxBatchEntries || size+n > b.limit() {
+			b.send(batch)
+			batch, size = nil, 0
+		}
+		if b.groupFailed(i) {
+			continue
 		}
 		batch = append(batch, i)
 		size += n
 	}
-	flush()
+	b.send(batch)
 	var errs []error
 	for i, r := range res {
 		if r.Err != nil {
@@ -180,36 +319,133 @@ func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, err
 	return res, errors.Join(errs...)
 }
 
-// sendBatch sends the messages at idx in one call, and again those SQS
-// failed on its side.
-func (p *Producer) sendBatch(ctx context.Context, msgs []Message, idx []int, res []Result) {
-	pending := append([]int(nil), idx...)
+// batcher is the state of one SendBatch call.
+type batcher struct {
+	p    *Producer
+	ctx  context.Context
+	msgs []Message
+	res  []Result
+	// failedGroups maps the FIFO groups that have a message not sent to
+	// the index of the first such message.
+	failedGroups map[string]int
+}
+
+// limit is the largest call to make: the queue's MaximumMessageSize, and
+// below the smallest call SQS refused as too long.
+func (b *batcher) limit() int {
+	return min(b.p.maxSize(b.ctx), int(b.p.batchBound.Load()))
+}
+
+// fail records that message i was not sent, for the reason err, and on a
+// FIFO queue that its group has a message not sent.
+func (b *batcher) fail(i int, err error) {
+	b.res[i] = Result{Err: err}
+	if g := b.msgs[i].GroupID; b.p.fifo && g != "" {
+		if _, ok := b.failedGroups[g]; !ok {
+			b.failedGroups[g] = i
+		}
+	}
+}
+
+// groupFailed reports whether message i is of a FIFO group with an earlier
+// message not sent, and then fails it.
+func (b *batcher) groupFailed(i int) bool {
+	if !b.p.fifo {
+		return false
+	}
+	first, ok := b.failedGroups[b.msgs[i].GroupID]
+	if !ok || first >= i {
+		return false
+	}
+	b.res[i] = Result{Err: fmt.Errorf("producer: not sent: %w (message %d of group %q)", ErrEarlierMessageNotSent, first, b.msgs[i].GroupID)}
+	return true
+}
+
+// laterSent reports whether a message after i in batch, of i's group, was
+// sent.
+func (b *batcher) laterSent(batch []int, i int) bool {
+	for _, j := range batch {
+		if j > i && b.msgs[j].GroupID == b.msgs[i].GroupID && b.res[j].Err == nil && b.res[j].MessageID != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// send sends the messages at idx in one call, and again those SQS failed
+// on its side; a call SQS finds too long is split in two.
+func (b *batcher) send(idx []int) {
+	var pending []int
+	for _, i := range idx {
+		if !b.groupFailed(i) {
+			pending = append(pending, i)
+		}
+	}
+	batch := pending
+	url := b.p.cfg.QueueURL
 	backoff := 100 * time.Millisecond
 	for attempt := 1; len(pending) > 0; attempt++ {
-		in := &sqs.SendMessageBatchInput{QueueUrl: &p.cfg.QueueURL}
+		in := &sqs.SendMessageBatchInput{QueueUrl: &url}
+		size := 0
 		for _, i := range pending {
-			in.Entries = append(in.Entries, entry(strconv.Itoa(i), msgs[i]))
+			in.Entries = append(in.Entries, entry(strconv.Itoa(i), b.msgs[i]))
+			size += Size(b.msgs[i])
 		}
-		out, err := p.api.SendMessageBatch(ctx, in)
+		out, err := b.p.api.SendMessageBatch(b.ctx, in)
+		var tooLong *types.BatchRequestTooLong
+		if errors.As(err, &tooLong) && len(pending) > 1 {
+			// Keep later calls below this one, and send it in halves.
+			for {
+				bound := b.p.batchBound.Load()
+				if int64(size-1) >= bound || b.p.batchBound.CompareAndSwap(bound, int64(size-1)) {
+					break
+				}
+			}
+			half := len(pending) / 2
+			b.send(pending[:half])
+			b.send(pending[half:])
+			return
+		}
 		if err != nil {
 			for _, i := range pending {
-				res[i].Err = fmt.Errorf("producer: sending to %s: %w", p.cfg.QueueURL, err)
+				b.fail(i, fmt.Errorf("producer: sending to %s: %w", url, err))
 			}
 			return
 		}
+		failed := make(map[int]types.BatchResultErrorEntry, len(out.Failed))
+		for _, f := range out.Failed {
+			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil {
+				failed[i] = f
+			}
+		}
+		sent := make(map[int]bool, len(out.Successful))
 		for _, s := range out.Successful {
-			if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && i >= 0 && i < len(res) {
-				res[i] = Result{MessageID: aws.ToString(s.MessageId)}
+			if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil {
+				if _, alsoFailed := failed[i]; !alsoFailed {
+					sent[i] = true
+					b.res[i] = Result{MessageID: aws.ToString(s.MessageId)}
+				}
 			}
 		}
 		var retry []int
-		for _, f := range out.Failed {
-			i, err := strconv.Atoi(aws.ToString(f.Id))
-			if err != nil || i < 0 || i >= len(res) {
+		for _, i := range pending { // in order: a group's earlier messages first
+			if sent[i] {
 				continue
 			}
-			res[i].Err = fmt.Errorf("producer: SQS refused message %d: %s: %s", i, aws.ToString(f.Code), aws.ToString(f.Message))
-			if !f.SenderFault && attempt < p.cfg.MaxAttempts {
+			f, ok := failed[i]
+			if !ok {
+				b.fail(i, fmt.Errorf("producer: SQS refused message %d: no result for its entry", i))
+				continue
+			}
+			refused := fmt.Errorf("producer: SQS refused message %d: %s: %s", i, aws.ToString(f.Code), aws.ToString(f.Message))
+			switch {
+			case f.SenderFault || attempt >= b.p.cfg.MaxAttempts:
+				b.fail(i, refused)
+			case b.p.fifo && b.laterSent(batch, i):
+				b.fail(i, fmt.Errorf("%w (not sent again: a later message of group %q was sent)", refused, b.msgs[i].GroupID))
+			case b.groupFailed(i):
+			default:
+				b.res[i].Err = refused
 				retry = append(retry, i)
 			}
 		}
@@ -217,9 +453,9 @@ func (p *Producer) sendBatch(ctx context.Context, msgs []Message, idx []int, res
 			return
 		}
 		select {
-		case <-ctx.Done():
+		case <-b.ctx.Done():
 			for _, i := range retry {
-				res[i].Err = fmt.Errorf("producer: %w (after %v)", ctx.Err(), res[i].Err)
+				b.fail(i, fmt.Errorf("producer: %w (after %w)", b.ctx.Err(), b.res[i].Err))
 			}
 			return
 		case <-time.After(backoff):
@@ -298,7 +534,10 @@ func Size(m Message) int {
 }
 
 // Validate checks m against SQS's rules, for a FIFO queue or not, and returns
-// an error naming every problem.
+// an error naming every problem. The rules that depend on the queue itself
+// are left to Send and SendBatch, which know it: its MaximumMessageSize,
+// and that a standard queue refuses a deduplication ID (fifo false also
+// stands for a queue whose kind is not known yet).
 func Validate(m Message, fifo bool) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -320,6 +559,9 @@ func Validate(m Message, fifo bool) error {
 	}
 	if _, clash := m.Attributes[IdempotencyKeyAttribute]; clash && m.IdempotencyKey != "" {
 		bad("attribute %q is set both by IdempotencyKey and in Attributes", IdempotencyKeyAttribute)
+	}
+	if i := invalidChar(m.IdempotencyKey); i >= 0 {
+		bad("the idempotency key has a character SQS does not allow at byte %d", i)
 	}
 	for name, a := range m.Attributes {
 		if err := validateAttribute(name, a); err != nil {
@@ -359,6 +601,12 @@ func validateAttribute(name string, a sqsworker.MessageAttribute) error {
 	case strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, ".."):
 		return fmt.Errorf("attribute name %q starts or ends with a period, or has two in a row", name)
 	}
+	switch {
+	case len(a.DataType) > MaxDataTypeLength:
+		return fmt.Errorf("attribute %q has a data type of %d characters, over SQS's limit of %d", name, len(a.DataType), MaxDataTypeLength)
+	case invalidChar(a.DataType) >= 0:
+		return fmt.Errorf("attribute %q has a character SQS does not allow in its data type at byte %d", name, invalidChar(a.DataType))
+	}
 	base, _, _ := strings.Cut(a.DataType, ".")
 	switch base {
 	case "String", "Number":
@@ -366,8 +614,8 @@ func validateAttribute(name string, a sqsworker.MessageAttribute) error {
 			return fmt.Errorf("attribute %q has an empty value", name)
 		}
 		if base == "Number" {
-			if _, err := strconv.ParseFloat(a.StringValue, 64); err != nil {
-				return fmt.Errorf("attribute %q of type Number has the value %q", name, a.StringValue)
+			if err := validNumber(a.StringValue); err != nil {
+				return fmt.Errorf("attribute %q of type Number has the value %q: %w", name, a.StringValue, err)
 			}
 		}
 		if i := invalidChar(a.StringValue); i >= 0 {
@@ -381,6 +629,66 @@ func validateAttribute(name string, a sqsworker.MessageAttribute) error {
 		return fmt.Errorf("attribute %q has the data type %q; want String, Number or Binary, with an optional .label", name, a.DataType)
 	}
 	return nil
+}
+
+// validNumber checks a Number attribute's value as SQS does: a decimal
+// number, with an optional sign, fraction and exponent (no NaN, infinity,
+// hexadecimal or underscores), of up to 38 significant digits, and zero or
+// from 10^-128 to under 10^126 in magnitude.
+func validNumber(s string) error {
+	notDecimal := errors.New("not a decimal number")
+	t := s
+	if t != "" && (t[0] == '+' || t[0] == '-') {
+		t = t[1:]
+	}
+	mant, exp := t, ""
+	if i := strings.IndexAny(t, "eE"); i >= 0 {
+		mant, exp = t[:i], t[i+1:]
+		if exp != "" && (exp[0] == '+' || exp[0] == '-') {
+			exp = exp[1:]
+		}
+		if exp == "" || !allDigits(exp) {
+			return notDecimal
+		}
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	if intPart+frac == "" || !allDigits(intPart) || !allDigits(frac) {
+		return notDecimal
+	}
+	// The significant digits, and the power of ten of the first one.
+	all := intPart + frac
+	lead := len(all) - len(strings.TrimLeft(all, "0"))
+	sig := strings.TrimRight(all[lead:], "0")
+	if sig == "" {
+		return nil // zero, whatever its exponent
+	}
+	if len(sig) > maxNumberDigits {
+		return fmt.Errorf("%d significant digits, over SQS's limit of %d", len(sig), maxNumberDigits)
+	}
+	e := 0
+	if exp != "" {
+		exp = strings.TrimLeft(exp, "0")
+		if len(exp) > 6 { // far out of range
+			return errors.New("out of SQS's range of 10^-128 to 10^126")
+		}
+		e, _ = strconv.Atoi("0" + exp)
+		if i := strings.IndexAny(t, "eE"); t[i+1] == '-' {
+			e = -e
+		}
+	}
+	if msd := len(intPart) - 1 - lead + e; msd >= maxNumberExponent || msd < minNumberExponent {
+		return errors.New("out of SQS's range of 10^-128 to 10^126")
+	}
+	return nil
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // invalidChar returns the byte offset of the first character SQS does not

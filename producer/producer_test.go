@@ -727,3 +727,83 @@ func TestAttributesHookFIFO(t *testing.T) {
 		t.Errorf("sent %v in group %q", got, aws.ToString(api.sends[0].MessageGroupId))
 	}
 }
+
+// Validate, and the Producer for what depends on the queue, refuse what SQS
+// refuses, before any request: a deduplication ID on a standard queue, an
+// idempotency key with characters SQS does not allow, a data type over 256
+// characters, and Number values that are not decimal numbers of up to 38
+// digits from 10^-128 to 10^126. Before, all of these reached SQS.
+func TestValidateRefusesWhatSQSRefuses(t *testing.T) {
+	num := func(v string) producer.Message {
+		return producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"n": {DataType: "Number", StringValue: v}}}
+	}
+	for _, c := range []struct {
+		name string
+		m    producer.Message
+		want string // "" for valid
+	}{
+		{"key with NUL", producer.Message{Body: "x", IdempotencyKey: "order\x0042"}, "the idempotency key has a character SQS does not allow at byte 5"},
+		{"key with invalid UTF-8", producer.Message{Body: "x", IdempotencyKey: "k\xff"}, "the idempotency key has a character SQS does not allow at byte 1"},
+		{"key of unicode", producer.Message{Body: "x", IdempotencyKey: "commande-é-42"}, ""},
+		{"data type of 256", producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"t": {DataType: "String." + strings.Repeat("l", 249), StringValue: "v"}}}, ""},
+		{"data type of 257", producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"t": {DataType: "String." + strings.Repeat("l", 250), StringValue: "v"}}}, "data type of 257 characters, over SQS's limit of 256"},
+		{"data type with a control character", producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"t": {DataType: "String.\x01", StringValue: "v"}}}, "character SQS does not allow in its data type"},
+		{"NaN", num("NaN"), `"NaN": not a decimal number`},
+		{"Inf", num("Inf"), "not a decimal number"},
+		{"-Infinity", num("-Infinity"), "not a decimal number"},
+		{"hex", num("0x1F"), "not a decimal number"},
+		{"hex float", num("0x1p-2"), "not a decimal number"},
+		{"underscores", num("1_000"), "not a decimal number"},
+		{"two signs", num("+-1"), "not a decimal number"},
+		{"bare exponent", num("1e"), "not a decimal number"},
+		{"dot alone", num("."), "not a decimal number"},
+		{"10^126", num("1e126"), "out of SQS's range"},
+		{"10^126 in digits", num("1" + strings.Repeat("0", 126)), "out of SQS's range"},
+		{"just under 10^126", num("9.99e125"), ""},
+		{"10^-128", num("1e-128"), ""},
+		{"10^-129", num("0.1e-128"), "out of SQS's range"},
+		{"39 digits", num(strings.Repeat("9", 39)), "39 significant digits, over SQS's limit of 38"},
+		{"38 digits", num("-" + strings.Repeat("9", 38)), ""},
+		{"38 digits and zeros", num("1" + strings.Repeat("0", 36) + "1.000"), ""},
+		{"fraction", num("-0.0025"), ""},
+		{"exponent", num("+1.5E-3"), ""},
+		{"zero with a huge exponent", num("0e999999999"), ""},
+		{"leading dot", num(".5"), ""},
+		{"trailing dot", num("5."), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := producer.Validate(c.m, false)
+			if c.want == "" {
+				if err != nil {
+					t.Errorf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("Validate = %v, want an error naming %q", err, c.want)
+			}
+		})
+	}
+
+	// A deduplication ID on a standard queue: refused by Send and
+	// SendBatch, which know the queue, without a call.
+	f := sqstest.NewFake()
+	url := f.CreateQueue("jobs", nil)
+	p := newProducer(t, f, url)
+	dedup := producer.Message{Body: "x", DeduplicationID: "d1"}
+	if _, err := p.Send(context.Background(), dedup); err == nil || !strings.Contains(err.Error(), "a deduplication ID is for FIFO queues") {
+		t.Errorf("Send with a deduplication ID to a standard queue: %v", err)
+	}
+	res, _ := p.SendBatch(context.Background(), []producer.Message{dedup, {Body: "y"}})
+	if res[0].Err == nil || !strings.Contains(res[0].Err.Error(), "a deduplication ID is for FIFO queues") || res[1].Err != nil {
+		t.Errorf("SendBatch: %+v", res)
+	}
+	if n := f.Calls(sqstest.OpSendMessage); n != 0 {
+		t.Errorf("%d SendMessage calls, want 0", n)
+	}
+	// On a FIFO queue it is what it is for.
+	fifo := f.CreateQueue("jobs.fifo", map[string]string{"FifoQueue": "true"})
+	if _, err := newProducer(t, f, fifo).Send(context.Background(), producer.Message{Body: "x", GroupID: "g", DeduplicationID: "d1"}); err != nil {
+		t.Errorf("Send with a deduplication ID to a FIFO queue: %v", err)
+	}
+}
