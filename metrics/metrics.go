@@ -32,7 +32,19 @@
 // use), so the worker cannot poll it.
 //
 // Dimensions stay low-cardinality: the queue's name, the error class
-// (sqsworker.ErrorClass) and the handler's name; never message IDs.
+// (sqsworker.ErrorClass) and the handler's name; never message IDs. The
+// sinks that export them (EMF here, the Prometheus module) also bound what
+// they are given, since every distinct value is a new series — on
+// CloudWatch a new custom metric, paid by the month:
+//
+//   - each value is cleaned by [CleanDimension]: characters outside
+//     printable ASCII become '_', and it is cut to [MaxDimensionLength]
+//     bytes;
+//   - at most [MaxErrorClasses] (20) distinct error classes are exported,
+//     per flush for EMF and per Recorder for Prometheus; the classes that
+//     come after are counted under [OtherErrorClass], "other".
+//
+// The Memory sink keeps dimensions as given.
 package metrics
 
 // Names of the metrics.
@@ -58,6 +70,48 @@ const (
 	BreakerOpens           = "breaker_opens"
 	BreakerProbes          = "breaker_probes"
 )
+
+// Limits the sinks put on dimension values; see the package documentation.
+const (
+	// MaxDimensionLength is the longest dimension value the sinks export,
+	// in bytes: longer ones are cut. CloudWatch takes up to 1024; a name
+	// longer than this one is not a name.
+	MaxDimensionLength = 256
+	// MaxErrorClasses is the number of distinct error classes the sinks
+	// export: per flush for EMF, for the life of a Recorder for
+	// Prometheus. The classes that come after are counted under
+	// OtherErrorClass.
+	MaxErrorClasses = 20
+	// OtherErrorClass is the error class the classes over MaxErrorClasses
+	// are counted under.
+	OtherErrorClass = "other"
+)
+
+// CleanDimension returns a dimension value as the sinks export it: each
+// character outside printable ASCII ('!' to '~'; spaces included) replaced
+// with '_', and cut to MaxDimensionLength bytes. An empty value stays empty;
+// any other stays non-empty. It allocates only when it changes v.
+func CleanDimension(v string) string {
+	clean := len(v) <= MaxDimensionLength
+	for i := 0; clean && i < len(v); i++ {
+		clean = v[i] >= '!' && v[i] <= '~'
+	}
+	if clean {
+		return v
+	}
+	b := make([]byte, 0, min(len(v), MaxDimensionLength))
+	for _, r := range v {
+		if len(b) == MaxDimensionLength {
+			break
+		}
+		if r >= '!' && r <= '~' {
+			b = append(b, byte(r))
+		} else {
+			b = append(b, '_')
+		}
+	}
+	return string(b)
+}
 
 // Dims are the dimensions of one measurement. Empty fields are left out.
 type Dims struct {
