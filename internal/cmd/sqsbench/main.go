@@ -81,20 +81,29 @@ type report struct {
 
 // result is one child's run.
 type result struct {
-	consumer string
-	n        int
-	wall     time.Duration // exec to exit
-	cpu      time.Duration // user + system
-	maxRSSKB int64         // ru_maxrss
-	rep      report
+	consumer  string
+	n         int
+	exec, end time.Time     // exec, and when the parent saw the exit
+	cpu       time.Duration // the child's user + system (rusage)
+	maxRSSKB  int64         // the child's ru_maxrss
+	emulator  time.Duration // the emulator's CPU during the run
+	others    time.Duration // the machine's busy CPU during the run less the child's and the emulator's
+	rep       report
 }
 
-func (r result) rate() float64 { return float64(r.n) / r.wall.Seconds() }
+func (r result) wall() time.Duration { return r.end.Sub(r.exec) }
+func (r result) rate() float64       { return float64(r.n) / r.wall().Seconds() }
 func (r result) steady() float64 {
 	return float64(r.rep.HiCount-r.rep.LoCount) / time.Duration(r.rep.Hi-r.rep.Lo).Seconds()
 }
-func (r result) cpuPer10k() float64 { return r.cpu.Seconds() / float64(r.n) * 10000 }
-func (r result) rssMiB() float64    { return float64(r.rep.PeakRSSKB) / 1024 }
+
+// untilDone is exec to the last confirmed delete, as a rate.
+func (r result) untilDone() float64 {
+	return float64(r.n) / time.Duration(r.rep.Done-r.exec.UnixNano()).Seconds()
+}
+func (r result) cpuPer10k() float64      { return per10k(r.cpu, r.n) }
+func (r result) emulatorPer10k() float64 { return per10k(r.emulator, r.n) }
+func (r result) rssMiB() float64         { return float64(r.rep.PeakRSSKB) / 1024 }
 func (r result) requests() int {
 	t := 0
 	for _, v := range r.rep.Requests {
@@ -105,11 +114,11 @@ func (r result) requests() int {
 func (r result) perMessage() float64 { return float64(r.requests()) / float64(r.n) }
 
 // startup is exec to the first confirmed delete; tail the last confirmed
-// delete to exit. end is when the parent saw the exit.
-func (r result) startup(exec time.Time) time.Duration {
-	return time.Duration(r.rep.First - exec.UnixNano())
-}
-func (r result) tail(end time.Time) time.Duration { return time.Duration(end.UnixNano() - r.rep.Done) }
+// delete to exit.
+func (r result) startup() time.Duration { return time.Duration(r.rep.First - r.exec.UnixNano()) }
+func (r result) tail() time.Duration    { return time.Duration(r.end.UnixNano() - r.rep.Done) }
+
+func per10k(d time.Duration, n int) float64 { return d.Seconds() / float64(n) * 10000 }
 
 type consumer struct {
 	name string
@@ -120,6 +129,7 @@ type settings struct {
 	sizes        []int
 	reps         int
 	goroutines   int
+	rawAttrs     bool
 	concurrency  int
 	waitTime     time.Duration
 	settle       time.Duration
@@ -129,9 +139,11 @@ type settings struct {
 	soakSleep    time.Duration
 	soakInterval time.Duration
 	soakVis      time.Duration
+	emulatorPID  int
 	cpuprofile   string
 	memprofile   string
 	child        string
+	goBin        string
 	verbose      bool
 }
 
@@ -152,6 +164,7 @@ func parseSettings() (settings, error) {
 	sizes := flag.String("messages", "20000,60000", "messages per run, comma-separated sizes")
 	flag.IntVar(&s.reps, "reps", 3, "repetitions: each runs every consumer at every size")
 	flag.IntVar(&s.goroutines, "raw-goroutines", 8, "goroutines of the raw loop")
+	flag.BoolVar(&s.rawAttrs, "raw-attributes", false, "add a fourth consumer: the raw loop receiving every system and message attribute, as the worker does")
 	flag.IntVar(&s.concurrency, "concurrency", 80, "worker Config.Concurrency")
 	flag.DurationVar(&s.waitTime, "wait-time", time.Second, "long-poll wait of each receive, raw loop and worker")
 	flag.DurationVar(&s.settle, "settle", time.Second, "pause between preloading a queue and the exec")
@@ -165,6 +178,8 @@ func parseSettings() (settings, error) {
 	flag.StringVar(&s.cpuprofile, "cpuprofile", "", "CPU profile of one worker process (heartbeat on, largest size, last repetition)")
 	flag.StringVar(&s.memprofile, "memprofile", "", "allocation profile of the same worker process")
 	flag.StringVar(&s.child, "child", "", "a prebuilt "+childPkg+" binary (default: go build it into a temporary directory)")
+	flag.IntVar(&s.emulatorPID, "emulator-pid", 0, "the emulator's pid, whose CPU is reported (default: from localstack/.run/sqs.pid when that is fauxqs)")
+	flag.StringVar(&s.goBin, "go", "go", "the go command that builds the child")
 	flag.BoolVar(&s.verbose, "v", false, "print each run's requests by operation and ru_maxrss")
 	flag.Parse()
 	var errs []error
@@ -182,7 +197,73 @@ func parseSettings() (settings, error) {
 	if e := os.Getenv("AWS_ENDPOINT_URL_SQS"); !isLoopback(e) {
 		errs = append(errs, fmt.Errorf("set AWS_ENDPOINT_URL_SQS to the local emulator on the loopback interface (make bench does), got %q", e))
 	}
+	if s.emulatorPID == 0 {
+		s.emulatorPID = fauxqsPID()
+	}
 	return s, errors.Join(errs...)
+}
+
+// fauxqsPID returns the pid of the local stack's SQS emulator, or 0.
+func fauxqsPID() int {
+	b, err := os.ReadFile(filepath.Join("localstack", ".run", "sqs.pid"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !bytes.Contains(cmdline, []byte("fauxqs")) {
+		return 0
+	}
+	return pid
+}
+
+// clockTick is the unit of /proc/stat and /proc/<pid>/stat: USER_HZ, 100
+// on Linux.
+const clockTick = 10 * time.Millisecond
+
+// machineBusy returns the CPU time the machine's cores have spent busy:
+// user, nice, system, irq and softirq in /proc/stat.
+func machineBusy() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0
+	}
+	var busy int64
+	for _, i := range []int{1, 2, 3, 6, 7} {
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		busy += v
+	}
+	return time.Duration(busy) * clockTick
+}
+
+// processCPU returns the user + system time of process pid, or 0.
+func processCPU(pid int) time.Duration {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * clockTick
 }
 
 // isLoopback reports whether endpoint is an http(s) URL on the loopback
@@ -214,14 +295,18 @@ func run(ctx context.Context, s settings) error {
 		}
 		defer os.RemoveAll(dir)
 		child = filepath.Join(dir, "child")
-		build := exec.CommandContext(ctx, "go", "build", "-o", child, childPkg)
+		build := exec.CommandContext(ctx, s.goBin, "build", "-o", child, childPkg)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("go build %s: %w", childPkg, err)
 		}
 	}
-	fmt.Printf("sqsbench %s: %d cores (GOMAXPROCS of the children: their default), shared with the emulator at %s\n\n",
-		time.Now().Format("2006-01-02"), runtime.NumCPU(), os.Getenv("AWS_ENDPOINT_URL_SQS"))
+	emu := "pid unknown: its CPU is counted in others'"
+	if s.emulatorPID != 0 {
+		emu = "pid " + strconv.Itoa(s.emulatorPID)
+	}
+	fmt.Printf("sqsbench %s: %d cores (the children's GOMAXPROCS: their default), shared with the emulator at %s (%s)\n\n",
+		time.Now().Format("2006-01-02"), runtime.NumCPU(), os.Getenv("AWS_ENDPOINT_URL_SQS"), emu)
 	if s.perf {
 		if err := perf(ctx, c, s, child); err != nil {
 			return err
@@ -243,13 +328,14 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 		{"worker, heartbeat on", append([]string{"-mode", "worker", "-concurrency", strconv.Itoa(s.concurrency), "-heartbeat=true"}, common...)},
 		{"worker, heartbeat off", append([]string{"-mode", "worker", "-concurrency", strconv.Itoa(s.concurrency), "-heartbeat=false"}, common...)},
 	}
+	if s.rawAttrs {
+		consumers = append(consumers, consumer{"raw SDK loop, all attributes", append([]string{"-mode", "raw", "-raw-goroutines", strconv.Itoa(s.goroutines), "-raw-attributes"}, common...)})
+	}
 	// runs[size][consumer][rep]
 	runs := make([][][]result, len(s.sizes))
 	for i := range runs {
 		runs[i] = make([][]result, len(consumers))
 	}
-	tails := map[string][]time.Duration{}
-	starts := map[string][]time.Duration{}
 	var parentHWM int64
 	for rep := range s.reps {
 		for si, n := range s.sizes {
@@ -265,18 +351,15 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 						args = append(args, "-memprofile", s.memprofile)
 					}
 				}
-				r, exec, end, err := runChild(ctx, c, s, child, cons.name, n, args, 0, nil)
+				r, err := runChild(ctx, c, s, child, cons.name, n, args, 0, nil)
 				if err != nil {
 					return fmt.Errorf("%s, %d messages: %w", cons.name, n, err)
 				}
 				parentHWM = max(parentHWM, selfHWM())
 				runs[si][ci] = append(runs[si][ci], r)
-				key := fmt.Sprintf("%d\x00%d", si, ci)
-				tails[key] = append(tails[key], r.tail(end))
-				starts[key] = append(starts[key], r.startup(exec))
-				fmt.Fprintf(os.Stderr, "rep %d/%d, %6d msgs, %-28s %6.2f s exec→exit (%5.0f msg/s), steady %5.0f msg/s, CPU %.2f s/10k, VmHWM %4.1f MiB, %.4f req/msg, start-up %4d ms, tail %4d ms\n",
-					rep+1, s.reps, n, cons.name, r.wall.Seconds(), r.rate(), r.steady(), r.cpuPer10k(), r.rssMiB(), r.perMessage(),
-					r.startup(exec).Milliseconds(), r.tail(end).Milliseconds())
+				fmt.Fprintf(os.Stderr, "rep %d/%d %6d msgs  %-28s %6.2f s exec→exit (%5.0f msg/s), steady %5.0f msg/s, CPU %.2f s/10k, VmHWM %4.1f MiB, %.4f req/msg, start-up %4d ms, tail %4d ms; emulator %.2f s/10k, others %.1f s\n",
+					rep+1, s.reps, n, cons.name, r.wall().Seconds(), r.rate(), r.steady(), r.cpuPer10k(), r.rssMiB(), r.perMessage(),
+					r.startup().Milliseconds(), r.tail().Milliseconds(), r.emulatorPer10k(), r.others.Seconds())
 				if s.verbose {
 					fmt.Fprintf(os.Stderr, "    requests %v, ru_maxrss %.1f MiB, extensions %d\n", r.rep.Requests, float64(r.maxRSSKB)/1024, r.rep.Extended)
 				}
@@ -284,36 +367,49 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 		}
 	}
 
-	fmt.Printf("Throughput, median of %d interleaved repetitions (min–max); × raw: the median of each repetition's ratio to the raw loop of the same size (min–max)\n\n", s.reps)
-	fmt.Println("| consumer | messages | exec → exit, s | whole-process msg/s | × raw | steady msg/s (5–95%) | × raw |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
+	fmt.Printf("Throughput: median of %d interleaved repetitions (min–max). × raw: the median (min–max) of each run's ratio to the raw loop's run of the same repetition and size.\n\n", s.reps)
+	fmt.Println("| consumer | messages | exec → exit, s | whole-process msg/s | × raw | exec → last delete, × raw | steady msg/s (5–95%) | × raw |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 	for si, n := range s.sizes {
 		raw := runs[si][0]
 		for ci, cons := range consumers {
 			rs := runs[si][ci]
-			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s |\n", cons.name, n,
-				spread(each(rs, func(r result) float64 { return r.wall.Seconds() }), "%.2f"),
+			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s |\n", cons.name, n,
+				spread(each(rs, func(r result) float64 { return r.wall().Seconds() }), "%.2f"),
 				spread(each(rs, result.rate), "%.0f"),
 				ratio(rs, raw, result.rate, ci),
+				ratio(rs, raw, result.untilDone, ci),
 				spread(each(rs, result.steady), "%.0f"),
 				ratio(rs, raw, result.steady, ci))
 		}
 	}
-	fmt.Printf("\nCost per process, median (min–max); CPU: user + system from rusage; peak RSS: the child's VmHWM; requests: every SQS attempt of the process\n\n")
+	fmt.Printf("\nCost per process, median (min–max). CPU: the child's user + system time (rusage); peak RSS: its VmHWM at exit; requests: every SQS attempt it made.\n\n")
 	fmt.Println("| consumer | messages | CPU s / 10k msgs | × raw | peak RSS, MiB | SQS requests/msg | exec → first delete, ms | last delete → exit, ms |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|")
 	for si, n := range s.sizes {
 		raw := runs[si][0]
 		for ci, cons := range consumers {
 			rs := runs[si][ci]
-			key := fmt.Sprintf("%d\x00%d", si, ci)
 			fmt.Printf("| %s | %d | %s | %s | %s | %s | %s | %s |\n", cons.name, n,
 				spread(each(rs, result.cpuPer10k), "%.2f"),
 				ratio(rs, raw, result.cpuPer10k, ci),
 				spread(each(rs, result.rssMiB), "%.1f"),
 				spread(each(rs, result.perMessage), "%.4f"),
-				spread(ms(starts[key]), "%.0f"),
-				spread(ms(tails[key]), "%.0f"))
+				spread(each(rs, func(r result) float64 { return ms(r.startup()) }), "%.0f"),
+				spread(each(rs, func(r result) float64 { return ms(r.tail()) }), "%.0f"))
+		}
+	}
+	fmt.Printf("\nThe machine during the runs, median (min–max): the emulator's CPU (/proc/<pid>/stat), and the busy CPU of the machine (/proc/stat) less the child's and the emulator's, which is other work sharing the cores.\n\n")
+	fmt.Println("| consumer | messages | emulator CPU s / 10k msgs | × raw | others' CPU during the run, s |")
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for si, n := range s.sizes {
+		raw := runs[si][0]
+		for ci, cons := range consumers {
+			rs := runs[si][ci]
+			fmt.Printf("| %s | %d | %s | %s | %s |\n", cons.name, n,
+				spread(each(rs, result.emulatorPer10k), "%.2f"),
+				ratio(rs, raw, result.emulatorPer10k, ci),
+				spread(each(rs, func(r result) float64 { return r.others.Seconds() }), "%.1f"))
 		}
 	}
 
@@ -321,36 +417,30 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 	last := len(s.sizes) - 1
 	raw := runs[last][0]
 	fmt.Printf("\nAgainst the targets (reported, not asserted):\n\n")
-	for ci := 1; ci < len(consumers); ci++ {
+	for ci := 1; ci <= 2; ci++ { // the workers
 		rs := runs[last][ci]
-		fmt.Printf("- %s, %d msgs: whole process %.2f× the raw loop (target ≥ 0.95); CPU per message %.2f× (target ≤ 1.10)\n",
-			consumers[ci].name, s.sizes[last], median(ratios(rs, raw, result.rate)), median(ratios(rs, raw, result.cpuPer10k)))
+		fmt.Printf("- %s, %d msgs: whole process %.2f× the raw loop (target ≥ 0.95), %.2f× until the last delete; CPU per message %.2f× the raw loop's (target ≤ 1.10)\n",
+			consumers[ci].name, s.sizes[last], median(ratios(rs, raw, result.rate)), median(ratios(rs, raw, result.untilDone)), median(ratios(rs, raw, result.cpuPer10k)))
 	}
-	var on []result
+	var on, workers, all []result
 	for si := range s.sizes {
 		on = append(on, runs[si][1]...)
-	}
-	fmt.Printf("- worker, heartbeat on, Concurrency %d: peak RSS %.1f MiB at most over %d runs (target ≤ 25 MB)\n",
-		s.concurrency, slices.Max(each(on, result.rssMiB)), len(on))
-	var workers []result
-	var tailAll []time.Duration
-	for si := range s.sizes {
-		for ci := 1; ci < len(consumers); ci++ {
-			workers = append(workers, runs[si][ci]...)
-			tailAll = append(tailAll, tails[fmt.Sprintf("%d\x00%d", si, ci)]...)
-		}
-	}
-	fmt.Printf("- worker: %.4f SQS requests per message at most (target ≤ 0.201)\n", slices.Max(each(workers, result.perMessage)))
-	fmt.Printf("- worker: last delete → exit %.0f ms median, %.0f ms at most, with a long poll of %s under way (target: no more than that poll)\n",
-		median(ms(tailAll)), slices.Max(ms(tailAll)), s.waitTime)
-	var all []result
-	for si := range s.sizes {
 		for ci := range consumers {
+			if ci == 1 || ci == 2 {
+				workers = append(workers, runs[si][ci]...)
+			}
 			all = append(all, runs[si][ci]...)
 		}
 	}
-	fmt.Printf("\n(ru_maxrss of the children: %.1f–%.1f MiB, sqsbench's own peak %.1f MiB: ru_maxrss includes the parent's high-water mark at exec, hence VmHWM above.)\n\n",
-		slices.Min(eachInt(all, func(r result) int64 { return r.maxRSSKB })), slices.Max(eachInt(all, func(r result) int64 { return r.maxRSSKB })), float64(parentHWM)/1024)
+	fmt.Printf("- worker, heartbeat on, Concurrency %d: peak RSS %.1f MiB at most over %d runs (target ≤ 25 MB)\n",
+		s.concurrency, slices.Max(each(on, result.rssMiB)), len(on))
+	fmt.Printf("- worker: %.4f SQS requests per message at most (target ≤ 0.201)\n", slices.Max(each(workers, result.perMessage)))
+	tails := each(workers, func(r result) float64 { return ms(r.tail()) })
+	fmt.Printf("- worker: last delete → exit %.0f ms median, %.0f ms at most, with long polls of %s under way (target: no more than that poll)\n",
+		median(tails), slices.Max(tails), s.waitTime)
+	rss := each(all, func(r result) float64 { return float64(r.maxRSSKB) / 1024 })
+	fmt.Printf("\n(ru_maxrss of the children: %.1f–%.1f MiB, sqsbench's own peak %.1f MiB: ru_maxrss counts the parent's high-water mark at exec, hence VmHWM above.)\n\n",
+		slices.Min(rss), slices.Max(rss), float64(parentHWM)/1024)
 	return nil
 }
 
@@ -359,7 +449,7 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 // the child's pid once it is started, and its stop function once it has
 // exited.
 func runChild(ctx context.Context, c *sqs.Client, s settings, child, name string, n int, args []string, visibility time.Duration,
-	sample func(pid int, started time.Time, queueURL string) (stop func())) (r result, execAt, end time.Time, err error) {
+	sample func(pid int, started time.Time, queueURL string) (stop func())) (r result, err error) {
 	qn := fmt.Sprintf("sqsbench-%s-%d", strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
 			return r
@@ -372,7 +462,7 @@ func runChild(ctx context.Context, c *sqs.Client, s settings, child, name string
 	}
 	out, err := c.CreateQueue(ctx, in)
 	if err != nil {
-		return r, execAt, end, fmt.Errorf("creating a queue: %w", err)
+		return r, fmt.Errorf("creating a queue: %w", err)
 	}
 	queueURL := aws.ToString(out.QueueUrl)
 	defer func() {
@@ -381,43 +471,46 @@ func runChild(ctx context.Context, c *sqs.Client, s settings, child, name string
 		}
 	}()
 	if err := fill(ctx, c, queueURL, n); err != nil {
-		return r, execAt, end, err
+		return r, err
 	}
 	time.Sleep(s.settle)
 
 	cmd := exec.CommandContext(ctx, child, append(slices.Clone(args), "-queue-url", queueURL, "-messages", strconv.Itoa(n))...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	execAt = time.Now()
+	busy0, emu0 := machineBusy(), processCPU(s.emulatorPID)
+	r = result{consumer: name, n: n, exec: time.Now()}
 	if err := cmd.Start(); err != nil {
-		return r, execAt, end, fmt.Errorf("starting the child: %w", err)
+		return r, fmt.Errorf("starting the child: %w", err)
 	}
 	var stop func()
 	if sample != nil {
-		stop = sample(cmd.Process.Pid, execAt, queueURL)
+		stop = sample(cmd.Process.Pid, r.exec, queueURL)
 	}
 	werr := cmd.Wait()
-	end = time.Now()
+	r.end = time.Now()
+	busy1, emu1 := machineBusy(), processCPU(s.emulatorPID)
 	if stop != nil {
 		stop()
 	}
 	if werr != nil {
-		return r, execAt, end, fmt.Errorf("child: %w; its stderr:\n%s", werr, tail(stderr.String(), 4000))
+		return r, fmt.Errorf("child: %w; its stderr:\n%s", werr, tail(stderr.String(), 4000))
 	}
 	if stderr.Len() > 0 {
 		fmt.Fprintf(os.Stderr, "child's stderr:\n%s", tail(stderr.String(), 4000))
 	}
-	r = result{consumer: name, n: n, wall: end.Sub(execAt)}
 	if err := json.Unmarshal(stdout.Bytes(), &r.rep); err != nil {
-		return r, execAt, end, fmt.Errorf("reading the child's report %q: %w", tail(stdout.String(), 400), err)
+		return r, fmt.Errorf("reading the child's report %q: %w", tail(stdout.String(), 400), err)
 	}
 	ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	if !ok {
-		return r, execAt, end, errors.New("no rusage for the child")
+		return r, errors.New("no rusage for the child")
 	}
 	r.cpu = time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
 	r.maxRSSKB = ru.Maxrss
-	return r, execAt, end, nil
+	r.emulator = emu1 - emu0
+	r.others = busy1 - busy0 - r.cpu - r.emulator
+	return r, nil
 }
 
 // fill sends n messages to the queue, ten a call, from 8 goroutines.
@@ -503,7 +596,7 @@ func soak(ctx context.Context, c *sqs.Client, s settings, child string) error {
 	}
 	args := []string{"-mode", "worker", "-concurrency", strconv.Itoa(s.soakConc), "-heartbeat=true", "-sleep", s.soakSleep.String(), "-wait-time", s.waitTime.String()}
 	fmt.Fprintf(os.Stderr, "soak: %d messages, Concurrency %d, handlers sleeping %s, heartbeat on\n", s.soakMessages, s.soakConc, s.soakSleep)
-	r, _, end, err := runChild(ctx, c, s, child, "soak", s.soakMessages, args, s.soakVis, sampler)
+	r, err := runChild(ctx, c, s, child, "soak", s.soakMessages, args, s.soakVis, sampler)
 	if err != nil {
 		return fmt.Errorf("soak: %w", err)
 	}
@@ -511,8 +604,8 @@ func soak(ctx context.Context, c *sqs.Client, s settings, child string) error {
 	defer mu.Unlock()
 	fmt.Printf("Memory at scale: worker, Concurrency %d, handlers sleeping %s, heartbeat on, queue visibility timeout %s, WaitTime %s, %d messages\n\n",
 		s.soakConc, s.soakSleep, s.soakVis, s.waitTime, s.soakMessages)
-	fmt.Printf("- exec → exit %.1f s, peak RSS (VmHWM at exit) **%.1f MiB** (target ≤ 64 MB), CPU %.2f s, %.4f SQS requests/msg (%v), %d heartbeat extensions, last delete → exit %d ms\n",
-		r.wall.Seconds(), r.rssMiB(), r.cpu.Seconds(), r.perMessage(), r.rep.Requests, r.rep.Extended, r.tail(end).Milliseconds())
+	fmt.Printf("- exec → exit %.1f s, peak RSS (VmHWM at exit) **%.1f MiB** (target ≤ 64 MB), CPU %.2f s, %.4f SQS requests/msg (%v), %d heartbeat extensions, last delete → exit %d ms; the emulator's CPU %.1f s, others' %.1f s\n",
+		r.wall().Seconds(), r.rssMiB(), r.cpu.Seconds(), r.perMessage(), r.rep.Requests, r.rep.Extended, r.tail().Milliseconds(), r.emulator.Seconds(), r.others.Seconds())
 	var loaded []float64
 	for _, sm := range samples {
 		if sm.inFlight >= s.soakConc*9/10 {
@@ -572,21 +665,7 @@ func each(rs []result, f func(result) float64) []float64 {
 	return out
 }
 
-func eachInt(rs []result, f func(result) int64) []float64 {
-	out := make([]float64, len(rs))
-	for i, r := range rs {
-		out[i] = float64(f(r)) / 1024
-	}
-	return out
-}
-
-func ms(ds []time.Duration) []float64 {
-	out := make([]float64, len(ds))
-	for i, d := range ds {
-		out[i] = float64(d) / float64(time.Millisecond)
-	}
-	return out
-}
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // ratios divides each run's figure by the raw loop's of the same repetition.
 func ratios(rs, raw []result, f func(result) float64) []float64 {

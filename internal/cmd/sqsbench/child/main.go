@@ -6,6 +6,7 @@
 // With -mode raw it is the raw SDK loop: -raw-goroutines goroutines, each
 // ReceiveMessage(10) then DeleteMessageBatch of what it received; the
 // receives still waiting are cancelled once the last delete has landed.
+// -raw-attributes has it ask for every attribute, as the worker does.
 // With -mode worker it is a worker.Worker (worker.New + Run) with a no-op
 // handler, or one that sleeps -sleep; it calls Shutdown once SQS has
 // confirmed the last delete, and exits when Run returns.
@@ -68,6 +69,7 @@ type settings struct {
 	queueURL   string
 	messages   int64
 	goroutines int
+	attributes bool
 	worker     worker.Config
 	sleep      time.Duration
 	cpuprofile string
@@ -93,6 +95,7 @@ func parseSettings(args []string) (settings, error) {
 	fs.StringVar(&s.queueURL, "queue-url", "", "queue to drain")
 	fs.Int64Var(&s.messages, "messages", 0, "messages in the queue: the child exits once it has deleted them all")
 	fs.IntVar(&s.goroutines, "raw-goroutines", 8, "goroutines of the raw loop")
+	fs.BoolVar(&s.attributes, "raw-attributes", false, "raw loop: receive every system and message attribute, as the worker does")
 	fs.IntVar(&s.worker.Concurrency, "concurrency", 80, "worker Config.Concurrency")
 	fs.DurationVar(&s.worker.WaitTime, "wait-time", time.Second, "long-poll wait of each receive (both modes)")
 	heartbeat := fs.Bool("heartbeat", true, "worker: the visibility heartbeat on (Config.DisableHeartbeat false)")
@@ -282,12 +285,18 @@ func rawLoop(ctx context.Context, c *sqs.Client, s settings, t *tally) error {
 		}
 	}()
 	wait := int32(s.worker.WaitTime / time.Second)
+	var sysAttrs []types.MessageSystemAttributeName
+	var msgAttrs []string
+	if s.attributes {
+		sysAttrs, msgAttrs = []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}, []string{"All"}
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, s.goroutines)
 	for range s.goroutines {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &s.queueURL, MaxNumberOfMessages: 10, WaitTimeSeconds: wait})
+				out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &s.queueURL, MaxNumberOfMessages: 10, WaitTimeSeconds: wait,
+					MessageSystemAttributeNames: sysAttrs, MessageAttributeNames: msgAttrs})
 				if err != nil {
 					if ctx.Err() == nil {
 						errs <- fmt.Errorf("receive: %w", err)
