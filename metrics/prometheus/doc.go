@@ -26,6 +26,14 @@
 // dlq_visible) are polled by the worker every Config.MetricsInterval (60s by
 // default); Prometheus scrapes the last value.
 //
+// Several workers of a process may record into one registry, each with a
+// Recorder of its own: counters and histograms add up, in_flight is the sum
+// of the workers' handlers, breaker_state the greatest of their breakers'
+// states (0 closed, 1 open, 2 half-open), and the depth gauges the queue's
+// last reading. Label values are bounded: cleaned to printable ASCII of at
+// most 256 bytes, and at most 20 distinct error classes per Recorder, the
+// rest counted under error_class="other" (see package metrics).
+//
 // [Handler] serves /metrics, /healthz and /readyz; [Serve] runs it on an
 // address until a context ends. A poller puts them together:
 //

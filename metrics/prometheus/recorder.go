@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -56,6 +57,29 @@ type Options struct {
 // use; if that metric's name is taken in the registry, its values are
 // dropped.
 //
+// Label values are bounded as the package metrics documents: cleaned by
+// metrics.CleanDimension (printable ASCII, at most 256 bytes), and at most
+// metrics.MaxErrorClasses (20) distinct error classes per Recorder, for its
+// whole life, since a series once exported stays in the registry; the
+// classes that come after are counted under "other".
+//
+// Recorders that share a registry share its metrics, and combine their
+// gauges instead of overwriting each other's:
+//
+//   - in_flight is the sum of the Recorders' values: the handlers running
+//     in all the workers of a queue;
+//   - breaker_state is the greatest: non-zero while any of the queue's
+//     breakers is not closed;
+//   - the depth gauges (queue_visible, queue_in_flight, queue_delayed,
+//     dlq_visible), figures of the queue itself, and gauges the vocabulary
+//     does not know, are the value last set by any of them.
+//
+// So give each runtime (each worker.Worker, each Lambda adapter) a Recorder
+// of its own: two runtimes that share one Recorder set the same in_flight
+// and breaker_state, the last one setting it winning. A Recorder's values
+// stay in the metrics after its runtime has stopped: its in_flight is then
+// 0, its breaker_state the breaker's last state.
+//
 // A Recorder is safe for concurrent use. Each call looks its series up in a
 // map that is copied only when a new series appears, and takes no lock and
 // allocates nothing once the series exists.
@@ -64,10 +88,11 @@ type Recorder struct {
 	ns       string
 	constLbl prometheus.Labels
 	buckets  []float64
+	classes  classCap
 
 	counters   registry[prometheus.Counter]
 	histograms registry[prometheus.Observer]
-	gauges     registry[prometheus.Gauge]
+	gauges     registry[*gaugeCell]
 }
 
 var _ metrics.Recorder = (*Recorder)(nil)
@@ -161,11 +186,21 @@ var vocabulary = []struct {
 	{metrics.HandlerDuration, histogram, lQueue | lHandler, "Time in the handler, in seconds."},
 	{metrics.EnqueueToDoneLatency, histogram, lQueue, "Time from a message's SentTimestamp to the end of its handler, in seconds."},
 	{metrics.ReceiveToDoneLatency, histogram, lQueue, "Time from a message's receive to the end of its handler, in seconds."},
-	{metrics.InFlight, gauge, lQueue, "Handlers running."},
+	{metrics.InFlight, gauge, lQueue, "Handlers running, in all the workers recording into this registry."},
 	{metrics.QueueVisible, gauge, lQueue, "The queue's ApproximateNumberOfMessages."},
 	{metrics.QueueInFlight, gauge, lQueue, "The queue's ApproximateNumberOfMessagesNotVisible."},
 	{metrics.QueueDelayed, gauge, lQueue, "The queue's ApproximateNumberOfMessagesDelayed."},
 	{metrics.DeadLetterQueueVisible, gauge, lQueue, "The dead-letter queue's ApproximateNumberOfMessages; queue is the source queue."},
+	{metrics.BreakerState, gauge, lQueue, "The circuit breaker: 0 closed, 1 open, 2 half-open; the greatest of the workers recording into this registry."},
+	{metrics.BreakerOpens, counter, lQueue, "Times the circuit breaker opened."},
+	{metrics.BreakerProbes, counter, lQueue, "Messages let through an open circuit breaker as probes."},
+}
+
+// combined says how the Recorders sharing a registry combine a gauge of the
+// vocabulary: the others are the value last set.
+var combined = map[string]combine{
+	metrics.InFlight:     combineSum,
+	metrics.BreakerState: combineMax,
 }
 
 // New returns a Recorder whose metrics are registered with reg; nil means
@@ -202,9 +237,10 @@ func New(reg prometheus.Registerer, opts Options) *Recorder {
 			panic("sqsprom: Options.ConstLabels must not have the label " + name)
 		}
 	}
+	r.classes.init()
 	counters := map[string]*family[prometheus.Counter]{}
 	histograms := map[string]*family[prometheus.Observer]{}
-	gauges := map[string]*family[prometheus.Gauge]{}
+	gauges := map[string]*family[*gaugeCell]{}
 	for _, m := range vocabulary {
 		var err error
 		switch m.kind {
@@ -213,7 +249,7 @@ func New(reg prometheus.Registerer, opts Options) *Recorder {
 		case histogram:
 			histograms[m.name], err = r.newHistogram(m.name, m.labels, m.help)
 		case gauge:
-			gauges[m.name], err = r.newGauge(m.name, m.labels, m.help)
+			gauges[m.name], err = r.newGauge(m.name, m.labels, m.help, combined[m.name])
 		}
 		if err != nil {
 			panic("sqsprom: " + err.Error())
@@ -221,7 +257,9 @@ func New(reg prometheus.Registerer, opts Options) *Recorder {
 	}
 	r.counters.init(counters, r.newCounter)
 	r.histograms.init(histograms, r.newHistogram)
-	r.gauges.init(gauges, r.newGauge)
+	r.gauges.init(gauges, func(name string, l labelSet, help string) (*family[*gaugeCell], error) {
+		return r.newGauge(name, l, help, combineLast)
+	})
 	return r
 }
 
@@ -244,10 +282,12 @@ func (r *Recorder) Observe(name string, v float64, d metrics.Dims) {
 	}
 }
 
-// Set implements metrics.Recorder: it sets the gauge <namespace>_<name>.
+// Set implements metrics.Recorder: it sets this Recorder's value of the
+// gauge <namespace>_<name>, which the Recorders sharing the registry
+// combine (see Recorder).
 func (r *Recorder) Set(name string, v float64, d metrics.Dims) {
 	if g, ok := r.gauges.child(name, d); ok {
-		g.Set(v)
+		g.set(v)
 	}
 }
 
@@ -256,7 +296,7 @@ func (r *Recorder) newCounter(name string, l labelSet, help string) (*family[pro
 		Namespace: r.ns, Name: name + "_total", Help: help, ConstLabels: r.constLbl,
 	}, l.names())
 	v, err := register(r.reg, v)
-	return newFamily(l, v.GetMetricWithLabelValues), err
+	return newFamily(l, &r.classes, v.GetMetricWithLabelValues), err
 }
 
 func (r *Recorder) newHistogram(name string, l labelSet, help string) (*family[prometheus.Observer], error) {
@@ -264,15 +304,18 @@ func (r *Recorder) newHistogram(name string, l labelSet, help string) (*family[p
 		Namespace: r.ns, Name: name + "_seconds", Help: help, ConstLabels: r.constLbl, Buckets: r.buckets,
 	}, l.names())
 	v, err := register(r.reg, v)
-	return newFamily(l, v.GetMetricWithLabelValues), err
+	return newFamily(l, &r.classes, v.GetMetricWithLabelValues), err
 }
 
-func (r *Recorder) newGauge(name string, l labelSet, help string) (*family[prometheus.Gauge], error) {
-	v := prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: r.ns, Name: name, Help: help, ConstLabels: r.constLbl,
-	}, l.names())
+func (r *Recorder) newGauge(name string, l labelSet, help string, c combine) (*family[*gaugeCell], error) {
+	v := &gaugeVec{
+		desc:    prometheus.NewDesc(prometheus.BuildFQName(r.ns, "", name), help, l.names(), r.constLbl),
+		labels:  len(l.names()),
+		combine: c,
+		series:  map[string]*gaugeSeries{},
+	}
 	v, err := register(r.reg, v)
-	return newFamily(l, v.GetMetricWithLabelValues), err
+	return newFamily(l, &r.classes, v.cell), err
 }
 
 // register registers c, or returns the collector of the same kind already
@@ -332,25 +375,43 @@ func (g *registry[M]) add(name string) *family[M] {
 }
 
 // family is one metric vector: its series by dimensions, copied on write.
+// Its map is keyed by dimensions as exported (masked, cleaned, error class
+// capped), so that it stays as bounded as the series.
 type family[M any] struct {
 	labels   labelSet
+	classes  *classCap
 	get      func(lvs ...string) (M, error)
 	children atomic.Pointer[map[metrics.Dims]M]
 	mu       sync.Mutex // held to add a series
 }
 
-func newFamily[M any](l labelSet, get func(...string) (M, error)) *family[M] {
-	f := &family[M]{labels: l, get: get}
+func newFamily[M any](l labelSet, classes *classCap, get func(...string) (M, error)) *family[M] {
+	f := &family[M]{labels: l, classes: classes, get: get}
 	f.children.Store(&map[metrics.Dims]M{})
 	return f
 }
 
 func (f *family[M]) child(d metrics.Dims) (M, bool) {
 	d = f.labels.mask(d)
+	if c, ok := (*f.children.Load())[d]; ok { // d is as exported
+		return c, true
+	}
+	d = f.export(d)
 	if c, ok := (*f.children.Load())[d]; ok {
 		return c, true
 	}
 	return f.add(d)
+}
+
+// export returns the dimensions d is exported under: cleaned, with its
+// error class capped.
+func (f *family[M]) export(d metrics.Dims) metrics.Dims {
+	d.Queue = metrics.CleanDimension(d.Queue)
+	d.Handler = metrics.CleanDimension(d.Handler)
+	if d.ErrorClass != "" {
+		d.ErrorClass = f.classes.admit(metrics.CleanDimension(d.ErrorClass))
+	}
+	return d
 }
 
 func (f *family[M]) add(d metrics.Dims) (M, bool) {
@@ -361,11 +422,8 @@ func (f *family[M]) add(d metrics.Dims) (M, bool) {
 		return c, true
 	}
 	c, err := f.get(f.labels.values(d)...)
-	if err != nil { // label values must be valid UTF-8
-		c, err = f.get(f.labels.values(validUTF8(d))...)
-		if err != nil {
-			return c, false
-		}
+	if err != nil {
+		return c, false
 	}
 	m := make(map[metrics.Dims]M, len(old)+1)
 	maps.Copy(m, old)
@@ -374,9 +432,113 @@ func (f *family[M]) add(d metrics.Dims) (M, bool) {
 	return c, true
 }
 
-func validUTF8(d metrics.Dims) metrics.Dims {
-	d.Queue = strings.ToValidUTF8(d.Queue, "\uFFFD")
-	d.Handler = strings.ToValidUTF8(d.Handler, "\uFFFD")
-	d.ErrorClass = strings.ToValidUTF8(d.ErrorClass, "\uFFFD")
-	return d
+// classCap admits up to metrics.MaxErrorClasses distinct error classes, for
+// the life of a Recorder; the set is copied on write.
+type classCap struct {
+	set atomic.Pointer[map[string]bool]
+	mu  sync.Mutex // held to admit a class
+}
+
+func (c *classCap) init() { c.set.Store(&map[string]bool{}) }
+
+// admit returns class if it is admitted, or can be, and
+// metrics.OtherErrorClass once MaxErrorClasses others are.
+func (c *classCap) admit(class string) string {
+	if (*c.set.Load())[class] {
+		return class
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := *c.set.Load()
+	switch {
+	case old[class]:
+		return class
+	case len(old) >= metrics.MaxErrorClasses:
+		return metrics.OtherErrorClass
+	}
+	m := maps.Clone(old)
+	m[class] = true
+	c.set.Store(&m)
+	return class
+}
+
+// combine is how a gauge combines the values of the Recorders that share
+// it.
+type combine uint8
+
+const (
+	combineLast combine = iota // the value last set, by any Recorder
+	combineSum                 // the sum of the Recorders' values
+	combineMax                 // the greatest of the Recorders' values
+)
+
+// gaugeVec is a gauge metric that the Recorders sharing a registry set
+// together: each series has a cell per Recorder (one for all with
+// combineLast), combined when the registry is gathered.
+type gaugeVec struct {
+	desc    *prometheus.Desc
+	labels  int // the number of variable labels
+	combine combine
+
+	mu     sync.Mutex
+	series map[string]*gaugeSeries // by label values, joined with 0xff
+}
+
+type gaugeSeries struct {
+	lvs   []string
+	cells []*gaugeCell
+}
+
+// gaugeCell is one Recorder's value of one series.
+type gaugeCell struct{ bits atomic.Uint64 }
+
+func (c *gaugeCell) set(v float64) { c.bits.Store(math.Float64bits(v)) }
+func (c *gaugeCell) get() float64  { return math.Float64frombits(c.bits.Load()) }
+
+// cell returns a new cell of the series with the label values lvs, for
+// the Recorder that asks (each asks once per series), or with combineLast
+// the series' one cell.
+func (g *gaugeVec) cell(lvs ...string) (*gaugeCell, error) {
+	if len(lvs) != g.labels {
+		return nil, fmt.Errorf("sqsprom: %d label values for %d labels", len(lvs), g.labels)
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	key := strings.Join(lvs, "\xff")
+	s := g.series[key]
+	if s == nil {
+		s = &gaugeSeries{lvs: slices.Clone(lvs)}
+		g.series[key] = s
+	}
+	if g.combine == combineLast && len(s.cells) > 0 {
+		return s.cells[0], nil
+	}
+	c := &gaugeCell{}
+	s.cells = append(s.cells, c)
+	return c, nil
+}
+
+// Describe implements prometheus.Collector.
+func (g *gaugeVec) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+// Collect implements prometheus.Collector.
+func (g *gaugeVec) Collect(ch chan<- prometheus.Metric) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, s := range g.series {
+		v := s.cells[0].get()
+		for _, c := range s.cells[1:] {
+			switch g.combine {
+			case combineSum:
+				v += c.get()
+			case combineMax:
+				v = max(v, c.get())
+			}
+		}
+		m, err := prometheus.NewConstMetric(g.desc, prometheus.GaugeValue, v, s.lvs...)
+		if err != nil {
+			m = prometheus.NewInvalidMetric(g.desc, err)
+		}
+		ch <- m
+	}
 }

@@ -80,6 +80,9 @@ func TestVocabulary(t *testing.T) {
 		{metrics.QueueInFlight, "sqsworker_queue_in_flight", dto.MetricType_GAUGE, []string{"queue"}},
 		{metrics.QueueDelayed, "sqsworker_queue_delayed", dto.MetricType_GAUGE, []string{"queue"}},
 		{metrics.DeadLetterQueueVisible, "sqsworker_dlq_visible", dto.MetricType_GAUGE, []string{"queue"}},
+		{metrics.BreakerState, "sqsworker_breaker_state", dto.MetricType_GAUGE, []string{"queue"}},
+		{metrics.BreakerOpens, "sqsworker_breaker_opens_total", dto.MetricType_COUNTER, []string{"queue"}},
+		{metrics.BreakerProbes, "sqsworker_breaker_probes_total", dto.MetricType_COUNTER, []string{"queue"}},
 	}
 	reg := prometheus.NewPedanticRegistry()
 	r := sqsprom.New(reg, sqsprom.Options{})
@@ -316,15 +319,15 @@ func TestUnknownNames(t *testing.T) {
 }
 
 // Label values that are not valid UTF-8, which client_golang refuses with a
-// panic, are repaired.
+// panic, are cleaned as metrics.CleanDimension does.
 func TestInvalidUTF8(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	r := sqsprom.New(reg, sqsprom.Options{})
 	r.Add(metrics.MessagesDeadLettered, 1, metrics.Dims{Queue: "q", ErrorClass: "bad\xff"})
 	r.Add(metrics.MessagesDeadLettered, 1, metrics.Dims{Queue: "q", ErrorClass: "bad\xff"})
 	_, got := gather(t, reg)
-	if v := got["sqsworker_messages_dead_lettered_total{error_class=\"bad\uFFFD\",queue=\"q\"}"]; v != 2 || len(got) != 1 {
-		t.Errorf("samples:\n%s\nwant the error class repaired, counted twice", dump(got))
+	if v := got[`sqsworker_messages_dead_lettered_total{error_class="bad_",queue="q"}`]; v != 2 || len(got) != 1 {
+		t.Errorf("samples:\n%s\nwant the error class cleaned, counted twice", dump(got))
 	}
 }
 
