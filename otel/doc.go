@@ -13,14 +13,16 @@
 //	p, err := producer.New(client, producer.Config{QueueURL: url, Attributes: sqsotel.Inject})
 //
 // On the consumer's side, [Middleware] starts a span of kind consumer for
-// every message, named "<queue name> process" and carrying the messaging
+// every message, named "process <queue name>" and carrying the messaging
 // semantic conventions' attributes (messaging.system "aws_sqs",
 // messaging.destination.name, messaging.message.id,
 // messaging.operation.type "process", ...), the attempt (the receive count)
 // and, on FIFO queues, the message group. The span is linked to the
 // producer's span, found in the message's attributes with the propagator or,
 // failing that, in SQS's AWSTraceHeader system attribute (X-Ray); with
-// [AsChild] it is the producer span's child instead. A handler's error is
+// [AsChild] it is the producer span's child instead. What else the
+// propagator reads from the attributes, such as W3C baggage, is in the
+// handler's context whichever of the two gave the producer's span. A handler's error is
 // recorded on the span, which gets the status Error and the attribute
 // error.type, [sqsworker.ErrorClass] of the error. The handler's context
 // carries the span:

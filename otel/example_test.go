@@ -83,7 +83,7 @@ func Example() {
 	}
 	// Output:
 	// the handler's ctx is recording: true
-	// span: orders process consumer
+	// span: process orders consumer
 	//   messaging.system=aws_sqs
 	//   messaging.operation.type=process
 	//   sqsworker.attempt=1

@@ -143,8 +143,8 @@ func TestTraceThroughQueue(t *testing.T) {
 					absent = append(absent, "sqsworker.message.group_id")
 				}
 				checkAttrs(t, s, want, absent...)
-				if s.Name() != queueName+" process" {
-					t.Errorf("span name %q, want %q", s.Name(), queueName+" process")
+				if s.Name() != "process "+queueName {
+					t.Errorf("span name %q, want %q", s.Name(), "process "+queueName)
 				}
 				if s.Status().Code != codes.Unset {
 					t.Errorf("status %v", s.Status())

@@ -133,9 +133,11 @@ func (t *tracing) queueNames(url string) *queueNames {
 		return n
 	}
 	n := &queueNames{url: url, queue: url[strings.LastIndexByte(url, '/')+1:]}
+	// "{messaging.operation.name} {destination}", the destination left
+	// out when there is none (semantic conventions v1.26 and later).
 	n.span = "process"
 	if n.queue != "" {
-		n.span = n.queue + " process"
+		n.span = "process " + n.queue
 	}
 	t.names.Store(n)
 	return n
@@ -204,18 +206,21 @@ func (t *tracing) handle(ctx context.Context, m *sqsworker.Message, next sqswork
 }
 
 // producerContext returns the span context of the producer's span: from the
-// message attributes through the propagator, which also sets *ctx to the
-// context the propagator returned (with the producer's span as the current
-// one, and whatever else it carries, such as baggage) and then reports
-// extracted; else from the AWSTraceHeader system attribute.
+// message attributes through the propagator, which then makes it the
+// current span of *ctx and reports extracted; else from the AWSTraceHeader
+// system attribute. Whatever else the propagator reads, such as baggage, is
+// kept in *ctx either way.
 func (t *tracing) producerContext(ctx *context.Context, m *sqsworker.Message) (sc trace.SpanContext, extracted bool) {
 	if len(m.MessageAttributes) > 0 {
-		before := trace.SpanContextFromContext(*ctx)
+		ambient := trace.SpanFromContext(*ctx)
 		ectx := t.prop.Extract(*ctx, carrier(m.MessageAttributes))
-		if sc := trace.SpanContextFromContext(ectx); sc.IsValid() && !sc.Equal(before) {
+		if sc := trace.SpanContextFromContext(ectx); sc.IsValid() && !sc.Equal(ambient.SpanContext()) {
 			*ctx = ectx
 			return sc, true
 		}
+		// No producer span in the attributes: keep what the propagator
+		// read besides, with the span the handler's context had.
+		*ctx = trace.ContextWithSpan(ectx, ambient)
 	}
 	if h, ok := m.Attributes[sqsworker.AttrAWSTraceHeader]; ok {
 		return parseAWSTraceHeader(h), false

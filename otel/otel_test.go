@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,8 +166,8 @@ func TestMiddlewareLinksToProducer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Name() != "jobs process" || s.SpanKind() != trace.SpanKindConsumer {
-		t.Errorf("span %q of kind %v, want %q of kind consumer", s.Name(), s.SpanKind(), "jobs process")
+	if s.Name() != "process jobs" || s.SpanKind() != trace.SpanKindConsumer {
+		t.Errorf("span %q of kind %v, want %q of kind consumer", s.Name(), s.SpanKind(), "process jobs")
 	}
 	if !inHandler.Equal(s.SpanContext()) {
 		t.Errorf("the handler's ctx carries %v, want the consumer span %v", inHandler, s.SpanContext())
@@ -312,7 +313,7 @@ func TestMiddlewareFIFOAndNames(t *testing.T) {
 	m.QueueURL = "https://sqs.eu-west-1.amazonaws.com/123456789012/jobs.fifo"
 	m.GroupID = "customer-7"
 	_, s, _ := run(t, rec, m, nil, sqsotel.WithTracerProvider(tp))
-	if s.Name() != "jobs.fifo process" {
+	if s.Name() != "process jobs.fifo" {
 		t.Errorf("span name %q", s.Name())
 	}
 	checkAttrs(t, s, map[string]string{"messaging.destination.name": "jobs.fifo", "sqsworker.message.group_id": "customer-7"})
@@ -519,4 +520,80 @@ func TestGlobalProviderSetLater(t *testing.T) {
 
 func baggageValue(ctx context.Context, key string) string {
 	return baggage.FromContext(ctx).Member(key).Value()
+}
+
+// The consumer span is named as the messaging semantic conventions (v1.26
+// and later) say: "{messaging.operation.name} {destination}", the
+// destination left out when there is none. Before, it was "jobs process".
+func TestSpanNameOperationThenDestination(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{queueURL, "process jobs"},
+		{"https://sqs.eu-west-1.amazonaws.com/123456789012/jobs.fifo", "process jobs.fifo"},
+		{"", "process"},
+	} {
+		tp, rec := newTracer(t)
+		m := message()
+		m.QueueURL = c.url
+		_, s, _ := run(t, rec, m, nil, sqsotel.WithTracerProvider(tp))
+		if s.Name() != c.want {
+			t.Errorf("queue %q: span %q, want %q", c.url, s.Name(), c.want)
+		}
+		if op := attrs(s)["messaging.operation.name"].AsString(); !strings.HasPrefix(s.Name(), op) {
+			t.Errorf("span %q does not start with messaging.operation.name %q", s.Name(), op)
+		}
+	}
+}
+
+// Baggage the propagator reads from the message attributes reaches the
+// handler when the producer's span comes from X-Ray's AWSTraceHeader, not
+// a traceparent attribute, linked or as a child; the handler's own span
+// stays the consumer span's parent. Before, the baggage was dropped.
+func TestMiddlewareBaggageWithXRay(t *testing.T) {
+	prop := propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	for _, asChild := range []bool{false, true} {
+		t.Run(fmt.Sprintf("asChild=%v", asChild), func(t *testing.T) {
+			tp, rec := newTracer(t)
+			m := withXRay(message())
+			m.MessageAttributes = map[string]sqsworker.MessageAttribute{"baggage": {DataType: "String", StringValue: "tenant=acme"}}
+			opts := []sqsotel.Option{sqsotel.WithTracerProvider(tp), sqsotel.WithPropagator(prop)}
+			if asChild {
+				opts = append(opts, sqsotel.AsChild())
+			}
+			var tenant string
+			_, s, _ := run(t, rec, m, func(ctx context.Context, _ *sqsworker.Message) error {
+				tenant = baggageValue(ctx, "tenant")
+				return nil
+			}, opts...)
+			if tenant != "acme" {
+				t.Errorf("the handler's ctx has the baggage tenant=%q, want acme", tenant)
+			}
+			if asChild {
+				checkChildOf(t, s, producerSC)
+			} else {
+				checkLinkedTo(t, s, producerSC)
+			}
+		})
+	}
+	// With a span in the handler's context (a Lambda invocation's), it is
+	// still the parent, and the baggage still arrives.
+	tp, rec := newTracer(t)
+	ctx, outer := tp.Tracer("test").Start(context.Background(), "invocation")
+	var tenant string
+	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, _ *sqsworker.Message) error {
+		tenant = baggageValue(ctx, "tenant")
+		return nil
+	}), sqsotel.Middleware(sqsotel.WithTracerProvider(tp), sqsotel.WithPropagator(prop)))
+	m := withXRay(message())
+	m.MessageAttributes = map[string]sqsworker.MessageAttribute{"baggage": {DataType: "String", StringValue: "tenant=acme"}}
+	if err := h.HandleMessage(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	outer.End()
+	s := rec.Ended()[0]
+	if s.Parent().SpanID() != outer.SpanContext().SpanID() || tenant != "acme" {
+		t.Errorf("parent %v (want the ambient span %v), baggage tenant=%q (want acme)", s.Parent(), outer.SpanContext(), tenant)
+	}
+	if len(s.Links()) != 1 || s.Links()[0].SpanContext.SpanID() != producerSC.SpanID() {
+		t.Errorf("links %v, want the X-Ray span", s.Links())
+	}
 }
