@@ -105,9 +105,15 @@ test-unit:
 chaos: stack-start
 	$(WITH_STACK) $(GO) run ./internal/cmd/chaos -full
 
-## bench: worker throughput against a raw SDK loop, and request cost per message
+## bench: what users see, against the local stack (internal/cmd/sqsbench): the
+## worker (heartbeat on and off) and a raw SDK loop, each a process of its own
+## timed from exec to exit at 20,000 and 60,000 messages, 3 interleaved
+## repetitions: throughput, CPU per 10k messages, peak RSS, SQS requests per
+## message, shutdown tail; then 1,000 slow jobs in flight with the worker's RSS
+## sampled for two minutes; then the Go benchmarks. Tables on stdout, progress
+## on stderr; about 7 minutes with warm caches (BENCHMARKS.md).
 bench: stack-start tools
-	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench
+	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO)
 	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 ## lint: formatting, vet, and staticcheck over the workspace's modules and infra/

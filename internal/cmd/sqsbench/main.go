@@ -133,6 +133,7 @@ type settings struct {
 	concurrency  int
 	waitTime     time.Duration
 	settle       time.Duration
+	quiet        time.Duration
 	perf, soak   bool
 	soakConc     int
 	soakMessages int
@@ -168,6 +169,7 @@ func parseSettings() (settings, error) {
 	flag.IntVar(&s.concurrency, "concurrency", 80, "worker Config.Concurrency")
 	flag.DurationVar(&s.waitTime, "wait-time", time.Second, "long-poll wait of each receive, raw loop and worker")
 	flag.DurationVar(&s.settle, "settle", time.Second, "pause between preloading a queue and the exec")
+	flag.DurationVar(&s.quiet, "quiet", 0, "before each exec, wait up to this long for a second in which the machine's busy CPU is under a quarter of a core")
 	flag.BoolVar(&s.perf, "perf", true, "run the throughput and cost comparison")
 	flag.BoolVar(&s.soak, "soak", true, "run the memory soak: slow jobs in flight")
 	flag.IntVar(&s.soakConc, "soak-concurrency", 1000, "soak: worker Config.Concurrency")
@@ -218,6 +220,19 @@ func fauxqsPID() int {
 		return 0
 	}
 	return pid
+}
+
+// waitQuiet waits, up to limit, for a second in which the machine's cores
+// are busy less than a quarter of one in all.
+func waitQuiet(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for time.Now().Before(deadline) {
+		b0 := machineBusy()
+		time.Sleep(time.Second)
+		if machineBusy()-b0 < time.Second/4 {
+			return
+		}
+	}
 }
 
 // clockTick is the unit of /proc/stat and /proc/<pid>/stat: USER_HZ, 100
@@ -474,6 +489,7 @@ func runChild(ctx context.Context, c *sqs.Client, s settings, child, name string
 		return r, err
 	}
 	time.Sleep(s.settle)
+	waitQuiet(s.quiet)
 
 	cmd := exec.CommandContext(ctx, child, append(slices.Clone(args), "-queue-url", queueURL, "-messages", strconv.Itoa(n))...)
 	var stdout, stderr bytes.Buffer
