@@ -530,6 +530,18 @@ func TestSendBatchQueueLimitEmulator(t *testing.T) {
 	if len(got) != 4 {
 		t.Errorf("received %d messages, want 4", len(got))
 	}
+
+	// A call over the limit fails as the modeled BatchRequestTooLong,
+	// which SendBatch splits on.
+	var entries []types.SendMessageBatchRequestEntry
+	for i := range 3 {
+		entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(strings.Repeat("x", 400<<10))})
+	}
+	_, err = c.SendMessageBatch(context.Background(), &sqs.SendMessageBatchInput{QueueUrl: &url, Entries: entries})
+	var tooLong *types.BatchRequestTooLong
+	if !errors.As(err, &tooLong) {
+		t.Errorf("a call of 1.2 MiB: %v, want *types.BatchRequestTooLong", err)
+	}
 }
 
 // A message whose entry SQS stored but reported failed on its side is sent
