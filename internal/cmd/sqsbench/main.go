@@ -141,8 +141,7 @@ type settings struct {
 	soakInterval time.Duration
 	soakVis      time.Duration
 	emulatorPID  int
-	cpuprofile   string
-	memprofile   string
+	profiles     string
 	child        string
 	goBin        string
 	verbose      bool
@@ -177,8 +176,7 @@ func parseSettings() (settings, error) {
 	flag.DurationVar(&s.soakSleep, "soak-sleep", 30*time.Second, "soak: how long each handler sleeps")
 	flag.DurationVar(&s.soakInterval, "soak-interval", 5*time.Second, "soak: RSS sampling interval")
 	flag.DurationVar(&s.soakVis, "soak-visibility", 30*time.Second, "soak: the queue's visibility timeout")
-	flag.StringVar(&s.cpuprofile, "cpuprofile", "", "CPU profile of one worker process (heartbeat on, largest size, last repetition)")
-	flag.StringVar(&s.memprofile, "memprofile", "", "allocation profile of the same worker process")
+	flag.StringVar(&s.profiles, "profiles", "", "a directory for CPU and allocation profiles of each consumer's run at the largest size in the last repetition (profiling adds to the CPU figures of those runs)")
 	flag.StringVar(&s.child, "child", "", "a prebuilt "+childPkg+" binary (default: go build it into a temporary directory)")
 	flag.IntVar(&s.emulatorPID, "emulator-pid", 0, "the emulator's pid, whose CPU is reported (default: from localstack/.run/sqs.pid when that is fauxqs)")
 	flag.StringVar(&s.goBin, "go", "go", "the go command that builds the child")
@@ -358,13 +356,9 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 				ci := (k + rep) % len(consumers) // rotate the order
 				cons := consumers[ci]
 				args := slices.Clone(cons.args)
-				if ci == 1 && rep == s.reps-1 && si == len(s.sizes)-1 {
-					if s.cpuprofile != "" {
-						args = append(args, "-cpuprofile", s.cpuprofile)
-					}
-					if s.memprofile != "" {
-						args = append(args, "-memprofile", s.memprofile)
-					}
+				if s.profiles != "" && rep == s.reps-1 && si == len(s.sizes)-1 {
+					base := filepath.Join(s.profiles, strings.ReplaceAll(strings.NewReplacer("(", "", ")", "", ",", "").Replace(cons.name), " ", "-"))
+					args = append(args, "-cpuprofile", base+".cpu.pprof", "-memprofile", base+".allocs.pprof")
 				}
 				r, err := runChild(ctx, c, s, child, cons.name, n, args, 0, nil)
 				if err != nil {
