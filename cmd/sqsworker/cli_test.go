@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -52,6 +53,18 @@ func golden(t *testing.T, name, got string) {
 }
 
 var _ = io.Discard
+
+// buildSQSWorker builds the command into a temporary directory, for tests
+// of the process as a whole: signals, environment, exit status.
+func buildSQSWorker(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "sqsworker")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
 
 func TestUnknownOutputIsAUsageError(t *testing.T) {
 	_, stderr, code := runCLI(t, "", "-o", "xml", "version")

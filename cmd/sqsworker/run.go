@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,26 +44,41 @@ const (
 	defaultRetryAfter = 30 * time.Second
 	// retryAfterEnv sets the default of --retry-after.
 	retryAfterEnv = "SQSWORKER_RETRY_AFTER"
-	// commandWaitDelay is how long a command has to exit after SIGTERM
-	// before it is killed.
-	commandWaitDelay = 10 * time.Second
+	// defaultKillAfter is how long a command has to exit after SIGTERM
+	// before its process group is killed.
+	defaultKillAfter = 10 * time.Second
+	// defaultHTTPTimeout is the handler timeout with --http, and the
+	// response-header timeout.
+	defaultHTTPTimeout = 5 * time.Minute
+	// defaultTotalsInterval is how often run logs its totals.
+	defaultTotalsInterval = time.Minute
 	// maxOutputLine is the longest line of a command's output passed on
 	// as one; longer ones are split.
 	maxOutputLine = 64 << 10
+	// maxEnvVar is the longest variable of a command's environment Linux
+	// accepts, "NAME=value" (MAX_ARG_STRLEN, 128 KiB, with its NUL).
+	maxEnvVar = 128<<10 - 1
+	// groupGiveUp is how long after SIGKILL a stopped command's process
+	// group is waited for.
+	groupGiveUp = 5 * time.Second
 )
 
 type runFlags struct {
-	concurrency       int
-	visibilityTimeout time.Duration
-	handlerTimeout    time.Duration
-	wait              time.Duration
-	retryAfter        time.Duration
-	httpURL           string
-	contentType       string
-	logLevel          string
-	metrics           string
-	namespace         string
-	handlerName       string
+	concurrency           int
+	visibilityTimeout     time.Duration
+	handlerTimeout        time.Duration
+	responseHeaderTimeout time.Duration
+	shutdownTimeout       time.Duration
+	killAfter             time.Duration
+	wait                  time.Duration
+	retryAfter            time.Duration
+	totalsInterval        time.Duration
+	httpURL               string
+	contentType           string
+	logLevel              string
+	metrics               string
+	namespace             string
+	handlerName           string
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -71,8 +88,12 @@ func newRunCmd(a *app) *cobra.Command {
 		Short: "Run a worker that hands each message to a command or an HTTP endpoint",
 		Long: `Run a worker on a queue (by name or URL) that hands each message to a command
 or POSTs it to an HTTP endpoint, until interrupted (SIGINT or SIGTERM), then
-shut down gracefully: stop receiving, let running handlers finish (up to 25s),
-make unstarted messages visible again, send pending deletes.
+shut down gracefully: stop receiving and let the long polls under way end
+(up to --wait), let running handlers finish (up to --shutdown-timeout, 25s),
+make unstarted messages visible again, send pending deletes. Ctrl-C again
+(or a second SIGTERM) stops at once: receives and handlers are cut short, their
+messages made visible again, pending deletes sent. Every minute
+(--totals-interval), and at the end, run logs its totals at info level.
 
 The worker is sqsworker's: up to --concurrency messages at once, batched
 deletes, retries with exponential backoff through the visibility timeout,
@@ -103,10 +124,21 @@ Its stdout and stderr go to sqsworker's stderr, each line prefixed with
   other, or    failure: retried with backoff, to the dead-letter queue after
   a signal     the redrive policy's maxReceiveCount
 
-A command still running at --handler-timeout, or at the end of the shutdown
-wait, gets SIGTERM, then SIGKILL 10s later, and its message is retried.
-Ctrl-C in a terminal also signals the commands (they are in its process
-group); SIGTERM to sqsworker alone lets them finish.
+Each command runs in a process group of its own. A command still running at
+--handler-timeout, or at the end of the shutdown wait, gets SIGTERM, and so
+does every process it started; the group gets SIGKILL --kill-after (10s)
+later, and its message is retried only once no process of the group is
+left, so that no effect of the old attempt can happen alongside the retry. A
+Ctrl-C in the terminal reaches sqsworker only, which stops as above.
+
+A message attribute over 128 KiB cannot be passed in the environment (Linux's
+limit on a variable): its message fails as a permanent failure, as does one
+the system refuses to start the command for (E2BIG: the environment and the
+arguments together too large).
+
+As PID 1 (a container's init, without tini or ECS's initProcessEnabled),
+sqsworker also reaps the orphaned processes handed to it, so that they do
+not stay zombies.
 
 With --http URL, each message is POSTed to URL (like Elastic Beanstalk's
 sqsd), with the body as the request body and the headers
@@ -133,16 +165,28 @@ The response status decides:
   are not followed),   queue after the redrive policy's maxReceiveCount
   timeouts
 
+With --http, a request may take --handler-timeout (default 5m; 0 for none)
+in all, and wait --response-header-timeout (default 5m, or the handler
+timeout when it is longer) for the response to start: a stuck endpoint holds
+a handler slot no longer. The URL is logged without its user information and
+query string, which may hold secrets; they are sent.
+
 429, 503 and connection errors count toward the circuit breaker: after 5 in
 a row sqsworker stops receiving and probes the application with one message
 every few seconds (5s, doubling up to 60s) until two probes succeed, so that
 an application that starts after sqsworker, or restarts, does not spend the
 messages' receive counts and fill the dead-letter queue.
 
+Failures are logged and dead-lettered with an error class: exit-N (a
+command's exit status), killed-by-signal, timeout (--handler-timeout),
+shutdown, environment-too-large, command-not-started, http-3xx, http-4xx,
+http-5xx, http-429, http-503, connection-refused, connection-reset, dns,
+tls.
+
 Without a dead-letter queue, permanent failures are logged and retried with
 backoff like other failures. The exit status of sqsworker run is 0 after a
 graceful shutdown, 1 when the queue cannot be used, 2 for a mistake in the
-command line.`,
+command line, 130 when a second Ctrl-C stopped it at once.`,
 		Example: `  # A script per message; the body on stdin
   sqsworker run orders -- ./process-order.sh
 
@@ -164,16 +208,26 @@ command line.`,
 					f.retryAfter = d
 				}
 			}
+			if f.httpURL != "" && !cmd.Flags().Changed("handler-timeout") {
+				f.handlerTimeout = defaultHTTPTimeout
+			}
+			if !cmd.Flags().Changed("response-header-timeout") {
+				f.responseHeaderTimeout = max(defaultHTTPTimeout, f.handlerTimeout)
+			}
 			return a.run(cmd.Context(), f, args[0], args[1:])
 		},
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.concurrency, "concurrency", worker.DefaultConcurrency, "most messages handled at once")
 	fl.DurationVar(&f.visibilityTimeout, "visibility-timeout", 0, "visibility timeout asked for on each receive, whole seconds up to 12h (default: the queue's)")
-	fl.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "longest a command or request may run (default: none; the heartbeat keeps long jobs invisible)")
+	fl.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "longest a command or request may run; 0 for none (default: none for a command, the heartbeat keeps long jobs invisible; 5m with --http)")
+	fl.DurationVar(&f.responseHeaderTimeout, "response-header-timeout", 0, "with --http, longest wait for the response's headers once the request is sent; 0 for none (default 5m, or --handler-timeout when longer)")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", worker.DefaultShutdownTimeout, "on SIGINT or SIGTERM, longest wait for running handlers before they are stopped")
+	fl.DurationVar(&f.killAfter, "kill-after", defaultKillAfter, "time a command stopped with SIGTERM has before its process group gets SIGKILL")
+	fl.DurationVar(&f.totalsInterval, "totals-interval", defaultTotalsInterval, "how often the totals are logged; 0 for only at the end")
 	fl.DurationVar(&f.wait, "wait", worker.DefaultWaitTime, "long-poll wait of each receive, whole seconds from 1s to 20s")
 	fl.DurationVar(&f.retryAfter, "retry-after", defaultRetryAfter, "delay before a retry asked for by exit status 75, or by a 429 or 503 without Retry-After; $"+retryAfterEnv+" sets the default")
-	fl.StringVar(&f.httpURL, "http", "", "POST each message to this http:// or https:// `URL` instead of running a command")
+	fl.StringVar(&f.httpURL, "http", "", "POST each message to this http:// or https:// `URL` instead of running a command (logged without its user information and query)")
 	fl.StringVar(&f.contentType, "content-type", "application/json", "Content-Type of the requests of --http")
 	fl.StringVar(&f.logLevel, "log-level", "info", "level of the worker's logs: debug, info, warn or error")
 	fl.StringVar(&f.metrics, "metrics", "none", "metrics sink: none, or emf (CloudWatch Embedded Metric Format on stdout, for the awslogs driver)")
@@ -213,8 +267,16 @@ func (f runFlags) check() (slog.Level, error) {
 	if v := f.visibilityTimeout; v < 0 || v > sqsworker.MaxVisibilityTimeout || v%time.Second != 0 {
 		bad("--visibility-timeout %s: want whole seconds up to 12h", v)
 	}
-	if f.handlerTimeout < 0 {
-		bad("--handler-timeout %s is negative", f.handlerTimeout)
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"--handler-timeout", f.handlerTimeout}, {"--response-header-timeout", f.responseHeaderTimeout},
+		{"--shutdown-timeout", f.shutdownTimeout}, {"--kill-after", f.killAfter}, {"--totals-interval", f.totalsInterval},
+	} {
+		if d.v < 0 {
+			bad("%s %s is negative", d.name, d.v)
+		}
 	}
 	if w := f.wait; w < time.Second || w > worker.MaxWaitTime || w%time.Second != 0 {
 		bad("--wait %s: want whole seconds from 1s to 20s", w)
@@ -225,7 +287,7 @@ func (f runFlags) check() (slog.Level, error) {
 	if f.httpURL != "" {
 		u, err := url.Parse(f.httpURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("--http %q: want an http:// or https:// URL", f.httpURL)
+			bad("--http %q: want an http:// or https:// URL", redactURL(f.httpURL))
 		}
 	}
 	if f.metrics != "none" && f.metrics != "emf" {
@@ -266,17 +328,23 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 
 	// The worker's logs and the commands' output share stderr, a line at
 	// a time.
-	out := &runOutput{w: a.err}
+	out := a.errs
 	log := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: level}))
+	if os.Getpid() == 1 {
+		defer startReaper(log)()
+	}
 	var h sqsworker.Handler
 	if len(command) > 0 {
-		h = &commandHandler{path: path, args: command[1:], queueURL: queueURL, env: runBaseEnv(os.Environ()), out: out, retryAfter: f.retryAfter}
+		h = &commandHandler{path: path, args: command[1:], queueURL: queueURL, env: runBaseEnv(os.Environ()), out: out,
+			retryAfter: f.retryAfter, timeout: f.handlerTimeout, killAfter: f.killAfter, killNow: stopNow(ctx), log: log}
 		log.Info("handing each message to a command", "command", command[0])
 	} else {
-		hh := newHTTPHandler(f.httpURL, f.contentType, f.concurrency, f.retryAfter)
+		hh := newHTTPHandler(f.httpURL, f.contentType, f.concurrency, f.retryAfter, f.responseHeaderTimeout)
+		hh.timeout = f.handlerTimeout
 		defer hh.client.CloseIdleConnections()
 		h = hh
-		log.Info("handing each message to an HTTP endpoint", "url", f.httpURL)
+		log.Info("handing each message to an HTTP endpoint", "url", hh.logURL,
+			"handler_timeout", f.handlerTimeout, "response_header_timeout", f.responseHeaderTimeout)
 	}
 
 	var rec metrics.Recorder
@@ -289,6 +357,7 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 		VisibilityTimeout: f.visibilityTimeout,
 		HandlerTimeout:    f.handlerTimeout,
 		WaitTime:          f.wait,
+		ShutdownTimeout:   f.shutdownTimeout,
 		Logger:            log,
 		Metrics:           rec,
 		HandlerName:       f.handlerName,
@@ -296,14 +365,96 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 	if err != nil {
 		return usageError{err}
 	}
-	err = w.Run(ctx, h)
+	stopTotals := logTotals(w, log, f.totalsInterval)
+	forced, err := runUntilInterrupted(ctx, w, h, f, log)
+	stopTotals()
 	s := w.Stats()
-	log.Info("totals", "received", s.Received, "succeeded", s.Succeeded, "failed", s.Failed,
-		"retried", s.Retried, "dead_lettered", s.DeadLettered, "deleted", s.Deleted)
+	log.Info("totals", totalsAttrs(s)...)
 	if err != nil {
-		return queueError(queueArg, err)
+		return a.queueError(queueArg, err)
+	}
+	if forced {
+		return &interruptedError{msg: "stopped at once by a second interrupt: running handlers were cut short and their messages made visible again"}
 	}
 	return nil
+}
+
+// pollMargin is how long after its wait time a long poll's answer is
+// counted on to have arrived.
+const pollMargin = time.Second
+
+// runUntilInterrupted runs the worker until ctx is cancelled (the first
+// interrupt), then shuts it down: gracefully, unless the second interrupt
+// comes first. forced is true when it did.
+//
+// The second interrupt kills the commands at once, but the worker cuts its
+// handlers short, which makes their messages visible again, only once the
+// long polls under way at the first interrupt have ended: a long poll cut
+// short on the client's side goes on at SQS's, and would take a message
+// released meanwhile out of sight for a whole visibility timeout.
+func runUntilInterrupted(ctx context.Context, w *worker.Worker, h sqsworker.Handler, f runFlags, log *slog.Logger) (forced bool, err error) {
+	done := make(chan error, 1)
+	go func() { done <- w.Run(context.WithoutCancel(ctx), h) }() // received from below, before returning
+	select {
+	case err := <-done:
+		return false, err
+	case <-ctx.Done():
+	}
+	pollsEnd := time.Now().Add(f.wait + pollMargin)
+	log.Info(fmt.Sprintf("stopping: waiting up to %s for the long poll, then up to %s for running handlers; Ctrl-C again to stop now", f.wait, f.shutdownTimeout))
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+	defer cancel()
+	shutdown := make(chan struct{})
+	go func() { // ended by shutdown, before returning
+		defer close(shutdown)
+		_ = w.Shutdown(sctx)
+	}()
+	select {
+	case <-shutdown:
+	case <-stopNow(ctx):
+		forced = true
+		wait := time.Until(pollsEnd)
+		log.Warn("stopping now: killing running commands; their messages are made visible again once the long poll under way has ended",
+			"in", max(wait, 0).Round(time.Millisecond))
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-shutdown:
+		}
+		t.Stop()
+		cancel()
+		<-shutdown
+	}
+	return forced, <-done
+}
+
+// logTotals logs the worker's totals every interval, until stop.
+func logTotals(w *worker.Worker, log *slog.Logger, every time.Duration) (stop func()) {
+	if every <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				log.Info("totals so far", totalsAttrs(w.Stats())...)
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// totalsAttrs are the worker's counters as log attributes.
+func totalsAttrs(s worker.Stats) []any {
+	return []any{"received", s.Received, "succeeded", s.Succeeded, "failed", s.Failed,
+		"retried", s.Retried, "dead_lettered", s.DeadLettered, "released", s.Released, "deleted", s.Deleted,
+		"in_flight", s.InFlight, "breaker_opens", s.BreakerOpens}
 }
 
 // commandHandler runs a command per message. It is safe for concurrent use:
@@ -315,39 +466,52 @@ type commandHandler struct {
 	env        []string // the environment without SQS_ variables
 	out        io.Writer
 	retryAfter time.Duration
+	timeout    time.Duration // --handler-timeout, for messages
+	// killAfter is the time between SIGTERM and SIGKILL to a command
+	// stopped; killNow, the second interrupt, kills at once.
+	killAfter time.Duration
+	killNow   <-chan struct{}
+	log       *slog.Logger
 }
 
 func (h *commandHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) error {
-	cmd := exec.CommandContext(ctx, h.path, h.args...)
+	env, err := h.environment(m)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(h.path, h.args...)
 	cmd.Stdin = strings.NewReader(m.Body)
-	cmd.Env = append(slices.Clip(h.env),
-		"SQS_MESSAGE_ID="+m.ID,
-		"SQS_RECEIVE_COUNT="+strconv.Itoa(m.ReceiveCount),
-		"SQS_GROUP_ID="+m.GroupID,
-		"SQS_QUEUE_URL="+h.queueURL,
-	)
-	names := make([]string, 0, len(m.MessageAttributes))
-	for name := range m.MessageAttributes {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		cmd.Env = append(cmd.Env, runAttrEnvName(name)+"="+runAttrValue(m.MessageAttributes[name]))
-	}
+	cmd.Env = env
 	prefix := "[" + m.ID + "] "
 	stdout := &runLinePrefixer{w: h.out, prefix: prefix}
 	stderr := &runLinePrefixer{w: h.out, prefix: prefix}
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = commandWaitDelay
-	err := cmd.Run()
+	inOwnProcessGroup(cmd)
+	// Should a process the command started hold its output open after it
+	// exited, the output is closed this long after.
+	cmd.WaitDelay = h.killAfter
+	if err := cmd.Start(); err != nil {
+		return startError(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }() // received from by this call
+	select {
+	case err = <-waited:
+	case <-ctx.Done():
+		err = h.stop(cmd.Process.Pid, waited, m.ID)
+	case <-h.killNow:
+		// The second interrupt: the command is killed at once, and its
+		// message released when the worker cuts this handler short.
+		err = h.stop(cmd.Process.Pid, waited, m.ID)
+		<-ctx.Done()
+	}
 	stdout.flush()
 	stderr.flush()
+	if ctx.Err() != nil {
+		return h.stopped(ctx, err)
+	}
 	if err == nil {
 		return nil
-	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("command stopped: %w (%v)", context.Cause(ctx), err)
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) && ee.Exited() {
@@ -360,7 +524,103 @@ func (h *commandHandler) HandleMessage(ctx context.Context, m *sqsworker.Message
 			return &exitStatusError{code}
 		}
 	}
-	return fmt.Errorf("command: %w", err) // a signal, or it did not start
+	if errors.As(err, &ee) {
+		return &classedError{"killed-by-signal", fmt.Errorf("command killed by a signal: %w", err)}
+	}
+	return fmt.Errorf("command: %w", err)
+}
+
+// environment is the command's environment for m: sqsworker's, and the
+// message's details. An attribute too large for a variable is a permanent
+// failure: no attempt would pass it.
+func (h *commandHandler) environment(m *sqsworker.Message) ([]string, error) {
+	env := append(slices.Clip(h.env),
+		"SQS_MESSAGE_ID="+m.ID,
+		"SQS_RECEIVE_COUNT="+strconv.Itoa(m.ReceiveCount),
+		"SQS_GROUP_ID="+m.GroupID,
+		"SQS_QUEUE_URL="+h.queueURL,
+	)
+	names := make([]string, 0, len(m.MessageAttributes))
+	for name := range m.MessageAttributes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		kv := runAttrEnvName(name) + "=" + runAttrValue(m.MessageAttributes[name])
+		if len(kv) > maxEnvVar && runtime.GOOS == "linux" {
+			return nil, sqsworker.Permanent(&classedError{"environment-too-large", fmt.Errorf(
+				"attribute %q is too large for the command's environment: %d bytes as %s, where a variable holds at most 128 KiB; send it in the body, or use --http",
+				name, len(kv), runAttrEnvName(name))})
+		}
+		env = append(env, kv)
+	}
+	return env, nil
+}
+
+// startError is the failure of a command that did not start.
+func startError(err error) error {
+	if errors.Is(err, syscall.E2BIG) {
+		return sqsworker.Permanent(&classedError{"environment-too-large", fmt.Errorf(
+			"the command cannot start with this message: its environment (the message's attributes) and arguments are over the system's limit: %w", err)})
+	}
+	return &classedError{"command-not-started", fmt.Errorf("command: %w", err)}
+}
+
+// stop ends a command whose handler context ended: SIGTERM to its process
+// group, SIGKILL to the group killAfter later (at once on the second
+// interrupt). It returns the command's Wait error once the command has
+// exited and no process of its group is left, so that a retry never runs
+// alongside what the old attempt started; should one outlive SIGKILL (stuck
+// in the kernel), it stops waiting for it groupGiveUp after, and says so.
+func (h *commandHandler) stop(pgid int, waited <-chan error, id string) error {
+	_ = signalGroup(pgid, syscall.SIGTERM)
+	grace := time.NewTimer(h.killAfter)
+	defer grace.Stop()
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	killNow := h.killNow
+	var giveUp <-chan time.Time
+	kill := func() {
+		if giveUp == nil {
+			_ = signalGroup(pgid, syscall.SIGKILL)
+			giveUp = time.After(groupGiveUp)
+		}
+	}
+	var err error
+	exited := false
+	for {
+		if exited && !groupExists(pgid) {
+			return err
+		}
+		select {
+		case err = <-waited:
+			exited, waited = true, nil
+		case <-grace.C:
+			kill()
+		case <-killNow:
+			killNow = nil
+			kill()
+		case <-giveUp:
+			giveUp = make(chan time.Time) // never again
+			h.log.Warn("processes of a stopped command outlived SIGKILL", "message_id", id, "process_group", pgid)
+			if exited {
+				return err
+			}
+		case <-poll.C:
+		}
+	}
+}
+
+// stopped is the failure of a command its handler context stopped.
+func (h *commandHandler) stopped(ctx context.Context, err error) error {
+	cause := context.Cause(ctx)
+	switch {
+	case errors.Is(cause, worker.ErrHandlerTimeout):
+		return &classedError{"timeout", fmt.Errorf("command stopped at the handler timeout (%s): %w (%v)", h.timeout, cause, err)}
+	case errors.Is(cause, worker.ErrShutdown):
+		return &classedError{"shutdown", fmt.Errorf("command stopped by the shutdown: %w (%v)", cause, err)}
+	}
+	return fmt.Errorf("command stopped: %w (%v)", cause, err)
 }
 
 // exitStatusError is a command's exit status other than 0.
@@ -418,16 +678,20 @@ func runAttrValue(a sqsworker.MessageAttribute) string {
 // use.
 type httpHandler struct {
 	url         string
+	logURL      string // url without its secrets
 	contentType string
 	client      *http.Client
 	retryAfter  time.Duration
+	timeout     time.Duration // --handler-timeout, for messages
 }
 
-func newHTTPHandler(endpoint, contentType string, concurrency int, retryAfter time.Duration) *httpHandler {
+func newHTTPHandler(endpoint, contentType string, concurrency int, retryAfter, responseHeaderTimeout time.Duration) *httpHandler {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = concurrency
+	tr.ResponseHeaderTimeout = responseHeaderTimeout
 	return &httpHandler{
 		url:         endpoint,
+		logURL:      redactURL(endpoint),
 		contentType: contentType,
 		retryAfter:  retryAfter,
 		client: &http.Client{
@@ -441,7 +705,7 @@ func newHTTPHandler(endpoint, contentType string, concurrency int, retryAfter ti
 func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, strings.NewReader(m.Body))
 	if err != nil {
-		return sqsworker.Permanent(err)
+		return sqsworker.Permanent(h.redact(err))
 	}
 	req.Header.Set("Content-Type", h.contentType)
 	req.Header.Set("X-Sqs-Message-Id", m.ID)
@@ -468,10 +732,18 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	}
 	resp, err := h.client.Do(req)
 	if err != nil {
+		err = h.redact(err) // *url.Error: the method, the URL and the cause
 		if ctx.Err() != nil {
-			return fmt.Errorf("request stopped: %w", context.Cause(ctx))
+			cause := context.Cause(ctx)
+			switch {
+			case errors.Is(cause, worker.ErrHandlerTimeout):
+				return &classedError{"timeout", fmt.Errorf("request stopped at the handler timeout (%s): %w", h.timeout, cause)}
+			case errors.Is(cause, worker.ErrShutdown):
+				return &classedError{"shutdown", fmt.Errorf("request stopped by the shutdown: %w", cause)}
+			}
+			return fmt.Errorf("request stopped: %w", cause)
 		}
-		return connectionError(err) // *url.Error: the method, the URL and the cause
+		return connectionError(err)
 	}
 	// Read a little of the body, so that the connection can be reused;
 	// the body is not logged, it may echo the message's.
@@ -492,12 +764,44 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	return serr
 }
 
+// redact removes the URL's secrets from err, whose text and Err fields
+// would otherwise carry them into logs and dead-letter metadata.
+func (h *httpHandler) redact(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		ue.URL = h.logURL
+	}
+	return err
+}
+
+// redactURL is raw without its user information and query string, which
+// may hold credentials or tokens.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(an invalid URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("REDACTED")
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "REDACTED"
+	}
+	u.ForceQuery = false
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
 // connectionError marks the failures that say the application is not there
 // (yet): connection refused or reset, an unknown host. They count toward the
 // worker's circuit breaker, so that a worker started before its application,
-// or an application restarting, does not dead-letter every message.
+// or an application restarting, does not dead-letter every message. Timeouts
+// and TLS failures get classes of their own.
 func connectionError(err error) error {
 	var dns *net.DNSError
+	var timeout interface{ Timeout() bool }
+	var cert *tls.CertificateVerificationError
+	var rec tls.RecordHeaderError
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return sqsworker.Unavailable(&classedError{"connection-refused", err})
@@ -505,6 +809,10 @@ func connectionError(err error) error {
 		return sqsworker.Unavailable(&classedError{"connection-reset", err})
 	case errors.As(err, &dns):
 		return sqsworker.Unavailable(&classedError{"dns", err})
+	case errors.As(err, &timeout) && timeout.Timeout():
+		return &classedError{"timeout", err}
+	case errors.As(err, &cert), errors.As(err, &rec):
+		return &classedError{"tls", err}
 	}
 	return err
 }
@@ -527,8 +835,15 @@ type httpStatusError struct {
 
 func (e *httpStatusError) Error() string { return "endpoint responded " + e.status }
 
-// ErrorClass names the failure in dead-letter metadata and logs.
-func (e *httpStatusError) ErrorClass() string { return "http-" + strconv.Itoa(e.code) }
+// ErrorClass names the failure in dead-letter metadata and logs: http-4xx,
+// http-5xx or http-3xx, and http-429 and http-503 (busy, down) apart.
+func (e *httpStatusError) ErrorClass() string {
+	switch e.code {
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		return "http-" + strconv.Itoa(e.code)
+	}
+	return "http-" + strconv.Itoa(e.code/100) + "xx"
+}
 
 // parseRetryAfter reads a Retry-After header: seconds, or an HTTP date. It
 // returns def when the header is missing or malformed.
@@ -558,19 +873,6 @@ func validHeaderValue(v string) bool {
 		}
 	}
 	return true
-}
-
-// runOutput serialises the writes of the worker's logs and of the
-// commands' output.
-type runOutput struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *runOutput) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // runLinePrefixer writes whole lines, each with a prefix, to w. It is used by

@@ -335,7 +335,7 @@ func TestRunHTTP(t *testing.T) {
 			}
 		}
 	}
-	for body, class := range map[string]string{"gone": "String:http-404", "moved": "String:http-302"} {
+	for body, class := range map[string]string{"gone": "String:http-4xx", "moved": "String:http-3xx"} {
 		m, ok := dead[body]
 		if !ok {
 			t.Errorf("%s not dead-lettered", body)
@@ -471,6 +471,8 @@ func TestRunHelp(t *testing.T) {
 		"Examples:", "--concurrency", "--visibility-timeout", "--handler-timeout", "--wait", "--retry-after", "--http",
 		"SQS_MESSAGE_ID", "SQS_RECEIVE_COUNT", "SQS_GROUP_ID", "SQS_ATTR_", "EX_TEMPFAIL", "EX_DATAERR",
 		"X-Sqs-Message-Id", "X-Sqs-Receive-Count", "X-Sqs-Attr-", "429, 503", "other 4xx", "5xx",
+		"--response-header-timeout", "--shutdown-timeout", "--kill-after", "--totals-interval", "5m with --http",
+		"process group", "PID 1", "Ctrl-C again", "128 KiB", "without its user information and query",
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("help lacks %q", want)
@@ -511,5 +513,120 @@ func TestRunLinePrefixer(t *testing.T) {
 	p.flush()
 	if n := strings.Count(out.String(), "[id] "); n != 2 {
 		t.Errorf("a line longer than %d bytes written as %d lines", maxOutputLine, n)
+	}
+}
+
+// The URL's user information and query string (credentials, tokens) are
+// sent but never logged nor put in dead-letter metadata; a stuck endpoint is
+// given up on at the response-header timeout.
+func TestRunHTTPRedactsSecretsAndTimesOut(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 1})
+	type seen struct{ user, pass, token string }
+	got := make(chan seen, 10)
+	release := make(chan struct{})
+	defer close(release)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, _ := r.BasicAuth()
+		got <- seen{u, p, r.URL.Query().Get("token")}
+		b, _ := io.ReadAll(r.Body)
+		switch string(b) {
+		case "stuck":
+			select { // never answers within the test's timeouts
+			case <-release:
+			case <-r.Context().Done():
+			}
+		case "gone":
+			http.Error(w, "no such job", http.StatusNotFound)
+		}
+	}))
+	defer srv.Close()
+	secretURL := strings.Replace(srv.URL, "http://", "http://robot:s3cret-pass@", 1) + "/jobs?token=t0ps3cret&x=1"
+	testenv.Send(t, c, q.URL, "", "stuck", "gone")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := startCLI(t, ctx, "", "run", q.URL, "--http", secretURL, "--wait", "1s", "--response-header-timeout", "2s", "--log-level", "debug")
+	dead := dlqBodies(t, c, q, 2)
+	cancel()
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit %d; stderr:\n%s", code, p.stderr.String())
+	}
+	for range 2 {
+		if s := <-got; s != (seen{"robot", "s3cret-pass", "t0ps3cret"}) {
+			t.Errorf("the endpoint got %+v", s)
+		}
+	}
+	stderr := p.stderr.String()
+	var texts []string
+	for _, m := range dead {
+		for name, a := range m.MessageAttributes {
+			texts = append(texts, name+"="+aws.ToString(a.StringValue))
+		}
+	}
+	for _, secret := range []string{"s3cret", "t0ps3cret", "robot"} {
+		if strings.Contains(stderr, secret) {
+			t.Errorf("stderr holds %q:\n%s", secret, stderr)
+		}
+		for _, s := range texts {
+			if strings.Contains(s, secret) {
+				t.Errorf("dead-letter metadata holds %q: %s", secret, s)
+			}
+		}
+	}
+	if want := "url=" + strings.Replace(srv.URL, "http://", "http://REDACTED@", 1) + "/jobs?REDACTED"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr does not log %s:\n%s", want, stderr)
+	}
+	if !strings.Contains(stderr, "handler_timeout=5m0s") {
+		t.Errorf("no default handler timeout with --http:\n%s", stderr)
+	}
+	m := dead["stuck"]
+	if class := attr(m, sqsworker.AttrFailureClass); class != "String:timeout" {
+		t.Errorf("stuck: error class %s, want timeout", class)
+	}
+	if e := attr(m, sqsworker.AttrFailureError); !strings.Contains(e, "timeout awaiting response headers") || !strings.Contains(e, "REDACTED") {
+		t.Errorf("stuck: error %s", e)
+	}
+	if class := attr(dead["gone"], sqsworker.AttrFailureClass); class != "String:http-4xx" {
+		t.Errorf("gone: error class %s, want http-4xx", class)
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://u:p@h:1/a?b=c#d":      "http://REDACTED@h:1/a?REDACTED",
+		"https://h/jobs":              "https://h/jobs",
+		"https://token@h/jobs?":       "https://REDACTED@h/jobs",
+		"http://h/p?sig=abc&exp=1234": "http://h/p?REDACTED",
+		"http://[::1]:80/%zz":         "(an invalid URL)",
+	} {
+		if got := redactURL(in); got != want {
+			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+	_, stderr, code := runCLI(t, "", "run", "jobs", "--http", "ftp://u:secret@h/?k=secret")
+	if code != 2 || strings.Contains(stderr, "secret") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
+
+// run logs its totals every --totals-interval while it runs.
+func TestRunPeriodicTotals(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	testenv.Send(t, c, q.URL, "", "a", "b")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := startCLI(t, ctx, "", "run", q.URL, "--wait", "1s", "--totals-interval", "1s", "--", "sh", "-c", "cat >/dev/null")
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		return strings.Contains(p.stderr.String(), `level=INFO msg="totals so far" received=2 succeeded=2 failed=0`)
+	}, "no totals; stderr:\n%s", p.stderr.String())
+	cancel()
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit %d", code)
+	}
+	if !strings.Contains(p.stderr.String(), `msg=totals received=2 succeeded=2`) {
+		t.Errorf("no final totals:\n%s", p.stderr.String())
 	}
 }
