@@ -88,6 +88,7 @@ type result struct {
 	maxRSSKB  int64         // the child's ru_maxrss
 	emulator  time.Duration // the emulator's CPU during the run
 	others    time.Duration // the machine's busy CPU during the run less the child's and the emulator's
+	steal     time.Duration // time the hypervisor ran something else while the machine's cores wanted to run
 	rep       report
 }
 
@@ -225,9 +226,9 @@ func fauxqsPID() int {
 func waitQuiet(limit time.Duration) {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) {
-		b0 := machineBusy()
+		b0, _ := machineBusy()
 		time.Sleep(time.Second)
-		if machineBusy()-b0 < time.Second/4 {
+		if b1, _ := machineBusy(); b1-b0 < time.Second/4 {
 			return
 		}
 	}
@@ -237,24 +238,25 @@ func waitQuiet(limit time.Duration) {
 // on Linux.
 const clockTick = 10 * time.Millisecond
 
-// machineBusy returns the CPU time the machine's cores have spent busy:
-// user, nice, system, irq and softirq in /proc/stat.
-func machineBusy() time.Duration {
+// machineBusy returns the CPU time the machine's cores have spent busy
+// (user, nice, system, irq and softirq in /proc/stat) and stolen.
+func machineBusy() (busy, steal time.Duration) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
-		return 0
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
 	}
-	var busy int64
+	var ticks int64
 	for _, i := range []int{1, 2, 3, 6, 7} {
 		v, _ := strconv.ParseInt(f[i], 10, 64)
-		busy += v
+		ticks += v
 	}
-	return time.Duration(busy) * clockTick
+	st, _ := strconv.ParseInt(f[8], 10, 64)
+	return time.Duration(ticks) * clockTick, time.Duration(st) * clockTick
 }
 
 // processCPU returns the user + system time of process pid, or 0.
@@ -366,9 +368,9 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 				}
 				parentHWM = max(parentHWM, selfHWM())
 				runs[si][ci] = append(runs[si][ci], r)
-				fmt.Fprintf(os.Stderr, "rep %d/%d %6d msgs  %-28s %6.2f s exec→exit (%5.0f msg/s), steady %5.0f msg/s, CPU %.2f s/10k, VmHWM %4.1f MiB, %.4f req/msg, start-up %4d ms, tail %4d ms; emulator %.2f s/10k, others %.1f s\n",
+				fmt.Fprintf(os.Stderr, "rep %d/%d %6d msgs  %-28s %6.2f s exec→exit (%5.0f msg/s), steady %5.0f msg/s, CPU %.2f s/10k, VmHWM %4.1f MiB, %.4f req/msg, start-up %4d ms, tail %4d ms; emulator %.2f s/10k, others %.1f s, steal %.1f s\n",
 					rep+1, s.reps, n, cons.name, r.wall().Seconds(), r.rate(), r.steady(), r.cpuPer10k(), r.rssMiB(), r.perMessage(),
-					r.startup().Milliseconds(), r.tail().Milliseconds(), r.emulatorPer10k(), r.others.Seconds())
+					r.startup().Milliseconds(), r.tail().Milliseconds(), r.emulatorPer10k(), r.others.Seconds(), r.steal.Seconds())
 				if s.verbose {
 					fmt.Fprintf(os.Stderr, "    requests %v, ru_maxrss %.1f MiB, extensions %d\n", r.rep.Requests, float64(r.maxRSSKB)/1024, r.rep.Extended)
 				}
@@ -408,17 +410,18 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 				spread(each(rs, func(r result) float64 { return ms(r.tail()) }), "%.0f"))
 		}
 	}
-	fmt.Printf("\nThe machine during the runs, median (min–max): the emulator's CPU (/proc/<pid>/stat), and the busy CPU of the machine (/proc/stat) less the child's and the emulator's, which is other work sharing the cores.\n\n")
-	fmt.Println("| consumer | messages | emulator CPU s / 10k msgs | × raw | others' CPU during the run, s |")
-	fmt.Println("|---|---:|---:|---:|---:|")
+	fmt.Printf("\nThe machine during the runs, median (min–max): the emulator's CPU (/proc/<pid>/stat), and the busy CPU of the machine (/proc/stat) less the child's and the emulator's, which is other work sharing the cores; steal: time the hypervisor gave the cores to others.\n\n")
+	fmt.Println("| consumer | messages | emulator CPU s / 10k msgs | × raw | others' CPU during the run, s | steal, s |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
 	for si, n := range s.sizes {
 		raw := runs[si][0]
 		for ci, cons := range consumers {
 			rs := runs[si][ci]
-			fmt.Printf("| %s | %d | %s | %s | %s |\n", cons.name, n,
+			fmt.Printf("| %s | %d | %s | %s | %s | %s |\n", cons.name, n,
 				spread(each(rs, result.emulatorPer10k), "%.2f"),
 				ratio(rs, raw, result.emulatorPer10k, ci),
-				spread(each(rs, func(r result) float64 { return r.others.Seconds() }), "%.1f"))
+				spread(each(rs, func(r result) float64 { return r.others.Seconds() }), "%.1f"),
+				spread(each(rs, func(r result) float64 { return r.steal.Seconds() }), "%.1f"))
 		}
 	}
 
@@ -488,7 +491,8 @@ func runChild(ctx context.Context, c *sqs.Client, s settings, child, name string
 	cmd := exec.CommandContext(ctx, child, append(slices.Clone(args), "-queue-url", queueURL, "-messages", strconv.Itoa(n))...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	busy0, emu0 := machineBusy(), processCPU(s.emulatorPID)
+	busy0, steal0 := machineBusy()
+	emu0 := processCPU(s.emulatorPID)
 	r = result{consumer: name, n: n, exec: time.Now()}
 	if err := cmd.Start(); err != nil {
 		return r, fmt.Errorf("starting the child: %w", err)
@@ -499,7 +503,8 @@ func runChild(ctx context.Context, c *sqs.Client, s settings, child, name string
 	}
 	werr := cmd.Wait()
 	r.end = time.Now()
-	busy1, emu1 := machineBusy(), processCPU(s.emulatorPID)
+	busy1, steal1 := machineBusy()
+	emu1 := processCPU(s.emulatorPID)
 	if stop != nil {
 		stop()
 	}
@@ -520,6 +525,7 @@ func runChild(ctx context.Context, c *sqs.Client, s settings, child, name string
 	r.maxRSSKB = ru.Maxrss
 	r.emulator = emu1 - emu0
 	r.others = busy1 - busy0 - r.cpu - r.emulator
+	r.steal = steal1 - steal0
 	return r, nil
 }
 
@@ -614,8 +620,8 @@ func soak(ctx context.Context, c *sqs.Client, s settings, child string) error {
 	defer mu.Unlock()
 	fmt.Printf("Memory at scale: worker, Concurrency %d, handlers sleeping %s, heartbeat on, queue visibility timeout %s, WaitTime %s, %d messages\n\n",
 		s.soakConc, s.soakSleep, s.soakVis, s.waitTime, s.soakMessages)
-	fmt.Printf("- exec → exit %.1f s, peak RSS (VmHWM at exit) **%.1f MiB** (target ≤ 64 MB), CPU %.2f s, %.4f SQS requests/msg (%v), %d heartbeat extensions, last delete → exit %d ms; the emulator's CPU %.1f s, others' %.1f s\n",
-		r.wall().Seconds(), r.rssMiB(), r.cpu.Seconds(), r.perMessage(), r.rep.Requests, r.rep.Extended, r.tail().Milliseconds(), r.emulator.Seconds(), r.others.Seconds())
+	fmt.Printf("- exec → exit %.1f s, peak RSS (VmHWM at exit) **%.1f MiB** (target ≤ 64 MB), CPU %.2f s, %.4f SQS requests/msg (%v), %d heartbeat extensions, last delete → exit %d ms; the emulator's CPU %.1f s, others' %.1f s, steal %.1f s\n",
+		r.wall().Seconds(), r.rssMiB(), r.cpu.Seconds(), r.perMessage(), r.rep.Requests, r.rep.Extended, r.tail().Milliseconds(), r.emulator.Seconds(), r.others.Seconds(), r.steal.Seconds())
 	var loaded []float64
 	for _, sm := range samples {
 		if sm.inFlight >= s.soakConc*9/10 {
