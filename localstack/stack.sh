@@ -415,6 +415,7 @@ cmd_env() {
 export AWS_ENDPOINT_URL_SQS=http://$HOST:$FAUXQS_PORT
 export AWS_ENDPOINT_URL_DYNAMODB=http://$HOST:$DYNAMODB_PORT
 export AWS_REGION=us-east-1
+export AWS_DEFAULT_REGION=us-east-1
 export AWS_ACCESS_KEY_ID=test
 export AWS_SECRET_ACCESS_KEY=test
 EOF
