@@ -1,14 +1,16 @@
 // Package exampleapp is the example job system that `make synth` and the
-// tests synthesize: a JobQueue with alarms to an encrypted SNS topic, an
-// IdempotencyTable, a LambdaConsumer and a PollerService of the queue, a
-// Dashboard and an OperatorPolicy, checked by cdk-nag's AwsSolutions rules.
+// tests synthesize, deployable as is: a JobQueue with its alarms on an
+// encrypted SNS topic it creates, an IdempotencyTable, a LambdaConsumer and
+// a PollerService of the queue (the sqsworker image with the example
+// handler, infra/examplehandler, as a second container, scaled to zero when
+// idle), a Dashboard and an OperatorPolicy, checked by cdk-nag's
+// AwsSolutions rules.
 package exampleapp
 
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsecrassets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsecs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
@@ -19,6 +21,10 @@ import (
 // StackName is the example stack's construct id and CloudFormation name.
 const StackName = "SqsWorkerExample"
 
+// DefaultHandlerDir is the build context of the example handler's image,
+// relative to infra/ (where `cdk` runs the app).
+const DefaultHandlerDir = "examplehandler"
+
 // Props configures the example stack.
 type Props struct {
 	// CodeDir is the directory holding the Lambda bootstrap. Default
@@ -28,18 +34,20 @@ type Props struct {
 	// its Dockerfile. Default sqsinfra.DefaultImageDir (the repository
 	// root, seen from infra/).
 	ImageDir string
+	// HandlerDir is the Docker build context of the handler image, holding
+	// its Dockerfile. Default DefaultHandlerDir.
+	HandlerDir string
 }
 
 // Stack is the example stack and its parts, for tests.
 type Stack struct {
-	Stack      awscdk.Stack
-	AlarmTopic awssns.Topic
-	Jobs       *sqsinfra.JobQueue
-	Table      *sqsinfra.IdempotencyTable
-	Consumer   *sqsinfra.LambdaConsumer
-	Poller     *sqsinfra.PollerService
-	Dashboard  *sqsinfra.Dashboard
-	Operator   *sqsinfra.OperatorPolicy
+	Stack     awscdk.Stack
+	Jobs      *sqsinfra.JobQueue
+	Table     *sqsinfra.IdempotencyTable
+	Consumer  *sqsinfra.LambdaConsumer
+	Poller    *sqsinfra.PollerService
+	Dashboard *sqsinfra.Dashboard
+	Operator  *sqsinfra.OperatorPolicy
 }
 
 // New defines the example stack in app. The stack is environment-agnostic,
@@ -49,31 +57,19 @@ func New(scope constructs.Construct, props *Props) *Stack {
 		props = &Props{}
 	}
 	s := &Stack{Stack: awscdk.NewStack(scope, jsii.String(StackName), &awscdk.StackProps{
-		Description:        jsii.String("sqsworker example job system: queue, dead-letter queue, alarms, idempotency table, Lambda consumer, ECS poller, dashboard, operator policy"),
+		Description:        jsii.String("sqsworker example job system: queue, dead-letter queue, alarms, idempotency table, Lambda consumer, ECS poller with its handler, dashboard, operator policy"),
 		AnalyticsReporting: jsii.Bool(false),
 	})}
 
-	// CloudWatch alarms can publish to an encrypted topic only with a
-	// customer-managed key that lets CloudWatch use it.
-	alarmKey := awskms.NewKey(s.Stack, jsii.String("AlarmTopicKey"), &awskms.KeyProps{
-		Description:       jsii.String("Encrypts the alarm topic"),
-		EnableKeyRotation: jsii.Bool(true),
-		RemovalPolicy:     awscdk.RemovalPolicy_DESTROY,
-	})
-	alarmKey.GrantEncryptDecrypt(awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil))
-	s.AlarmTopic = awssns.NewTopic(s.Stack, jsii.String("AlarmTopic"), &awssns.TopicProps{
-		MasterKey:  alarmKey,
-		EnforceSSL: jsii.Bool(true),
-	})
-
+	// The queue's visibility timeout is left to the Lambda consumer (six
+	// times its 30 s timeout plus its 1 s batching window); its removal
+	// policy, like the table's, keeps jobs and records when the stack is
+	// deleted.
 	s.Jobs = sqsinfra.NewJobQueue(s.Stack, "Jobs", &sqsinfra.JobQueueProps{
-		// Six times the consumer's 30-second timeout.
-		VisibilityTimeout: awscdk.Duration_Minutes(jsii.Number(3)),
-		AlarmTopic:        s.AlarmTopic,
+		LatencyBudget: awscdk.Duration_Minutes(jsii.Number(10)),
+		Alarms:        sqsinfra.QueueAlarmProps{CreateTopic: true},
 	})
-	s.Table = sqsinfra.NewIdempotencyTable(s.Stack, "Idempotency", &sqsinfra.IdempotencyTableProps{
-		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
-	})
+	s.Table = sqsinfra.NewIdempotencyTable(s.Stack, "Idempotency", nil)
 	var codeDir *string
 	if props.CodeDir != "" {
 		codeDir = jsii.String(props.CodeDir)
@@ -92,25 +88,41 @@ func New(scope constructs.Construct, props *Props) *Stack {
 	if props.ImageDir != "" {
 		imageDir = jsii.String(props.ImageDir)
 	}
+	handlerDir := DefaultHandlerDir
+	if props.HandlerDir != "" {
+		handlerDir = props.HandlerDir
+	}
 	// The same queue also feeds an ECS poller, to show both consumers; a
 	// real system would pick one per queue.
 	s.Poller = sqsinfra.NewPollerService(s.Stack, "Poller", &sqsinfra.PollerServiceProps{
 		Queue:    s.Jobs,
 		Table:    s.Table,
 		ImageDir: imageDir,
+		Handler: &sqsinfra.HandlerContainer{
+			Image: awsecs.ContainerImage_FromAsset(jsii.String(handlerDir), &awsecs.AssetImageProps{
+				Platform: awsecrassets.Platform_LINUX_ARM64(),
+			}),
+			HealthCheck: &awsecs.HealthCheck{
+				Command:     jsii.Strings("CMD", "/handler", "-healthcheck"),
+				Interval:    awscdk.Duration_Seconds(jsii.Number(10)),
+				StartPeriod: awscdk.Duration_Seconds(jsii.Number(10)),
+			},
+		},
+		// The example jobs take about 2 s: with the 10-minute budget and
+		// 10 jobs at a time, the target is 600 / 2 / 2 × 10 = 1500
+		// messages per task.
+		JobDuration: awscdk.Duration_Seconds(jsii.Number(2)),
+		Concurrency: jsii.Number(10),
+		MinTasks:    jsii.Number(0),
+		MaxTasks:    jsii.Number(4),
 	})
 	s.Dashboard = sqsinfra.NewDashboard(s.Stack, "Dashboard", &sqsinfra.DashboardProps{
 		Queue:    s.Jobs,
 		Consumer: s.Consumer,
+		Poller:   s.Poller,
 	})
 	s.Operator = sqsinfra.NewOperatorPolicy(s.Stack, "Operator", &sqsinfra.OperatorPolicyProps{Queue: s.Jobs})
 
-	cdknag.NagSuppressions_AddResourceSuppressions(s.Consumer.Function.Role(), &[]*cdknag.NagPackSuppression{{
-		Id: jsii.String("AwsSolutions-IAM4"),
-		Reason: jsii.String("AWSLambdaBasicExecutionRole only lets the function write its own CloudWatch Logs; " +
-			"every other permission is granted inline on the queue, dead-letter queue and table."),
-		AppliesTo: &[]any{"Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"},
-	}}, jsii.Bool(true))
 	cdknag.NagSuppressions_AddResourceSuppressions(s.Poller.TaskDefinition, &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-ECS2"),
 		Reason: jsii.String("The environment holds only resource identifiers (queue URLs, table name) that CloudFormation " +
@@ -118,8 +130,8 @@ func New(scope constructs.Construct, props *Props) *Stack {
 	}}, jsii.Bool(false))
 	cdknag.NagSuppressions_AddResourceSuppressions(s.Poller.TaskDefinition.ExecutionRole(), &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-IAM5"),
-		Reason: jsii.String("ecr:GetAuthorizationToken, which the execution role needs to pull the worker image, " +
-			"supports no resource-level permissions: its resource must be *. Pulling is limited to the image's repository."),
+		Reason: jsii.String("ecr:GetAuthorizationToken, which the execution role needs to pull the worker and handler images, " +
+			"supports no resource-level permissions: its resource must be *. Pulling is limited to the images' repository."),
 		AppliesTo: &[]any{"Resource::*"},
 	}}, jsii.Bool(true))
 	return s

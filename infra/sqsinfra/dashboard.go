@@ -9,41 +9,41 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// Defaults of DashboardProps: the worker's metrics.EMF namespace and
-// worker.Config.HandlerName.
-const (
-	DefaultMetricsNamespace = "sqsworker"
-	DefaultHandlerName      = "handler"
-)
-
 // DashboardProps configures a Dashboard. Queue is required.
 type DashboardProps struct {
 	// Queue is the job queue to show. Required.
 	Queue *JobQueue
-	// QueueName is the queue dimension of the worker's metrics: the
+	// QueueName is the queue dimension of the runtimes' metrics: the
 	// queue's name (metrics.QueueName of its URL). Default: the queue's
 	// name.
 	QueueName *string
-	// Namespace is the CloudWatch namespace of the worker's EMF metrics
-	// (metrics.NewEMF). Default "sqsworker".
+	// Namespace is the CloudWatch namespace of the runtimes' EMF metrics.
+	// Default: the queue's MetricsNamespace.
 	Namespace *string
-	// HandlerName is the handler dimension of the worker's metrics
-	// (worker.Config.HandlerName). Default "handler".
+	// HandlerName is the handler dimension of the handler_duration graph
+	// (worker.Config.HandlerName, `sqsworker run --handler-name`; on
+	// Lambda the function's name). Default "handler".
 	HandlerName *string
 	// Consumer, when set, adds its Lambda function's errors, throttles and
 	// duration. Default nil.
 	Consumer *LambdaConsumer
+	// Poller, when set, adds its backlog per task against the scaling
+	// target, running and desired tasks, and CPU and memory utilization.
+	// Default nil.
+	Poller *PollerService
 	// DashboardName is the dashboard's name. Default: generated.
 	DashboardName *string
-	// Period of the graphs. Default 1 minute.
+	// Period of the graphs, whole minutes. Default 1 minute.
 	Period awscdk.Duration
 }
 
 // Dashboard is a CloudWatch dashboard of a job system: the queue's depth
-// and age of oldest message, the dead-letter queue's depth, throughput
-// (messages received and deleted), failures by error class and handler
-// latency (p50, p99) from the worker's EMF metrics, and a Lambda
-// consumer's errors and throttles.
+// and age of oldest message (against the latency budget), the dead-letter
+// queue's depth, throughput (messages received and deleted), failures by
+// error class and handler latency (p50, p99) and the circuit breaker's
+// state, openings and probes from the runtimes' EMF metrics; a
+// PollerService's backlog per task (against its target), tasks, CPU and
+// memory; a Lambda consumer's errors, throttles and duration.
 type Dashboard struct {
 	// Construct is the scope of the resources below.
 	Construct constructs.Construct
@@ -62,26 +62,28 @@ func NewDashboard(scope constructs.Construct, id string, props *DashboardProps) 
 	errs := newPropErrors("Dashboard", id)
 	if props.Queue == nil {
 		errs.add("Queue is required")
+		errs.check()
 	}
-	ns := DefaultMetricsNamespace
+	q := props.Queue
+	ns := q.MetricsNamespace
 	if props.Namespace != nil {
 		ns = *props.Namespace
-		if ns == "" {
-			errs.add("Namespace must not be empty")
+		if ns == "" || *awscdk.Token_IsUnresolved(props.Namespace) {
+			errs.add("Namespace must be a literal, non-empty namespace, got %q", ns)
 		}
 	}
 	handler := DefaultHandlerName
 	if props.HandlerName != nil {
 		handler = *props.HandlerName
 	}
-	period := orDuration(props.Period, awscdk.Duration_Minutes(jsii.Number(1)))
-	if s := seconds(period); s < 60 || !isWhole(s/60) {
-		errs.add("Period must be a whole number of minutes, got %gs", s)
+	ps := errs.seconds("Period", props.Period, awscdk.Duration_Minutes(jsii.Number(1)))
+	if known(ps) && (ps < 60 || !isWhole(ps/60)) {
+		errs.add("Period must be a whole number of minutes, got %gs", ps)
 	}
 	errs.check()
 
-	q := props.Queue
-	queueName := q.Queue.QueueName()
+	period := awscdk.Duration_Seconds(jsii.Number(ps))
+	queueName := q.QueueNameDimension()
 	if props.QueueName != nil {
 		queueName = props.QueueName
 	}
@@ -93,58 +95,107 @@ func NewDashboard(scope constructs.Construct, id string, props *DashboardProps) 
 	opts := func(stat, label string) *awscloudwatch.MetricOptions {
 		return &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String(stat), Label: jsii.String(label)}
 	}
-	graph := func(title string, left []awscloudwatch.IMetric) awscloudwatch.GraphWidget {
-		return awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{
-			Title: jsii.String(title), Left: &left, Width: jsii.Number(8), Height: jsii.Number(6),
-		})
+	type line struct {
+		value float64
+		label string
 	}
-	worker := func(name, stat, label string, dims map[string]*string) awscloudwatch.IMetric {
+	graph := func(title string, left []awscloudwatch.IMetric, right []awscloudwatch.IMetric, lines ...line) awscloudwatch.GraphWidget {
+		p := &awscloudwatch.GraphWidgetProps{
+			Title: jsii.String(title), Left: &left, Width: jsii.Number(8), Height: jsii.Number(6),
+		}
+		if len(right) > 0 {
+			p.Right = &right
+		}
+		if len(lines) > 0 {
+			anns := make([]*awscloudwatch.HorizontalAnnotation, len(lines))
+			for i, l := range lines {
+				anns[i] = &awscloudwatch.HorizontalAnnotation{Value: jsii.Number(l.value), Label: jsii.String(l.label)}
+			}
+			p.LeftAnnotations = &anns
+		}
+		return awscloudwatch.NewGraphWidget(p)
+	}
+	runtime := func(name, stat, label string, dims map[string]*string) awscloudwatch.IMetric {
 		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 			Namespace: jsii.String(ns), MetricName: jsii.String(name), DimensionsMap: &dims,
 			Period: period, Statistic: jsii.String(stat), Label: jsii.String(label),
 		})
 	}
 	c.FailuresByErrorClass = fmt.Sprintf(`SEARCH('{%s,queue,handler,error_class} MetricName="messages_failed" queue="%s" handler="%s"', 'Sum', %g)`,
-		ns, *queueName, handler, seconds(period))
+		ns, *queueName, handler, ps)
 	qh := map[string]*string{"queue": queueName, "handler": jsii.String(handler)}
+	qd := map[string]*string{"queue": queueName}
+	budget := durationSeconds(q.LatencyBudget)
 
 	c.Dashboard.AddWidgets(
 		graph("Queue depth", []awscloudwatch.IMetric{
 			q.Queue.MetricApproximateNumberOfMessagesVisible(opts("Maximum", "visible")),
 			q.Queue.MetricApproximateNumberOfMessagesNotVisible(opts("Maximum", "in flight")),
-		}),
+		}, nil),
 		graph("Age of oldest message (s)", []awscloudwatch.IMetric{
 			q.Queue.MetricApproximateAgeOfOldestMessage(opts("Maximum", "oldest")),
-		}),
+		}, nil, line{budget, "latency budget"}),
 		graph("Dead-letter queue", []awscloudwatch.IMetric{
 			q.DeadLetterQueue.MetricApproximateNumberOfMessagesVisible(opts("Maximum", "DLQ visible")),
+		}, []awscloudwatch.IMetric{
+			q.DeadLetterQueue.MetricNumberOfMessagesSent(opts("Sum", "sent to the DLQ by a runtime")),
 		}),
 	)
 	c.Dashboard.AddWidgets(
 		graph("Throughput", []awscloudwatch.IMetric{
 			q.Queue.MetricNumberOfMessagesReceived(opts("Sum", "received")),
 			q.Queue.MetricNumberOfMessagesDeleted(opts("Sum", "deleted")),
-		}),
+		}, nil),
 		graph("Failures by error class", []awscloudwatch.IMetric{
 			awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
 				Expression: jsii.String(c.FailuresByErrorClass), Period: period, Label: jsii.String(""),
 			}),
-		}),
-		graph("Handler duration", []awscloudwatch.IMetric{
-			worker("handler_duration", "p50", "p50", qh),
-			worker("handler_duration", "p99", "p99", qh),
-		}),
+		}, nil),
+		graph("Handler duration (s)", []awscloudwatch.IMetric{
+			runtime("handler_duration", "p50", "p50", qh),
+			runtime("handler_duration", "p99", "p99", qh),
+		}, nil),
 	)
+	c.Dashboard.AddWidgets(
+		graph("Circuit breaker", []awscloudwatch.IMetric{
+			runtime("breaker_state", "Maximum", "state (0 closed, 1 open, 2 half-open)", qd),
+		}, []awscloudwatch.IMetric{
+			runtime("breaker_opens", "Sum", "openings", qd),
+			runtime("breaker_probes", "Sum", "probes", qd),
+		}, line{1, "open"}),
+	)
+	if p := props.Poller; p != nil {
+		backlog := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+			Expression: jsii.String(p.BacklogPerTaskExpression),
+			UsingMetrics: &map[string]awscloudwatch.IMetric{
+				"visible": q.Queue.MetricApproximateNumberOfMessagesVisible(opts("Sum", "visible")),
+				"running": p.RunningTaskMetric("Average", period),
+			},
+			Label: jsii.String("visible messages per running task"), Period: period,
+		})
+		c.Dashboard.AddWidgets(
+			graph("Backlog per task", []awscloudwatch.IMetric{backlog}, nil, line{p.BacklogPerTaskTarget, "scaling target"}),
+			graph("Tasks", []awscloudwatch.IMetric{
+				p.RunningTaskMetric("Average", period),
+				p.DesiredTaskMetric("Average", period),
+				p.serviceMetric("PendingTaskCount", "Average", "pending tasks", period),
+			}, nil),
+			graph("CPU and memory (%)", []awscloudwatch.IMetric{
+				p.Service.MetricCpuUtilization(opts("Average", "CPU")),
+				p.Service.MetricMemoryUtilization(opts("Average", "memory")),
+			}, nil),
+		)
+	}
 	if f := props.Consumer; f != nil {
 		c.Dashboard.AddWidgets(
 			graph("Lambda errors and throttles", []awscloudwatch.IMetric{
 				f.Function.MetricErrors(opts("Sum", "errors")),
 				f.Function.MetricThrottles(opts("Sum", "throttles")),
-			}),
+			}, nil),
 			graph("Lambda duration", []awscloudwatch.IMetric{
 				f.Function.MetricDuration(opts("p50", "p50")),
 				f.Function.MetricDuration(opts("p99", "p99")),
-			}),
+			}, nil),
 		)
 	}
 	return c

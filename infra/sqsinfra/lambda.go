@@ -1,13 +1,20 @@
 package sqsinfra
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 )
@@ -18,24 +25,51 @@ import (
 const DefaultCodeDir = "../bin/lambda/arm64"
 
 // VisibilityTimeoutFactor is how many function timeouts the queue's
-// visibility timeout must at least be: AWS's rule for SQS event sources.
+// visibility timeout must at least be: AWS's rule for SQS event sources
+// (the margin lets Lambda retry a throttled batch).
 const VisibilityTimeoutFactor = 6
+
+// MinLambdaMaxReceiveCount is the least maxReceiveCount a queue consumed by
+// Lambda may have, as AWS advises: an invocation that is throttled, or
+// fails to start, still counts a receive of each message of its batch.
+const MinLambdaMaxReceiveCount = 5
+
+// Environment variables a LambdaConsumer sets for the function's main to
+// pass on to lambda.Config and metrics.NewEMF.
+const (
+	// BatchingWindowEnv holds the event source's maximum batching window
+	// in Go's duration syntax ("1s"), for lambda.Config.BatchingWindow
+	// (the heartbeat counts from the start of the window). Unset without
+	// a window.
+	BatchingWindowEnv = "SQSWORKER_BATCHING_WINDOW"
+	// MetricsNamespaceEnv holds the queue's MetricsNamespace, for
+	// metrics.NewEMF.
+	MetricsNamespaceEnv = "SQSWORKER_METRICS_NAMESPACE"
+)
 
 // Defaults of LambdaConsumerProps.
 const (
-	DefaultBatchSize  = 10
-	DefaultMemorySize = 256
+	DefaultBatchSize          = 10
+	DefaultMemorySize         = 256
+	DefaultFunctionTimeoutSec = 30
 )
 
 // LambdaConsumerProps configures a LambdaConsumer. Queue is required.
 type LambdaConsumerProps struct {
 	// Queue is the job queue to consume. Required. Its visibility timeout
-	// must be at least VisibilityTimeoutFactor (6) times Timeout.
+	// must be at least VisibilityTimeoutFactor (6) times Timeout plus
+	// MaxBatchingWindow: when the queue's VisibilityTimeout was not given,
+	// the consumer raises it to that; when it was, it is checked. Its
+	// MaxReceiveCount must be at least 5 (MinLambdaMaxReceiveCount).
 	Queue *JobQueue
-	// Table, when set, is the idempotency table the function may read and
-	// write; its name is in the environment as IDEMPOTENCY_TABLE. Default
-	// nil.
+	// Table, when set, is the idempotency table the function uses as a
+	// DynamoStore (IdempotencyTable.GrantStore); its name is in the
+	// environment as IDEMPOTENCY_TABLE. Default nil.
 	Table *IdempotencyTable
+	// EffectTables are the handler's own tables that idempotency.AddWrites
+	// writes to in the idempotency record's transaction (GrantEffects).
+	// Default none.
+	EffectTables []awsdynamodb.ITable
 
 	// CodeDir is the directory holding the function's `bootstrap`
 	// executable (linux/arm64, built by `make lambda`). Default
@@ -43,44 +77,94 @@ type LambdaConsumerProps struct {
 	CodeDir *string
 	// FunctionName is the function's physical name. Default: generated.
 	FunctionName *string
-	// Timeout is the function timeout, between 1 second and 15 minutes.
-	// Default 30 seconds.
+	// Timeout is the function timeout, whole seconds from 1 second to 15
+	// minutes. Default 30 seconds.
 	Timeout awscdk.Duration
-	// MemorySize in MiB, between 128 and 10240. Default 256.
+	// MemorySize in MiB, from 128 to 10240. Default 256.
 	MemorySize *float64
 	// Environment is added to the function's environment. Default none.
 	Environment map[string]string
 	// LogRetention is how long the function's log group keeps logs.
 	// Default one month.
 	LogRetention awslogs.RetentionDays
+	// ReservedConcurrency reserves (and caps) the function's concurrent
+	// executions; at least MaxConcurrency when both are set, or the event
+	// source's invocations are throttled (and a throttled batch spends a
+	// receive of each message). 0 stops the function. Default nil: the
+	// account's unreserved pool.
+	ReservedConcurrency *float64
+	// Tracing is the function's X-Ray tracing mode; Active lets the
+	// function write traces (xray:PutTraceSegments on *). Default: Lambda's
+	// (PassThrough).
+	Tracing awslambda.Tracing
+	// Vpc runs the function in this VPC (to reach private endpoints); the
+	// role then gets the network-interface actions Lambda needs, on *, as
+	// EC2 does not scope them. Default nil: Lambda's network.
+	Vpc awsec2.IVpc
+	// VpcSubnets are the subnets of Vpc to use. Only with Vpc. Default: the
+	// VPC's private subnets.
+	VpcSubnets *awsec2.SubnetSelection
+	// SecurityGroups are the function's security groups in Vpc. Only with
+	// Vpc. Default: a new one allowing all outbound traffic.
+	SecurityGroups []awsec2.ISecurityGroup
 
 	// BatchSize is the most records per invocation: 1 to 10 for a FIFO
 	// queue, 1 to 10000 otherwise (above 10 needs MaxBatchingWindow).
 	// Default 10.
 	BatchSize *float64
 	// MaxBatchingWindow is how long the event source gathers records
-	// before invoking, up to 5 minutes; not for FIFO queues. Default none.
+	// before invoking, whole seconds up to 5 minutes; not for FIFO queues.
+	// The records are received, and their visibility timeout runs, from
+	// the start of the window: it counts in the queue's visibility
+	// timeout, and the function gets it in $SQSWORKER_BATCHING_WINDOW for
+	// lambda.Config.BatchingWindow. Default none.
 	MaxBatchingWindow awscdk.Duration
 	// MaxConcurrency caps the concurrent invocations that the event source
-	// makes, 2 to 1000. Default nil: no cap.
+	// makes (its ScalingConfig), 2 to 1000. Default nil: no cap.
 	MaxConcurrency *float64
+	// Filters are the event source's filter criteria: event patterns on
+	// the record's "body" (the only key SQS event sources filter on), at
+	// most 10. Lambda deletes the messages that match none of them from
+	// the queue: they never run, nor go to the dead-letter queue. Default
+	// none: every message runs.
+	Filters []map[string]any
+
+	// AlarmTopic receives the function's alarms (ALARM and OK). Default:
+	// the queue's AlarmTopic.
+	AlarmTopic awssns.ITopic
+	// DisableErrorAlarm turns off the alarm on function errors. With
+	// ReportBatchItemFailures a failing job is not a function error: the
+	// errors are crashes, timeouts and out-of-memory kills, which fail
+	// the whole batch. Default false.
+	DisableErrorAlarm bool
+	// DisableThrottleAlarm turns off the alarm on throttled invocations,
+	// each of which spends a receive of every message of its batch.
+	// Default false.
+	DisableThrottleAlarm bool
 }
 
 // LambdaConsumer is a Go function (provided.al2023, arm64) consuming a
-// JobQueue through an SQS event source with ReportBatchItemFailures. It may
-// receive, delete and change the visibility of the queue's messages, send to
-// its dead-letter queue (permanent failures), and read and write the
-// idempotency table.
+// JobQueue through an SQS event source with ReportBatchItemFailures. Its
+// role may write to its own log group only, receive, delete and change the
+// visibility of the queue's messages, send to its dead-letter queue
+// (permanent failures), and use the idempotency and effect tables. Alarms
+// on its errors and throttles notify the queue's topic.
 type LambdaConsumer struct {
 	// Construct is the scope of the resources below. (A jsii construct
 	// cannot be embedded in a Go struct passed back to jsii.)
 	Construct constructs.Construct
 	// Function is the Lambda function.
 	Function awslambda.Function
+	// Role is the function's execution role.
+	Role awsiam.Role
 	// EventSource is the SQS event source mapping's source.
 	EventSource awslambdaeventsources.SqsEventSource
 	// LogGroup is the function's log group.
 	LogGroup awslogs.LogGroup
+	// ErrorAlarm and ThrottleAlarm are the function's alarms, nil when
+	// disabled.
+	ErrorAlarm    awscloudwatch.Alarm
+	ThrottleAlarm awscloudwatch.Alarm
 }
 
 // NewLambdaConsumer defines a LambdaConsumer; it panics, failing synthesis,
@@ -95,7 +179,7 @@ func NewLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 		errs.check()
 	}
 	q := props.Queue
-	fifo := q.Queue.Fifo() != nil && *q.Queue.Fifo()
+	fifo := q.Fifo
 
 	codeDir := DefaultCodeDir
 	if props.CodeDir != nil {
@@ -104,39 +188,76 @@ func NewLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 	if fi, err := os.Stat(filepath.Join(codeDir, "bootstrap")); err != nil || fi.IsDir() {
 		errs.add("CodeDir %q must hold the function's bootstrap executable (run `make lambda` at the repository root)", codeDir)
 	}
-	timeout := orDuration(props.Timeout, awscdk.Duration_Seconds(jsii.Number(30)))
-	ts := seconds(timeout)
-	if ts < 1 || ts > 900 {
-		errs.add("Timeout must be between 1 second and 15 minutes, got %gs", ts)
+	ts := errs.seconds("Timeout", props.Timeout, awscdk.Duration_Seconds(jsii.Number(DefaultFunctionTimeoutSec)))
+	if known(ts) && (ts < 1 || ts > 900 || !isWhole(ts)) {
+		errs.add("Timeout must be whole seconds from 1 second to 15 minutes, got %gs", ts)
 	}
-	if vs := seconds(q.VisibilityTimeout); vs < VisibilityTimeoutFactor*ts {
-		errs.add("the queue's VisibilityTimeout (%gs) must be at least %d times Timeout (%gs), i.e. >= %gs: raise JobQueueProps.VisibilityTimeout or lower Timeout",
-			vs, VisibilityTimeoutFactor, ts, VisibilityTimeoutFactor*ts)
+	window := 0.0
+	if props.MaxBatchingWindow != nil {
+		window = errs.seconds("MaxBatchingWindow", props.MaxBatchingWindow, nil)
+		if fifo {
+			errs.add("MaxBatchingWindow is not supported for a FIFO queue")
+		} else if known(window) && (window < 0 || window > 300 || !isWhole(window)) {
+			errs.add("MaxBatchingWindow must be whole seconds from 0 to 5 minutes, got %gs", window)
+		}
 	}
-	memory := orNumber(props.MemorySize, DefaultMemorySize)
-	if memory < 128 || memory > 10240 || !isWhole(memory) {
-		errs.add("MemorySize must be a whole number of MiB between 128 and 10240, got %g", memory)
+	if need := VisibilityTimeoutFactor*ts + window; known(need) && !q.raiseVisibility(need) {
+		fix := "raise JobQueueProps.VisibilityTimeout (or leave it out: the consumer then sets it)"
+		if q.cfnQueue == nil {
+			fix = "raise the existing queue's visibility timeout (and ExistingJobQueueProps.VisibilityTimeout)"
+		}
+		errs.add("the queue's VisibilityTimeout (%gs) must be at least %d times Timeout (%gs) plus MaxBatchingWindow (%gs), i.e. >= %gs (at most 12 hours): %s, or lower Timeout",
+			q.visibilitySeconds, VisibilityTimeoutFactor, ts, window, need, fix)
 	}
-	batch := orNumber(props.BatchSize, DefaultBatchSize)
+	if known(q.MaxReceiveCount) && q.MaxReceiveCount < MinLambdaMaxReceiveCount {
+		errs.add("the queue's MaxReceiveCount (%g) must be at least %d with a Lambda consumer (AWS's advice): a throttled or failed invocation counts a receive of each message of its batch, which could dead-letter a message that never ran; raise JobQueueProps.MaxReceiveCount",
+			q.MaxReceiveCount, MinLambdaMaxReceiveCount)
+	}
+	memory := errs.number("MemorySize", props.MemorySize, DefaultMemorySize)
+	if known(memory) && (memory < 128 || memory > 10240 || !isWhole(memory)) {
+		errs.add("MemorySize must be a whole number of MiB from 128 to 10240, got %g", memory)
+	}
+	batch := errs.number("BatchSize", props.BatchSize, DefaultBatchSize)
 	maxBatch := 10000.0
 	if fifo {
 		maxBatch = 10
 	}
-	if batch < 1 || batch > maxBatch || !isWhole(batch) {
-		errs.add("BatchSize must be a whole number between 1 and %g for this queue, got %g", maxBatch, batch)
+	if known(batch) && (batch < 1 || batch > maxBatch || !isWhole(batch)) {
+		errs.add("BatchSize must be a whole number from 1 to %g for this queue, got %g", maxBatch, batch)
 	}
-	if w := props.MaxBatchingWindow; w != nil {
-		if fifo {
-			errs.add("MaxBatchingWindow is not supported for a FIFO queue")
-		} else if s := seconds(w); s < 0 || s > 300 {
-			errs.add("MaxBatchingWindow must be between 0 and 5 minutes, got %gs", s)
-		}
-	}
-	if batch > 10 && (props.MaxBatchingWindow == nil || seconds(props.MaxBatchingWindow) < 1) {
+	if known(batch) && known(window) && batch > 10 && window < 1 {
 		errs.add("BatchSize above 10 (got %g) needs a MaxBatchingWindow of at least 1 second", batch)
 	}
-	if mc := props.MaxConcurrency; mc != nil && (*mc < 2 || *mc > 1000 || !isWhole(*mc)) {
-		errs.add("MaxConcurrency must be a whole number between 2 and 1000, got %g", *mc)
+	var maxConc, reserved float64
+	if props.MaxConcurrency != nil {
+		maxConc = errs.number("MaxConcurrency", props.MaxConcurrency, 0)
+		if known(maxConc) && (maxConc < 2 || maxConc > 1000 || !isWhole(maxConc)) {
+			errs.add("MaxConcurrency must be a whole number from 2 to 1000, got %g", maxConc)
+		}
+	}
+	if props.ReservedConcurrency != nil {
+		reserved = errs.number("ReservedConcurrency", props.ReservedConcurrency, 0)
+		if known(reserved) && (reserved < 0 || !isWhole(reserved)) {
+			errs.add("ReservedConcurrency must be a whole number >= 0, got %g", reserved)
+		} else if props.MaxConcurrency != nil && known(maxConc) && reserved < maxConc {
+			errs.add("ReservedConcurrency (%g) must be at least MaxConcurrency (%g): the event source would invoke more often than the function may run, and each throttled batch spends a receive of its messages", reserved, maxConc)
+		}
+	}
+	if len(props.Filters) > 10 {
+		errs.add("Filters holds %d patterns: an event source takes at most 10 (5 without a quota increase)", len(props.Filters))
+	}
+	for i, f := range props.Filters {
+		if len(f) == 0 {
+			errs.add("Filters[%d] is empty", i)
+		}
+		for _, k := range sortedKeys(f) {
+			if k != "body" {
+				errs.add("Filters[%d] has the key %q: SQS event sources filter on \"body\" only, and a pattern that matches no message makes Lambda delete every message", i, k)
+			}
+		}
+	}
+	if props.Vpc == nil && (props.VpcSubnets != nil || props.SecurityGroups != nil) {
+		errs.add("VpcSubnets and SecurityGroups need Vpc")
 	}
 	errs.check()
 
@@ -149,36 +270,125 @@ func NewLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 		Retention:     retention,
 		RemovalPolicy: awscdk.RemovalPolicy_DESTROY,
 	})
-	env := map[string]*string{}
-	for k, v := range props.Environment {
-		env[k] = jsii.String(v)
+	// A role of our own: the function's default one carries
+	// AWSLambdaBasicExecutionRole, which may write to every log group of
+	// the account.
+	c.Role = awsiam.NewRole(c.Construct, jsii.String("Role"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+		Description: jsii.String("Execution role of the sqsworker Lambda consumer " + pathOf(c.Construct)),
+	})
+	c.LogGroup.GrantWrite(c.Role)
+	if props.Vpc != nil {
+		c.Role.AddToPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid: jsii.String("LambdaNetworkInterfaces"),
+			Actions: jsii.Strings("ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
+				"ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses"),
+			Resources: jsii.Strings("*"),
+		}))
+	}
+
+	env := map[string]*string{MetricsNamespaceEnv: jsii.String(q.MetricsNamespace)}
+	if window > 0 {
+		env[BatchingWindowEnv] = jsii.String(goDuration(window))
 	}
 	if props.Table != nil {
 		env["IDEMPOTENCY_TABLE"] = props.Table.Table.TableName()
 	}
+	for k, v := range props.Environment {
+		env[k] = jsii.String(v)
+	}
+	var securityGroups *[]awsec2.ISecurityGroup
+	if props.SecurityGroups != nil {
+		securityGroups = &props.SecurityGroups
+	}
+	var reservedPtr *float64
+	if props.ReservedConcurrency != nil {
+		reservedPtr = jsii.Number(reserved)
+	}
 	c.Function = awslambda.NewFunction(c.Construct, jsii.String("Function"), &awslambda.FunctionProps{
-		FunctionName: props.FunctionName,
-		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
-		Architecture: awslambda.Architecture_ARM_64(),
-		Handler:      jsii.String("bootstrap"),
-		Code:         awslambda.Code_FromAsset(jsii.String(codeDir), nil),
-		Timeout:      timeout,
-		MemorySize:   jsii.Number(memory),
-		Environment:  &env,
-		LogGroup:     c.LogGroup,
+		FunctionName:                 props.FunctionName,
+		Runtime:                      awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture:                 awslambda.Architecture_ARM_64(),
+		Handler:                      jsii.String("bootstrap"),
+		Code:                         awslambda.Code_FromAsset(jsii.String(codeDir), nil),
+		Timeout:                      awscdk.Duration_Seconds(jsii.Number(ts)),
+		MemorySize:                   jsii.Number(memory),
+		Environment:                  &env,
+		LogGroup:                     c.LogGroup,
+		Role:                         c.Role,
+		ReservedConcurrentExecutions: reservedPtr,
+		Tracing:                      props.Tracing,
+		Vpc:                          props.Vpc,
+		VpcSubnets:                   props.VpcSubnets,
+		SecurityGroups:               securityGroups,
 	})
+	var filters *[]*map[string]any
+	if len(props.Filters) > 0 {
+		fs := make([]*map[string]any, len(props.Filters))
+		for i, f := range props.Filters {
+			f := f
+			fs[i] = awslambda.FilterCriteria_Filter(&f)
+		}
+		filters = &fs
+	}
+	var maxConcPtr *float64
+	if props.MaxConcurrency != nil {
+		maxConcPtr = jsii.Number(maxConc)
+	}
+	var windowDur awscdk.Duration
+	if props.MaxBatchingWindow != nil {
+		windowDur = awscdk.Duration_Seconds(jsii.Number(window))
+	}
 	c.EventSource = awslambdaeventsources.NewSqsEventSource(q.Queue, &awslambdaeventsources.SqsEventSourceProps{
 		BatchSize:               jsii.Number(batch),
-		MaxBatchingWindow:       props.MaxBatchingWindow,
-		MaxConcurrency:          props.MaxConcurrency,
+		MaxBatchingWindow:       windowDur,
+		MaxConcurrency:          maxConcPtr,
 		ReportBatchItemFailures: jsii.Bool(true),
+		Filters:                 filters,
 	})
 	c.Function.AddEventSource(c.EventSource)
 	// Permanent failures and last attempts are sent to the DLQ with their
 	// failure metadata by the runtime itself (lambda.Config).
-	q.DeadLetterQueue.GrantSendMessages(c.Function)
+	q.DeadLetterQueue.GrantSendMessages(c.Role)
 	if props.Table != nil {
-		props.Table.Table.GrantReadWriteData(c.Function)
+		props.Table.GrantStore(c.Role)
 	}
+	GrantEffects(c.Role, props.EffectTables...)
+
+	fiveMinutes := &awscloudwatch.MetricOptions{Period: awscdk.Duration_Minutes(jsii.Number(5)), Statistic: jsii.String("Sum")}
+	alarm := func(id, desc string, m awscloudwatch.Metric) awscloudwatch.Alarm {
+		return awscloudwatch.NewAlarm(c.Construct, jsii.String(id), &awscloudwatch.AlarmProps{
+			AlarmDescription:   jsii.String(desc),
+			Metric:             m,
+			Threshold:          jsii.Number(0),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+			EvaluationPeriods:  jsii.Number(1),
+			// Lambda reports no data for a function that was not
+			// invoked: no invocation, no error.
+			TreatMissingData: awscloudwatch.TreatMissingData_NOT_BREACHING,
+		})
+	}
+	if !props.DisableErrorAlarm {
+		c.ErrorAlarm = alarm("ErrorAlarm", fmt.Sprintf("The function %s failed whole invocations (crash, timeout, out of memory): their batches come back after the visibility timeout, and each spends a receive.", pathOf(c.Construct)),
+			c.Function.MetricErrors(fiveMinutes))
+	}
+	if !props.DisableThrottleAlarm {
+		c.ThrottleAlarm = alarm("ThrottleAlarm", fmt.Sprintf("Invocations of the function %s were throttled: each throttled batch spends a receive of its messages. Raise the reserved or account concurrency, or lower MaxConcurrency.", pathOf(c.Construct)),
+			c.Function.MetricThrottles(fiveMinutes))
+	}
+	topic := props.AlarmTopic
+	if topic == nil {
+		topic = q.AlarmTopic
+	}
+	notify(topic, c.ErrorAlarm, c.ThrottleAlarm)
 	return c
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

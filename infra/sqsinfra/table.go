@@ -3,6 +3,7 @@ package sqsinfra
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -29,9 +30,30 @@ type IdempotencyTableProps struct {
 	// EncryptionKey encrypts the table with this customer-managed KMS key.
 	// Default nil: the AWS-managed key (aws/dynamodb).
 	EncryptionKey awskms.IKey
-	// RemovalPolicy is what happens to the table when it leaves the stack.
-	// Default RETAIN: idempotency records outlive a mistaken deletion.
+	// RemovalPolicy is what happens to the table when it leaves the stack
+	// (or a change of TableName replaces it): CloudFormation's
+	// DeletionPolicy and UpdateReplacePolicy. Default RETAIN: idempotency
+	// records outlive a mistaken deletion.
 	RemovalPolicy awscdk.RemovalPolicy
+}
+
+// StoreActions are the DynamoDB actions the idempotency package's
+// DynamoStore calls on its table, and all that IdempotencyTable.GrantStore
+// grants: PutItem (claim), UpdateItem (complete, extend, and the
+// completion inside a transaction), DeleteItem (release), GetItem and
+// DescribeTable (NewDynamoStore checks the table). TransactWriteItems is
+// not an IAM action: a transaction needs the per-item action of each of its
+// writes on each table it writes (see EffectActions).
+var StoreActions = []string{
+	"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:DescribeTable",
+}
+
+// EffectActions are the DynamoDB actions GrantEffects grants on a
+// handler's own tables: the writes idempotency.AddWrites may commit in one
+// TransactWriteItems with the idempotency record (Put, Update, Delete and
+// ConditionCheck items).
+var EffectActions = []string{
+	"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem",
 }
 
 // IdempotencyTable is the DynamoDB table of the idempotency package's
@@ -91,4 +113,32 @@ func NewIdempotencyTable(scope constructs.Construct, id string, props *Idempoten
 		RemovalPolicy: removal,
 	})
 	return c
+}
+
+// GrantStore lets grantee use the table as an idempotency store: the
+// StoreActions on the table, and the use of its KMS key when it has a
+// customer-managed one. Nothing else: no Scan, Query nor batch operation.
+func (t *IdempotencyTable) GrantStore(grantee awsiam.IGrantable) {
+	grantTable(grantee, t.Table, StoreActions)
+}
+
+// GrantEffects lets grantee commit the transactional effects of
+// idempotency.AddWrites on tables: the EffectActions on each table (and the
+// use of its customer-managed KMS key). A transaction fails with
+// AccessDenied as a whole if one of its writes is not allowed.
+func GrantEffects(grantee awsiam.IGrantable, tables ...awsdynamodb.ITable) {
+	for _, t := range tables {
+		grantTable(grantee, t, EffectActions)
+	}
+}
+
+func grantTable(grantee awsiam.IGrantable, t awsdynamodb.ITable, actions []string) {
+	awsiam.Grant_AddToPrincipal(&awsiam.GrantOnPrincipalOptions{
+		Grantee:      grantee,
+		Actions:      jsii.Strings(actions...),
+		ResourceArns: &[]*string{t.TableArn()},
+	})
+	if k := t.EncryptionKey(); k != nil {
+		k.GrantEncryptDecrypt(grantee)
+	}
 }
