@@ -114,13 +114,14 @@ func (a *app) queueError(nameOrURL string, err error) error {
 	if awserr.IsQueueMissing(err) {
 		return &queueMissingError{queue: nameOrURL, target: t, err: err}
 	}
+	prefix := "queue " + nameOrURL + ": "
 	if strings.HasPrefix(err.Error(), "queue ") {
-		return err
+		prefix = ""
 	}
 	if hint := unreachableHint(err, t); hint != "" {
-		return fmt.Errorf("queue %s: %s: %w", nameOrURL, hint, err)
+		return fmt.Errorf("%s%s: %w", prefix, hint, err)
 	}
-	return fmt.Errorf("queue %s: %w", nameOrURL, err)
+	return fmt.Errorf("%s%w", prefix, err)
 }
 
 // unreachableHint explains an error that says the endpoint cannot be

@@ -241,7 +241,7 @@ func (a *app) queueURL(ctx context.Context, nameOrURL string) (string, error) {
 	}
 	out, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)})
 	if err != nil {
-		return "", fmt.Errorf("queue %q: %w", nameOrURL, err)
+		return "", err
 	}
 	return aws.ToString(out.QueueUrl), nil
 }

@@ -885,6 +885,10 @@ func sendErrorText(err error) string {
 // resolveQueueArg turns a queue name or URL into its URL, with a clear error
 // when the queue does not exist.
 func resolveQueueArg(ctx context.Context, a *app, nameOrURL string) (string, error) {
+	// The errors of the configuration say what to do on their own.
+	if _, err := a.sqs(ctx); err != nil {
+		return "", err
+	}
 	url, err := a.queueURL(ctx, nameOrURL)
 	if err != nil {
 		return "", a.queueError(nameOrURL, err)
