@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -82,7 +83,10 @@ func (d *dlqCmd) open(ctx context.Context, nameOrURL string) (*dlq.Queue, error)
 	if err != nil {
 		return nil, err
 	}
-	q, err := dlq.Open(ctx, c, nameOrURL, dlq.Config{Force: d.force})
+	// The library's warnings (a receive that lost its response, a release
+	// that failed) go to standard error; its notes are printed below.
+	log := slog.New(slog.NewTextHandler(d.a.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	q, err := dlq.Open(ctx, c, nameOrURL, dlq.Config{Force: d.force, Logger: log})
 	if errors.Is(err, dlq.ErrNotDeadLetterQueue) || errors.Is(err, dlq.ErrCannotCheck) {
 		return nil, fmt.Errorf("%w (give --force to act on it anyway)", err)
 	}

@@ -480,7 +480,7 @@ func TestDlqReplayInterruptStopsCleanly(t *testing.T) {
 	}
 	c, q, ids := newDLQ(t, testenv.QueueOptions{}, jobs...)
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
-	cmd := exec.Command(bin, "dlq", "replay", queueName(q.DLQURL), "--yes", "--rate", "4", "--audit", audit)
+	cmd := exec.Command(bin, "dlq", "replay", queueName(q.DLQURL), "--yes", "--rate", "4", "--visibility", "2s", "--audit", audit)
 	cmd.Env = cliEnv()
 	var stdout, stderr lockedBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -495,9 +495,14 @@ func TestDlqReplayInterruptStopsCleanly(t *testing.T) {
 	if code := cmd.ProcessState.ExitCode(); code != 130 || !strings.Contains(stderr.String(), "interrupted: ") {
 		t.Fatalf("exit %d (%v)\nstdout: %s\nstderr: %s", code, err, stdout.String(), stderr.String())
 	}
-	// Released at once: no message of the DLQ is left in flight.
-	if v, f, _ := testenv.Depth(t, c, q.DLQURL); f != 0 || v == 0 {
-		t.Errorf("dead-letter queue: %d visible, %d in flight after the interrupt", v, f)
+	// Released at once: no message of the DLQ is left in flight, but those
+	// that a receive whose response was lost hid (the read says so): they
+	// come back after the visibility timeout.
+	if strings.Contains(stderr.String(), "receive(s) lost their response") {
+		t.Logf("a receive lost its response:\n%s", stderr.String())
+		time.Sleep(2500 * time.Millisecond) // the emulator counts them in flight until a receive looks
+	} else if v, f, _ := testenv.Depth(t, c, q.DLQURL); f != 0 || v == 0 {
+		t.Errorf("dead-letter queue: %d visible, %d in flight after the interrupt\n%s", v, f, stderr.String())
 	}
 	inDLQ := originals(t, drain(t, c, q.DLQURL, time.Second))
 	copied := originals(t, drain(t, c, q.URL, time.Second))
