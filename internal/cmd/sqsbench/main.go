@@ -119,6 +119,10 @@ func (r result) perMessage() float64 { return float64(r.requests()) / float64(r.
 func (r result) startup() time.Duration { return time.Duration(r.rep.First - r.exec.UnixNano()) }
 func (r result) tail() time.Duration    { return time.Duration(r.end.UnixNano() - r.rep.Done) }
 
+// disturbed reports whether other work took more than a quarter of a core,
+// on average, during the run (give or take the clock ticks of /proc/stat).
+func (r result) disturbed() bool { return r.others+r.steal > r.wall()/4+5*clockTick }
+
 func per10k(d time.Duration, n int) float64 { return d.Seconds() / float64(n) * 10000 }
 
 type consumer struct {
@@ -135,6 +139,7 @@ type settings struct {
 	waitTime     time.Duration
 	settle       time.Duration
 	quiet        time.Duration
+	redo         int
 	perf, soak   bool
 	soakConc     int
 	soakMessages int
@@ -169,6 +174,7 @@ func parseSettings() (settings, error) {
 	flag.IntVar(&s.concurrency, "concurrency", 80, "worker Config.Concurrency")
 	flag.DurationVar(&s.waitTime, "wait-time", time.Second, "long-poll wait of each receive, raw loop and worker")
 	flag.DurationVar(&s.settle, "settle", time.Second, "pause between preloading a queue and the exec")
+	flag.IntVar(&s.redo, "redo", 0, "run a disturbed run again, up to this many times (disturbed: other work took more than a quarter of a core during it)")
 	flag.DurationVar(&s.quiet, "quiet", 0, "before each exec, wait up to this long for a second in which the machine's busy CPU is under a quarter of a core")
 	flag.BoolVar(&s.perf, "perf", true, "run the throughput and cost comparison")
 	flag.BoolVar(&s.soak, "soak", true, "run the memory soak: slow jobs in flight")
@@ -362,9 +368,17 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 					base := filepath.Join(s.profiles, strings.ReplaceAll(strings.NewReplacer("(", "", ")", "", ",", "").Replace(cons.name), " ", "-"))
 					args = append(args, "-cpuprofile", base+".cpu.pprof", "-memprofile", base+".allocs.pprof")
 				}
-				r, err := runChild(ctx, c, s, child, cons.name, n, args, 0, nil)
-				if err != nil {
-					return fmt.Errorf("%s, %d messages: %w", cons.name, n, err)
+				var r result
+				for attempt := 0; ; attempt++ {
+					var err error
+					if r, err = runChild(ctx, c, s, child, cons.name, n, args, 0, nil); err != nil {
+						return fmt.Errorf("%s, %d messages: %w", cons.name, n, err)
+					}
+					if !r.disturbed() || attempt == s.redo {
+						break
+					}
+					fmt.Fprintf(os.Stderr, "rep %d/%d %6d msgs  %-28s disturbed (others' CPU %.1f s, steal %.1f s in %.1f s), again\n",
+						rep+1, s.reps, n, cons.name, r.others.Seconds(), r.steal.Seconds(), r.wall().Seconds())
 				}
 				parentHWM = max(parentHWM, selfHWM())
 				runs[si][ci] = append(runs[si][ci], r)
@@ -411,17 +425,23 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 		}
 	}
 	fmt.Printf("\nThe machine during the runs, median (min–max): the emulator's CPU (/proc/<pid>/stat), and the busy CPU of the machine (/proc/stat) less the child's and the emulator's, which is other work sharing the cores; steal: time the hypervisor gave the cores to others.\n\n")
-	fmt.Println("| consumer | messages | emulator CPU s / 10k msgs | × raw | others' CPU during the run, s | steal, s |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	fmt.Println("| consumer | messages | emulator CPU s / 10k msgs | × raw | others' CPU during the run, s | steal, s | disturbed runs (others > ¼ core) |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|---:|")
 	for si, n := range s.sizes {
 		raw := runs[si][0]
 		for ci, cons := range consumers {
 			rs := runs[si][ci]
-			fmt.Printf("| %s | %d | %s | %s | %s | %s |\n", cons.name, n,
+			disturbed := 0
+			for _, r := range rs {
+				if r.disturbed() {
+					disturbed++
+				}
+			}
+			fmt.Printf("| %s | %d | %s | %s | %s | %s | %d of %d |\n", cons.name, n,
 				spread(each(rs, result.emulatorPer10k), "%.2f"),
 				ratio(rs, raw, result.emulatorPer10k, ci),
 				spread(each(rs, func(r result) float64 { return r.others.Seconds() }), "%.1f"),
-				spread(each(rs, func(r result) float64 { return r.steal.Seconds() }), "%.1f"))
+				spread(each(rs, func(r result) float64 { return r.steal.Seconds() }), "%.1f"), disturbed, len(rs))
 		}
 	}
 
