@@ -230,7 +230,7 @@ func (a *app) send(ctx context.Context, f sendFlags, queueArg string, bodies []s
 			_ = s.print()
 			return err
 		}
-		if len(s.results) == 0 && !s.interrupted {
+		if len(s.results) == 0 && !s.interrupted && !a.quiet {
 			fmt.Fprintln(a.errs, "sqsworker send: no messages on stdin")
 		}
 	}

@@ -600,3 +600,32 @@ func TestSendProgress(t *testing.T) {
 		t.Errorf("progress on a stderr that is not a terminal: %q", p.stderr.String())
 	}
 }
+
+// BODY arguments too: an interrupt lets the call under way finish and says
+// which arguments were not sent.
+func TestSendInterruptedArguments(t *testing.T) {
+	t.Parallel()
+	c := testenv.NewSQS(t)
+	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	proxy := interruptingProxy(t, 2, interrupt)
+	args := []string{"send", q.URL}
+	for i := 1; i <= 25; i++ {
+		args = append(args, fmt.Sprint("arg-", i))
+	}
+	p := startCLIWith(t, ctx, strings.NewReader(""),
+		[]rootOption{withSQSOptions(func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy) })}, args...)
+	if code := p.wait(t); code != exitInterrupted {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitInterrupted, p.stderr.String())
+	}
+	if want := "interrupted after message 20 of 25: messages 21 to 25 were not sent"; !strings.Contains(p.stderr.String(), want) {
+		t.Errorf("stderr does not say %q:\n%s", want, p.stderr.String())
+	}
+	if p.stdout.String() != "sent 20\n" {
+		t.Errorf("stdout %q", p.stdout.String())
+	}
+	if n := len(testenv.ReceiveAll(t, c, q.URL, 2*time.Second, 5*time.Minute)); n != 20 {
+		t.Errorf("%d messages in the queue, want 20", n)
+	}
+}
