@@ -401,7 +401,7 @@ func runUntilInterrupted(ctx context.Context, w *worker.Worker, h sqsworker.Hand
 	case <-ctx.Done():
 	}
 	pollsEnd := time.Now().Add(f.wait + pollMargin)
-	log.Info(fmt.Sprintf("stopping: waiting up to %s for the long poll, then up to %s for running handlers; Ctrl-C again to stop now", f.wait, f.shutdownTimeout))
+	log.Info(fmt.Sprintf("stopping: waiting up to %s for the long poll, and up to %s in all for running handlers; Ctrl-C again to stop now", f.wait, f.shutdownTimeout))
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()
 	shutdown := make(chan struct{})
@@ -616,11 +616,11 @@ func (h *commandHandler) stopped(ctx context.Context, err error) error {
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, worker.ErrHandlerTimeout):
-		return &classedError{"timeout", fmt.Errorf("command stopped at the handler timeout (%s): %w (%v)", h.timeout, cause, err)}
+		return &classedError{"timeout", fmt.Errorf("command stopped at the handler timeout (%s): %w (%w)", h.timeout, cause, err)}
 	case errors.Is(cause, worker.ErrShutdown):
-		return &classedError{"shutdown", fmt.Errorf("command stopped by the shutdown: %w (%v)", cause, err)}
+		return &classedError{"shutdown", fmt.Errorf("command stopped by the shutdown: %w (%w)", cause, err)}
 	}
-	return fmt.Errorf("command stopped: %w (%v)", cause, err)
+	return fmt.Errorf("command stopped: %w (%w)", cause, err)
 }
 
 // exitStatusError is a command's exit status other than 0.

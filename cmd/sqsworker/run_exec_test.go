@@ -62,12 +62,15 @@ func TestRunTimeoutStopsTheProcessGroup(t *testing.T) {
 			c := testenv.NewSQS(t)
 			q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 1})
 			id := testenv.Send(t, c, q.URL, "", "slow")[0]
+			started := filepath.Join(t.TempDir(), "started")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			p := startCLI(t, ctx, "", "run", q.URL, "--wait", "1s", "--handler-timeout", "2s", "--kill-after", "2s", "--", "sh", "-c", tc.script)
-			testenv.Eventually(t, 60*time.Second, func() bool { return len(processesOf(t, id)) > 0 },
-				"the command did not start; stderr:\n%s", p.stderr.String())
+			p := startCLI(t, ctx, "", "run", q.URL, "--wait", "1s", "--handler-timeout", "2s", "--kill-after", "2s",
+				"--", "sh", "-c", "touch "+started+"; "+tc.script)
 			dead := dlqBodies(t, c, q, 1)
+			if _, err := os.Stat(started); err != nil {
+				t.Fatalf("the command did not start: %v; stderr:\n%s", err, p.stderr.String())
+			}
 			// The message is dead-lettered once its command is stopped: no
 			// process of its group may be left by then.
 			if left := processesOf(t, id); len(left) > 0 {
@@ -108,7 +111,7 @@ func TestRunSecondInterruptStopsNow(t *testing.T) {
 		"the command did not start; stderr:\n%s", p.stderr.String())
 	interrupt()
 	testenv.Eventually(t, 60*time.Second, func() bool {
-		return strings.Contains(p.stderr.String(), "waiting up to 1s for the long poll, then up to 1h0m0s for running handlers; Ctrl-C again to stop now")
+		return strings.Contains(p.stderr.String(), "waiting up to 1s for the long poll, and up to 1h0m0s in all for running handlers; Ctrl-C again to stop now")
 	}, "no word of the shutdown; stderr:\n%s", p.stderr.String())
 	if len(processesOf(t, id)) == 0 {
 		t.Fatal("the command did not wait for its shutdown deadline")
