@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -710,4 +711,17 @@ func firstDiff(want, got []byte) string {
 		}
 	}
 	return ""
+}
+
+// TestExampleHandlerModule vets and tests the example handler, a module of
+// its own that `go test ./...` in infra/ does not reach.
+func TestExampleHandlerModule(t *testing.T) {
+	for _, args := range [][]string{{"vet", "./..."}, {"test", "-count=1", "./..."}} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = filepath.Join("..", exampleapp.DefaultHandlerDir)
+		cmd.Env = append(os.Environ(), "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("go %s in %s: %v\n%s", strings.Join(args, " "), cmd.Dir, err, out)
+		}
+	}
 }

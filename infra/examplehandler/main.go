@@ -1,8 +1,10 @@
 // Command examplehandler is the HTTP job handler of the example app's
 // PollerService: the container that `sqsworker run --http` POSTs each
-// message to, over the task's localhost. It needs only the standard
-// library; its image is built from the Dockerfile next to it by `cdk
-// deploy`.
+// message to, over the task's localhost. It is a module of its own, on the
+// standard library only, so that its image (the Dockerfile next to it,
+// built by `cdk deploy`) downloads nothing, and so that its copy in
+// cdk.out is not a package of infra's module; infra's tests vet and test
+// it (exampleapp.TestExampleHandlerModule).
 //
 // Like cmd/example-lambda (which consumes the same queue in the example
 // stack), the jobs say in their body what to do, so that every outcome can

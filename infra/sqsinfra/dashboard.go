@@ -121,8 +121,10 @@ func NewDashboard(scope constructs.Construct, id string, props *DashboardProps) 
 			Period: period, Statistic: jsii.String(stat), Label: jsii.String(label),
 		})
 	}
-	c.FailuresByErrorClass = fmt.Sprintf(`SEARCH('{%s,queue,handler,error_class} MetricName="messages_failed" queue="%s" handler="%s"', 'Sum', %g)`,
-		ns, *queueName, handler, ps)
+	// Every handler of the queue (the poller's, and a Lambda function's,
+	// named after the function), a line per handler and error class.
+	c.FailuresByErrorClass = fmt.Sprintf(`SEARCH('{%s,queue,handler,error_class} MetricName="messages_failed" queue="%s"', 'Sum', %g)`,
+		ns, *queueName, ps)
 	qh := map[string]*string{"queue": queueName, "handler": jsii.String(handler)}
 	qd := map[string]*string{"queue": queueName}
 	budget := durationSeconds(q.LatencyBudget)

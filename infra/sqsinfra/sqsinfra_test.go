@@ -712,10 +712,23 @@ func TestAlarmOptions(t *testing.T) {
 func TestQueueNames(t *testing.T) {
 	s := newStack()
 	sqsinfra.NewJobQueue(s, "Q", &sqsinfra.JobQueueProps{QueueName: jsii.String("orders")})
+	sqsinfra.NewJobQueue(s, "F", &sqsinfra.JobQueueProps{Fifo: true, RemovalPolicy: awscdk.RemovalPolicy_DESTROY})
 	tpl := assertions.Template_FromStack(s, nil)
 	for _, name := range []string{"orders", "orders-dlq"} {
 		check(t, name, func() {
 			tpl.HasResourceProperties(jsii.String("AWS::SQS::Queue"), map[string]any{"QueueName": name})
+		})
+	}
+	// Generated FIFO names: the construct path, the stack ID's first
+	// group, and the suffixes.
+	stackID := map[string]any{"Fn::Select": []any{0, map[string]any{"Fn::Split": []any{"-",
+		map[string]any{"Fn::Select": []any{2, map[string]any{"Fn::Split": []any{"/", map[string]any{"Ref": "AWS::StackId"}}}}}}}}}
+	for _, suffix := range []string{".fifo", "-dlq.fifo"} {
+		check(t, "FIFO "+suffix, func() {
+			tpl.HasResource(jsii.String("AWS::SQS::Queue"), map[string]any{
+				"Properties":     assertions.Match_ObjectLike(&map[string]any{"FifoQueue": true, "QueueName": map[string]any{"Fn::Join": []any{"", []any{"Test-F-B39C02ED-", stackID, suffix}}}}),
+				"DeletionPolicy": "Delete", "UpdateReplacePolicy": "Delete",
+			})
 		})
 	}
 }
