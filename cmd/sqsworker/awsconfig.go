@@ -15,9 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
-
-	"github.com/sqsworker/sqsworker/internal/awserr"
 )
 
 // credentialsTimeout bounds the first retrieval of credentials: on a
@@ -111,7 +111,7 @@ func (a *app) queueError(nameOrURL string, err error) error {
 	if a != nil {
 		t = a.aws
 	}
-	if awserr.IsQueueMissing(err) {
+	if isQueueMissing(err) {
 		return &queueMissingError{queue: nameOrURL, target: t, err: err}
 	}
 	prefix := "queue " + nameOrURL + ": "
@@ -122,6 +122,20 @@ func (a *app) queueError(nameOrURL string, err error) error {
 		return fmt.Errorf("%s%s: %w", prefix, hint, err)
 	}
 	return fmt.Errorf("%s%w", prefix, err)
+}
+
+// isQueueMissing reports whether err says the queue does not exist.
+func isQueueMissing(err error) bool {
+	var missing *types.QueueDoesNotExist
+	if errors.As(err, &missing) {
+		return true
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		c := api.ErrorCode()
+		return c == "AWS.SimpleQueueService.NonExistentQueue" || c == "QueueDoesNotExist"
+	}
+	return false
 }
 
 // unreachableHint explains an error that says the endpoint cannot be

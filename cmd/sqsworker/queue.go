@@ -16,8 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	"github.com/spf13/cobra"
-
-	"github.com/sqsworker/sqsworker/internal/awserr"
 )
 
 func init() {
@@ -210,7 +208,7 @@ func (a *app) ensureQueue(ctx context.Context, c *sqs.Client, name string, attrs
 	existed := false
 	if _, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name)}); err == nil {
 		existed = true
-	} else if !awserr.IsQueueMissing(err) {
+	} else if !isQueueMissing(err) {
 		return queueCreated{}, a.queueError(name, err)
 	}
 	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
@@ -329,7 +327,7 @@ func (a *app) listQueues(ctx context.Context, prefix string) error {
 	byARN := map[string]*queueListed{}
 	for _, u := range urls {
 		row, err := a.readQueue(ctx, c, u)
-		if awserr.IsQueueMissing(err) {
+		if isQueueMissing(err) {
 			continue // deleted since the listing
 		}
 		if err != nil {
