@@ -142,12 +142,22 @@ func drainFake(t *testing.T, f *sqstest.Fake, url string) []string {
 	return nil
 }
 
-// drainQueue does what drainFake does, on the emulator.
-func drainQueue(t *testing.T, c *sqs.Client, url string) []string {
+// drainQueue does what drainFake does, on the emulator: it receives until
+// it has want messages (or 60 seconds have passed), then for a further
+// second, to catch any more.
+func drainQueue(t *testing.T, c *sqs.Client, url string, want int) []string {
 	t.Helper()
 	var bodies []string
-	quietSince := time.Now()
-	for time.Since(quietSince) < 2*time.Second {
+	deadline := time.Now().Add(60 * time.Second)
+	var quietUntil time.Time
+	for {
+		now := time.Now()
+		if len(bodies) >= want && quietUntil.IsZero() {
+			quietUntil = now.Add(time.Second)
+		}
+		if now.After(deadline) || !quietUntil.IsZero() && now.After(quietUntil) {
+			return bodies
+		}
 		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 1, WaitTimeSeconds: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -157,10 +167,8 @@ func drainQueue(t *testing.T, c *sqs.Client, url string) []string {
 			if _, err := c.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: m.ReceiptHandle}); err != nil {
 				t.Fatal(err)
 			}
-			quietSince = time.Now()
 		}
 	}
-	return bodies
 }
 
 func fifoFake(t *testing.T) (*sqstest.Fake, string) {
@@ -343,7 +351,7 @@ func TestSendBatchFIFOOrderEmulator(t *testing.T) {
 	if res[0].Err == nil || res[1].Err != nil || res[2].Err != nil {
 		t.Errorf("results %+v: want a1 failed, a2 and a3 sent", res)
 	}
-	if got := drainQueue(t, c, q.URL); !slices.Equal(got, []string{"a2", "a3"}) {
+	if got := drainQueue(t, c, q.URL, 2); !slices.Equal(got, []string{"a2", "a3"}) {
 		t.Errorf("received %v, want [a2 a3]: a1 not stored behind them", got)
 	}
 }
@@ -526,7 +534,7 @@ func TestSendBatchQueueLimitEmulator(t *testing.T) {
 	if n := counter.Get("SendMessageBatch"); n != 1 {
 		t.Errorf("%d SendMessageBatch calls, want 1, for the small message", n)
 	}
-	got := drainQueue(t, c, url)
+	got := drainQueue(t, c, url, 4)
 	if len(got) != 4 {
 		t.Errorf("received %d messages, want 4", len(got))
 	}
