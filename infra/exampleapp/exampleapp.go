@@ -41,13 +41,20 @@ type Props struct {
 
 // Stack is the example stack and its parts, for tests.
 type Stack struct {
-	Stack     awscdk.Stack
-	Jobs      *sqsinfra.JobQueue
-	Table     *sqsinfra.IdempotencyTable
-	Consumer  *sqsinfra.LambdaConsumer
-	Poller    *sqsinfra.PollerService
+	// Stack is the CloudFormation stack.
+	Stack awscdk.Stack
+	// Jobs is the job queue, with its alarms and alarm topic.
+	Jobs *sqsinfra.JobQueue
+	// Table is the idempotency table.
+	Table *sqsinfra.IdempotencyTable
+	// Consumer is the Lambda consumer of Jobs.
+	Consumer *sqsinfra.LambdaConsumer
+	// Poller is the ECS consumer of Jobs, with the example handler.
+	Poller *sqsinfra.PollerService
+	// Dashboard graphs the job system.
 	Dashboard *sqsinfra.Dashboard
-	Operator  *sqsinfra.OperatorPolicy
+	// Operator is the policy for dead-letter inspection and replay.
+	Operator *sqsinfra.OperatorPolicy
 }
 
 // New defines the example stack in app. The stack is environment-agnostic,

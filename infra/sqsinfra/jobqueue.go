@@ -59,12 +59,16 @@ type QueueAlarmProps struct {
 	BreakerOpenFor awscdk.Duration
 
 	// DisableDeadLetter turns off the alarm on new dead-letter arrivals.
+	// Default false.
 	DisableDeadLetter bool
 	// DisableAge turns off the alarm on the age of the oldest message.
+	// Default false.
 	DisableAge bool
 	// DisableDepth turns off the alarm on the number of waiting messages.
+	// Default false.
 	DisableDepth bool
 	// DisableBreaker turns off the alarm on the consumers' circuit breaker.
+	// Default false.
 	DisableBreaker bool
 }
 

@@ -162,9 +162,9 @@ type LambdaConsumer struct {
 	EventSourceMapping awslambda.EventSourceMapping
 	// LogGroup is the function's log group.
 	LogGroup awslogs.LogGroup
-	// ErrorAlarm and ThrottleAlarm are the function's alarms, nil when
-	// disabled.
-	ErrorAlarm    awscloudwatch.Alarm
+	// ErrorAlarm fires on function errors; nil when disabled.
+	ErrorAlarm awscloudwatch.Alarm
+	// ThrottleAlarm fires on throttled invocations; nil when disabled.
 	ThrottleAlarm awscloudwatch.Alarm
 }
 

@@ -188,9 +188,11 @@ type PollerServiceProps struct {
 	// MaxTasks is the most tasks scaling starts, >= MinTasks and >= 1.
 	// Default 10.
 	MaxTasks *float64
-	// ScaleInCooldown and ScaleOutCooldown space the target-tracking
-	// scaling activities, in whole seconds. Default 5 minutes and 1 minute.
-	ScaleInCooldown  awscdk.Duration
+	// ScaleInCooldown is the target-tracking policy's wait after a
+	// scale-in before the next, whole seconds. Default 5 minutes.
+	ScaleInCooldown awscdk.Duration
+	// ScaleOutCooldown is its wait after a scale-out, whole seconds.
+	// Default 1 minute.
 	ScaleOutCooldown awscdk.Duration
 
 	// ShutdownTimeout is how long the worker lets running handlers finish
@@ -219,10 +221,12 @@ type PollerServiceProps struct {
 	// stuck) before the shortfall alarm fires, whole minutes from 1 to 60.
 	// Default 10 minutes (DefaultTaskShortfallMinutes).
 	TaskShortfallAlarmAfter awscdk.Duration
-	// DisableCPUAlarm, DisableMemoryAlarm and DisableTaskShortfallAlarm
-	// turn those alarms off. Default false.
-	DisableCPUAlarm           bool
-	DisableMemoryAlarm        bool
+	// DisableCPUAlarm turns the CPU alarm off. Default false.
+	DisableCPUAlarm bool
+	// DisableMemoryAlarm turns the memory alarm off. Default false.
+	DisableMemoryAlarm bool
+	// DisableTaskShortfallAlarm turns the task shortfall alarm off.
+	// Default false.
 	DisableTaskShortfallAlarm bool
 }
 
@@ -279,17 +283,22 @@ type PollerService struct {
 	BacklogPerTaskTarget float64
 	// BacklogPerTaskExpression is the scaling policy's metric math.
 	BacklogPerTaskExpression string
-	// ScaleFromZeroAlarm and ScaleFromZero start the first task of a
-	// service scaled to zero; nil unless MinTasks is 0.
+	// ScaleFromZeroAlarm fires when messages wait for a service scaled to
+	// zero; nil unless MinTasks is 0.
 	ScaleFromZeroAlarm awscloudwatch.Alarm
-	ScaleFromZero      awsapplicationautoscaling.StepScalingAction
+	// ScaleFromZero is the step scaling policy the alarm invokes: one more
+	// task. Nil unless MinTasks is 0.
+	ScaleFromZero awsapplicationautoscaling.StepScalingAction
 	// ScaleFromZeroExpression is the alarm's metric math.
 	ScaleFromZeroExpression string
 
-	// CPUAlarm, MemoryAlarm and TaskShortfallAlarm are the service's
-	// alarms, nil when disabled.
-	CPUAlarm           awscloudwatch.Alarm
-	MemoryAlarm        awscloudwatch.Alarm
+	// CPUAlarm fires on high average CPU utilization; nil when disabled.
+	CPUAlarm awscloudwatch.Alarm
+	// MemoryAlarm fires on high average memory utilization; nil when
+	// disabled.
+	MemoryAlarm awscloudwatch.Alarm
+	// TaskShortfallAlarm fires when fewer tasks run than desired; nil
+	// when disabled.
 	TaskShortfallAlarm awscloudwatch.Alarm
 }
 
