@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/sqsworker/sqsworker"
@@ -155,6 +156,8 @@ type Executor struct {
 	MoveTimeout time.Duration
 	// Breaker receives every handler's outcome; nil when it is disabled.
 	Breaker *breaker.Breaker
+
+	inFlightMu sync.Mutex
 }
 
 // DefaultMoveTimeout is the default Executor.MoveTimeout.
@@ -173,7 +176,7 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 	case !j.Deadline.IsZero():
 		ctx, cancel = context.WithDeadlineCause(ctx, j.Deadline, e.TimeoutCause)
 	}
-	e.Metrics.Set(metrics.InFlight, float64(c.InFlight.Add(1)), e.Queue)
+	e.inFlight(1)
 	start := time.Now()
 	if j.Probe {
 		c.BreakerProbes.Add(1)
@@ -185,7 +188,7 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 		cancel()
 	}
 	e.Breaker.Record(err, j.Probe)
-	e.Metrics.Set(metrics.InFlight, float64(c.InFlight.Add(-1)), e.Queue)
+	e.inFlight(-1)
 	hd := metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName}
 	e.Metrics.Observe(metrics.HandlerDuration, end.Sub(start).Seconds(), hd)
 	e.Metrics.Observe(metrics.ReceiveToDoneLatency, end.Sub(j.ReceivedAt).Seconds(), e.Queue)
@@ -217,6 +220,15 @@ func (e *Executor) stopped(cause error) bool {
 		}
 	}
 	return false
+}
+
+// inFlight counts a handler starting (+1) or ending (-1) and sets the gauge,
+// both under one lock, so that two handlers changing it at once cannot leave
+// the gauge with a stale value.
+func (e *Executor) inFlight(d int64) {
+	e.inFlightMu.Lock()
+	e.Metrics.Set(metrics.InFlight, float64(e.Counters.InFlight.Add(d)), e.Queue)
+	e.inFlightMu.Unlock()
 }
 
 // Release makes a message that was not handled, or was cut short by the
