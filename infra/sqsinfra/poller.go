@@ -331,7 +331,7 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 	case props.HandlerURL != nil && (h != nil || props.Command != nil):
 		errs.add("HandlerURL is for the default command without a Handler: give HandlerURL, or Handler (whose Port and Path make the URL), or Command")
 	}
-	if u := props.HandlerURL; u != nil {
+	if u := props.HandlerURL; u != nil && !*awscdk.Token_IsUnresolved(u) { // a token (a load balancer's name) is CloudFormation's to resolve
 		if p, err := url.Parse(*u); err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			errs.add("HandlerURL must be an http:// or https:// URL, got %q", *u)
 		}

@@ -456,6 +456,9 @@ func TestHandlerURLAndCommand(t *testing.T) {
 
 	s = newStack()
 	q = sqsinfra.NewJobQueue(s, "Q", nil)
+	// A URL holding a token (a load balancer's DNS name) is left to
+	// CloudFormation.
+	sqsinfra.NewPollerService(s, "T", &sqsinfra.PollerServiceProps{Queue: q, Image: image(), HandlerURL: jsii.String("http://api." + *awscdk.Aws_URL_SUFFIX() + "/jobs")})
 	sqsinfra.NewPollerService(s, "P", &sqsinfra.PollerServiceProps{Queue: q, Image: image(), Command: []string{"run", "jobs", "--", "/bin/job"}})
 	check(t, "command", func() {
 		assertions.Template_FromStack(s, nil).HasResourceProperties(jsii.String("AWS::ECS::TaskDefinition"), map[string]any{
