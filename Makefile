@@ -19,7 +19,7 @@ WITH_STACK := eval "$$($(STACK) env)" &&
 GO ?= go
 TEST_TIMEOUT ?= 15m
 # The AWS Lambda Runtime Interface Emulator, which the Lambda tests run
-# function bootstraps under (internal/testenv/rie.go). Bumping the version
+# function bootstraps under (sqstest/localtest/rie.go). Bumping the version
 # needs `rm bin/tools/aws-lambda-rie` (or `make clean`) to take effect.
 RIE_MODULE := github.com/aws/aws-lambda-runtime-interface-emulator
 RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
@@ -38,9 +38,9 @@ LAMBDA_PKG := ./cmd/example-lambda
 LAMBDA_ARCHS := amd64 arm64
 # Every module of the workspace (go.work): the library, the CLI, and the
 # Prometheus and OpenTelemetry modules.
-PKGS := ./... ./cmd/sqsworker/... ./metrics/prometheus/... ./otel/...
+PKGS := ./... ./cmd/sqsworker/... ./metrics/sqsprom/... ./sqsotel/...
 
-.PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench chaos lint fmt vet clean FORCE
+.PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench chaos install-check lint fmt vet clean FORCE
 
 all: lint test
 
@@ -92,6 +92,14 @@ demo: stack-start
 ## test: every test, with the race detector, against the local stack
 test: stack-start vet tools infra-test
 	$(WITH_STACK) CI=$${CI:-} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	$(MAKE) --no-print-directory install-check
+
+## install-check: every module installs and imports as published, offline:
+## the modules as release files in a file-based module proxy, then
+## `go install …/cmd/sqsworker@VERSION` and a program importing the worker,
+## sqsotel and sqsprom, outside the workspace (scripts/install-check.sh)
+install-check:
+	scripts/install-check.sh
 
 ## test-unit: the tests that need no local stack (the others skip)
 test-unit:

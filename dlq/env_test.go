@@ -19,7 +19,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // sendDeadLetters sends n copies with failure metadata to a dead-letter
@@ -46,7 +46,7 @@ func sendDeadLetters(t *testing.T, c *sqs.Client, dlqURL, source string, n int) 
 // depth is the visible and in-flight counts of a queue.
 func depth(t *testing.T, c *sqs.Client, u string) (visible, inFlight int) {
 	t.Helper()
-	v, f, _ := testenv.Depth(t, c, u)
+	v, f, _ := localtest.Depth(t, c, u)
 	return v, f
 }
 
@@ -56,11 +56,11 @@ func depth(t *testing.T, c *sqs.Client, u string) (visible, inFlight int) {
 // is received from them.
 func TestOpenOnEmulator(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	jobs := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
-	plain := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	testenv.Send(t, c, jobs.URL, "", "live 1", "live 2")
-	testenv.Send(t, c, plain.URL, "", "live 3")
+	c := localtest.NewSQS(t)
+	jobs := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	plain := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	localtest.Send(t, c, jobs.URL, "", "live 1", "live 2")
+	localtest.Send(t, c, plain.URL, "", "live 3")
 	ctx := context.Background()
 	for _, tc := range []struct{ url, want string }{
 		{jobs.URL, "it has a redrive policy of its own (its messages go to " + queueName(jobs.DLQURL) + " after 3 receives)"},
@@ -72,7 +72,7 @@ func TestOpenOnEmulator(t *testing.T) {
 		}
 	}
 	// Nothing was received: the messages were never in flight.
-	for _, m := range testenv.ReceiveAll(t, c, jobs.URL, time.Second, 30*time.Second) {
+	for _, m := range localtest.ReceiveAll(t, c, jobs.URL, time.Second, 30*time.Second) {
 		if n := m.Attributes["ApproximateReceiveCount"]; n != "1" {
 			t.Errorf("a message of the source queue was received %s times", n)
 		}
@@ -93,10 +93,10 @@ func TestOpenOnEmulator(t *testing.T) {
 // waits for them, and sees all 75.
 func TestScanLostResponseOnEmulator(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	sendDeadLetters(t, c, q.DLQURL, q.URL, 75)
-	u, err := url.Parse(testenv.Endpoint())
+	u, err := url.Parse(localtest.Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestScanLostResponseOnEmulator(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	var receives atomic.Int32
-	pc := testenv.NewSQS(t, func(o *sqs.Options) {
+	pc := localtest.NewSQS(t, func(o *sqs.Options) {
 		o.BaseEndpoint = aws.String(p.URL())
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
 			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("loseThirdReceive",
@@ -142,9 +142,9 @@ func TestScanLostResponseOnEmulator(t *testing.T) {
 // queue) is marked unverified, and a replay leaves it in place.
 func TestReplayForgedSourceOnEmulator(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	orders := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
-	billing := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	c := localtest.NewSQS(t)
+	orders := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	billing := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	sendDeadLetters(t, c, orders.DLQURL, orders.URL, 2)
 	sendDeadLetters(t, c, orders.DLQURL, billing.URL, 1)
 	ctx := context.Background()
@@ -186,9 +186,9 @@ func TestReplayForgedSourceOnEmulator(t *testing.T) {
 // is refused. Message move tasks are reported missing.
 func TestPurgeAndRedriveOnEmulator(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	jobs := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
-	testenv.Send(t, c, jobs.URL, "", "live")
+	c := localtest.NewSQS(t)
+	jobs := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	localtest.Send(t, c, jobs.URL, "", "live")
 	sendDeadLetters(t, c, jobs.DLQURL, jobs.URL, 4)
 	ctx := context.Background()
 	if _, err := Open(ctx, c, jobs.URL, Config{}); !errors.Is(err, ErrNotDeadLetterQueue) {
@@ -211,7 +211,7 @@ func TestPurgeAndRedriveOnEmulator(t *testing.T) {
 	if err := q.Purge(ctx, PurgeConfig{Audit: Audit{Record: log.Record, Caller: "arn:aws:iam::000000000000:user/op"}}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool { v, f := depth(t, c, jobs.DLQURL); return v+f == 0 }, "the dead-letter queue was not purged")
+	localtest.Eventually(t, 60*time.Second, func() bool { v, f := depth(t, c, jobs.DLQURL); return v+f == 0 }, "the dead-letter queue was not purged")
 	if v, _ := depth(t, c, jobs.URL); v != 1 {
 		t.Errorf("the source queue holds %d", v)
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // BenchmarkMiddleware measures, against DynamoDB Local, the DynamoDB requests
@@ -17,13 +17,13 @@ import (
 // cache. "none" is the handler alone. Run with
 // `go test -run '^$' -bench Middleware ./idempotency` (needs the local stack).
 func BenchmarkMiddleware(b *testing.B) {
-	var counter testenv.Counter
-	db := testenv.NewCountingDynamoDB(b, &counter)
-	cfg := idempotency.StoreConfig{Table: testenv.UniqueName(b, false)}
+	var counter localtest.Counter
+	db := localtest.NewCountingDynamoDB(b, &counter)
+	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(b, false)}
 	if err := idempotency.CreateTable(context.Background(), db, cfg); err != nil {
 		b.Fatal(err)
 	}
-	testenv.DeleteTableOnCleanup(b, db, cfg.Table)
+	localtest.DeleteTableOnCleanup(b, db, cfg.Table)
 	store, err := idempotency.NewDynamoStore(context.Background(), db, cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // Defect 3: the response to a claim is lost and the SDK retries the PutItem,
@@ -21,7 +21,7 @@ import (
 func TestLostClaimResponseNotPostponed(t *testing.T) {
 	t.Parallel()
 	p := startFaultProxy(t)
-	direct := newStore(t, testenv.NewDynamoDB(t), idempotency.StoreConfig{})
+	direct := newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{})
 	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
 	if err != nil {
 		t.Fatal(err)

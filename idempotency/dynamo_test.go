@@ -15,19 +15,19 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/metrics"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // newStore creates a fresh table and a store on it.
 func newStore(t *testing.T, c *dynamodb.Client, cfg idempotency.StoreConfig) *idempotency.DynamoStore {
 	t.Helper()
-	cfg.Table = testenv.UniqueName(t, false)
+	cfg.Table = localtest.UniqueName(t, false)
 	ctx := context.Background()
 	if err := idempotency.CreateTable(ctx, c, cfg); err != nil {
 		t.Fatal(err)
 	}
-	testenv.DeleteTableOnCleanup(t, c, cfg.Table)
+	localtest.DeleteTableOnCleanup(t, c, cfg.Table)
 	s, err := idempotency.NewDynamoStore(ctx, c, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func isPostponed(err error) bool {
 // are acknowledged (completed) or postponed (in progress).
 func TestRaceOnOneKeyRunsOnce(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewDynamoDB(t)
+	c := localtest.NewDynamoDB(t)
 	g, err := idempotency.New(newStore(t, c, idempotency.StoreConfig{}), idempotency.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestRaceOnOneKeyRunsOnce(t *testing.T) {
 // another holder claims it and runs.
 func TestDeadHolderLeaseExpires(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewDynamoDB(t)
+	c := localtest.NewDynamoDB(t)
 	store := newStore(t, c, idempotency.StoreConfig{})
 	m := msg("job-7", "payload")
 	_, existing, err := store.Claim(context.Background(), "job-7", idempotency.BodyHash(m), time.Now().Add(2*time.Second))
@@ -121,7 +121,7 @@ func TestDeadHolderLeaseExpires(t *testing.T) {
 // A handler failure releases the claim: the next attempt runs.
 func TestFailureReleasesClaim(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewDynamoDB(t)
+	c := localtest.NewDynamoDB(t)
 	g, _ := idempotency.New(newStore(t, c, idempotency.StoreConfig{}), idempotency.Config{})
 	var runs atomic.Int64
 	h := g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
@@ -146,7 +146,7 @@ func TestFailureReleasesClaim(t *testing.T) {
 // expired record is claimable again, before DynamoDB's TTL removes it.
 func TestPayloadMismatchAndExpiry(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewDynamoDB(t)
+	c := localtest.NewDynamoDB(t)
 	g, _ := idempotency.New(newStore(t, c, idempotency.StoreConfig{TTL: time.Second}), idempotency.Config{})
 	var runs atomic.Int64
 	h := g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { runs.Add(1); return nil }))
@@ -168,7 +168,7 @@ func TestPayloadMismatchAndExpiry(t *testing.T) {
 // is dropped, not fatal.
 func TestResultSavedAndTooLargeDropped(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewDynamoDB(t)
+	c := localtest.NewDynamoDB(t)
 	var got []byte
 	g, _ := idempotency.New(newStore(t, c, idempotency.StoreConfig{}), idempotency.Config{
 		OnDuplicate: func(ctx context.Context, m *sqsworker.Message, r *idempotency.Record) error {
@@ -205,7 +205,7 @@ func TestResultSavedAndTooLargeDropped(t *testing.T) {
 // An empty key is a Permanent error by default, or runs without idempotency.
 func TestMissingKey(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewDynamoDB(t)
+	c := localtest.NewDynamoDB(t)
 	store := newStore(t, c, idempotency.StoreConfig{})
 	noKey := func(*sqsworker.Message) string { return "" }
 	g, _ := idempotency.New(store, idempotency.Config{Key: noKey})
@@ -225,17 +225,17 @@ func TestMissingKey(t *testing.T) {
 // A missing table, or one with the wrong key, is a clear error at start-up.
 func TestStoreChecksTable(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewDynamoDB(t)
-	_, err := idempotency.NewDynamoStore(context.Background(), c, idempotency.StoreConfig{Table: "no-such-table-" + testenv.UniqueName(t, false)})
+	c := localtest.NewDynamoDB(t)
+	_, err := idempotency.NewDynamoStore(context.Background(), c, idempotency.StoreConfig{Table: "no-such-table-" + localtest.UniqueName(t, false)})
 	var missing *types.ResourceNotFoundException
 	if !errors.As(err, &missing) || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing table: %v", err)
 	}
-	table := testenv.UniqueName(t, false)
+	table := localtest.UniqueName(t, false)
 	if err := idempotency.CreateTable(context.Background(), c, idempotency.StoreConfig{Table: table, KeyAttr: "pk"}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.DeleteTableOnCleanup(t, c, table)
+	localtest.DeleteTableOnCleanup(t, c, table)
 	_, err = idempotency.NewDynamoStore(context.Background(), c, idempotency.StoreConfig{Table: table})
 	if err == nil || !strings.Contains(err.Error(), `partition key is "pk", want "id"`) {
 		t.Errorf("wrong key: %v", err)
@@ -264,8 +264,8 @@ func TestDisabled(t *testing.T) {
 // With the cache, a duplicate of a completed key costs no request.
 func TestCacheAnswersDuplicates(t *testing.T) {
 	t.Parallel()
-	var counter testenv.Counter
-	c := testenv.NewCountingDynamoDB(t, &counter)
+	var counter localtest.Counter
+	c := localtest.NewCountingDynamoDB(t, &counter)
 	g, _ := idempotency.New(newStore(t, c, idempotency.StoreConfig{}), idempotency.Config{CacheSize: 10})
 	h := g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
 	if err := h.HandleMessage(context.Background(), msg("cached", "b")); err != nil {
@@ -288,7 +288,7 @@ func TestCacheAnswersDuplicates(t *testing.T) {
 // Duplicates acknowledged without running are counted in the metrics.
 func TestDuplicatesCounted(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewDynamoDB(t)
+	c := localtest.NewDynamoDB(t)
 	var out bytes.Buffer
 	emf := metrics.NewEMF(&out, "test")
 	g, _ := idempotency.New(newStore(t, c, idempotency.StoreConfig{}), idempotency.Config{Metrics: emf})

@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // Defect 4: KeyPrefix is joined to the key with a separator, so that
 // prefixes sharing a table cannot collide ("a"+"bc" and "ab"+"c").
 func TestKeyPrefixSeparated(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	a := newStore(t, db, idempotency.StoreConfig{KeyPrefix: "a"})
 	table := a.Config().Table
 	ab, err := idempotency.NewDynamoStore(context.Background(), db, idempotency.StoreConfig{Table: table, KeyPrefix: "ab"})

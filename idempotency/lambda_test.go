@@ -13,16 +13,16 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // The middleware works in Lambda as in the worker: two deliveries of one key,
 // in two invocations, have one effect.
 func TestLambdaDuplicatesHaveOneEffect(t *testing.T) {
 	t.Parallel()
-	guard, err := idempotency.New(newStore(t, testenv.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{})
+	guard, err := idempotency.New(newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestLambdaDuplicatesHaveOneEffect(t *testing.T) {
 // handler adds its effect with AddWrites, applies it once.
 func TestLambdaTransactionalEffect(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
 	guard, err := idempotency.New(newStore(t, db, idempotency.StoreConfig{}), idempotency.Config{Logger: quiet()})
 	if err != nil {

@@ -19,8 +19,8 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/visibility"
 )
 
@@ -106,7 +106,7 @@ func TestClaimHeldThroughBrownout(t *testing.T) {
 		go func() { done <- holder.Middleware(work).HandleMessage(ctx, m) }()
 		wait(t, started, "start")
 		b.fail(idempotency.OpExtendLease, true)
-		testenv.Eventually(t, time.Minute, func() bool {
+		localtest.Eventually(t, time.Minute, func() bool {
 			return b.failures(idempotency.OpExtendLease) > 0 && time.Now().After(firstDeadline.Add(500*time.Millisecond))
 		}, "no lease extension tried before the message's first visibility deadline")
 
@@ -162,7 +162,7 @@ func TestTakenOverHolderCancelled(t *testing.T) {
 		wait(t, started, "start")
 		b.fail(idempotency.OpExtendLease, true)
 		b.takeOver("taken")
-		testenv.Eventually(t, time.Minute, func() bool { return b.failures(idempotency.OpExtendLease) > 0 }, "no lease extension tried")
+		localtest.Eventually(t, time.Minute, func() bool { return b.failures(idempotency.OpExtendLease) > 0 }, "no lease extension tried")
 		b.heal()
 		if got := wait(t, cause, "handler outcome"); !errors.Is(got, idempotency.ErrNotHolder) {
 			t.Errorf("holder's context: %v, want cancelled with ErrNotHolder", got)
@@ -272,7 +272,7 @@ func TestClaimGraceValidated(t *testing.T) {
 // made again without the result.
 func TestOversizedItemCompletesWithoutResult(t *testing.T) {
 	t.Parallel()
-	g, _ := idempotency.New(newStore(t, testenv.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{
+	g, _ := idempotency.New(newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{
 		MaxResultSize: 400 << 10, Logger: quiet(),
 		OnDuplicate: func(_ context.Context, _ *sqsworker.Message, r *idempotency.Record) error {
 			if r.Result != nil {

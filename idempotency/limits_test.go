@@ -15,7 +15,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 func putWrite(table, id string, size int) ddbtypes.TransactWriteItem {
@@ -30,7 +30,7 @@ func putWrite(table, id string, size int) ddbtypes.TransactWriteItem {
 // handler ignores it), nothing is applied and the claim is released.
 func TestAddWritesLimits(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
 	store := newStore(t, db, idempotency.StoreConfig{KeyPrefix: "jobs"})
 	table := store.Config().Table
@@ -124,7 +124,7 @@ func itemCount(t testing.TB, db *dynamodb.Client, table string) int {
 // table, commit with the completion (100 items), each once.
 func TestAddWritesAtTheLimits(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
 	store := newStore(t, db, idempotency.StoreConfig{KeyPrefix: "jobs"})
 	g, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
@@ -249,7 +249,7 @@ func TestKeySizeLimits(t *testing.T) {
 		t.Errorf("%d claims of a key over the limit", n)
 	}
 
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	store := newStore(t, db, idempotency.StoreConfig{KeyPrefix: strings.Repeat("p", idempotency.MaxKeyPrefixSize)})
 	g, _ = idempotency.New(store, idempotency.Config{Logger: quiet()})
 	h = g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))

@@ -14,7 +14,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // storeBehindProxy returns a store whose requests go through a TCP fault
@@ -22,15 +22,15 @@ import (
 // proxy.
 func storeBehindProxy(t *testing.T) (*idempotency.DynamoStore, *dynamodb.Client, *faultproxy.Proxy) {
 	t.Helper()
-	testenv.RequireDynamoDB(t)
-	proxy, err := faultproxy.New(strings.TrimPrefix(testenv.DynamoDBEndpoint(), "http://"))
+	localtest.RequireDynamoDB(t)
+	proxy, err := faultproxy.New(strings.TrimPrefix(localtest.DynamoDBEndpoint(), "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	direct := newStore(t, db, idempotency.StoreConfig{})
-	store, err := idempotency.NewDynamoStore(context.Background(), testenv.NewDynamoDB(t, func(o *dynamodb.Options) {
+	store, err := idempotency.NewDynamoStore(context.Background(), localtest.NewDynamoDB(t, func(o *dynamodb.Options) {
 		o.BaseEndpoint = aws.String(proxy.URL())
 	}), direct.Config())
 	if err != nil {
@@ -98,7 +98,7 @@ func TestRefusedCommitIsUnavailable(t *testing.T) {
 	}
 	// The claim (whose release failed too) holds until its lease ends:
 	// the retry is postponed meanwhile, then runs.
-	testenv.Eventually(t, 30*time.Second, func() bool {
+	localtest.Eventually(t, 30*time.Second, func() bool {
 		err := h.HandleMessage(context.Background(), msg("commit-refused", "payload"))
 		if err != nil && !isPostponed(err) {
 			t.Fatalf("retry: %v", err)
@@ -116,7 +116,7 @@ func TestRefusedCommitIsUnavailable(t *testing.T) {
 func TestCommitAppliedRepliesLost(t *testing.T) {
 	t.Parallel()
 	p := startFaultProxy(t)
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
 	direct := newStore(t, db, idempotency.StoreConfig{})
 	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
@@ -153,7 +153,7 @@ func TestCommitAppliedRepliesLost(t *testing.T) {
 func TestUnknownClaimReleased(t *testing.T) {
 	t.Parallel()
 	p := startFaultProxy(t)
-	direct := newStore(t, testenv.NewDynamoDB(t), idempotency.StoreConfig{})
+	direct := newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{})
 	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestUnknownClaimReleased(t *testing.T) {
 	if n := p.requests("DeleteItem"); n != 1 {
 		t.Errorf("%d DeleteItem requests, want one best-effort release", n)
 	}
-	if r := itemOf(t, testenv.NewDynamoDB(t), direct.Config().Table, "unknown"); r != nil {
+	if r := itemOf(t, localtest.NewDynamoDB(t), direct.Config().Table, "unknown"); r != nil {
 		t.Errorf("record %v left in progress", r)
 	}
 	p.setRule(nil)

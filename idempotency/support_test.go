@@ -19,7 +19,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // fault is what faultProxy does with one request.
@@ -52,9 +52,9 @@ type faultProxy struct {
 // stopped when the test ends. It forwards everything until setRule.
 func startFaultProxy(t testing.TB) *faultProxy {
 	t.Helper()
-	testenv.RequireDynamoDB(t)
+	localtest.RequireDynamoDB(t)
 	p := &faultProxy{
-		t: t, upstream: strings.TrimSuffix(testenv.DynamoDBEndpoint(), "/"),
+		t: t, upstream: strings.TrimSuffix(localtest.DynamoDBEndpoint(), "/"),
 		client:  &http.Client{Transport: &http.Transport{Proxy: nil}},
 		closing: make(chan struct{}),
 		seen:    map[string]int{}, faulted: map[string]int{},
@@ -72,7 +72,7 @@ func startFaultProxy(t testing.TB) *faultProxy {
 // dynamoDB returns a client that goes through the proxy, with the SDK's
 // default retries.
 func (p *faultProxy) dynamoDB(t testing.TB) *dynamodb.Client {
-	return testenv.NewDynamoDB(t, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(p.srv.URL) })
+	return localtest.NewDynamoDB(t, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(p.srv.URL) })
 }
 
 // setRule sets what happens to the following requests; nil forwards all.
@@ -226,13 +226,13 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
 	t.Run("dynamodb", func(t *testing.T) {
 		t.Parallel()
 		p := startFaultProxy(t)
-		direct := newStore(t, testenv.NewDynamoDB(t), idempotency.StoreConfig{})
+		direct := newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{})
 		cfg := direct.Config()
 		store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		db := testenv.NewDynamoDB(t)
+		db := localtest.NewDynamoDB(t)
 		effects := newEffectsTable(t, db)
 		test(t, backend{
 			store: store, direct: direct,

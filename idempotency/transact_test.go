@@ -17,18 +17,18 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // newEffectsTable creates a table (partition key "id") for the effects of
 // a test's handlers, deleted when the test ends.
 func newEffectsTable(t testing.TB, db *dynamodb.Client) string {
 	t.Helper()
-	table := testenv.UniqueName(t, false)
+	table := localtest.UniqueName(t, false)
 	if err := idempotency.CreateTable(context.Background(), db, idempotency.StoreConfig{Table: table}); err != nil {
 		t.Fatal(err)
 	}
-	testenv.DeleteTableOnCleanup(t, db, table)
+	localtest.DeleteTableOnCleanup(t, db, table)
 	return table
 }
 
@@ -75,8 +75,8 @@ func effectHandler(table string, runs *atomic.Int64) sqsworker.Handler {
 // (the claim that finds the record) and applies nothing.
 func TestAddWritesCommitsWithCompletion(t *testing.T) {
 	t.Parallel()
-	var counter testenv.Counter
-	db := testenv.NewCountingDynamoDB(t, &counter)
+	var counter localtest.Counter
+	db := localtest.NewCountingDynamoDB(t, &counter)
 	effects := newEffectsTable(t, db)
 	store := newStore(t, db, idempotency.StoreConfig{})
 	g, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
@@ -116,7 +116,7 @@ func TestAddWritesCommitsWithCompletion(t *testing.T) {
 // while the other holder runs, and runs once its lease has ended.
 func TestClaimLostBeforeCommitAppliesNothing(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
 	store := newStore(t, db, idempotency.StoreConfig{})
 	table := store.Config().Table
@@ -174,7 +174,7 @@ func TestClaimLostBeforeCommitAppliesNothing(t *testing.T) {
 // commits once the condition holds.
 func TestOwnConditionCancelsCommit(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
 	store := newStore(t, db, idempotency.StoreConfig{})
 	g, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
@@ -248,7 +248,7 @@ func TestOwnConditionCancelsCommit(t *testing.T) {
 func TestLostCommitReplyAppliesOnce(t *testing.T) {
 	t.Parallel()
 	p := startFaultProxy(t)
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
 	direct := newStore(t, db, idempotency.StoreConfig{})
 	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
@@ -283,18 +283,18 @@ func TestLostCommitReplyAppliesOnce(t *testing.T) {
 // answers it as the attempt it applied.
 func TestLostCommitRepliesOnTheWire(t *testing.T) {
 	t.Parallel()
-	testenv.RequireDynamoDB(t)
-	proxy, err := faultproxy.New(strings.TrimPrefix(testenv.DynamoDBEndpoint(), "http://"))
+	localtest.RequireDynamoDB(t)
+	proxy, err := faultproxy.New(strings.TrimPrefix(localtest.DynamoDBEndpoint(), "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
-	var counter testenv.Counter
-	viaProxy := testenv.NewDynamoDB(t, func(o *dynamodb.Options) {
+	var counter localtest.Counter
+	viaProxy := localtest.NewDynamoDB(t, func(o *dynamodb.Options) {
 		o.BaseEndpoint = aws.String(proxy.URL())
 		o.APIOptions = append(o.APIOptions, counter.AddTo)
 	})
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
 	direct := newStore(t, db, idempotency.StoreConfig{})
 	store, err := idempotency.NewDynamoStore(context.Background(), viaProxy, direct.Config())
@@ -380,7 +380,7 @@ func TestCommitRetriedThroughBrownout(t *testing.T) {
 // with ErrNotHolder.
 func TestCommitWritesRepeated(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
 	store := newStore(t, db, idempotency.StoreConfig{})
 	ctx := context.Background()
@@ -427,7 +427,7 @@ func TestCommitWritesRepeated(t *testing.T) {
 // rules, without retrying for 30s.
 func TestDynamoDBRefusesWrites(t *testing.T) {
 	t.Parallel()
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
 	g, _ := idempotency.New(newStore(t, db, idempotency.StoreConfig{}), idempotency.Config{Logger: quiet()})
 	h := g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {

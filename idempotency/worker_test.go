@@ -18,7 +18,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/visibility"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -96,7 +96,7 @@ func runWorker(t *testing.T, c *sqs.Client, cfg worker.Config, h sqsworker.Handl
 }
 
 func drained(t *testing.T, c *sqs.Client, url string) bool {
-	v, f, d := testenv.Depth(t, c, url)
+	v, f, d := localtest.Depth(t, c, url)
 	return v+f+d == 0
 }
 
@@ -105,12 +105,12 @@ func drained(t *testing.T, c *sqs.Client, url string) bool {
 // effects.
 func TestWorkerEndToEndExactlyOnceEffects(t *testing.T) {
 	t.Parallel()
-	sq := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, sq, testenv.QueueOptions{VisibilityTimeout: 2 * time.Second})
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second})
 	// Duplicates of running jobs are postponed until the claim's lease
 	// (the handler's deadline plus the grace) ends: both short, so that
 	// they come back soon.
-	guard, err := idempotency.New(newStore(t, testenv.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{ClaimGrace: time.Second})
+	guard, err := idempotency.New(newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{ClaimGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestWorkerEndToEndExactlyOnceEffects(t *testing.T) {
 	}), guard.Middleware)
 	w := runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 50, DisableHeartbeat: true, HandlerTimeout: 10 * time.Second,
 		Backoff: sqsworker.ExponentialBackoff{Base: 500 * time.Millisecond, Cap: 2 * time.Second}}, h)
-	testenv.Eventually(t, 180*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained")
+	localtest.Eventually(t, 180*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained")
 	got := eff.snapshot()
 	total := 0
 	for _, k := range keys {
@@ -153,9 +153,9 @@ func TestWorkerEndToEndExactlyOnceEffects(t *testing.T) {
 // postponed, not run.
 func TestClaimLeaseFollowsHeartbeat(t *testing.T) {
 	t.Parallel()
-	sq := testenv.NewSQS(t)
-	db := testenv.NewDynamoDB(t)
-	q := testenv.NewQueue(t, sq, testenv.QueueOptions{VisibilityTimeout: 2 * time.Second})
+	sq := localtest.NewSQS(t)
+	db := localtest.NewDynamoDB(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second})
 	store := newStore(t, db, idempotency.StoreConfig{})
 	// A grace shorter than a heartbeat round: the claim must follow the
 	// heartbeat to hold past the first visibility deadline, and the
@@ -183,7 +183,7 @@ func TestClaimLeaseFollowsHeartbeat(t *testing.T) {
 		t.Errorf("claim's lease ended %s ago while its job still runs", -until)
 	}
 	sendKeyed(t, sq, q.URL, []string{"long"}) // the duplicate
-	testenv.Eventually(t, 60*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained")
+	localtest.Eventually(t, 60*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained")
 	if got := eff.snapshot()["long"]; got != 1 {
 		t.Errorf("%d effects, want 1", got)
 	}
@@ -213,14 +213,14 @@ func leaseOf(t *testing.T, db *dynamodb.Client, s *idempotency.DynamoStore, key 
 // are retried, nothing is lost, and work resumes when DynamoDB is back.
 func TestDynamoDBOutage(t *testing.T) {
 	t.Parallel()
-	testenv.RequireDynamoDB(t)
-	proxy := testenv.StartProxy(t, testenv.DynamoDBEndpoint()[len("http://"):])
-	db := testenv.NewDynamoDB(t, func(o *dynamodb.Options) {
+	localtest.RequireDynamoDB(t)
+	proxy := localtest.StartProxy(t, localtest.DynamoDBEndpoint()[len("http://"):])
+	db := localtest.NewDynamoDB(t, func(o *dynamodb.Options) {
 		o.BaseEndpoint = aws.String(proxy.URL())
 		o.RetryMaxAttempts = 1
 	})
-	sq := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, sq, testenv.QueueOptions{VisibilityTimeout: 10 * time.Second})
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{VisibilityTimeout: 10 * time.Second})
 	guard, _ := idempotency.New(newStore(t, db, idempotency.StoreConfig{}), idempotency.Config{})
 	var eff effects
 	var mu sync.Mutex
@@ -244,7 +244,7 @@ func TestDynamoDBOutage(t *testing.T) {
 	sendKeyed(t, sq, q.URL, keys)
 	runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 2,
 		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second}}, h)
-	testenv.Eventually(t, 30*time.Second, func() bool { return len(eff.snapshot()) >= 10 }, "no progress before the outage")
+	localtest.Eventually(t, 30*time.Second, func() bool { return len(eff.snapshot()) >= 10 }, "no progress before the outage")
 	mu.Lock()
 	cut = true
 	mu.Unlock()
@@ -259,7 +259,7 @@ func TestDynamoDBOutage(t *testing.T) {
 	during := ranWhileCut
 	mu.Unlock()
 	proxy.Restore()
-	testenv.Eventually(t, 90*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained after the outage")
+	localtest.Eventually(t, 90*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained after the outage")
 	if during != 0 {
 		t.Errorf("%d handlers ran while DynamoDB was unreachable", during)
 	}
@@ -281,8 +281,8 @@ func TestDynamoDBOutage(t *testing.T) {
 // 1,000 effects in DynamoDB.
 func TestWorkerTransactionalEffectsExactlyOnce(t *testing.T) {
 	t.Parallel()
-	sq := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, sq, testenv.QueueOptions{VisibilityTimeout: 2 * time.Second})
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second})
 	p := startFaultProxy(t)
 	p.setRule(func(op string, n int) fault {
 		if op == "TransactWriteItems" && n%25 == 0 {
@@ -290,7 +290,7 @@ func TestWorkerTransactionalEffectsExactlyOnce(t *testing.T) {
 		}
 		return forward
 	})
-	db := testenv.NewDynamoDB(t)
+	db := localtest.NewDynamoDB(t)
 	effectsTable := newEffectsTable(t, db)
 	direct := newStore(t, db, idempotency.StoreConfig{})
 	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
@@ -317,7 +317,7 @@ func TestWorkerTransactionalEffectsExactlyOnce(t *testing.T) {
 	}), guard.Middleware)
 	w := runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 50, DisableHeartbeat: true, HandlerTimeout: 10 * time.Second,
 		Backoff: sqsworker.ExponentialBackoff{Base: 500 * time.Millisecond, Cap: 2 * time.Second}}, h)
-	testenv.Eventually(t, 180*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained")
+	localtest.Eventually(t, 180*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained")
 	total := 0
 	for _, k := range keys {
 		got := applied(t, db, effectsTable, k)

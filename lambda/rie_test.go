@@ -16,9 +16,9 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 const examplePkg = "github.com/sqsworker/sqsworker/cmd/example-lambda"
@@ -46,7 +46,7 @@ func receiveN(t testing.TB, c *sqs.Client, url string, n int) []types.Message {
 	return msgs
 }
 
-func invoke(t *testing.T, rie *testenv.RIE, ev events.SQSEvent) (int, []byte) {
+func invoke(t *testing.T, rie *localtest.RIE, ev events.SQSEvent) (int, []byte) {
 	t.Helper()
 	payload, _ := json.Marshal(ev)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -74,10 +74,10 @@ func idsOf(msgs []types.Message, bodies ...string) []string {
 // the emulated SQS: partial batch response, backoff through visibility, and
 // dead-lettering with metadata.
 func TestRealInvocationStandard(t *testing.T) {
-	sq := testenv.NewSQS(t)
-	rie := testenv.StartRIE(t, testenv.BuildBootstrap(t, examplePkg))
-	q := testenv.NewQueue(t, sq, testenv.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 30 * time.Second})
-	testenv.Send(t, sq, q.URL, "", "ok", "fail", "permanent", "panic", "retry-after:4s")
+	sq := localtest.NewSQS(t)
+	rie := localtest.StartRIE(t, localtest.BuildBootstrap(t, examplePkg))
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 30 * time.Second})
+	localtest.Send(t, sq, q.URL, "", "ok", "fail", "permanent", "panic", "retry-after:4s")
 	msgs := receiveN(t, sq, q.URL, 5)
 	start := time.Now()
 	status, body := invoke(t, rie, sqstest.SQSEvent(q.ARN, msgs))
@@ -125,12 +125,12 @@ func TestRealInvocationStandard(t *testing.T) {
 
 // A FIFO batch with a failure in one group: the other groups go on.
 func TestRealInvocationFIFO(t *testing.T) {
-	sq := testenv.NewSQS(t)
-	rie := testenv.StartRIE(t, testenv.BuildBootstrap(t, examplePkg))
-	q := testenv.NewQueue(t, sq, testenv.QueueOptions{FIFO: true, MaxReceiveCount: 3})
-	testenv.Send(t, sq, q.URL, "A", "fail")
-	testenv.Send(t, sq, q.URL, "B", "ok")
-	testenv.Send(t, sq, q.URL, "C", "ok")
+	sq := localtest.NewSQS(t)
+	rie := localtest.StartRIE(t, localtest.BuildBootstrap(t, examplePkg))
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{FIFO: true, MaxReceiveCount: 3})
+	localtest.Send(t, sq, q.URL, "A", "fail")
+	localtest.Send(t, sq, q.URL, "B", "ok")
+	localtest.Send(t, sq, q.URL, "C", "ok")
 	msgs := receiveN(t, sq, q.URL, 3)
 	status, body := invoke(t, rie, sqstest.SQSEvent(q.ARN, msgs))
 	var resp events.SQSEventResponse
@@ -145,10 +145,10 @@ func TestRealInvocationFIFO(t *testing.T) {
 // A function error — an event that is not JSON — returns a clear error
 // body, and nothing is deleted: the message stays in the queue.
 func TestRealInvocationBadEvent(t *testing.T) {
-	sq := testenv.NewSQS(t)
-	rie := testenv.StartRIE(t, testenv.BuildBootstrap(t, examplePkg))
-	q := testenv.NewQueue(t, sq, testenv.QueueOptions{})
-	testenv.Send(t, sq, q.URL, "", "ok")
+	sq := localtest.NewSQS(t)
+	rie := localtest.StartRIE(t, localtest.BuildBootstrap(t, examplePkg))
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{})
+	localtest.Send(t, sq, q.URL, "", "ok")
 	receiveN(t, sq, q.URL, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -158,7 +158,7 @@ func TestRealInvocationBadEvent(t *testing.T) {
 		t.Fatalf("status %d, body %s, err %v", status, body, err)
 	}
 	t.Logf("error body: %s", body)
-	if v, f, _ := testenv.Depth(t, sq, q.URL); v+f != 1 {
+	if v, f, _ := localtest.Depth(t, sq, q.URL); v+f != 1 {
 		t.Errorf("%d messages left after the failed invocation, want 1", v+f)
 	}
 }
@@ -171,17 +171,17 @@ func BenchmarkRIEInvoke(b *testing.B) {
 	if os.Getenv("AWS_ENDPOINT_URL_SQS") == "" {
 		b.Skip("needs the local stack: make bench")
 	}
-	sq := testenv.NewSQS(b)
-	bootstrap := testenv.BuildBootstrap(b, examplePkg)
-	q := testenv.NewQueue(b, sq, testenv.QueueOptions{})
+	sq := localtest.NewSQS(b)
+	bootstrap := localtest.BuildBootstrap(b, examplePkg)
+	q := localtest.NewQueue(b, sq, localtest.QueueOptions{})
 	bodies := make([]string, 10)
 	for i := range bodies {
 		bodies[i] = "ok"
 	}
-	testenv.Send(b, sq, q.URL, "", bodies...)
+	localtest.Send(b, sq, q.URL, "", bodies...)
 	payload, _ := json.Marshal(sqstest.SQSEvent(q.ARN, receiveN(b, sq, q.URL, 10)))
 	start := time.Now()
-	rie := testenv.StartRIE(b, bootstrap)
+	rie := localtest.StartRIE(b, bootstrap)
 	if status, body, err := rie.Invoke(context.Background(), payload); err != nil || status != 200 {
 		b.Fatalf("first invoke: %d %s %v", status, body, err)
 	}

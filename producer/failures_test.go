@@ -20,9 +20,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/producer"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // queueAPI is what both sqstest.Fake and *sqs.Client offer a Producer.
@@ -341,8 +341,8 @@ func TestSendBatchFIFOFailedGroupStops(t *testing.T) {
 // it; the group's order holds.
 func TestSendBatchFIFOOrderEmulator(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true, ContentDedup: true})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, ContentDedup: true})
 	api := newFaultyAPI(c, map[string]fault{"a1": failBefore})
 	p := newProducerOn(t, api, q.URL)
 	res, _ := p.SendBatch(context.Background(), []producer.Message{
@@ -509,9 +509,9 @@ func TestSendBatchSplitsOnBatchRequestTooLong(t *testing.T) {
 // before any call.
 func TestSendBatchQueueLimitEmulator(t *testing.T) {
 	t.Parallel()
-	var counter testenv.Counter
-	c := testenv.NewCountingSQS(t, &counter)
-	name := testenv.UniqueName(t, false)
+	var counter localtest.Counter
+	c := localtest.NewCountingSQS(t, &counter)
+	name := localtest.UniqueName(t, false)
 	out, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: &name, Attributes: map[string]string{"MaximumMessageSize": "262144"}})
 	if err != nil {
 		t.Fatal(err)

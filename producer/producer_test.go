@@ -17,9 +17,9 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/producer"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 func newProducer(t *testing.T, api producer.API, url string) *producer.Producer {
@@ -41,7 +41,7 @@ func receiveN(t *testing.T, c *sqs.Client, url string, n int) []types.Message {
 		if time.Now().After(deadline) {
 			t.Fatalf("received %d of %d messages from %s", len(got), n, url)
 		}
-		got = append(got, testenv.ReceiveAll(t, c, url, time.Second, 60*time.Second)...)
+		got = append(got, localtest.ReceiveAll(t, c, url, time.Second, 60*time.Second)...)
 	}
 	return got
 }
@@ -50,8 +50,8 @@ func receiveN(t *testing.T, c *sqs.Client, url string, n int) []types.Message {
 // delay arrives with all of them, and not before its delay.
 func TestSendArrivesIntact(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	p := newProducer(t, c, q.URL)
 	const delay = 2 * time.Second
 	body := `{"order":42,"note":"ünïcode ✓ and\nnewlines"}`
@@ -132,9 +132,9 @@ func TestSendInvalidMakesNoCall(t *testing.T) {
 // A batch of 25 messages takes three calls, and every message arrives.
 func TestSendBatchOf25(t *testing.T) {
 	t.Parallel()
-	var counter testenv.Counter
-	c := testenv.NewCountingSQS(t, &counter)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	var counter localtest.Counter
+	c := localtest.NewCountingSQS(t, &counter)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	p := newProducer(t, c, q.URL)
 	msgs := make([]producer.Message, 25)
 	var bodies []string
@@ -178,9 +178,9 @@ func TestSendBatchOf25(t *testing.T) {
 // call of 1 MiB.
 func TestSendBatchSplitsBySize(t *testing.T) {
 	t.Parallel()
-	var counter testenv.Counter
-	c := testenv.NewCountingSQS(t, &counter)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	var counter localtest.Counter
+	c := localtest.NewCountingSQS(t, &counter)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	p := newProducer(t, c, q.URL)
 	msgs := make([]producer.Message, 3)
 	for i := range msgs {
@@ -340,8 +340,8 @@ func TestSendBatchCallFailure(t *testing.T) {
 // FIFO messages carry their group and deduplication IDs.
 func TestSendBatchFIFO(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true})
 	p := newProducer(t, c, q.URL)
 	msgs := []producer.Message{
 		{Body: "first", GroupID: "g1", DeduplicationID: "d1"},
@@ -361,7 +361,7 @@ func TestSendBatchFIFO(t *testing.T) {
 			}
 		}
 	}
-	if extra := testenv.ReceiveAll(t, c, q.URL, 2*time.Second, 60*time.Second); len(extra) > 0 {
+	if extra := localtest.ReceiveAll(t, c, q.URL, 2*time.Second, 60*time.Second); len(extra) > 0 {
 		t.Errorf("received %d more messages; the duplicate was not deduplicated", len(extra))
 	}
 	var bodies []string

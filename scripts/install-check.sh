@@ -10,10 +10,12 @@ cd "$(dirname "$0")/.."
 version="${1:-$(awk '$1 == "github.com/sqsworker/sqsworker" { print $2 }' cmd/sqsworker/go.mod)}"
 [[ "$version" == v* ]] || { echo "install-check: no version of the root module required by cmd/sqsworker/go.mod" >&2; exit 1; }
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 go run ./internal/cmd/modproxy -version "$version" -out "$work/proxy" >/dev/null
-export GOWORK=off GOFLAGS=-mod=mod GOSUMDB=off GONOSUMDB=github.com/sqsworker GOTOOLCHAIN=local \
-	GOPROXY="file://$work/proxy,file://$(go env GOMODCACHE)/cache/download"
+# A module cache of its own, so that nothing of an earlier check is reused;
+# the dependencies come from the machine's module cache, served as a proxy.
+export GOPROXY="file://$work/proxy,file://$(go env GOMODCACHE)/cache/download" \
+	GOMODCACHE="$work/modcache" GOWORK=off GOFLAGS=-mod=mod GOSUMDB=off GOTOOLCHAIN=local
 GOBIN="$work/bin" go install "github.com/sqsworker/sqsworker/cmd/sqsworker@$version"
 "$work/bin/sqsworker" --version
 mkdir "$work/user" && cd "$work/user"
@@ -24,22 +26,22 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/sqsworker/sqsworker/metrics/prometheus"
-	"github.com/sqsworker/sqsworker/otel"
+	"github.com/sqsworker/sqsworker/metrics/sqsprom"
+	"github.com/sqsworker/sqsworker/sqsotel"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
 func main() {
-	_ = worker.Config{QueueURL: "q"}
-	_ = sqsotel.Middleware
-	_ = sqsprom.NewRecorder
-	_ = prometheus.NewRegistry
+	reg := prometheus.NewRegistry()
+	rec := sqsprom.New(reg, sqsprom.Options{})
+	_ = worker.Config{QueueURL: "q", Metrics: rec}
+	_ = sqsotel.Middleware()
 	fmt.Println("imports build")
 }
 GO
 go mod init example.com/user >/dev/null 2>&1
-go get "github.com/sqsworker/sqsworker@$version" "github.com/sqsworker/sqsworker/otel@$version" \
-	"github.com/sqsworker/sqsworker/metrics/prometheus@$version" >/dev/null
+go get "github.com/sqsworker/sqsworker@$version" "github.com/sqsworker/sqsworker/sqsotel@$version" \
+	"github.com/sqsworker/sqsworker/metrics/sqsprom@$version" >/dev/null
 go mod tidy >/dev/null
 go run .
 echo "install-check: every module installs and imports as $version"

@@ -1,7 +1,7 @@
 package sqstest_test
 
 // Conformance: the same scenarios run against the Fake and against the local
-// emulator (fauxqs, through internal/testenv), so that the Fake keeps
+// emulator (fauxqs, through sqstest/localtest), so that the Fake keeps
 // behaving like SQS where the emulator does. The emulator runs are skipped
 // without AWS_ENDPOINT_URL_SQS.
 //
@@ -42,8 +42,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // client is what the scenarios call: *sqs.Client and *sqstest.Fake.
@@ -67,7 +67,7 @@ type backend struct {
 	t        *testing.T
 	c        client
 	emulator bool
-	newQueue func(o testenv.QueueOptions) testenv.Queue
+	newQueue func(o localtest.QueueOptions) localtest.Queue
 }
 
 // conform runs scenario against the Fake and against the emulator, in
@@ -77,17 +77,17 @@ func conform(t *testing.T, scenario func(t *testing.T, b *backend)) {
 	t.Run("fake", func(t *testing.T) {
 		t.Parallel()
 		f := sqstest.NewFake()
-		scenario(t, &backend{t: t, c: f, newQueue: func(o testenv.QueueOptions) testenv.Queue { return fakeQueue(t, f, o) }})
+		scenario(t, &backend{t: t, c: f, newQueue: func(o localtest.QueueOptions) localtest.Queue { return fakeQueue(t, f, o) }})
 	})
 	t.Run("emulator", func(t *testing.T) {
 		t.Parallel()
-		c := testenv.NewSQS(t)
-		scenario(t, &backend{t: t, c: c, emulator: true, newQueue: func(o testenv.QueueOptions) testenv.Queue { return testenv.NewQueue(t, c, o) }})
+		c := localtest.NewSQS(t)
+		scenario(t, &backend{t: t, c: c, emulator: true, newQueue: func(o localtest.QueueOptions) localtest.Queue { return localtest.NewQueue(t, c, o) }})
 	})
 }
 
-// fakeQueue creates on the Fake the queues testenv.NewQueue creates.
-func fakeQueue(t *testing.T, f *sqstest.Fake, o testenv.QueueOptions) testenv.Queue {
+// fakeQueue creates on the Fake the queues localtest.NewQueue creates.
+func fakeQueue(t *testing.T, f *sqstest.Fake, o localtest.QueueOptions) localtest.Queue {
 	vis := o.VisibilityTimeout
 	if vis == 0 {
 		vis = 30 * time.Second
@@ -102,8 +102,8 @@ func fakeQueue(t *testing.T, f *sqstest.Fake, o testenv.QueueOptions) testenv.Qu
 		}
 		return a
 	}
-	var q testenv.Queue
-	name := testenv.UniqueName(t, o.FIFO)
+	var q localtest.Queue
+	name := localtest.UniqueName(t, o.FIFO)
 	a := attrs()
 	if o.MaxReceiveCount > 0 {
 		q.DLQURL = f.CreateQueue("dlq-"+name, attrs())
@@ -242,7 +242,7 @@ func md5Of(s string) string {
 // attributes, and are gone once deleted.
 func TestConformanceSendReceiveDelete(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{})
+		q := b.newQueue(localtest.QueueOptions{})
 		before := time.Now().Add(-time.Second).UnixMilli()
 		sent := []string{"one", "two", `{"three":3}`}
 		ids := b.send(q.URL, "", sent...)
@@ -295,7 +295,7 @@ func sameSet(a, b []string) bool {
 // it visible at once.
 func TestConformanceVisibility(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{VisibilityTimeout: time.Second})
+		q := b.newQueue(localtest.QueueOptions{VisibilityTimeout: time.Second})
 		b.send(q.URL, "", "v")
 		first := b.receiveN(q.URL, 1, 0)[0]
 		received := time.Now()
@@ -338,7 +338,7 @@ func TestConformanceVisibility(t *testing.T) {
 // the next receive, with its body, ID and attributes.
 func TestConformanceRedrive(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{MaxReceiveCount: 2})
+		q := b.newQueue(localtest.QueueOptions{MaxReceiveCount: 2})
 		out, err := b.c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String("doomed"),
 			MessageAttributes: map[string]types.MessageAttributeValue{"k": {DataType: aws.String("String"), StringValue: aws.String("v")}}})
 		if err != nil {
@@ -372,7 +372,7 @@ func TestConformanceRedrive(t *testing.T) {
 // gives out no other; groups do not block each other.
 func TestConformanceFIFO(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{FIFO: true})
+		q := b.newQueue(localtest.QueueOptions{FIFO: true})
 		b.send(q.URL, "a", "a1", "a2", "a3")
 		b.send(q.URL, "b", "b1", "b2")
 		first := b.receive(q.URL, 10, 1, 60)
@@ -458,7 +458,7 @@ func checkGroupOrder(t *testing.T, ms []types.Message, want map[string][]string)
 // content-based deduplication one whose body was.
 func TestConformanceFIFODeduplication(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{FIFO: true, ContentDedup: true})
+		q := b.newQueue(localtest.QueueOptions{FIFO: true, ContentDedup: true})
 		send := func(body, dedup string) string {
 			in := &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String(body), MessageGroupId: aws.String("g")}
 			if dedup != "" {
@@ -496,7 +496,7 @@ func TestConformanceFIFODeduplication(t *testing.T) {
 // SQS computes; receives get only the attributes they ask for.
 func TestConformanceMessageAttributes(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{})
+		q := b.newQueue(localtest.QueueOptions{})
 		attrs := map[string]types.MessageAttributeValue{
 			"tenant":      {DataType: aws.String("String"), StringValue: aws.String("acme ✓")},
 			"count":       {DataType: aws.String("Number"), StringValue: aws.String("42")},
@@ -566,7 +566,7 @@ func TestConformanceMessageAttributes(t *testing.T) {
 // GetQueueAttributes reports the queue's settings and its depth.
 func TestConformanceQueueAttributes(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{VisibilityTimeout: 2 * time.Second, MaxReceiveCount: 4})
+		q := b.newQueue(localtest.QueueOptions{VisibilityTimeout: 2 * time.Second, MaxReceiveCount: 4})
 		b.send(q.URL, "", "1", "2", "3")
 		if _, err := b.c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String("later"), DelaySeconds: 60}); err != nil {
 			t.Fatal(err)
@@ -592,7 +592,7 @@ func TestConformanceQueueAttributes(t *testing.T) {
 		if !strings.Contains(rp, q.DLQARN) || !strings.Contains(rp, `"maxReceiveCount":4`) && !strings.Contains(rp, `"maxReceiveCount":"4"`) {
 			t.Errorf("RedrivePolicy = %s", rp)
 		}
-		fq := b.newQueue(testenv.QueueOptions{FIFO: true})
+		fq := b.newQueue(localtest.QueueOptions{FIFO: true})
 		fo, err := b.c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &fq.URL, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameFifoQueue, types.QueueAttributeNameQueueArn}})
 		if err != nil {
 			t.Fatal(err)
@@ -611,7 +611,7 @@ func TestConformanceQueueAttributes(t *testing.T) {
 // A missing queue is reported as *types.QueueDoesNotExist by every call.
 func TestConformanceQueueDoesNotExist(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{})
+		q := b.newQueue(localtest.QueueOptions{})
 		missing := q.URL[:strings.LastIndexByte(q.URL, '/')+1] + "no-such-queue-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		name := missing[strings.LastIndexByte(missing, '/')+1:]
 		check := func(op string, err error) {
@@ -640,7 +640,7 @@ func TestConformanceQueueDoesNotExist(t *testing.T) {
 // Receipt handles: only the latest receive's handle deletes; batch limits.
 func TestConformanceReceiptHandlesAndBatches(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{})
+		q := b.newQueue(localtest.QueueOptions{})
 		b.send(q.URL, "", "m")
 		old := b.receiveN(q.URL, 1, 60)[0]
 		b.changeVisibility(q.URL, 0, aws.ToString(old.ReceiptHandle))
@@ -693,7 +693,7 @@ func TestConformanceReceiptHandlesAndBatches(t *testing.T) {
 // A long poll returns as soon as a message arrives.
 func TestConformanceLongPoll(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{})
+		q := b.newQueue(localtest.QueueOptions{})
 		go func() {
 			time.Sleep(300 * time.Millisecond)
 			_, _ = b.c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String("late")})
@@ -720,7 +720,7 @@ func TestConformanceLongPoll(t *testing.T) {
 // deleted messages, also keeps an earlier receive's handle invalid.
 func TestConformanceDeletedMessage(t *testing.T) {
 	conform(t, func(t *testing.T, b *backend) {
-		q := b.newQueue(testenv.QueueOptions{})
+		q := b.newQueue(localtest.QueueOptions{})
 		b.send(q.URL, "", "once", "twice")
 		got := b.receiveN(q.URL, 2, 60)
 		var once, first types.Message

@@ -39,7 +39,7 @@
 // protocol; messages are close to, but not always the same as, SQS's.
 //
 // The fake does not replace integration tests: the tests that run against
-// the local emulator (see internal/testenv) remain the reference, and the
+// the local emulator (see sqstest/localtest) remain the reference, and the
 // conformance tests of this package run the same scenarios against both to
 // keep the fake honest.
 package sqstest

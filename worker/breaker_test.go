@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -73,11 +73,11 @@ func TestFakeBreakerKeepsOutageOutOfDLQ(t *testing.T) {
 	r := start(t, f, worker.Config{QueueURL: url, Concurrency: 16, Backoff: noDelay,
 		Breaker: sqsworker.BreakerConfig{ProbeInterval: time.Second, MaxProbeInterval: 2 * time.Second}},
 		sqsworker.HandlerFunc(dep.handle))
-	testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().BreakerOpens >= 1 }, "breaker never opened: %+v", r.w.Stats())
+	localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().BreakerOpens >= 1 }, "breaker never opened: %+v", r.w.Stats())
 	time.Sleep(8 * time.Second) // the outage goes on
 	received := r.w.Stats().Received
 	dep.down.Store(false)
-	testenv.Eventually(t, 60*time.Second, func() bool { v, fl, d := f.Depth(url); return v+fl+d == 0 }, "not drained: %+v", r.w.Stats())
+	localtest.Eventually(t, 60*time.Second, func() bool { v, fl, d := f.Depth(url); return v+fl+d == 0 }, "not drained: %+v", r.w.Stats())
 	if v, fl, d := f.Depth(dlq); v+fl+d != 0 {
 		t.Errorf("%d messages dead-lettered during the outage, want none", v+fl+d)
 	}
@@ -99,22 +99,22 @@ func TestFakeBreakerKeepsOutageOutOfDLQ(t *testing.T) {
 // unspent and the DLQ empty.
 func TestBreakerSixtySecondOutage(t *testing.T) {
 	t.Parallel()
-	testenv.Require(t)
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 5 * time.Second, MaxReceiveCount: 5})
+	localtest.Require(t)
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Second, MaxReceiveCount: 5})
 	dep := newDependency()
 	dep.down.Store(true)
 	bodies := make([]string, 200)
 	for i := range bodies {
 		bodies[i] = fmt.Sprint(i)
 	}
-	testenv.Send(t, c, q.URL, "", bodies...)
+	localtest.Send(t, c, q.URL, "", bodies...)
 	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second}, sqsworker.HandlerFunc(dep.handle))
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().BreakerOpens >= 1 }, "breaker never opened: %+v", r.w.Stats())
+	localtest.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().BreakerOpens >= 1 }, "breaker never opened: %+v", r.w.Stats())
 	time.Sleep(60 * time.Second)
 	dep.down.Store(false)
 	emptyEventually(t, c, q.URL, 3*time.Minute)
-	if v, f, d := testenv.Depth(t, c, q.DLQURL); v+f+d != 0 {
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
 		t.Errorf("%d messages dead-lettered by a 60 s outage, want none", v+f+d)
 	}
 	dep.check(t, bodies)

@@ -23,8 +23,8 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -107,7 +107,7 @@ func TestFakeFIFOFailureReleasesRestOfGroup(t *testing.T) {
 			}
 			return nil
 		}))
-	testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 8 }, "not all 8 messages deleted: %+v", r.w.Stats())
+	localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 8 }, "not all 8 messages deleted: %+v", r.w.Stats())
 	// Nothing else happens afterwards.
 	time.Sleep(100 * time.Millisecond)
 	if got := r.w.Stats(); got.Released != 2 || got.Failed != 1 || got.Retried != 1 || got.Succeeded != 8 || got.AckFailures != 0 {
@@ -174,7 +174,7 @@ func TestFakeFIFOShutdownReleasesRestOfGroup(t *testing.T) {
 	<-started
 	// The poller is in its next long poll (the group is locked, so it
 	// waits there) when Shutdown is called; that poll runs to its end.
-	testenv.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "no second receive")
+	localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "no second receive")
 	shut := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -237,7 +237,7 @@ func TestFakeDeleteCallFailuresAreRetried(t *testing.T) {
 			f := sqstest.NewFake()
 			f.FailNext(sqstest.OpDeleteMessageBatch, err, 2)
 			r, url := fakeOne(t, f, nil, func(ctx context.Context, m *sqsworker.Message) error { return nil })
-			testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not deleted: %+v", r.w.Stats())
+			localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not deleted: %+v", r.w.Stats())
 			if s := r.w.Stats(); s.AckFailures != 0 {
 				t.Errorf("stats = %+v", s)
 			}
@@ -261,7 +261,7 @@ func TestFakeDeleteEntryFailures(t *testing.T) {
 		f := sqstest.NewFake()
 		f.FailEntries(sqstest.OpDeleteMessageBatch, "InternalError", false, 2)
 		r, url := fakeOne(t, f, nil, func(ctx context.Context, m *sqsworker.Message) error { return nil })
-		testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not deleted: %+v", r.w.Stats())
+		localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not deleted: %+v", r.w.Stats())
 		if s := r.w.Stats(); s.AckFailures != 0 {
 			t.Errorf("stats = %+v", s)
 		}
@@ -281,17 +281,17 @@ func TestFakeDeleteEntryFailures(t *testing.T) {
 			calls.add(m)
 			return nil
 		})
-		testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().AckFailures == 1 }, "no acknowledgement failure: %+v", r.w.Stats())
+		localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().AckFailures == 1 }, "no acknowledgement failure: %+v", r.w.Stats())
 		if n := f.Calls(sqstest.OpDeleteMessageBatch); n != 1 {
 			t.Errorf("%d DeleteMessageBatch calls, want 1: a sender fault is not retried", n)
 		}
 		// The counter is bumped before the log line is written.
-		testenv.Eventually(t, 5*time.Second, func() bool { return strings.Contains(r.logs.String(), "ReceiptHandleIsInvalid") },
+		localtest.Eventually(t, 5*time.Second, func() bool { return strings.Contains(r.logs.String(), "ReceiptHandleIsInvalid") },
 			"the failure is not logged")
 		// The worker runs on: a new message is handled, and the first one
 		// comes back after its visibility timeout and is deleted.
 		f.Send(url, "next")
-		testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 2 }, "not deleted: %+v", r.w.Stats())
+		localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 2 }, "not deleted: %+v", r.w.Stats())
 		if got := calls.of("m"); len(got) != 2 || got[1].receiveCount != 2 {
 			t.Errorf("m handled as %v, want twice", got)
 		}
@@ -316,7 +316,7 @@ func TestFakeReceiveErrorsAreRetried(t *testing.T) {
 			f.FailNext(sqstest.OpReceiveMessage, err, 3)
 			var calls fakeCalls
 			r, _ := fakeOne(t, f, nil, func(ctx context.Context, m *sqsworker.Message) error { calls.add(m); return nil })
-			testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not handled: %+v", r.w.Stats())
+			localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not handled: %+v", r.w.Stats())
 			if n := f.Calls(sqstest.OpReceiveMessage); n < 4 {
 				t.Errorf("%d receives, want at least 4", n)
 			}
@@ -391,7 +391,7 @@ func TestFakeFatalReceiveErrorStopsRun(t *testing.T) {
 		url := f.CreateQueue("q", nil)
 		done := make(chan error, 1)
 		go func() { done <- fakeRunErr(t, f, worker.Config{QueueURL: url}) }()
-		testenv.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 1 }, "no receive")
+		localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 1 }, "no receive")
 		f.DeleteQueue(url)
 		var dne *types.QueueDoesNotExist
 		if err := <-done; !errors.As(err, &dne) {
@@ -464,7 +464,7 @@ func TestFakeStartupErrors(t *testing.T) {
 		f.FailNext(sqstest.OpGetQueueAttributes, &smithy.GenericAPIError{Code: "RequestThrottled", Fault: smithy.FaultClient}, 2)
 		f.Send(url, "m")
 		r := start(t, f, worker.Config{QueueURL: url}, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
-		testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not handled: %+v", r.w.Stats())
+		localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not handled: %+v", r.w.Stats())
 		if n := f.Calls(sqstest.OpGetQueueAttributes); n != 3 {
 			t.Errorf("%d GetQueueAttributes calls, want 3", n)
 		}
@@ -486,7 +486,7 @@ func TestFakeDeadLetterMoveFailure(t *testing.T) {
 			calls.add(m)
 			return sqsworker.Permanent(errors.New("invalid"))
 		}))
-	testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().DeadLettered == 1 && r.w.Stats().Deleted == 1 }, "not dead-lettered: %+v", r.w.Stats())
+	localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().DeadLettered == 1 && r.w.Stats().Deleted == 1 }, "not dead-lettered: %+v", r.w.Stats())
 	if s := r.w.Stats(); s.MoveFailures != 1 || s.Failed != 2 || s.Retried != 1 || s.AckFailures != 0 {
 		t.Errorf("stats = %+v, want 1 move failure, 2 failures, 1 retry", s)
 	}
@@ -536,7 +536,7 @@ func TestFakeFIFOGroupOutlivingVisibilityTimeout(t *testing.T) {
 			mu.Unlock()
 			return nil
 		}))
-	testenv.Eventually(t, 20*time.Second, func() bool { v, fl, d := f.Depth(url); return v+fl+d == 0 }, "queue not drained")
+	localtest.Eventually(t, 20*time.Second, func() bool { v, fl, d := f.Depth(url); return v+fl+d == 0 }, "queue not drained")
 	time.Sleep(500 * time.Millisecond)
 	var order []string
 	for _, c := range calls.of("") {
@@ -577,7 +577,7 @@ func TestFakeHandlerTimeoutOutlivesVisibility(t *testing.T) {
 			}
 			return nil
 		}))
-	testenv.Eventually(t, 20*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not deleted")
+	localtest.Eventually(t, 20*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not deleted")
 	mu.Lock()
 	defer mu.Unlock()
 	if gap := at[1].Sub(at[0]); gap < 3*time.Second {

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -18,8 +18,8 @@ import (
 // are retried; groups run in parallel.
 func TestFIFOOrderPerGroupUnderFailures(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true, MaxReceiveCount: 10})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, MaxReceiveCount: 10})
 	const groups, perGroup = 4, 15
 	var mu sync.Mutex
 	done := map[string][]int{}   // group -> indexes handled successfully, in order
@@ -32,7 +32,7 @@ func TestFIFOOrderPerGroupUnderFailures(t *testing.T) {
 		for i := range bodies {
 			bodies[i] = fmt.Sprintf("%s-%d", group, i)
 		}
-		testenv.Send(t, c, q.URL, group, bodies...)
+		localtest.Send(t, c, q.URL, group, bodies...)
 	}
 	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 20, Backoff: noDelay}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
@@ -58,7 +58,7 @@ func TestFIFOOrderPerGroupUnderFailures(t *testing.T) {
 			done[m.GroupID] = append(done[m.GroupID], i)
 			return nil
 		}))
-	testenv.Eventually(t, 60*time.Second, func() bool { return r.w.Stats().Deleted == groups*perGroup }, "not all messages deleted")
+	localtest.Eventually(t, 60*time.Second, func() bool { return r.w.Stats().Deleted == groups*perGroup }, "not all messages deleted")
 	mu.Lock()
 	defer mu.Unlock()
 	for g := range groups {
@@ -86,8 +86,8 @@ func TestFIFOOrderPerGroupUnderFailures(t *testing.T) {
 // FIFO dead-lettering keeps the message group.
 func TestFIFOPermanentKeepsGroup(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true, MaxReceiveCount: 3})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, MaxReceiveCount: 3})
 	start(t, c, worker.Config{QueueURL: q.URL}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
 			if m.Body == "bad" {
@@ -95,7 +95,7 @@ func TestFIFOPermanentKeepsGroup(t *testing.T) {
 			}
 			return nil
 		}))
-	testenv.Send(t, c, q.URL, "orders-7", "ok-1", "bad", "ok-2")
+	localtest.Send(t, c, q.URL, "orders-7", "ok-1", "bad", "ok-2")
 	got := dlqMessages(t, c, q, 1)[0]
 	if g := got.Attributes["MessageGroupId"]; g != "orders-7" || aws.ToString(got.Body) != "bad" {
 		t.Errorf("dead-lettered %q in group %q", aws.ToString(got.Body), g)

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -120,8 +120,8 @@ func (r *recorder) total() int {
 // emptyEventually waits until the queue holds no message, visible or not.
 func emptyEventually(t *testing.T, c *sqs.Client, url string, timeout time.Duration) {
 	t.Helper()
-	testenv.Eventually(t, timeout, func() bool {
-		v, f, d := testenv.Depth(t, c, url)
+	localtest.Eventually(t, timeout, func() bool {
+		v, f, d := localtest.Depth(t, c, url)
 		return v+f+d == 0
 	}, "queue %s is not empty", url)
 }

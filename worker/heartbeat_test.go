@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/visibility"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -27,8 +27,8 @@ var heartbeat2s = visibility.Config{Threshold: 1500 * time.Millisecond, Interval
 // exactly once each: no redelivery.
 func TestHeartbeatLongJobsRunOnce(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 2 * time.Second})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second})
 	var mu sync.Mutex
 	runs := map[string]int{}
 	maxReceive := 0
@@ -48,10 +48,10 @@ func TestHeartbeatLongJobsRunOnce(t *testing.T) {
 	for i := range bodies {
 		bodies[i] = fmt.Sprintf("job-%d", i)
 	}
-	testenv.Send(t, c, q.URL, "", bodies...)
+	localtest.Send(t, c, q.URL, "", bodies...)
 	a := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 25, Heartbeat: heartbeat2s}, h)
 	b := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 25, Heartbeat: heartbeat2s}, h)
-	testenv.Eventually(t, 90*time.Second, func() bool { return a.w.Stats().Deleted+b.w.Stats().Deleted == 50 }, "not all jobs done")
+	localtest.Eventually(t, 90*time.Second, func() bool { return a.w.Stats().Deleted+b.w.Stats().Deleted == 50 }, "not all jobs done")
 	emptyEventually(t, c, q.URL, 10*time.Second)
 	mu.Lock()
 	defer mu.Unlock()
@@ -75,20 +75,20 @@ func TestHeartbeatLongJobsRunOnce(t *testing.T) {
 // meets no error.
 func TestHeartbeatBatchesAndStops(t *testing.T) {
 	t.Parallel()
-	var counter testenv.Counter
-	c := testenv.NewCountingSQS(t, &counter)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 2 * time.Second})
+	var counter localtest.Counter
+	c := localtest.NewCountingSQS(t, &counter)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second})
 	bodies := make([]string, 100)
 	for i := range bodies {
 		bodies[i] = fmt.Sprint(i)
 	}
-	testenv.Send(t, c, q.URL, "", bodies...)
+	localtest.Send(t, c, q.URL, "", bodies...)
 	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 100, Heartbeat: heartbeat2s}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
 			time.Sleep(6 * time.Second)
 			return nil
 		}))
-	testenv.Eventually(t, 60*time.Second, func() bool { return r.w.Stats().Deleted == 100 }, "not all jobs done")
+	localtest.Eventually(t, 60*time.Second, func() bool { return r.w.Stats().Deleted == 100 }, "not all jobs done")
 	hs := r.w.HeartbeatStats()
 	calls := counter.Get("ChangeMessageVisibilityBatch")
 	if calls != int(hs.Calls) || hs.Rounds == 0 || hs.Calls > 10*hs.Rounds || hs.Calls > hs.Extended/10+hs.Rounds {
@@ -111,8 +111,8 @@ func TestHeartbeatBatchesAndStops(t *testing.T) {
 // and the worker leaves the message to the consumer that now holds it.
 func TestHeartbeatLostLeaseCancelsHandler(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 4 * time.Second})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 4 * time.Second})
 	causes := make(chan error, 1)
 	stolen := make(chan string, 1)
 	r := start(t, c, worker.Config{QueueURL: q.URL}, sqsworker.HandlerFunc(
@@ -132,7 +132,7 @@ func TestHeartbeatLostLeaseCancelsHandler(t *testing.T) {
 			causes <- context.Cause(ctx)
 			return ctx.Err()
 		}))
-	testenv.Send(t, c, q.URL, "", "contested")
+	localtest.Send(t, c, q.URL, "", "contested")
 	var cause error
 	select {
 	case cause = <-causes:
@@ -143,7 +143,7 @@ func TestHeartbeatLostLeaseCancelsHandler(t *testing.T) {
 	if !errors.Is(cause, visibility.ErrLeaseLost) || !errors.As(cause, &invalid) {
 		t.Errorf("cause = %v, want visibility.ErrLeaseLost wrapping ReceiptHandleIsInvalid", cause)
 	}
-	testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().LeasesLost == 1 }, "lost lease not counted")
+	localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().LeasesLost == 1 }, "lost lease not counted")
 	// The competitor still holds the message and can delete it.
 	h := <-stolen
 	if _, err := c.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &q.URL, ReceiptHandle: &h}); err != nil {

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/metrics"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -78,8 +78,8 @@ func emfSums(t *testing.T, out string) (counts map[string]float64, gauges map[st
 // failed by class, K dead-lettered, with latencies and queue depths.
 func TestMetricsEMF(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 5})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 5})
 	var out lockedBuf
 	emf := metrics.NewEMF(&out, "test")
 	var rec recorder
@@ -94,8 +94,8 @@ func TestMetricsEMF(t *testing.T) {
 			}
 			return nil
 		}))
-	testenv.Send(t, c, q.URL, "", "ok-1", "ok-2", "ok-3", "bad-1", "bad-2", "flaky")
-	testenv.Eventually(t, 30*time.Second, func() bool { s := r.w.Stats(); return s.Succeeded == 4 && s.DeadLettered == 2 && s.Deleted == 6 }, "jobs not settled")
+	localtest.Send(t, c, q.URL, "", "ok-1", "ok-2", "ok-3", "bad-1", "bad-2", "flaky")
+	localtest.Eventually(t, 30*time.Second, func() bool { s := r.w.Stats(); return s.Succeeded == 4 && s.DeadLettered == 2 && s.Deleted == 6 }, "jobs not settled")
 	r.stop(10 * time.Second)
 	counts, gauges, observed := emfSums(t, out.String())
 	want := map[string]float64{

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -19,9 +19,9 @@ import (
 // message is processed.
 func TestRecoversFromSQSOutage(t *testing.T) {
 	t.Parallel()
-	fq := testenv.StartFauxqs(t)
-	c := testenv.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(fq.Endpoint()) })
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 5 * time.Second})
+	fq := localtest.StartFauxqs(t)
+	c := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(fq.Endpoint()) })
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Second})
 	const total = 200
 	var rec recorder
 	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 10}, sqsworker.HandlerFunc(
@@ -34,13 +34,13 @@ func TestRecoversFromSQSOutage(t *testing.T) {
 	for i := range bodies {
 		bodies[i] = fmt.Sprint(i)
 	}
-	testenv.Send(t, c, q.URL, "", bodies...)
-	testenv.Eventually(t, 30*time.Second, func() bool { return rec.total() >= total/4 }, "no progress before the outage")
+	localtest.Send(t, c, q.URL, "", bodies...)
+	localtest.Eventually(t, 30*time.Second, func() bool { return rec.total() >= total/4 }, "no progress before the outage")
 	fq.Stop()
 	time.Sleep(5 * time.Second)
 	fq.Start()
-	testenv.Eventually(t, 120*time.Second, func() bool {
-		v, f, d := testenv.Depth(t, c, q.URL)
+	localtest.Eventually(t, 120*time.Second, func() bool {
+		v, f, d := localtest.Depth(t, c, q.URL)
 		return v+f+d == 0
 	}, "queue not drained after the outage")
 	for _, b := range bodies {
@@ -58,10 +58,10 @@ func TestRecoversFromSQSOutage(t *testing.T) {
 // messages invisible until then, so none is delivered and handled twice.
 func TestAcksOutliveSQSOutage(t *testing.T) {
 	t.Parallel()
-	direct := testenv.NewSQS(t)
-	proxy := testenv.StartProxy(t, strings.TrimPrefix(testenv.Endpoint(), "http://"))
-	c := testenv.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
-	q := testenv.NewQueue(t, direct, testenv.QueueOptions{VisibilityTimeout: 30 * time.Second})
+	direct := localtest.NewSQS(t)
+	proxy := localtest.StartProxy(t, strings.TrimPrefix(localtest.Endpoint(), "http://"))
+	c := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
+	q := localtest.NewQueue(t, direct, localtest.QueueOptions{VisibilityTimeout: 30 * time.Second})
 	const total = 300
 	var rec recorder
 	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 16, WaitTime: time.Second}, sqsworker.HandlerFunc(
@@ -74,8 +74,8 @@ func TestAcksOutliveSQSOutage(t *testing.T) {
 	for i := range bodies {
 		bodies[i] = fmt.Sprint(i)
 	}
-	testenv.Send(t, direct, q.URL, "", bodies...)
-	testenv.Eventually(t, 60*time.Second, func() bool { return rec.total() >= total/3 }, "no progress before the outage")
+	localtest.Send(t, direct, q.URL, "", bodies...)
+	localtest.Eventually(t, 60*time.Second, func() bool { return rec.total() >= total/3 }, "no progress before the outage")
 	proxy.Cut()
 	time.Sleep(15 * time.Second)
 	proxy.Restore()

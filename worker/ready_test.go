@@ -10,8 +10,8 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -41,13 +41,13 @@ func TestReadyLifecycle(t *testing.T) {
 			return nil
 		}))
 	}()
-	testenv.Eventually(t, 5*time.Second, w.Ready, "not ready after Run started")
+	localtest.Eventually(t, 5*time.Second, w.Ready, "not ready after Run started")
 	f.Send(url, "slow")
 	<-started
 
 	shut := make(chan error, 1)
 	go func() { shut <- w.Shutdown(context.Background()) }()
-	testenv.Eventually(t, 5*time.Second, func() bool { return !w.Ready() }, "still ready after Shutdown started")
+	localtest.Eventually(t, 5*time.Second, func() bool { return !w.Ready() }, "still ready after Shutdown started")
 	select {
 	case err := <-done:
 		t.Fatalf("Run returned %v while its handler was blocked", err)
@@ -79,7 +79,7 @@ func TestReadyContextCancelled(t *testing.T) {
 	go func() {
 		done <- w.Run(ctx, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
 	}()
-	testenv.Eventually(t, 5*time.Second, w.Ready, "not ready after Run started")
+	localtest.Eventually(t, 5*time.Second, w.Ready, "not ready after Run started")
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
@@ -107,7 +107,7 @@ func TestReadyNotBeforeQueueRead(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx, nop) }()
-		testenv.Eventually(t, 5*time.Second, func() bool { return f.Calls(sqstest.OpGetQueueAttributes) >= 2 }, "queue not retried")
+		localtest.Eventually(t, 5*time.Second, func() bool { return f.Calls(sqstest.OpGetQueueAttributes) >= 2 }, "queue not retried")
 		if w.Ready() {
 			t.Error("Ready while the queue cannot be read")
 		}

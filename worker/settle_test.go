@@ -19,8 +19,8 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -42,7 +42,7 @@ func TestDeadLetterFailureOnLastAttemptBacksOff(t *testing.T) {
 			calls.Add(1)
 			return errTransient
 		}))
-	testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().MoveFailures >= 1 }, "no move attempted")
+	localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats().MoveFailures >= 1 }, "no move attempted")
 	time.Sleep(3 * time.Second)
 	if n := calls.Load(); n != 1 {
 		t.Errorf("handler ran %d times in 3s, want once: the failed move must back off a minute", n)
@@ -81,10 +81,10 @@ func TestReceiveAsksForPlannedVisibility(t *testing.T) {
 			time.Sleep(2 * time.Second)
 			return nil
 		}))
-	testenv.Eventually(t, 10*time.Second, func() bool { return r.w.Ready() }, "not ready")
+	localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Ready() }, "not ready")
 	f.SetAttribute(url, "VisibilityTimeout", "1") // an operator lowers it
 	f.Send(url, "m")
-	testenv.Eventually(t, 15*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not deleted: %+v", r.w.Stats())
+	localtest.Eventually(t, 15*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "not deleted: %+v", r.w.Stats())
 	if n := calls.Load(); n != 1 {
 		t.Errorf("handled %d times, want once", n)
 	}
@@ -147,7 +147,7 @@ func TestFIFOLostLeaseReleasesRestOfGroup(t *testing.T) {
 			}
 			return nil
 		}))
-	testenv.Eventually(t, 30*time.Second, func() bool {
+	localtest.Eventually(t, 30*time.Second, func() bool {
 		v, fl, d := f.Depth(url)
 		return v+fl+d == 0 && r.w.Stats().LeasesLost == 1
 	}, "queue not drained: %+v", r.w.Stats())
@@ -176,7 +176,7 @@ func TestHandlerPastLeaseIsNotAcknowledged(t *testing.T) {
 			}
 			return nil
 		}))
-	testenv.Eventually(t, 20*time.Second, func() bool { s := r.w.Stats(); return s.Deleted == 1 && s.InFlight == 0 }, "not deleted: %+v", r.w.Stats())
+	localtest.Eventually(t, 20*time.Second, func() bool { s := r.w.Stats(); return s.Deleted == 1 && s.InFlight == 0 }, "not deleted: %+v", r.w.Stats())
 	if s := r.w.Stats(); s.LeasesLost != 1 || calls.Load() != 2 {
 		t.Errorf("stats = %+v, %d calls; want the late return abandoned and the message handled again", s, calls.Load())
 	}
@@ -197,7 +197,7 @@ func TestShutdownWhileQueueUnreachable(t *testing.T) {
 	go func() {
 		done <- w.Run(context.Background(), sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
 	}()
-	testenv.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpGetQueueAttributes) >= 2 }, "queue not retried")
+	localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpGetQueueAttributes) >= 2 }, "queue not retried")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := w.Shutdown(ctx); err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/visibility"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -35,8 +35,8 @@ func runOnce(t *testing.T, c *sqs.Client, cfg worker.Config) error {
 // A missing queue is a clear error at start-up, matched with errors.As.
 func TestMissingQueueFailsRun(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	missing := strings.Replace(q.URL, "TestMissingQueueFailsRun", "no-such-queue", 1)
 	err := runOnce(t, c, worker.Config{QueueURL: missing})
 	var notFound *types.QueueDoesNotExist
@@ -49,8 +49,8 @@ func TestMissingQueueFailsRun(t *testing.T) {
 // start-up, not a failure at the first dead-lettering.
 func TestDeletedDLQFailsRun(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
 	if _, err := c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: &q.DLQURL}); err != nil {
 		t.Fatal(err)
 	}
@@ -65,8 +65,8 @@ func TestDeletedDLQFailsRun(t *testing.T) {
 // message first.
 func TestMaxReceiveCountAbovePolicyFailsRun(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
 	err := runOnce(t, c, worker.Config{QueueURL: q.URL, MaxReceiveCount: 5})
 	if err == nil || !strings.Contains(err.Error(), "MaxReceiveCount 5 is above the redrive policy's maxReceiveCount 3") {
 		t.Errorf("Run = %v", err)
@@ -76,8 +76,8 @@ func TestMaxReceiveCountAbovePolicyFailsRun(t *testing.T) {
 // A MaxReceiveCount without any dead-letter queue is a configuration error.
 func TestMaxReceiveCountWithoutDLQFailsRun(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	err := runOnce(t, c, worker.Config{QueueURL: q.URL, MaxReceiveCount: 2})
 	if err == nil || !strings.Contains(err.Error(), "has no dead-letter queue") {
 		t.Errorf("Run = %v", err)
@@ -87,17 +87,17 @@ func TestMaxReceiveCountWithoutDLQFailsRun(t *testing.T) {
 // A dead-letter queue given in Config works without a redrive policy.
 func TestConfigDeadLetterQueue(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	dlq := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	dlq := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	var rec recorder
 	start(t, c, worker.Config{QueueURL: q.URL, DeadLetterQueueURL: dlq.URL, MaxReceiveCount: 2, Backoff: noDelay},
 		sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 			rec.add(m.Body)
 			return errTransient
 		}))
-	testenv.Send(t, c, q.URL, "", "x")
-	got := dlqMessages(t, c, testenv.Queue{DLQURL: dlq.URL}, 1)
+	localtest.Send(t, c, q.URL, "", "x")
+	got := dlqMessages(t, c, localtest.Queue{DLQURL: dlq.URL}, 1)
 	if aws.ToString(got[0].Body) != "x" || rec.count("x") != 2 {
 		t.Errorf("dead-lettered %q after %d attempts", aws.ToString(got[0].Body), rec.count("x"))
 	}
@@ -107,8 +107,8 @@ func TestConfigDeadLetterQueue(t *testing.T) {
 // lets one be set at all.
 func TestMalformedRedrivePolicyFailsRun(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	_, err := c.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{
 		QueueUrl: &q.URL, Attributes: map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:x"}`},
 	})
@@ -125,8 +125,8 @@ func TestMalformedRedrivePolicyFailsRun(t *testing.T) {
 // is a clear error at start-up.
 func TestBadHeartbeatFailsRun(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 30 * time.Second})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 30 * time.Second})
 	err := runOnce(t, c, worker.Config{QueueURL: q.URL, Heartbeat: visibility.Config{Interval: 20 * time.Second, MaxLifetime: 13 * time.Hour}})
 	if err == nil || !strings.Contains(err.Error(), "MaxLifetime 13h0m0s") || !strings.Contains(err.Error(), "DisableHeartbeat") {
 		t.Errorf("Run = %v", err)

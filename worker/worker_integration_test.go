@@ -17,7 +17,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -25,9 +25,9 @@ import (
 // once.
 func TestFailTwiceThenSucceed(t *testing.T) {
 	t.Parallel()
-	var counter testenv.Counter
-	c := testenv.NewCountingSQS(t, &counter)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 5})
+	var counter localtest.Counter
+	c := localtest.NewCountingSQS(t, &counter)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 5})
 	var rec recorder
 	r := start(t, c, worker.Config{QueueURL: q.URL, Backoff: noDelay}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
@@ -36,8 +36,8 @@ func TestFailTwiceThenSucceed(t *testing.T) {
 			}
 			return nil
 		}))
-	testenv.Send(t, c, q.URL, "", "flaky")
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "message not deleted")
+	localtest.Send(t, c, q.URL, "", "flaky")
+	localtest.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "message not deleted")
 	emptyEventually(t, c, q.URL, 10*time.Second)
 	r.stop(10 * time.Second)
 	if got := rec.count("flaky"); got != 3 {
@@ -47,16 +47,16 @@ func TestFailTwiceThenSucceed(t *testing.T) {
 	if s.Succeeded != 1 || s.Failed != 2 || s.Retried != 2 || s.Deleted != 1 || s.DeadLettered != 0 {
 		t.Errorf("stats = %+v", s)
 	}
-	if v, f, d := testenv.Depth(t, c, q.DLQURL); v+f+d != 0 {
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
 		t.Errorf("dead-letter queue holds %d messages, want 0", v+f+d)
 	}
 }
 
-func dlqMessages(t *testing.T, c *sqs.Client, q testenv.Queue, want int) []types.Message {
+func dlqMessages(t *testing.T, c *sqs.Client, q localtest.Queue, want int) []types.Message {
 	t.Helper()
 	var got []types.Message
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		got = append(got, testenv.ReceiveAll(t, c, q.DLQURL, time.Second, 60*time.Second)...)
+	localtest.Eventually(t, 30*time.Second, func() bool {
+		got = append(got, localtest.ReceiveAll(t, c, q.DLQURL, time.Second, 60*time.Second)...)
 		return len(got) >= want
 	}, "dead-letter queue holds %d messages, want %d", len(got), want)
 	if len(got) != want {
@@ -69,8 +69,8 @@ func dlqMessages(t *testing.T, c *sqs.Client, q testenv.Queue, want int) []types
 // its body and its attributes.
 func TestPermanentGoesToDLQ(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 5})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 5})
 	var rec recorder
 	r := start(t, c, worker.Config{QueueURL: q.URL, Backoff: noDelay, Host: "test-host"}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
@@ -120,15 +120,15 @@ func TestPermanentGoesToDLQ(t *testing.T) {
 // exactly 3 attempts, with its metadata.
 func TestAlwaysFailingReachesDLQAfterMaxReceiveCount(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
 	var rec recorder
 	start(t, c, worker.Config{QueueURL: q.URL, Backoff: noDelay}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
 			rec.add(m.Body)
 			return errClass{errTransient}
 		}))
-	testenv.Send(t, c, q.URL, "", "doomed")
+	localtest.Send(t, c, q.URL, "", "doomed")
 	got := dlqMessages(t, c, q, 1)[0]
 	emptyEventually(t, c, q.URL, 10*time.Second)
 	if n := rec.count("doomed"); n != 3 {
@@ -148,8 +148,8 @@ func (errClass) ErrorClass() string { return "upstream-unavailable" }
 // retried with backoff, and logged as an error.
 func TestPermanentWithoutDLQIsKept(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	var rec recorder
 	r := start(t, c, worker.Config{QueueURL: q.URL, Backoff: noDelay}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
@@ -158,8 +158,8 @@ func TestPermanentWithoutDLQIsKept(t *testing.T) {
 			}
 			return nil
 		}))
-	testenv.Send(t, c, q.URL, "", "kept")
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "message not handled 3 times")
+	localtest.Send(t, c, q.URL, "", "kept")
+	localtest.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "message not handled 3 times")
 	if !strings.Contains(r.logs.String(), "no dead-letter queue") {
 		t.Errorf("no error logged for a permanent failure without DLQ:\n%s", r.logs)
 	}
@@ -171,11 +171,11 @@ func TestPermanentWithoutDLQIsKept(t *testing.T) {
 // Panics are recovered and count as failures.
 func TestPanicIsAFailure(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	start(t, c, worker.Config{QueueURL: q.URL, Backoff: noDelay}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error { panic("boom") }))
-	testenv.Send(t, c, q.URL, "", "explodes")
+	localtest.Send(t, c, q.URL, "", "explodes")
 	got := dlqMessages(t, c, q, 1)[0]
 	f, _ := sqsworker.ParseFailure(sqsmsg.FromSDK(q.DLQURL, &got).MessageAttributes)
 	if f.ErrorClass != "panic" || f.Error != "handler panic: boom" || f.Attempts != 2 {
@@ -186,8 +186,8 @@ func TestPanicIsAFailure(t *testing.T) {
 // RetryAfter sets the message's next attempt to the given delay.
 func TestRetryAfterDelays(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	var mu sync.Mutex
 	var seen []time.Time
 	r := start(t, c, worker.Config{QueueURL: q.URL}, sqsworker.HandlerFunc(
@@ -200,8 +200,8 @@ func TestRetryAfterDelays(t *testing.T) {
 			}
 			return nil
 		}))
-	testenv.Send(t, c, q.URL, "", "later")
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "message not deleted")
+	localtest.Send(t, c, q.URL, "", "later")
+	localtest.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "message not deleted")
 	mu.Lock()
 	defer mu.Unlock()
 	if gap := seen[1].Sub(seen[0]); gap < 1900*time.Millisecond {
@@ -213,8 +213,8 @@ func TestRetryAfterDelays(t *testing.T) {
 // receivable before its delay.
 func TestBackoffDelayHoldsMessageBack(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	fixed := sqsworker.BackoffFunc(func(attempt int, err error) time.Duration { return 3 * time.Second })
 	var mu sync.Mutex
 	var seen []time.Time
@@ -228,8 +228,8 @@ func TestBackoffDelayHoldsMessageBack(t *testing.T) {
 			}
 			return nil
 		}))
-	testenv.Send(t, c, q.URL, "", "backoff")
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "message not deleted")
+	localtest.Send(t, c, q.URL, "", "backoff")
+	localtest.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Deleted == 1 }, "message not deleted")
 	mu.Lock()
 	defer mu.Unlock()
 	if gap := seen[1].Sub(seen[0]); gap < 2900*time.Millisecond {
@@ -241,9 +241,9 @@ func TestBackoffDelayHoldsMessageBack(t *testing.T) {
 // messages than it has handler slots.
 func TestConcurrencyLimit(t *testing.T) {
 	t.Parallel()
-	var counter testenv.Counter
-	c := testenv.NewCountingSQS(t, &counter)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	var counter localtest.Counter
+	c := localtest.NewCountingSQS(t, &counter)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	const limit, total = 5, 60
 	var cur, peak atomic.Int64
 	var rec recorder
@@ -261,7 +261,7 @@ func TestConcurrencyLimit(t *testing.T) {
 	for i := range bodies {
 		bodies[i] = strconv.Itoa(i)
 	}
-	testenv.Send(t, c, q.URL, "", bodies...)
+	localtest.Send(t, c, q.URL, "", bodies...)
 	// Sample the messages received but not yet handled while the worker runs.
 	var maxHeld int64
 	deadline := time.Now().Add(60 * time.Second)
@@ -286,8 +286,8 @@ func TestConcurrencyLimit(t *testing.T) {
 // Any message body, however odd, reaches the handler unchanged.
 func TestOddBodiesReachHandler(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	bodies := []string{
 		"{not json", " ", "\t\n\r", "ünïcödé ✓ \uE000", strings.Repeat("x", 256*1024),
 		"<xml attr=\"1\">", `{"deeply":` + strings.Repeat("[", 500) + strings.Repeat("]", 500) + "}",
@@ -295,8 +295,8 @@ func TestOddBodiesReachHandler(t *testing.T) {
 	var rec recorder
 	r := start(t, c, worker.Config{QueueURL: q.URL}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error { rec.add(m.Body); return nil }))
-	testenv.Send(t, c, q.URL, "", bodies...)
-	testenv.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Deleted == int64(len(bodies)) }, "not all deleted")
+	localtest.Send(t, c, q.URL, "", bodies...)
+	localtest.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().Deleted == int64(len(bodies)) }, "not all deleted")
 	for _, b := range bodies {
 		if rec.count(b) != 1 {
 			t.Errorf("body %.20q handled %d times", b, rec.count(b))
@@ -308,8 +308,8 @@ func TestOddBodiesReachHandler(t *testing.T) {
 // and counts as a failure.
 func TestHandlerTimeout(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 1})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1})
 	causes := make(chan error, 1)
 	start(t, c, worker.Config{QueueURL: q.URL, HandlerTimeout: 200 * time.Millisecond}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
@@ -317,7 +317,7 @@ func TestHandlerTimeout(t *testing.T) {
 			causes <- context.Cause(ctx)
 			return ctx.Err()
 		}))
-	testenv.Send(t, c, q.URL, "", "slow")
+	localtest.Send(t, c, q.URL, "", "slow")
 	if cause := <-causes; !errors.Is(cause, worker.ErrHandlerTimeout) {
 		t.Errorf("cause = %v, want ErrHandlerTimeout", cause)
 	}
@@ -332,8 +332,8 @@ func TestHandlerTimeout(t *testing.T) {
 // their messages are deleted; messages never started stay in the queue.
 func TestShutdownLosesNothing(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	started := make(chan string, 10)
 	release := make(chan struct{})
 	var rec recorder
@@ -345,7 +345,7 @@ func TestShutdownLosesNothing(t *testing.T) {
 			return nil
 		}))
 	bodies := []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
-	testenv.Send(t, c, q.URL, "", bodies...)
+	localtest.Send(t, c, q.URL, "", bodies...)
 	<-started
 	<-started
 	stopped := make(chan struct{})
@@ -356,7 +356,7 @@ func TestShutdownLosesNothing(t *testing.T) {
 	if s := r.w.Stats(); s.Received != 2 || s.Deleted != 2 || s.Released != 0 {
 		t.Errorf("stats after shutdown = %+v, want 2 received and deleted", s)
 	}
-	left := testenv.ReceiveAll(t, c, q.URL, time.Second, 60*time.Second)
+	left := localtest.ReceiveAll(t, c, q.URL, time.Second, 60*time.Second)
 	seen := map[string]bool{}
 	for _, m := range left {
 		seen[aws.ToString(m.Body)] = true
@@ -372,8 +372,8 @@ func TestShutdownLosesNothing(t *testing.T) {
 // and their messages become visible again at once.
 func TestShutdownDeadlineReleasesRunning(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 5 * time.Minute})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Minute})
 	started := make(chan struct{}, 3)
 	causes := make(chan error, 3)
 	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 3}, sqsworker.HandlerFunc(
@@ -383,7 +383,7 @@ func TestShutdownDeadlineReleasesRunning(t *testing.T) {
 			causes <- context.Cause(ctx)
 			return ctx.Err()
 		}))
-	testenv.Send(t, c, q.URL, "", "a", "b", "c")
+	localtest.Send(t, c, q.URL, "", "a", "b", "c")
 	for range 3 {
 		<-started
 	}
@@ -399,7 +399,7 @@ func TestShutdownDeadlineReleasesRunning(t *testing.T) {
 		}
 	}
 	// Visible again within a second, not after the 5-minute timeout.
-	got := testenv.ReceiveAll(t, c, q.URL, 1500*time.Millisecond, 60*time.Second)
+	got := localtest.ReceiveAll(t, c, q.URL, 1500*time.Millisecond, 60*time.Second)
 	if len(got) != 3 {
 		t.Errorf("%d messages visible after shutdown, want 3", len(got))
 	}
@@ -410,17 +410,17 @@ func TestShutdownDeadlineReleasesRunning(t *testing.T) {
 // visibility timeout.
 func TestShutdownDuringLongPollHidesNothing(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 5 * time.Minute})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Minute})
 	r := start(t, c, worker.Config{QueueURL: q.URL, WaitTime: 3 * time.Second}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error { return nil }))
 	time.Sleep(500 * time.Millisecond) // the poller waits in a long poll
 	stopped := make(chan struct{})
 	go func() { r.stop(30 * time.Second); close(stopped) }()
 	time.Sleep(200 * time.Millisecond)
-	testenv.Send(t, c, q.URL, "", "late")
+	localtest.Send(t, c, q.URL, "", "late")
 	<-stopped
-	got := testenv.ReceiveAll(t, c, q.URL, time.Second, 60*time.Second)
+	got := localtest.ReceiveAll(t, c, q.URL, time.Second, 60*time.Second)
 	if len(got) != 1 {
 		t.Errorf("%d messages visible after shutdown, want the late one (stats %+v)", len(got), r.w.Stats())
 	}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/aws/smithy-go/logging"
 
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -174,18 +174,18 @@ func cleanAWSEnv(t *testing.T, extra ...string) []string {
 	home := t.TempDir()
 	return append(append(env, "HOME="+home, "AWS_CONFIG_FILE="+filepath.Join(home, "config"),
 		"AWS_SHARED_CREDENTIALS_FILE="+filepath.Join(home, "credentials"), "AWS_EC2_METADATA_DISABLED=true",
-		"AWS_ENDPOINT_URL_SQS="+testenv.Endpoint()), extra...)
+		"AWS_ENDPOINT_URL_SQS="+localtest.Endpoint()), extra...)
 }
 
 // A missing region, missing credentials or a wrong region are errors that
 // say how to fix them.
 func TestAWSConfigurationErrors(t *testing.T) {
 	t.Parallel()
-	testenv.Require(t)
+	localtest.Require(t)
 	bin := buildSQSWorker(t)
 	creds := []string{"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"}
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	name := q.URL[strings.LastIndexByte(q.URL, '/')+1:]
 	for _, tt := range []struct {
 		name string
@@ -201,7 +201,7 @@ func TestAWSConfigurationErrors(t *testing.T) {
 		{"unknown profile", append([]string{"AWS_REGION=us-east-1"}, creds...), []string{"--profile", "nosuch", "send", name, "x"}, 1, []string{
 			`AWS profile "nosuch" is not in the shared config files`}},
 		{"wrong region", append([]string{"AWS_REGION=eu-wst-1"}, creds...), []string{"send", "jobs-" + name, "x"}, 1, []string{
-			"queue jobs-" + name + " does not exist in eu-wst-1 at " + testenv.Endpoint() + ": check the name and the region (--region or AWS_REGION), or create it: sqsworker queue create jobs-" + name}},
+			"queue jobs-" + name + " does not exist in eu-wst-1 at " + localtest.Endpoint() + ": check the name and the region (--region or AWS_REGION), or create it: sqsworker queue create jobs-" + name}},
 		{"AWS_DEFAULT_REGION", append([]string{"AWS_DEFAULT_REGION=us-east-1"}, creds...), []string{"send", name, "x"}, 0, []string{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

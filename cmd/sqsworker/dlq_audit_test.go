@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker/dlq"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // The audit log names the caller: from sts:GetCallerIdentity (here the
@@ -23,7 +23,7 @@ func TestDlqAuditCaller(t *testing.T) {
 	for i := range 3 {
 		jobs = append(jobs, job{body: "job " + string(rune('a'+i)), fail: classError{"c", "boom"}, permanent: true})
 	}
-	c, q, _ := newDLQ(t, testenv.QueueOptions{}, jobs...)
+	c, q, _ := newDLQ(t, localtest.QueueOptions{}, jobs...)
 	saved := callerIdentity
 	t.Cleanup(func() { callerIdentity = saved })
 	dir := t.TempDir()
@@ -34,7 +34,7 @@ func TestDlqAuditCaller(t *testing.T) {
 		caller   string
 		note     string
 	}{
-		{"STS", stsCallerIdentity, testenv.Endpoint(), "arn:aws:iam::000000000000:root", ""},
+		{"STS", stsCallerIdentity, localtest.Endpoint(), "arn:aws:iam::000000000000:root", ""},
 		{"STS unreachable", stsCallerIdentity, "http://127.0.0.1:1", dlq.UnknownCaller, "sts:GetCallerIdentity failed: "},
 		{"stand-in", func(context.Context, *app) (string, error) {
 			return "arn:aws:sts::123456789012:assumed-role/ops/alice", nil

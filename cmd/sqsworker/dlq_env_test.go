@@ -19,7 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -46,7 +46,7 @@ type job struct {
 type deadLetterer struct {
 	t    *testing.T
 	c    *sqs.Client
-	q    testenv.Queue
+	q    localtest.Queue
 	w    *worker.Worker
 	done chan error
 
@@ -65,7 +65,7 @@ func init() {
 
 var noBackoff = sqsworker.ExponentialBackoff{Jitter: func() float64 { return 0 }}
 
-func startDeadLetterer(t *testing.T, c *sqs.Client, q testenv.Queue) *deadLetterer {
+func startDeadLetterer(t *testing.T, c *sqs.Client, q localtest.Queue) *deadLetterer {
 	t.Helper()
 	d := &deadLetterer{t: t, c: c, q: q, done: make(chan error, 1), jobs: map[string]job{}, ids: map[string]string{}}
 	w, err := worker.New(c, worker.Config{
@@ -129,7 +129,7 @@ func (d *deadLetterer) send(jobs ...job) []string {
 // all.
 func (d *deadLetterer) waitDeadLettered(n int) {
 	d.t.Helper()
-	testenv.Eventually(d.t, 60*time.Second, func() bool { return d.w.Stats().DeadLettered >= int64(n) },
+	localtest.Eventually(d.t, 60*time.Second, func() bool { return d.w.Stats().DeadLettered >= int64(n) },
 		"the worker dead-lettered %d of %d messages", d.w.Stats().DeadLettered, n)
 }
 
@@ -162,13 +162,13 @@ const pollWait = time.Second
 
 // newDLQ returns a queue with a dead-letter queue filled by the real worker
 // with jobs, then stopped.
-func newDLQ(t *testing.T, o testenv.QueueOptions, jobs ...job) (*sqs.Client, testenv.Queue, map[string]string) {
+func newDLQ(t *testing.T, o localtest.QueueOptions, jobs ...job) (*sqs.Client, localtest.Queue, map[string]string) {
 	t.Helper()
-	c := testenv.NewSQS(t)
+	c := localtest.NewSQS(t)
 	if o.MaxReceiveCount == 0 {
 		o.MaxReceiveCount = 2
 	}
-	q := testenv.NewQueue(t, c, o)
+	q := localtest.NewQueue(t, c, o)
 	d := startDeadLetterer(t, c, q)
 	d.send(jobs...)
 	d.waitDeadLettered(len(jobs))
@@ -181,8 +181,8 @@ func newDLQ(t *testing.T, o testenv.QueueOptions, jobs ...job) (*sqs.Client, tes
 // in flight.
 func waitVisible(t *testing.T, c *sqs.Client, url string, n int) {
 	t.Helper()
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		v, f, d := testenv.Depth(t, c, url)
+	localtest.Eventually(t, 30*time.Second, func() bool {
+		v, f, d := localtest.Depth(t, c, url)
 		return v == n && f == 0 && d == 0
 	}, "queue %s does not hold exactly %d visible messages", queueName(url), n)
 }
@@ -263,7 +263,7 @@ var (
 // values have the same length in every run, so the layout of a table does
 // not change; with pad the placeholders are padded to that length, so that
 // its columns stay aligned.
-func normalize(s string, q testenv.Queue, pad bool) string {
+func normalize(s string, q localtest.Queue, pad bool) string {
 	ph := func(orig, p string) string {
 		if pad && len(p) < len(orig) {
 			return p + strings.Repeat(" ", len(orig)-len(p))

@@ -15,15 +15,15 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // Each filter, alone and together, selects exactly the expected messages,
 // and a dry run moves nothing.
 func TestDlqReplayFilters(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	d := startDeadLetterer(t, c, q)
 	perm := func(body, tenant, class string) job {
 		j := job{body: body, fail: classError{class, class + " failure"}, permanent: true}
@@ -123,7 +123,7 @@ func TestDlqReplayFilters(t *testing.T) {
 			t.Logf("%v: %d receive(s) lost their response, and the read waited for their messages", tc.args, res.Coverage.LostReceives)
 		}
 		// Nothing moved, nothing left invisible.
-		if v, f, _ := testenv.Depth(t, c, q.DLQURL); v != 6 || f != 0 {
+		if v, f, _ := localtest.Depth(t, c, q.DLQURL); v != 6 || f != 0 {
 			t.Fatalf("%v: dead-letter queue holds %d visible, %d in flight after a dry run", tc.args, v, f)
 		}
 	}
@@ -142,7 +142,7 @@ func TestDlqReplayFilters(t *testing.T) {
 	if code != 0 || !strings.Contains(stdout, "DESTINATION") || !strings.Contains(stdout, ids["b2"]) || !strings.Contains(stdout, queueName(q.URL)) {
 		t.Errorf("dry run table: exit %d\n%s", code, stdout)
 	}
-	if v, f, _ := testenv.Depth(t, c, q.URL); v+f != 0 {
+	if v, f, _ := localtest.Depth(t, c, q.URL); v+f != 0 {
 		t.Errorf("a dry run sent %d messages to the source queue", v+f)
 	}
 	waitVisible(t, c, q.DLQURL, 6)
@@ -178,7 +178,7 @@ func TestDlqReplayMovesCopies(t *testing.T) {
 			fail:  classError{class, "failed: " + class}, permanent: true,
 		})
 	}
-	c, q, ids := newDLQ(t, testenv.QueueOptions{}, jobs...)
+	c, q, ids := newDLQ(t, localtest.QueueOptions{}, jobs...)
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	res, stderr := replayJSON(t, queueName(q.DLQURL), "--error-class", "upstream-unavailable", "--yes", "--audit", audit)
 	if res.DryRun || res.Moved != 3 || res.Matched != 3 || res.Scanned != 5 || len(res.Messages) != 3 ||
@@ -264,8 +264,8 @@ func readAudit(t *testing.T, path string) []auditRecord {
 // and the audit line says so.
 func TestDlqReplayCountsReplays(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	d := startDeadLetterer(t, c, q) // keeps failing the replayed copies
 	crowded := map[string]string{}
 	for i := range 9 {
@@ -324,8 +324,8 @@ func TestDlqReplayCountsReplays(t *testing.T) {
 // stops at its first message that stays, so that its order is kept.
 func TestDlqReplayFIFOKeepsGroupOrder(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true, MaxReceiveCount: 2})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, MaxReceiveCount: 2})
 	d := startDeadLetterer(t, c, q)
 	var jobs []job
 	for g, n := range map[string]int{"g1": 6, "g2": 4} {
@@ -376,7 +376,7 @@ func cliEnv() []string {
 // message: its first audit line.
 func waitMoved(t *testing.T, audit string, out *lockedBuffer) {
 	t.Helper()
-	testenv.Eventually(t, 60*time.Second, func() bool {
+	localtest.Eventually(t, 60*time.Second, func() bool {
 		b, _ := os.ReadFile(audit)
 		return strings.Contains(string(b), "\n")
 	}, "the replay moved nothing:\n%s", out.String())
@@ -429,7 +429,7 @@ func TestDlqReplayKilledLosesNothing(t *testing.T) {
 	for i := range 30 {
 		jobs = append(jobs, job{body: fmt.Sprintf("job-%02d", i), fail: classError{"c", "boom"}, permanent: true})
 	}
-	c, q, ids := newDLQ(t, testenv.QueueOptions{}, jobs...)
+	c, q, ids := newDLQ(t, localtest.QueueOptions{}, jobs...)
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	cmd := exec.Command(bin, "dlq", "replay", q.DLQURL, "--yes", "--rate", "5", "--visibility", "2s", "--audit", audit)
 	cmd.Env = cliEnv()
@@ -478,7 +478,7 @@ func TestDlqReplayInterruptStopsCleanly(t *testing.T) {
 	for i := range 20 {
 		jobs = append(jobs, job{body: fmt.Sprintf("job-%02d", i), fail: classError{"c", "boom"}, permanent: true})
 	}
-	c, q, ids := newDLQ(t, testenv.QueueOptions{}, jobs...)
+	c, q, ids := newDLQ(t, localtest.QueueOptions{}, jobs...)
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	cmd := exec.Command(bin, "dlq", "replay", queueName(q.DLQURL), "--yes", "--rate", "4", "--visibility", "2s", "--audit", audit)
 	cmd.Env = cliEnv()
@@ -501,7 +501,7 @@ func TestDlqReplayInterruptStopsCleanly(t *testing.T) {
 	if strings.Contains(stderr.String(), "receive(s) lost their response") {
 		t.Logf("a receive lost its response:\n%s", stderr.String())
 		time.Sleep(2500 * time.Millisecond) // the emulator counts them in flight until a receive looks
-	} else if v, f, _ := testenv.Depth(t, c, q.DLQURL); f != 0 || v == 0 {
+	} else if v, f, _ := localtest.Depth(t, c, q.DLQURL); f != 0 || v == 0 {
 		t.Errorf("dead-letter queue: %d visible, %d in flight after the interrupt\n%s", v, f, stderr.String())
 	}
 	inDLQ := originals(t, drain(t, c, q.DLQURL, time.Second))

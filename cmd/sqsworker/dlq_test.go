@@ -16,7 +16,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // The dead-letter queue as ls and show print it, in table and JSON form,
@@ -24,8 +24,8 @@ import (
 // order, by failure time, is known).
 func TestDlqListAndShowGolden(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	d := startDeadLetterer(t, c, q)
 	jobs := []job{
 		{body: `{"order":1,"customer":"c-1"}`, attrs: map[string]string{"job-id": "order-1", "tenant": "acme"},
@@ -108,8 +108,8 @@ func TestDlqListAndShowGolden(t *testing.T) {
 // record nothing.
 func TestDlqRedriveNotSupported(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	dlqName := queueName(q.DLQURL)
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	for _, args := range [][]string{
@@ -139,12 +139,12 @@ func TestDlqRedriveNotSupported(t *testing.T) {
 // purge is recorded, before it is sent, with the caller.
 func TestDlqPurge(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	name := queueName(q.DLQURL)
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	fill := func() {
-		testenv.Send(t, c, q.DLQURL, "", "a", "b", "c")
+		localtest.Send(t, c, q.DLQURL, "", "a", "b", "c")
 		waitVisible(t, c, q.DLQURL, 3)
 	}
 	fill()
@@ -157,7 +157,7 @@ func TestDlqPurge(t *testing.T) {
 		if code != 1 || stdout != "" || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "Type the queue name ("+name+") to confirm") {
 			t.Errorf("stdin %q: exit %d\nstdout: %s\nstderr: %s", tc.stdin, code, stdout, stderr)
 		}
-		if v, f, _ := testenv.Depth(t, c, q.DLQURL); v+f != 3 {
+		if v, f, _ := localtest.Depth(t, c, q.DLQURL); v+f != 3 {
 			t.Fatalf("stdin %q: the queue holds %d messages, want 3", tc.stdin, v+f)
 		}
 	}
@@ -171,7 +171,7 @@ func TestDlqPurge(t *testing.T) {
 	waitVisible(t, c, q.DLQURL, 0)
 	fill()
 	// fauxqs allows a purge a minute too: wait for the next one.
-	testenv.Eventually(t, 90*time.Second, func() bool {
+	localtest.Eventually(t, 90*time.Second, func() bool {
 		stdout, stderr, code = runCLI(t, "", "-o", "json", "dlq", "purge", q.DLQURL, "--yes", "--audit", audit)
 		return code == 0 || !strings.Contains(stderr, "purged less than 60 seconds ago")
 	}, "purge: %s", stderr)
@@ -200,11 +200,11 @@ func TestDlqPurge(t *testing.T) {
 // dead-letter queue; --force overrides it.
 func TestDlqRefusesALiveQueue(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	jobs := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
-	plain := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	testenv.Send(t, c, jobs.URL, "", "live 1", "live 2")
-	testenv.Send(t, c, plain.URL, "", "live 3")
+	c := localtest.NewSQS(t)
+	jobs := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	plain := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	localtest.Send(t, c, jobs.URL, "", "live 1", "live 2")
+	localtest.Send(t, c, plain.URL, "", "live 3")
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	for _, tc := range []struct {
 		q    string
@@ -230,10 +230,10 @@ func TestDlqRefusesALiveQueue(t *testing.T) {
 	// Nothing was received (nothing in flight), nothing purged, nothing
 	// recorded.
 	for q, n := range map[string]int{jobs.URL: 2, plain.URL: 1} {
-		if v, f, _ := testenv.Depth(t, c, q); v != n || f != 0 {
+		if v, f, _ := localtest.Depth(t, c, q); v != n || f != 0 {
 			t.Errorf("%s: %d visible, %d in flight", queueName(q), v, f)
 		}
-		for _, m := range testenv.ReceiveAll(t, c, q, time.Second, 30*time.Second) {
+		for _, m := range localtest.ReceiveAll(t, c, q, time.Second, 30*time.Second) {
 			if n := m.Attributes["ApproximateReceiveCount"]; n != "1" {
 				t.Errorf("%s: a message was received %s times", queueName(q), n)
 			}
@@ -243,8 +243,8 @@ func TestDlqRefusesALiveQueue(t *testing.T) {
 		t.Errorf("audit log:\n%s", b)
 	}
 	// --force reads it all the same, and says so.
-	other := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	testenv.Send(t, c, other.URL, "", "live 4")
+	other := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	localtest.Send(t, c, other.URL, "", "live 4")
 	stdout, stderr, code := runCLI(t, "", "dlq", "ls", other.URL, "--force")
 	if code != 0 || !strings.Contains(stdout, "MESSAGE ID") || !strings.Contains(stderr, "warning: opened with force although no queue names it") ||
 		!strings.Contains(stderr, "1 message(s) in") {
@@ -258,8 +258,8 @@ func TestDlqRefusesALiveQueue(t *testing.T) {
 // message in place, saying why, unless --to.
 func TestDlqUnverifiedMetadata(t *testing.T) {
 	t.Parallel()
-	c, orders, _ := newDLQ(t, testenv.QueueOptions{}, job{body: "real", fail: classError{"c", "boom"}, permanent: true})
-	billing := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	c, orders, _ := newDLQ(t, localtest.QueueOptions{}, job{body: "real", fail: classError{"c", "boom"}, permanent: true})
+	billing := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	attrs, _ := sqsworker.Failure{ErrorClass: "c", Error: "forged", SourceQueue: billing.URL, MessageID: "forged-1", FailedAt: time.Now()}.AddTo(nil)
 	in := &sqs.SendMessageInput{QueueUrl: aws.String(orders.DLQURL), MessageBody: aws.String("forged"), MessageAttributes: map[string]types.MessageAttributeValue{}}
 	for k, v := range attrs {
@@ -304,7 +304,7 @@ func TestDlqUnverifiedMetadata(t *testing.T) {
 			t.Errorf("%s: exit %d\n%s\n%s", yes, code, stdout, stderr)
 		}
 	}
-	if v, f, d := testenv.Depth(t, c, billing.URL); v+f+d != 0 {
+	if v, f, d := localtest.Depth(t, c, billing.URL); v+f+d != 0 {
 		t.Errorf("billing received %d message(s)", v+f+d)
 	}
 	if got := bodies(drain(t, c, orders.URL, time.Second)); strings.Join(got, ",") != "real" {
@@ -324,8 +324,8 @@ func TestDlqUnverifiedMetadata(t *testing.T) {
 // for the queues', and nothing moves.
 func TestDlqErrors(t *testing.T) {
 	t.Parallel()
-	c, q, _ := newDLQ(t, testenv.QueueOptions{}, job{body: "x", fail: classError{"c", "boom"}, permanent: true})
-	fifo := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true})
+	c, q, _ := newDLQ(t, localtest.QueueOptions{}, job{body: "x", fail: classError{"c", "boom"}, permanent: true})
+	fifo := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true})
 	dlqName := queueName(q.DLQURL)
 	audit := t.TempDir() + "/audit.jsonl"
 	link := t.TempDir() + "/link.jsonl"
@@ -372,10 +372,10 @@ func TestDlqErrors(t *testing.T) {
 		}
 	}
 	waitVisible(t, c, q.DLQURL, 1)
-	if v, f, _ := testenv.Depth(t, c, fifo.URL); v+f != 0 {
+	if v, f, _ := localtest.Depth(t, c, fifo.URL); v+f != 0 {
 		t.Errorf("the FIFO queue received %d messages", v+f)
 	}
-	if v, f, _ := testenv.Depth(t, c, q.URL); v+f != 0 {
+	if v, f, _ := localtest.Depth(t, c, q.URL); v+f != 0 {
 		t.Errorf("the source queue received %d messages", v+f)
 	}
 	if _, err := os.Stat(audit); !os.IsNotExist(err) {
@@ -388,7 +388,7 @@ func TestDlqErrors(t *testing.T) {
 // place, saying why, and --to sends them elsewhere.
 func TestDlqReplaySourceQueueGone(t *testing.T) {
 	t.Parallel()
-	c, q, _ := newDLQ(t, testenv.QueueOptions{},
+	c, q, _ := newDLQ(t, localtest.QueueOptions{},
 		job{body: "one", fail: classError{"c", "boom"}, permanent: true},
 		job{body: "two", fail: classError{"c", "boom"}, permanent: true})
 	if _, err := c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(q.URL)}); err != nil {
@@ -406,7 +406,7 @@ func TestDlqReplaySourceQueueGone(t *testing.T) {
 		}
 		waitVisible(t, c, q.DLQURL, 2)
 	}
-	other := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	other := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	res, _ := replayJSON(t, dlqName, "--force", "--to", other.URL, "--yes", "--audit", audit)
 	if res.Moved != 2 {
 		t.Errorf("moved %d, want 2", res.Moved)

@@ -8,7 +8,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/aws/smithy-go v1.28.9
 	github.com/spf13/cobra v1.10.2
-	github.com/sqsworker/sqsworker v0.0.0-00010101000000-000000000000
+	github.com/sqsworker/sqsworker v0.1.0
 	golang.org/x/time v0.16.0
 )
 
@@ -30,4 +30,3 @@ require (
 	github.com/spf13/pflag v1.0.9 // indirect
 )
 
-replace github.com/sqsworker/sqsworker => ../..

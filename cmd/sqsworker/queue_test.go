@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // deleteQueuesOnCleanup deletes the named queues, if they exist, when the
@@ -48,8 +48,8 @@ func queueAttrs(t *testing.T, c *sqs.Client, name string) map[string]string {
 // them with their figures.
 func TestQueueCreateAndList(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	name := testenv.UniqueName(t, false)
+	c := localtest.NewSQS(t)
+	name := localtest.UniqueName(t, false)
 	dlq := name + "-dlq"
 	deleteQueuesOnCleanup(t, c, name, dlq)
 
@@ -112,8 +112,8 @@ func TestQueueCreateAndList(t *testing.T) {
 
 func TestQueueCreateFIFO(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	name := testenv.UniqueName(t, true)
+	c := localtest.NewSQS(t)
+	name := localtest.UniqueName(t, true)
 	dlq := strings.TrimSuffix(name, ".fifo") + "-dlq.fifo"
 	deleteQueuesOnCleanup(t, c, name, dlq)
 	if _, stderr, code := runCLI(t, "", "queue", "create", name, "--dlq", dlq, "--content-dedup"); code != 0 {

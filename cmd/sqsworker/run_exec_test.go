@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // processesOf returns the live processes whose environment says they work
@@ -59,9 +59,9 @@ func TestRunTimeoutStopsTheProcessGroup(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			c := testenv.NewSQS(t)
-			q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 1})
-			id := testenv.Send(t, c, q.URL, "", "slow")[0]
+			c := localtest.NewSQS(t)
+			q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1})
+			id := localtest.Send(t, c, q.URL, "", "slow")[0]
 			started := filepath.Join(t.TempDir(), "started")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -96,9 +96,9 @@ func TestRunTimeoutStopsTheProcessGroup(t *testing.T) {
 // exits 130.
 func TestRunSecondInterruptStopsNow(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 10 * time.Minute})
-	id := testenv.Send(t, c, q.URL, "", "stubborn")[0]
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 10 * time.Minute})
+	id := localtest.Send(t, c, q.URL, "", "stubborn")[0]
 	dir := t.TempDir()
 	started := filepath.Join(dir, "started")
 	ctx, interrupt := context.WithCancel(context.Background())
@@ -107,10 +107,10 @@ func TestRunSecondInterruptStopsNow(t *testing.T) {
 	// Neither the shutdown nor SIGTERM would end it within the test.
 	p := startCLI(t, withStopNow(ctx, now), "", "run", q.URL, "--wait", "1s", "--shutdown-timeout", "1h", "--kill-after", "1h",
 		"--", "sh", "-c", `trap "" TERM; touch `+started+`; sleep 600`)
-	testenv.Eventually(t, 60*time.Second, func() bool { _, err := os.Stat(started); return err == nil },
+	localtest.Eventually(t, 60*time.Second, func() bool { _, err := os.Stat(started); return err == nil },
 		"the command did not start; stderr:\n%s", p.stderr.String())
 	interrupt()
-	testenv.Eventually(t, 60*time.Second, func() bool {
+	localtest.Eventually(t, 60*time.Second, func() bool {
 		return strings.Contains(p.stderr.String(), "waiting up to 1s for the long poll, and up to 1h0m0s in all for running handlers; Ctrl-C again to stop now")
 	}, "no word of the shutdown; stderr:\n%s", p.stderr.String())
 	if len(processesOf(t, id)) == 0 {
@@ -134,8 +134,8 @@ func TestRunSecondInterruptStopsNow(t *testing.T) {
 // at once, as permanent, naming the attribute: no retry could pass it.
 func TestRunAttributeTooLargeIsPermanent(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
 	sendWithAttrs(t, c, q.URL, "big", map[string]string{"blob": strings.Repeat("x", 130<<10)})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -185,9 +185,9 @@ func TestRunAsPID1ReapsOrphans(t *testing.T) {
 		t.Skipf("cannot make a PID namespace here: %v %s", err, out)
 	}
 	bin := buildSQSWorker(t)
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	testenv.Send(t, c, q.URL, "", "a", "b", "c")
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	localtest.Send(t, c, q.URL, "", "a", "b", "c")
 	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", "--kill-child", bin,
 		"run", q.URL, "--wait", "1s", "--", "sh", "-c", "(sleep 0.2; true) & exit 0")
 	var stderr lockedBuffer
@@ -209,7 +209,7 @@ func TestRunAsPID1ReapsOrphans(t *testing.T) {
 	// sqsworker is the child of unshare; its zombies are its children in
 	// state Z.
 	var pid1 int
-	testenv.Eventually(t, 30*time.Second, func() bool {
+	localtest.Eventually(t, 30*time.Second, func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", cmd.Process.Pid, cmd.Process.Pid))
 		if err != nil {
 			return false
@@ -217,7 +217,7 @@ func TestRunAsPID1ReapsOrphans(t *testing.T) {
 		pid1, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		return err == nil
 	}, "no sqsworker under unshare")
-	testenv.Eventually(t, 30*time.Second, func() bool { return len(zombieChildren("/proc", pid1)) == 0 },
+	localtest.Eventually(t, 30*time.Second, func() bool { return len(zombieChildren("/proc", pid1)) == 0 },
 		"zombies left: %v; stderr:\n%s", zombieChildren("/proc", pid1), stderr.String())
 }
 
@@ -278,9 +278,9 @@ func TestReaperWaitsForInheritedZombiesOnly(t *testing.T) {
 func TestRunCtrlCTwice(t *testing.T) {
 	t.Parallel()
 	bin := buildSQSWorker(t)
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{VisibilityTimeout: 10 * time.Minute})
-	id := testenv.Send(t, c, q.URL, "", "stubborn")[0]
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 10 * time.Minute})
+	id := localtest.Send(t, c, q.URL, "", "stubborn")[0]
 	started := filepath.Join(t.TempDir(), "started")
 	cmd := exec.Command(bin, "run", q.URL, "--wait", "1s", "--shutdown-timeout", "1h", "--kill-after", "1h",
 		"--", "sh", "-c", `trap "" TERM INT; touch `+started+`; sleep 600`)
@@ -296,12 +296,12 @@ func TestRunCtrlCTwice(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 	}()
-	testenv.Eventually(t, 60*time.Second, func() bool { _, err := os.Stat(started); return err == nil },
+	localtest.Eventually(t, 60*time.Second, func() bool { _, err := os.Stat(started); return err == nil },
 		"the command did not start; stderr:\n%s", stderr.String())
 	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 60*time.Second, func() bool { return strings.Contains(stderr.String(), "Ctrl-C again to stop now") },
+	localtest.Eventually(t, 60*time.Second, func() bool { return strings.Contains(stderr.String(), "Ctrl-C again to stop now") },
 		"no word of the shutdown; stderr:\n%s", stderr.String())
 	select {
 	case err := <-exited:

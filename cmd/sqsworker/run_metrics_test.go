@@ -7,20 +7,20 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // With --metrics emf, run writes CloudWatch EMF records to stdout, which the
 // awslogs driver ships and CloudWatch turns into the dashboard's metrics.
 func TestRunMetricsEMF(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	testenv.Send(t, c, q.URL, "", "a", "b")
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	localtest.Send(t, c, q.URL, "", "a", "b")
 	ctx, cancel := context.WithCancel(context.Background())
 	p := startCLI(t, ctx, "", "run", q.URL, "--wait", "1s", "--metrics", "emf", "--handler-name", "jobs", "--", "sh", "-c", "cat >/dev/null")
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		v, f, _ := testenv.Depth(t, c, q.URL)
+	localtest.Eventually(t, 30*time.Second, func() bool {
+		v, f, _ := localtest.Depth(t, c, q.URL)
 		return v+f == 0
 	}, "messages not handled")
 	cancel()

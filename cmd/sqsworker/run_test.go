@@ -23,7 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a writer and readers at once.
@@ -127,7 +127,7 @@ func sendWithAttrs(t *testing.T, c *sqs.Client, url, body string, attrs map[stri
 
 // dlqBodies waits for n messages in the dead-letter queue and returns them
 // by body.
-func dlqBodies(t *testing.T, c *sqs.Client, q testenv.Queue, n int) map[string]types.Message {
+func dlqBodies(t *testing.T, c *sqs.Client, q localtest.Queue, n int) map[string]types.Message {
 	t.Helper()
 	return receiveBodies(t, c, q.DLQURL, n)
 }
@@ -135,8 +135,8 @@ func dlqBodies(t *testing.T, c *sqs.Client, q testenv.Queue, n int) map[string]t
 // emptyEventually waits until the queue holds no message at all.
 func emptyEventually(t *testing.T, c *sqs.Client, url string) {
 	t.Helper()
-	testenv.Eventually(t, 60*time.Second, func() bool {
-		v, f, d := testenv.Depth(t, c, url)
+	localtest.Eventually(t, 60*time.Second, func() bool {
+		v, f, d := localtest.Depth(t, c, url)
 		return v+f+d == 0
 	}, "queue %s not empty", url)
 }
@@ -146,8 +146,8 @@ func emptyEventually(t *testing.T, c *sqs.Client, url string) {
 // with backoff (other) or dead-letters (65) the message.
 func TestRunCommand(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 5})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 5})
 	dir := t.TempDir()
 	done := filepath.Join(dir, "done")
 	attempts := filepath.Join(dir, "attempts")
@@ -172,7 +172,7 @@ printf '%s|%s|%s|%s|%s|%s\n' "$body" "$SQS_MESSAGE_ID" "$SQS_RECEIVE_COUNT" "$SQ
 	defer cancel()
 	p := startCLI(t, ctx, "", "run", q.URL, "--wait", "1s", "--retry-after", "1s", "--concurrency", "3", "--", "sh", "-c", script)
 
-	testenv.Eventually(t, 90*time.Second, func() bool { return len(fileLines(t, done)) == 4 },
+	localtest.Eventually(t, 90*time.Second, func() bool { return len(fileLines(t, done)) == 4 },
 		"commands done: %q; stderr:\n%s", fileLines(t, done), p.stderr.String())
 	dead := dlqBodies(t, c, q, 1)
 	emptyEventually(t, c, q.URL)
@@ -292,8 +292,8 @@ func (h *httpRecorder) get(body string) []http.Header {
 // backoff (5xx, redirects) the message.
 func TestRunHTTP(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 2})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	rec := &httpRecorder{requests: map[string][]http.Header{}}
 	srv := httptest.NewServer(rec)
 	defer srv.Close()
@@ -361,8 +361,8 @@ func TestRunHTTP(t *testing.T) {
 // dead-lettered while it starts, and every message is handled once it is up.
 func TestRunHTTPConnectionRefused(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 5 * time.Second})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 5 * time.Second})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -373,11 +373,11 @@ func TestRunHTTPConnectionRefused(t *testing.T) {
 	for i := range 20 {
 		bodies = append(bodies, fmt.Sprint("job-", i))
 	}
-	testenv.Send(t, c, q.URL, "", bodies...)
+	localtest.Send(t, c, q.URL, "", bodies...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := startCLI(t, ctx, "", "run", q.URL, "--http", "http://"+addr+"/jobs", "--wait", "1s")
-	testenv.Eventually(t, 30*time.Second, func() bool { return strings.Contains(p.stderr.String(), "circuit breaker open") },
+	localtest.Eventually(t, 30*time.Second, func() bool { return strings.Contains(p.stderr.String(), "circuit breaker open") },
 		"breaker never opened; stderr:\n%s", p.stderr.String())
 	time.Sleep(10 * time.Second) // the application takes its time to start
 	rec := &httpRecorder{requests: map[string][]http.Header{}}
@@ -393,7 +393,7 @@ func TestRunHTTPConnectionRefused(t *testing.T) {
 	if code := p.wait(t); code != 0 {
 		t.Errorf("exit %d after cancel", code)
 	}
-	if v, f, d := testenv.Depth(t, c, q.DLQURL); v+f+d != 0 {
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
 		t.Errorf("%d messages dead-lettered while the application started, want none", v+f+d)
 	}
 	for _, b := range bodies {
@@ -409,16 +409,16 @@ func TestRunHTTPConnectionRefused(t *testing.T) {
 // A command still running at shutdown is allowed to finish.
 func TestRunShutdownWaitsForCommands(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	dir := t.TempDir()
 	started, finished := filepath.Join(dir, "started"), filepath.Join(dir, "finished")
-	testenv.Send(t, c, q.URL, "", "slow")
+	localtest.Send(t, c, q.URL, "", "slow")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := startCLI(t, ctx, "", "run", q.URL, "--wait", "1s", "--",
 		"sh", "-c", fmt.Sprintf("touch %s; sleep 2; touch %s", started, finished))
-	testenv.Eventually(t, 60*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, "command not started")
+	localtest.Eventually(t, 60*time.Second, func() bool { _, err := os.Stat(started); return err == nil }, "command not started")
 	cancel()
 	if code := p.wait(t); code != 0 {
 		t.Errorf("exit %d", code)
@@ -431,9 +431,9 @@ func TestRunShutdownWaitsForCommands(t *testing.T) {
 
 func TestRunErrors(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	missing := testenv.UniqueName(t, false)
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	missing := localtest.UniqueName(t, false)
 	for _, tt := range []struct {
 		args []string
 		code int
@@ -521,8 +521,8 @@ func TestRunLinePrefixer(t *testing.T) {
 // given up on at the response-header timeout.
 func TestRunHTTPRedactsSecretsAndTimesOut(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 1})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1})
 	type seen struct{ user, pass, token string }
 	got := make(chan seen, 10)
 	release := make(chan struct{})
@@ -543,7 +543,7 @@ func TestRunHTTPRedactsSecretsAndTimesOut(t *testing.T) {
 	}))
 	defer srv.Close()
 	secretURL := strings.Replace(srv.URL, "http://", "http://robot:s3cret-pass@", 1) + "/jobs?token=t0ps3cret&x=1"
-	testenv.Send(t, c, q.URL, "", "stuck", "gone")
+	localtest.Send(t, c, q.URL, "", "stuck", "gone")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := startCLI(t, ctx, "", "run", q.URL, "--http", secretURL, "--wait", "1s", "--response-header-timeout", "2s", "--log-level", "debug")
@@ -613,13 +613,13 @@ func TestRedactURL(t *testing.T) {
 // run logs its totals every --totals-interval while it runs.
 func TestRunPeriodicTotals(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	testenv.Send(t, c, q.URL, "", "a", "b")
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	localtest.Send(t, c, q.URL, "", "a", "b")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := startCLI(t, ctx, "", "run", q.URL, "--wait", "1s", "--totals-interval", "1s", "--", "sh", "-c", "cat >/dev/null")
-	testenv.Eventually(t, 60*time.Second, func() bool {
+	localtest.Eventually(t, 60*time.Second, func() bool {
 		return strings.Contains(p.stderr.String(), `level=INFO msg="totals so far" received=2 succeeded=2 failed=0`)
 	}, "no totals; stderr:\n%s", p.stderr.String())
 	cancel()

@@ -22,7 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // receiveBodies receives from a queue until it has n messages (without
@@ -35,11 +35,11 @@ func receiveBodies(t *testing.T, c *sqs.Client, url string, n int) map[string]ty
 		if time.Now().After(deadline) {
 			t.Fatalf("received %d of %d messages from %s", len(got), n, url)
 		}
-		for _, m := range testenv.ReceiveAll(t, c, url, time.Second, 5*time.Minute) {
+		for _, m := range localtest.ReceiveAll(t, c, url, time.Second, 5*time.Minute) {
 			got[aws.ToString(m.Body)] = m
 		}
 	}
-	for _, m := range testenv.ReceiveAll(t, c, url, time.Second, 5*time.Minute) {
+	for _, m := range localtest.ReceiveAll(t, c, url, time.Second, 5*time.Minute) {
 		got[aws.ToString(m.Body)] = m
 	}
 	if len(got) != n {
@@ -61,8 +61,8 @@ func attr(m types.Message, name string) string {
 
 func TestSendBodies(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	name := q.URL[strings.LastIndexByte(q.URL, '/')+1:]
 
 	stdout, stderr, code := runCLI(t, "", "send", name, "first", "second", "--attr", "tenant=acme", "--attr", "kind=test")
@@ -111,8 +111,8 @@ func TestSendBodies(t *testing.T) {
 // sent, while the valid ones are.
 func TestSendLines(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	big := strings.Repeat("x", 1<<20+1)
 	stdin := strings.Join([]string{
 		`{"body": "plain"}`,
@@ -195,8 +195,8 @@ func TestSendLines(t *testing.T) {
 // A table with only failures is deterministic.
 func TestSendInvalidLinesTable(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	stdin := "{\"body\": \"\"}\nnot json\n{\"body\": \"x\", \"delaySeconds\": -1}\n"
 	stdout, stderr, code := runCLI(t, stdin, "send", q.URL, "-o", "table")
 	if code != 1 {
@@ -204,15 +204,15 @@ func TestSendInvalidLinesTable(t *testing.T) {
 	}
 	golden(t, "send_invalid.golden", stdout)
 	golden(t, "send_invalid_stderr.golden", stderr)
-	if v, f, d := testenv.Depth(t, c, q.URL); v+f+d != 0 {
+	if v, f, d := localtest.Depth(t, c, q.URL); v+f+d != 0 {
 		t.Errorf("%d messages in the queue, want none", v+f+d)
 	}
 }
 
 func TestSendFIFO(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true})
 
 	for _, tt := range []struct {
 		args []string
@@ -228,7 +228,7 @@ func TestSendFIFO(t *testing.T) {
 			t.Errorf("send %v: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr, tt.want)
 		}
 	}
-	if v, f, d := testenv.Depth(t, c, q.URL); v+f+d != 0 {
+	if v, f, d := localtest.Depth(t, c, q.URL); v+f+d != 0 {
 		t.Fatalf("%d messages in the queue after refused sends", v+f+d)
 	}
 
@@ -270,8 +270,8 @@ func TestSendFIFO(t *testing.T) {
 // --group applies to the lines that have none.
 func TestSendFIFOGroupFlagAsDefault(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true, ContentDedup: true})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, ContentDedup: true})
 	stdin := "{\"body\": \"a\"}\n{\"body\": \"b\", \"groupId\": \"other\"}\n"
 	_, stderr, code := runCLI(t, stdin, "send", q.URL, "--group", "default")
 	if code != 0 {
@@ -288,9 +288,9 @@ func TestSendFIFOGroupFlagAsDefault(t *testing.T) {
 
 func TestSendErrors(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	missing := testenv.UniqueName(t, false)
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	missing := localtest.UniqueName(t, false)
 	for _, tt := range []struct {
 		args  []string
 		stdin string
@@ -315,7 +315,7 @@ func TestSendErrors(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr %q; want %d and %q", tt.args, code, stderr, tt.code, tt.want)
 		}
 	}
-	if v, f, d := testenv.Depth(t, c, q.URL); v+f+d != 0 {
+	if v, f, d := localtest.Depth(t, c, q.URL); v+f+d != 0 {
 		t.Errorf("%d messages in the queue, want none", v+f+d)
 	}
 }
@@ -366,7 +366,7 @@ func TestSendReadLine(t *testing.T) {
 // call is under way (and reaches SQS after it).
 func interruptingProxy(t *testing.T, n int32, interrupt func()) string {
 	t.Helper()
-	target := testenv.Endpoint()
+	target := localtest.Endpoint()
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
@@ -423,8 +423,8 @@ func bodiesOf(ms []types.Message) []string {
 // one named, none after it.
 func TestSendInterruptedSaysWhereToResume(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	proxy := interruptingProxy(t, 30, interrupt)
@@ -459,7 +459,7 @@ func TestSendInterruptedSaysWhereToResume(t *testing.T) {
 		}
 		printed[r.MessageID] = true
 	}
-	got := testenv.ReceiveAll(t, c, q.URL, 2*time.Second, 5*time.Minute)
+	got := localtest.ReceiveAll(t, c, q.URL, 2*time.Second, 5*time.Minute)
 	var want []string
 	for i := 1; i <= last; i++ {
 		want = append(want, fmt.Sprint("line-", i))
@@ -479,8 +479,8 @@ func TestSendInterruptedSaysWhereToResume(t *testing.T) {
 // possibly sent, never as not sent.
 func TestSendSecondInterruptCutsTheCall(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	now := make(chan struct{})
@@ -511,7 +511,7 @@ func TestSendSecondInterruptCutsTheCall(t *testing.T) {
 		}
 	}
 	// The proxy passed the cut call on: SQS has lines 1 to 50.
-	if n := len(testenv.ReceiveAll(t, c, q.URL, 2*time.Second, 5*time.Minute)); n != 50 {
+	if n := len(localtest.ReceiveAll(t, c, q.URL, 2*time.Second, 5*time.Minute)); n != 50 {
 		t.Errorf("%d messages in the queue, want 50", n)
 	}
 }
@@ -520,8 +520,8 @@ func TestSendSecondInterruptCutsTheCall(t *testing.T) {
 // JSON send expects fails with a hint.
 func TestSendRawLines(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	stdin := "plain text\n{\"order\": 1}\n\n  spaced\t \r\nlast without newline"
 	stdout, stderr, code := runCLI(t, stdin, "send", q.URL, "--raw", "--attr", "source=raw")
 	if code != 0 || stdout != "sent 4\n" {
@@ -570,8 +570,8 @@ func TestSendRawLines(t *testing.T) {
 // clears the line for the summary.
 func TestSendProgress(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	var term lockedBuffer
 	var mu sync.Mutex
 	clock := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -605,8 +605,8 @@ func TestSendProgress(t *testing.T) {
 // which arguments were not sent.
 func TestSendInterruptedArguments(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	proxy := interruptingProxy(t, 2, interrupt)
@@ -625,7 +625,7 @@ func TestSendInterruptedArguments(t *testing.T) {
 	if p.stdout.String() != "sent 20\n" {
 		t.Errorf("stdout %q", p.stdout.String())
 	}
-	if n := len(testenv.ReceiveAll(t, c, q.URL, 2*time.Second, 5*time.Minute)); n != 20 {
+	if n := len(localtest.ReceiveAll(t, c, q.URL, 2*time.Second, 5*time.Minute)); n != 20 {
 		t.Errorf("%d messages in the queue, want 20", n)
 	}
 }

@@ -10,29 +10,29 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // statsQueues makes a queue with a dead-letter queue, holding two visible
 // messages, one in flight and one delayed, and two in its dead-letter
 // queue; and an empty FIFO queue without one.
-func statsQueues(t *testing.T, c *sqs.Client) (q, fifo testenv.Queue) {
+func statsQueues(t *testing.T, c *sqs.Client) (q, fifo localtest.Queue) {
 	t.Helper()
-	q = testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 5})
-	fifo = testenv.NewQueue(t, c, testenv.QueueOptions{FIFO: true, VisibilityTimeout: 90 * time.Second})
-	testenv.Send(t, c, q.URL, "", "a", "b", "c")
+	q = localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 5})
+	fifo = localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, VisibilityTimeout: 90 * time.Second})
+	localtest.Send(t, c, q.URL, "", "a", "b", "c")
 	_, err := c.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String("later"), DelaySeconds: 900})
 	if err != nil {
 		t.Fatal(err)
 	}
-	testenv.Send(t, c, q.DLQURL, "", "dead 1", "dead 2")
-	testenv.Eventually(t, 30*time.Second, func() bool {
+	localtest.Send(t, c, q.DLQURL, "", "dead 1", "dead 2")
+	localtest.Eventually(t, 30*time.Second, func() bool {
 		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, MaxNumberOfMessages: 1, VisibilityTimeout: 600, WaitTimeSeconds: 1})
 		return err == nil && len(out.Messages) == 1
 	}, "no message received")
-	testenv.Eventually(t, 30*time.Second, func() bool {
-		v, f, d := testenv.Depth(t, c, q.URL)
-		dv, _, _ := testenv.Depth(t, c, q.DLQURL)
+	localtest.Eventually(t, 30*time.Second, func() bool {
+		v, f, d := localtest.Depth(t, c, q.URL)
+		dv, _, _ := localtest.Depth(t, c, q.DLQURL)
 		return v == 2 && f == 1 && d == 1 && dv == 2
 	}, "queue figures not settled")
 	return q, fifo
@@ -40,7 +40,7 @@ func statsQueues(t *testing.T, c *sqs.Client) (q, fifo testenv.Queue) {
 
 // normalizeStats makes the output of stats independent of the random part
 // of the queue names and of the endpoint.
-func normalizeStats(out string, queues ...testenv.Queue) string {
+func normalizeStats(out string, queues ...localtest.Queue) string {
 	for _, q := range queues {
 		for _, u := range []string{q.URL, q.DLQURL} {
 			if u == "" {
@@ -57,7 +57,7 @@ func normalizeStats(out string, queues ...testenv.Queue) string {
 
 func TestStatsGolden(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
+	c := localtest.NewSQS(t)
 	q, fifo := statsQueues(t, c)
 	name := q.URL[strings.LastIndexByte(q.URL, '/')+1:]
 
@@ -84,14 +84,14 @@ func TestStatsGolden(t *testing.T) {
 // A redrive policy whose dead-letter queue is gone is shown, not an error.
 func TestStatsMissingDLQ(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
 	if _, err := c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: &q.DLQURL}); err != nil {
 		t.Fatal(err)
 	}
 	var stdout, stderr string
 	var code int
-	testenv.Eventually(t, 90*time.Second, func() bool { // SQS takes a while to forget a deleted queue
+	localtest.Eventually(t, 90*time.Second, func() bool { // SQS takes a while to forget a deleted queue
 		stdout, stderr, code = runCLI(t, "", "stats", q.URL)
 		return code != 0 || strings.Contains(stdout, "(missing)")
 	}, "the deleted dead-letter queue is not shown missing:\n%s", stdout)
@@ -102,16 +102,16 @@ func TestStatsMissingDLQ(t *testing.T) {
 
 func TestStatsWatch(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r := startCLI(t, ctx, "", "stats", q.URL, "--watch", "--interval", "100ms")
-	testenv.Eventually(t, 60*time.Second, func() bool {
+	localtest.Eventually(t, 60*time.Second, func() bool {
 		return strings.Count(r.stdout.String(), "QUEUE ") >= 3
 	}, "fewer than 3 snapshots:\n%s", r.stdout.String())
-	testenv.Send(t, c, q.URL, "", "new")
-	testenv.Eventually(t, 60*time.Second, func() bool {
+	localtest.Send(t, c, q.URL, "", "new")
+	localtest.Eventually(t, 60*time.Second, func() bool {
 		snaps := strings.Split(r.stdout.String(), "\n\n")
 		return len(snaps) > 1 && strings.Contains(snaps[len(snaps)-2], " 1 ")
 	}, "the new message is not shown:\n%s", r.stdout.String())
@@ -133,9 +133,9 @@ func TestStatsWatch(t *testing.T) {
 
 func TestStatsErrors(t *testing.T) {
 	t.Parallel()
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{})
-	missing := testenv.UniqueName(t, false)
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	missing := localtest.UniqueName(t, false)
 	for _, tt := range []struct {
 		args []string
 		code int

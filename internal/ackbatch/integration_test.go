@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // The local SQS out of reach for 15 s (its loopback proxy refusing
@@ -25,27 +25,27 @@ func TestDeletesOutlastOutageOnLocalSQS(t *testing.T) {
 		vis    = 45 * time.Second
 		outage = 15 * time.Second
 	)
-	direct := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, direct, testenv.QueueOptions{VisibilityTimeout: vis})
+	direct := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, direct, localtest.QueueOptions{VisibilityTimeout: vis})
 	bodies := make([]string, total)
 	for i := range bodies {
 		bodies[i] = "job"
 	}
-	testenv.Send(t, direct, q.URL, "", bodies...)
+	localtest.Send(t, direct, q.URL, "", bodies...)
 	receivedAt := time.Now()
-	msgs := testenv.ReceiveAll(t, direct, q.URL, time.Second, vis)
+	msgs := localtest.ReceiveAll(t, direct, q.URL, time.Second, vis)
 	if len(msgs) != total {
 		t.Fatalf("received %d messages, want %d", len(msgs), total)
 	}
 	leaseEnd := receivedAt.Add(vis - 2*time.Second)
 
-	u, err := url.Parse(testenv.Endpoint())
+	u, err := url.Parse(localtest.Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy := testenv.StartProxy(t, u.Host)
-	var calls testenv.Counter
-	client := testenv.NewSQS(t, func(o *sqs.Options) {
+	proxy := localtest.StartProxy(t, u.Host)
+	var calls localtest.Counter
+	client := localtest.NewSQS(t, func(o *sqs.Options) {
 		o.BaseEndpoint = aws.String(proxy.URL())
 		o.APIOptions = append(o.APIOptions, calls.AddTo)
 	})
@@ -79,7 +79,7 @@ func TestDeletesOutlastOutageOnLocalSQS(t *testing.T) {
 		t.Errorf("%d delete attempts during the outage, want retries", n)
 	}
 	proxy.Restore()
-	testenv.Eventually(t, time.Until(leaseEnd), func() bool { return finished() == total }, "not every delete finished after the outage")
+	localtest.Eventually(t, time.Until(leaseEnd), func() bool { return finished() == total }, "not every delete finished after the outage")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.Close(ctx); err != nil {
@@ -95,10 +95,10 @@ func TestDeletesOutlastOutageOnLocalSQS(t *testing.T) {
 	t.Logf("%d delete attempts in all", calls.Get("DeleteMessageBatch"))
 
 	time.Sleep(time.Until(receivedAt.Add(vis + 2*time.Second)))
-	if again := testenv.ReceiveAll(t, direct, q.URL, 2*time.Second, vis); len(again) != 0 {
+	if again := localtest.ReceiveAll(t, direct, q.URL, 2*time.Second, vis); len(again) != 0 {
 		t.Errorf("%d messages came back after their visibility timeout", len(again))
 	}
-	if v, f, d := testenv.Depth(t, direct, q.URL); v+f+d != 0 {
+	if v, f, d := localtest.Depth(t, direct, q.URL); v+f+d != 0 {
 		t.Errorf("queue holds %d visible, %d in flight, %d delayed; want none", v, f, d)
 	}
 }

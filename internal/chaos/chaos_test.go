@@ -12,7 +12,7 @@ import (
 )
 
 // requireStack skips the test when the local stack's endpoints are not set,
-// or fails it in CI, where the stack must be there (as testenv.Require
+// or fails it in CI, where the stack must be there (as localtest.Require
 // does).
 func requireStack(t *testing.T) {
 	t.Helper()

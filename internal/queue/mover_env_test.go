@@ -15,7 +15,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
-	"github.com/sqsworker/sqsworker/internal/testenv"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // countingSender counts the SendMessage calls a Mover makes: operations,
@@ -63,8 +63,8 @@ func receiveEventually(t *testing.T, c *sqs.Client, url string) *sqsworker.Messa
 // metadata lands exactly at the 1 MiB limit, or one byte over, to check that
 // the mover counts sizes as the emulator does.
 func TestMoverLargeMessageEmulator(t *testing.T) {
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 3})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
 	ctx := t.Context()
 
 	info, err := Load(ctx, c, q.URL)
@@ -112,7 +112,7 @@ func TestMoverLargeMessageEmulator(t *testing.T) {
 		{"one byte over for the JSON", limit - ownSize - json + 1, "none"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dlq := testenv.NewQueue(t, c, testenv.QueueOptions{}).URL
+			dlq := localtest.NewQueue(t, c, localtest.QueueOptions{}).URL
 			api := &countingSender{Sender: c}
 			mv := testMover(api, dlq)
 			m := testMessage(strings.Repeat("y", tc.body))
@@ -132,9 +132,9 @@ func TestMoverLargeMessageEmulator(t *testing.T) {
 // metadata over a dead-letter queue's MaximumMessageSize that the mover did
 // not know of; the mover sends it again without metadata.
 func TestMoverRetryEmulator(t *testing.T) {
-	c := testenv.NewSQS(t)
+	c := localtest.NewSQS(t)
 	ctx := t.Context()
-	name := testenv.UniqueName(t, false)
+	name := localtest.UniqueName(t, false)
 	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &name, Attributes: map[string]string{"MaximumMessageSize": "2048"}})
 	if err != nil {
 		t.Fatalf("creating queue: %v", err)

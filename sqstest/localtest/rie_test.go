@@ -1,4 +1,4 @@
-package testenv
+package localtest
 
 import (
 	"bytes"
@@ -16,7 +16,7 @@ import (
 )
 
 // echoPkg is the Lambda function of these tests: testdata/echo/main.go.
-const echoPkg = "github.com/sqsworker/sqsworker/internal/testenv/testdata/echo"
+const echoPkg = "github.com/sqsworker/sqsworker/sqstest/localtest/testdata/echo"
 
 // startEcho builds the echo function and runs it under the RIE.
 func startEcho(t *testing.T, env ...string) *RIE {
@@ -225,7 +225,7 @@ func TestBuildBootstrapError(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		BuildBootstrap(f, "github.com/sqsworker/sqsworker/internal/testenv/testdata/nosuch")
+		BuildBootstrap(f, "github.com/sqsworker/sqsworker/sqstest/localtest/testdata/nosuch")
 	}()
 	<-done
 	if !strings.Contains(f.msg, "building the bootstrap") || !strings.Contains(f.msg, "nosuch") {

@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sqsworker/sqsworker/metrics"
-	sqsprom "github.com/sqsworker/sqsworker/metrics/prometheus"
+	sqsprom "github.com/sqsworker/sqsworker/metrics/sqsprom"
 )
 
 // BenchmarkRecorder measures one call of the Recorder on a series that

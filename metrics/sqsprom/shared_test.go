@@ -13,7 +13,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/metrics"
-	sqsprom "github.com/sqsworker/sqsworker/metrics/prometheus"
+	sqsprom "github.com/sqsworker/sqsworker/metrics/sqsprom"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/worker"
 )

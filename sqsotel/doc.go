@@ -1,7 +1,7 @@
 // Package sqsotel traces sqsworker jobs with OpenTelemetry, from the code that
 // sends them to the handlers that process them.
 //
-// It is a module of its own, github.com/sqsworker/sqsworker/otel, so that
+// It is a module of its own, github.com/sqsworker/sqsworker/sqsotel, so that
 // programs that do not trace never download OpenTelemetry.
 //
 // On the producer's side, [Inject] is a producer.Config.Attributes hook: it

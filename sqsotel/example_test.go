@@ -14,8 +14,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sqsworker/sqsworker"
-	sqsotel "github.com/sqsworker/sqsworker/otel"
 	"github.com/sqsworker/sqsworker/producer"
+	sqsotel "github.com/sqsworker/sqsworker/sqsotel"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/worker"
 )

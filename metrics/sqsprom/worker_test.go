@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
 	"github.com/sqsworker/sqsworker/metrics"
-	sqsprom "github.com/sqsworker/sqsworker/metrics/prometheus"
+	sqsprom "github.com/sqsworker/sqsworker/metrics/sqsprom"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -57,8 +57,8 @@ func scrape(t *testing.T, base string) map[string]float64 {
 // readiness probe turns 503 as soon as the shutdown starts, while a handler
 // still runs, the liveness probe and the metrics answering on.
 func TestWorkerScrape(t *testing.T) {
-	c := testenv.NewSQS(t)
-	q := testenv.NewQueue(t, c, testenv.QueueOptions{MaxReceiveCount: 5})
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 5})
 	name := metrics.QueueName(q.URL)
 
 	reg := prometheus.NewRegistry()
@@ -129,12 +129,12 @@ func TestWorkerScrape(t *testing.T) {
 		}
 	})
 
-	testenv.Eventually(t, 10*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 }, "/readyz not 200 while running")
+	localtest.Eventually(t, 10*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 200 }, "/readyz not 200 while running")
 	if code, _ := get(t, base+"/healthz"); code != 200 {
 		t.Errorf("/healthz while running: %d, want 200", code)
 	}
 
-	testenv.Send(t, c, q.URL, "", "ok-1", "ok-2", "ok-3", "bad-1", "bad-2", "flaky")
+	localtest.Send(t, c, q.URL, "", "ok-1", "ok-2", "ok-3", "bad-1", "bad-2", "flaky")
 	k := func(metric string, labels ...string) string {
 		kv := append([]string{fmt.Sprintf("queue=%q", name)}, labels...)
 		slices.Sort(kv)
@@ -183,7 +183,7 @@ func TestWorkerScrape(t *testing.T) {
 	}
 
 	// A handler holds the shutdown up: the worker is stopping, not stopped.
-	testenv.Send(t, c, q.URL, "", "block")
+	localtest.Send(t, c, q.URL, "", "block")
 	select {
 	case <-started:
 	case <-time.After(20 * time.Second):
@@ -198,7 +198,7 @@ func TestWorkerScrape(t *testing.T) {
 		defer cancel()
 		shut <- w.Shutdown(ctx)
 	}()
-	testenv.Eventually(t, 5*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 503 }, "/readyz not 503 once Shutdown started")
+	localtest.Eventually(t, 5*time.Second, func() bool { code, _ := get(t, base+"/readyz"); return code == 503 }, "/readyz not 503 once Shutdown started")
 	select {
 	case err := <-ran:
 		t.Fatalf("Run returned %v while a handler was blocked", err)

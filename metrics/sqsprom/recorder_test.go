@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/sqsworker/sqsworker/metrics"
-	sqsprom "github.com/sqsworker/sqsworker/metrics/prometheus"
+	sqsprom "github.com/sqsworker/sqsworker/metrics/sqsprom"
 )
 
 // samples flattens gathered metric families into values keyed by

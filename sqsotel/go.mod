@@ -1,9 +1,9 @@
-module github.com/sqsworker/sqsworker/otel
+module github.com/sqsworker/sqsworker/sqsotel
 
 go 1.26.0
 
 require (
-	github.com/sqsworker/sqsworker v0.0.0
+	github.com/sqsworker/sqsworker v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -39,4 +39,3 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 )
 
-replace github.com/sqsworker/sqsworker => ../

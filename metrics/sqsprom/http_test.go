@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sqsworker/sqsworker/metrics"
-	sqsprom "github.com/sqsworker/sqsworker/metrics/prometheus"
+	sqsprom "github.com/sqsworker/sqsworker/metrics/sqsprom"
 )
 
 // get returns the status code and body of a GET.

@@ -2,14 +2,14 @@
 // Prometheus, and serves them with liveness and readiness probes for pollers
 // that run in containers (ECS, Kubernetes).
 //
-// It is a module of its own, github.com/sqsworker/sqsworker/metrics/prometheus,
+// It is a module of its own, github.com/sqsworker/sqsworker/metrics/sqsprom,
 // so that users of the library who do not use Prometheus never download its
 // client. Its package name is sqsprom, not prometheus, so as not to shadow
 // the client's package:
 //
 //	import (
 //		"github.com/prometheus/client_golang/prometheus"
-//		sqsprom "github.com/sqsworker/sqsworker/metrics/prometheus"
+//		sqsprom "github.com/sqsworker/sqsworker/metrics/sqsprom"
 //	)
 //
 // [New] returns a [Recorder], a metrics.Recorder to put in worker.Config's

@@ -12,9 +12,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/testenv"
-	sqsotel "github.com/sqsworker/sqsworker/otel"
 	"github.com/sqsworker/sqsworker/producer"
+	sqsotel "github.com/sqsworker/sqsworker/sqsotel"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -34,8 +34,8 @@ func TestTraceThroughQueue(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			client := testenv.NewSQS(t)
-			q := testenv.NewQueue(t, client, testenv.QueueOptions{FIFO: c.fifo, ContentDedup: c.fifo})
+			client := localtest.NewSQS(t)
+			q := localtest.NewQueue(t, client, localtest.QueueOptions{FIFO: c.fifo, ContentDedup: c.fifo})
 			tp, rec := newTracer(t)
 
 			p, err := producer.New(client, producer.Config{QueueURL: q.URL, Attributes: sqsotel.Inject})

@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sqsworker/sqsworker"
-	sqsotel "github.com/sqsworker/sqsworker/otel"
+	sqsotel "github.com/sqsworker/sqsworker/sqsotel"
 )
 
 // BenchmarkMiddleware measures what the middleware adds to a handler that

@@ -1,4 +1,4 @@
-module github.com/sqsworker/sqsworker/metrics/prometheus
+module github.com/sqsworker/sqsworker/metrics/sqsprom
 
 go 1.26.0
 
@@ -8,7 +8,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
-	github.com/sqsworker/sqsworker v0.0.0
+	github.com/sqsworker/sqsworker v0.1.0
 )
 
 require (
@@ -35,4 +35,3 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
-replace github.com/sqsworker/sqsworker => ../..

@@ -1,4 +1,4 @@
-// Command echo is the Lambda function of testenv's own tests (rie_test.go):
+// Command echo is the Lambda function of localtest's own tests (rie_test.go):
 // it returns its event, and for an object event with one of these keys it
 // does something else instead:
 //
@@ -11,7 +11,7 @@
 //	                   the timeout), then echoes the event
 //
 // Its directory is testdata, so ./... patterns skip it; tests build it by
-// its import path with testenv.BuildBootstrap.
+// its import path with localtest.BuildBootstrap.
 package main
 
 import (

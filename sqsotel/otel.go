@@ -19,7 +19,7 @@ import (
 )
 
 // ScopeName is the instrumentation scope of the tracer the middleware uses.
-const ScopeName = "github.com/sqsworker/sqsworker/otel"
+const ScopeName = "github.com/sqsworker/sqsworker/sqsotel"
 
 // Attributes of the consumer span that the semantic conventions do not
 // define, in sqsworker's namespace.

@@ -1,4 +1,4 @@
-package testenv
+package localtest
 
 import (
 	"context"

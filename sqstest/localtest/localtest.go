@@ -1,7 +1,13 @@
-// Package testenv connects tests to the local AWS stack started by
+// Package localtest connects tests to the local AWS stack started by
 // localstack/stack.sh, through the SDK's standard endpoint variables
 // (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_DYNAMODB).
-package testenv
+//
+// It is public so that every module of the project, and users testing their
+// own handlers against the same stack, can use it: queues and tables made for
+// one test and deleted after it, loopback-only endpoints, fault proxies, the
+// Lambda Runtime Interface Emulator. Tests skip without the stack, except in
+// CI (CI=true), where they fail.
+package localtest
 
 import (
 	"context"

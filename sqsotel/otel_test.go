@@ -22,7 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sqsworker/sqsworker"
-	sqsotel "github.com/sqsworker/sqsworker/otel"
+	sqsotel "github.com/sqsworker/sqsworker/sqsotel"
 )
 
 // TestMain sets the global propagator to W3C Trace Context, as a program that
