@@ -598,6 +598,10 @@ func validateAttribute(name string, a sqsworker.MessageAttribute) error {
 		return fmt.Errorf("attribute name %q has characters other than letters, digits, '_', '-' and '.'", name)
 	case strings.HasPrefix(lower, "aws.") || strings.HasPrefix(lower, "amazon."):
 		return fmt.Errorf("attribute name %q uses a prefix reserved by AWS", name)
+	case strings.HasPrefix(lower, "sqsworker."):
+		// Failure metadata: written by the runtimes only, so that an
+		// operator's replay can trust where it says a message came from.
+		return fmt.Errorf("attribute name %q is in the sqsworker. namespace, which only the runtimes write (failure metadata): rename it", name)
 	case strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") || strings.Contains(name, ".."):
 		return fmt.Errorf("attribute name %q starts or ends with a period, or has two in a row", name)
 	}

@@ -420,6 +420,8 @@ func TestValidate(t *testing.T) {
 			want: []string{`attribute name "a b" has characters`}},
 		{name: "reserved prefix", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"AWS.thing": str("v")}},
 			want: []string{`"AWS.thing" uses a prefix reserved`}},
+		{name: "sqsworker namespace", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"sqsworker.source-queue": str("https://sqs.us-east-1.amazonaws.com/1/billing")}},
+			want: []string{`"sqsworker.source-queue" is in the sqsworker. namespace`}},
 		{name: "periods", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{"a..b": str("v")}},
 			want: []string{`"a..b" starts or ends with a period`}},
 		{name: "long name", m: producer.Message{Body: "x", Attributes: map[string]sqsworker.MessageAttribute{strings.Repeat("n", 257): str("v")}},
