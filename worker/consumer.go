@@ -46,6 +46,7 @@ type consumer struct {
 	reporter   sync.WaitGroup // the depth reporter
 	stopReport context.CancelFunc
 	handlerCtx context.Context // cancelled at the shutdown deadline
+	receiveCtx context.Context // never cancelled: receives end within WaitTime
 	hardStop   context.CancelCauseFunc
 	pollers    sync.WaitGroup
 	handlers   sync.WaitGroup
@@ -129,6 +130,7 @@ func (c *consumer) consume(ctx context.Context) error {
 	c.pollCtx, c.stopPoll = context.WithCancel(context.WithoutCancel(ctx))
 	c.pollsDone = make(chan struct{})
 	c.handlerCtx, c.hardStop = context.WithCancelCause(context.WithoutCancel(ctx))
+	c.receiveCtx = context.WithoutCancel(ctx)
 	defer c.hardStop(nil)
 	defer c.stopPoll()
 
@@ -175,10 +177,10 @@ func (c *consumer) consume(ctx context.Context) error {
 }
 
 // stop shuts the consumer down; see Worker.Shutdown. Receives under way are
-// not cut short: SQS may already have handed them messages, which a
-// cancelled request would leave invisible for a whole visibility timeout.
-// They end within WaitTime, and what they bring is released at once; only
-// at the deadline are they cancelled, with the handlers.
+// not cut short, not even at the deadline: SQS may already have handed them
+// messages, which a cancelled request would leave invisible for a whole
+// visibility timeout. They end within WaitTime, and what they bring is
+// released at once.
 func (c *consumer) stop(ctx context.Context) {
 	c.w.ready.Store(false)
 	c.stopPoll()

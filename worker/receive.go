@@ -69,8 +69,12 @@ func (c *consumer) poll() {
 			return
 		}
 		in.MaxNumberOfMessages = int32(n)
-		// handlerCtx, not pollCtx: a receive under way at shutdown goes on.
-		rctx, cancel := context.WithTimeout(c.handlerCtx, c.cfg.WaitTime+receiveGrace)
+		// Not pollCtx nor handlerCtx: a receive under way at shutdown goes
+		// on, even past the deadline. Cut short, SQS would keep its long
+		// poll open and hide what it hands it, including the messages of
+		// the handlers cut at the deadline, released meanwhile, for a whole
+		// visibility timeout. What it brings is released once it ends.
+		rctx, cancel := context.WithTimeout(c.receiveCtx, c.cfg.WaitTime+receiveGrace)
 		out, err := c.w.api.ReceiveMessage(rctx, in, quietReceive)
 		cancel()
 		if probe && (err != nil || len(out.Messages) == 0) {

@@ -212,3 +212,43 @@ func TestShutdownWhileQueueUnreachable(t *testing.T) {
 		t.Fatal("Run still running after Shutdown")
 	}
 }
+
+// A shutdown whose deadline passes while a long poll is under way cuts the
+// handlers, not the poll: cut short, the emulator (as SQS) would keep the
+// poll open and hide the released message for a whole visibility timeout.
+// The message must be receivable again soon after Shutdown.
+func TestShutdownDeadlineDoesNotHideReleasedMessages(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 60 * time.Second})
+	localtest.Send(t, c, q.URL, "", "long")
+	started := make(chan struct{}, 1)
+	w, err := worker.New(c, worker.Config{QueueURL: q.URL, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Run(context.Background(), sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}))
+	}()
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("handler never started")
+	}
+	time.Sleep(500 * time.Millisecond) // the other poller's long poll is under way
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = w.Shutdown(ctx)
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	localtest.Eventually(t, 15*time.Second, func() bool {
+		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, WaitTimeSeconds: 1})
+		return err == nil && len(out.Messages) == 1
+	}, "the released message stayed hidden after the shutdown")
+}

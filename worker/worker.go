@@ -147,13 +147,16 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 	return c.consume(ctx)
 }
 
-// Shutdown stops the worker gracefully: it starts no new receive, lets those
-// under way end (within WaitTime), then releases received-but-unstarted
-// messages (visibility 0); it waits for in-flight handlers until ctx ends, then cancels the handlers still running (their
-// context's cause is ErrShutdown, and their messages are released), sends the
-// pending deletes and visibility changes, and returns. It returns ctx's error
-// when ctx ended before all of that was done; Run itself returns only once
-// every handler has returned, so a handler that ignores its context holds Run
+// Shutdown stops the worker gracefully: it starts no new receive and lets
+// those under way end (within WaitTime; they are never cut short, even past
+// ctx's deadline, as SQS would hide what it hands a cut receive for a whole
+// visibility timeout), then releases received-but-unstarted messages
+// (visibility 0); it waits for in-flight handlers until ctx ends, then
+// cancels the handlers still running (their context's cause is ErrShutdown,
+// and their messages are released), sends the pending deletes and
+// visibility changes, and returns. It returns ctx's error when ctx ended
+// before all of that was done; Run itself returns only once every handler
+// and receive has returned, so a handler that ignores its context holds Run
 // up. Shutdown on a worker that is not running closes it.
 func (w *Worker) Shutdown(ctx context.Context) error {
 	w.mu.Lock()
