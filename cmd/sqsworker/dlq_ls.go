@@ -59,6 +59,7 @@ dead letters to this queue, or when SQS's own redrive moved the message here
 func (d *dlqCmd) newListCmd() *cobra.Command {
 	var p peekFlags
 	var ff filterFlags
+	var summary bool
 	cmd := &cobra.Command{
 		Use:   "ls DLQ",
 		Short: "List a dead-letter queue's messages with their failure metadata",
@@ -92,7 +93,11 @@ filters of replay select what is listed.
 				return err
 			}
 			ms := res.Messages
-			if a.output == "json" {
+			if summary {
+				if err := a.summarize(ms); err != nil {
+					return err
+				}
+			} else if a.output == "json" {
 				out := make([]messageJSON, len(ms))
 				for i, m := range ms {
 					out[i] = toMessageJSON(m, p.body)
@@ -122,7 +127,50 @@ filters of replay select what is listed.
 	}
 	p.add(cmd)
 	ff.add(cmd, "list")
+	cmd.Flags().BoolVar(&summary, "summary", false, "count the messages per error class and source queue instead of listing them")
 	return cmd
+}
+
+// classCount is one row of dlq ls --summary.
+type classCount struct {
+	ErrorClass  string    `json:"errorClass"`
+	SourceQueue string    `json:"sourceQueue"`
+	Messages    int       `json:"messages"`
+	LastFailed  time.Time `json:"lastFailed,omitzero"`
+}
+
+// summarize prints the messages counted per error class and source queue,
+// the most frequent first.
+func (a *app) summarize(ms []*dlq.Message) error {
+	byKey := map[[2]string]*classCount{}
+	var counts []*classCount
+	for _, m := range ms {
+		k := [2]string{orDash(m.Failure.ErrorClass), orDash(queueName(m.Failure.SourceQueue))}
+		c := byKey[k]
+		if c == nil {
+			c = &classCount{ErrorClass: k[0], SourceQueue: k[1]}
+			byKey[k] = c
+			counts = append(counts, c)
+		}
+		c.Messages++
+		if m.Failure.FailedAt.After(c.LastFailed) {
+			c.LastFailed = m.Failure.FailedAt
+		}
+	}
+	sort.SliceStable(counts, func(i, j int) bool {
+		if counts[i].Messages != counts[j].Messages {
+			return counts[i].Messages > counts[j].Messages
+		}
+		return counts[i].ErrorClass < counts[j].ErrorClass
+	})
+	if a.output == "json" {
+		return a.printJSON(counts)
+	}
+	rows := make([][]string, len(counts))
+	for i, c := range counts {
+		rows[i] = []string{c.ErrorClass, c.SourceQueue, strconv.Itoa(c.Messages), fmtTime(c.LastFailed)}
+	}
+	return a.table([]string{"ERROR CLASS", "SOURCE", "MESSAGES", "LAST FAILED"}, rows)
 }
 
 func countUnverified(ms []*dlq.Message) int {

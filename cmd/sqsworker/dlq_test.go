@@ -96,6 +96,27 @@ func TestDlqListAndShowGolden(t *testing.T) {
 		t.Errorf("show by original ID: %v, %+v", err, shown)
 	}
 
+	// --summary counts the messages per error class and source queue.
+	stdout, stderr, code = runCLI(t, "", "-o", "json", "dlq", "ls", dlqName, "--summary")
+	if code != 0 {
+		t.Fatalf("ls --summary: exit %d: %s", code, stderr)
+	}
+	var summary []classCount
+	if err := json.Unmarshal([]byte(stdout), &summary); err != nil || len(summary) != 3 {
+		t.Fatalf("ls --summary -o json: %v, %s", err, stdout)
+	}
+	classes := map[string]int{}
+	for _, c := range summary {
+		classes[c.ErrorClass] += c.Messages
+		if c.SourceQueue != queueName(q.URL) {
+			t.Errorf("summary row %+v: source %q, want %q", c, c.SourceQueue, queueName(q.URL))
+		}
+	}
+	if classes["invalid-order"] != 1 || classes["upstream-unavailable"] != 1 || len(classes) != 3 {
+		t.Errorf("summary by class %v", classes)
+	}
+	waitVisible(t, c, q.DLQURL, len(jobs))
+
 	_, stderr, code = runCLI(t, "", "dlq", "show", dlqName, "00000000-0000-0000-0000-000000000000")
 	if code != 1 || !strings.Contains(stderr, "no message with ID 00000000-0000-0000-0000-000000000000 among the 3 message(s)") {
 		t.Errorf("show of an unknown ID: exit %d, %q", code, stderr)
