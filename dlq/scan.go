@@ -57,6 +57,9 @@ type ScanConfig struct {
 	// Until, when set, is called with each matching message; the scan stops
 	// after the first for which it returns true (to look one message up).
 	Until func(*Message) bool
+	// Progress, when set, is called after each receive with the messages
+	// read so far and those that matched.
+	Progress func(Progress)
 }
 
 // ScanResult is what a scan read.
@@ -203,6 +206,9 @@ func (q *Queue) Scan(ctx context.Context, cfg ScanConfig) (res *ScanResult, err 
 				res.Messages = append(res.Messages, m)
 				stop = cfg.Until != nil && cfg.Until(m)
 			}
+		}
+		if cfg.Progress != nil {
+			cfg.Progress(Progress{Scanned: res.Scanned, Matched: len(res.Messages)})
 		}
 		if stop {
 			break

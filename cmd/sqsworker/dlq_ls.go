@@ -88,7 +88,18 @@ filters of replay select what is listed.
 			if err != nil {
 				return err
 			}
-			res, err := q.Scan(ctx, dlq.ScanConfig{Filter: filter, Max: p.max, Visibility: p.visibility})
+			// On a terminal: how many were read, how fast, and how long is
+			// left against the queue's approximate count.
+			pr := a.progress("read", "messages")
+			if pr != nil {
+				if n, err := q.Counts(ctx); err == nil && n.Visible+n.InFlight > 0 {
+					pr.SetTotal(int64(min(n.Visible+n.InFlight, p.max)))
+				}
+			}
+			read := 0
+			res, err := q.Scan(ctx, dlq.ScanConfig{Filter: filter, Max: p.max, Visibility: p.visibility,
+				Progress: func(pg dlq.Progress) { pr.Add(int64(pg.Scanned - read)); read = pg.Scanned }})
+			pr.Finish()
 			if err != nil {
 				return err
 			}

@@ -140,14 +140,21 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 		}
 		defer closeAudit()
 		cfg.Audit = audit
-		progress := o.audit.file != "-" && isTerminal(a.err)
-		if progress {
-			cfg.Progress = func(p dlq.Progress) { fmt.Fprintf(a.err, "\rscanned %d, moved %d", p.Scanned, p.Moved) }
+		// On a terminal (and not with the audit on standard error): the
+		// messages read, how fast, and how long is left.
+		var pr *progress
+		if o.audit.file != "-" {
+			pr = a.progress("read", "messages")
+		}
+		if pr != nil {
+			if n, err := q.Counts(ctx); err == nil && n.Visible+n.InFlight > 0 {
+				pr.SetTotal(int64(n.Visible + n.InFlight))
+			}
+			read := 0
+			cfg.Progress = func(p dlq.Progress) { pr.Add(int64(p.Scanned - read)); read = p.Scanned }
 		}
 		res, runErr = q.Replay(ctx, cfg)
-		if progress && res != nil && res.Scanned > 0 {
-			fmt.Fprintln(a.err)
-		}
+		pr.Finish()
 	}
 	if res == nil {
 		return runErr
