@@ -205,10 +205,12 @@ func (r *run) appliedCount(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// deadLetters receives every message of the dead-letter queue, keeping them
-// invisible while it reads: at least as many as the queue's depth said
-// before, until three receives in a row come back empty (for 30s at most
-// when fewer came).
+// deadLetters receives every message of the dead-letter queue: at least as
+// many as the queue's depth said before, until three receives in a row come
+// back empty (for 90s at most when fewer came). A receive whose response is
+// lost hides what the emulator handed it: receives are not retried by the
+// SDK, and hold messages for 15s only, so that such messages come back and
+// are read again (each is counted once).
 func (r *run) deadLetters(ctx context.Context) ([]*sqsworker.Message, error) {
 	want, err := r.depth(ctx, r.dlqURL)
 	if err != nil {
@@ -216,15 +218,20 @@ func (r *run) deadLetters(ctx context.Context) ([]*sqsworker.Message, error) {
 	}
 	var all []*sqsworker.Message
 	seen := map[string]bool{}
-	giveUp := time.Now().Add(30 * time.Second)
+	giveUp := time.Now().Add(90 * time.Second)
 	for empty := 0; empty < 3 || (len(all) < want.total() && time.Now().Before(giveUp)); {
 		out, err := r.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-			QueueUrl: &r.dlqURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 600,
+			QueueUrl: &r.dlqURL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1, VisibilityTimeout: 15,
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 			MessageAttributeNames:       []string{"All"},
-		})
+		}, func(o *sqs.Options) { o.RetryMaxAttempts = 1 })
 		if err != nil {
-			return nil, fmt.Errorf("receiving from the dead-letter queue: %w", err)
+			if ctx.Err() != nil || time.Now().After(giveUp) {
+				return nil, fmt.Errorf("receiving from the dead-letter queue: %w", err)
+			}
+			r.log.Warn("receiving from the dead-letter queue failed; its messages come back in 15s", "error", err)
+			time.Sleep(time.Second)
+			continue
 		}
 		if len(out.Messages) == 0 {
 			empty++
