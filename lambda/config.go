@@ -69,7 +69,8 @@ type Config struct {
 
 	// BatchingWindow is the event source mapping's maximum batching
 	// window, which records may have waited before the invocation. Default
-	// 0.
+	// the SQSWORKER_BATCHING_WINDOW environment variable (a duration, which
+	// the infra constructs set from the mapping), else 0.
 	BatchingWindow time.Duration
 
 	// QueueURL turns a record's eventSourceARN into its queue's URL.
@@ -101,6 +102,10 @@ type Config struct {
 	// AWS_LAMBDA_FUNCTION_NAME environment variable, else the host name.
 	Host string
 }
+
+// BatchingWindowEnv names the environment variable Config.BatchingWindow
+// defaults to.
+const BatchingWindowEnv = "SQSWORKER_BATCHING_WINDOW"
 
 // Defaults of the Config fields.
 const (

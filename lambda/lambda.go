@@ -96,6 +96,15 @@ func NewHandler(h sqsworker.Handler, cfg Config) (HandlerFunc, error) {
 	if cfg.QueueRefresh == 0 {
 		cfg.QueueRefresh = DefaultQueueRefresh
 	}
+	if cfg.BatchingWindow == 0 {
+		if v := os.Getenv(BatchingWindowEnv); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 || d > 5*time.Minute {
+				return nil, fmt.Errorf("lambda: %s=%q: want a duration in 0s..5m, such as 10s", BatchingWindowEnv, v)
+			}
+			cfg.BatchingWindow = d
+		}
+	}
 	recorder := cfg.Metrics
 	if recorder == nil {
 		recorder = metrics.Nop{}

@@ -4,6 +4,7 @@ package lambda_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,3 +148,17 @@ func TestColdStartThrottledAttributes(t *testing.T) {
 }
 
 var smithyThrottle = smithy.GenericAPIError{Code: "RequestThrottled", Message: "slow down", Fault: smithy.FaultClient}
+
+// The batching window defaults to what the infra constructs put in the
+// function's environment; a value that is not a duration is a clear error.
+func TestBatchingWindowFromEnvironment(t *testing.T) {
+	f := newFake("30")
+	t.Setenv(lambda.BatchingWindowEnv, "10s")
+	if _, err := lambda.NewHandler(jobs, lambda.Config{Client: f}); err != nil {
+		t.Errorf("NewHandler with %s=10s: %v", lambda.BatchingWindowEnv, err)
+	}
+	t.Setenv(lambda.BatchingWindowEnv, "ten seconds")
+	if _, err := lambda.NewHandler(jobs, lambda.Config{Client: f}); err == nil || !strings.Contains(err.Error(), lambda.BatchingWindowEnv) {
+		t.Errorf("NewHandler with a bad %s: %v, want an error naming it", lambda.BatchingWindowEnv, err)
+	}
+}
