@@ -21,6 +21,9 @@ func (c *consumer) report(ctx context.Context) {
 		if !c.cfg.DisableDepth {
 			c.pollDepth(ctx)
 		}
+		// The breaker's state at every flush, not only when it changes, so
+		// that an alarm on it sees a value in every period.
+		c.recorder.Set(metrics.BreakerState, float64(c.exec.Breaker.State()), c.exec.Queue)
 		if flusher != nil {
 			if err := flusher.Flush(); err != nil {
 				c.log.Warn("flushing metrics failed", "error", err)
