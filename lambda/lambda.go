@@ -356,6 +356,10 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	stopBeats()
 	beats.Wait()
 	inv.report(ctx, recs, log)
+	for st := range states {
+		// At every flush, so that an alarm on it sees a value each period.
+		a.recorder.Set(metrics.BreakerState, float64(st.exec.Breaker.State()), st.exec.Queue)
+	}
 	if f, ok := a.recorder.(interface{ Flush() error }); ok {
 		if err := f.Flush(); err != nil {
 			log.Warn("flushing metrics failed", "error", err)
