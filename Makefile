@@ -48,6 +48,7 @@ all: lint test
 deps:
 	$(STACK) install
 	$(GO) mod download
+	cd infra && GOWORK=off $(GO) mod download
 
 ## tools: the pinned test tools, in bin/tools (installed only when missing);
 ## lint installs its own, staticcheck, there too
@@ -135,7 +136,8 @@ bench: stack-start tools
 lint: vet $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	rc=0; $(STATICCHECK) $(PKGS) || rc=1; \
-	(cd infra && GOWORK=off ../$(STATICCHECK) ./...) || rc=1; exit $$rc
+	(cd infra && GOWORK=off ../$(STATICCHECK) ./...) || rc=1; \
+	(cd infra/examplehandler && GOWORK=off ../../$(STATICCHECK) ./...) || rc=1; exit $$rc
 
 vet:
 	$(GO) vet $(PKGS)
