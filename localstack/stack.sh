@@ -411,8 +411,11 @@ cmd_status() {
 }
 
 cmd_env() {
+  # STS too (fauxqs answers GetCallerIdentity, which the dlq commands' audit
+  # records): nothing is sent off this machine.
   cat <<EOF
 export AWS_ENDPOINT_URL_SQS=http://$HOST:$FAUXQS_PORT
+export AWS_ENDPOINT_URL_STS=http://$HOST:$FAUXQS_PORT
 export AWS_ENDPOINT_URL_DYNAMODB=http://$HOST:$DYNAMODB_PORT
 export AWS_REGION=us-east-1
 export AWS_DEFAULT_REGION=us-east-1
