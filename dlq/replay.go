@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/time/rate"
 	"math"
 	"strconv"
 	"time"
@@ -205,7 +206,7 @@ func (q *Queue) replay(ctx context.Context, cfg ReplayConfig, dryRun bool) (*Rep
 	}
 	batch := 10
 	if cfg.PerSecond > 0 {
-		r.pace = newPacer(cfg.PerSecond)
+		r.pace = rate.NewLimiter(rate.Limit(cfg.PerSecond), 1)
 		// Receive no more than can be moved in half the visibility timeout.
 		batch = int(min(max(cfg.PerSecond*cfg.Visibility.Seconds()/2, 1), 10))
 	}
@@ -236,7 +237,7 @@ type replayer struct {
 	cfg     ReplayConfig
 	dryRun  bool
 	to      *Target
-	pace    *pacer
+	pace    *rate.Limiter // nil: no limit
 	s       *scanner
 	blocked map[string]bool // FIFO groups stopped at a message that stays
 	sent    map[string]bool // IDs of the copies this run sent
@@ -332,7 +333,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		r.res.Messages = append(r.res.Messages, rm)
 		return nil
 	}
-	if err := r.pace.wait(ctx); err != nil {
+	if err := r.wait(ctx); err != nil {
 		r.res.Matched--
 		stay()
 		return r.interrupted(ctx)
@@ -483,31 +484,11 @@ func joinNotes(a, b string) string {
 	return a + "; " + b
 }
 
-// pacer spaces events at most rate per second apart, with a burst of one,
-// as a token bucket of size one does. A nil pacer does not wait.
-type pacer struct {
-	interval time.Duration
-	next     time.Time
-}
-
-func newPacer(perSecond float64) *pacer {
-	return &pacer{interval: time.Duration(float64(time.Second) / perSecond)}
-}
-
-// wait waits for the next event's turn, or until ctx ends.
-func (p *pacer) wait(ctx context.Context) error {
-	if p == nil {
+// wait waits for the next message's turn under the rate limit, or until ctx
+// ends.
+func (r *replayer) wait(ctx context.Context) error {
+	if r.pace == nil {
 		return ctx.Err()
 	}
-	now := time.Now()
-	if d := p.next.Sub(now); d > 0 {
-		if err := sleep(ctx, d); err != nil {
-			return err
-		}
-		now = p.next
-	} else if err := ctx.Err(); err != nil {
-		return err
-	}
-	p.next = now.Add(p.interval)
-	return nil
+	return r.pace.Wait(ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"golang.org/x/time/rate"
 	"strconv"
 	"strings"
 	"testing"
@@ -93,28 +94,21 @@ func TestMoveTaskErrorClassification(t *testing.T) {
 	}
 }
 
-// The pacer spaces events by the rate, a burst of one, and stops waiting
-// when the context ends.
-func TestPacer(t *testing.T) {
-	p := newPacer(20) // 50ms apart
+// The rate limit stops waiting when the context ends; without one nothing
+// waits.
+func TestReplayerWait(t *testing.T) {
 	ctx := context.Background()
-	start := time.Now()
-	for range 5 {
-		if err := p.wait(ctx); err != nil {
-			t.Fatal(err)
-		}
+	if err := (&replayer{}).wait(ctx); err != nil {
+		t.Errorf("no limit: %v", err)
 	}
-	if d := time.Since(start); d < 190*time.Millisecond {
-		t.Errorf("5 events at 20/s took %s, want at least 200ms less the first", d)
+	r := &replayer{pace: rate.NewLimiter(rate.Limit(0.001), 1)}
+	if err := r.wait(ctx); err != nil { // the burst of one
+		t.Fatal(err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if err := newPacer(0.001).wait(cctx); !errors.Is(err, context.Canceled) {
-		t.Errorf("cancelled: %v", err)
-	}
-	var none *pacer
-	if err := none.wait(ctx); err != nil {
-		t.Errorf("nil pacer: %v", err)
+	if err := r.wait(cctx); err == nil {
+		t.Error("a cancelled wait returned nil")
 	}
 }
 
