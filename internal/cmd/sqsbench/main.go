@@ -77,6 +77,8 @@ type report struct {
 	Requests  map[string]int `json:"requests"`
 	PeakRSSKB int64          `json:"peak_rss_kib"`
 	Extended  int64          `json:"extensions"`
+	Received  int64          `json:"received"`
+	Nonempty  int64          `json:"nonempty"`
 }
 
 // result is one child's run.
@@ -113,6 +115,12 @@ func (r result) requests() int {
 	return t
 }
 func (r result) perMessage() float64 { return float64(r.requests()) / float64(r.n) }
+
+// perReceive is the mean number of messages of the receives that brought
+// any.
+func (r result) perReceive() float64 {
+	return float64(r.rep.Received) / float64(max(r.rep.Nonempty, 1))
+}
 
 // startup is exec to the first confirmed delete; tail the last confirmed
 // delete to exit.
@@ -386,7 +394,7 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 					rep+1, s.reps, n, cons.name, r.wall().Seconds(), r.rate(), r.steady(), r.cpuPer10k(), r.rssMiB(), r.perMessage(),
 					r.startup().Milliseconds(), r.tail().Milliseconds(), r.emulatorPer10k(), r.others.Seconds(), r.steal.Seconds())
 				if s.verbose {
-					fmt.Fprintf(os.Stderr, "    requests %v, ru_maxrss %.1f MiB, extensions %d\n", r.rep.Requests, float64(r.maxRSSKB)/1024, r.rep.Extended)
+					fmt.Fprintf(os.Stderr, "    requests %v, %.2f messages per receive that brought any, ru_maxrss %.1f MiB, extensions %d\n", r.rep.Requests, r.perReceive(), float64(r.maxRSSKB)/1024, r.rep.Extended)
 				}
 			}
 		}
@@ -640,8 +648,8 @@ func soak(ctx context.Context, c *sqs.Client, s settings, child string) error {
 	defer mu.Unlock()
 	fmt.Printf("Memory at scale: worker, Concurrency %d, handlers sleeping %s, heartbeat on, queue visibility timeout %s, WaitTime %s, %d messages\n\n",
 		s.soakConc, s.soakSleep, s.soakVis, s.waitTime, s.soakMessages)
-	fmt.Printf("- exec → exit %.1f s, peak RSS (VmHWM at exit) **%.1f MiB** (target ≤ 64 MB), CPU %.2f s, %.4f SQS requests/msg (%v), %d heartbeat extensions, last delete → exit %d ms; the emulator's CPU %.1f s, others' %.1f s, steal %.1f s\n",
-		r.wall().Seconds(), r.rssMiB(), r.cpu.Seconds(), r.perMessage(), r.rep.Requests, r.rep.Extended, r.tail().Milliseconds(), r.emulator.Seconds(), r.others.Seconds(), r.steal.Seconds())
+	fmt.Printf("- exec → exit %.1f s, peak RSS (VmHWM at exit) **%.1f MiB** (target ≤ 64 MB), CPU %.2f s, %.4f SQS requests/msg (%v), %.1f messages per receive that brought any, %d heartbeat extensions, last delete → exit %d ms; the emulator's CPU %.1f s, others' %.1f s, steal %.1f s\n",
+		r.wall().Seconds(), r.rssMiB(), r.cpu.Seconds(), r.perMessage(), r.rep.Requests, r.perReceive(), r.rep.Extended, r.tail().Milliseconds(), r.emulator.Seconds(), r.others.Seconds(), r.steal.Seconds())
 	var loaded []float64
 	for _, sm := range samples {
 		if sm.inFlight >= s.soakConc*9/10 {

@@ -62,6 +62,8 @@ type Report struct {
 	Requests  map[string]int `json:"requests"`     // SQS requests by operation, retries included
 	PeakRSSKB int64          `json:"peak_rss_kib"` // VmHWM at exit
 	Extended  int64          `json:"extensions"`   // heartbeat extensions (worker)
+	Received  int64          `json:"received"`     // messages received
+	Nonempty  int64          `json:"nonempty"`     // receives that brought messages
 }
 
 type settings struct {
@@ -184,6 +186,7 @@ func run(s settings) (err error) {
 	rep.Start, rep.First, rep.Lo, rep.Hi, rep.Done = start, t.first.Load(), t.lo.Load(), t.hi.Load(), t.done.Load()
 	rep.LoCount, rep.HiCount = t.loCount, t.hiCount
 	rep.Requests = t.requests()
+	rep.Received, rep.Nonempty = t.received.Load(), t.nonempty.Load()
 	if rep.PeakRSSKB, err = peakRSS(); err != nil {
 		return err
 	}
@@ -199,6 +202,8 @@ type tally struct {
 	n                int64
 	loCount, hiCount int64 // the marks: 5% and 95% of n
 	deleted          atomic.Int64
+	received         atomic.Int64 // messages received
+	nonempty         atomic.Int64 // receives that brought messages
 	first, lo, hi    atomic.Int64 // Unix ns when the marks were passed
 	done             atomic.Int64
 	allDone          chan struct{} // closed when deleted reaches n
@@ -212,8 +217,8 @@ func newTally(n int64) *tally {
 }
 
 // addTo installs the tally in an SQS client's middleware: requests are
-// counted per attempt (after the retry middleware), confirmed deletes per
-// operation.
+// counted per attempt (after the retry middleware), confirmed deletes and
+// received messages per operation.
 func (t *tally) addTo(stack *middleware.Stack) error {
 	count := middleware.FinalizeMiddlewareFunc("sqsbenchCountRequests",
 		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
@@ -235,6 +240,11 @@ func (t *tally) addTo(stack *middleware.Stack) error {
 					t.add(int64(len(r.Successful)))
 				case *sqs.DeleteMessageOutput:
 					t.add(1)
+				case *sqs.ReceiveMessageOutput:
+					if len(r.Messages) > 0 {
+						t.received.Add(int64(len(r.Messages)))
+						t.nonempty.Add(1)
+					}
 				}
 			}
 			return out, md, err
