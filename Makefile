@@ -120,7 +120,7 @@ chaos: stack-start
 ## repetitions: throughput, CPU per 10k messages, peak RSS, SQS requests per
 ## message, shutdown tail; then 1,000 slow jobs in flight with the worker's RSS
 ## sampled for two minutes; then the Go benchmarks. Tables on stdout, progress
-## on stderr; about 7 minutes with warm caches (BENCHMARKS.md).
+## on stderr; 6 to 8 minutes, from a clean clone too (BENCHMARKS.md).
 bench: stack-start tools
 	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO)
 	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchmem $(PKGS)

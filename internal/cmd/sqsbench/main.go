@@ -193,7 +193,7 @@ func parseSettings() (settings, error) {
 	flag.DurationVar(&s.soakVis, "soak-visibility", 30*time.Second, "soak: the queue's visibility timeout")
 	flag.StringVar(&s.profiles, "profiles", "", "a directory for CPU and allocation profiles of each consumer's run at the largest size in the last repetition (profiling adds to the CPU figures of those runs)")
 	flag.StringVar(&s.child, "child", "", "a prebuilt "+childPkg+" binary (default: go build it into a temporary directory)")
-	flag.IntVar(&s.emulatorPID, "emulator-pid", 0, "the emulator's pid, whose CPU is reported (default: from localstack/.run/sqs.pid when that is fauxqs)")
+	flag.IntVar(&s.emulatorPID, "emulator-pid", 0, "the emulator's pid, whose CPU is reported (default: the process listening on the port of AWS_ENDPOINT_URL_SQS)")
 	flag.StringVar(&s.goBin, "go", "go", "the go command that builds the child")
 	flag.BoolVar(&s.verbose, "v", false, "print each run's requests by operation and ru_maxrss")
 	flag.Parse()
@@ -213,26 +213,64 @@ func parseSettings() (settings, error) {
 		errs = append(errs, fmt.Errorf("set AWS_ENDPOINT_URL_SQS to the local emulator on the loopback interface (make bench does), got %q", e))
 	}
 	if s.emulatorPID == 0 {
-		s.emulatorPID = fauxqsPID()
+		s.emulatorPID = listenerPID(os.Getenv("AWS_ENDPOINT_URL_SQS"))
 	}
 	return s, errors.Join(errs...)
 }
 
-// fauxqsPID returns the pid of the local stack's SQS emulator, or 0.
-func fauxqsPID() int {
-	b, err := os.ReadFile(filepath.Join("localstack", ".run", "sqs.pid"))
+// listenerPID returns the pid of the process listening on the TCP port of
+// endpoint on this machine, found through /proc/net/tcp{,6} and the
+// processes' file descriptors, or 0.
+func listenerPID(endpoint string) int {
+	u, err := url.Parse(endpoint)
 	if err != nil {
 		return 0
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
 	if err != nil {
 		return 0
 	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !bytes.Contains(cmdline, []byte("fauxqs")) {
+	inodes := map[string]bool{}
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			f := strings.Fields(line)
+			// sl local_address rem_address st ... inode (10th field)
+			if len(f) < 10 || f[3] != "0A" {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(f[1], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && p == port {
+				inodes["socket:["+f[9]+"]"] = true
+			}
+		}
+	}
+	if len(inodes) == 0 {
 		return 0
 	}
-	return pid
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, d := range procs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		fds, err := os.ReadDir(filepath.Join("/proc", d.Name(), "fd"))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if link, err := os.Readlink(filepath.Join("/proc", d.Name(), "fd", fd.Name())); err == nil && inodes[link] {
+				return pid
+			}
+		}
+	}
+	return 0
 }
 
 // waitQuiet waits, up to limit, for a second in which the machine's cores
@@ -721,6 +759,11 @@ func ratios(rs, raw []result, f func(result) float64) []float64 {
 }
 
 func ratio(rs, raw []result, f func(result) float64, ci int) string {
+	for _, r := range raw {
+		if f(r) == 0 {
+			return "n/a"
+		}
+	}
 	if ci == 0 {
 		return "1.00"
 	}
