@@ -1,0 +1,491 @@
+package batch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/dlq"
+	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/producer"
+)
+
+// Middleware counts the chunks whose handler, next, succeeded, records the
+// chunks that failed for good, and sends each batch's completion job once
+// all its chunks are counted (see the package documentation). Messages
+// that are not chunks (without the Attribute) go to next untouched.
+//
+// It counts a chunk with a transaction of its own, after next returned nil.
+// It may sit anywhere in a chain, inside or outside the idempotency
+// middleware; to commit the count together with the idempotency record and
+// the handler's AddWrites, use WithIdempotency instead.
+//
+// A chunk already counted, when it is delivered again, is acknowledged
+// without running next (one consistent GetItem, for redeliveries only).
+func (c *Coordinator) Middleware(next sqsworker.Handler) sqsworker.Handler {
+	return c.outer(c.inner(next), false)
+}
+
+// WithIdempotency returns middleware that runs a handler under guard (the
+// idempotency middleware, idempotency.Guard.Middleware) and counts each
+// chunk in the idempotency record's own transaction, with the writes the
+// handler added (idempotency.AddWrites): the chunk's effects, its
+// idempotency record and its count commit together or not at all. Use it
+// in place of guard, not around it:
+//
+//	h := coord.WithIdempotency(guard.Middleware)(handler)
+//
+// The transaction then holds two more writes than the handler's:
+// a handler may add at most idempotency.MaxWrites-2.
+func (c *Coordinator) WithIdempotency(guard sqsworker.Middleware) sqsworker.Middleware {
+	return func(next sqsworker.Handler) sqsworker.Handler {
+		return c.outer(guard(c.inner(next)), true)
+	}
+}
+
+// run is what the outer and inner parts of the middleware share about one
+// chunk's run.
+type run struct {
+	viaGuard   bool // the inner part may add its writes to the guard's commit
+	added      bool // it did: the guard commits the count
+	recovering bool // the writes added move a failed chunk to done
+}
+
+type runKey struct{}
+
+// outer runs h, then, for a chunk that succeeded (or was a duplicate of
+// one), sends the batch's completion if it is due.
+func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handler {
+	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		id, i, ok := ParseChunk(m)
+		if !ok {
+			return h.HandleMessage(ctx, m)
+		}
+		r := &run{viaGuard: viaGuard}
+		err := h.HandleMessage(context.WithValue(ctx, runKey{}, r), m)
+		if err != nil {
+			var tce *idempotency.TransactionCanceledError
+			if !r.added || !errors.As(err, &tce) {
+				return err
+			}
+			// The guard's commit was cancelled by a condition: ours are
+			// the last two writes (the chunk item, then the batch).
+			n := len(tce.Reasons)
+			switch {
+			case tce.ConditionFailed(n - 1):
+				return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
+			case tce.ConditionFailed(n - 2):
+				// The chunk was counted by another run, with its
+				// effects: this run applied nothing, and is done.
+				c.cfg.Logger.Info("batch: chunk already counted by another delivery; its writes were not applied again",
+					"batch", id, "chunk", i, "message_id", m.ID)
+			default:
+				return err
+			}
+		}
+		return c.notify(ctx, id, i)
+	})
+}
+
+// inner runs next for a chunk not yet counted, and counts it (or records
+// its failure).
+func (c *Coordinator) inner(next sqsworker.Handler) sqsworker.Handler {
+	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		id, i, ok := ParseChunk(m)
+		if !ok {
+			return next.HandleMessage(ctx, m)
+		}
+		r, _ := ctx.Value(runKey{}).(*run)
+		if r == nil {
+			r = &run{}
+		}
+		prior := ""
+		if m.ReceiveCount > 1 || replayed(m) {
+			status, err := c.chunkStatus(ctx, id, i)
+			if err != nil {
+				return err
+			}
+			if status == StatusDone {
+				return nil
+			}
+			prior = status
+		}
+		if err := next.HandleMessage(ctx, m); err != nil {
+			c.recordFailure(ctx, id, i, m, err)
+			return err
+		}
+		if r.viaGuard {
+			err := idempotency.AddWrites(ctx, c.countWrites(id, i, prior == StatusFailed)...)
+			if err == nil {
+				r.added, r.recovering = true, prior == StatusFailed
+				return nil
+			}
+			if !errors.Is(err, idempotency.ErrNoClaim) {
+				return err
+			}
+		}
+		return c.count(ctx, id, i, prior == StatusFailed)
+	})
+}
+
+// replayed reports whether m was sent back from a dead-letter queue.
+func replayed(m *sqsworker.Message) bool {
+	if _, ok := m.MessageAttributes[dlq.AttrReplays]; ok {
+		return true
+	}
+	_, ok := sqsworker.ParseFailure(m.MessageAttributes)
+	return ok
+}
+
+// chunkStatus returns the status of chunk i of batch id: StatusDone,
+// StatusFailed, or "" when it is neither counted nor failed.
+func (c *Coordinator) chunkStatus(ctx context.Context, id string, i int) (string, error) {
+	out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &c.cfg.Table, Key: c.chunkKey(id, i), ConsistentRead: aws.Bool(true),
+		ProjectionExpression:     aws.String("#s"),
+		ExpressionAttributeNames: map[string]string{"#s": aStatus},
+	})
+	if err != nil {
+		return "", c.dynamoErr(fmt.Sprintf("reading chunk %d of batch %q", i, id), err)
+	}
+	return getStr(out.Item, aStatus), nil
+}
+
+// countWrites returns the writes that count chunk i of batch id as done:
+// the chunk item, on the condition that it does not exist (or, recovering,
+// that it is failed), then the batch's counters, on the condition that the
+// batch exists.
+func (c *Coordinator) countWrites(id string, i int, recovering bool) []types.TransactWriteItem {
+	now := c.now()
+	names := map[string]string{"#k": c.cfg.KeyAttr, "#done": aDone}
+	var chunk types.TransactWriteItem
+	update := "ADD #done :one"
+	values := map[string]types.AttributeValue{":one": num(1)}
+	if recovering {
+		chunk.Update = &types.Update{
+			TableName: &c.cfg.Table, Key: c.chunkKey(id, i),
+			UpdateExpression:                    aws.String("SET #s = :done, #at = :at REMOVE #e, #c"),
+			ConditionExpression:                 aws.String("#s = :failed"),
+			ExpressionAttributeNames:            map[string]string{"#s": aStatus, "#at": aAt, "#e": aError, "#c": aClass},
+			ExpressionAttributeValues:           map[string]types.AttributeValue{":done": str(StatusDone), ":failed": str(StatusFailed), ":at": num(now.UnixMilli())},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}
+		update = "ADD #done :one, #failed :minus DELETE #set :idx"
+		names["#failed"], names["#set"] = aFailed, aFailedSet
+		values[":minus"] = num(-1)
+		values[":idx"] = &types.AttributeValueMemberNS{Value: []string{strconv.Itoa(i)}}
+	} else {
+		item := c.chunkKey(id, i)
+		item[aKind] = str("chunk")
+		item[aStatus] = str(StatusDone)
+		item[aAt] = num(now.UnixMilli())
+		item[c.cfg.ExpiryAttr] = num(now.Add(c.cfg.TTL).Unix())
+		chunk.Put = &types.Put{
+			TableName: &c.cfg.Table, Item: item,
+			ConditionExpression:                 aws.String("attribute_not_exists(#k)"),
+			ExpressionAttributeNames:            map[string]string{"#k": c.cfg.KeyAttr},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}
+	}
+	return []types.TransactWriteItem{chunk, {Update: &types.Update{
+		TableName: &c.cfg.Table, Key: c.batchKey(id),
+		UpdateExpression:          &update,
+		ConditionExpression:       aws.String("attribute_exists(#k)"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}}}
+}
+
+// maxTxAttempts bounds the transactions count makes for one chunk: they
+// conflict when many chunks of one batch are counted at once.
+const maxTxAttempts = 8
+
+// count counts chunk i of batch id as done with a transaction of its own.
+// A chunk found counted already is not counted again; a chunk found failed
+// moves to done.
+func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bool) error {
+	token := newToken()
+	var last error
+	for attempt := range maxTxAttempts {
+		if attempt > 0 {
+			if err := sleep(ctx, txBackoff(attempt)); err != nil {
+				return fmt.Errorf("batch: counting chunk %d of batch %q: %w (last: %w)", i, id, err, last)
+			}
+		}
+		_, err := c.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems:      c.countWrites(id, i, recovering),
+			ClientRequestToken: &token,
+		})
+		if err == nil {
+			return nil
+		}
+		var tce *types.TransactionCanceledException
+		if !errors.As(err, &tce) {
+			// The outcome is unknown: the retry repeats the same request,
+			// which DynamoDB applies at most once (ClientRequestToken);
+			// past its ten minutes, the chunk item's condition does.
+			last = c.dynamoErr(fmt.Sprintf("counting chunk %d of batch %q", i, id), err)
+			if !retryableErr(err) {
+				return last
+			}
+			continue
+		}
+		// Cancelled: nothing was applied; the next attempt is a new
+		// request.
+		token = newToken()
+		rs := tce.CancellationReasons
+		if len(rs) == 2 && aws.ToString(rs[1].Code) == "ConditionalCheckFailed" {
+			return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
+		}
+		if len(rs) == 2 && aws.ToString(rs[0].Code) == "ConditionalCheckFailed" {
+			switch getStr(rs[0].Item, aStatus) {
+			case StatusDone:
+				return nil // counted already
+			case StatusFailed:
+				recovering = true
+			default:
+				recovering = false // the failed item is gone (expired)
+			}
+			continue
+		}
+		last = fmt.Errorf("batch: counting chunk %d of batch %q: %w", i, id, err)
+	}
+	return sqsworker.Unavailable(last)
+}
+
+// recordFailure records chunk i of batch id as failed when err is its last
+// failure: Permanent, or on the attempt Config.MaxReceiveCount. A chunk
+// counted or failed already is left as it is. Errors are logged: the
+// message's own error is what matters to the runtime.
+func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sqsworker.Message, err error) {
+	var perm *sqsworker.PermanentError
+	final := errors.As(err, &perm) ||
+		(c.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= c.cfg.MaxReceiveCount && !sqsworker.IsUnavailable(err))
+	if !final {
+		return
+	}
+	now := c.now()
+	item := c.chunkKey(id, i)
+	item[aKind] = str("chunk")
+	item[aStatus] = str(StatusFailed)
+	item[aAt] = num(now.UnixMilli())
+	item[aError] = str(truncate(err.Error(), sqsworker.MaxFailureErrorLen))
+	item[aClass] = str(sqsworker.ErrorClass(err))
+	item[aAttempts] = num(int64(m.ReceiveCount))
+	item[c.cfg.ExpiryAttr] = num(now.Add(c.cfg.TTL).Unix())
+	_, terr := c.db.TransactWriteItems(context.WithoutCancel(ctx), &dynamodb.TransactWriteItemsInput{
+		ClientRequestToken: aws.String(newToken()),
+		TransactItems: []types.TransactWriteItem{
+			{Put: &types.Put{
+				TableName: &c.cfg.Table, Item: item,
+				ConditionExpression:      aws.String("attribute_not_exists(#k)"),
+				ExpressionAttributeNames: map[string]string{"#k": c.cfg.KeyAttr},
+			}},
+			{Update: &types.Update{
+				TableName: &c.cfg.Table, Key: c.batchKey(id),
+				UpdateExpression:         aws.String("ADD #failed :one, #set :idx"),
+				ConditionExpression:      aws.String("attribute_exists(#k)"),
+				ExpressionAttributeNames: map[string]string{"#k": c.cfg.KeyAttr, "#failed": aFailed, "#set": aFailedSet},
+				ExpressionAttributeValues: map[string]types.AttributeValue{
+					":one": num(1), ":idx": &types.AttributeValueMemberNS{Value: []string{strconv.Itoa(i)}},
+				},
+			}},
+		},
+	})
+	var tce *types.TransactionCanceledException
+	switch {
+	case terr == nil:
+	case errors.As(terr, &tce) && len(tce.CancellationReasons) == 2 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed":
+		// Counted or failed already.
+	default:
+		c.cfg.Logger.Warn("batch: recording a failed chunk failed; batch show --dlq still lists it from the dead-letter queue",
+			"batch", id, "chunk", i, "message_id", m.ID, "error", terr)
+	}
+}
+
+// errNotifyHeld is the reason a chunk comes back while another consumer
+// holds the lease on sending its batch's completion.
+var errNotifyHeld = errors.New("batch: the completion job is being sent by the chunk that holds its lease")
+
+// notify sends the completion job of batch id when every chunk is counted
+// and it has not been sent: it takes the lease on sending it, sends it and
+// marks it sent. Chunk i is the chunk whose run this is.
+func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
+	out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &c.cfg.Table, Key: c.batchKey(id), ConsistentRead: aws.Bool(true),
+		ProjectionExpression:     aws.String("#t, #d, #n, #u, #c"),
+		ExpressionAttributeNames: map[string]string{"#t": aTotal, "#d": aDone, "#n": aNotified, "#u": aNotifyTill, "#c": "notify_chunk"},
+	})
+	if err != nil {
+		return c.dynamoErr(fmt.Sprintf("reading batch %q", id), err)
+	}
+	if out.Item == nil {
+		c.cfg.Logger.Warn("batch: a counted chunk's batch is gone (expired?)", "batch", id, "chunk", i)
+		return nil
+	}
+	if done, total := getNum(out.Item, aDone), getNum(out.Item, aTotal); done < total {
+		return nil
+	}
+	if _, sent := out.Item[aNotified]; sent {
+		return nil
+	}
+	now := c.now()
+	if until := time.UnixMilli(getNum(out.Item, aNotifyTill)); until.After(now) {
+		return c.held(out.Item, i, until.Sub(now))
+	}
+	token := newToken()
+	up, err := c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &c.cfg.Table, Key: c.batchKey(id),
+		UpdateExpression:    aws.String("SET #tok = :tok, #u = :until, #c = :chunk"),
+		ConditionExpression: aws.String("#d = #t AND attribute_not_exists(#n) AND (attribute_not_exists(#u) OR #u < :now)"),
+		ExpressionAttributeNames: map[string]string{
+			"#tok": aNotifyTok, "#u": aNotifyTill, "#c": "notify_chunk", "#d": aDone, "#t": aTotal, "#n": aNotified,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":tok": str(token), ":until": num(now.Add(c.cfg.NotifyLease).UnixMilli()), ":chunk": num(int64(i)), ":now": num(now.UnixMilli()),
+		},
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		if _, sent := ccf.Item[aNotified]; sent {
+			return nil
+		}
+		until := time.UnixMilli(getNum(ccf.Item, aNotifyTill))
+		return c.held(ccf.Item, i, max(until.Sub(now), time.Second))
+	case err != nil:
+		return c.dynamoErr(fmt.Sprintf("taking the lease on the completion of batch %q", id), err)
+	}
+	msgID, err := c.sendCompletion(ctx, id, up.Attributes)
+	if err != nil {
+		c.releaseLease(ctx, id, token)
+		return err
+	}
+	c.markSent(ctx, id, token, msgID)
+	return nil
+}
+
+// held is the outcome of chunk i's run when another holder's lease on
+// sending the completion lasts for d more: the holder's chunk comes back
+// after the lease (it may have died, and it holds the only message bound to
+// send the completion); other chunks are done.
+func (c *Coordinator) held(item map[string]types.AttributeValue, i int, d time.Duration) error {
+	if _, ok := item["notify_chunk"]; ok && getNum(item, "notify_chunk") != int64(i) {
+		return nil
+	}
+	return sqsworker.RetryAfter(d+time.Second, errNotifyHeld)
+}
+
+// sendCompletion sends the completion job kept in the batch's item, and
+// returns its message ID.
+func (c *Coordinator) sendCompletion(ctx context.Context, id string, item map[string]types.AttributeValue) (string, error) {
+	var attrs map[string]sqsworker.MessageAttribute
+	if s := getStr(item, aCbAttrs); s != "" && s != "null" {
+		if err := json.Unmarshal([]byte(s), &attrs); err != nil {
+			return "", sqsworker.Permanent(fmt.Errorf("batch: the callback attributes of batch %q are not valid JSON: %w", id, err))
+		}
+	}
+	queue := getStr(item, aCbQueue)
+	m := c.completion(id, getStr(item, aCbBody), attrs, getStr(item, aCbGroup), strings.HasSuffix(queue, ".fifo"))
+	p, err := producer.New(c.sqs, producer.Config{QueueURL: queue, MaxMessageSize: producer.MaxMessageSize})
+	if err != nil {
+		return "", sqsworker.Permanent(fmt.Errorf("batch: the callback of batch %q: %w", id, err))
+	}
+	msgID, err := p.Send(ctx, m)
+	if err != nil {
+		return "", sqsworker.Unavailable(fmt.Errorf("batch: sending the completion job of batch %q to %s: %w", id, queue, err))
+	}
+	return msgID, nil
+}
+
+// releaseLease ends the lease of token on sending the completion of batch
+// id, as a best effort, so that the retry need not wait for it.
+func (c *Coordinator) releaseLease(ctx context.Context, id, token string) {
+	_, _ = c.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{
+		TableName: &c.cfg.Table, Key: c.batchKey(id),
+		UpdateExpression:          aws.String("REMOVE #u, #tok, #c"),
+		ConditionExpression:       aws.String("#tok = :tok"),
+		ExpressionAttributeNames:  map[string]string{"#u": aNotifyTill, "#tok": aNotifyTok, "#c": "notify_chunk"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": str(token)},
+	})
+}
+
+// markSent marks the completion of batch id sent, retrying for a while: a
+// completion sent but not marked is sent again by a later duplicate of a
+// chunk.
+func (c *Coordinator) markSent(ctx context.Context, id, token, msgID string) {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	for attempt := range 6 {
+		if attempt > 0 {
+			_ = sleep(ctx, txBackoff(attempt))
+		}
+		_, err = c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: &c.cfg.Table, Key: c.batchKey(id),
+			UpdateExpression:          aws.String("SET #n = :now, #id = :id REMOVE #u"),
+			ConditionExpression:       aws.String("#tok = :tok"),
+			ExpressionAttributeNames:  map[string]string{"#n": aNotified, "#id": aNotifyID, "#u": aNotifyTill, "#tok": aNotifyTok},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":now": num(c.now().UnixMilli()), ":id": str(msgID), ":tok": str(token)},
+		})
+		var ccf *types.ConditionalCheckFailedException
+		if err == nil || errors.As(err, &ccf) {
+			break
+		}
+	}
+	if err != nil {
+		c.cfg.Logger.Error("batch: the completion job was sent, but marking it sent failed: a later duplicate of a chunk may send it again (its idempotency key makes the callback run once)",
+			"batch", id, "completion_message_id", msgID, "error", err)
+	}
+}
+
+// newToken returns a random token of 32 hex characters: a ClientRequestToken
+// (at most 36) or a lease's holder.
+func newToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// txBackoff is the jittered wait before attempt n (from 1) of a conflicting
+// or failed request: up to 25ms doubling, at most 1s.
+func txBackoff(n int) time.Duration {
+	ceil := min(25*time.Millisecond<<min(n-1, 6), time.Second)
+	return time.Duration(mrand.Int64N(int64(ceil))) + time.Millisecond
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

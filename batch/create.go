@@ -1,0 +1,282 @@
+package batch
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/producer"
+)
+
+// Spec describes a batch to create.
+type Spec struct {
+	// ID names the batch: 1 to MaxIDLength bytes of letters, digits and
+	// _ . : / = + @ - (see CheckID). Required. Creating a batch again with
+	// its ID repeats the same spec.
+	ID string
+	// QueueURL is the queue the chunks are sent to. Required.
+	QueueURL string
+	// Chunks are the chunk jobs, at least one; chunk i gets the index i.
+	// Create sets their idempotency key (ChunkKey) and the Attribute
+	// marking them: leave IdempotencyKey empty, and use at most eight
+	// attributes of your own. On a FIFO queue without content-based
+	// deduplication, a chunk without a DeduplicationID gets one derived
+	// from its key.
+	Chunks []producer.Message
+	// Callback is the completion job, sent once every chunk has succeeded.
+	Callback Callback
+}
+
+// Callback is a batch's completion job.
+type Callback struct {
+	// QueueURL is the queue the completion job is sent to. Required.
+	QueueURL string
+	// Body is the completion job's body. Required.
+	Body string
+	// Attributes are its message attributes, at most eight: the
+	// completion job also carries its idempotency key (DoneKey) and the
+	// AttrCompleted attribute.
+	Attributes map[string]sqsworker.MessageAttribute
+	// GroupID is its message group on a FIFO queue. Default the batch ID.
+	GroupID string
+}
+
+// maxCallbackSize bounds the callback's body and attributes, which are kept
+// in the batch's item (DynamoDB's items are at most 400 KB).
+const maxCallbackSize = 256 << 10
+
+// Create records the batch in the table, then sends its chunks (ten per
+// SendMessageBatch), then marks them sent. The record comes first, so that
+// no chunk can be counted against a batch that does not exist.
+//
+// Create is safe to call again after a crash or an error: with the same
+// spec it sends the chunks again unless the first call marked them sent
+// (a chunk sent twice is counted once, and its second delivery is a
+// duplicate for the idempotency middleware); with another spec it returns a
+// *SpecMismatchError and sends nothing. An error sending chunks says how
+// many may not have been sent: call Create again with the same spec.
+func (c *Coordinator) Create(ctx context.Context, s Spec) error {
+	msgs, err := c.chunks(s)
+	if err != nil {
+		return err
+	}
+	hash := specHash(s, msgs)
+	now := c.now()
+	attrs, err := json.Marshal(s.Callback.Attributes)
+	if err != nil {
+		return fmt.Errorf("batch: encoding the callback's attributes: %w", err)
+	}
+	if n := len(s.Callback.Body) + len(attrs); n > maxCallbackSize {
+		return fmt.Errorf("batch: the callback's body and attributes are %d bytes, over %d (they are kept in the batch's item): keep large data elsewhere (such as S3) and send a reference to it", n, maxCallbackSize)
+	}
+	group := s.Callback.GroupID
+	if group == "" {
+		group = s.ID
+	}
+	item := c.batchKey(s.ID)
+	item[aKind] = str("batch")
+	item[aTotal] = num(int64(len(msgs)))
+	item[aDone] = num(0)
+	item[aFailed] = num(0)
+	item[aSpec] = str(hash)
+	item[aQueue] = str(s.QueueURL)
+	item[aCreated] = num(now.UnixMilli())
+	item[c.cfg.ExpiryAttr] = num(now.Add(c.cfg.TTL).Unix())
+	item[aCbQueue] = str(s.Callback.QueueURL)
+	item[aCbBody] = str(s.Callback.Body)
+	item[aCbAttrs] = str(string(attrs))
+	item[aCbGroup] = str(group)
+	_, err = c.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &c.cfg.Table, Item: item,
+		ConditionExpression:                 aws.String("attribute_not_exists(#k)"),
+		ExpressionAttributeNames:            map[string]string{"#k": c.cfg.KeyAttr},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var exists *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &exists):
+		if getStr(exists.Item, aSpec) != hash {
+			return &SpecMismatchError{ID: s.ID}
+		}
+		if _, sent := exists.Item[aSent]; sent {
+			return nil
+		}
+	case err != nil:
+		return c.dynamoErr(fmt.Sprintf("recording batch %q", s.ID), err)
+	}
+	p, err := producer.New(c.sqs, producer.Config{QueueURL: s.QueueURL})
+	if err != nil {
+		return fmt.Errorf("batch: %w", err)
+	}
+	res, err := p.SendBatch(ctx, msgs)
+	if err != nil {
+		failed := 0
+		for _, r := range res {
+			if r.Err != nil {
+				failed++
+			}
+		}
+		return fmt.Errorf("batch: %d of the %d chunks of batch %q may not have been sent: call Create again with the same spec (chunks sent twice are counted once): %w",
+			failed, len(msgs), s.ID, err)
+	}
+	_, err = c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &c.cfg.Table, Key: c.batchKey(s.ID),
+		UpdateExpression:          aws.String("SET #sent = :now"),
+		ConditionExpression:       aws.String("attribute_exists(#k)"),
+		ExpressionAttributeNames:  map[string]string{"#sent": aSent, "#k": c.cfg.KeyAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": num(c.now().UnixMilli())},
+	})
+	if err != nil {
+		return c.dynamoErr(fmt.Sprintf("marking the chunks of batch %q sent (they were: calling Create again sends them again, harmlessly)", s.ID), err)
+	}
+	return nil
+}
+
+// chunks validates s and returns the chunk messages to send.
+func (c *Coordinator) chunks(s Spec) ([]producer.Message, error) {
+	var errs []error
+	if err := CheckID(s.ID); err != nil {
+		errs = append(errs, err)
+	}
+	if s.QueueURL == "" {
+		errs = append(errs, errors.New("batch: Spec.QueueURL is required: the queue the chunks are sent to"))
+	}
+	if len(s.Chunks) == 0 {
+		errs = append(errs, errors.New("batch: Spec.Chunks is empty: a batch has at least one chunk"))
+	}
+	if s.Callback.QueueURL == "" {
+		errs = append(errs, errors.New("batch: Spec.Callback.QueueURL is required: the queue the completion job is sent to"))
+	}
+	if s.Callback.Body == "" {
+		errs = append(errs, errors.New("batch: Spec.Callback.Body is required: the completion job's body"))
+	}
+	if n := len(s.Callback.Attributes); n > sqsworker.MaxMessageAttributes-2 {
+		errs = append(errs, fmt.Errorf("batch: the callback has %d attributes, over %d (SQS allows %d, and the completion job carries two of its own)", n, sqsworker.MaxMessageAttributes-2, sqsworker.MaxMessageAttributes))
+	}
+	cbFIFO := strings.HasSuffix(s.Callback.QueueURL, ".fifo")
+	if err := producer.Validate(c.completion(s.ID, s.Callback.Body, s.Callback.Attributes, s.Callback.GroupID, cbFIFO), cbFIFO); err != nil {
+		errs = append(errs, fmt.Errorf("batch: the callback: %w", err))
+	}
+	fifo := strings.HasSuffix(s.QueueURL, ".fifo")
+	msgs := make([]producer.Message, len(s.Chunks))
+	bad := 0
+	for i, m := range s.Chunks {
+		var err error
+		switch {
+		case m.IdempotencyKey != "":
+			err = fmt.Errorf("it sets IdempotencyKey: leave it empty, Create sets it to %q", ChunkKey(s.ID, i))
+		case hasAttr(m.Attributes, Attribute) || hasAttr(m.Attributes, producer.IdempotencyKeyAttribute):
+			err = fmt.Errorf("it sets the %q or %q attribute, which Create sets", Attribute, producer.IdempotencyKeyAttribute)
+		default:
+			m.IdempotencyKey = ChunkKey(s.ID, i)
+			a := make(map[string]sqsworker.MessageAttribute, len(m.Attributes)+1)
+			for k, v := range m.Attributes {
+				a[k] = v
+			}
+			a[Attribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: s.ID + "#" + strconv.Itoa(i)}
+			m.Attributes = a
+			if fifo && m.DeduplicationID == "" {
+				m.DeduplicationID = digest(m.IdempotencyKey)
+			}
+			if verr := producer.Validate(m, fifo); verr != nil {
+				err = verr
+				if n := len(a) + 1; n > sqsworker.MaxMessageAttributes {
+					err = fmt.Errorf("%w (a chunk carries two attributes of its own: use at most %d)", verr, sqsworker.MaxMessageAttributes-2)
+				}
+			}
+		}
+		if err != nil {
+			if bad++; bad <= 5 {
+				errs = append(errs, fmt.Errorf("batch: chunk %d: %w", i, err))
+			}
+			continue
+		}
+		msgs[i] = m
+	}
+	if bad > 5 {
+		errs = append(errs, fmt.Errorf("batch: %d more chunks are invalid", bad-5))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return msgs, nil
+}
+
+func hasAttr(attrs map[string]sqsworker.MessageAttribute, name string) bool {
+	_, ok := attrs[name]
+	return ok
+}
+
+// completion returns the completion job of batch id.
+func (c *Coordinator) completion(id, body string, attrs map[string]sqsworker.MessageAttribute, group string, fifo bool) producer.Message {
+	a := make(map[string]sqsworker.MessageAttribute, len(attrs)+1)
+	for k, v := range attrs {
+		a[k] = v
+	}
+	a[AttrCompleted] = sqsworker.MessageAttribute{DataType: "String", StringValue: id}
+	m := producer.Message{Body: body, IdempotencyKey: DoneKey(id), Attributes: a}
+	if fifo {
+		if group == "" {
+			group = id
+		}
+		m.GroupID, m.DeduplicationID = group, digest(DoneKey(id))
+	}
+	return m
+}
+
+// digest returns a hex SHA-256 of s: 64 characters, within SQS's 128 for a
+// deduplication ID.
+func digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// specHash returns a digest of what makes a batch: its queue, its chunks as
+// sent, and its callback.
+func specHash(s Spec, msgs []producer.Message) string {
+	h := sha256.New()
+	field := func(v string) {
+		h.Write([]byte(strconv.Itoa(len(v))))
+		h.Write([]byte{':'})
+		h.Write([]byte(v))
+	}
+	attrs := func(a map[string]sqsworker.MessageAttribute) {
+		keys := make([]string, 0, len(a))
+		for k := range a {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		field(strconv.Itoa(len(keys)))
+		for _, k := range keys {
+			field(k)
+			field(a[k].DataType)
+			field(a[k].StringValue)
+			field(string(a[k].BinaryValue))
+		}
+	}
+	field(s.QueueURL)
+	field(strconv.Itoa(len(msgs)))
+	for _, m := range msgs {
+		field(m.Body)
+		field(m.GroupID)
+		field(m.DeduplicationID)
+		field(m.Delay.String())
+		attrs(m.Attributes)
+	}
+	field(s.Callback.QueueURL)
+	field(s.Callback.Body)
+	field(s.Callback.GroupID)
+	attrs(s.Callback.Attributes)
+	return hex.EncodeToString(h.Sum(nil))
+}

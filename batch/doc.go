@@ -1,0 +1,82 @@
+// Package batch runs a job as a batch of chunk jobs and enqueues one
+// completion job when every chunk has succeeded: the coordinator pattern,
+// on SQS and DynamoDB.
+//
+// [Coordinator.Create] records the batch in DynamoDB (its size, its
+// counters, the completion job to send) and then enqueues its chunks, each
+// with the [Attribute] "sqsworker.batch" ("<batch ID>#<chunk index>") and an
+// idempotency key of its own ([ChunkKey], "batch#<ID>#<index>"). Creating a
+// batch again with the same ID and the same chunks (after a crash, say)
+// sends the chunks that may not have been sent; with other chunks it is an
+// error.
+//
+// On the consumer side, [Coordinator.Middleware] counts each chunk whose
+// handler succeeded exactly once, in a DynamoDB transaction that puts a
+// chunk item ("batch#<ID>#chunk#<index>", on the condition that it does not
+// exist) and adds one to the batch's done counter: a redelivered chunk, a
+// chunk sent twice, or a transaction retried after a lost reply finds its
+// chunk item and is not counted again. With the idempotency middleware,
+// [Coordinator.WithIdempotency] adds these writes to the idempotency
+// record's own transaction (idempotency.AddWrites), so that a chunk's
+// effects, its idempotency record and its count commit together, or not at
+// all. Both are ordinary sqsworker middleware: they work the same in the
+// worker and in the Lambda adapter.
+//
+// # Completion
+//
+// After each successful chunk (or a duplicate of one), the middleware reads
+// the batch with a strongly consistent read. The chunk that finds every
+// chunk counted and the completion not yet sent takes a short lease on
+// sending it (a conditional update: one holder at a time), sends the
+// completion job to the callback queue, and marks it sent. Until the send
+// is marked, the chunk's message is not acknowledged: a crash anywhere in
+// between redelivers the chunk, which is found already counted, finds the
+// completion not marked sent, and sends it once the lease has ended.
+//
+// What holds where:
+//
+//   - Counting is exactly once per chunk index, whatever the deliveries.
+//   - The completion job is sent at least once, and more than once only
+//     when a consumer dies (or loses DynamoDB) between SQS accepting the
+//     completion and the update marking it sent: a window of one request.
+//     On a FIFO callback queue its deduplication ID (derived from the batch
+//     ID) drops such a second send within SQS's five-minute window.
+//   - The completion job carries the idempotency key [DoneKey]
+//     ("batch#<ID>#done"): a callback handler run under the idempotency
+//     middleware runs it once even in that case.
+//
+// # Failures
+//
+// A chunk whose handler fails with sqsworker.Permanent, or fails its last
+// attempt (Config.MaxReceiveCount), is recorded as failed, with its error
+// class and text: [Coordinator.Get] lists it. Failed chunks keep the batch
+// from completing; a failed chunk replayed from the dead-letter queue that
+// then succeeds moves from failed to done. Chunks SQS dead-lettered without
+// the middleware knowing it was their last attempt are found in the
+// dead-letter queue by [DeadLetters], with the failure metadata the runtimes
+// add.
+//
+// # Table
+//
+// Batches live in the idempotency table (idempotency.CreateTable, and the
+// CDK construct that makes it), under keys that start with "batch#": one
+// table to provision, alarm on and pay for, and the only way a chunk's
+// count can commit in the same DynamoDB transaction as the chunk's
+// idempotency record and effects, since a transaction stays within one
+// account and region and its writes are checked against the idempotency
+// table's. The idempotency stores that share the table must therefore not
+// use keys starting with "batch#" themselves (give them a
+// StoreConfig.KeyPrefix); the records of chunk keys (ChunkKey) are distinct
+// from the batch's own items. Items expire with the table's TTL,
+// Config.TTL after the batch was created.
+//
+// # Cost
+//
+// Create writes the batch (one PutItem), sends its chunks ten per
+// SendMessageBatch, and marks them sent (one UpdateItem). Each chunk costs
+// one TransactWriteItems of two items (or two more items in the
+// idempotency record's transaction) and one consistent GetItem of the
+// batch; a redelivered chunk, one GetItem of its chunk item more. The
+// completion costs one UpdateItem (lease), one SendMessage and one
+// UpdateItem (sent).
+package batch
