@@ -23,11 +23,11 @@ import (
 // carries it and its idempotency key: two of SQS's ten message attributes,
 // which leaves room for the eight of the failure metadata the runtimes add
 // when they dead-letter it.
-const Attribute = "sqsworker.batch"
+const Attribute = "batch-chunk"
 
 // AttrCompleted is the message attribute that marks a completion job: its
 // value is the batch ID.
-const AttrCompleted = "sqsworker.batch-completed"
+const AttrCompleted = "batch-completed"
 
 // KeyPrefix starts the partition key of every item of a batch in the table:
 // "batch#<ID>" for the batch, "batch#<ID>#chunk#<index>" for a counted or

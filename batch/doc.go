@@ -4,7 +4,7 @@
 //
 // [Coordinator.Create] records the batch in DynamoDB (its size, its
 // counters, the completion job to send) and then enqueues its chunks, each
-// with the [Attribute] "sqsworker.batch" ("<batch ID>#<chunk index>") and an
+// with the [Attribute] "batch-chunk" ("<batch ID>#<chunk index>") and an
 // idempotency key of its own ([ChunkKey], "batch#<ID>#<index>"). Creating a
 // batch again with the same ID and the same chunks (after a crash, say)
 // sends the chunks that may not have been sent; with other chunks it is an

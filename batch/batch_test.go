@@ -1,0 +1,428 @@
+package batch_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/batch"
+	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/faultproxy"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+)
+
+// Every chunk delivered twice, and the last one three times: each is
+// counted once, its effect applied once (a counted chunk is acknowledged
+// without running the handler), and one completion job is sent, with its
+// idempotency key and the batch ID.
+func TestDuplicatesCountOnce(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("dups", 5)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, e.sqs, e.work, 5)
+	if len(msgs) != 5 {
+		t.Fatalf("%d chunks on the queue, want 5", len(msgs))
+	}
+	var eff effects
+	h := e.coord.Middleware(eff.handler(nil))
+	for _, m := range msgs {
+		for _, d := range []*sqsworker.Message{m, m, again(m)} { // a duplicate send, then a redelivery
+			if err := h.HandleMessage(ctx, d); err != nil {
+				t.Fatalf("chunk %s: %v", m.Body, err)
+			}
+		}
+	}
+	if err := h.HandleMessage(ctx, again(again(msgs[4]))); err != nil {
+		t.Fatal(err)
+	}
+	p := progress(t, e.coord, "dups")
+	if p.Total != 5 || p.Done != 5 || p.Failed != 0 || p.Pending != 0 || !p.Completed || p.Notified.IsZero() || p.Sent.IsZero() {
+		t.Errorf("progress %+v", p)
+	}
+	for i := range 5 {
+		// The first two deliveries of each ran the handler (the second
+		// looked like a first delivery, as a duplicate send does); the
+		// redeliveries did not.
+		if n := eff.get("dups#" + string(rune('0'+i))); n != 2 {
+			t.Errorf("chunk %d ran %d times, want 2 (its redeliveries are acknowledged without running)", i, n)
+		}
+	}
+	done := receive(t, e.sqs, e.callbacks, 10)
+	if len(done) != 1 {
+		t.Fatalf("%d completion jobs, want 1", len(done))
+	}
+	if k, _ := done[0].Attribute(idempotency.KeyAttribute); k != batch.DoneKey("dups") {
+		t.Errorf("completion key %q", k)
+	}
+	if v, _ := done[0].Attribute(batch.AttrCompleted); v != "dups" || done[0].Body != `{"batch":"dups"}` {
+		t.Errorf("completion %q %q", v, done[0].Body)
+	}
+	if p.NotificationMessageID != done[0].ID {
+		t.Errorf("notified message %q, sent %q", p.NotificationMessageID, done[0].ID)
+	}
+}
+
+// The reply to the counting transaction is lost: the SDK retries it with
+// the same ClientRequestToken, and the chunk is counted once. The same
+// with the idempotency record's transaction.
+func TestLostReplyCountsOnce(t *testing.T) {
+	t.Parallel()
+	for _, guarded := range []bool{false, true} {
+		name := "own-transaction"
+		if guarded {
+			name = "with-idempotency"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			localtest.RequireDynamoDB(t)
+			proxy, err := faultproxy.New(strings.TrimPrefix(localtest.DynamoDBEndpoint(), "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = proxy.Close() })
+			viaProxy := func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(proxy.URL()) }
+			e := newFakeEnv(t, batch.Config{}, viaProxy)
+			ctx := context.Background()
+			if err := e.coord.Create(ctx, e.spec("lost", 2)); err != nil {
+				t.Fatal(err)
+			}
+			var eff effects
+			lost := false
+			loseNext := func(m *sqsworker.Message) error {
+				// The next reply after the handler's is the count's (or
+				// the commit's, with the guard): lose it, once.
+				if !lost {
+					lost = true
+					if err := proxy.LoseReplies(1); err != nil {
+						t.Error(err)
+					}
+				}
+				return nil
+			}
+			h := e.coord.Middleware(eff.handler(loseNext))
+			if guarded {
+				store, err := idempotency.NewDynamoStore(ctx, localtest.NewDynamoDB(t, viaProxy), idempotency.StoreConfig{Table: e.table})
+				if err != nil {
+					t.Fatal(err)
+				}
+				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+				h = e.coord.WithIdempotency(guard.Middleware)(eff.handler(loseNext))
+			}
+			msgs := receive(t, e.sqs, e.work, 2)
+			before := proxy.Stats()
+			if err := h.HandleMessage(ctx, msgs[0]); err != nil {
+				t.Fatalf("chunk 0: %v", err)
+			}
+			after := proxy.Stats()
+			if lostN := after.LostReplies - before.LostReplies; lostN != 1 {
+				t.Fatalf("%d replies lost, want 1", lostN)
+			}
+			if p := progress(t, e.coord, "lost"); p.Done != 1 {
+				t.Fatalf("done %d after one chunk whose reply was lost, want 1", p.Done)
+			}
+			if err := h.HandleMessage(ctx, again(msgs[0])); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.HandleMessage(ctx, msgs[1]); err != nil {
+				t.Fatal(err)
+			}
+			p := progress(t, e.coord, "lost")
+			if p.Done != 2 || !p.Completed || p.Notified.IsZero() {
+				t.Errorf("progress %+v", p)
+			}
+			if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+				t.Errorf("%d completion jobs, want 1", n)
+			}
+		})
+	}
+}
+
+// A chunk failing for good is recorded as failed, with its error; replayed
+// from the dead-letter queue, it succeeds, moves to done, and the batch
+// completes.
+func TestFailedChunkThenReplayed(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("fails", 3)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, e.sqs, e.work, 3)
+	broken := map[string]bool{"chunk-1": true, "chunk-2": true}
+	var eff effects
+	h := e.coord.Middleware(eff.handler(func(m *sqsworker.Message) error {
+		switch {
+		case !broken[m.Body]:
+			return nil
+		case m.Body == "chunk-1":
+			return sqsworker.Permanent(errors.New("invalid row 17"))
+		}
+		return errors.New("upstream 503")
+	}))
+	for _, m := range msgs {
+		err := h.HandleMessage(ctx, m)
+		if (err != nil) != broken[m.Body] {
+			t.Fatalf("%s: %v", m.Body, err)
+		}
+	}
+	p := progress(t, e.coord, "fails")
+	if p.Done != 1 || p.Failed != 1 || p.Pending != 1 || p.Completed {
+		t.Fatalf("after a Permanent failure and a retryable one: %+v", p)
+	}
+	if len(p.FailedChunks) != 1 || p.FailedChunks[0].Index != 1 || !strings.Contains(p.FailedChunks[0].Error, "invalid row 17") {
+		t.Fatalf("failed chunks %+v", p.FailedChunks)
+	}
+	// chunk-2's last attempt (MaxReceiveCount) fails too.
+	last := again(again(msgs[2]))
+	if err := h.HandleMessage(ctx, last); err == nil {
+		t.Fatal("the last attempt succeeded")
+	}
+	if err := h.HandleMessage(ctx, last); err == nil { // its failure is recorded once
+		t.Fatal("the last attempt succeeded")
+	}
+	p = progress(t, e.coord, "fails")
+	if p.Done != 1 || p.Failed != 2 || p.Pending != 0 || len(p.FailedChunks) != 2 || p.FailedChunks[1].Attempts != 3 {
+		t.Fatalf("after the last attempt: %+v", p)
+	}
+	// Fixed, and replayed from the dead-letter queue.
+	clear(broken)
+	for _, m := range []*sqsworker.Message{msgs[1], last} {
+		r := again(m)
+		r.MessageAttributes = map[string]sqsworker.MessageAttribute{}
+		for k, v := range m.MessageAttributes {
+			r.MessageAttributes[k] = v
+		}
+		r.MessageAttributes["sqsworker.replays"] = sqsworker.MessageAttribute{DataType: "Number", StringValue: "1"}
+		r.ReceiveCount = 1
+		if err := h.HandleMessage(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.HandleMessage(ctx, r); err != nil { // and replayed twice
+			t.Fatal(err)
+		}
+	}
+	p = progress(t, e.coord, "fails")
+	if p.Done != 3 || p.Failed != 0 || len(p.FailedChunks) != 0 || !p.Completed || p.Notified.IsZero() {
+		t.Errorf("after the replays: %+v", p)
+	}
+	if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+		t.Errorf("%d completion jobs, want 1", n)
+	}
+}
+
+// The completion job cannot be sent (SQS fails): the last chunk's message
+// fails as Unavailable (the breaker's business, never the DLQ's), and its
+// redelivery, found counted, sends the completion once.
+func TestCompletionSentOnRedelivery(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("resend", 2)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, e.sqs, e.work, 2)
+	var eff effects
+	h := e.coord.Middleware(eff.handler(nil))
+	if err := h.HandleMessage(ctx, msgs[0]); err != nil {
+		t.Fatal(err)
+	}
+	e.sqs.FailNext("SendMessage", errors.New("injected: SQS unreachable"), 1)
+	err := h.HandleMessage(ctx, msgs[1])
+	if err == nil || !sqsworker.IsUnavailable(err) {
+		t.Fatalf("last chunk with SQS failing: %v, want an Unavailable error", err)
+	}
+	if p := progress(t, e.coord, "resend"); p.Done != 2 || !p.Notified.IsZero() {
+		t.Fatalf("progress %+v", p)
+	}
+	if err := h.HandleMessage(ctx, again(msgs[1])); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.HandleMessage(ctx, again(msgs[0])); err != nil {
+		t.Fatal(err)
+	}
+	if n := eff.get("resend#1"); n != 1 {
+		t.Errorf("last chunk ran %d times", n)
+	}
+	if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+		t.Errorf("%d completion jobs, want 1", n)
+	}
+}
+
+// A consumer that took the lease on sending the completion died before
+// sending it: the other chunks are acknowledged, the holder's own chunk
+// comes back once the lease has ended and sends it.
+func TestCompletionLeaseOfDeadHolder(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{NotifyLease: time.Second})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("lease", 2)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, e.sqs, e.work, 2)
+	h := e.coord.Middleware(new(effects).handler(nil))
+	if err := h.HandleMessage(ctx, msgs[0]); err != nil {
+		t.Fatal(err)
+	}
+	// chunk 1 counts, takes the lease, and dies before sending: its
+	// send fails, and its lease is set again as a dead holder leaves it.
+	e.sqs.FailNext("SendMessage", errors.New("injected"), 1)
+	if err := h.HandleMessage(ctx, msgs[1]); err == nil {
+		t.Fatal("the send did not fail")
+	}
+	_, err := e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &e.table, Key: keyOf("batch#lease"),
+		UpdateExpression:          aws.String("SET notify_token = :t, notify_until = :u, notify_chunk = :c"),
+		ExpressionAttributeValues: vals(":t", "S:dead", ":u", "N:"+strconv.FormatInt(time.Now().Add(time.Second).UnixMilli(), 10), ":c", "N:1"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.HandleMessage(ctx, again(msgs[0])); err != nil {
+		t.Errorf("another chunk while the lease holds: %v, want it acknowledged", err)
+	}
+	err = h.HandleMessage(ctx, again(msgs[1]))
+	var ra *sqsworker.RetryAfterError
+	if !errors.As(err, &ra) || ra.Delay <= 0 {
+		t.Fatalf("the holder's chunk while its lease holds: %v, want RetryAfter", err)
+	}
+	time.Sleep(ra.Delay)
+	if err := h.HandleMessage(ctx, again(again(msgs[1]))); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+		t.Errorf("%d completion jobs, want 1", n)
+	}
+}
+
+// Creating a batch again: the same spec sends nothing more once sent, or
+// the chunks again after a crash before they were marked sent; another
+// spec is refused.
+func TestCreateAgain(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	s := e.spec("again", 3)
+	if err := e.coord.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.coord.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if v, _, _ := e.sqs.Depth(e.work); v != 3 {
+		t.Errorf("%d chunks queued after two Creates, want 3", v)
+	}
+	other := e.spec("again", 4)
+	var mismatch *batch.SpecMismatchError
+	if err := e.coord.Create(ctx, other); !errors.As(err, &mismatch) {
+		t.Errorf("Create with other chunks: %v, want a SpecMismatchError", err)
+	}
+	other = e.spec("again", 3)
+	other.Callback.Body = "other"
+	if err := e.coord.Create(ctx, other); !errors.As(err, &mismatch) {
+		t.Errorf("Create with another callback: %v, want a SpecMismatchError", err)
+	}
+	// A crash after the record, before the chunks were marked sent.
+	_, err := e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &e.table, Key: keyOf("batch#again"), UpdateExpression: aws.String("REMOVE sent"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.coord.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, e.sqs, e.work, 10)
+	if len(msgs) != 6 {
+		t.Fatalf("%d chunks queued, want 6 (sent twice)", len(msgs))
+	}
+	h := e.coord.Middleware(new(effects).handler(nil))
+	for _, m := range msgs {
+		if err := h.HandleMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p := progress(t, e.coord, "again"); p.Done != 3 || p.Sent.IsZero() || p.Notified.IsZero() {
+		t.Errorf("progress %+v", p)
+	}
+	if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+		t.Errorf("%d completion jobs, want 1", n)
+	}
+}
+
+// Bad input names the problem and the fix.
+func TestErrorsNameTheFix(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	_, err := batch.New(ctx, e.db, e.sqs, batch.Config{Table: "no-such-table-" + e.table})
+	if err == nil || !strings.Contains(err.Error(), "does not exist") || !strings.Contains(err.Error(), "idempotency table") {
+		t.Errorf("New with a missing table: %v", err)
+	}
+	var unknown *batch.UnknownBatchError
+	if _, err := e.coord.Get(ctx, "never-made"); !errors.As(err, &unknown) || !strings.Contains(err.Error(), "table") {
+		t.Errorf("Get of an unknown batch: %v", err)
+	}
+	if _, err := e.coord.Get(ctx, "a#b"); err == nil || !strings.Contains(err.Error(), "not #") {
+		t.Errorf("Get of an invalid ID: %v", err)
+	}
+	s := e.spec("bad", 2)
+	s.Chunks[1].IdempotencyKey = "mine"
+	s.Callback.QueueURL = ""
+	err = e.coord.Create(ctx, s)
+	if err == nil || !strings.Contains(err.Error(), "chunk 1") || !strings.Contains(err.Error(), "Callback.QueueURL is required") {
+		t.Errorf("Create of a bad spec: %v", err)
+	}
+	s = e.spec("attrs", 1)
+	s.Chunks[0].Attributes = map[string]sqsworker.MessageAttribute{}
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g", "h", "i"} {
+		s.Chunks[0].Attributes[k] = sqsworker.MessageAttribute{DataType: "String", StringValue: k}
+	}
+	if err := e.coord.Create(ctx, s); err == nil || !strings.Contains(err.Error(), "at most 8") {
+		t.Errorf("Create of a chunk with 9 attributes: %v", err)
+	}
+	// A chunk of a batch the table does not hold (another table, say)
+	// fails for good, naming the table.
+	m := &sqsworker.Message{ID: "m", Body: "x", ReceiveCount: 1, MessageAttributes: map[string]sqsworker.MessageAttribute{
+		batch.Attribute: {DataType: "String", StringValue: "elsewhere#0"},
+	}}
+	err = e.coord.Middleware(new(effects).handler(nil)).HandleMessage(ctx, m)
+	var perm *sqsworker.PermanentError
+	if !errors.As(err, &perm) || !errors.As(err, &unknown) {
+		t.Errorf("chunk of an unknown batch: %v, want a Permanent UnknownBatchError", err)
+	}
+	// Messages that are not chunks pass through.
+	plain := &sqsworker.Message{ID: "p", Body: "x"}
+	if err := e.coord.Middleware(new(effects).handler(nil)).HandleMessage(ctx, plain); err != nil {
+		t.Errorf("a message that is not a chunk: %v", err)
+	}
+}
+
+// keyOf is the key of an item of the table.
+func keyOf(id string) map[string]ddbtypes.AttributeValue {
+	return map[string]ddbtypes.AttributeValue{"id": &ddbtypes.AttributeValueMemberS{Value: id}}
+}
+
+// vals makes expression values from name, "S:value" or "N:value" pairs.
+func vals(kv ...string) map[string]ddbtypes.AttributeValue {
+	out := map[string]ddbtypes.AttributeValue{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		typ, v, _ := strings.Cut(kv[i+1], ":")
+		if typ == "N" {
+			out[kv[i]] = &ddbtypes.AttributeValueMemberN{Value: v}
+		} else {
+			out[kv[i]] = &ddbtypes.AttributeValueMemberS{Value: v}
+		}
+	}
+	return out
+}
