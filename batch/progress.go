@@ -149,13 +149,14 @@ type DeadLetter struct {
 // chunks of batch id, and returns them by index, with the scan's result
 // (its Coverage says whether every message was seen). It finds the chunks
 // SQS dead-lettered after their last receive, which the middleware cannot
-// tell from an ordinary failure unless Config.MaxReceiveCount is set. max
-// bounds the messages scanned (0: no bound).
-func DeadLetters(ctx context.Context, q *dlq.Queue, id string, max int) ([]DeadLetter, *dlq.ScanResult, error) {
+// tell from an ordinary failure unless Config.MaxReceiveCount is set. cfg
+// bounds and paces the scan as for dlq.Queue.Scan; its Filter, if any,
+// applies too.
+func DeadLetters(ctx context.Context, q *dlq.Queue, id string, cfg dlq.ScanConfig) ([]DeadLetter, *dlq.ScanResult, error) {
 	if err := CheckID(id); err != nil {
 		return nil, nil, err
 	}
-	res, err := q.Scan(ctx, dlq.ScanConfig{Max: max})
+	res, err := q.Scan(ctx, cfg)
 	if err != nil {
 		return nil, res, fmt.Errorf("batch: scanning %s for the chunks of batch %q: %w", q.Name, id, err)
 	}

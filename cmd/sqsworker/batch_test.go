@@ -1,0 +1,157 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/batch"
+	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/producer"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+)
+
+// batch show prints a batch's counts, its failed chunk with its error, and
+// with --dlq the chunk SQS dead-lettered, with its dead-letter reason.
+func TestBatchShow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := localtest.NewSQS(t)
+	db := localtest.NewDynamoDB(t)
+	table := localtest.UniqueName(t, false)
+	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table}); err != nil {
+		t.Fatal(err)
+	}
+	localtest.DeleteTableOnCleanup(t, db, table)
+	chunks := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	callbacks := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	coord, err := batch.New(ctx, db, c, batch.Config{Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := batch.Spec{ID: "report-7", QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: callbacks.URL, Body: "assemble"}}
+	for _, b := range []string{"ok", "broken", "dead", "waiting"} {
+		spec.Chunks = append(spec.Chunks, producer.Message{Body: b})
+	}
+	if err := coord.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	h := coord.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		switch m.Body {
+		case "broken":
+			return sqsworker.Permanent(errors.New("row 17: invalid date"))
+		case "dead":
+			return errors.New("upstream timeout")
+		}
+		return nil
+	}))
+	out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &chunks.URL, MaxNumberOfMessages: 10, MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, raw := range out.Messages {
+		m := &sqsworker.Message{ID: aws.ToString(raw.MessageId), Body: aws.ToString(raw.Body), ReceiveCount: 1,
+			MessageAttributes: map[string]sqsworker.MessageAttribute{}}
+		for k, v := range raw.MessageAttributes {
+			m.MessageAttributes[k] = sqsworker.MessageAttribute{DataType: aws.ToString(v.DataType), StringValue: aws.ToString(v.StringValue)}
+		}
+		if m.Body == "waiting" {
+			continue
+		}
+		_ = h.HandleMessage(ctx, m)
+		if m.Body == "dead" {
+			// The runtime dead-letters it with its failure metadata, as
+			// after its last receive.
+			f := sqsworker.Failure{Error: "upstream timeout", ErrorClass: "timeout", Attempts: 3, FailedAt: time.Now(),
+				SourceQueue: chunks.URL, MessageID: m.ID}
+			attrs, _ := f.AddTo(m.MessageAttributes)
+			sdk := map[string]types.MessageAttributeValue{}
+			for k, v := range attrs {
+				sdk[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: aws.String(v.StringValue)}
+			}
+			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &chunks.DLQURL, MessageBody: &m.Body, MessageAttributes: sdk}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	stdout, stderr, code := runCLI(t, "", "batch", "show", "report-7", "--table", table, "--dlq", queueName(chunks.DLQURL))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	t.Logf("\n%s", stdout)
+	for _, want := range []string{
+		"Batch:          report-7", "Chunks:         4, all sent", "Done:           1", "Failed:         1", "Pending:        2",
+		"Completed:      no; the completion job goes to " + queueName(callbacks.URL),
+		"FAILED CHUNK  ATTEMPTS  ERROR CLASS", "1             1         ", "row 17: invalid date",
+		"DEAD-LETTERED CHUNK", "upstream timeout", "timeout",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	if strings.Contains(stdout, "broken") || strings.Contains(stdout, "waiting") {
+		t.Errorf("output shows a message body:\n%s", stdout)
+	}
+
+	stdout, stderr, code = runCLI(t, "", "-o", "json", "batch", "show", "report-7", "--table", table, "--dlq", chunks.DLQURL)
+	if code != 0 {
+		t.Fatalf("-o json: exit %d: %s", code, stderr)
+	}
+	var got struct {
+		Total, Done, Failed, Pending int
+		FailedChunks                 []struct{ Index int }
+		DeadLetters                  []struct {
+			Index      int
+			ErrorClass string
+		}
+	}
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
+	}
+	if got.Total != 4 || got.Done != 1 || got.Failed != 1 || got.Pending != 2 || len(got.FailedChunks) != 1 || got.FailedChunks[0].Index != 1 ||
+		len(got.DeadLetters) != 1 || got.DeadLetters[0].Index != 2 || got.DeadLetters[0].ErrorClass != "timeout" {
+		t.Errorf("json: %+v", got)
+	}
+}
+
+// batch show's errors name the fix.
+func TestBatchShowErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := localtest.NewDynamoDB(t)
+	table := localtest.UniqueName(t, false)
+	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table}); err != nil {
+		t.Fatal(err)
+	}
+	localtest.DeleteTableOnCleanup(t, db, table)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"batch", "show", "b1"}, 2, "--table is required"},
+		{[]string{"batch", "show", "a#b", "--table", table}, 2, "not #"},
+		{[]string{"batch", "show"}, 2, "one BATCH_ID"},
+		{[]string{"batch", "show", "never-created", "--table", table}, 1, `no batch "never-created" in table ` + table + ": check the ID, and that the table is the one"},
+		{[]string{"batch", "show", "b1", "--table", table + "-missing"}, 1, "-missing does not exist in region "},
+		{[]string{"batch", "show", "b1", "--table", table + "-missing"}, 1, "pass --table the idempotency table the batch was created in"},
+		{[]string{"batch", "shw"}, 2, "did you mean show"},
+	} {
+		_, stderr, code := runCLI(t, "", tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr, tc.code, tc.want)
+		}
+	}
+}
