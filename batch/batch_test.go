@@ -426,3 +426,79 @@ func vals(kv ...string) map[string]ddbtypes.AttributeValue {
 	}
 	return out
 }
+
+// With the idempotency middleware the count commits in the idempotency
+// record's transaction, with the handler's writes: a transaction cancelled
+// by the handler's own condition counts nothing; its retry counts the chunk
+// and applies the effect together. A chunk found counted by the commit
+// (its idempotency record gone, say) applies nothing and is acknowledged.
+func TestWithIdempotencyCommitsTogether(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("atomic", 2)); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	ready := false // the handler's business condition
+	h := e.coord.WithIdempotency(guard.Middleware)(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		_, i, _ := batch.ParseChunk(m)
+		writes := []ddbtypes.TransactWriteItem{{Update: &ddbtypes.Update{
+			TableName: &e.table, Key: keyOf("effect#" + strconv.Itoa(i)),
+			UpdateExpression: aws.String("ADD n :one"), ExpressionAttributeValues: vals(":one", "N:1"),
+		}}}
+		if !ready {
+			writes = append(writes, ddbtypes.TransactWriteItem{ConditionCheck: &ddbtypes.ConditionCheck{
+				TableName: &e.table, Key: keyOf("no-such-item"), ConditionExpression: aws.String("attribute_exists(id)"),
+			}})
+		}
+		return idempotency.AddWrites(ctx, writes...)
+	}))
+	msgs := receive(t, e.sqs, e.work, 2)
+	err = h.HandleMessage(ctx, msgs[0])
+	var tce *idempotency.TransactionCanceledError
+	if !errors.As(err, &tce) {
+		t.Fatalf("the handler's condition failing: %v, want its TransactionCanceledError", err)
+	}
+	if p := progress(t, e.coord, "atomic"); p.Done != 0 {
+		t.Fatalf("counted %d with the handler's transaction cancelled", p.Done)
+	}
+	if it := item(t, e.db, e.table, "effect#0"); it != nil {
+		t.Fatalf("effect applied with the transaction cancelled: %v", it)
+	}
+	ready = true
+	if err := h.HandleMessage(ctx, again(msgs[0])); err != nil {
+		t.Fatal(err)
+	}
+	if p := progress(t, e.coord, "atomic"); p.Done != 1 || item(t, e.db, e.table, "effect#0")["n"] != "1" {
+		t.Fatalf("after the retry: done %d, effect %v", p.Done, item(t, e.db, e.table, "effect#0"))
+	}
+	if it := item(t, e.db, e.table, "jobs#"+batch.ChunkKey("atomic", 0)); it["status"] != idempotency.StatusCompleted {
+		t.Errorf("idempotency record %v", it)
+	}
+	// The idempotency record is lost (expired, say) and the chunk arrives
+	// as a first delivery: the handler runs, but the commit finds the
+	// chunk counted and applies none of its writes.
+	if _, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table, Key: keyOf("jobs#" + batch.ChunkKey("atomic", 0))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.HandleMessage(ctx, msgs[0]); err != nil {
+		t.Fatalf("a counted chunk without its idempotency record: %v", err)
+	}
+	if p := progress(t, e.coord, "atomic"); p.Done != 1 || item(t, e.db, e.table, "effect#0")["n"] != "1" {
+		t.Fatalf("after a counted chunk ran again: done %d, effect %v", p.Done, item(t, e.db, e.table, "effect#0"))
+	}
+	if err := h.HandleMessage(ctx, msgs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if p := progress(t, e.coord, "atomic"); p.Done != 2 || p.Notified.IsZero() {
+		t.Errorf("progress %+v", p)
+	}
+	if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+		t.Errorf("%d completion jobs, want 1", n)
+	}
+}
