@@ -216,7 +216,9 @@ const maxTxAttempts = 8
 // A chunk found counted already is not counted again; a chunk found failed
 // moves to done.
 func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bool) error {
-	token := newToken()
+	// A request and its token go together: DynamoDB refuses a token
+	// repeated with other parameters.
+	token, items := newToken(), c.countWrites(id, i, recovering)
 	var last error
 	for attempt := range maxTxAttempts {
 		if attempt > 0 {
@@ -225,7 +227,7 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 			}
 		}
 		_, err := c.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
-			TransactItems:      c.countWrites(id, i, recovering),
+			TransactItems:      items,
 			ClientRequestToken: &token,
 		})
 		if err == nil {
@@ -242,13 +244,11 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 			}
 			continue
 		}
-		// Cancelled: nothing was applied; the next attempt is a new
-		// request.
-		token = newToken()
 		rs := tce.CancellationReasons
 		if len(rs) == 2 && aws.ToString(rs[1].Code) == "ConditionalCheckFailed" {
 			return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
 		}
+		last = fmt.Errorf("batch: counting chunk %d of batch %q: %w", i, id, err)
 		if len(rs) == 2 && aws.ToString(rs[0].Code) == "ConditionalCheckFailed" {
 			switch getStr(rs[0].Item, aStatus) {
 			case StatusDone:
@@ -258,9 +258,10 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 			default:
 				recovering = false // the failed item is gone (expired)
 			}
-			continue
 		}
-		last = fmt.Errorf("batch: counting chunk %d of batch %q: %w", i, id, err)
+		// Cancelled: nothing was applied; the next attempt is a new
+		// request.
+		token, items = newToken(), c.countWrites(id, i, recovering)
 	}
 	return sqsworker.Unavailable(last)
 }
