@@ -513,3 +513,58 @@ func TestWithIdempotencyCommitsTogether(t *testing.T) {
 		t.Errorf("%d completion jobs, want 1", n)
 	}
 }
+
+// The requests a batch costs, as the package documentation states them:
+// Create one PutItem and one UpdateItem, ten chunks per SendMessageBatch;
+// each chunk one TransactWriteItems and one GetItem, a redelivery one
+// GetItem more; the completion two UpdateItem and one SendMessage.
+func TestRequestCost(t *testing.T) {
+	t.Parallel()
+	var counter localtest.Counter
+	e := newFakeEnv(t, batch.Config{}, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, counter.AddTo) })
+	ctx := context.Background()
+	counter.Reset()
+	const n = 25
+	if err := e.coord.Create(ctx, e.spec("cost", n)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := counter.ByOperation(), map[string]int{"PutItem": 1, "UpdateItem": 1}; !equalCounts(got, want) {
+		t.Errorf("Create: %v, want %v", got, want)
+	}
+	if c := e.sqs.Calls("SendMessageBatch"); c != 3 {
+		t.Errorf("Create: %d SendMessageBatch, want 3", c)
+	}
+	counter.Reset()
+	h := e.coord.Middleware(new(effects).handler(nil))
+	msgs := receive(t, e.sqs, e.work, n)
+	for _, m := range msgs {
+		if err := h.HandleMessage(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := counter.ByOperation(), map[string]int{"TransactWriteItems": n, "GetItem": n, "UpdateItem": 2}; !equalCounts(got, want) {
+		t.Errorf("%d chunks and the completion: %v, want %v", n, got, want)
+	}
+	if c := e.sqs.Calls("SendMessage"); c != 1 {
+		t.Errorf("%d SendMessage, want 1", c)
+	}
+	counter.Reset()
+	if err := h.HandleMessage(ctx, again(msgs[0])); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := counter.ByOperation(), map[string]int{"GetItem": 2}; !equalCounts(got, want) {
+		t.Errorf("a redelivery: %v, want %v", got, want)
+	}
+}
+
+func equalCounts(a, b map[string]int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}

@@ -6,9 +6,10 @@
 // counters, the completion job to send) and then enqueues its chunks, each
 // with the [Attribute] "batch-chunk" ("<batch ID>#<chunk index>") and an
 // idempotency key of its own ([ChunkKey], "batch#<ID>#<index>"). Creating a
-// batch again with the same ID and the same chunks (after a crash, say)
-// sends the chunks that may not have been sent; with other chunks it is an
-// error.
+// batch again with the same ID and the same spec (after a crash, say)
+// sends its chunks again unless they were all sent, harmlessly, since a
+// chunk is counted once however often it arrives; with another spec it is
+// a [*SpecMismatchError].
 //
 // On the consumer side, [Coordinator.Middleware] counts each chunk whose
 // handler succeeded exactly once, in a DynamoDB transaction that puts a
