@@ -568,3 +568,54 @@ func equalCounts(a, b map[string]int) bool {
 	}
 	return true
 }
+
+// With the idempotency middleware, a chunk recorded failed by another
+// delivery while this one ran (a first delivery, which reads nothing
+// before running) is not taken for counted: the commit applies nothing, the
+// run fails, and its retry moves the chunk from failed to done.
+func TestWithIdempotencyFailedMeanwhile(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("meanwhile", 1)); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	broken := true
+	var eff effects
+	h := e.coord.WithIdempotency(guard.Middleware)(eff.handler(func(m *sqsworker.Message) error {
+		if broken {
+			return sqsworker.Permanent(errors.New("bad input"))
+		}
+		return nil
+	}))
+	m := receive(t, e.sqs, e.work, 1)[0]
+	if err := h.HandleMessage(ctx, m); err == nil {
+		t.Fatal("want the Permanent failure")
+	}
+	if p := progress(t, e.coord, "meanwhile"); p.Failed != 1 {
+		t.Fatalf("progress %+v", p)
+	}
+	broken = false
+	err = h.HandleMessage(ctx, m) // a second copy, as a first delivery
+	if err == nil || sqsworker.IsUnavailable(err) {
+		t.Fatalf("a first delivery of a chunk recorded failed meanwhile: %v, want a failure", err)
+	}
+	if p := progress(t, e.coord, "meanwhile"); p.Done != 0 || p.Failed != 1 {
+		t.Fatalf("after the cancelled commit: %+v", p)
+	}
+	if err := h.HandleMessage(ctx, again(m)); err != nil {
+		t.Fatal(err)
+	}
+	p := progress(t, e.coord, "meanwhile")
+	if p.Done != 1 || p.Failed != 0 || p.Notified.IsZero() {
+		t.Errorf("after the retry: %+v", p)
+	}
+	if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+		t.Errorf("%d completion jobs, want 1", n)
+	}
+}

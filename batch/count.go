@@ -58,9 +58,8 @@ func (c *Coordinator) WithIdempotency(guard sqsworker.Middleware) sqsworker.Midd
 // run is what the outer and inner parts of the middleware share about one
 // chunk's run.
 type run struct {
-	viaGuard   bool // the inner part may add its writes to the guard's commit
-	added      bool // it did: the guard commits the count
-	recovering bool // the writes added move a failed chunk to done
+	viaGuard bool // the inner part may add its writes to the guard's commit
+	added    bool // it did: the guard commits the count
 }
 
 type runKey struct{}
@@ -86,6 +85,10 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 			switch {
 			case tce.ConditionFailed(n - 1):
 				return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
+			case tce.ConditionFailed(n-2) && getStr(tce.Reasons[n-2].Item, aStatus) != StatusDone:
+				// The chunk was recorded failed (or its item expired)
+				// meanwhile: the retry reads it, and counts it.
+				return fmt.Errorf("batch: chunk %d of batch %q changed while it ran (recorded failed by another delivery?); its retry counts it: %w", i, id, err)
 			case tce.ConditionFailed(n - 2):
 				// The chunk was counted by another run, with its
 				// effects: this run applied nothing, and is done.
@@ -129,7 +132,7 @@ func (c *Coordinator) inner(next sqsworker.Handler) sqsworker.Handler {
 		if r.viaGuard {
 			err := idempotency.AddWrites(ctx, c.countWrites(id, i, prior == StatusFailed)...)
 			if err == nil {
-				r.added, r.recovering = true, prior == StatusFailed
+				r.added = true
 				return nil
 			}
 			if !errors.Is(err, idempotency.ErrNoClaim) {
@@ -271,9 +274,13 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 // counted or failed already is left as it is. Errors are logged: the
 // message's own error is what matters to the runtime.
 func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sqsworker.Message, err error) {
-	var perm *sqsworker.PermanentError
+	var (
+		perm *sqsworker.PermanentError
+		wait *sqsworker.RetryAfterError
+	)
+	postponed := errors.As(err, &wait) && wait.Err == nil // not a failure
 	final := errors.As(err, &perm) ||
-		(c.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= c.cfg.MaxReceiveCount && !sqsworker.IsUnavailable(err))
+		(c.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= c.cfg.MaxReceiveCount && !sqsworker.IsUnavailable(err) && !postponed)
 	if !final {
 		return
 	}
