@@ -215,10 +215,9 @@ func testKilledWorker(t *testing.T, n int, plain bool) {
 			_ = second.Wait()
 		}
 	})
-	p = waitFor("the completion", 4*time.Minute, func(p *batch.Progress) bool { return !p.Notified.IsZero() })
+	waitFor("the completion", 4*time.Minute, func(p *batch.Progress) bool { return !p.Notified.IsZero() })
 	t.Logf("completed and notified %s after the start", time.Since(start).Round(time.Millisecond))
-	// Let the second worker finish what it holds, then stop it.
-	time.Sleep(2 * time.Second)
+	// Stop the second worker: it finishes what it holds.
 	if err := second.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
