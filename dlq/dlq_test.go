@@ -113,10 +113,7 @@ func TestScanWaitsForLostReceives(t *testing.T) {
 				deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders, MessageID: fmt.Sprint(i)}, fmt.Sprint("job ", i))
 			}
 			api := &lossy{API: e.f, lose: map[int]bool{2: true}, apiError: apiError}
-			q, err := Open(context.Background(), api, "orders-dlq", Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			q := openOrdersDLQ(t, api)
 			start := time.Now()
 			res, err := q.Scan(context.Background(), ScanConfig{Visibility: time.Second})
 			if err != nil {
@@ -134,9 +131,7 @@ func TestScanWaitsForLostReceives(t *testing.T) {
 			if !apiError && time.Since(start) < time.Second {
 				t.Errorf("the scan ended after %s: it did not wait for the lost messages", time.Since(start))
 			}
-			if v, f, _ := e.f.Depth(e.ordersDLQ); v != 25 || f != 0 {
-				t.Errorf("after the scan: %d visible, %d in flight", v, f)
-			}
+			e.wantDLQDepth(t, "after the scan", 25, 0)
 		})
 	}
 }
@@ -146,14 +141,9 @@ func TestScanWaitsForLostReceives(t *testing.T) {
 func TestScanInterruptedWhileLost(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv()
-	for i := range 5 {
-		deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, fmt.Sprint("job ", i))
-	}
+	e.deadLetterJobs(5)
 	api := &lossy{API: e.f, lose: map[int]bool{1: true}}
-	q, err := Open(context.Background(), api, "orders-dlq", Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openOrdersDLQ(t, api)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	res, err := q.Scan(ctx, ScanConfig{Visibility: 600 * time.Second})
@@ -188,14 +178,9 @@ func (b *blocking) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInp
 func TestScanNeverCutsAReceive(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv()
-	for i := range 7 {
-		deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, fmt.Sprint("job ", i))
-	}
+	e.deadLetterJobs(7)
 	b := &blocking{API: e.f, started: make(chan struct{}, 1), finish: make(chan struct{})}
-	q, err := Open(context.Background(), b, "orders-dlq", Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openOrdersDLQ(t, b)
 	ctx, cancel := context.WithCancel(context.Background())
 	type result struct {
 		res *ScanResult
@@ -218,9 +203,7 @@ func TestScanNeverCutsAReceive(t *testing.T) {
 	if len(b.ctxErrs) != 1 || b.ctxErrs[0] != nil {
 		t.Errorf("receives answered with context errors %v: one was cut short", b.ctxErrs)
 	}
-	if v, f, _ := e.f.Depth(e.ordersDLQ); v != 7 || f != 0 {
-		t.Errorf("after the interrupted scan: %d visible, %d in flight (hidden for 600s)", v, f)
-	}
+	e.wantDLQDepth(t, "after the interrupted scan, whose receives hid for 600s", 7, 0)
 }
 
 // A scan compares what it saw with the queue's count: messages another
@@ -228,17 +211,12 @@ func TestScanNeverCutsAReceive(t *testing.T) {
 func TestScanShortfall(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv()
-	for i := range 10 {
-		deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, fmt.Sprint("job ", i))
-	}
+	e.deadLetterJobs(10)
 	out, err := e.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(e.ordersDLQ), MaxNumberOfMessages: 3, VisibilityTimeout: 600})
 	if err != nil || len(out.Messages) != 3 {
 		t.Fatal(err)
 	}
-	q, err := Open(context.Background(), e.f, "orders-dlq", Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openOrdersDLQ(t, e.f)
 	res, err := q.Scan(context.Background(), ScanConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -251,9 +229,7 @@ func TestScanShortfall(t *testing.T) {
 	if err != nil || res.Scanned != 2 || !res.Truncated || res.Coverage.Complete || res.Coverage.Shortfall() != "" {
 		t.Errorf("Max 2: %v, %+v", err, res)
 	}
-	if v, f, _ := e.f.Depth(e.ordersDLQ); v != 7 || f != 3 {
-		t.Errorf("after the scans: %d visible, %d in flight", v, f)
-	}
+	e.wantDLQDepth(t, "after the scans", 7, 3)
 }
 
 // Failure metadata is verified: the worker's copies naming a source of the
@@ -282,10 +258,7 @@ func TestScanVerifiesMetadata(t *testing.T) {
 			forged, _ := fail(e.billing).AddTo(nil)
 			redrive(t, e.f, e.orders, "redriven with forged metadata", forged)
 			redrive(t, e.f, e.orders, "redriven", nil)
-			q, err := Open(context.Background(), tc.api(e), "orders-dlq", Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			q := openOrdersDLQ(t, tc.api(e))
 			res, err := q.Scan(context.Background(), ScanConfig{})
 			if err != nil {
 				t.Fatal(err)
@@ -340,10 +313,7 @@ func TestReplayOnlyToSources(t *testing.T) {
 			forged, _ := fail(e.billing).AddTo(nil)
 			redrive(t, e.f, e.orders, "redriven with forged metadata", forged)
 			e.f.Send(e.ordersDLQ, "no metadata")
-			q, err := Open(context.Background(), tc.api(e), "orders-dlq", Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
+			q := openOrdersDLQ(t, tc.api(e))
 			var audit []AuditRecord
 			cfg := ReplayConfig{Audit: Audit{Record: func(_ context.Context, r AuditRecord) error { audit = append(audit, r); return nil }}}
 			plan, err := q.Plan(context.Background(), cfg)
@@ -366,9 +336,7 @@ func TestReplayOnlyToSources(t *testing.T) {
 			if v, f, d := e.f.Depth(e.billing); v+f+d != 0 {
 				t.Errorf("billing received %d message(s)", v+f+d)
 			}
-			if v, f, _ := e.f.Depth(e.ordersDLQ); v != 2 || f != 0 {
-				t.Errorf("orders-dlq: %d visible, %d in flight", v, f)
-			}
+			e.wantDLQDepth(t, "orders-dlq", 2, 0)
 			// With a destination of the operator's choice, the others go.
 			res, err = q.Replay(context.Background(), ReplayConfig{To: "lonely"})
 			if err != nil || res.Moved != 2 {
@@ -386,10 +354,7 @@ func TestReplayAudit(t *testing.T) {
 	for i := range 3 {
 		deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders, MessageID: fmt.Sprint("orig-", i)}, fmt.Sprint("job ", i))
 	}
-	q, err := Open(context.Background(), e.f, "orders-dlq", Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openOrdersDLQ(t, e.f)
 	var recs []AuditRecord
 	fail := errors.New("disk full")
 	res, err := q.Replay(context.Background(), ReplayConfig{Filter: Filter{ErrorClasses: []string{"c"}}, Audit: Audit{
@@ -412,22 +377,15 @@ func TestReplayAudit(t *testing.T) {
 			t.Errorf("record %+v", r)
 		}
 	}
-	if v, f, _ := e.f.Depth(e.ordersDLQ); v != 1 || f != 0 {
-		t.Errorf("orders-dlq: %d visible, %d in flight", v, f)
-	}
+	e.wantDLQDepth(t, "orders-dlq", 1, 0)
 }
 
 // The limits of a replay: Limit, interruption between two messages.
 func TestReplayLimitAndInterrupt(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv()
-	for i := range 6 {
-		deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, fmt.Sprint("job ", i))
-	}
-	q, err := Open(context.Background(), e.f, "orders-dlq", Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e.deadLetterJobs(6)
+	q := openOrdersDLQ(t, e.f)
 	res, err := q.Replay(context.Background(), ReplayConfig{Limit: 2})
 	if err != nil || res.Moved != 2 || !res.LimitHit || res.Filter != "all messages (limit 2)" {
 		t.Fatalf("limit: %v, %+v", err, res)
@@ -442,9 +400,7 @@ func TestReplayLimitAndInterrupt(t *testing.T) {
 		!strings.HasPrefix(err.Error(), "interrupted: 1 message(s) moved, the others stay in orders-dlq") {
 		t.Errorf("interrupt: %v, %+v", err, res)
 	}
-	if v, f, _ := e.f.Depth(e.ordersDLQ); v != 3 || f != 0 {
-		t.Errorf("orders-dlq: %d visible, %d in flight", v, f)
-	}
+	e.wantDLQDepth(t, "orders-dlq", 3, 0)
 	if _, err := q.Replay(context.Background(), ReplayConfig{To: "orders-dlq"}); err == nil || !strings.Contains(err.Error(), "is the dead-letter queue itself") {
 		t.Errorf("to itself: %v", err)
 	}
@@ -459,10 +415,7 @@ func TestReplayLimitAndInterrupt(t *testing.T) {
 func TestUnsupportedOperations(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv()
-	q, err := Open(context.Background(), e.f, "orders-dlq", Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openOrdersDLQ(t, e.f)
 	recorded := 0
 	audit := Audit{Record: func(context.Context, AuditRecord) error { recorded++; return nil }}
 	if err := q.Purge(context.Background(), PurgeConfig{Audit: audit}); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "does not implement PurgeQueue") {
@@ -506,10 +459,7 @@ func TestRedriveAudited(t *testing.T) {
 	e := newFakeEnv()
 	deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, "job")
 	api := &taskFake{Fake: e.f}
-	q, err := Open(context.Background(), api, "orders-dlq", Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := openOrdersDLQ(t, api)
 	var recs []AuditRecord
 	audit := Audit{Caller: "arn:aws:iam::000000000000:user/op", Record: func(_ context.Context, r AuditRecord) error { recs = append(recs, r); return nil }}
 	p, err := q.PlanRedrive(context.Background(), RedriveConfig{To: "lonely", PerSecond: 5, Audit: audit})

@@ -43,6 +43,33 @@ func (e *fakeEnv) urls() []string {
 	return []string{e.orders, e.ordersDLQ, e.billing, e.billingDLQ, e.lonely}
 }
 
+// deadLetterJobs dead-letters n messages from orders into orders-dlq, with
+// the bodies "job 0", "job 1", …
+func (e *fakeEnv) deadLetterJobs(n int) {
+	for i := range n {
+		deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, fmt.Sprint("job ", i))
+	}
+}
+
+// wantDLQDepth reports an error unless orders-dlq holds visible messages
+// and inFlight ones; what says when.
+func (e *fakeEnv) wantDLQDepth(t *testing.T, what string, visible, inFlight int) {
+	t.Helper()
+	if v, f, _ := e.f.Depth(e.ordersDLQ); v != visible || f != inFlight {
+		t.Errorf("%s: %d visible, %d in flight, want %d and %d", what, v, f, visible, inFlight)
+	}
+}
+
+// openOrdersDLQ opens orders-dlq through api with the default Config.
+func openOrdersDLQ(t *testing.T, api API) *Queue {
+	t.Helper()
+	q, err := Open(context.Background(), api, "orders-dlq", Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
 // deadLetter sends a message to a dead-letter queue as the runtimes do: a
 // copy with failure metadata. It returns the copy's ID.
 func deadLetter(f *sqstest.Fake, dlqURL string, fl sqsworker.Failure, body string) string {

@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 )
 
 // DefaultVisibility is the visibility timeout with which scans and replays
@@ -468,14 +470,10 @@ func (s *scanner) change(ctx context.Context, handles map[string]string, visibil
 
 // sleep waits for d, or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
+	if !ctxsleep.Sleep(ctx, d) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 func later(a, b time.Time) time.Time {

@@ -21,11 +21,7 @@ import (
 func TestLostClaimResponseNotPostponed(t *testing.T) {
 	t.Parallel()
 	p := startFaultProxy(t)
-	direct := newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{})
-	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, _ := proxiedStore(t, p, localtest.NewDynamoDB(t))
 	p.setRule(func(op string, n int) fault {
 		if op == "PutItem" && n == 1 {
 			return dropResponse
@@ -35,7 +31,7 @@ func TestLostClaimResponseNotPostponed(t *testing.T) {
 	g, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
 	var runs atomic.Int64
 	work := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { runs.Add(1); return nil })
-	err = g.Middleware(work).HandleMessage(context.Background(), msg("lost-response", "payload"))
+	err := g.Middleware(work).HandleMessage(context.Background(), msg("lost-response", "payload"))
 	if n := p.requests("PutItem"); n < 2 {
 		t.Fatalf("%d PutItem requests: the client did not retry the claim", n)
 	}

@@ -85,8 +85,7 @@ func leasedContext(t testing.TB, key, body string, vis time.Duration) (context.C
 func TestClaimHeldThroughBrownout(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
-		holder, _ := idempotency.New(b.store, idempotency.Config{Logger: quiet()})
-		other, _ := idempotency.New(b.direct, idempotency.Config{Logger: quiet()})
+		holder, other := guards(b)
 		var eff effects
 		started := make(chan struct{})
 		finish := make(chan struct{})
@@ -182,8 +181,7 @@ func TestTakenOverHolderCancelled(t *testing.T) {
 func TestCompleteRetriedThroughBrownout(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
-		g, _ := idempotency.New(b.store, idempotency.Config{Logger: quiet()})
-		other, _ := idempotency.New(b.direct, idempotency.Config{Logger: quiet()})
+		g, other := guards(b)
 		var runs atomic.Int64
 		work := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { runs.Add(1); return nil })
 		b.fail(idempotency.OpComplete, false)
@@ -196,13 +194,7 @@ func TestCompleteRetriedThroughBrownout(t *testing.T) {
 		if _, mem := b.store.(*idempotency.MemStore); mem {
 			failures = 3
 		}
-		for b.failures(idempotency.OpComplete) < failures {
-			select {
-			case err := <-done:
-				t.Fatalf("the middleware returned (%v) after %d failed completions, before the store came back", err, b.failures(idempotency.OpComplete))
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		awaitFailures(t, b, idempotency.OpComplete, failures, done)
 		b.heal()
 		if err := wait(t, done, "end of the handler"); err != nil {
 			t.Errorf("handler: %v", err)

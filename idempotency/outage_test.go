@@ -118,11 +118,7 @@ func TestCommitAppliedRepliesLost(t *testing.T) {
 	p := startFaultProxy(t)
 	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
-	direct := newStore(t, db, idempotency.StoreConfig{})
-	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, direct := proxiedStore(t, p, db)
 	g, _ := idempotency.New(store, idempotency.Config{Lease: time.Second, ClaimGrace: time.Second, Logger: quiet()})
 	p.setRule(func(op string, n int) fault {
 		if op == "TransactWriteItems" {
@@ -153,11 +149,7 @@ func TestCommitAppliedRepliesLost(t *testing.T) {
 func TestUnknownClaimReleased(t *testing.T) {
 	t.Parallel()
 	p := startFaultProxy(t)
-	direct := newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{})
-	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, direct := proxiedStore(t, p, localtest.NewDynamoDB(t))
 	p.setRule(func(op string, n int) fault {
 		if op == "PutItem" {
 			return dropResponse

@@ -226,12 +226,8 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
 	t.Run("dynamodb", func(t *testing.T) {
 		t.Parallel()
 		p := startFaultProxy(t)
-		direct := newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{})
+		store, direct := proxiedStore(t, p, localtest.NewDynamoDB(t))
 		cfg := direct.Config()
-		store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
 		db := localtest.NewDynamoDB(t)
 		effects := newEffectsTable(t, db)
 		test(t, backend{
@@ -271,6 +267,40 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
 }
 
 var errBrownout = errors.New("injected: store unavailable")
+
+// proxiedStore creates a store's table on db and returns two stores of it:
+// store, whose requests go through p, and direct, which reaches DynamoDB
+// Local without faults, as another worker would.
+func proxiedStore(t *testing.T, p *faultProxy, db *dynamodb.Client) (store, direct *idempotency.DynamoStore) {
+	t.Helper()
+	direct = newStore(t, db, idempotency.StoreConfig{})
+	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, direct
+}
+
+// guards returns a guard on b's faulty store and another on its direct one,
+// as two workers sharing the records would have.
+func guards(b backend) (faulty, direct *idempotency.Guard) {
+	faulty, _ = idempotency.New(b.store, idempotency.Config{Logger: quiet()})
+	direct, _ = idempotency.New(b.direct, idempotency.Config{Logger: quiet()})
+	return faulty, direct
+}
+
+// awaitFailures waits until at least n requests of op have failed, failing
+// the test if the middleware returns (on done) first.
+func awaitFailures(t *testing.T, b backend, op string, n int, done <-chan error) {
+	t.Helper()
+	for b.failures(op) < n {
+		select {
+		case err := <-done:
+			t.Fatalf("the middleware returned (%v) after %d failed %s requests, before the store came back", err, b.failures(op), op)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
 
 // itemOf reads an item straight from a table, its string and number
 // attributes as strings; nil when there is none.

@@ -250,11 +250,7 @@ func TestLostCommitReplyAppliesOnce(t *testing.T) {
 	p := startFaultProxy(t)
 	db := localtest.NewDynamoDB(t)
 	effects := newEffectsTable(t, db)
-	direct := newStore(t, db, idempotency.StoreConfig{})
-	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, _ := proxiedStore(t, p, db)
 	p.setRule(func(op string, n int) fault {
 		if op == "TransactWriteItems" && n == 1 {
 			return dropResponse
@@ -338,8 +334,7 @@ func TestLostCommitRepliesOnTheWire(t *testing.T) {
 func TestCommitRetriedThroughBrownout(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
-		g, _ := idempotency.New(b.store, idempotency.Config{Logger: quiet()})
-		other, _ := idempotency.New(b.direct, idempotency.Config{Logger: quiet()})
+		g, other := guards(b)
 		var runs atomic.Int64
 		work := effectHandler(b.effects, &runs)
 		b.fail(idempotency.OpCommit, false)
@@ -353,13 +348,7 @@ func TestCommitRetriedThroughBrownout(t *testing.T) {
 		if _, mem := b.store.(*idempotency.MemStore); mem {
 			failures = 3
 		}
-		for b.failures(idempotency.OpCommit) < failures {
-			select {
-			case err := <-done:
-				t.Fatalf("the middleware returned (%v) after %d failed commits, before the store came back", err, b.failures(idempotency.OpCommit))
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
+		awaitFailures(t, b, idempotency.OpCommit, failures, done)
 		b.heal()
 		if err := wait(t, done, "end of the job"); err != nil {
 			t.Errorf("job: %v", err)

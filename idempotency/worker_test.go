@@ -23,6 +23,19 @@ import (
 	"github.com/sqsworker/sqsworker/worker"
 )
 
+// sendEachTwice sends n messages keyed order-0000, order-0001, …, then
+// each of them again, and returns the keys.
+func sendEachTwice(t *testing.T, c *sqs.Client, url string, n int) []string {
+	t.Helper()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("order-%04d", i)
+	}
+	sendKeyed(t, c, url, keys)
+	sendKeyed(t, c, url, keys)
+	return keys
+}
+
 // sendKeyed sends one message per key, in batches of ten, with the key in the
 // idempotency-key attribute and the body "body-KEY".
 func sendKeyed(t *testing.T, c *sqs.Client, url string, keys []string) {
@@ -115,12 +128,7 @@ func TestWorkerEndToEndExactlyOnceEffects(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 1000
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("order-%04d", i)
-	}
-	sendKeyed(t, sq, q.URL, keys)
-	sendKeyed(t, sq, q.URL, keys)
+	keys := sendEachTwice(t, sq, q.URL, n)
 	var eff effects
 	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		k, _ := m.Attribute(idempotency.KeyAttribute)
@@ -292,22 +300,13 @@ func TestWorkerTransactionalEffectsExactlyOnce(t *testing.T) {
 	})
 	db := localtest.NewDynamoDB(t)
 	effectsTable := newEffectsTable(t, db)
-	direct := newStore(t, db, idempotency.StoreConfig{})
-	store, err := idempotency.NewDynamoStore(context.Background(), p.dynamoDB(t), direct.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	store, _ := proxiedStore(t, p, db)
 	guard, err := idempotency.New(store, idempotency.Config{ClaimGrace: time.Second, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	const n = 1000
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("order-%04d", i)
-	}
-	sendKeyed(t, sq, q.URL, keys)
-	sendKeyed(t, sq, q.URL, keys)
+	keys := sendEachTwice(t, sq, q.URL, n)
 	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		k, _ := idempotency.KeyFromContext(ctx)
 		if k[len(k)-2:] == "00" && m.ReceiveCount == 1 {

@@ -62,7 +62,10 @@
 // A visibility heartbeat (package visibility) keeps records invisible while
 // they run, for functions whose timeout is longer than the queue's visibility
 // timeout; a handler finds its lease with visibility.FromContext, which the
-// idempotency middleware uses the same way as in the worker.
+// idempotency middleware uses the same way as in the worker. Invocations
+// that run at the same time in one execution environment share a queue's
+// heartbeat: one loop extends all their records, from the first of them to
+// start until the last ends.
 //
 // The queue's attributes (visibility timeout, redrive policy) are read on the
 // first record from that queue, and again once they are Config.QueueRefresh

@@ -139,6 +139,7 @@ type queueState struct {
 	info     queue.Info
 	exec     *executor.Executor
 	ext      *visibility.Extender // nil without a heartbeat
+	beat     heartbeat            // runs ext's rounds for the invocations using it
 	loadedAt time.Time
 	// known is false when the queue's attributes could not be read: the
 	// configuration stands in for them, and no heartbeat runs.
@@ -317,12 +318,11 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		defer cancel()
 	}
 
-	// The heartbeats of this invocation's queues.
-	var beats sync.WaitGroup
-	bctx, stopBeats := context.WithCancel(context.WithoutCancel(ctx))
+	// The heartbeats of this invocation's queues, shared with the
+	// invocations under way at the same time.
 	for st := range states {
 		if st.ext != nil {
-			beats.Go(func() { _ = st.ext.Run(bctx) })
+			st.beat.join(ctx, st.ext)
 		}
 	}
 	receivedAt := start.Add(-a.cfg.BatchingWindow)
@@ -353,8 +353,11 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 	}
 	inv.wg.Wait()
-	stopBeats()
-	beats.Wait()
+	for st := range states {
+		if st.ext != nil {
+			st.beat.leave()
+		}
+	}
 	inv.report(ctx, recs, log)
 	for st := range states {
 		// At every flush, so that an alarm on it sees a value each period.

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/smithy-go/logging"
 
 	"github.com/sqsworker/sqsworker/internal/awserr"
+	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 )
 
 // Receive-loop backoff after an error, and slot filling.
@@ -154,12 +155,5 @@ func jittered(failures int) time.Duration {
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return ctxsleep.Sleep(ctx, d)
 }

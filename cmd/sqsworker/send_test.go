@@ -360,6 +360,22 @@ func TestSendReadLine(t *testing.T) {
 	}
 }
 
+// startSendThrough starts the CLI with stdin and args, its SQS calls going
+// through the proxy at URL proxy.
+func startSendThrough(t *testing.T, ctx context.Context, proxy string, stdin io.Reader, args ...string) *cliProcess {
+	t.Helper()
+	return startCLIWith(t, ctx, stdin, []rootOption{withSQSOptions(func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy) })}, args...)
+}
+
+// wantInterrupted reports an error unless an interrupted send exited with
+// exitInterrupted.
+func wantInterrupted(t *testing.T, code int, stderr string) {
+	t.Helper()
+	if code != exitInterrupted {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitInterrupted, stderr)
+	}
+}
+
 // interruptingProxy is an HTTP proxy in front of the SQS emulator that, on
 // the nth SendMessageBatch call, calls interrupt and then holds the call
 // for a moment before passing it on, so that the interrupt comes while the
@@ -428,14 +444,10 @@ func TestSendInterruptedSaysWhereToResume(t *testing.T) {
 	ctx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	proxy := interruptingProxy(t, 30, interrupt)
-	p := startCLIWith(t, ctx, strings.NewReader(jsonLines(10000)),
-		[]rootOption{withSQSOptions(func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy) })},
-		"send", q.URL, "-o", "json")
+	p := startSendThrough(t, ctx, proxy, strings.NewReader(jsonLines(10000)), "send", q.URL, "-o", "json")
 	code := p.wait(t)
 	stderr := p.stderr.String()
-	if code != exitInterrupted {
-		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitInterrupted, stderr)
-	}
+	wantInterrupted(t, code, stderr)
 	// The interrupt came during the 30th call, lines 291 to 300: it
 	// finished, and nothing was read after it.
 	const last = 300
@@ -485,14 +497,10 @@ func TestSendSecondInterruptCutsTheCall(t *testing.T) {
 	defer interrupt()
 	now := make(chan struct{})
 	proxy := interruptingProxy(t, 5, func() { interrupt(); close(now) })
-	p := startCLIWith(t, withStopNow(ctx, now), strings.NewReader(jsonLines(1000)),
-		[]rootOption{withSQSOptions(func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy) })},
-		"send", q.URL, "-o", "json")
+	p := startSendThrough(t, withStopNow(ctx, now), proxy, strings.NewReader(jsonLines(1000)), "send", q.URL, "-o", "json")
 	code := p.wait(t)
 	stderr := p.stderr.String()
-	if code != exitInterrupted {
-		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitInterrupted, stderr)
-	}
+	wantInterrupted(t, code, stderr)
 	for _, want := range []string{
 		"interrupted after line 50; resume with `tail -n +51`",
 		"lines 41, 42, 43, 44, 45, 46, 47, 48, 49, 50 may have been sent",
@@ -614,11 +622,8 @@ func TestSendInterruptedArguments(t *testing.T) {
 	for i := 1; i <= 25; i++ {
 		args = append(args, fmt.Sprint("arg-", i))
 	}
-	p := startCLIWith(t, ctx, strings.NewReader(""),
-		[]rootOption{withSQSOptions(func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy) })}, args...)
-	if code := p.wait(t); code != exitInterrupted {
-		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitInterrupted, p.stderr.String())
-	}
+	p := startSendThrough(t, ctx, proxy, strings.NewReader(""), args...)
+	wantInterrupted(t, p.wait(t), p.stderr.String())
 	if want := "interrupted after message 20 of 25: messages 21 to 25 were not sent"; !strings.Contains(p.stderr.String(), want) {
 		t.Errorf("stderr does not say %q:\n%s", want, p.stderr.String())
 	}

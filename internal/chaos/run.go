@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/producer"
 )
@@ -249,7 +250,7 @@ func (r *run) createEffectsTable(ctx context.Context) error {
 		if out.Table.TableStatus == dtypes.TableStatusActive {
 			return nil
 		}
-		if !sleep(ctx, 200*time.Millisecond) {
+		if !ctxsleep.Sleep(ctx, 200*time.Millisecond) {
 			return fmt.Errorf("waiting for table %s: %w", r.effectsTable, ctx.Err())
 		}
 	}
@@ -379,7 +380,7 @@ func (r *run) waitFor(ctx context.Context, timeout time.Duration, cond func() bo
 		if time.Now().After(deadline) {
 			return false, nil
 		}
-		if !sleep(ctx, 250*time.Millisecond) {
+		if !ctxsleep.Sleep(ctx, 250*time.Millisecond) {
 			return false, ctx.Err()
 		}
 	}
@@ -423,21 +424,9 @@ func (r *run) drain(ctx context.Context) error {
 		if now.After(deadline) {
 			return fmt.Errorf("not drained within %s: %s", r.drainDeadline, last)
 		}
-		if !sleep(ctx, time.Second) {
+		if !ctxsleep.Sleep(ctx, time.Second) {
 			return ctx.Err()
 		}
-	}
-}
-
-// sleep waits for d or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
 )
 
@@ -59,7 +60,7 @@ func killSpec(full bool, marker string) spec {
 		jobs:  withPoison(goodJobs("kill", jobs, jobMinMS, jobMaxMS, marker), "kill", perPoison, marker),
 		script: func(ctx context.Context, r *run) error {
 			for i := 1; i <= kills; i++ {
-				if !sleep(ctx, 2*time.Second+rand.N(2*time.Second)) {
+				if !ctxsleep.Sleep(ctx, 2*time.Second+rand.N(2*time.Second)) {
 					return ctx.Err()
 				}
 				r.watchWorker()
@@ -160,12 +161,12 @@ func fault(ctx context.Context, p *faultproxy.Proxy, m faultproxy.Mode, d time.D
 		if err := p.Refuse(); err != nil {
 			return false, err
 		}
-		return sleep(ctx, d), nil
+		return ctxsleep.Sleep(ctx, d), nil
 	case faultproxy.Blackhole:
 		if err := p.Blackhole(); err != nil {
 			return false, err
 		}
-		return sleep(ctx, d), nil
+		return ctxsleep.Sleep(ctx, d), nil
 	case faultproxy.LoseReplies:
 		end := time.Now().Add(d)
 		for time.Now().Before(end) {
@@ -174,7 +175,7 @@ func fault(ctx context.Context, p *faultproxy.Proxy, m faultproxy.Mode, d time.D
 					return false, err
 				}
 			}
-			if !sleep(ctx, min(replyLossEvery, time.Until(end))) {
+			if !ctxsleep.Sleep(ctx, min(replyLossEvery, time.Until(end))) {
 				return false, nil
 			}
 		}
@@ -207,7 +208,7 @@ func sigtermSpec(_ bool, marker string) spec {
 			if !all {
 				r.note("only %d of %d jobs were in flight at SIGTERM", last.inFlight, sigtermJobs)
 			}
-			if !sleep(ctx, time.Second) { // the jobs are a third done
+			if !ctxsleep.Sleep(ctx, time.Second) { // the jobs are a third done
 				return ctx.Err()
 			}
 			graceful, took := r.worker.terminate(stopTimeout)
