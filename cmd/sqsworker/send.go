@@ -107,8 +107,8 @@ A second Ctrl-C cuts the call under way short; its lines may have been sent.
 --schedule NAME sends one occurrence of a schedule as the sqsinfra Schedule
 construct's EventBridge Scheduler schedule does: the body is the envelope
 {"sqsworker.schedule":{"name":NAME,"scheduledTime":T},"payload":BODY} with T
-from --scheduled-time (RFC 3339, in UTC; default: now, to the minute) and the
-JSON BODY argument as the payload (none: null). Its idempotency key, from
+from --scheduled-time (RFC 3339, any offset, written in UTC; default: now, to
+the minute) and the JSON BODY argument as the payload (none: null). Its idempotency key, from
 schedule.Key, is "schedule:NAME@T": the same occurrence sent twice runs once
 under the idempotency middleware. A loop of such sends is the local
 equivalent of a schedule.
