@@ -25,6 +25,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/producer"
+	"github.com/sqsworker/sqsworker/schedule"
 )
 
 func init() {
@@ -55,6 +56,8 @@ type sendFlags struct {
 	dedupID        string
 	idempotencyKey string
 	raw            bool
+	schedule       string
+	scheduledTime  string
 }
 
 func newSendCmd(a *app) *cobra.Command {
@@ -101,6 +104,15 @@ last one handled, and how to send the rest:
 
 A second Ctrl-C cuts the call under way short; its lines may have been sent.
 
+--schedule NAME sends one occurrence of a schedule as the sqsinfra Schedule
+construct's EventBridge Scheduler schedule does: the body is the envelope
+{"sqsworker.schedule":{"name":NAME,"scheduledTime":T},"payload":BODY} with T
+from --scheduled-time (RFC 3339, any offset, written in UTC; default: now, to
+the minute) and the JSON BODY argument as the payload (none: null). Its idempotency key, from
+schedule.Key, is "schedule:NAME@T": the same occurrence sent twice runs once
+under the idempotency middleware. A loop of such sends is the local
+equivalent of a schedule.
+
 Output: "sent N" at the end, and a progress line while sending when stderr
 is a terminal (--quiet for neither). With -o table, a row per message (INDEX
 is the BODY argument's position or the line number); with -o json, a list of
@@ -124,6 +136,12 @@ message was not sent, 2 for a mistake in the command line, 130 after Ctrl-C.`,
   # An interrupted send, resumed
   tail -n +5401 jobs.jsonl | sqsworker send orders
 
+  # An occurrence of the schedule "nightly-report", as EventBridge Scheduler sends it
+  sqsworker send jobs '{"report":"sales"}' --schedule nightly-report --scheduled-time 2026-12-01T03:00:00Z
+
+  # A local stand-in for a rate(1 minute) schedule
+  while sleep 60; do sqsworker send jobs --schedule sync --quiet; done
+
   # From jq, printing the message IDs as JSON
   jq -c '.[] | {body: tojson, idempotencyKey: (.id | tostring)}' orders.json | sqsworker send orders -o json`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -143,6 +161,8 @@ message was not sent, 2 for a mistake in the command line, 130 after Ctrl-C.`,
 	fl.StringVar(&f.dedupID, "dedup-id", "", "message deduplication ID (FIFO queues)")
 	fl.StringVar(&f.idempotencyKey, "idempotency-key", "", `idempotency key, sent as the "idempotency-key" attribute`)
 	fl.BoolVar(&f.raw, "raw", false, "each line of stdin is a message body, as it is (not a JSON description)")
+	fl.StringVar(&f.schedule, "schedule", "", "send one occurrence of the schedule `NAME`: the BODY (JSON, optional) in its envelope")
+	fl.StringVar(&f.scheduledTime, "scheduled-time", "", "the occurrence's scheduled `time`, RFC 3339 (with --schedule; default: now, to the minute)")
 	return cmd
 }
 
@@ -173,6 +193,11 @@ func (a *app) send(ctx context.Context, f sendFlags, queueArg string, bodies []s
 	base, err := f.message()
 	if err != nil {
 		return err
+	}
+	if f.schedule != "" || f.scheduledTime != "" {
+		if bodies, err = f.scheduleBodies(bodies, time.Now()); err != nil {
+			return err
+		}
 	}
 	switch {
 	case len(bodies) > 0 && f.raw:
@@ -614,6 +639,42 @@ func containsString(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// scheduleBodies returns the body of the occurrence --schedule and
+// --scheduled-time describe, with payloads' only element as its payload:
+// the envelope of package schedule.
+func (f sendFlags) scheduleBodies(payloads []string, now time.Time) ([]string, error) {
+	switch {
+	case f.schedule == "":
+		return nil, usageError{errors.New("--scheduled-time needs --schedule NAME")}
+	case f.raw:
+		return nil, usageError{errors.New("--schedule sends one occurrence: give its payload as a BODY argument, not --raw lines")}
+	case len(payloads) > 1:
+		return nil, usageError{fmt.Errorf("--schedule with %d BODY arguments: an occurrence has one payload (copies of it share its idempotency key, and only the first would run)", len(payloads))}
+	case f.idempotencyKey != "":
+		return nil, usageError{errors.New("--idempotency-key with --schedule: the key of an occurrence is schedule:NAME@TIME, from its envelope (schedule.Key)")}
+	}
+	at := now.UTC().Truncate(time.Minute)
+	if f.scheduledTime != "" {
+		t, err := time.Parse(time.RFC3339, f.scheduledTime)
+		if err != nil {
+			return nil, usageError{fmt.Errorf("--scheduled-time %q: want an RFC 3339 time such as 2026-12-01T03:00:00Z", f.scheduledTime)}
+		}
+		at = t
+	}
+	var payload any
+	if len(payloads) == 1 {
+		if !json.Valid([]byte(payloads[0])) {
+			return nil, usageError{errors.New("--schedule: the BODY is the occurrence's payload and must be JSON, such as '{\"report\":\"sales\"}' or '\"text\"'")}
+		}
+		payload = json.RawMessage(payloads[0])
+	}
+	body, err := schedule.Envelope(f.schedule, at, payload)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--schedule: %w", err)}
+	}
+	return []string{body}, nil
 }
 
 // message returns the message the flags describe, without a body.

@@ -22,6 +22,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/schedule"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
@@ -632,5 +634,71 @@ func TestSendInterruptedArguments(t *testing.T) {
 	}
 	if n := len(localtest.ReceiveAll(t, c, q.URL, 2*time.Second, 5*time.Minute)); n != 20 {
 		t.Errorf("%d messages in the queue, want 20", n)
+	}
+}
+
+// --schedule sends the envelope of an occurrence: the same occurrence sent
+// twice has one idempotency key, another time another key.
+func TestSendSchedule(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	for _, args := range [][]string{
+		{"send", q.URL, `{"report":"sales"}`, "--schedule", "nightly-report", "--scheduled-time", "2026-12-01T03:00:00Z"},
+		{"send", q.URL, `{"report":"sales"}`, "--schedule", "nightly-report", "--scheduled-time", "2026-12-01T04:00:00+01:00"},
+		{"send", q.URL, "--schedule", "nightly-report", "--scheduled-time", "2026-12-02T03:00:00Z"},
+		{"send", q.URL, "--schedule", "sync"},
+	} {
+		if _, stderr, code := runCLI(t, "", args...); code != 0 {
+			t.Fatalf("%q: exit %d; stderr:\n%s", args, code, stderr)
+		}
+	}
+	keys := map[string]int{}
+	var bodies []string
+	for _, m := range localtest.ReceiveAll(t, c, q.URL, 2*time.Second, 30*time.Second) {
+		msg := &sqsworker.Message{ID: aws.ToString(m.MessageId), Body: aws.ToString(m.Body)}
+		if _, err := schedule.Parse(msg); err != nil {
+			t.Errorf("%s: %v", msg.Body, err)
+		}
+		keys[schedule.Key(msg)]++
+		bodies = append(bodies, msg.Body)
+	}
+	want, _ := schedule.Envelope("nightly-report", time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC), json.RawMessage(`{"report":"sales"}`))
+	if !slices.Contains(bodies, want) {
+		t.Errorf("bodies %q lack %s", bodies, want)
+	}
+	if len(bodies) != 4 || keys["schedule:nightly-report@2026-12-01T03:00:00Z"] != 2 || keys["schedule:nightly-report@2026-12-02T03:00:00Z"] != 1 {
+		t.Errorf("keys %v", keys)
+	}
+	// The default time: now, to the minute.
+	for k := range keys {
+		if strings.HasPrefix(k, "schedule:sync@") {
+			at, err := time.Parse(time.RFC3339, strings.TrimPrefix(k, "schedule:sync@"))
+			if err != nil || at.Second() != 0 || time.Since(at) > 5*time.Minute {
+				t.Errorf("default scheduled time in %s: %v", k, err)
+			}
+		}
+	}
+}
+
+func TestSendScheduleErrors(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--scheduled-time", "2026-12-01T03:00:00Z"}, "--scheduled-time needs --schedule NAME"},
+		{[]string{"--schedule", "n", "--scheduled-time", "tomorrow"}, `--scheduled-time "tomorrow": want an RFC 3339 time`},
+		{[]string{"--schedule", "n", "a", "b"}, "--schedule with 2 BODY arguments"},
+		{[]string{"--schedule", "n", "not json"}, "must be JSON"},
+		{[]string{"--schedule", "n", "--idempotency-key", "k"}, "--idempotency-key with --schedule"},
+		{[]string{"--schedule", "n", "--raw"}, "not --raw lines"},
+		{[]string{"--schedule", "bad name"}, "1 to 64 letters"},
+	} {
+		args := append([]string{"send", "http://127.0.0.1:1/000000000000/never-used"}, tt.args...)
+		_, stderr, code := runCLI(t, "", args...)
+		if code != 2 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
 	}
 }

@@ -3,8 +3,8 @@
 // encrypted SNS topic it creates, an IdempotencyTable, a LambdaConsumer and
 // a PollerService of the queue (the sqsworker image with the example
 // handler, infra/examplehandler, as a second container, scaled to zero when
-// idle), a Dashboard and an OperatorPolicy, checked by cdk-nag's
-// AwsSolutions rules.
+// idle), a nightly Schedule sending a job to the queue, a Dashboard and an
+// OperatorPolicy, checked by cdk-nag's AwsSolutions rules.
 package exampleapp
 
 import (
@@ -55,6 +55,8 @@ type Stack struct {
 	Dashboard *sqsinfra.Dashboard
 	// Operator is the policy for dead-letter inspection and replay.
 	Operator *sqsinfra.OperatorPolicy
+	// Nightly is the schedule sending a report job to Jobs every night.
+	Nightly *sqsinfra.Schedule
 }
 
 // New defines the example stack in app. The stack is environment-agnostic,
@@ -64,7 +66,7 @@ func New(scope constructs.Construct, props *Props) *Stack {
 		props = &Props{}
 	}
 	s := &Stack{Stack: awscdk.NewStack(scope, jsii.String(StackName), &awscdk.StackProps{
-		Description:        jsii.String("sqsworker example job system: queue, dead-letter queue, alarms, idempotency table, Lambda consumer, ECS poller with its handler, dashboard, operator policy"),
+		Description:        jsii.String("sqsworker example job system: queue, dead-letter queue, alarms, idempotency table, Lambda consumer, ECS poller with its handler, nightly schedule, dashboard, operator policy"),
 		AnalyticsReporting: jsii.Bool(false),
 	})}
 
@@ -129,6 +131,15 @@ func New(scope constructs.Construct, props *Props) *Stack {
 		Poller:   s.Poller,
 	})
 	s.Operator = sqsinfra.NewOperatorPolicy(s.Stack, "Operator", &sqsinfra.OperatorPolicyProps{Queue: s.Jobs})
+	// A job every night at 3:00 Paris time; schedule.Key makes each
+	// night's job run once, however often it is sent.
+	s.Nightly = sqsinfra.NewSchedule(s.Stack, "Nightly", &sqsinfra.ScheduleProps{
+		Queue:      s.Jobs,
+		Name:       "nightly-report",
+		Expression: "cron(0 3 * * ? *)",
+		TimeZone:   "Europe/Paris",
+		Payload:    map[string]string{"report": "daily-totals"},
+	})
 
 	cdknag.NagSuppressions_AddResourceSuppressions(s.Poller.TaskDefinition, &[]*cdknag.NagPackSuppression{{
 		Id: jsii.String("AwsSolutions-ECS2"),

@@ -578,7 +578,7 @@ func TestNoUnusedRoles(t *testing.T) {
 		got = append(got, strings.TrimRight(id, "0123456789ABCDEF"))
 	}
 	sort.Strings(got)
-	want := []string{"ConsumerRole", "CustomVpcRestrictDefaultSGCustomResourceProviderRole", "PollerTaskDefinitionExecutionRole", "PollerTaskDefinitionTaskRole", "SqsWorkerNetworkVpcFlowLogsIAMRole"}
+	want := []string{"ConsumerRole", "CustomVpcRestrictDefaultSGCustomResourceProviderRole", "NightlyRole", "PollerTaskDefinitionExecutionRole", "PollerTaskDefinitionTaskRole", "SqsWorkerNetworkVpcFlowLogsIAMRole"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("roles %v, want %v", got, want)
 	}
@@ -594,6 +594,23 @@ func TestPollerServicePermissions(t *testing.T) {
 		map[string]any{"Action": consumeActions, "Effect": "Allow", "Resource": getAttJSON(queue, "Arn")},
 		map[string]any{"Action": sendActions, "Effect": "Allow", "Resource": getAttJSON(dlq, "Arn")},
 		map[string]any{"Action": storeActions, "Effect": "Allow", "Resource": getAttJSON(table, "Arn")},
+	})
+}
+
+// TestSchedule checks the nightly schedule: its envelope, and a role that
+// may send to the job queue only.
+func TestSchedule(t *testing.T) {
+	queue := logical(t, "AWS::SQS::Queue", "JobsQueue")
+	has(t, "AWS::Scheduler::Schedule", map[string]any{
+		"ScheduleExpression": "cron(0 3 * * ? *)", "ScheduleExpressionTimezone": "Europe/Paris",
+		"FlexibleTimeWindow": map[string]any{"Mode": "OFF"},
+		"Target": assertions.Match_ObjectLike(&map[string]any{
+			"Arn":   getAtt("JobsQueue", "Arn"),
+			"Input": `{"sqsworker.schedule":{"name":"nightly-report","scheduledTime":"<aws.scheduler.scheduled-time>"},"payload":{"report":"daily-totals"}}`,
+		}),
+	})
+	sameJSON(t, "the schedule role's policy", statements(t, "NightlyRoleDefaultPolicy"), []any{
+		map[string]any{"Action": []any{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}, "Effect": "Allow", "Resource": getAttJSON(queue, "Arn")},
 	})
 }
 

@@ -6,7 +6,11 @@
 // SQS event source mapping, a PollerService running the sqsworker image and
 // its handler on ECS Fargate, scaled on the backlog per task (to zero if
 // asked) in a Network its stack's pollers share, a Dashboard, and an
-// OperatorPolicy for dead-letter inspection and replay.
+// OperatorPolicy for dead-letter inspection and replay. PriorityQueues make
+// a JobQueue per priority level, consumed by one PollerService or by
+// NewPriorityLambdaConsumer (an event source per level); a Schedule sends a
+// job to a queue at each occurrence of an EventBridge Scheduler
+// expression, in the envelope the Go package schedule reads.
 //
 // Every props struct documents the default of each field; the zero value of
 // a field means its default. Props that cannot work (a maxReceiveCount below

@@ -221,15 +221,26 @@ type JobQueue struct {
 	cfnQueue            awssqs.CfnQueue
 	visibilityDefaulted bool
 	visibilitySeconds   float64
+	// contentDeduplication reports a FIFO queue made with
+	// ContentBasedDeduplication (a Schedule's FIFO target needs it).
+	contentDeduplication bool
 }
 
 // NewJobQueue defines a JobQueue; it panics, failing synthesis, on invalid
 // props.
 func NewJobQueue(scope constructs.Construct, id string, props *JobQueueProps) *JobQueue {
+	return newJobQueue(scope, id, props, "JobQueue", 60)
+}
+
+// newJobQueue is NewJobQueue for the construct kind (in error messages),
+// with a latency budget of at least minBudget seconds: a minute for a
+// JobQueue, whose budget also sets a PollerService's scaling target; a
+// second for a level of PriorityQueues.
+func newJobQueue(scope constructs.Construct, id string, props *JobQueueProps, kind string, minBudget float64) *JobQueue {
 	if props == nil {
 		props = &JobQueueProps{}
 	}
-	errs := newPropErrors("JobQueue", id)
+	errs := newPropErrors(kind, id)
 
 	vs := errs.seconds("VisibilityTimeout", props.VisibilityTimeout, awscdk.Duration_Seconds(jsii.Number(DefaultVisibilityTimeoutSec)))
 	if known(vs) && (vs < 0 || vs > 12*3600 || !isWhole(vs)) {
@@ -263,7 +274,7 @@ func NewJobQueue(scope constructs.Construct, id string, props *JobQueueProps) *J
 			errs.add("DeadLetterQueue must be a standard queue for a standard queue (Fifo=false), got the FIFO queue %s", pathOf(dlq))
 		}
 	}
-	common := checkCommon(errs, props.LatencyBudget, props.MetricsNamespace, &props.Alarms)
+	common := checkCommon(errs, props.LatencyBudget, props.MetricsNamespace, &props.Alarms, minBudget)
 	errs.check()
 
 	c := &JobQueue{
@@ -273,6 +284,8 @@ func NewJobQueue(scope constructs.Construct, id string, props *JobQueueProps) *J
 		Fifo:                props.Fifo,
 		visibilityDefaulted: props.VisibilityTimeout == nil,
 		visibilitySeconds:   vs,
+
+		contentDeduplication: props.ContentBasedDeduplication,
 	}
 	encryption := awssqs.QueueEncryption_SQS_MANAGED
 	if props.EncryptionKey != nil {
@@ -371,7 +384,7 @@ func ImportJobQueue(scope constructs.Construct, id string, props *ExistingJobQue
 			errs.add("Queue and DeadLetterQueue must both be FIFO queues or both standard queues (FIFO: %t and %t)", q, d)
 		}
 	}
-	common := checkCommon(errs, props.LatencyBudget, props.MetricsNamespace, &props.Alarms)
+	common := checkCommon(errs, props.LatencyBudget, props.MetricsNamespace, &props.Alarms, 60)
 	errs.check()
 
 	c := &JobQueue{
@@ -394,11 +407,13 @@ type commonProps struct {
 	namespace                              string
 }
 
-func checkCommon(errs *propErrors, budget awscdk.Duration, namespace *string, a *QueueAlarmProps) commonProps {
+func checkCommon(errs *propErrors, budget awscdk.Duration, namespace *string, a *QueueAlarmProps, minBudget float64) commonProps {
 	var p commonProps
 	p.budget = errs.seconds("LatencyBudget", budget, awscdk.Duration_Minutes(jsii.Number(DefaultLatencyBudgetMinutes)))
-	if known(p.budget) && (p.budget < 60 || !isWhole(p.budget)) {
+	if known(p.budget) && minBudget >= 60 && (p.budget < minBudget || !isWhole(p.budget)) {
 		errs.add("LatencyBudget must be whole seconds, at least 1 minute (the resolution of SQS's metrics), got %gs", p.budget)
+	} else if known(p.budget) && (p.budget < minBudget || !isWhole(p.budget)) {
+		errs.add("LatencyBudget must be whole seconds, at least %gs, got %gs", minBudget, p.budget)
 	}
 	p.namespace = DefaultMetricsNamespace
 	if namespace != nil {

@@ -160,6 +160,10 @@ type LambdaConsumer struct {
 	// awslambda rather than awslambdaeventsources, whose Go package pulls
 	// in API Gateway, Glue and more: a third of the app's compile time.)
 	EventSourceMapping awslambda.EventSourceMapping
+	// EventSourceMappings are the event source mappings, one per queue:
+	// EventSourceMapping alone for a consumer of a JobQueue, one per
+	// level, highest first, for NewPriorityLambdaConsumer.
+	EventSourceMappings []awslambda.EventSourceMapping
 	// LogGroup is the function's log group.
 	LogGroup awslogs.LogGroup
 	// ErrorAlarm fires on function errors; nil when disabled.
@@ -168,19 +172,44 @@ type LambdaConsumer struct {
 	ThrottleAlarm awscloudwatch.Alarm
 }
 
+// lambdaSource is a queue a LambdaConsumer's function consumes through an
+// event source mapping of its own: the consumer's Queue, or each level of
+// PriorityQueues.
+type lambdaSource struct {
+	id     string // of the event source mapping's construct
+	prefix string // of the error messages about this source
+	queue  *JobQueue
+	// maxConcurrency is the event source's MaxConcurrency prop, named
+	// maxConcurrencyProp in error messages.
+	maxConcurrency     *float64
+	maxConcurrencyProp string
+}
+
 // NewLambdaConsumer defines a LambdaConsumer; it panics, failing synthesis,
 // on invalid props.
 func NewLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsumerProps) *LambdaConsumer {
 	if props == nil {
 		props = &LambdaConsumerProps{}
 	}
-	errs := newPropErrors("LambdaConsumer", id)
 	if props.Queue == nil {
+		errs := newPropErrors("LambdaConsumer", id)
 		errs.add("Queue is required")
 		errs.check()
 	}
-	q := props.Queue
-	fifo := q.Fifo
+	return newLambdaConsumer(scope, id, props, newPropErrors("LambdaConsumer", id), []lambdaSource{{
+		id: "SqsEventSource", queue: props.Queue,
+		maxConcurrency: props.MaxConcurrency, maxConcurrencyProp: "MaxConcurrency",
+	}})
+}
+
+// newLambdaConsumer defines the function of props (whose Queue and
+// MaxConcurrency are ignored) with an event source mapping per source, on
+// top of the errors errs has collected; it panics on invalid props.
+func newLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsumerProps, errs *propErrors, sources []lambdaSource) *LambdaConsumer {
+	fifo := false
+	for _, s := range sources {
+		fifo = fifo || s.queue.Fifo
+	}
 
 	codeDir := DefaultCodeDir
 	if props.CodeDir != nil {
@@ -202,17 +231,20 @@ func NewLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 			errs.add("MaxBatchingWindow must be whole seconds from 0 to 5 minutes, got %gs", window)
 		}
 	}
-	if need := VisibilityTimeoutFactor*ts + window; known(need) && !q.raiseVisibility(need) {
-		fix := "raise JobQueueProps.VisibilityTimeout (or leave it out: the consumer then sets it)"
-		if q.cfnQueue == nil {
-			fix = "raise the existing queue's visibility timeout (and ExistingJobQueueProps.VisibilityTimeout)"
+	for _, s := range sources {
+		q := s.queue
+		if need := VisibilityTimeoutFactor*ts + window; known(need) && !q.raiseVisibility(need) {
+			fix := "raise JobQueueProps.VisibilityTimeout (or leave it out: the consumer then sets it)"
+			if q.cfnQueue == nil {
+				fix = "raise the existing queue's visibility timeout (and ExistingJobQueueProps.VisibilityTimeout)"
+			}
+			errs.add("%sthe queue's VisibilityTimeout (%gs) must be at least %d times Timeout (%gs) plus MaxBatchingWindow (%gs), i.e. >= %gs (at most 12 hours): %s, or lower Timeout",
+				s.prefix, q.visibilitySeconds, VisibilityTimeoutFactor, ts, window, need, fix)
 		}
-		errs.add("the queue's VisibilityTimeout (%gs) must be at least %d times Timeout (%gs) plus MaxBatchingWindow (%gs), i.e. >= %gs (at most 12 hours): %s, or lower Timeout",
-			q.visibilitySeconds, VisibilityTimeoutFactor, ts, window, need, fix)
-	}
-	if known(q.MaxReceiveCount) && q.MaxReceiveCount < MinLambdaMaxReceiveCount {
-		errs.add("the queue's MaxReceiveCount (%g) must be at least %d with a Lambda consumer (AWS's advice): a throttled or failed invocation counts a receive of each message of its batch, which could dead-letter a message that never ran; raise JobQueueProps.MaxReceiveCount",
-			q.MaxReceiveCount, MinLambdaMaxReceiveCount)
+		if known(q.MaxReceiveCount) && q.MaxReceiveCount < MinLambdaMaxReceiveCount {
+			errs.add("%sthe queue's MaxReceiveCount (%g) must be at least %d with a Lambda consumer (AWS's advice): a throttled or failed invocation counts a receive of each message of its batch, which could dead-letter a message that never ran; raise JobQueueProps.MaxReceiveCount",
+				s.prefix, q.MaxReceiveCount, MinLambdaMaxReceiveCount)
+		}
 	}
 	memory := errs.number("MemorySize", props.MemorySize, DefaultMemorySize)
 	if known(memory) && (memory < 128 || memory > 10240 || !isWhole(memory)) {
@@ -229,19 +261,35 @@ func NewLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 	if known(batch) && known(window) && batch > 10 && window < 1 {
 		errs.add("BatchSize above 10 (got %g) needs a MaxBatchingWindow of at least 1 second", batch)
 	}
-	var maxConc, reserved float64
-	if props.MaxConcurrency != nil {
-		maxConc = errs.number("MaxConcurrency", props.MaxConcurrency, 0)
-		if known(maxConc) && (maxConc < 2 || maxConc > 1000 || !isWhole(maxConc)) {
-			errs.add("MaxConcurrency must be a whole number from 2 to 1000, got %g", maxConc)
+	// Each source's MaxConcurrency, and their sum: the most invocations
+	// the event sources make at once, which reserved concurrency must
+	// cover.
+	maxConcs := make([]float64, len(sources))
+	sum, capped := 0.0, true
+	for i, s := range sources {
+		if s.maxConcurrency == nil {
+			capped = false
+			continue
 		}
+		maxConcs[i] = errs.number(s.maxConcurrencyProp, s.maxConcurrency, 0)
+		if m := maxConcs[i]; known(m) && (m < 2 || m > 1000 || !isWhole(m)) {
+			errs.add("%s must be a whole number from 2 to 1000 (the event source's ScalingConfig), got %g", s.maxConcurrencyProp, m)
+		}
+		sum += maxConcs[i]
 	}
+	var reserved float64
 	if props.ReservedConcurrency != nil {
 		reserved = errs.number("ReservedConcurrency", props.ReservedConcurrency, 0)
-		if known(reserved) && (reserved < 0 || !isWhole(reserved)) {
+		switch {
+		case !known(reserved):
+		case reserved < 0 || !isWhole(reserved):
 			errs.add("ReservedConcurrency must be a whole number >= 0, got %g", reserved)
-		} else if props.MaxConcurrency != nil && known(maxConc) && reserved < maxConc {
-			errs.add("ReservedConcurrency (%g) must be at least MaxConcurrency (%g): the event source would invoke more often than the function may run, and each throttled batch spends a receive of its messages", reserved, maxConc)
+		case len(sources) == 1 && capped && known(sum) && reserved < sum:
+			errs.add("ReservedConcurrency (%g) must be at least MaxConcurrency (%g): the event source would invoke more often than the function may run, and each throttled batch spends a receive of its messages", reserved, sum)
+		case len(sources) > 1 && !capped:
+			errs.add("ReservedConcurrency (%g) needs a MaxConcurrency on every level: an uncapped event source could take all of the reserved concurrency and throttle the others, and each throttled batch spends a receive of its messages", reserved)
+		case len(sources) > 1 && known(sum) && reserved < sum:
+			errs.add("ReservedConcurrency (%g) must be at least the sum of the levels' MaxConcurrency (%g): the event sources would invoke more often than the function may run, and each throttled batch spends a receive of its messages; raise it or lower the levels' MaxConcurrency", reserved, sum)
 		}
 	}
 	if len(props.Filters) > 10 {
@@ -288,7 +336,8 @@ func NewLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 		}))
 	}
 
-	env := map[string]*string{MetricsNamespaceEnv: jsii.String(q.MetricsNamespace)}
+	first := sources[0].queue
+	env := map[string]*string{MetricsNamespaceEnv: jsii.String(first.MetricsNamespace)}
 	if window > 0 {
 		env[BatchingWindowEnv] = jsii.String(goDuration(window))
 	}
@@ -332,29 +381,33 @@ func NewLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 		}
 		filters = &fs
 	}
-	var maxConcPtr *float64
-	if props.MaxConcurrency != nil {
-		maxConcPtr = jsii.Number(maxConc)
-	}
 	var windowDur awscdk.Duration
 	if props.MaxBatchingWindow != nil {
 		windowDur = awscdk.Duration_Seconds(jsii.Number(window))
 	}
-	c.EventSourceMapping = c.Function.AddEventSourceMapping(jsii.String("SqsEventSource"), &awslambda.EventSourceMappingOptions{
-		EventSourceArn:          q.Queue.QueueArn(),
-		BatchSize:               jsii.Number(batch),
-		MaxBatchingWindow:       windowDur,
-		MaxConcurrency:          maxConcPtr,
-		ReportBatchItemFailures: jsii.Bool(true),
-		Filters:                 filters,
-	})
-	// The event source mapping polls with the function's role: receive,
-	// delete, change visibility, get attributes (and decrypt with a KMS
-	// queue). The runtime changes visibilities too, and sends permanent
-	// failures and last attempts to the DLQ with their failure metadata
-	// (lambda.Config).
-	q.Queue.GrantConsumeMessages(c.Role)
-	q.DeadLetterQueue.GrantSendMessages(c.Role)
+	for i, s := range sources {
+		var maxConcPtr *float64
+		if s.maxConcurrency != nil {
+			maxConcPtr = jsii.Number(maxConcs[i])
+		}
+		esm := c.Function.AddEventSourceMapping(jsii.String(s.id), &awslambda.EventSourceMappingOptions{
+			EventSourceArn:          s.queue.Queue.QueueArn(),
+			BatchSize:               jsii.Number(batch),
+			MaxBatchingWindow:       windowDur,
+			MaxConcurrency:          maxConcPtr,
+			ReportBatchItemFailures: jsii.Bool(true),
+			Filters:                 filters,
+		})
+		c.EventSourceMappings = append(c.EventSourceMappings, esm)
+		// The event source mapping polls with the function's role:
+		// receive, delete, change visibility, get attributes (and
+		// decrypt with a KMS queue). The runtime changes visibilities
+		// too, and sends permanent failures and last attempts to the DLQ
+		// with their failure metadata (lambda.Config).
+		s.queue.Queue.GrantConsumeMessages(c.Role)
+		s.queue.DeadLetterQueue.GrantSendMessages(c.Role)
+	}
+	c.EventSourceMapping = c.EventSourceMappings[0]
 	if props.Table != nil {
 		props.Table.GrantStore(c.Role)
 	}
@@ -383,7 +436,7 @@ func NewLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 	}
 	topic := props.AlarmTopic
 	if topic == nil {
-		topic = q.AlarmTopic
+		topic = first.AlarmTopic
 	}
 	notify(topic, c.ErrorAlarm, c.ThrottleAlarm)
 	return c

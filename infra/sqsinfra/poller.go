@@ -91,11 +91,23 @@ type HandlerContainer struct {
 	WritableRootFilesystem bool
 }
 
-// PollerServiceProps configures a PollerService. Queue is required, and one
-// of Handler, HandlerURL and Command.
+// PollerServiceProps configures a PollerService. Queue or PriorityQueues is
+// required, and one of Handler, HandlerURL and Command.
 type PollerServiceProps struct {
-	// Queue is the job queue to consume. Required.
+	// Queue is the job queue to consume. Required, unless PriorityQueues.
 	Queue *JobQueue
+	// PriorityQueues are the levels to consume instead of Queue, by one
+	// worker that drains the higher levels first: the default command
+	// passes `--queue NAME:PRIORITY:RESERVED` per level
+	// (PriorityQueues.QueueFlags) instead of the queue's URL, the
+	// environment has QUEUE_URL_<LEVEL> and DEAD_LETTER_QUEUE_URL_<LEVEL>
+	// per level (the name in upper case, hyphens as underscores) instead
+	// of QUEUE_URL and DEAD_LETTER_QUEUE_URL, the task role may consume
+	// every level, and scaling tracks the visible messages of all levels
+	// per task, with the target derived from the longest latency budget
+	// (the higher levels are served first; their age alarms watch their
+	// budgets). Not with Queue. Default nil.
+	PriorityQueues *PriorityQueues
 	// Table, when set, is the idempotency table the tasks use as a
 	// DynamoStore (IdempotencyTable.GrantStore); its name is in the
 	// environment as IDEMPOTENCY_TABLE. Default nil.
@@ -314,10 +326,24 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 		props = &PollerServiceProps{}
 	}
 	errs := newPropErrors("PollerService", id)
-	if props.Queue == nil {
-		errs.add("Queue is required")
+	if props.Queue == nil && props.PriorityQueues == nil {
+		errs.add("Queue is required (or PriorityQueues)")
 		errs.check()
 	}
+	if props.Queue != nil && props.PriorityQueues != nil {
+		errs.add("give Queue or PriorityQueues, not both")
+		errs.check()
+	}
+	queues := []*JobQueue{props.Queue}
+	if pq := props.PriorityQueues; pq != nil {
+		queues = nil
+		for _, l := range pq.Levels {
+			queues = append(queues, l.Queue)
+		}
+	}
+	// q holds what the queues share (the metrics namespace, the alarm
+	// topic): the queue, or the highest level.
+	q := queues[0]
 	if props.Cluster != nil && props.Network != nil {
 		errs.add("give Cluster or Network, not both")
 	}
@@ -378,7 +404,10 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 	if props.JobDuration != nil && props.BacklogPerTask != nil {
 		errs.add("give JobDuration (the target is derived from it) or BacklogPerTask (the target itself), not both")
 	}
-	budget := durationSeconds(props.Queue.LatencyBudget)
+	budget := 0.0
+	for _, q := range queues {
+		budget = max(budget, durationSeconds(q.LatencyBudget))
+	}
 	target := errs.number("BacklogPerTask", props.BacklogPerTask, 0)
 	if props.BacklogPerTask == nil {
 		job := errs.seconds("JobDuration", props.JobDuration, awscdk.Duration_Seconds(jsii.Number(DefaultJobDurationSec)))
@@ -395,6 +424,9 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 	maxTasks := errs.number("MaxTasks", props.MaxTasks, DefaultMaxTasks)
 	if known(minTasks) && (minTasks < 0 || !isWhole(minTasks)) {
 		errs.add("MinTasks must be a whole number >= 0, got %g", minTasks)
+	}
+	if minTasks == 0 && 2*len(queues)+1 > 10 {
+		errs.add("MinTasks 0 with %d levels: the scale-from-zero alarm would read %d metrics (visible and in flight per level, and the desired tasks), CloudWatch's metric math alarms read at most 10; use at most 4 levels or MinTasks >= 1", len(queues), 2*len(queues)+1)
 	}
 	if known(maxTasks) && (!isWhole(maxTasks) || maxTasks < max(minTasks, 1)) {
 		errs.add("MaxTasks must be a whole number >= MinTasks (%g) and >= 1, got %g", minTasks, maxTasks)
@@ -445,7 +477,6 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 	}
 	errs.check()
 
-	q := props.Queue
 	c := &PollerService{Construct: constructs.NewConstruct(scope, jsii.String(id)), BacklogPerTaskTarget: target}
 
 	var subnets *awsec2.SubnetSelection
@@ -507,9 +538,16 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 		})
 	}
 	env := func(extra map[string]string) *map[string]*string {
-		e := map[string]*string{
-			"QUEUE_URL":             q.Queue.QueueUrl(),
-			"DEAD_LETTER_QUEUE_URL": q.DeadLetterQueue.QueueUrl(),
+		e := map[string]*string{}
+		if props.PriorityQueues == nil {
+			e["QUEUE_URL"] = q.Queue.QueueUrl()
+			e["DEAD_LETTER_QUEUE_URL"] = q.DeadLetterQueue.QueueUrl()
+		} else {
+			for _, l := range props.PriorityQueues.Levels {
+				suffix := strings.ToUpper(strings.ReplaceAll(l.Name, "-", "_"))
+				e["QUEUE_URL_"+suffix] = l.Queue.Queue.QueueUrl()
+				e["DEAD_LETTER_QUEUE_URL_"+suffix] = l.Queue.DeadLetterQueue.QueueUrl()
+			}
 		}
 		if props.Table != nil {
 			e["IDEMPOTENCY_TABLE"] = props.Table.Table.TableName()
@@ -528,12 +566,18 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 		if props.HandlerURL != nil {
 			handlerURL = *props.HandlerURL
 		}
-		command = []*string{jsii.String("run"), q.Queue.QueueUrl(), jsii.String("--http"), jsii.String(handlerURL),
+		command = []*string{jsii.String("run")}
+		if props.PriorityQueues == nil {
+			command = append(command, q.Queue.QueueUrl())
+		} else {
+			command = append(command, props.PriorityQueues.QueueFlags()...)
+		}
+		command = append(command, jsii.String("--http"), jsii.String(handlerURL),
 			jsii.String("--concurrency"), jsii.String(strconv.FormatFloat(concurrency, 'f', -1, 64)),
 			jsii.String("--shutdown-timeout"), jsii.String(goDuration(ss)),
 			jsii.String("--metrics"), jsii.String("emf"),
 			jsii.String("--metrics-namespace"), jsii.String(q.MetricsNamespace),
-			jsii.String("--handler-name"), jsii.String(handlerName)}
+			jsii.String("--handler-name"), jsii.String(handlerName))
 	}
 	c.Container = c.TaskDefinition.AddContainer(jsii.String("Worker"), &awsecs.ContainerDefinitionOptions{
 		Image:                  image,
@@ -582,15 +626,17 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 	// Receive, delete, change visibility, get attributes (redrive policy,
 	// depth) on the queue; send permanent failures to the dead-letter
 	// queue, whose depth the worker also reads.
-	q.Queue.GrantConsumeMessages(role)
-	q.DeadLetterQueue.GrantSendMessages(role)
+	for _, q := range queues {
+		q.Queue.GrantConsumeMessages(role)
+		q.DeadLetterQueue.GrantSendMessages(role)
+	}
 	if props.Table != nil {
 		props.Table.GrantStore(role)
 	}
 	GrantEffects(role, props.EffectTables...)
 
-	c.scale(q, minTasks, maxTasks, scaleIn, scaleOut)
-	c.alarms(props, cpuPct, memPct, shortfall)
+	c.scale(queues, minTasks, maxTasks, scaleIn, scaleOut)
+	c.alarms(props, q, cpuPct, memPct, shortfall)
 	return c
 }
 
@@ -644,7 +690,7 @@ func (c *PollerService) DesiredTaskMetric(stat string, period awscdk.Duration) a
 
 // scale defines the scalable target, the target-tracking policy and, with
 // minTasks 0, the scale-from-zero step policy.
-func (c *PollerService) scale(q *JobQueue, minTasks, maxTasks, scaleIn, scaleOut float64) {
+func (c *PollerService) scale(queues []*JobQueue, minTasks, maxTasks, scaleIn, scaleOut float64) {
 	stack := awscdk.Stack_Of(c.Construct)
 	// ECS's service-linked role for Application Auto Scaling (what
 	// BaseService.autoScaleTaskCount uses): the L2 ScalableTarget would
@@ -665,10 +711,59 @@ func (c *PollerService) scale(q *JobQueue, minTasks, maxTasks, scaleIn, scaleOut
 	// The L2 target tracking policy takes a single metric only; backlog per
 	// task needs metric math, which CloudFormation's target tracking
 	// (CustomizedMetricSpecification.Metrics) supports: so an L1 policy.
-	c.BacklogPerTaskExpression = "visible / running"
+	// One queue's visible messages are "visible"; the levels of
+	// PriorityQueues are visible0, visible1, ... summed.
+	ids := []string{"visible"}
+	visible := "visible"
+	if len(queues) > 1 {
+		ids = nil
+		for i := range queues {
+			ids = append(ids, fmt.Sprintf("visible%d", i))
+		}
+		visible = "(" + strings.Join(ids, " + ") + ")"
+	}
+	c.BacklogPerTaskExpression = visible + " / running"
 	dim := func(n string, v *string) *awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricDimensionProperty {
 		return &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricDimensionProperty{Name: jsii.String(n), Value: v}
 	}
+	var metrics []any
+	for i, q := range queues {
+		metrics = append(metrics, &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricDataQueryProperty{
+			Id: jsii.String(ids[i]),
+			MetricStat: &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricStatProperty{
+				Metric: &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricProperty{
+					Namespace:  jsii.String("AWS/SQS"),
+					MetricName: jsii.String("ApproximateNumberOfMessagesVisible"),
+					Dimensions: &[]any{dim("QueueName", q.Queue.QueueName())},
+				},
+				Stat: jsii.String("Sum"),
+			},
+			ReturnData: jsii.Bool(false),
+		})
+	}
+	metrics = append(metrics,
+		&awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricDataQueryProperty{
+			Id: jsii.String("running"),
+			MetricStat: &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricStatProperty{
+				Metric: &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricProperty{
+					Namespace:  jsii.String("ECS/ContainerInsights"),
+					MetricName: jsii.String("RunningTaskCount"),
+					Dimensions: &[]any{
+						dim("ClusterName", c.Cluster.ClusterName()),
+						dim("ServiceName", c.Service.ServiceName()),
+					},
+				},
+				Stat: jsii.String("Average"),
+			},
+			ReturnData: jsii.Bool(false),
+		},
+		&awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricDataQueryProperty{
+			Id:         jsii.String("backlogPerTask"),
+			Expression: jsii.String(c.BacklogPerTaskExpression),
+			Label:      jsii.String("Visible messages per running task"),
+			ReturnData: jsii.Bool(true),
+		},
+	)
 	c.ScalingPolicy = awsapplicationautoscaling.NewCfnScalingPolicy(c.Construct, jsii.String("BacklogPerTaskScaling"), &awsapplicationautoscaling.CfnScalingPolicyProps{
 		PolicyName:      jsii.String("BacklogPerTask"),
 		PolicyType:      jsii.String("TargetTrackingScaling"),
@@ -678,41 +773,7 @@ func (c *PollerService) scale(q *JobQueue, minTasks, maxTasks, scaleIn, scaleOut
 			ScaleInCooldown:  jsii.Number(scaleIn),
 			ScaleOutCooldown: jsii.Number(scaleOut),
 			CustomizedMetricSpecification: &awsapplicationautoscaling.CfnScalingPolicy_CustomizedMetricSpecificationProperty{
-				Metrics: &[]any{
-					&awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricDataQueryProperty{
-						Id: jsii.String("visible"),
-						MetricStat: &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricStatProperty{
-							Metric: &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricProperty{
-								Namespace:  jsii.String("AWS/SQS"),
-								MetricName: jsii.String("ApproximateNumberOfMessagesVisible"),
-								Dimensions: &[]any{dim("QueueName", q.Queue.QueueName())},
-							},
-							Stat: jsii.String("Sum"),
-						},
-						ReturnData: jsii.Bool(false),
-					},
-					&awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricDataQueryProperty{
-						Id: jsii.String("running"),
-						MetricStat: &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricStatProperty{
-							Metric: &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricProperty{
-								Namespace:  jsii.String("ECS/ContainerInsights"),
-								MetricName: jsii.String("RunningTaskCount"),
-								Dimensions: &[]any{
-									dim("ClusterName", c.Cluster.ClusterName()),
-									dim("ServiceName", c.Service.ServiceName()),
-								},
-							},
-							Stat: jsii.String("Average"),
-						},
-						ReturnData: jsii.Bool(false),
-					},
-					&awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricDataQueryProperty{
-						Id:         jsii.String("backlogPerTask"),
-						Expression: jsii.String(c.BacklogPerTaskExpression),
-						Label:      jsii.String("Visible messages per running task"),
-						ReturnData: jsii.Bool(true),
-					},
-				},
+				Metrics: &metrics,
 			},
 		},
 	})
@@ -728,18 +789,30 @@ func (c *PollerService) scale(q *JobQueue, minTasks, maxTasks, scaleIn, scaleOut
 	// tracking removes. ChangeInCapacity, not ExactCapacity: an alarm
 	// during a backlog must never set a scaled-out service back to one
 	// task.
-	c.ScaleFromZeroExpression = "IF(FILL(desired, 0) == 0, visible + inflight, 0)"
+	// The levels of PriorityQueues: visible0 + inflight0 + visible1 + ...
+	waiting := "visible + inflight"
+	using := map[string]awscloudwatch.IMetric{"desired": c.DesiredTaskMetric("Maximum", minute())}
+	var terms []string
+	for i, q := range queues {
+		v, f := "visible", "inflight"
+		if len(queues) > 1 {
+			v, f = fmt.Sprintf("visible%d", i), fmt.Sprintf("inflight%d", i)
+		}
+		terms = append(terms, v, f)
+		using[v] = q.Queue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: minute(), Statistic: jsii.String("Maximum")})
+		using[f] = q.Queue.MetricApproximateNumberOfMessagesNotVisible(&awscloudwatch.MetricOptions{Period: minute(), Statistic: jsii.String("Maximum")})
+	}
+	if len(queues) > 1 {
+		waiting = strings.Join(terms, " + ")
+	}
+	c.ScaleFromZeroExpression = "IF(FILL(desired, 0) == 0, " + waiting + ", 0)"
 	c.ScaleFromZeroAlarm = awscloudwatch.NewAlarm(c.Construct, jsii.String("ScaleFromZeroAlarm"), &awscloudwatch.AlarmProps{
 		AlarmDescription: jsii.String("Messages wait while the service has no task: starts the first one (scaling action, no notification)."),
 		Metric: awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
-			Expression: jsii.String(c.ScaleFromZeroExpression),
-			UsingMetrics: &map[string]awscloudwatch.IMetric{
-				"visible":  q.Queue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: minute(), Statistic: jsii.String("Maximum")}),
-				"inflight": q.Queue.MetricApproximateNumberOfMessagesNotVisible(&awscloudwatch.MetricOptions{Period: minute(), Statistic: jsii.String("Maximum")}),
-				"desired":  c.DesiredTaskMetric("Maximum", minute()),
-			},
-			Label:  jsii.String("messages waiting for a service with no task"),
-			Period: minute(),
+			Expression:   jsii.String(c.ScaleFromZeroExpression),
+			UsingMetrics: &using,
+			Label:        jsii.String("messages waiting for a service with no task"),
+			Period:       minute(),
 		}),
 		Threshold:          jsii.Number(0),
 		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
@@ -757,7 +830,7 @@ func (c *PollerService) scale(q *JobQueue, minTasks, maxTasks, scaleIn, scaleOut
 	c.ScaleFromZeroAlarm.AddAlarmAction(awscloudwatchactions.NewApplicationScalingAction(c.ScaleFromZero))
 }
 
-func (c *PollerService) alarms(props *PollerServiceProps, cpuPct, memPct, shortfallMinutes float64) {
+func (c *PollerService) alarms(props *PollerServiceProps, q *JobQueue, cpuPct, memPct, shortfallMinutes float64) {
 	if !props.DisableTaskShortfallAlarm {
 		c.TaskShortfallAlarm = awscloudwatch.NewAlarm(c.Construct, jsii.String("TaskShortfallAlarm"), &awscloudwatch.AlarmProps{
 			AlarmDescription: jsii.String(fmt.Sprintf("The service has run fewer tasks than desired for %g minutes: tasks fail to start or crash (image pull, health check, permissions), or a deployment is stuck.", shortfallMinutes)),
@@ -797,7 +870,7 @@ func (c *PollerService) alarms(props *PollerServiceProps, cpuPct, memPct, shortf
 	}
 	topic := props.AlarmTopic
 	if topic == nil {
-		topic = props.Queue.AlarmTopic
+		topic = q.AlarmTopic
 	}
 	notify(topic, c.TaskShortfallAlarm, c.CPUAlarm, c.MemoryAlarm)
 }
