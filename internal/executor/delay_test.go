@@ -217,8 +217,15 @@ func (s *sim) cost() cost {
 // DeleteMessage); a copy received within 16 minutes is sent again to arrive
 // on time, fresh; that one runs and is deleted.
 func expectedCost(d time.Duration, mrc int) cost {
+	return expectedCostWith(d, mrc, 15*time.Minute, time.Minute, 12*time.Hour)
+}
+
+// expectedCostWith is expectedCost with other limits: msgDelay for SQS's
+// 15 minutes of message delay, slack for the executor's minute, maxVis for
+// SQS's 12 hours of visibility. Visibility steps are whole seconds.
+func expectedCostWith(d time.Duration, mrc int, msgDelay, slack, maxVis time.Duration) cost {
 	c := cost{Sends: 1}
-	const msgDelay, slack, vis = 15 * time.Minute, time.Minute, 12*time.Hour - time.Minute
+	vis := maxVis - slack
 	t, count := min(d, msgDelay), 0
 	sentBefore := d // how long before its time the copy was sent
 	for {
@@ -231,12 +238,12 @@ func expectedCost(d time.Duration, mrc int) cost {
 		}
 		if wait > msgDelay+slack && (mrc == 0 || count+2 <= mrc) {
 			c.Visibility++
-			t += min(wait-(msgDelay-slack), vis)
+			t += (min(wait-(msgDelay-slack), vis) + time.Second - 1).Truncate(time.Second)
 			continue
 		}
 		c.Sends++
 		c.Deletes++
-		step := min(max(wait, 0), msgDelay)
+		step := (min(max(wait, 0), msgDelay) + time.Second - 1).Truncate(time.Second)
 		sentBefore = wait
 		t += step
 		count = 0
@@ -394,15 +401,19 @@ func TestHoldDuplicateCopiesShareTheKey(t *testing.T) {
 // idempotency middleware's DefaultKey gives the first message.
 func TestHoldCopyGetsTheFirstMessagesKey(t *testing.T) {
 	s := newSim(t, 0, nil)
+	const xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
 	id := s.f.Send(s.url, "job", func(in *sqs.SendMessageInput) {
 		in.DelaySeconds = 900
+		in.MessageSystemAttributes = map[string]types.MessageSystemAttributeValue{
+			string(types.MessageSystemAttributeNameForSendsAWSTraceHeader): {DataType: aws.String("String"), StringValue: aws.String(xray)},
+		}
 		in.MessageAttributes = map[string]types.MessageAttributeValue{
 			sqsworker.AttrNotBefore: {DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(s.clock.Now().Add(40*time.Minute).UnixMilli(), 10))},
 		}
 	})
 	s.runUntilIdle(2 * time.Hour)
-	if len(s.runs) != 1 || s.runs[0].key != "message-id:"+id || s.runs[0].id == id {
-		t.Errorf("runs %+v: want one copy with key message-id:%s", s.runs, id)
+	if len(s.runs) != 1 || s.runs[0].key != "message-id:"+id || s.runs[0].id == id || s.runs[0].traceHdr != xray {
+		t.Errorf("runs %+v: want one copy with key message-id:%s and the X-Ray header", s.runs, id)
 	}
 }
 
