@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -49,6 +50,9 @@ type counting struct {
 	*sqs.Client
 	mu sync.Mutex
 	c  executor.Cost
+	// failSends fails that many sends, after sendsBefore of them, before
+	// SQS sees them; loseSends carries them out and loses the reply.
+	sendsBefore, failSends, loseSends int
 }
 
 func (c *counting) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, o ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
@@ -64,8 +68,26 @@ func (c *counting) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInp
 func (c *counting) SendMessage(ctx context.Context, in *sqs.SendMessageInput, o ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
 	c.mu.Lock()
 	c.c.Sends++
+	fail, lose := false, false
+	if c.c.Sends > c.sendsBefore {
+		switch {
+		case c.failSends > 0:
+			c.failSends--
+			fail = true
+		case c.loseSends > 0:
+			c.loseSends--
+			lose = true
+		}
+	}
 	c.mu.Unlock()
-	return c.Client.SendMessage(ctx, in, o...)
+	if fail {
+		return nil, errors.New("connection refused")
+	}
+	out, err := c.Client.SendMessage(ctx, in, o...)
+	if lose && err == nil {
+		return nil, errors.New("connection reset: reply lost")
+	}
+	return out, err
 }
 
 func (c *counting) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, o ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
@@ -274,5 +296,118 @@ func TestEmulatorDelaysOfAnyLength(t *testing.T) {
 				t.Logf("ran %s after its time; %d requests", r.get()[0].at.Sub(nb).Round(time.Millisecond), api.cost().Total())
 			})
 		}
+	}
+}
+
+// Faults on the emulator: the copy's send fails (the original is kept and
+// sent again when it comes back), or its reply is lost (two copies, one
+// key). The job runs on time, never before, never dead-lettered
+// (maxReceiveCount 2).
+func TestEmulatorDelayFaults(t *testing.T) {
+	localtest.Require(t)
+	useEmuSteps()
+	for _, fault := range []string{"send fails", "reply lost"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			api := &counting{Client: localtest.NewSQS(t), sendsBefore: 1}
+			if fault == "send fails" {
+				api.failSends = 1
+			} else {
+				api.loseSends = 1
+			}
+			q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: 2})
+			var r ran
+			stop := runtimes["worker"](t, api, q, r.handler(nil))
+			nb := sendDelayed(t, api, q.URL, forty)
+			localtest.Eventually(t, 40*time.Second, func() bool {
+				v, i, d := localtest.Depth(t, api.Client, q.URL)
+				return len(r.get()) > 0 && v+i+d == 0
+			}, "the job did not run, or copies are left")
+			time.Sleep(time.Second)
+			stop()
+			if api.failSends+api.loseSends != 0 {
+				t.Fatal("the fault was not injected")
+			}
+			runs := r.get()
+			want := 1
+			if fault == "reply lost" {
+				want = 2 // the copy SQS stored, and the one sent again
+			}
+			if len(runs) != want {
+				t.Fatalf("handler ran %d times, want %d", len(runs), want)
+			}
+			for _, run := range runs {
+				if run.at.Before(nb) || run.key != "order-42" || run.attempt != 1 {
+					t.Errorf("run %+v: early, without the key, or not a first attempt", run)
+				}
+			}
+			if v, i, d := localtest.Depth(t, api.Client, q.DLQURL); v+i+d != 0 {
+				t.Errorf("%d messages dead-lettered", v+i+d)
+			}
+		})
+	}
+}
+
+// A backoff of "24 hours" (two visibility timeouts, scaled) waits in a copy
+// that carries the attempts made: the handler sees attempts 1, 2, 3, never
+// sooner than the backoff; with a redrive maxReceiveCount of 3 the job is
+// not dead-lettered while it succeeds on its third attempt, and is, with
+// Attempts 3, when that fails too.
+func TestEmulatorLongBackoff(t *testing.T) {
+	localtest.Require(t)
+	useEmuSteps()
+	day := 2 * emuSteps.Visibility
+	for _, tc := range []struct {
+		rt      string
+		succeed bool
+	}{{"worker", true}, {"lambda", true}, {"worker", false}} {
+		t.Run(fmt.Sprintf("%s/third succeeds=%v", tc.rt, tc.succeed), func(t *testing.T) {
+			t.Parallel()
+			api := &counting{Client: localtest.NewSQS(t)}
+			q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: 3})
+			var r ran
+			stop := runtimes[tc.rt](t, api, q, r.handler(func(attempt int) error {
+				if tc.succeed && attempt == 3 {
+					return nil
+				}
+				return sqsworker.RetryAfter(day, errors.New("webhook endpoint down"))
+			}))
+			sendDelayed(t, api, q.URL, 0)
+			localtest.Eventually(t, 3*day+30*time.Second, func() bool {
+				v, i, d := localtest.Depth(t, api.Client, q.URL)
+				return len(r.get()) >= 3 && v+i+d == 0
+			}, "three attempts did not run")
+			time.Sleep(time.Second)
+			stop()
+			runs := r.get()
+			if len(runs) != 3 {
+				t.Fatalf("handler ran %d times, want 3", len(runs))
+			}
+			for i, run := range runs {
+				if run.attempt != i+1 || run.key != "order-42" {
+					t.Errorf("run %d: attempt %d, key %q", i, run.attempt, run.key)
+				}
+				if i > 0 && run.at.Sub(runs[i-1].at) < day {
+					t.Errorf("run %d came %s after the one before, under the backoff of %s", i, run.at.Sub(runs[i-1].at), day)
+				}
+			}
+			v, i, d := localtest.Depth(t, api.Client, q.DLQURL)
+			switch {
+			case tc.succeed && v+i+d != 0:
+				t.Errorf("%d messages dead-lettered", v+i+d)
+			case !tc.succeed:
+				msgs := localtest.ReceiveAll(t, api.Client, q.DLQURL, 2*time.Second, 30*time.Second)
+				if len(msgs) != 1 {
+					t.Fatalf("%d messages dead-lettered, want 1", len(msgs))
+				}
+				a := msgs[0].MessageAttributes
+				if got := aws.ToString(a[sqsworker.AttrFailureAttempts].StringValue); got != "3" {
+					t.Errorf("dead-letter copy says %q attempts, want 3", got)
+				}
+				if _, ok := a[sqsworker.AttrPriorAttempts]; ok {
+					t.Error("dead-letter copy carries the prior attempts: a replay would start from them")
+				}
+			}
+		})
 	}
 }
