@@ -422,6 +422,9 @@ func (inv *invocation) run(rec *record) bool {
 		ex.Release(&rec.job, rec)
 		return false
 	}
+	if held, gone := ex.Hold(&rec.job, rec); held {
+		return gone
+	}
 	ok, probe, wait := ex.Breaker.Allow()
 	if !ok {
 		ex.Postpone(&rec.job, rec, max(wait, time.Second), breaker.ErrOpen)

@@ -124,9 +124,17 @@ func (r Requeue) enabled() bool { return r.API != nil && r.URL != "" }
 // idempotencyKeyAttribute is the idempotency middleware's KeyAttribute.
 const idempotencyKeyAttribute = "idempotency-key"
 
-// hold holds back j's message when its time has not come, or requeues it
-// first when it waited on this copy. It reports whether it settled the
-// message, and then whether the message is gone from the queue (requeued).
+// Hold holds back j's message when its time (sqsworker.AttrNotBefore) has
+// not come, or sends it again first when it waited on this copy, as Run
+// does before running the handler: a runtime calls it before anything else
+// that could settle the message without an attempt (the circuit breaker's
+// postponement), so that waiting never costs a receive more. It reports
+// whether it settled the message, and then whether the message is gone from
+// the queue (a copy took its place).
+func (e *Executor) Hold(j *Job, ack Acker) (held, gone bool) {
+	return e.hold(j, ack)
+}
+
 func (e *Executor) hold(j *Job, ack Acker) (held, gone bool) {
 	m := j.Msg
 	nb, ok := m.NotBefore()
