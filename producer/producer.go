@@ -23,9 +23,9 @@
 // sqsworker.AttrNotBefore (one of the ten attributes SQS allows; Validate
 // counts it); the worker and the Lambda adapter hold such a message back
 // until then, without running the handler and without counting an attempt.
-// Their doc says how, and what it costs: about 4 requests a day of delay,
-// plus 4 at the end, on a queue whose redrive policy allows 4 or more
-// receives, or none; up to 288 a day with a maxReceiveCount of 2. While a
+// The sqsworker package documentation says how, and what it costs: about 4
+// requests a day of delay without a redrive policy, 6 with a
+// maxReceiveCount of 5, 9.8 with 3, 288 with 2; plus 6 once. While a
 // job waits, the runtimes send copies of its message: give delayed jobs an
 // IdempotencyKey (copies keep it) and run them under the idempotency
 // middleware, so that a copy left over by a crash does not run the job
