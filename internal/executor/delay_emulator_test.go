@@ -37,11 +37,9 @@ var (
 	thirty   = 20500 * time.Millisecond
 )
 
-// emuSteps are process-wide: the emulator tests set them once, and run
-// together.
-var stepsOnce sync.Once
-
-func useEmuSteps() { stepsOnce.Do(func() { executor.SetStepsForTest(emuSteps) }) }
+// useEmuSteps sets the scaled limits, process-wide, until t (a top-level
+// test, whose parallel subtests end before its cleanup) ends.
+func useEmuSteps(t *testing.T) { t.Cleanup(executor.SetStepsForTest(emuSteps)) }
 
 // counting is an SQS client that counts what a message costs: the messages
 // receives brought, and the entries of sends, deletes and visibility
@@ -263,7 +261,7 @@ func esmPoll(ctx context.Context, t *testing.T, api *counting, q localtest.Queue
 // receives than that), at the cost the documentation states.
 func TestEmulatorDelaysOfAnyLength(t *testing.T) {
 	localtest.Require(t)
-	useEmuSteps()
+	useEmuSteps(t)
 	for name, start := range runtimes {
 		for _, tc := range []struct {
 			label string
@@ -305,7 +303,7 @@ func TestEmulatorDelaysOfAnyLength(t *testing.T) {
 // (maxReceiveCount 2).
 func TestEmulatorDelayFaults(t *testing.T) {
 	localtest.Require(t)
-	useEmuSteps()
+	useEmuSteps(t)
 	for _, fault := range []string{"send fails", "reply lost"} {
 		t.Run(fault, func(t *testing.T) {
 			t.Parallel()
@@ -355,7 +353,7 @@ func TestEmulatorDelayFaults(t *testing.T) {
 // Attempts 3, when that fails too.
 func TestEmulatorLongBackoff(t *testing.T) {
 	localtest.Require(t)
-	useEmuSteps()
+	useEmuSteps(t)
 	day := 2 * emuSteps.Visibility
 	for _, tc := range []struct {
 		rt      string
