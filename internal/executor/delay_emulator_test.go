@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/producer"
@@ -407,5 +408,53 @@ func TestEmulatorLongBackoff(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The duplicate a lost reply leaves (two copies, one key) runs the job's
+// effect once under the idempotency middleware, on DynamoDB Local.
+func TestEmulatorDelayDuplicateRunsOnceUnderIdempotency(t *testing.T) {
+	localtest.Require(t)
+	localtest.RequireDynamoDB(t)
+	useEmuSteps(t)
+	db := localtest.NewDynamoDB(t)
+	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
+	ctx := context.Background()
+	if err := idempotency.CreateTable(ctx, db, cfg); err != nil {
+		t.Fatal(err)
+	}
+	localtest.DeleteTableOnCleanup(t, db, cfg.Table)
+	store, err := idempotency.NewDynamoStore(ctx, db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idempotency.Middleware(store, idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &counting{Client: localtest.NewSQS(t), sendsBefore: 1, loseSends: 1}
+	q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: 2})
+	var copies, effects ran
+	inner := effects.handler(nil)
+	h := copies.handler(nil)
+	stop := runtimes["worker"](t, api, q, sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		_ = h.HandleMessage(ctx, m)
+		return mw(inner).HandleMessage(ctx, m)
+	}))
+	nb := sendDelayed(t, api, q.URL, forty)
+	localtest.Eventually(t, 40*time.Second, func() bool {
+		v, i, d := localtest.Depth(t, api.Client, q.URL)
+		return len(copies.get()) >= 2 && v+i+d == 0
+	}, "both copies did not come")
+	time.Sleep(time.Second)
+	stop()
+	if n := len(effects.get()); n != 1 {
+		t.Errorf("the effect ran %d times for %d copies, want once", n, len(copies.get()))
+	}
+	if e := effects.get(); len(e) > 0 && e[0].at.Before(nb) {
+		t.Error("the effect ran before its time")
+	}
+	if v, i, d := localtest.Depth(t, api.Client, q.DLQURL); v+i+d != 0 {
+		t.Errorf("%d messages dead-lettered", v+i+d)
 	}
 }
