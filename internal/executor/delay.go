@@ -158,6 +158,21 @@ func (e *Executor) hold(j *Job, ack Acker) (held, gone bool) {
 		return true, false
 	}
 	log := j.log(e).With("message_id", m.ID, "not_before", nb, "receive_count", m.ReceiveCount)
+	if wait <= 0 {
+		// Due, on a copy that waited: a fresh copy starts the attempts
+		// from a receive count of 0. Without one, the job runs on this
+		// copy rather than wait for ever.
+		if e.Requeue.enabled() {
+			err := e.requeue(j, nb, m.PriorAttempts(), 0)
+			if err == nil {
+				ack.Delete(j)
+				return true, true
+			}
+			e.Counters.RequeueFailures.Add(1)
+			log.Warn("sending a fresh copy of a message whose time has come failed; running it on this copy, whose receive count includes its waits", "error", err)
+		}
+		return false, false
+	}
 	if wait > s.MessageDelay+s.Slack && e.visibilityRoom(m) {
 		if vis := min(wait-max(s.MessageDelay-s.Slack, 0), e.visibilityLeft(j, s, now)); vis >= time.Second {
 			e.Counters.Held.Add(1)

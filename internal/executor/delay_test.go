@@ -469,3 +469,35 @@ func TestLongBackoffCountsRealAttempts(t *testing.T) {
 		})
 	}
 }
+
+// Without copies (no queue URL to send them to), a job waits by visibility
+// steps alone and runs at its time, on the same message.
+func TestHoldWithoutCopies(t *testing.T) {
+	s := newSim(t, 0, nil)
+	s.ex.Requeue = Requeue{}
+	nb := s.send(40 * time.Minute)
+	s.runUntilIdle(2 * time.Hour)
+	if len(s.runs) != 1 || s.runs[0].at.Before(nb) || s.runs[0].at.After(nb.Add(2*time.Second)) {
+		t.Fatalf("runs %+v, want one at %s", s.runs, nb)
+	}
+	if c := s.cost(); c.Sends != 1 {
+		t.Errorf("%d sends: copies were sent", c.Sends)
+	}
+}
+
+// A copy that waited, due, whose fresh copy cannot be sent, runs on itself
+// rather than wait again.
+func TestHoldDueCopySendFailsRunsOnThisCopy(t *testing.T) {
+	s := newSim(t, 0, nil)
+	s.send(40 * time.Minute)
+	// The copy's send fails at its time: let the waits pass first.
+	s.clock.Advance(40 * time.Minute)
+	s.f.FailNext(sqstest.OpSendMessage, errors.New("access denied"), 1)
+	s.runUntilIdle(time.Hour)
+	if len(s.runs) != 1 {
+		t.Fatalf("ran %d times, want once", len(s.runs))
+	}
+	if s.ex.Counters.RequeueFailures.Load() != 1 {
+		t.Errorf("requeue failures %d, want 1", s.ex.Counters.RequeueFailures.Load())
+	}
+}
