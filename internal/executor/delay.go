@@ -173,6 +173,16 @@ func (e *Executor) hold(j *Job, ack Acker) (held, gone bool) {
 		}
 		return false, false
 	}
+	if e.Requeue.FIFO && e.fifoVisibilityRoom(m) {
+		// No message delay: wait by visibility, and send a fresh copy
+		// only when the receive count runs out.
+		vis := max(min(wait, e.visibilityLeft(j, s, now)), time.Second)
+		e.Counters.Held.Add(1)
+		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
+		log.Debug("message held back until its time", "step", "visibility", "for", vis)
+		retry(j, ack, vis)
+		return true, false
+	}
 	if wait > s.MessageDelay+s.Slack && e.visibilityRoom(m) {
 		if vis := min(wait-max(s.MessageDelay-s.Slack, 0), e.visibilityLeft(j, s, now)); vis >= time.Second {
 			e.Counters.Held.Add(1)
@@ -208,6 +218,16 @@ func (e *Executor) hold(j *Job, ack Acker) (held, gone bool) {
 func (e *Executor) visibilityRoom(m *sqsworker.Message) bool {
 	mrc := e.Policy.RedriveMaxReceiveCount
 	return mrc == 0 || receives(m)+2 <= mrc
+}
+
+// fifoVisibilityRoom reports whether a FIFO queue's message may take a
+// visibility step: its copies cannot be delayed, so it waits by visibility
+// while its next receive is allowed at all (no spare receive for a crash),
+// and always with a maxReceiveCount of 1, which leaves no wait possible but
+// this one.
+func (e *Executor) fifoVisibilityRoom(m *sqsworker.Message) bool {
+	mrc := e.Policy.RedriveMaxReceiveCount
+	return mrc <= 1 || receives(m)+1 <= mrc
 }
 
 // visibilityLeft is the longest visibility j's message may still be given.

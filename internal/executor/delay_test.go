@@ -501,3 +501,41 @@ func TestHoldDueCopySendFailsRunsOnThisCopy(t *testing.T) {
 		t.Errorf("requeue failures %d, want 1", s.ex.Counters.RequeueFailures.Load())
 	}
 }
+
+// On a FIFO queue, which takes no per-message delay, a job sent for later
+// waits by visibility steps, with a fresh copy (same group) when its receive
+// count runs out and when its time comes: it runs once, on time, never
+// dead-lettered, without a request a second.
+func TestHoldFIFO(t *testing.T) {
+	for _, mrc := range []int{0, 2, 3} {
+		t.Run(fmt.Sprintf("maxReceiveCount=%d", mrc), func(t *testing.T) {
+			s := newSim(t, mrc, nil)
+			attrs := map[string]string{"FifoQueue": "true", "VisibilityTimeout": "30"}
+			s.dlq = s.f.CreateQueue("jobs-dlq.fifo", map[string]string{"FifoQueue": "true"})
+			s.ex.Mover = &queue.Mover{API: s.api, URL: s.dlq, FIFO: true, Now: s.clock.Now}
+			if mrc > 0 {
+				attrs["RedrivePolicy"] = fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%d}`, sqstest.QueueARN("jobs-dlq.fifo"), mrc)
+			}
+			s.url = s.f.CreateQueue("jobs.fifo", attrs)
+			s.ex.Requeue = Requeue{API: s.api, URL: s.url, FIFO: true}
+			nb := s.clock.Now().Add(30 * time.Hour)
+			s.f.Send(s.url, "job", func(in *sqs.SendMessageInput) {
+				in.MessageGroupId, in.MessageDeduplicationId = aws.String("g"), aws.String("d1")
+				in.MessageAttributes = map[string]types.MessageAttributeValue{
+					sqsworker.AttrNotBefore: {DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(nb.UnixMilli(), 10))},
+					"idempotency-key":       {DataType: aws.String("String"), StringValue: aws.String("order-42")},
+				}
+			})
+			s.runUntilIdle(31 * time.Hour)
+			if len(s.runs) != 1 || s.runs[0].at.Before(nb) || s.runs[0].at.After(nb.Add(2*time.Second)) || s.runs[0].attempt != 1 {
+				t.Fatalf("runs %+v, want one first attempt at %s", s.runs, nb)
+			}
+			s.checkNotDeadLettered()
+			if c := s.cost(); c.total() > 40 {
+				t.Errorf("cost %+v: %d requests", c, c.total())
+			} else {
+				t.Logf("cost %+v: %d requests", c, c.total())
+			}
+		})
+	}
+}
