@@ -32,7 +32,11 @@ const (
 type ExponentialBackoff struct {
 	// Base is the upper bound of the first delay. Default 1s.
 	Base time.Duration
-	// Cap is the largest delay. Default 15m; at most MaxVisibilityTimeout.
+	// Cap is the largest delay. Default 15m; at most MaxDelay (365 days).
+	// A delay above MaxVisibilityTimeout (12h), such as a webhook's 24h
+	// backoff, is carried out as a delay of any length: the runtimes send
+	// a copy of the message that waits (see [AttrNotBefore]) and carries
+	// the attempts made so far ([AttrPriorAttempts]).
 	Cap time.Duration
 	// Jitter returns a number in [0, 1) that scales the delay. Default a
 	// uniform random number; return 1-ε for no jitter, or a fixed value in
@@ -54,7 +58,7 @@ func (b ExponentialBackoff) Ceiling(attempt int) time.Duration {
 	if ceil <= 0 {
 		ceil = DefaultBackoffCap
 	}
-	ceil = ClampDelay(ceil)
+	ceil = ClampLongDelay(ceil)
 	d := base
 	for i := 1; i < attempt && d < ceil; i++ {
 		d *= 2

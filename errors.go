@@ -43,13 +43,14 @@ type RetryAfterError struct {
 }
 
 // RetryAfter returns an error that makes the message come back after d,
-// clamped to [0, MaxVisibilityTimeout]. Use it when the failure says when to
+// clamped to [0, MaxDelay]. A delay longer than a visibility timeout can hold
+// (12 hours) is carried out as a delay of any length (see [AttrNotBefore]). Use it when the failure says when to
 // try again, such as an HTTP 429 with a Retry-After header. With a nil err the
 // message is postponed rather than failed: the runtimes neither count it as a
 // failure nor move it to the dead-letter queue on its last attempt (SQS's
 // redrive policy still counts the receive).
 func RetryAfter(d time.Duration, err error) error {
-	return &RetryAfterError{Delay: ClampDelay(d), Err: err}
+	return &RetryAfterError{Delay: ClampLongDelay(d), Err: err}
 }
 
 func (e *RetryAfterError) Error() string {

@@ -36,7 +36,10 @@ type Message struct {
 	MessageAttributes map[string]MessageAttribute
 	// ReceiveCount is the number of times the message has been received,
 	// this receive included (SQS's ApproximateReceiveCount): 1 on the first
-	// attempt.
+	// attempt. On a copy the runtimes sent for a backoff longer than 12
+	// hours it adds the attempts of the earlier copies
+	// ([AttrPriorAttempts]), so that it is the attempt number all the same;
+	// Attributes keeps SQS's own count.
 	ReceiveCount int
 	// SentAt is when SQS accepted the message (SentTimestamp).
 	SentAt time.Time

@@ -26,9 +26,15 @@ func TestExponentialBackoffCeiling(t *testing.T) {
 	if got := zero.Ceiling(100); got != sqsworker.DefaultBackoffCap {
 		t.Errorf("zero value cap = %s", got)
 	}
-	huge := sqsworker.ExponentialBackoff{Cap: 100 * time.Hour}
-	if got := huge.Ceiling(100); got != sqsworker.MaxVisibilityTimeout {
-		t.Errorf("cap above 12h gives %s", got)
+	// A cap above 12h (a webhook's 24h) holds: the runtimes carry such a
+	// delay out with a waiting copy of the message.
+	day := sqsworker.ExponentialBackoff{Cap: 24 * time.Hour}
+	if got := day.Ceiling(100); got != 24*time.Hour {
+		t.Errorf("cap of 24h gives %s", got)
+	}
+	huge := sqsworker.ExponentialBackoff{Cap: 1000 * 24 * time.Hour}
+	if got := huge.Ceiling(100); got != sqsworker.MaxDelay {
+		t.Errorf("cap above MaxDelay gives %s", got)
 	}
 }
 
@@ -62,8 +68,11 @@ func TestControlErrors(t *testing.T) {
 		t.Errorf("Permanent not matched through wrapping: %v", err)
 	}
 	var ra *sqsworker.RetryAfterError
-	if !errors.As(sqsworker.RetryAfter(20*time.Hour, base), &ra) || ra.Delay != sqsworker.MaxVisibilityTimeout {
-		t.Errorf("RetryAfter not clamped to 12h: %+v", ra)
+	if !errors.As(sqsworker.RetryAfter(20*time.Hour, base), &ra) || ra.Delay != 20*time.Hour {
+		t.Errorf("RetryAfter(20h) not kept: %+v", ra)
+	}
+	if !errors.As(sqsworker.RetryAfter(400*24*time.Hour, base), &ra) || ra.Delay != sqsworker.MaxDelay {
+		t.Errorf("RetryAfter not clamped to MaxDelay: %+v", ra)
 	}
 	if !errors.As(sqsworker.RetryAfter(-time.Second, nil), &ra) || ra.Delay != 0 || ra.Error() != "retry after 0s" {
 		t.Errorf("RetryAfter(-1s, nil) = %+v", ra)

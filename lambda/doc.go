@@ -26,7 +26,13 @@
 //     failed and left to the redrive policy;
 //   - a panic is recovered into a *sqsworker.PanicError, a failure;
 //   - RetryAfter with a nil error postpones the record without counting it
-//     as a failure.
+//     as a failure;
+//   - a record whose sqsworker.AttrNotBefore lies ahead (a job sent for
+//     later) is held back without running the handler or counting an
+//     attempt: reported failed with a new visibility timeout, or reported
+//     handled once a copy that waits took its place; a backoff or RetryAfter
+//     longer than the visibility timeout can hold waits in such a copy too
+//     (see "Delays of any length" in package sqsworker).
 //
 // A batch in which every record failed returns every record in
 // batchItemFailures and a nil error: an error would make Lambda count the

@@ -168,6 +168,7 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 		Log:          log,
 		TimeoutCause: ErrDeadline,
 		StopCauses:   []error{ErrDeadline},
+		Requeue:      executor.Requeue{API: a.cfg.Client, URL: info.URL, FIFO: info.FIFO},
 	}
 	a.mu.Lock()
 	b, ok := a.breakers[info.URL]
@@ -423,6 +424,9 @@ func (inv *invocation) run(rec *record) bool {
 	if !inv.stopAt.IsZero() && !time.Now().Before(inv.stopAt) {
 		ex.Release(&rec.job, rec)
 		return false
+	}
+	if held, gone := ex.Hold(&rec.job, rec); held {
+		return gone
 	}
 	ok, probe, wait := ex.Breaker.Allow()
 	if !ok {

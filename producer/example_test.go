@@ -35,7 +35,8 @@ func Example() {
 	msgs := []producer.Message{
 		{Body: `{"order":43}`},
 		{Body: `{"order":44}`, Delay: 30 * time.Second},
-		{Body: `{"order":45}`, Delay: time.Hour},
+		{Body: `{"order":45}`, Delay: 2 * time.Minute},
+		{Body: `{"order":46}`, Delay: -time.Hour},
 	}
 	res, err := p.SendBatch(ctx, msgs)
 	for i, r := range res {
@@ -49,9 +50,10 @@ func Example() {
 	// sent one: true <nil>
 	// message 0 sent: true
 	// message 1 sent: true
-	// message 2 sent: false
-	// message 2: producer: invalid message: delay 1h0m0s is not a whole number of seconds in 0..15m
-	// visible: 2 delayed: 1
+	// message 2 sent: true
+	// message 3 sent: false
+	// message 3: producer: invalid message: delay -1h0m0s is negative: use 0 to run the job at once
+	// visible: 2 delayed: 2
 }
 
 // Validate names every problem of a message, before any request.

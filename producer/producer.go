@@ -13,6 +13,23 @@
 //
 // A message reported as not sent may still have reached the queue, and a
 // retried one may reach it twice: see [Result].
+//
+// # Delays of any length
+//
+// Message.Delay, or Message.NotBefore, holds a job back for up to
+// sqsworker.MaxDelay (365 days). Up to 15 minutes (MaxDelay) it is SQS's own
+// message delay (DelaySeconds). A longer one is sent with a delay of 15
+// minutes and the time the job may run in the message attribute
+// sqsworker.AttrNotBefore (one of the ten attributes SQS allows; Validate
+// counts it); the worker and the Lambda adapter hold such a message back
+// until then, without running the handler and without counting an attempt.
+// The sqsworker package documentation says how, and what it costs: about 4
+// requests a day of delay without a redrive policy, 6 with a
+// maxReceiveCount of 5, 9.8 with 3, 288 with 2; plus 6 once. While a
+// job waits, the runtimes send copies of its message: give delayed jobs an
+// IdempotencyKey (copies keep it) and run them under the idempotency
+// middleware, so that a copy left over by a crash does not run the job
+// twice. The runtimes need sqs:SendMessage on the queue they consume.
 package producer
 
 import (
@@ -61,7 +78,9 @@ const (
 	MaxMessageSize = 1 << 20
 	// MinMessageSize is the lowest MaximumMessageSize a queue can have.
 	MinMessageSize = 1 << 10
-	// MaxDelay is the longest per-message delay.
+	// MaxDelay is the longest message delay SQS gives a message
+	// (DelaySeconds). Message.Delay may be longer, up to
+	// sqsworker.MaxDelay: see the package documentation.
 	MaxDelay = 15 * time.Minute
 	// MaxDataTypeLength is the longest data type of a message attribute,
 	// custom label included.
@@ -92,17 +111,65 @@ type Message struct {
 	Body string
 	// IdempotencyKey, if set, is sent as the "idempotency-key" attribute.
 	IdempotencyKey string
-	// Delay postpones the first delivery, up to 15m. Standard queues only:
-	// FIFO queues take a delay for the whole queue.
+	// Delay postpones the job, up to sqsworker.MaxDelay (365 days); up to
+	// MaxDelay (15m) in whole seconds, as SQS's own message delay; longer
+	// ones as a delay of any length (see the package documentation).
+	// Standard queues only: FIFO queues take a delay for the whole queue.
 	Delay time.Duration
+	// NotBefore, if set, is the time the job may run, instead of Delay: a
+	// time past or up to 15 minutes ahead is sent as SQS's message delay
+	// (rounded up to whole seconds), a later one, up to sqsworker.MaxDelay
+	// ahead, as a delay of any length. Standard queues only.
+	NotBefore time.Time
 	// GroupID is required on FIFO queues.
 	GroupID string
 	// DeduplicationID, on FIFO queues, unless the queue has content-based
 	// deduplication. Standard queues refuse it.
 	DeduplicationID string
 	// Attributes are the message attributes, at most ten with the
-	// idempotency key.
+	// idempotency key and, for a delay over 15 minutes,
+	// sqsworker.AttrNotBefore.
 	Attributes map[string]sqsworker.MessageAttribute
+
+	// runAt is the time a job delayed over MaxDelay may run, set by
+	// schedule when it is sent.
+	runAt time.Time
+}
+
+// schedule resolves m's delay at now: NotBefore into Delay, and a delay over
+// MaxDelay into runAt, sent in sqsworker.AttrNotBefore.
+func schedule(m Message, now time.Time) Message {
+	if !m.NotBefore.IsZero() && m.Delay == 0 {
+		d := m.NotBefore.Sub(now)
+		switch {
+		case d > sqsworker.MaxDelay:
+			return m // Validate says so
+		case d <= 0:
+		case d <= MaxDelay:
+			m.Delay = (d + time.Second - 1).Truncate(time.Second)
+		default:
+			m.Delay, m.runAt = d, m.NotBefore
+		}
+		m.NotBefore = time.Time{}
+		return m
+	}
+	if m.Delay > MaxDelay && m.runAt.IsZero() {
+		m.runAt = now.Add(m.Delay)
+	}
+	return m
+}
+
+// SendAt sends m to run at t: see Message.NotBefore.
+func (p *Producer) SendAt(ctx context.Context, t time.Time, m Message) (string, error) {
+	m.NotBefore = t
+	return p.Send(ctx, m)
+}
+
+// SendAfter sends m to run after d, up to sqsworker.MaxDelay: see
+// Message.Delay.
+func (p *Producer) SendAfter(ctx context.Context, d time.Duration, m Message) (string, error) {
+	m.Delay = d
+	return p.Send(ctx, m)
 }
 
 // Config configures a Producer. The zero value of each field means its
@@ -176,7 +243,7 @@ func New(api API, cfg Config) (*Producer, error) {
 // the message's own (a network failure, a cancelled ctx) does not prove
 // the message was not stored: see [Result].
 func (p *Producer) Send(ctx context.Context, m Message) (string, error) {
-	m = withAttributes(m, p.contextAttributes(ctx))
+	m = schedule(withAttributes(m, p.contextAttributes(ctx)), time.Now())
 	if err := p.check(ctx, m); err != nil {
 		return "", err
 	}
@@ -283,13 +350,12 @@ type Result struct {
 // error that joins the messages that were not sent (nil when all were).
 func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, error) {
 	res := make([]Result, len(msgs))
-	if extra := p.contextAttributes(ctx); len(extra) > 0 {
-		with := make([]Message, len(msgs))
-		for i, m := range msgs {
-			with[i] = withAttributes(m, extra)
-		}
-		msgs = with
+	extra, now := p.contextAttributes(ctx), time.Now()
+	with := make([]Message, len(msgs))
+	for i, m := range msgs {
+		with[i] = schedule(withAttributes(m, extra), now)
 	}
+	msgs = with
 	b := &batcher{p: p, ctx: ctx, msgs: msgs, res: res, failedGroups: map[string]int{}}
 	var batch []int // indexes of the messages of the next call
 	size := 0
@@ -499,7 +565,7 @@ func entry(id string, m Message) types.SendMessageBatchRequestEntry {
 		Id:                aws.String(id),
 		MessageBody:       aws.String(m.Body),
 		MessageAttributes: sqsmsg.ToSDKAttributes(attributes(m)),
-		DelaySeconds:      int32(m.Delay / time.Second),
+		DelaySeconds:      int32(min(m.Delay, MaxDelay) / time.Second),
 	}
 	if m.GroupID != "" {
 		e.MessageGroupId = aws.String(m.GroupID)
@@ -510,16 +576,27 @@ func entry(id string, m Message) types.SendMessageBatchRequestEntry {
 	return e
 }
 
-// attributes returns the message's attributes with its idempotency key.
+// attributes returns the message's attributes with its idempotency key and,
+// for a delay over MaxDelay, the time it may run.
 func attributes(m Message) map[string]sqsworker.MessageAttribute {
-	if m.IdempotencyKey == "" {
+	long := m.Delay > MaxDelay || m.NotBefore.Sub(time.Now()) > MaxDelay
+	if m.IdempotencyKey == "" && !long {
 		return m.Attributes
 	}
-	out := make(map[string]sqsworker.MessageAttribute, len(m.Attributes)+1)
+	out := make(map[string]sqsworker.MessageAttribute, len(m.Attributes)+2)
 	for k, v := range m.Attributes {
 		out[k] = v
 	}
-	out[IdempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: m.IdempotencyKey}
+	if m.IdempotencyKey != "" {
+		out[IdempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: m.IdempotencyKey}
+	}
+	if long {
+		at := m.runAt
+		if at.IsZero() { // not sent yet (Validate, Size): the same size
+			at = time.Now().Add(m.Delay)
+		}
+		out[sqsworker.AttrNotBefore] = sqsworker.NotBeforeAttribute(at)
+	}
 	return out
 }
 
@@ -550,12 +627,30 @@ func Validate(m Message, fifo bool) error {
 	if n := Size(m); n > MaxMessageSize {
 		bad("the message is %d bytes, over SQS's limit of %d", n, MaxMessageSize)
 	}
-	if m.Delay < 0 || m.Delay > MaxDelay || m.Delay%time.Second != 0 {
-		bad("delay %s is not a whole number of seconds in 0..15m", m.Delay)
+	switch {
+	case m.Delay < 0:
+		bad("delay %s is negative: use 0 to run the job at once", m.Delay)
+	case m.Delay > sqsworker.MaxDelay:
+		bad("delay %s is over the longest delay of 365 days (sqsworker.MaxDelay): send the job later, or shorten the delay", m.Delay)
+	case m.Delay <= MaxDelay && m.Delay%time.Second != 0:
+		bad("delay %s is not a whole number of seconds: SQS delays by whole seconds up to 15m", m.Delay)
+	}
+	if !m.NotBefore.IsZero() {
+		if m.Delay != 0 {
+			bad("both Delay and NotBefore are set: set one of them")
+		}
+		if d := time.Until(m.NotBefore); d > sqsworker.MaxDelay {
+			bad("NotBefore %s is more than 365 days ahead (sqsworker.MaxDelay): send the job later", m.NotBefore.Format(time.RFC3339))
+		}
 	}
 	attrs := attributes(m)
 	if len(attrs) > sqsworker.MaxMessageAttributes {
-		bad("%d message attributes, over SQS's limit of %d", len(attrs), sqsworker.MaxMessageAttributes)
+		if _, long := attrs[sqsworker.AttrNotBefore]; long {
+			bad("%d message attributes, over SQS's limit of %d: a delay over 15m takes one (%s) to carry the time the job may run; drop an attribute or shorten the delay",
+				len(attrs), sqsworker.MaxMessageAttributes, sqsworker.AttrNotBefore)
+		} else {
+			bad("%d message attributes, over SQS's limit of %d", len(attrs), sqsworker.MaxMessageAttributes)
+		}
 	}
 	if _, clash := m.Attributes[IdempotencyKeyAttribute]; clash && m.IdempotencyKey != "" {
 		bad("attribute %q is set both by IdempotencyKey and in Attributes", IdempotencyKeyAttribute)
@@ -572,7 +667,7 @@ func Validate(m Message, fifo bool) error {
 		if m.GroupID == "" {
 			bad("a FIFO queue needs a message group ID")
 		}
-		if m.Delay != 0 {
+		if m.Delay != 0 || !m.NotBefore.IsZero() {
 			bad("FIFO queues take no per-message delay")
 		}
 	}

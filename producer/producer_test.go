@@ -256,14 +256,14 @@ func TestSendBatchReportsEachMessage(t *testing.T) {
 		{Body: "refused by SQS"},
 		{Body: ""}, // invalid
 		{Body: "fine"},
-		{Body: "too late", Delay: time.Hour}, // invalid
+		{Body: "too late", Delay: 400 * 24 * time.Hour}, // invalid
 		{Body: "also fine"},
 	}
 	res, err := p.SendBatch(context.Background(), msgs)
 	if err == nil {
 		t.Fatal("SendBatch returned no error")
 	}
-	for _, want := range []string{"message 0:", "InvalidParameterValue", "message 1:", "the body is empty", "message 3:", "delay 1h0m0s"} {
+	for _, want := range []string{"message 0:", "InvalidParameterValue", "message 1:", "the body is empty", "message 3:", "delay 9600h0m0s"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
@@ -436,7 +436,7 @@ func TestValidate(t *testing.T) {
 			want: []string{`attribute "t" has the data type "Text"`}},
 		{name: "FIFO without group", m: producer.Message{Body: "x"}, fifo: true, want: []string{"a FIFO queue needs a message group ID"}},
 		{name: "delay on FIFO", m: producer.Message{Body: "x", GroupID: "g", Delay: time.Second}, fifo: true, want: []string{"FIFO queues take no per-message delay"}},
-		{name: "delay over 15m", m: producer.Message{Body: "x", Delay: 16 * time.Minute}, want: []string{"delay 16m0s is not a whole number of seconds in 0..15m"}},
+		{name: "delay over 365 days", m: producer.Message{Body: "x", Delay: 366 * 24 * time.Hour}, want: []string{"delay 8784h0m0s is over the longest delay of 365 days (sqsworker.MaxDelay)"}},
 		{name: "negative delay", m: producer.Message{Body: "x", Delay: -time.Second}, want: []string{"delay -1s"}},
 		{name: "fractional delay", m: producer.Message{Body: "x", Delay: 1500 * time.Millisecond}, want: []string{"delay 1.5s"}},
 		{name: "bad group ID", m: producer.Message{Body: "x", GroupID: "a b"}, fifo: true, want: []string{`message group ID "a b" is not 1 to 128 printable ASCII`}},
@@ -446,7 +446,7 @@ func TestValidate(t *testing.T) {
 			name: "every problem at once",
 			m: producer.Message{
 				Body:  strings.Repeat("x", producer.MaxMessageSize+1),
-				Delay: 20 * time.Minute,
+				Delay: 1500 * time.Millisecond,
 				Attributes: func() map[string]sqsworker.MessageAttribute {
 					m := attrs(8)
 					m["bad name"] = str("v")
@@ -457,7 +457,7 @@ func TestValidate(t *testing.T) {
 			},
 			fifo: true,
 			want: []string{
-				"over SQS's limit of 1048576", "delay 20m0s", "11 message attributes",
+				"over SQS's limit of 1048576", "delay 1.5s is not a whole number of seconds", "11 message attributes",
 				`"bad name" has characters`, `"empty" has an empty value`, `"num" of type Number`,
 				"needs a message group ID", "no per-message delay",
 			},

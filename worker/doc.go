@@ -20,8 +20,13 @@
 //   - an error: the message's visibility timeout is set to the Config.Backoff
 //     delay for its receive count (exponential with full jitter by default), or
 //     to the delay of a [sqsworker.RetryAfter] error, rounded up to whole
-//     seconds and clamped to SQS's 12 hours. No failed message waits out the
-//     queue's full visibility timeout by accident.
+//     seconds; a longer delay than the visibility timeout can hold (12 hours)
+//     waits in a copy of the message (see "Delays of any length" in package
+//     sqsworker). No failed message waits out the queue's full visibility
+//     timeout by accident.
+//   - a message whose [sqsworker.AttrNotBefore] lies ahead (a job sent for
+//     later) is held back, without running the handler or counting an
+//     attempt, until its time.
 //   - [sqsworker.Permanent], or a failure on the last attempt that the queue's
 //     redrive policy allows (its maxReceiveCount, read at start-up): the worker
 //     copies the message to the dead-letter queue itself, with its body, its

@@ -91,7 +91,7 @@ has content-based deduplication; they take no per-message delay.
 
 Messages are checked before anything is sent: a message SQS would refuse
 (empty or over 1 MiB, more than 10 attributes, a bad attribute name or value,
-a delay over 15m, ...) or a line that is not valid JSON is reported with its
+a delay over 365 days, ...) or a line that is not valid JSON is reported with its
 line number and not sent; the other messages are. Messages are sent as they
 are read, with SendMessageBatch, ten (and at most 1 MiB) per call; the entries
 SQS fails on its side are retried. A failure whose request got no answer (the
@@ -156,7 +156,7 @@ message was not sent, 2 for a mistake in the command line, 130 after Ctrl-C.`,
 	}
 	fl := cmd.Flags()
 	fl.StringArrayVar(&f.attrs, "attr", nil, "a String message attribute `name=value` (repeatable)")
-	fl.DurationVar(&f.delay, "delay", 0, "postpone delivery by this long, whole seconds up to 15m (standard queues)")
+	fl.DurationVar(&f.delay, "delay", 0, "postpone the job by this long, up to 365 days (standard queues); over 15m the runtimes hold it back until then")
 	fl.StringVar(&f.group, "group", "", "message group ID (FIFO queues: required)")
 	fl.StringVar(&f.dedupID, "dedup-id", "", "message deduplication ID (FIFO queues)")
 	fl.StringVar(&f.idempotencyKey, "idempotency-key", "", `idempotency key, sent as the "idempotency-key" attribute`)

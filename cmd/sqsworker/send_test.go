@@ -305,7 +305,7 @@ func TestSendErrors(t *testing.T) {
 		{args: []string{"send", q.URL, "x", "--attr", "novalue"}, code: 2, want: `--attr "novalue": want name=value`},
 		{args: []string{"send", q.URL, "x", "--attr", "a=1", "--attr", "a=2"}, code: 2, want: `attribute "a" is given twice`},
 		{args: []string{"send", q.URL, "x", "--attr", "bad name=1"}, code: 2, want: `attribute name "bad name"`},
-		{args: []string{"send", q.URL, "x", "--delay", "20m"}, code: 2, want: "delay 20m0s"},
+		{args: []string{"send", q.URL, "x", "--delay", "9000h"}, code: 2, want: "delay 9000h0m0s"},
 		{args: []string{"send", q.URL, "x", "--delay", "soon"}, code: 2, want: "invalid argument"},
 		{args: []string{"send", q.URL, "x", "--no-such-flag"}, code: 2, want: "unknown flag"},
 		{args: []string{"send", q.URL, "x", "--dedup-id", "d"}, code: 2, want: "--dedup-id is for FIFO queues"},

@@ -27,6 +27,11 @@ type Counters struct {
 	InFlight     atomic.Int64 // handlers running now
 	Extensions   atomic.Int64 // heartbeat extensions
 	LeasesLost   atomic.Int64 // messages abandoned because their lease was lost
+	// Held counts messages held back, without an attempt, until the time
+	// in their sqsworker.AttrNotBefore; Requeued the waiting copies sent
+	// (holds and backoffs above 12 hours); RequeueFailures the copies that
+	// could not be sent.
+	Held, Requeued, RequeueFailures atomic.Int64
 	// BreakerOpens and BreakerProbes count the circuit breaker's openings
 	// and probes.
 	BreakerOpens, BreakerProbes atomic.Int64

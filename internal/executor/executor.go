@@ -156,6 +156,9 @@ type Executor struct {
 	MoveTimeout time.Duration
 	// Breaker receives every handler's outcome; nil when it is disabled.
 	Breaker *breaker.Breaker
+	// Requeue sends the waiting copies of messages held back for a delay
+	// of any length (see delay.go); its zero value sends none.
+	Requeue Requeue
 
 	inFlightMu sync.Mutex
 }
@@ -169,6 +172,15 @@ const DefaultMoveTimeout = 30 * time.Second
 func (e *Executor) Run(j *Job, ack Acker) bool {
 	m := j.Msg
 	c := e.Counters
+	if held, gone := e.hold(j, ack); held {
+		if j.Probe { // not a probe after all: let the next message be one
+			e.Breaker.Abort()
+		}
+		return gone
+	}
+	if prior := m.PriorAttempts(); prior > 0 {
+		m.ReceiveCount = receives(m) + prior
+	}
 	ctx, cancel := j.Ctx, context.CancelFunc(nil)
 	switch {
 	case e.HandlerTimeout > 0:
@@ -259,12 +271,12 @@ func (e *Executor) Postpone(j *Job, ack Acker, delay time.Duration, cause error)
 // whether the message was moved to the dead-letter queue.
 func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acker) bool {
 	m, c := j.Msg, e.Counters
-	dec := e.Policy.Decide(err, m.ReceiveCount)
+	dec := e.Policy.DecideAttempt(err, m.ReceiveCount, receives(m))
 	if dec.Action == outcome.Postpone {
 		c.Postponed.Add(1)
 		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 		j.log(e).Debug("message postponed", "message_id", m.ID, "attempt", m.ReceiveCount, "retry_in", dec.Delay)
-		retry(j, ack, dec.Delay)
+		e.later(j, ack, dec.Delay, m.ReceiveCount-1)
 		return false
 	}
 	if cause := context.Cause(j.Ctx); cause != nil && e.stopped(cause) {
@@ -304,7 +316,7 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 	c.Retried.Add(1)
 	e.Metrics.Add(metrics.MessagesRetried, 1, e.Queue)
 	log.Warn("handler failed; retrying", "error", err, "retry_in", dec.Delay)
-	retry(j, ack, dec.Delay)
+	e.later(j, ack, dec.Delay, m.ReceiveCount)
 	return false
 }
 
@@ -322,7 +334,7 @@ func (e *Executor) deadLetter(j *Job, cause error, class string, log *slog.Logge
 		ctx, cancelBy = context.WithDeadline(ctx, j.MoveBy)
 		defer cancelBy()
 	}
-	withMeta, err := e.Mover.Move(ctx, j.Msg, cause)
+	withMeta, err := e.Mover.Move(ctx, withoutDelayAttributes(j.Msg), cause)
 	if err != nil {
 		e.Counters.MoveFailures.Add(1)
 		log.Error("moving message to dead-letter queue failed", "error", err)

@@ -54,8 +54,17 @@ type Decision struct {
 	LastAttempt bool
 }
 
-// Decide returns the decision for a handler's error on the given attempt.
+// Decide returns the decision for a handler's error on the given attempt,
+// the message's receive count.
 func (p Policy) Decide(err error, receiveCount int) Decision {
+	return p.DecideAttempt(err, receiveCount, receiveCount)
+}
+
+// DecideAttempt returns the decision for a handler's error on the given
+// attempt, counted across the copies of a job that waited for a long delay
+// (earlier copies' attempts plus receiveCount), and receiveCount, the
+// message's own receive count, which is what SQS's redrive policy counts.
+func (p Policy) DecideAttempt(err error, attempt, receiveCount int) Decision {
 	if err == nil {
 		return Decision{Action: Delete}
 	}
@@ -68,13 +77,13 @@ func (p Policy) Decide(err error, receiveCount int) Decision {
 	d := Decision{
 		Action:      Retry,
 		Permanent:   errors.As(err, &perm),
-		LastAttempt: p.MaxReceiveCount > 0 && receiveCount >= p.MaxReceiveCount,
+		LastAttempt: p.MaxReceiveCount > 0 && attempt >= p.MaxReceiveCount,
 	}
 	switch {
 	case isRetryAfter:
 		d.Delay = ra.Delay
 	default:
-		d.Delay = p.Backoff.Delay(receiveCount, err)
+		d.Delay = p.Backoff.Delay(attempt, err)
 	}
 	if (d.Permanent || d.LastAttempt) && p.HasDLQ {
 		d.Action = DeadLetter

@@ -1,0 +1,347 @@
+package executor
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+	"github.com/sqsworker/sqsworker/metrics"
+)
+
+// Delays of any length.
+//
+// A message whose sqsworker.AttrNotBefore lies ahead is held back without
+// running the handler and without counting an attempt, in one of two ways:
+//
+//   - a visibility step: the message is made invisible again, for up to the
+//     12 hours SQS allows from its receive, landing Steps.MessageDelay less
+//     Steps.Slack (14 minutes) before its time. One request
+//     (ChangeMessageVisibility, batched), and one receive when it comes
+//     back. Every such receive counts toward the redrive policy's
+//     maxReceiveCount, so a copy takes visibility steps only while its
+//     receive count leaves a spare receive after the next (count+2 <=
+//     maxReceiveCount; without a redrive policy, always);
+//   - a message step (requeue): a copy of the message — same body, same
+//     message attributes, same X-Ray trace header, on FIFO queues the same
+//     group with the original's message ID as deduplication ID — is sent
+//     with a delay of up to 15 minutes, and the original is deleted once
+//     the send succeeded. Two requests (SendMessage, DeleteMessage) and one
+//     receive of the copy. The copy starts with a receive count of 0.
+//
+// For a wait of more than 15 minutes, a visibility step costs 2 requests
+// and a message step 3 per 15 minutes, so visibility steps are taken
+// whenever the receive count allows, message steps otherwise. A copy runs
+// its handler only if it was sent no more than 15 minutes (plus Slack, for
+// clocks) before its time: then its delay covered the whole wait, and its
+// receive count counts real attempts only. A copy that waited by visibility
+// steps is requeued once more when its time has come (with a delay up to 15
+// minutes, or none when late), so that the job's attempts start from a
+// fresh receive count: waiting is never what sends a job to the
+// dead-letter queue.
+//
+// A copy is sent before its original is deleted: a crash, or a delete that
+// fails, between the two leaves both, and the job runs twice unless its
+// handler is idempotent. Copies keep the idempotency key (a copy of a
+// message without one gets "message-id:" and the first message's ID, which
+// is what the idempotency middleware's DefaultKey would have used), so the
+// idempotency middleware runs the job once.
+
+// Steps are the limits a hold works within. The zero value of a field means
+// SQS's: tests set shorter ones with SetStepsForTest.
+type Steps struct {
+	// MessageDelay is the longest delay of a sent message. Default
+	// sqsworker.MaxMessageDelay (15m).
+	MessageDelay time.Duration
+	// Visibility is the longest a received message can be kept invisible,
+	// counted from its receive. Default sqsworker.MaxVisibilityTimeout
+	// (12h).
+	Visibility time.Duration
+	// Slack is the clock difference tolerated between SQS and the
+	// runtimes (see Executor.Run), and what a visibility step keeps in
+	// hand. Default 1m.
+	Slack time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// DefaultSlack is the default Steps.Slack.
+const DefaultSlack = time.Minute
+
+var testSteps atomic.Pointer[Steps]
+
+// SetStepsForTest makes every executor use s (its zero fields SQS's limits)
+// until the returned function is called. For tests only: they shorten the
+// steps, or stop the clock, so that a delay of hours runs in seconds.
+func SetStepsForTest(s Steps) (restore func()) {
+	old := testSteps.Swap(&s)
+	return func() { testSteps.Store(old) }
+}
+
+func steps() Steps {
+	s := Steps{}
+	if t := testSteps.Load(); t != nil {
+		s = *t
+	}
+	if s.MessageDelay <= 0 {
+		s.MessageDelay = sqsworker.MaxMessageDelay
+	}
+	if s.Visibility <= 0 {
+		s.Visibility = sqsworker.MaxVisibilityTimeout
+	}
+	if s.Slack <= 0 {
+		s.Slack = DefaultSlack
+	}
+	if s.Now == nil {
+		s.Now = time.Now
+	}
+	return s
+}
+
+// Requeue sends the copies of messages that wait: the queue the messages
+// were received from.
+type Requeue struct {
+	// API sends the copies: the SQS client. Nil: no copies are sent, and
+	// messages wait by visibility steps only.
+	API queue.Sender
+	// URL is the queue's URL.
+	URL string
+	// FIFO is true for a FIFO queue.
+	FIFO bool
+}
+
+func (r Requeue) enabled() bool { return r.API != nil && r.URL != "" }
+
+// idempotencyKeyAttribute is the idempotency middleware's KeyAttribute.
+const idempotencyKeyAttribute = "idempotency-key"
+
+// Hold holds back j's message when its time (sqsworker.AttrNotBefore) has
+// not come, or sends it again first when it waited on this copy, as Run
+// does before running the handler: a runtime calls it before anything else
+// that could settle the message without an attempt (the circuit breaker's
+// postponement), so that waiting never costs a receive more. It reports
+// whether it settled the message, and then whether the message is gone from
+// the queue (a copy took its place).
+func (e *Executor) Hold(j *Job, ack Acker) (held, gone bool) {
+	return e.hold(j, ack)
+}
+
+func (e *Executor) hold(j *Job, ack Acker) (held, gone bool) {
+	m := j.Msg
+	nb, ok := m.NotBefore()
+	if !ok {
+		return false, false
+	}
+	s := steps()
+	if e.Requeue.FIFO {
+		s.MessageDelay = 0 // FIFO queues take no per-message delay
+	}
+	now := s.Now()
+	wait := nb.Sub(now)
+	// Sent more than a message delay before its time: this copy waited by
+	// visibility steps, so its receive count counts waits.
+	waited := !m.SentAt.IsZero() && nb.Sub(m.SentAt) > s.MessageDelay+s.Slack
+	if wait <= 0 && !waited {
+		return false, false
+	}
+	if !j.Held(time.Now()) {
+		abandon(j, ack)
+		return true, false
+	}
+	log := j.log(e).With("message_id", m.ID, "not_before", nb, "receive_count", m.ReceiveCount)
+	if wait <= 0 {
+		// Due, on a copy that waited: a fresh copy starts the attempts
+		// from a receive count of 0. Without one, the job runs on this
+		// copy rather than wait for ever.
+		if e.Requeue.enabled() {
+			err := e.requeue(j, nb, m.PriorAttempts(), 0)
+			if err == nil {
+				ack.Delete(j)
+				return true, true
+			}
+			e.Counters.RequeueFailures.Add(1)
+			log.Warn("sending a fresh copy of a message whose time has come failed; running it on this copy, whose receive count includes its waits", "error", err)
+		}
+		return false, false
+	}
+	if e.Requeue.FIFO && e.fifoVisibilityRoom(m) {
+		// No message delay: wait by visibility, and send a fresh copy
+		// only when the receive count runs out.
+		vis := max(min(wait, e.visibilityLeft(j, s, now)), time.Second)
+		e.Counters.Held.Add(1)
+		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
+		log.Debug("message held back until its time", "step", "visibility", "for", vis)
+		retry(j, ack, vis)
+		return true, false
+	}
+	if wait > s.MessageDelay+s.Slack && e.visibilityRoom(m) {
+		if vis := min(wait-max(s.MessageDelay-s.Slack, 0), e.visibilityLeft(j, s, now)); vis >= time.Second {
+			e.Counters.Held.Add(1)
+			e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
+			log.Debug("message held back until its time", "step", "visibility", "for", vis)
+			retry(j, ack, vis)
+			return true, false
+		}
+	}
+	if e.Requeue.enabled() {
+		delay := min(max(wait, 0), s.MessageDelay)
+		err := e.requeue(j, nb, m.PriorAttempts(), delay)
+		if err == nil {
+			e.Counters.Held.Add(1)
+			e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
+			log.Debug("message held back until its time", "step", "copy", "delay", delay)
+			ack.Delete(j)
+			return true, true
+		}
+		e.Counters.RequeueFailures.Add(1)
+		log.Warn("sending the waiting copy of a message failed; keeping the message, to try again when it comes back", "error", err)
+	}
+	// No copy: wait on this one, until its time or as long as SQS allows.
+	vis := max(min(wait, e.visibilityLeft(j, s, now)), time.Second)
+	e.Counters.Held.Add(1)
+	e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
+	retry(j, ack, vis)
+	return true, false
+}
+
+// visibilityRoom reports whether the message may take a visibility step: its
+// next receive leaves one more before the redrive policy's maxReceiveCount.
+func (e *Executor) visibilityRoom(m *sqsworker.Message) bool {
+	mrc := e.Policy.RedriveMaxReceiveCount
+	return mrc == 0 || receives(m)+2 <= mrc
+}
+
+// fifoVisibilityRoom reports whether a FIFO queue's message may take a
+// visibility step: its copies cannot be delayed, so it waits by visibility
+// while its next receive is allowed at all (no spare receive for a crash),
+// and always with a maxReceiveCount of 1, which leaves no wait possible but
+// this one.
+func (e *Executor) fifoVisibilityRoom(m *sqsworker.Message) bool {
+	mrc := e.Policy.RedriveMaxReceiveCount
+	return mrc <= 1 || receives(m)+1 <= mrc
+}
+
+// visibilityLeft is the longest visibility j's message may still be given.
+func (e *Executor) visibilityLeft(j *Job, s Steps, now time.Time) time.Duration {
+	return s.Visibility - now.Sub(j.ReceivedAt) - s.Slack
+}
+
+// receives returns the message's own receive count, SQS's
+// ApproximateReceiveCount, without the attempts of earlier copies.
+func receives(m *sqsworker.Message) int {
+	n, err := strconv.Atoi(m.Attributes[sqsworker.AttrReceiveCount])
+	if err != nil {
+		return m.ReceiveCount
+	}
+	return n
+}
+
+// later makes j's message come back after delay, as the decision for its
+// attempt: with a visibility change when the visibility can still hold it,
+// else (a backoff above 12 hours) with a waiting copy that carries the
+// attempts made so far, prior. FIFO queues keep the visibility change, cut
+// to 12 hours: a copy would go behind the rest of its group.
+func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
+	s := steps()
+	now := s.Now()
+	if delay <= e.visibilityLeft(j, s, now) || !e.Requeue.enabled() || e.Requeue.FIFO {
+		retry(j, ack, delay)
+		return
+	}
+	nb := now.Add(delay)
+	if err := e.requeue(j, nb, prior, s.MessageDelay); err != nil {
+		e.Counters.RequeueFailures.Add(1)
+		j.log(e).Warn("sending the waiting copy for a long backoff failed; retrying after the longest visibility timeout instead",
+			"message_id", j.Msg.ID, "retry_in", delay, "error", err)
+		retry(j, ack, delay)
+		return
+	}
+	ack.Delete(j)
+}
+
+// requeue sends a copy of j's message that waits until nb, with delay as its
+// message delay and prior as its earlier attempts.
+func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration) error {
+	m := j.Msg
+	attrs := maps.Clone(m.MessageAttributes)
+	if attrs == nil {
+		attrs = map[string]sqsworker.MessageAttribute{}
+	}
+	for name := range attrs {
+		if sqsworker.IsFailureAttribute(name) {
+			delete(attrs, name)
+		}
+	}
+	attrs[sqsworker.AttrNotBefore] = sqsworker.NotBeforeAttribute(nb)
+	delete(attrs, sqsworker.AttrPriorAttempts)
+	if prior > 0 {
+		attrs[sqsworker.AttrPriorAttempts] = sqsworker.MessageAttribute{DataType: "Number", StringValue: strconv.Itoa(prior)}
+	}
+	if len(attrs) > sqsworker.MaxMessageAttributes {
+		return fmt.Errorf("the copy needs %d message attributes, over SQS's limit of %d: leave room for %s and %s",
+			len(attrs), sqsworker.MaxMessageAttributes, sqsworker.AttrNotBefore, sqsworker.AttrPriorAttempts)
+	}
+	if _, ok := attrs[idempotencyKeyAttribute]; !ok && len(attrs) < sqsworker.MaxMessageAttributes {
+		// What the idempotency middleware's DefaultKey gives the first
+		// message, so that its copies share its key.
+		attrs[idempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: "message-id:" + m.ID}
+	}
+	in := &sqs.SendMessageInput{
+		QueueUrl:          aws.String(e.Requeue.URL),
+		MessageBody:       aws.String(m.Body),
+		MessageAttributes: sqsmsg.ToSDKAttributes(attrs),
+	}
+	if !e.Requeue.FIFO {
+		in.DelaySeconds = int32((delay + time.Second - 1) / time.Second)
+	}
+	if th := m.Attributes[sqsworker.AttrAWSTraceHeader]; th != "" {
+		in.MessageSystemAttributes = map[string]types.MessageSystemAttributeValue{
+			string(types.MessageSystemAttributeNameForSendsAWSTraceHeader): {DataType: aws.String("String"), StringValue: aws.String(th)},
+		}
+	}
+	if e.Requeue.FIFO {
+		in.MessageGroupId = aws.String(m.GroupID)
+		in.MessageDeduplicationId = aws.String(m.ID)
+	}
+	timeout := e.MoveTimeout
+	if timeout <= 0 {
+		timeout = DefaultMoveTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.Ctx), timeout)
+	defer cancel()
+	if !j.MoveBy.IsZero() {
+		var cancelBy context.CancelFunc
+		ctx, cancelBy = context.WithDeadline(ctx, j.MoveBy)
+		defer cancelBy()
+	}
+	if _, err := e.Requeue.API.SendMessage(ctx, in); err != nil {
+		return fmt.Errorf("sending a waiting copy of message %s to %s: %w", m.ID, e.Requeue.URL, err)
+	}
+	e.Counters.Requeued.Add(1)
+	return nil
+}
+
+// withoutDelayAttributes returns m, or a copy of it without the attributes
+// of a delay, for its dead-letter copy: a replay runs at once, with fresh
+// attempts.
+func withoutDelayAttributes(m *sqsworker.Message) *sqsworker.Message {
+	_, nb := m.MessageAttributes[sqsworker.AttrNotBefore]
+	_, pa := m.MessageAttributes[sqsworker.AttrPriorAttempts]
+	if !nb && !pa {
+		return m
+	}
+	c := *m
+	c.MessageAttributes = maps.Clone(m.MessageAttributes)
+	delete(c.MessageAttributes, sqsworker.AttrNotBefore)
+	delete(c.MessageAttributes, sqsworker.AttrPriorAttempts)
+	return &c
+}

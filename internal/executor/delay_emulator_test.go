@@ -1,0 +1,460 @@
+package executor_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/executor"
+	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/producer"
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// On the emulator, SQS's limits are scaled down so that the logic runs in
+// seconds: 15 minutes of message delay become 2s, 12 hours of visibility
+// 8s, the executor's minute of slack 1s. The delays keep their proportions
+// to those limits: "40 minutes" (2.7 message delays) is 5.5s, "30 hours"
+// (2.5 visibility timeouts) 20.5s. The half second keeps every wait off
+// the whole seconds SQS counts in, so that the latency of a receive does
+// not change a step.
+var (
+	emuSteps = executor.Steps{MessageDelay: 2 * time.Second, Visibility: 8 * time.Second, Slack: time.Second}
+	forty    = 5500 * time.Millisecond
+	thirty   = 20500 * time.Millisecond
+)
+
+// useEmuSteps sets the scaled limits, process-wide, until t (a top-level
+// test, whose parallel subtests end before its cleanup) ends.
+func useEmuSteps(t *testing.T) { t.Cleanup(executor.SetStepsForTest(emuSteps)) }
+
+// counting is an SQS client that counts what a message costs: the messages
+// receives brought, and the entries of sends, deletes and visibility
+// changes (one message in the queue: one request each).
+type counting struct {
+	*sqs.Client
+	mu sync.Mutex
+	c  executor.Cost
+	// failSends fails that many sends, after sendsBefore of them, before
+	// SQS sees them; loseSends carries them out and loses the reply.
+	sendsBefore, failSends, loseSends int
+}
+
+func (c *counting) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, o ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	out, err := c.Client.ReceiveMessage(ctx, in, o...)
+	if err == nil {
+		c.mu.Lock()
+		c.c.Receives += len(out.Messages)
+		c.mu.Unlock()
+	}
+	return out, err
+}
+
+func (c *counting) SendMessage(ctx context.Context, in *sqs.SendMessageInput, o ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	c.mu.Lock()
+	c.c.Sends++
+	fail, lose := false, false
+	if c.c.Sends > c.sendsBefore {
+		switch {
+		case c.failSends > 0:
+			c.failSends--
+			fail = true
+		case c.loseSends > 0:
+			c.loseSends--
+			lose = true
+		}
+	}
+	c.mu.Unlock()
+	if fail {
+		return nil, errors.New("connection refused")
+	}
+	out, err := c.Client.SendMessage(ctx, in, o...)
+	if lose && err == nil {
+		return nil, errors.New("connection reset: reply lost")
+	}
+	return out, err
+}
+
+func (c *counting) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, o ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	c.mu.Lock()
+	c.c.Deletes += len(in.Entries)
+	c.mu.Unlock()
+	return c.Client.DeleteMessageBatch(ctx, in, o...)
+}
+
+func (c *counting) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, o ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	c.mu.Lock()
+	c.c.Visibility += len(in.Entries)
+	c.mu.Unlock()
+	return c.Client.ChangeMessageVisibilityBatch(ctx, in, o...)
+}
+
+func (c *counting) cost() executor.Cost {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.c
+}
+
+// ran records the handler's calls.
+type ran struct {
+	mu   sync.Mutex
+	runs []emuRun
+}
+
+type emuRun struct {
+	at         time.Time
+	attempt    int
+	key, trace string
+}
+
+func (r *ran) handler(fail func(attempt int) error) sqsworker.Handler {
+	return sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		run := emuRun{at: time.Now(), attempt: m.ReceiveCount}
+		run.key, _ = m.Attribute("idempotency-key")
+		run.trace, _ = m.Attribute("traceparent")
+		r.mu.Lock()
+		r.runs = append(r.runs, run)
+		r.mu.Unlock()
+		if fail != nil {
+			return fail(m.ReceiveCount)
+		}
+		return nil
+	})
+}
+
+func (r *ran) get() []emuRun {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]emuRun(nil), r.runs...)
+}
+
+// sendDelayed sends one job, delayed by d, with an idempotency key, a
+// trace context and an X-Ray header, as the producer does (its 15 minutes
+// scaled: the attribute and the first delay are set here), and returns the
+// time it may run.
+func sendDelayed(t *testing.T, api *counting, url string, d time.Duration) time.Time {
+	t.Helper()
+	nb := time.Now().Add(d)
+	in := &sqs.SendMessageInput{
+		QueueUrl: &url, MessageBody: aws.String(`{"order":42}`),
+		DelaySeconds: int32(min(d, emuSteps.MessageDelay) / time.Second),
+		MessageAttributes: map[string]types.MessageAttributeValue{
+			producer.IdempotencyKeyAttribute: {DataType: aws.String("String"), StringValue: aws.String("order-42")},
+			"traceparent":                    {DataType: aws.String("String"), StringValue: aws.String("00-trace-span-01")},
+			sqsworker.AttrNotBefore:          {DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(nb.UnixMilli()+1, 10))},
+		},
+		MessageSystemAttributes: map[string]types.MessageSystemAttributeValue{
+			string(types.MessageSystemAttributeNameForSendsAWSTraceHeader): {DataType: aws.String("String"), StringValue: aws.String("Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1")},
+		},
+	}
+	if _, err := api.SendMessage(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	return time.UnixMilli(nb.UnixMilli() + 1)
+}
+
+func checkEmuRun(t *testing.T, runs []emuRun, nb time.Time) {
+	t.Helper()
+	if len(runs) != 1 {
+		t.Fatalf("handler ran %d times, want once: %+v", len(runs), runs)
+	}
+	r := runs[0]
+	if r.at.Before(nb) {
+		t.Errorf("ran %s before its time", nb.Sub(r.at))
+	}
+	if r.attempt != 1 {
+		t.Errorf("ran as attempt %d: waiting counted as attempts", r.attempt)
+	}
+	// The emulator does not return AWSTraceHeader: the fake's tests check
+	// that copies keep it.
+	if r.key != "order-42" || r.trace != "00-trace-span-01" {
+		t.Errorf("key %q, trace %q: not kept across copies", r.key, r.trace)
+	}
+}
+
+// runtimes runs a handler on a queue: the worker, or the Lambda adapter
+// behind a loop that does what an event source mapping does.
+var runtimes = map[string]func(t *testing.T, api *counting, q localtest.Queue, h sqsworker.Handler) (stop func()){
+	"worker": func(t *testing.T, api *counting, q localtest.Queue, h sqsworker.Handler) func() {
+		w, err := worker.New(api, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Concurrency: 2,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- w.Run(context.Background(), h) }()
+		return func() {
+			_ = w.Shutdown(context.Background())
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	},
+	"lambda": func(t *testing.T, api *counting, q localtest.Queue, h sqsworker.Handler) func() {
+		fn, err := lambda.NewHandler(h, lambda.Config{Client: api, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			QueueURL: func(string) (string, error) { return q.URL, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			esmPoll(ctx, t, api, q, fn)
+		}()
+		return func() { cancel(); <-done }
+	},
+}
+
+// esmPoll does what an event source mapping does: receive, invoke, delete
+// the records not reported failed.
+func esmPoll(ctx context.Context, t *testing.T, api *counting, q localtest.Queue, fn lambda.HandlerFunc) {
+	for ctx.Err() == nil {
+		out, err := api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &q.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}, MessageAttributeNames: []string{"All"}})
+		if err != nil || len(out.Messages) == 0 {
+			continue
+		}
+		ictx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		resp, err := fn(ictx, sqstest.SQSEvent(q.ARN, out.Messages))
+		cancel()
+		if err != nil {
+			t.Errorf("invocation: %v", err)
+			continue
+		}
+		failed := map[string]bool{}
+		for _, f := range resp.BatchItemFailures {
+			failed[f.ItemIdentifier] = true
+		}
+		var del sqs.DeleteMessageBatchInput
+		del.QueueUrl = &q.URL
+		for i, m := range out.Messages {
+			if !failed[aws.ToString(m.MessageId)] {
+				del.Entries = append(del.Entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), ReceiptHandle: m.ReceiptHandle})
+			}
+		}
+		if len(del.Entries) > 0 {
+			if _, err := api.DeleteMessageBatch(context.Background(), &del); err != nil {
+				t.Errorf("deleting: %v", err)
+			}
+		}
+	}
+}
+
+// A "40-minute" and a "30-hour" delay run once, not before their time,
+// through the worker and the Lambda adapter on the emulator, keeping the
+// idempotency key, the trace context and the X-Ray header, never
+// dead-lettered (redrive maxReceiveCount 2 and 3: the waits need more
+// receives than that), at the cost the documentation states.
+func TestEmulatorDelaysOfAnyLength(t *testing.T) {
+	localtest.Require(t)
+	useEmuSteps(t)
+	for name, start := range runtimes {
+		for _, tc := range []struct {
+			label string
+			d     time.Duration
+			mrc   int
+		}{{"40m", forty, 3}, {"40m", forty, 2}, {"30h", thirty, 3}, {"30h", thirty, 2}} {
+			t.Run(fmt.Sprintf("%s/%s/maxReceiveCount=%d", name, tc.label, tc.mrc), func(t *testing.T) {
+				t.Parallel()
+				api := &counting{Client: localtest.NewSQS(t)}
+				q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: tc.mrc, VisibilityTimeout: 30 * time.Second})
+				var r ran
+				stop := start(t, api, q, r.handler(nil))
+				nb := sendDelayed(t, api, q.URL, tc.d)
+				localtest.Eventually(t, tc.d+30*time.Second, func() bool { return len(r.get()) > 0 }, "the job did not run")
+				// The last delete lands; nothing else follows.
+				localtest.Eventually(t, 10*time.Second, func() bool {
+					v, i, d := localtest.Depth(t, api.Client, q.URL)
+					return v+i+d == 0
+				}, "the queue is not empty")
+				time.Sleep(time.Second)
+				stop()
+				checkEmuRun(t, r.get(), nb)
+				if v, i, d := localtest.Depth(t, api.Client, q.DLQURL); v+i+d != 0 {
+					t.Errorf("%d messages dead-lettered", v+i+d)
+				}
+				want := executor.ExpectedCostWith(tc.d, tc.mrc, emuSteps.MessageDelay, emuSteps.Slack, emuSteps.Visibility)
+				if got := api.cost(); got != want {
+					t.Errorf("cost %+v (%d requests), the documentation's rules say %+v (%d)", got, got.Total(), want, want.Total())
+				}
+				t.Logf("ran %s after its time; %d requests", r.get()[0].at.Sub(nb).Round(time.Millisecond), api.cost().Total())
+			})
+		}
+	}
+}
+
+// Faults on the emulator: the copy's send fails (the original is kept and
+// sent again when it comes back), or its reply is lost (two copies, one
+// key). The job runs on time, never before, never dead-lettered
+// (maxReceiveCount 2).
+func TestEmulatorDelayFaults(t *testing.T) {
+	localtest.Require(t)
+	useEmuSteps(t)
+	for _, fault := range []string{"send fails", "reply lost"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			api := &counting{Client: localtest.NewSQS(t), sendsBefore: 1}
+			if fault == "send fails" {
+				api.failSends = 1
+			} else {
+				api.loseSends = 1
+			}
+			q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: 2})
+			var r ran
+			stop := runtimes["worker"](t, api, q, r.handler(nil))
+			nb := sendDelayed(t, api, q.URL, forty)
+			localtest.Eventually(t, 40*time.Second, func() bool {
+				v, i, d := localtest.Depth(t, api.Client, q.URL)
+				return len(r.get()) > 0 && v+i+d == 0
+			}, "the job did not run, or copies are left")
+			time.Sleep(time.Second)
+			stop()
+			if api.failSends+api.loseSends != 0 {
+				t.Fatal("the fault was not injected")
+			}
+			runs := r.get()
+			want := 1
+			if fault == "reply lost" {
+				want = 2 // the copy SQS stored, and the one sent again
+			}
+			if len(runs) != want {
+				t.Fatalf("handler ran %d times, want %d", len(runs), want)
+			}
+			for _, run := range runs {
+				if run.at.Before(nb) || run.key != "order-42" || run.attempt != 1 {
+					t.Errorf("run %+v: early, without the key, or not a first attempt", run)
+				}
+			}
+			if v, i, d := localtest.Depth(t, api.Client, q.DLQURL); v+i+d != 0 {
+				t.Errorf("%d messages dead-lettered", v+i+d)
+			}
+		})
+	}
+}
+
+// A backoff of "24 hours" (two visibility timeouts, scaled) waits in a copy
+// that carries the attempts made: the handler sees attempts 1, 2, 3, never
+// sooner than the backoff; with a redrive maxReceiveCount of 3 the job is
+// not dead-lettered while it succeeds on its third attempt, and is, with
+// Attempts 3, when that fails too.
+func TestEmulatorLongBackoff(t *testing.T) {
+	localtest.Require(t)
+	useEmuSteps(t)
+	day := 2 * emuSteps.Visibility
+	for _, tc := range []struct {
+		rt      string
+		succeed bool
+	}{{"worker", true}, {"lambda", true}, {"worker", false}} {
+		t.Run(fmt.Sprintf("%s/third succeeds=%v", tc.rt, tc.succeed), func(t *testing.T) {
+			t.Parallel()
+			api := &counting{Client: localtest.NewSQS(t)}
+			q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: 3})
+			var r ran
+			stop := runtimes[tc.rt](t, api, q, r.handler(func(attempt int) error {
+				if tc.succeed && attempt == 3 {
+					return nil
+				}
+				return sqsworker.RetryAfter(day, errors.New("webhook endpoint down"))
+			}))
+			sendDelayed(t, api, q.URL, 0)
+			localtest.Eventually(t, 3*day+30*time.Second, func() bool {
+				v, i, d := localtest.Depth(t, api.Client, q.URL)
+				return len(r.get()) >= 3 && v+i+d == 0
+			}, "three attempts did not run")
+			time.Sleep(time.Second)
+			stop()
+			runs := r.get()
+			if len(runs) != 3 {
+				t.Fatalf("handler ran %d times, want 3", len(runs))
+			}
+			for i, run := range runs {
+				if run.attempt != i+1 || run.key != "order-42" {
+					t.Errorf("run %d: attempt %d, key %q", i, run.attempt, run.key)
+				}
+				if i > 0 && run.at.Sub(runs[i-1].at) < day {
+					t.Errorf("run %d came %s after the one before, under the backoff of %s", i, run.at.Sub(runs[i-1].at), day)
+				}
+			}
+			v, i, d := localtest.Depth(t, api.Client, q.DLQURL)
+			switch {
+			case tc.succeed && v+i+d != 0:
+				t.Errorf("%d messages dead-lettered", v+i+d)
+			case !tc.succeed:
+				msgs := localtest.ReceiveAll(t, api.Client, q.DLQURL, 2*time.Second, 30*time.Second)
+				if len(msgs) != 1 {
+					t.Fatalf("%d messages dead-lettered, want 1", len(msgs))
+				}
+				a := msgs[0].MessageAttributes
+				if got := aws.ToString(a[sqsworker.AttrFailureAttempts].StringValue); got != "3" {
+					t.Errorf("dead-letter copy says %q attempts, want 3", got)
+				}
+				if _, ok := a[sqsworker.AttrPriorAttempts]; ok {
+					t.Error("dead-letter copy carries the prior attempts: a replay would start from them")
+				}
+			}
+		})
+	}
+}
+
+// The duplicate a lost reply leaves (two copies, one key) runs the job's
+// effect once under the idempotency middleware, on DynamoDB Local.
+func TestEmulatorDelayDuplicateRunsOnceUnderIdempotency(t *testing.T) {
+	localtest.Require(t)
+	localtest.RequireDynamoDB(t)
+	useEmuSteps(t)
+	db := localtest.NewDynamoDB(t)
+	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
+	ctx := context.Background()
+	if err := idempotency.CreateTable(ctx, db, cfg); err != nil {
+		t.Fatal(err)
+	}
+	localtest.DeleteTableOnCleanup(t, db, cfg.Table)
+	store, err := idempotency.NewDynamoStore(ctx, db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idempotency.Middleware(store, idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &counting{Client: localtest.NewSQS(t), sendsBefore: 1, loseSends: 1}
+	q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: 2})
+	var copies, effects ran
+	inner := effects.handler(nil)
+	h := copies.handler(nil)
+	stop := runtimes["worker"](t, api, q, sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		_ = h.HandleMessage(ctx, m)
+		return mw(inner).HandleMessage(ctx, m)
+	}))
+	nb := sendDelayed(t, api, q.URL, forty)
+	localtest.Eventually(t, 40*time.Second, func() bool {
+		v, i, d := localtest.Depth(t, api.Client, q.URL)
+		return len(copies.get()) >= 2 && v+i+d == 0
+	}, "both copies did not come")
+	time.Sleep(time.Second)
+	stop()
+	if n := len(effects.get()); n != 1 {
+		t.Errorf("the effect ran %d times for %d copies, want once", n, len(copies.get()))
+	}
+	if e := effects.get(); len(e) > 0 && e[0].at.Before(nb) {
+		t.Error("the effect ran before its time")
+	}
+	if v, i, d := localtest.Depth(t, api.Client, q.DLQURL); v+i+d != 0 {
+		t.Errorf("%d messages dead-lettered", v+i+d)
+	}
+}
