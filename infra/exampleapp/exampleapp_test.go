@@ -417,7 +417,9 @@ func logical(t *testing.T, typ, prefix string) string {
 }
 
 var (
-	consumeActions = []any{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage"}
+	// The runtimes consume their queue and send waiting copies of delayed
+	// jobs back to it.
+	consumeActions = []any{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"}
 	sendActions    = []any{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}
 	// The idempotency store's actions, exactly.
 	storeActions = []any{"dynamodb:DeleteItem", "dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}

@@ -403,8 +403,11 @@ func newLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 		// receive, delete, change visibility, get attributes (and
 		// decrypt with a KMS queue). The runtime changes visibilities
 		// too, and sends permanent failures and last attempts to the DLQ
-		// with their failure metadata (lambda.Config).
+		// with their failure metadata (lambda.Config), and sends waiting
+		// copies of delayed jobs back to their queue (delays past SQS's
+		// 15 minutes and backoffs past 12 hours).
 		s.queue.Queue.GrantConsumeMessages(c.Role)
+		s.queue.Queue.GrantSendMessages(c.Role)
 		s.queue.DeadLetterQueue.GrantSendMessages(c.Role)
 	}
 	c.EventSourceMapping = c.EventSourceMappings[0]

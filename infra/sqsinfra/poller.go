@@ -625,9 +625,12 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 	role := c.TaskDefinition.TaskRole()
 	// Receive, delete, change visibility, get attributes (redrive policy,
 	// depth) on the queue; send permanent failures to the dead-letter
-	// queue, whose depth the worker also reads.
+	// queue, whose depth the worker also reads; send waiting copies of
+	// delayed jobs back to the queue (delays past SQS's 15 minutes and
+	// backoffs past 12 hours).
 	for _, q := range queues {
 		q.Queue.GrantConsumeMessages(role)
+		q.Queue.GrantSendMessages(role)
 		q.DeadLetterQueue.GrantSendMessages(role)
 	}
 	if props.Table != nil {

@@ -235,10 +235,12 @@ func (c *PriorityQueues) QueueFlags() []*string {
 
 // GrantConsume lets grantee consume every level as the runtimes do:
 // receive, delete, change the visibility of and read the attributes of the
-// level's messages, and send to its dead-letter queue.
+// level's messages, send waiting copies of delayed jobs back to the level,
+// and send to its dead-letter queue.
 func (c *PriorityQueues) GrantConsume(grantee awsiam.IGrantable) {
 	for _, l := range c.Levels {
 		l.Queue.Queue.GrantConsumeMessages(grantee)
+		l.Queue.Queue.GrantSendMessages(grantee)
 		l.Queue.DeadLetterQueue.GrantSendMessages(grantee)
 	}
 }

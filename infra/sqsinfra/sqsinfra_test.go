@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsecs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
@@ -749,5 +751,32 @@ func TestOperatorPolicyPurgeAndKMS(t *testing.T) {
 		if !strings.Contains(string(b), `"kms:Decrypt"`) {
 			t.Errorf("the policy of a KMS-encrypted queue lacks kms:Decrypt: %s", b)
 		}
+	}
+}
+
+// TestDelayAndBatchGrants checks that both runtimes may send to the queue
+// they consume (waiting copies of delayed jobs) and that GrantBatchRead
+// gives what `sqsworker batch show` calls, the batch read included, and no
+// write.
+func TestDelayAndBatchGrants(t *testing.T) {
+	s := newStack()
+	table := sqsinfra.NewIdempotencyTable(s, "T", nil)
+	q := sqsinfra.NewJobQueue(s, "Q", nil)
+	sqsinfra.NewLambdaConsumer(s, "C", &sqsinfra.LambdaConsumerProps{Queue: q, CodeDir: &codeDir, Table: table})
+	sqsinfra.NewPollerService(s, "P", &sqsinfra.PollerServiceProps{Queue: q, Image: image(), Handler: handler(), Table: table})
+	ops := awsiam.NewRole(s, jsii.String("Operators"), &awsiam.RoleProps{AssumedBy: awsiam.NewAccountRootPrincipal()})
+	table.GrantBatchRead(ops)
+	tpl := assertions.Template_FromStack(s, nil)
+	queueArn := fmt.Sprintf(`{"Fn::GetAtt":[%q,"Arn"]}`, firstID(tpl, "AWS::SQS::Queue", "QQueue"))
+	for _, prefix := range []string{"CRoleDefaultPolicy", "PTaskDefinitionTaskRoleDefaultPolicy"} {
+		got := actionsOn(statementsOf(t, tpl, prefix))[queueArn]
+		if !slices.Contains(got, "sqs:SendMessage") || !slices.Contains(got, "sqs:ReceiveMessage") {
+			t.Errorf("%s: actions on the queue %s = %v, want receive and send", prefix, queueArn, got)
+		}
+	}
+	got := actionsOn(statementsOf(t, tpl, "OperatorsDefaultPolicy"))[ref(tpl, "AWS::DynamoDB::Table", "TTable")]
+	want := []string{"dynamodb:BatchGetItem", "dynamodb:DescribeTable", "dynamodb:GetItem"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("GrantBatchRead: actions on the table = %v, want %v", got, want)
 	}
 }

@@ -122,6 +122,22 @@ func (t *IdempotencyTable) GrantStore(grantee awsiam.IGrantable) {
 	grantTable(grantee, t.Table, StoreActions)
 }
 
+// BatchReadActions are the DynamoDB actions that reading a batch's progress
+// calls on the table (batch.Coordinator.Get, `sqsworker batch show`):
+// GetItem for the batch, BatchGetItem for its failed chunks, DescribeTable
+// to check the table. Batches live in the idempotency table under the
+// "batch#" key prefix; their runtime side (counting chunks, sending the
+// completion job) needs only the StoreActions.
+var BatchReadActions = []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:DescribeTable"}
+
+// GrantBatchRead lets grantee read the progress of batches of chunks kept
+// in the table: the BatchReadActions, and the use of its KMS key when it
+// has a customer-managed one. Attach it to operators who run `sqsworker
+// batch show`.
+func (t *IdempotencyTable) GrantBatchRead(grantee awsiam.IGrantable) {
+	grantTable(grantee, t.Table, BatchReadActions)
+}
+
 // GrantEffects lets grantee commit the transactional effects of
 // idempotency.AddWrites on tables: the EffectActions on each table (and the
 // use of its customer-managed KMS key). A transaction fails with
