@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -545,8 +546,9 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 		File    string            `json:"file"`
 		Records []dlq.AuditRecord `json:"records"`
 		Skipped int               `json:"skipped,omitempty"`
-	}{File: s.cfg.AuditFile, Records: []dlq.AuditRecord{}}
+	}{Records: []dlq.AuditRecord{}}
 	if s.cfg.AuditFile != "" {
+		out.File = filepath.Base(s.cfg.AuditFile)
 		recs, skipped, err := readAudit(s.cfg.AuditFile, maxAuditShown)
 		if err != nil {
 			s.fail(w, r, err)

@@ -23,6 +23,11 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+// fill replaces a node's children, leaving out null, undefined and false.
+function fill(node, ...children) {
+  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined && c !== false));
+}
+
 async function api(path, body) {
   const opts = body === undefined ? {} : {
     method: "POST",
@@ -90,7 +95,7 @@ function rate(hist, key) {
 
 function showQueues() {
   const my = view;
-  main.replaceChildren(el("h1", {}, "Queues"), el("div", { id: "queues" }, el("p", { class: "muted" }, "Reading the queues…")));
+  fill(main, el("h1", {}, "Queues"), el("div", { id: "queues" }, el("p", { class: "muted" }, "Reading the queues…")));
   const tick = async () => {
     try {
       const d = await api("api/queues");
@@ -99,7 +104,7 @@ function showQueues() {
       pollTimer = setTimeout(tick, Math.max(1000, d.intervalSeconds * 1000));
     } catch (e) {
       if (my !== view) return;
-      document.getElementById("queues").replaceChildren(el("p", { class: "err" }, e.message));
+      fill(document.getElementById("queues"), el("p", { class: "err" }, e.message));
       pollTimer = setTimeout(tick, 5000);
     }
   };
@@ -131,7 +136,7 @@ function renderQueues(d) {
       el("th", {}, "DLQ depth (window)"), el("th", {}, "Oldest failure"))),
     el("tbody", {}, rows));
   const win = Math.round(d.windowSeconds / 60);
-  document.getElementById("queues").replaceChildren(
+  fill(document.getElementById("queues"),
     d.error ? el("p", { class: "err" }, "The last reading failed: " + d.error) : null,
     d.queues.length ? table : el("p", { class: "muted" }, "No queues."),
     el("p", { class: "note", id: "sampling" },
@@ -144,7 +149,7 @@ function renderQueues(d) {
 
 async function showDLQIndex() {
   const my = view;
-  main.replaceChildren(el("h1", {}, "Dead-letter queues"), el("p", { class: "muted" }, "Reading the queues…"));
+  fill(main, el("h1", {}, "Dead-letter queues"), el("p", { class: "muted" }, "Reading the queues…"));
   const input = el("input", { id: "dlq-name", placeholder: "queue name or URL", size: 40 });
   const open = el("form", { class: "bar", onsubmit: (e) => { e.preventDefault(); if (input.value) location.hash = "#/dlq/" + encodeURIComponent(input.value); } },
     input, el("button", { type: "submit" }, "Open"));
@@ -155,12 +160,12 @@ async function showDLQIndex() {
     for (const q of d.queues) if (q.dlq && !q.dlq.missing) seen.set(q.dlq.queue, { depth: q.dlq.depth, sources: [...((seen.get(q.dlq.queue) || {}).sources || []), q.queue] });
     const rows = [...seen.entries()].map(([name, v]) => el("tr", {},
       el("td", {}, el("a", { href: "#/dlq/" + encodeURIComponent(name) }, name)), el("td", { class: "num" }, v.depth), el("td", {}, v.sources.join(", "))));
-    main.replaceChildren(el("h1", {}, "Dead-letter queues"),
+    fill(main, el("h1", {}, "Dead-letter queues"),
       rows.length ? el("table", {}, el("thead", {}, el("tr", {}, el("th", {}, "Queue"), el("th", { class: "num" }, "Depth"), el("th", {}, "Sources"))), el("tbody", {}, rows))
         : el("p", { class: "muted" }, "None of the queues shown has a dead-letter queue."),
       el("h2", {}, "Open another"), open);
   } catch (e) {
-    main.replaceChildren(el("h1", {}, "Dead-letter queues"), el("p", { class: "err" }, e.message), open);
+    fill(main, el("h1", {}, "Dead-letter queues"), el("p", { class: "err" }, e.message), open);
   }
 }
 
@@ -178,11 +183,13 @@ function showDLQ(name) {
     e.preventDefault();
     dq.filter = { classes: cls.value ? [cls.value] : [], attrs: attr.value ? [attr.value] : [], since: since.value, until: until.value, text: text.value };
     dq.selected.clear();
+    fill(document.getElementById("detail"));
+    fill(document.getElementById("plan") || document.createElement("div"));
     loadList();
   } },
   el("label", {}, "Error class", cls), el("label", {}, "Attribute", attr), el("label", {}, "Failed since", since),
   el("label", {}, "Failed before", until), el("label", {}, "Text", text), el("button", { type: "submit", class: "primary", id: "apply" }, "Apply"));
-  main.replaceChildren(
+  fill(main,
     el("h1", {}, "Dead letters: ", el("span", { id: "dlq-title" }, name)),
     form,
     el("div", { id: "list" }, el("p", { class: "muted" }, "Reading the queue…")),
@@ -204,19 +211,19 @@ function filterQuery(f) {
 async function loadList() {
   const my = view;
   const box = document.getElementById("list");
-  box.replaceChildren(el("p", { class: "muted" }, "Reading the queue…"));
+  fill(box, el("p", { class: "muted" }, "Reading the queue…"));
   try {
     const d = await api("api/dlq/messages?" + filterQuery(dq.filter));
     if (my !== view) return;
     dq.list = d;
     const sel = document.getElementById("f-class");
     const keep = sel.value;
-    sel.replaceChildren(el("option", { value: "" }, "any"), d.classes.map((c) => el("option", { value: c }, c)));
+    fill(sel, el("option", { value: "" }, "any"), ...d.classes.map((c) => el("option", { value: c }, c)));
     sel.value = keep;
     renderList();
   } catch (e) {
     if (my !== view) return;
-    box.replaceChildren(el("p", { class: "err", id: "list-error" }, e.message));
+    fill(box, el("p", { class: "err", id: "list-error" }, e.message));
   }
 }
 
@@ -244,7 +251,7 @@ function renderList() {
       el("td", { class: "mono" }, m.originalId),
       el("td", {}, el("button", { type: "button", class: "show", onclick: () => showMessage(m.id) }, "Body…")));
   });
-  document.getElementById("list").replaceChildren(
+  fill(document.getElementById("list"),
     el("p", { class: "muted", id: "list-summary" }, `${d.messages.length} message(s) match (${d.filter}); ${d.scanned} read`,
       d.truncated ? "; stopped at the listing's limit" : "", d.shortfall ? "; " + d.shortfall : ""),
     d.notes && d.notes.length ? el("p", { class: "note" }, d.notes.join(" ")) : null,
@@ -258,12 +265,12 @@ function renderList() {
 function renderActions() {
   const box = document.getElementById("actions");
   if (!ACTIONS) {
-    box.replaceChildren(el("p", { class: "note" }, "Read-only: start sqsworker ui with --allow-actions to replay and purge."));
+    fill(box, el("p", { class: "note" }, "Read-only: start sqsworker ui with --allow-actions to replay and purge."));
     return;
   }
   const n = dq.selected.size;
   const to = el("input", { id: "replay-to", placeholder: "their source queue", size: 24 });
-  box.replaceChildren(
+  fill(box,
     el("div", { class: "bar" },
       el("button", { type: "button", id: "plan-filtered", disabled: !dq.list.messages.length, onclick: () => planReplay(false, to.value) },
         `Dry run: replay the ${dq.list.messages.length} filtered`),
@@ -276,7 +283,7 @@ function renderActions() {
 
 async function planReplay(selectedOnly, to) {
   const box = document.getElementById("plan");
-  box.replaceChildren(el("div", { class: "panel plan" }, "Dry run under way…"));
+  fill(box, el("div", { class: "panel plan" }, "Dry run under way…"));
   try {
     const d = await api("api/dlq/plan", { queue: dq.name, filter: dq.filter, ids: selectedOnly ? [...dq.selected] : [], to });
     const res = d.result;
@@ -287,15 +294,15 @@ async function planReplay(selectedOnly, to) {
     const confirm = el("button", { type: "button", class: "primary", id: "confirm-replay", disabled: res.messages.length === 0,
       onclick: () => { confirm.disabled = true; runReplay(d.planId, res.messages.length); } },
     `Confirm: move these ${res.messages.length} message(s)`);
-    box.replaceChildren(el("div", { class: "panel plan", id: "plan-panel" },
+    fill(box, el("div", { class: "panel plan", id: "plan-panel" },
       el("strong", {}, `Dry run: ${res.matched} message(s) would move`), el("span", { class: "muted" }, ` (read ${res.scanned}; ${res.filter}). Nothing has moved yet.`),
       el("table", { id: "plan-table" }, el("thead", {}, el("tr", {}, el("th", {}, "Original ID"), el("th", {}, "Error class"), el("th", {}, "Failed at"), el("th", {}, "Destination"))), el("tbody", {}, rows)),
       stayed.length ? el("div", {}, el("p", { class: "err" }, `${stayed.length} would stay:`), el("ul", {}, stayed)) : null,
       res.noSource ? el("p", { class: "err" }, `${res.noSource} have no source queue: give a destination.`) : null,
-      el("div", { class: "bar" }, confirm, el("button", { type: "button", onclick: () => box.replaceChildren() }, "Cancel")),
+      el("div", { class: "bar" }, confirm, el("button", { type: "button", onclick: () => fill(box) }, "Cancel")),
       el("div", { id: "replay-progress" })));
   } catch (e) {
-    box.replaceChildren(el("div", { class: "panel plan err", id: "plan-error" }, e.message));
+    fill(box, el("div", { class: "panel plan err", id: "plan-error" }, e.message));
   }
 }
 
@@ -303,7 +310,7 @@ async function runReplay(planId, total) {
   const box = document.getElementById("replay-progress");
   const bar = el("progress", { max: total, value: 0 });
   const text = el("span", { class: "muted" }, "starting…");
-  box.replaceChildren(el("div", { class: "bar" }, bar, text));
+  fill(box, el("div", { class: "bar" }, bar, text));
   try {
     const { jobId } = await api("api/dlq/replay", { planId });
     for (;;) {
@@ -312,7 +319,7 @@ async function runReplay(planId, total) {
       text.textContent = `moved ${j.progress.Moved} of ${total} (read ${j.progress.Scanned})`;
       if (j.done) {
         const r = j.result || { moved: 0 };
-        box.replaceChildren(el("p", { class: j.error ? "err" : "ok", id: "replay-result" },
+        fill(box, el("p", { class: j.error ? "err" : "ok", id: "replay-result" },
           `Moved ${r.moved} message(s)` + (r.notDeleted ? `; ${r.notDeleted} copied but not deleted (in both queues)` : "") +
           (j.error ? ": " + j.error : ". Recorded in the audit log.")),
         el("button", { type: "button", id: "reload", onclick: loadList }, "Reload the list"));
@@ -321,7 +328,7 @@ async function runReplay(planId, total) {
       await new Promise((ok) => setTimeout(ok, 500));
     }
   } catch (e) {
-    box.replaceChildren(el("p", { class: "err", id: "replay-result" }, e.message));
+    fill(box, el("p", { class: "err", id: "replay-result" }, e.message));
   }
 }
 
@@ -332,8 +339,8 @@ function purgePanel() {
     btn.disabled = true;
     try {
       await api("api/dlq/purge", { queue: dq.name, confirm: typed.value });
-      out.replaceChildren(el("span", { class: "ok" }, `Purged ${name}: SQS may take up to 60 seconds. Recorded in the audit log.`));
-    } catch (e) { out.replaceChildren(el("span", { class: "err" }, e.message)); }
+      fill(out, el("span", { class: "ok" }, `Purged ${name}: SQS may take up to 60 seconds. Recorded in the audit log.`));
+    } catch (e) { fill(out, el("span", { class: "err" }, e.message)); }
   } }, "Purge");
   typed.addEventListener("input", () => { btn.disabled = typed.value !== name; });
   const out = el("span", { id: "purge-result" });
@@ -344,18 +351,18 @@ function purgePanel() {
 
 async function showMessage(id) {
   const box = document.getElementById("detail");
-  box.replaceChildren(el("div", { class: "panel" }, "Reading message " + id + "…"));
+  fill(box, el("div", { class: "panel" }, "Reading message " + id + "…"));
   try {
     const m = await api("api/dlq/message?" + new URLSearchParams({ queue: dq.name, id }));
     const attrs = Object.entries(m.messageAttributes || {}).sort().map(([k, v]) => el("tr", {}, el("td", { class: "mono" }, k), el("td", { class: "mono" }, v)));
-    box.replaceChildren(el("div", { class: "panel", id: "message-detail" },
-      el("div", { class: "bar" }, el("strong", {}, "Message " + m.originalId), el("button", { type: "button", onclick: () => box.replaceChildren() }, "Close")),
+    fill(box, el("div", { class: "panel", id: "message-detail" },
+      el("div", { class: "bar" }, el("strong", {}, "Message " + m.originalId), el("button", { type: "button", onclick: () => fill(box) }, "Close")),
       el("p", {}, el("span", { class: "class" }, m.errorClass || "–"), " ", m.error),
       el("h2", {}, "Body"), el("pre", { id: "message-body" }, m.body),
       el("h2", {}, "Message attributes"), el("table", {}, el("tbody", {}, attrs))));
     box.scrollIntoView({ block: "nearest" });
   } catch (e) {
-    box.replaceChildren(el("div", { class: "panel err" }, e.message));
+    fill(box, el("div", { class: "panel err" }, e.message));
   }
 }
 
@@ -363,7 +370,7 @@ async function showMessage(id) {
 
 async function showAudit() {
   const my = view;
-  main.replaceChildren(el("h1", {}, "Audit log"), el("p", { class: "muted" }, "Reading…"));
+  fill(main, el("h1", {}, "Audit log"), el("p", { class: "muted" }, "Reading…"));
   try {
     const d = await api("api/audit");
     if (my !== view) return;
@@ -372,12 +379,12 @@ async function showAudit() {
       el("td", { class: "mono" }, r.originalMessageId || ""), el("td", { class: "mono" }, r.newMessageId || ""),
       el("td", {}, r.filter || (r.approximateMessages ? `about ${r.approximateMessages} message(s)` : "")),
       el("td", { title: r.callerNote || "" }, r.caller), el("td", {}, r.note || "")));
-    main.replaceChildren(el("h1", {}, "Audit log"),
+    fill(main, el("h1", {}, "Audit log"),
       el("p", { class: "muted" }, d.file ? `The last ${d.records.length} record(s) of ${d.file}, newest first.` : "No audit log file (--audit -): nothing to show."),
       el("table", { id: "audit-table" }, el("thead", {}, el("tr", {}, ["Time", "Action", "DLQ", "Destination", "Original ID", "New ID", "Filter", "Caller", "Note"].map((h) => el("th", {}, h)))),
         el("tbody", {}, rows)));
   } catch (e) {
-    main.replaceChildren(el("h1", {}, "Audit log"), el("p", { class: "err" }, e.message));
+    fill(main, el("h1", {}, "Audit log"), el("p", { class: "err" }, e.message));
   }
 }
 
