@@ -313,6 +313,8 @@ func TestBrowserReplay(t *testing.T) {
 		chromedp.Click(chromedp.CSS(`#confirm-replay`)),
 		until(`!!document.querySelector('#replay-result')`),
 		text(`#replay-result`, &result),
+		// The list is read again: the moved messages are gone.
+		until(`!!document.querySelector('#list-summary') && document.querySelectorAll('#messages tbody tr').length === 0`),
 		shot("replay.png"))
 	if !strings.Contains(result, "Moved 2 message(s)") {
 		t.Fatalf("replay result: %q\nserver log:\n%s", result, logs.String())
@@ -333,7 +335,8 @@ func TestBrowserReplay(t *testing.T) {
 		text(`#plan-panel`, &plan2),
 		chromedp.Click(chromedp.CSS(`#confirm-replay`)),
 		until(`!!document.querySelector('#replay-result')`),
-		text(`#replay-result`, &result2))
+		text(`#replay-result`, &result2),
+		until(`!!document.querySelector('#list-summary') && document.querySelectorAll('#messages tbody tr').length === 1`))
 	if !strings.Contains(plan2, "→ "+name(other.URL)) || !strings.Contains(result2, "Moved 1 message(s)") {
 		t.Errorf("selected replay: plan\n%s\nresult %q", plan2, result2)
 	}

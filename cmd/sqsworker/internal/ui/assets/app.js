@@ -192,6 +192,7 @@ function showDLQ(name) {
   fill(main,
     el("h1", {}, "Dead letters: ", el("span", { id: "dlq-title" }, name)),
     form,
+    el("div", { id: "last-result" }),
     el("div", { id: "list" }, el("p", { class: "muted" }, "Reading the queue…")),
     el("div", { id: "actions" }),
     el("div", { id: "detail" }));
@@ -218,7 +219,9 @@ async function loadList() {
     dq.list = d;
     const sel = document.getElementById("f-class");
     const keep = sel.value;
-    fill(sel, el("option", { value: "" }, "any"), ...d.classes.map((c) => el("option", { value: c }, c)));
+    // The classes read, and the one filtered on even if none is left.
+    const classes = [...new Set([...d.classes, ...dq.filter.classes])].sort();
+    fill(sel, el("option", { value: "" }, "any"), ...classes.map((c) => el("option", { value: c }, c)));
     sel.value = keep;
     renderList();
   } catch (e) {
@@ -283,6 +286,7 @@ function renderActions() {
 
 async function planReplay(selectedOnly, to) {
   const box = document.getElementById("plan");
+  fill(document.getElementById("last-result"));
   fill(box, el("div", { class: "panel plan" }, "Dry run under way…"));
   try {
     const d = await api("api/dlq/plan", { queue: dq.name, filter: dq.filter, ids: selectedOnly ? [...dq.selected] : [], to });
@@ -318,11 +322,14 @@ async function runReplay(planId, total) {
       bar.value = j.progress.Moved;
       text.textContent = `moved ${j.progress.Moved} of ${total} (read ${j.progress.Scanned})`;
       if (j.done) {
+        // The result stays above the list, which is read again.
         const r = j.result || { moved: 0 };
-        fill(box, el("p", { class: j.error ? "err" : "ok", id: "replay-result" },
-          `Moved ${r.moved} message(s)` + (r.notDeleted ? `; ${r.notDeleted} copied but not deleted (in both queues)` : "") +
-          (j.error ? ": " + j.error : ". Recorded in the audit log.")),
-        el("button", { type: "button", id: "reload", onclick: loadList }, "Reload the list"));
+        fill(document.getElementById("last-result"), el("div", { class: "panel plan" }, el("span", { class: j.error ? "err" : "ok", id: "replay-result" },
+          `Moved ${r.moved} message(s) to ${[...new Set((r.messages || []).map((m) => queueName(m.destination)))].join(", ") || "–"}` +
+          (r.notDeleted ? `; ${r.notDeleted} copied but not deleted (in both queues)` : "") +
+          (j.error ? ": " + j.error : ". Recorded in the audit log."))));
+        dq.selected.clear();
+        loadList();
         return;
       }
       await new Promise((ok) => setTimeout(ok, 500));
