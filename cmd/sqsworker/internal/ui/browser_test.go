@@ -408,6 +408,23 @@ func TestBrowserReplay(t *testing.T) {
 			t.Errorf("the server log has the body %s", body)
 		}
 	}
+
+	// Started without --allow-actions, the same page offers no action.
+	_, roBase := newTestServer(t, Config{SQS: c, Stats: statsOf(c, q), AuditFile: auditPath})
+	var note string
+	run("read-only page",
+		chromedp.Navigate(roBase+"/#/dlq/"+name(q.DLQURL)),
+		// (The SDK's reads above hold the last message: the list is empty.)
+		until(`!!document.querySelector('#list-summary')`),
+		text(`#actions`, &note))
+	var buttons int
+	run("read-only buttons", chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) (err error) {
+		buttons, err = chromedp.Evaluate[int](`document.querySelectorAll('#plan-filtered, #plan-selected, #purge').length`)(ctx, tgt)
+		return err
+	}))
+	if buttons != 0 || !strings.Contains(note, "Read-only") {
+		t.Errorf("read-only page: %d action buttons, note %q", buttons, note)
+	}
 }
 
 func readAuditFile(t *testing.T, path string) []dlq.AuditRecord {

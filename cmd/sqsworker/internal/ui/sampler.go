@@ -88,11 +88,8 @@ func (s *sampler) run(ctx context.Context) {
 			case <-t.C:
 			}
 		}
-		// Drain a wake that came while active.
-		select {
-		case <-s.wake:
-		default:
-		}
+		// A wake left from a poll while active only makes the loop
+		// check active() again.
 	}
 }
 
