@@ -40,7 +40,7 @@ LAMBDA_ARCHS := amd64 arm64
 # Prometheus and OpenTelemetry modules.
 PKGS := ./... ./cmd/sqsworker/... ./metrics/sqsprom/... ./sqsotel/...
 
-.PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench chaos install-check lint fmt vet clean FORCE
+.PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench chaos install-check chromium lint fmt vet clean FORCE
 
 all: lint test
 
@@ -91,9 +91,14 @@ demo: stack-start
 	$(GO) run ./cmd/sqsworker-demo -queue-prefix $$q -drain
 
 ## test: every test, with the race detector, against the local stack
-test: stack-start vet tools infra-test
+test: stack-start vet tools chromium infra-test
 	$(WITH_STACK) CI=$${CI:-} $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 	$(MAKE) --no-print-directory install-check
+
+## chromium: Debian's chromium package (pinned) for the browser tests of
+## sqsworker ui, where apt-get can install it (scripts/install-chromium.sh)
+chromium:
+	scripts/install-chromium.sh
 
 ## install-check: every module installs and imports as published, offline:
 ## the modules as release files in a file-based module proxy, then

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,6 +29,10 @@ type Filter struct {
 	// JSONFields selects messages whose body is JSON with all of these
 	// values.
 	JSONFields []JSONField
+	// IDs selects messages whose ID in the dead-letter queue, or original
+	// message ID, is one of these: messages chosen one by one (from a
+	// listing or a dry run).
+	IDs []string
 }
 
 // Attribute is a message attribute's name and value.
@@ -68,6 +73,11 @@ func (f Filter) Validate() error {
 			errs = append(errs, fmt.Errorf("attribute %q: SQS attributes are never empty, so an empty value matches nothing", a.Name))
 		}
 	}
+	for _, id := range f.IDs {
+		if strings.TrimSpace(id) == "" {
+			errs = append(errs, errors.New("empty message ID"))
+		}
+	}
 	for _, j := range f.JSONFields {
 		if !ValidJSONPath(j.Path) {
 			errs = append(errs, fmt.Errorf("JSON field %q: want a dot path like order.customer.id or items.0.sku", j.Path))
@@ -91,6 +101,9 @@ func ValidJSONPath(path string) bool {
 // Match reports whether m passes every condition. Conditions on the failure
 // metadata (error class, time) never match a message without it.
 func (f Filter) Match(m *Message) bool {
+	if len(f.IDs) > 0 && !slices.Contains(f.IDs, m.ID) && !slices.Contains(f.IDs, m.OriginalID()) {
+		return false
+	}
 	if len(f.ErrorClasses) > 0 {
 		ok := false
 		for _, c := range f.ErrorClasses {
@@ -201,6 +214,12 @@ func (f Filter) String() string {
 	}
 	for _, j := range f.JSONFields {
 		parts = append(parts, fmt.Sprintf("json %s=%q", j.Path, j.Value))
+	}
+	switch n := len(f.IDs); {
+	case n == 1:
+		parts = append(parts, fmt.Sprintf("message %s", f.IDs[0]))
+	case n > 1:
+		parts = append(parts, fmt.Sprintf("%d chosen messages", n))
 	}
 	if len(parts) == 0 {
 		return "all messages"

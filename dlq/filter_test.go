@@ -134,3 +134,29 @@ func TestFilterMatchAndDescription(t *testing.T) {
 		}
 	}
 }
+
+func TestFilterIDs(t *testing.T) {
+	m := testMessage(sqsworker.Failure{ErrorClass: "a", MessageID: "orig-1", SourceQueue: "q"}, "x", nil) // ID "dlq-id"
+	for _, tc := range []struct {
+		ids  []string
+		want bool
+	}{
+		{[]string{"dlq-id"}, true},
+		{[]string{"other", "orig-1"}, true},
+		{[]string{"other"}, false},
+		{nil, true},
+	} {
+		if got := (Filter{IDs: tc.ids}).Match(m); got != tc.want {
+			t.Errorf("IDs %v: match %v, want %v", tc.ids, got, tc.want)
+		}
+	}
+	if s := (Filter{IDs: []string{"a"}}).String(); s != "message a" {
+		t.Errorf("one ID: %q", s)
+	}
+	if s := (Filter{ErrorClasses: []string{"c"}, IDs: []string{"a", "b"}}).String(); s != `error-class="c" and 2 chosen messages` {
+		t.Errorf("two IDs: %q", s)
+	}
+	if err := (Filter{IDs: []string{" "}}).Validate(); err == nil || !strings.Contains(err.Error(), "empty message ID") {
+		t.Errorf("empty ID: %v", err)
+	}
+}

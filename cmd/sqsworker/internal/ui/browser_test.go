@@ -1,0 +1,450 @@
+package ui
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/chromedp/chromedp"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/dlq"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// UpdateScreenshotsEnv, set to a non-empty value, makes the browser test
+// write its screenshots to docs/ui/ (the README links them) instead of a
+// temporary directory.
+const updateScreenshotsEnv = "SQSWORKER_UPDATE_SCREENSHOTS"
+
+// chromiumPath finds Debian's chromium (or $SQSWORKER_CHROMIUM). Without
+// it the test skips, or fails in CI.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("SQSWORKER_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	msg := "no Chromium: install Debian's chromium package (scripts/install-chromium.sh, which `make test` runs), or set SQSWORKER_CHROMIUM"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// classError is a handler error with an error class of its own.
+type classError struct{ class, text string }
+
+func (e classError) Error() string      { return e.text }
+func (e classError) ErrorClass() string { return e.class }
+
+// statsOf reads the figures of queues as `sqsworker ui` does, for a test:
+// the queue and the dead-letter queue of its redrive policy.
+func statsOf(c *sqs.Client, qs ...localtest.Queue) func(context.Context) ([]QueueStats, error) {
+	return func(ctx context.Context) ([]QueueStats, error) {
+		var out []QueueStats
+		read := func(url string) (v, f, d int, err error) {
+			a, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: &url, AttributeNames: []types.QueueAttributeName{
+				types.QueueAttributeNameApproximateNumberOfMessages, types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
+				types.QueueAttributeNameApproximateNumberOfMessagesDelayed}})
+			if err != nil {
+				return 0, 0, 0, err
+			}
+			n := func(k string) int { i, _ := strconv.Atoi(a.Attributes[k]); return i }
+			return n("ApproximateNumberOfMessages"), n("ApproximateNumberOfMessagesNotVisible"), n("ApproximateNumberOfMessagesDelayed"), nil
+		}
+		for _, q := range qs {
+			v, f, d, err := read(q.URL)
+			if err != nil {
+				return nil, err
+			}
+			s := QueueStats{Queue: name(q.URL), URL: q.URL, Visible: v, InFlight: f, Delayed: d}
+			if q.DLQURL != "" {
+				v, f, d, err := read(q.DLQURL)
+				if err != nil {
+					return nil, err
+				}
+				s.DLQ = &DLQStats{Queue: name(q.DLQURL), URL: q.DLQURL, MaxReceiveCount: 2, Depth: v + f + d}
+			}
+			out = append(out, s)
+		}
+		return out, nil
+	}
+}
+
+func name(url string) string { return url[strings.LastIndexByte(url, '/')+1:] }
+
+// deadLetter runs the real worker on q until it has dead-lettered every
+// job (a body and the error its handler returns), then stops it. It
+// returns the jobs' message IDs by body.
+func deadLetter(t *testing.T, c *sqs.Client, q localtest.Queue, jobs map[string]error) map[string]string {
+	t.Helper()
+	w, err := worker.New(c, worker.Config{
+		QueueURL: q.URL, WaitTime: time.Second, Host: "browser-test",
+		Backoff: sqsworker.ExponentialBackoff{Jitter: func() float64 { return 0 }},
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Run(context.Background(), sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			return jobs[m.Body]
+		}))
+	}()
+	ids := map[string]string{}
+	for body := range jobs {
+		out, err := c.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String(body),
+			MessageAttributes: map[string]types.MessageAttributeValue{"tenant": {DataType: aws.String("String"), StringValue: aws.String("acme")}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[body] = aws.ToString(out.MessageId)
+	}
+	localtest.Eventually(t, 90*time.Second, func() bool { return w.Stats().DeadLettered >= int64(len(jobs)) },
+		"the worker dead-lettered %d of %d jobs", w.Stats().DeadLettered, len(jobs))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	localtest.Eventually(t, 60*time.Second, func() bool {
+		v, f, d := localtest.Depth(t, c, q.DLQURL)
+		return v == len(jobs) && f == 0 && d == 0
+	}, "the dead-letter queue does not hold the %d jobs", len(jobs))
+	return ids
+}
+
+// TestBrowserReplay drives the dashboard in headless Chromium against the
+// local stack: the real worker dead-letters jobs with different error
+// classes; the page lists them with their reasons, filters one class, runs
+// the dry run, confirms; then replays one message chosen by hand to another
+// queue. The SDK finds exactly those messages moved, the last still
+// dead-lettered, and the audit log has them, as its page shows.
+func TestBrowserReplay(t *testing.T) {
+	localtest.Require(t)
+	chromium := chromiumPath(t)
+
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 5 * time.Second})
+	jobs := map[string]error{
+		`{"order":1}`: sqsworker.Permanent(classError{"validation", "order 1: no customer"}),
+		`{"order":2}`: sqsworker.Permanent(classError{"validation", "order 2: negative total"}),
+		`{"order":3}`: classError{"upstream-unavailable", "payments API answered 503"},
+		`{"order":4}`: sqsworker.Permanent(classError{"unsupported-currency", "currency XTS is not supported"}),
+	}
+	ids := deadLetter(t, c, q, jobs)
+
+	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
+	auditLog, err := dlq.OpenAuditLog(auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = auditLog.Close() })
+	logs := &syncBuffer{}
+	s, err := New(Config{
+		Addr: "127.0.0.1:0", AllowActions: true, SQS: c, Stats: statsOf(c, q),
+		Audit: dlq.Audit{Record: auditLog.Record, Caller: "browser-test"}, AuditFile: auditPath,
+		SampleInterval: time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stopServer := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		stopServer()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	base := "http://" + ln.Addr().String() + "/"
+
+	shots := t.TempDir()
+	if os.Getenv(updateScreenshotsEnv) != "" {
+		shots = filepath.Join("..", "..", "..", "..", "docs", "ui")
+		if err := os.MkdirAll(shots, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("screenshots in %s", shots)
+
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 900),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	defer cancelAlloc()
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	defer cancelBrowser()
+	// The browser lives as long as the context of the first run: start it
+	// without a deadline, then bound the steps.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting %s: %v", chromium, err)
+	}
+	ctx, cancel := context.WithTimeout(bctx, 4*time.Minute)
+	defer cancel()
+
+	shot := func(file string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			png, err := chromedp.FullScreenshot(100)(ctx, tgt)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(shots, file), png, 0o644)
+		})
+	}
+	// until waits for a JavaScript condition on the page.
+	until := func(cond string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(2*time.Minute), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
+			return err
+		})
+	}
+	// text reads an element's text into *dst.
+	text := func(sel string, dst *string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) (err error) {
+			*dst, err = chromedp.Text(chromedp.CSS(sel))(ctx, tgt)
+			return err
+		})
+	}
+	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("%s: %v\npage text:\n%s\nserver log:\n%s", step, err, page, logs.String())
+		}
+	}
+
+	// The queues page: the dead-letter queue's depth, and charts once two
+	// readings are in.
+	run("queues page",
+		chromedp.Navigate(base+"#/queues"),
+		until(fmt.Sprintf(`(() => { const r = document.querySelector('#queue-table tr[data-queue=%q]');
+			return !!r && r.querySelector('.dlq-depth').textContent === "4" && r.querySelectorAll('svg.spark path.line').length === 2; })()`, name(q.URL))),
+		shot("queues.png"))
+
+	// The dead-letter queue, from the link: every job with its reason.
+	var table string
+	run("dead-letter page",
+		chromedp.Click(chromedp.CSS(`a.dlq-link`)),
+		until(`document.querySelectorAll('#messages tbody tr').length === 4`),
+		text(`#messages`, &table),
+		shot("dlq.png"))
+	for _, want := range []string{"validation", "upstream-unavailable", "unsupported-currency", "order 1: no customer",
+		"order 2: negative total", "payments API answered 503", "currency XTS is not supported", name(q.URL)} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the listing lacks %q:\n%s", want, table)
+		}
+	}
+	for body := range jobs {
+		if strings.Contains(table, body) {
+			t.Errorf("the listing shows the body %s", body)
+		}
+	}
+
+	// A body, on click.
+	var body string
+	run("message body",
+		chromedp.Click(chromedp.CSS(`#messages tr[data-class="unsupported-currency"] button.show`)),
+		until(`!!document.querySelector('#message-body')`),
+		text(`#message-body`, &body),
+		shot("message.png"))
+	if body != `{"order":4}` {
+		t.Errorf("body shown: %q", body)
+	}
+
+	// Filter one class, dry run, confirm.
+	var plan string
+	run("filter and dry run",
+		// Choose the class in the select, as a person would.
+		until(`(() => { const s = document.querySelector('#f-class');
+			if (![...s.options].some(o => o.value === "validation")) return false;
+			s.value = "validation"; s.dispatchEvent(new Event("change")); return true; })()`),
+		chromedp.Click(chromedp.CSS(`#apply`)),
+		until(`(() => { const rs = [...document.querySelectorAll('#messages tbody tr')];
+			return rs.length === 2 && rs.every(r => r.dataset.class === "validation"); })()`),
+		chromedp.Click(chromedp.CSS(`#plan-filtered`)),
+		until(`document.querySelectorAll('#plan-table tbody tr').length === 2`),
+		text(`#plan-panel`, &plan),
+		shot("plan.png"))
+	if !strings.Contains(plan, "→ "+name(q.URL)) || !strings.Contains(plan, "2 message(s) would move") {
+		t.Errorf("dry run:\n%s", plan)
+	}
+	// Nothing moved by the dry run.
+	if v, f, _ := localtest.Depth(t, c, q.URL); v+f != 0 {
+		t.Errorf("the dry run moved messages: source queue has %d visible, %d in flight", v, f)
+	}
+	var result string
+	run("confirm",
+		chromedp.Click(chromedp.CSS(`#confirm-replay`)),
+		until(`!!document.querySelector('#replay-result')`),
+		text(`#replay-result`, &result),
+		// The list is read again: the moved messages are gone.
+		until(`!!document.querySelector('#list-summary') && document.querySelectorAll('#messages tbody tr').length === 0`),
+		shot("replay.png"))
+	if !strings.Contains(result, "Moved 2 message(s)") {
+		t.Fatalf("replay result: %q\nserver log:\n%s", result, logs.String())
+	}
+
+	// Then one message chosen by hand, to another queue.
+	other := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	var plan2, result2 string
+	run("select one, replay to another queue",
+		until(`(() => { const s = document.querySelector('#f-class'); s.value = ""; return true; })()`),
+		chromedp.Click(chromedp.CSS(`#apply`)),
+		until(`document.querySelectorAll('#messages tbody tr').length === 2`),
+		chromedp.Click(chromedp.CSS(`#messages tr[data-class="upstream-unavailable"] input.pick`)),
+		until(`!document.querySelector('#plan-selected').disabled`),
+		chromedp.SendKeys(chromedp.CSS(`#replay-to`), name(other.URL)),
+		chromedp.Click(chromedp.CSS(`#plan-selected`)),
+		until(`document.querySelectorAll('#plan-table tbody tr').length === 1`),
+		text(`#plan-panel`, &plan2),
+		chromedp.Click(chromedp.CSS(`#confirm-replay`)),
+		until(`!!document.querySelector('#replay-result')`),
+		text(`#replay-result`, &result2),
+		until(`!!document.querySelector('#list-summary') && document.querySelectorAll('#messages tbody tr').length === 1`))
+	if !strings.Contains(plan2, "→ "+name(other.URL)) || !strings.Contains(result2, "Moved 1 message(s)") {
+		t.Errorf("selected replay: plan\n%s\nresult %q", plan2, result2)
+	}
+
+	// Exactly the two validation jobs are back in their source queue, the
+	// chosen one in the other queue; the last is still dead-lettered.
+	localtest.Eventually(t, 60*time.Second, func() bool {
+		v, _, _ := localtest.Depth(t, c, q.URL)
+		o, _, _ := localtest.Depth(t, c, other.URL)
+		dv, df, _ := localtest.Depth(t, c, q.DLQURL)
+		return v == 2 && o == 1 && dv+df == 1
+	}, "the queues do not hold the replayed messages")
+	bodies := func(url string) []string {
+		var out []string
+		for _, m := range localtest.ReceiveAll(t, c, url, 2*time.Second, 60*time.Second) {
+			out = append(out, aws.ToString(m.Body))
+		}
+		slices.Sort(out)
+		return out
+	}
+	if got, want := bodies(q.URL), []string{`{"order":1}`, `{"order":2}`}; !slices.Equal(got, want) {
+		t.Errorf("source queue holds %q, want %q", got, want)
+	}
+	if got, want := bodies(other.URL), []string{`{"order":3}`}; !slices.Equal(got, want) {
+		t.Errorf("the other queue holds %q, want %q", got, want)
+	}
+	if got, want := bodies(q.DLQURL), []string{`{"order":4}`}; !slices.Equal(got, want) {
+		t.Errorf("dead-letter queue holds %q, want %q", got, want)
+	}
+
+	// The audit log has them, and its page shows them.
+	recs := readAuditFile(t, auditPath)
+	var replayed []string
+	for _, r := range recs {
+		if r.Action != dlq.ActionReplay || r.Caller != "browser-test" || !r.Deleted || !strings.Contains(r.CallerNote, "sqsworker ui") {
+			t.Errorf("audit record %+v", r)
+		}
+		switch r.OriginalMessageID {
+		case ids[`{"order":3}`]:
+			if r.Destination != other.URL {
+				t.Errorf("audit record of the chosen message: %+v", r)
+			}
+		default:
+			if r.Destination != q.URL || !strings.Contains(r.Filter, `error-class="validation"`) {
+				t.Errorf("audit record of a filtered message: %+v", r)
+			}
+		}
+		replayed = append(replayed, r.OriginalMessageID)
+	}
+	slices.Sort(replayed)
+	want := []string{ids[`{"order":1}`], ids[`{"order":2}`], ids[`{"order":3}`]}
+	slices.Sort(want)
+	if !slices.Equal(replayed, want) {
+		t.Errorf("audit log replayed %v, want %v", replayed, want)
+	}
+	var auditText string
+	run("audit page",
+		chromedp.Click(chromedp.CSS(`#nav-audit`)),
+		until(`document.querySelectorAll('#audit-table tbody tr[data-action="replay"]').length === 3`),
+		text(`#audit-table`, &auditText),
+		shot("audit.png"))
+	for _, id := range want {
+		if !strings.Contains(auditText, id) {
+			t.Errorf("the audit page lacks %s:\n%s", id, auditText)
+		}
+	}
+	for body := range jobs {
+		if strings.Contains(logs.String(), body) {
+			t.Errorf("the server log has the body %s", body)
+		}
+	}
+
+	// Started without --allow-actions, the same page offers no action.
+	_, roBase := newTestServer(t, Config{SQS: c, Stats: statsOf(c, q), AuditFile: auditPath})
+	var note string
+	run("read-only page",
+		chromedp.Navigate(roBase+"/#/dlq/"+name(q.DLQURL)),
+		// (The SDK's reads above hold the last message: the list is empty.)
+		until(`!!document.querySelector('#list-summary')`),
+		text(`#actions`, &note))
+	var buttons int
+	run("read-only buttons", chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) (err error) {
+		buttons, err = chromedp.Evaluate[int](`document.querySelectorAll('#plan-filtered, #plan-selected, #purge').length`)(ctx, tgt)
+		return err
+	}))
+	if buttons != 0 || !strings.Contains(note, "Read-only") {
+		t.Errorf("read-only page: %d action buttons, note %q", buttons, note)
+	}
+}
+
+func readAuditFile(t *testing.T, path string) []dlq.AuditRecord {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []dlq.AuditRecord
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var r dlq.AuditRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("audit line %q: %v", sc.Text(), err)
+		}
+		out = append(out, r)
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	return out
+}

@@ -1,0 +1,639 @@
+package ui
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sqsworker/sqsworker/dlq"
+)
+
+// openQueue is a dead-letter queue opened by a request, kept a minute,
+// with the lock that lets one operation at a time hold its messages.
+type openQueue struct {
+	q      *dlq.Queue
+	opened time.Time
+	busy   chan struct{} // one token: held by a listing, a dry run or a replay
+	what   string        // what holds it, under Server.mu
+}
+
+const openFor = time.Minute
+
+// open opens the dead-letter queue given by name or URL, or returns the
+// one opened in the last minute.
+func (s *Server) open(ctx context.Context, nameOrURL string) (*openQueue, error) {
+	if nameOrURL == "" {
+		return nil, badRequest("no queue given")
+	}
+	s.mu.Lock()
+	oq := s.queues[nameOrURL]
+	s.mu.Unlock()
+	if oq != nil && time.Since(oq.opened) < openFor {
+		return oq, nil
+	}
+	q, err := dlq.Open(ctx, s.cfg.SQS, nameOrURL, dlq.Config{Force: s.cfg.Force, Logger: s.log})
+	if err != nil {
+		if errors.Is(err, dlq.ErrNotDeadLetterQueue) || errors.Is(err, dlq.ErrCannotCheck) {
+			return nil, badRequest(err.Error() + " (start sqsworker ui with --force to act on it anyway)")
+		}
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.queues[nameOrURL]; old != nil {
+		old.q, old.opened = q, time.Now() // keep its lock
+		return old, nil
+	}
+	oq = &openQueue{q: q, opened: time.Now(), busy: make(chan struct{}, 1)}
+	s.queues[nameOrURL] = oq
+	return oq, nil
+}
+
+// hold takes the queue's lock, waiting for a listing or a dry run, not for
+// a replay.
+func (s *Server) hold(ctx context.Context, oq *openQueue, what string) (release func(), err error) {
+	for {
+		select {
+		case oq.busy <- struct{}{}:
+			s.mu.Lock()
+			oq.what = what
+			s.mu.Unlock()
+			return func() { <-oq.busy }, nil
+		default:
+		}
+		s.mu.Lock()
+		holder := oq.what
+		s.mu.Unlock()
+		if holder == "replay" {
+			return nil, &httpError{http.StatusConflict, "a replay of this queue is under way: wait for its end"}
+		}
+		select {
+		case oq.busy <- struct{}{}:
+			s.mu.Lock()
+			oq.what = what
+			s.mu.Unlock()
+			return func() { <-oq.busy }, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// filterParams is a filter as the page sends it.
+type filterParams struct {
+	Classes []string `json:"classes"`
+	Attrs   []string `json:"attrs"` // name=value
+	Since   string   `json:"since"` // RFC 3339 or "2h ago"
+	Until   string   `json:"until"`
+	Text    string   `json:"text"` // body contains
+}
+
+func (p filterParams) filter(now time.Time) (dlq.Filter, error) {
+	var f dlq.Filter
+	var errs []error
+	for _, c := range p.Classes {
+		if c = strings.TrimSpace(c); c != "" {
+			f.ErrorClasses = append(f.ErrorClasses, c)
+		}
+	}
+	for _, a := range p.Attrs {
+		if strings.TrimSpace(a) == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(a, "=")
+		if !ok || strings.TrimSpace(name) == "" {
+			errs = append(errs, fmt.Errorf("attribute %q: want name=value", a))
+			continue
+		}
+		f.Attributes = append(f.Attributes, dlq.Attribute{Name: strings.TrimSpace(name), Value: value})
+	}
+	var err error
+	if strings.TrimSpace(p.Since) != "" {
+		if f.Since, err = dlq.ParseTime(p.Since, now); err != nil {
+			errs = append(errs, fmt.Errorf("since: %w", err))
+		}
+	}
+	if strings.TrimSpace(p.Until) != "" {
+		if f.Until, err = dlq.ParseTime(p.Until, now); err != nil {
+			errs = append(errs, fmt.Errorf("until: %w", err))
+		}
+	}
+	f.BodyContains = p.Text
+	if len(errs) == 0 {
+		if err := f.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return dlq.Filter{}, badRequest(errors.Join(errs...).Error())
+	}
+	return f, nil
+}
+
+// listItem is a dead-letter message in a listing: its failure metadata,
+// never its body nor its attributes.
+type listItem struct {
+	ID            string    `json:"id"`
+	OriginalID    string    `json:"originalId"`
+	HasFailure    bool      `json:"hasFailure"`
+	ErrorClass    string    `json:"errorClass"`
+	Error         string    `json:"error"`
+	Attempts      int       `json:"attempts"`
+	FirstReceived time.Time `json:"firstReceived,omitzero"`
+	FailedAt      time.Time `json:"failedAt,omitzero"`
+	SourceQueue   string    `json:"sourceQueue"`
+	Host          string    `json:"host,omitempty"`
+	GroupID       string    `json:"groupId,omitempty"`
+	Replays       int       `json:"replays,omitempty"`
+	Unverified    string    `json:"unverified,omitempty"`
+}
+
+func newListItem(m *dlq.Message) listItem {
+	f := m.Failure
+	return listItem{
+		ID: m.ID, OriginalID: m.OriginalID(), HasFailure: m.HasFailure,
+		ErrorClass: f.ErrorClass, Error: f.Error, Attempts: f.Attempts,
+		FirstReceived: f.FirstReceived, FailedAt: f.FailedAt, SourceQueue: f.SourceQueue, Host: f.Host,
+		GroupID: m.GroupID, Replays: m.Replays, Unverified: m.Unverified,
+	}
+}
+
+// listing is what /api/dlq/messages returns.
+type listing struct {
+	Queue     string     `json:"queue"`
+	URL       string     `json:"url"`
+	FIFO      bool       `json:"fifo"`
+	Sources   []string   `json:"sources"`
+	Notes     []string   `json:"notes,omitempty"`
+	Filter    string     `json:"filter"`
+	Messages  []listItem `json:"messages"`
+	Scanned   int        `json:"scanned"`
+	Truncated bool       `json:"truncated,omitempty"`
+	Shortfall string     `json:"shortfall,omitempty"`
+	// Classes are the error classes of every message read, matching or
+	// not, for the filter's choices.
+	Classes []string `json:"classes"`
+	Actions bool     `json:"actions"`
+}
+
+func queryFilter(r *http.Request) filterParams {
+	q := r.URL.Query()
+	return filterParams{Classes: q["class"], Attrs: q["attr"], Since: q.Get("since"), Until: q.Get("until"), Text: q.Get("text")}
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	f, err := queryFilter(r).filter(time.Now())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	oq, err := s.open(ctx, r.URL.Query().Get("queue"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	release, err := s.hold(ctx, oq, "listing")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer release()
+	q := oq.q
+	classes := map[string]bool{}
+	var oldest time.Time
+	// Every message read counts for the classes and the oldest failure;
+	// the filter picks those listed.
+	res, err := q.Scan(ctx, dlq.ScanConfig{Max: s.cfg.ScanMax, Visibility: s.cfg.Visibility})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := listing{
+		Queue: q.Name, URL: q.URL, FIFO: q.FIFO, Sources: q.Sources, Notes: q.Notes, Filter: f.String(),
+		Messages: []listItem{}, Scanned: res.Scanned, Truncated: res.Truncated, Shortfall: res.Coverage.Shortfall(),
+		Classes: []string{}, Actions: s.cfg.AllowActions,
+	}
+	for _, m := range res.Messages {
+		if m.HasFailure {
+			classes[m.Failure.ErrorClass] = true
+			if at := m.Failure.FailedAt; !at.IsZero() && (oldest.IsZero() || at.Before(oldest)) {
+				oldest = at
+			}
+		}
+		if f.Match(m) {
+			out.Messages = append(out.Messages, newListItem(m))
+		}
+	}
+	for c := range classes {
+		out.Classes = append(out.Classes, c)
+	}
+	slices.Sort(out.Classes)
+	if res.Coverage.Complete {
+		s.mu.Lock()
+		if oldest.IsZero() {
+			delete(s.oldest, q.URL)
+		} else {
+			s.oldest[q.URL] = oldest
+		}
+		s.mu.Unlock()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// messageDetail is one message with its body and attributes: only on
+// explicit request.
+type messageDetail struct {
+	listItem
+	Body              string            `json:"body"`
+	Attributes        map[string]string `json:"attributes"`
+	MessageAttributes map[string]string `json:"messageAttributes"`
+}
+
+func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := r.URL.Query().Get("id")
+	if id == "" {
+		s.fail(w, r, badRequest("no message id given"))
+		return
+	}
+	oq, err := s.open(ctx, r.URL.Query().Get("queue"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	release, err := s.hold(ctx, oq, "lookup")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer release()
+	res, err := oq.q.Scan(ctx, dlq.ScanConfig{Filter: dlq.Filter{IDs: []string{id}}, Max: s.cfg.ScanMax, Visibility: s.cfg.Visibility,
+		Until: func(*dlq.Message) bool { return true }})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if len(res.Messages) == 0 {
+		s.fail(w, r, &httpError{http.StatusNotFound, fmt.Sprintf("message %s not found in %s (read %d messages)", id, oq.q.Name, res.Scanned)})
+		return
+	}
+	m := res.Messages[0]
+	d := messageDetail{listItem: newListItem(m), Body: m.Body, Attributes: m.Attributes, MessageAttributes: map[string]string{}}
+	for k, v := range m.MessageAttributes {
+		if strings.HasPrefix(v.DataType, "Binary") {
+			d.MessageAttributes[k] = fmt.Sprintf("(%s, %d bytes)", v.DataType, len(v.BinaryValue))
+			continue
+		}
+		d.MessageAttributes[k] = v.StringValue
+	}
+	writeJSON(w, http.StatusOK, d)
+}
+
+// plan is a dry run kept for the replay that confirms it.
+type plan struct {
+	queue   string
+	filter  dlq.Filter
+	to      string
+	ids     []string
+	created time.Time
+}
+
+const planTTL = 15 * time.Minute
+
+type planRequest struct {
+	Queue  string       `json:"queue"`
+	Filter filterParams `json:"filter"`
+	// IDs are messages chosen one by one; empty: every message the
+	// filter selects.
+	IDs []string `json:"ids"`
+	To  string   `json:"to"`
+}
+
+type planResponse struct {
+	PlanID string            `json:"planId"`
+	Result *dlq.ReplayResult `json:"result"`
+}
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("bad request body: " + err.Error())
+	}
+	return nil
+}
+
+func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var req planRequest
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f, err := req.Filter.filter(time.Now())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f.IDs = req.IDs
+	if err := f.Validate(); err != nil {
+		s.fail(w, r, badRequest(err.Error()))
+		return
+	}
+	oq, err := s.open(ctx, req.Queue)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	cfg := dlq.ReplayConfig{Filter: f, Visibility: s.cfg.Visibility}
+	if req.To != "" {
+		t, err := oq.q.Target(ctx, req.To)
+		if err != nil {
+			s.fail(w, r, badRequest("destination: "+err.Error()))
+			return
+		}
+		cfg.To = t.URL
+	}
+	release, err := s.hold(ctx, oq, "dry run")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	res, err := oq.q.Plan(ctx, cfg)
+	release()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	p := &plan{queue: req.Queue, filter: f, to: cfg.To, created: time.Now()}
+	for _, m := range res.Messages {
+		p.ids = append(p.ids, m.MessageID)
+	}
+	id := RandomToken()[:16]
+	s.mu.Lock()
+	for k, old := range s.plans {
+		if time.Since(old.created) > planTTL {
+			delete(s.plans, k)
+		}
+	}
+	s.plans[id] = p
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, planResponse{PlanID: id, Result: res})
+}
+
+// job is a replay under way or done.
+type job struct {
+	mu       sync.Mutex
+	ID       string            `json:"id"`
+	Queue    string            `json:"queue"`
+	Total    int               `json:"total"`
+	Progress dlq.Progress      `json:"progress"`
+	Done     bool              `json:"done"`
+	Result   *dlq.ReplayResult `json:"result,omitempty"`
+	Error    string            `json:"error,omitempty"`
+}
+
+func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		PlanID string `json:"planId"`
+	}
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.mu.Lock()
+	p := s.plans[req.PlanID]
+	delete(s.plans, req.PlanID) // a plan is confirmed once
+	s.mu.Unlock()
+	if p == nil || time.Since(p.created) > planTTL {
+		s.fail(w, r, badRequest("no such dry run, or it expired: run the dry run again"))
+		return
+	}
+	if len(p.ids) == 0 {
+		s.fail(w, r, badRequest("the dry run moves nothing"))
+		return
+	}
+	oq, err := s.open(r.Context(), p.queue)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	release, err := s.hold(r.Context(), oq, "replay")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// Exactly the messages the dry run showed, by their dead-letter IDs,
+	// that still pass its filter.
+	f := p.filter
+	f.IDs = p.ids
+	audit := s.auditFor(r)
+	j := &job{ID: RandomToken()[:16], Queue: oq.q.Name, Total: len(p.ids)}
+	s.mu.Lock()
+	s.jobs[j.ID] = j
+	s.mu.Unlock()
+	// The filter is not logged: its text condition may quote a body.
+	s.log.Info("replay started", "queue", oq.q.Name, "messages", len(p.ids), "job", j.ID)
+	s.jobsWG.Add(1)
+	go func() {
+		defer s.jobsWG.Done()
+		defer release()
+		res, err := oq.q.Replay(s.base, dlq.ReplayConfig{
+			Filter: f, To: p.to, Limit: len(p.ids), Visibility: s.cfg.Visibility, Audit: audit,
+			Progress: func(pr dlq.Progress) { j.mu.Lock(); j.Progress = pr; j.mu.Unlock() },
+		})
+		j.mu.Lock()
+		j.Done, j.Result = true, res
+		if err != nil {
+			j.Error = err.Error()
+		}
+		j.mu.Unlock()
+		moved := 0
+		if res != nil {
+			moved = res.Moved
+		}
+		s.log.Info("replay ended", "queue", oq.q.Name, "moved", moved, "job", j.ID, "err", err)
+	}()
+	writeJSON(w, http.StatusAccepted, map[string]string{"jobId": j.ID})
+}
+
+// auditFor is the audit of an action asked by r: the server's, noting
+// that it came through the web UI and from where.
+func (s *Server) auditFor(r *http.Request) dlq.Audit {
+	a := s.cfg.Audit
+	note := "through sqsworker ui, client " + r.RemoteAddr
+	if a.CallerNote != "" {
+		note = a.CallerNote + "; " + note
+	}
+	a.CallerNote = note
+	return a
+}
+
+func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	j := s.jobs[r.PathValue("id")]
+	s.mu.Unlock()
+	if j == nil {
+		s.fail(w, r, &httpError{http.StatusNotFound, "no such replay"})
+		return
+	}
+	j.mu.Lock()
+	b, err := json.Marshal(j)
+	j.mu.Unlock()
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+func (s *Server) handlePurge(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var req struct {
+		Queue   string `json:"queue"`
+		Confirm string `json:"confirm"`
+	}
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	oq, err := s.open(ctx, req.Queue)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Confirm != oq.q.Name {
+		s.fail(w, r, badRequest(fmt.Sprintf("not purged: type the queue name %q to confirm", oq.q.Name)))
+		return
+	}
+	release, err := s.hold(ctx, oq, "purge")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	defer release()
+	if err := oq.q.Purge(ctx, dlq.PurgeConfig{Audit: s.auditFor(r)}); err != nil {
+		if errors.Is(err, dlq.ErrPurgeInProgress) {
+			err = &httpError{http.StatusConflict, "not purged: " + err.Error()}
+		}
+		s.fail(w, r, err)
+		return
+	}
+	s.mu.Lock()
+	delete(s.oldest, oq.q.URL)
+	s.mu.Unlock()
+	s.log.Info("purged", "queue", oq.q.Name)
+	writeJSON(w, http.StatusOK, map[string]any{"queue": oq.q.Name, "purged": true})
+}
+
+// maxAuditShown is the number of audit records the page shows: the last.
+const maxAuditShown = 500
+
+func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
+	out := struct {
+		File    string            `json:"file"`
+		Records []dlq.AuditRecord `json:"records"`
+		Skipped int               `json:"skipped,omitempty"`
+	}{Records: []dlq.AuditRecord{}}
+	if s.cfg.AuditFile != "" {
+		out.File = filepath.Base(s.cfg.AuditFile)
+		recs, skipped, err := readAudit(s.cfg.AuditFile, maxAuditShown)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		out.Records, out.Skipped = recs, skipped
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// readAudit returns the last n records of an audit log file, newest first,
+// and the number of lines that were not records.
+func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return []dlq.AuditRecord{}, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the audit log: %w", err)
+	}
+	defer f.Close()
+	var recs []dlq.AuditRecord
+	skipped := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var rec dlq.AuditRecord
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			skipped++
+			continue
+		}
+		recs = append(recs, rec)
+		if len(recs) > 2*n {
+			recs = append(recs[:0], recs[len(recs)-n:]...)
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return nil, 0, fmt.Errorf("reading the audit log: %w", err)
+	}
+	if len(recs) > n {
+		recs = recs[len(recs)-n:]
+	}
+	slices.Reverse(recs)
+	if recs == nil {
+		recs = []dlq.AuditRecord{}
+	}
+	return recs, skipped, nil
+}
+
+// httpError is an error with the status it is answered with.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func badRequest(msg string) error { return &httpError{http.StatusBadRequest, msg} }
+
+// fail answers with err: its own status, 404 for a missing queue, 502 for
+// the rest (SQS's errors).
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var he *httpError
+	switch {
+	case errors.As(err, &he):
+		writeError(w, he.status, he.msg)
+	case dlq.IsQueueMissing(err):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	default:
+		s.log.Warn("request failed", "path", r.URL.Path, "err", err)
+		writeError(w, http.StatusBadGateway, err.Error())
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(true)
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,386 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/sqstest"
+)
+
+// syncBuffer is a log destination read by the test while the server
+// writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func noStats(context.Context) ([]QueueStats, error) { return []QueueStats{}, nil }
+
+// newTestServer serves a server on the fake SQS at a loopback address,
+// until the test ends.
+func newTestServer(t *testing.T, cfg Config) (*Server, string) {
+	t.Helper()
+	if cfg.SQS == nil {
+		cfg.SQS = sqstest.NewFake()
+	}
+	if cfg.Stats == nil {
+		cfg.Stats = noStats
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	cfg.Addr = "127.0.0.1:0"
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	return s, "http://" + ln.Addr().String()
+}
+
+func post(t *testing.T, url, body string, hdr map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	return do(t, req)
+}
+
+func get(t *testing.T, url string, hdr map[string]string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	return do(t, req)
+}
+
+func do(t *testing.T, req *http.Request) (int, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b)
+}
+
+var csrfMeta = regexp.MustCompile(`name="csrf-token" content="([0-9a-f]+)"`)
+
+// csrfOf reads the CSRF token from the page, as the page's script does.
+func csrfOf(t *testing.T, base string) string {
+	t.Helper()
+	code, page := get(t, base+"/", nil)
+	m := csrfMeta.FindStringSubmatch(page)
+	if code != http.StatusOK || m == nil {
+		t.Fatalf("page: %d, no CSRF token in\n%s", code, page)
+	}
+	return m[1]
+}
+
+func TestReadOnlyRefusesPOSTs(t *testing.T) {
+	f := sqstest.NewFake()
+	f.CreateQueue("jobs-dlq", nil)
+	_, base := newTestServer(t, Config{SQS: f})
+	token := csrfOf(t, base)
+	for _, path := range []string{"/api/dlq/plan", "/api/dlq/replay", "/api/dlq/purge"} {
+		code, body := post(t, base+path, `{"queue":"jobs-dlq","confirm":"jobs-dlq"}`, map[string]string{"X-CSRF-Token": token})
+		if code != http.StatusForbidden || !strings.Contains(body, "--allow-actions") {
+			t.Errorf("POST %s read-only: %d %s", path, code, body)
+		}
+	}
+	if v, _, _ := f.Depth(f.CreateQueue("jobs-dlq", nil)); v != 0 {
+		t.Errorf("depth %d", v)
+	}
+	code, page := get(t, base+"/", nil)
+	if code != http.StatusOK || !strings.Contains(page, `content="off"`) || !strings.Contains(page, "read-only") {
+		t.Errorf("page does not say read-only: %d", code)
+	}
+}
+
+func TestCSRFAndOriginChecks(t *testing.T) {
+	f := sqstest.NewFake()
+	_, base := newTestServer(t, Config{SQS: f, AllowActions: true})
+	token := csrfOf(t, base)
+	body := `{"queue":"nope","confirm":"nope"}`
+	for name, hdr := range map[string]map[string]string{
+		"no token":     {},
+		"wrong token":  {"X-CSRF-Token": strings.Repeat("0", len(token))},
+		"short token":  {"X-CSRF-Token": token[:10]},
+		"other origin": {"X-CSRF-Token": token, "Origin": "http://evil.example"},
+		"cross-site":   {"X-CSRF-Token": token, "Sec-Fetch-Site": "cross-site"},
+		"form post":    {"X-CSRF-Token": token, "Content-Type": "application/x-www-form-urlencoded"},
+	} {
+		code, out := post(t, base+"/api/dlq/purge", body, hdr)
+		if code != http.StatusForbidden {
+			t.Errorf("%s: %d %s, want 403", name, code, out)
+		}
+	}
+	// With the token, from the page's origin, the request reaches the
+	// handler (which finds no such queue).
+	code, out := post(t, base+"/api/dlq/purge", body, map[string]string{"X-CSRF-Token": token, "Origin": base, "Sec-Fetch-Site": "same-origin"})
+	if code == http.StatusForbidden {
+		t.Errorf("accepted request refused: %d %s", code, out)
+	}
+	// Another server's token is not this one's.
+	_, base2 := newTestServer(t, Config{SQS: f, AllowActions: true})
+	if other := csrfOf(t, base2); other == token {
+		t.Error("two servers made the same CSRF token")
+	}
+}
+
+func TestHostCheckOnLoopback(t *testing.T) {
+	s, err := New(Config{SQS: sqstest.NewFake(), Stats: noStats, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	for host, want := range map[string]int{"127.0.0.1:8080": 200, "localhost:8080": 200, "[::1]:8080": 200, "evil.example:8080": 403, "evil.example": 403} {
+		req := httptest.NewRequest(http.MethodGet, "/api/audit", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("Host %s: %d %s, want %d", host, rec.Code, rec.Body, want)
+		}
+	}
+}
+
+func TestNonLoopbackNeedsToken(t *testing.T) {
+	base := Config{SQS: sqstest.NewFake(), Stats: noStats}
+	for _, addr := range []string{"0.0.0.0:8080", ":8080", "192.0.2.10:8080", "[::]:8080"} {
+		cfg := base
+		cfg.Addr = addr
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "token") {
+			t.Errorf("%s without a token: %v", addr, err)
+		}
+		cfg.Token = RandomToken()
+		if _, err := New(cfg); err != nil {
+			t.Errorf("%s with a token: %v", addr, err)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:8080", "localhost:0", "[::1]:8080", "127.0.0.2:1"} {
+		cfg := base
+		cfg.Addr = addr
+		if _, err := New(cfg); err != nil {
+			t.Errorf("%s: %v", addr, err)
+		}
+	}
+	cfg := base
+	cfg.Addr = "8080"
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "host:port") {
+		t.Errorf("bad address: %v", err)
+	}
+}
+
+func TestAccessToken(t *testing.T) {
+	tok := RandomToken()
+	_, base := newTestServer(t, Config{Token: tok})
+	if code, _ := get(t, base+"/api/audit", nil); code != http.StatusUnauthorized {
+		t.Errorf("no token: %d", code)
+	}
+	if code, _ := get(t, base+"/api/audit?token=wrong", nil); code != http.StatusUnauthorized {
+		t.Errorf("wrong token: %d", code)
+	}
+	if code, _ := get(t, base+"/api/audit", map[string]string{"Authorization": "Bearer " + tok}); code != http.StatusOK {
+		t.Errorf("bearer: %d", code)
+	}
+	// ?token= sets the cookie and redirects without it.
+	req, _ := http.NewRequest(http.MethodGet, base+"/?token="+tok, nil)
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusSeeOther || strings.Contains(res.Header.Get("Location"), "token") || len(res.Cookies()) != 1 {
+		t.Fatalf("?token=: %d, Location %q, cookies %v", res.StatusCode, res.Header.Get("Location"), res.Cookies())
+	}
+	ck := res.Cookies()[0]
+	if !ck.HttpOnly || ck.SameSite != http.SameSiteStrictMode {
+		t.Errorf("cookie %+v", ck)
+	}
+	if code, _ := get(t, base+"/api/audit", map[string]string{"Cookie": ck.Name + "=" + ck.Value}); code != http.StatusOK {
+		t.Errorf("cookie: %d", code)
+	}
+}
+
+// TestBodiesOnlyOnClick lists a dead-letter queue whose messages carry a
+// secret in their body and attributes: the listing has their failure
+// metadata, not the secret; the message endpoint has it; the log never.
+func TestBodiesOnlyOnClick(t *testing.T) {
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	arn := queueARN(t, f, dlqURL)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+arn+`","maxReceiveCount":3}`)
+	const secret = "card-4111-1111-1111-1111"
+	fail := sqsworker.Failure{Error: "upstream said no", ErrorClass: "upstream-unavailable", Attempts: 3,
+		FirstReceived: time.Now().Add(-time.Minute), FailedAt: time.Now(), SourceQueue: src, MessageID: "orig-1"}
+	attrs, _ := fail.AddTo(map[string]sqsworker.MessageAttribute{"tenant": {DataType: "String", StringValue: "secret-tenant-" + secret}})
+	id := f.Send(dlqURL, `{"card":"`+secret+`"}`, withAttributes(attrs))
+	logs := &syncBuffer{}
+	_, base := newTestServer(t, Config{SQS: f, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+
+	code, list := get(t, base+"/api/dlq/messages?queue=jobs-dlq&text="+secret[:9], nil)
+	if code != http.StatusOK {
+		t.Fatalf("list: %d %s", code, list)
+	}
+	var l listing
+	if err := json.Unmarshal([]byte(list), &l); err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Messages) != 1 || l.Messages[0].ErrorClass != "upstream-unavailable" || l.Messages[0].Error != "upstream said no" ||
+		l.Messages[0].Attempts != 3 || l.Messages[0].OriginalID != "orig-1" || l.Messages[0].SourceQueue != src {
+		t.Fatalf("listing: %s", list)
+	}
+	if strings.Contains(list, secret) || strings.Contains(list, "tenant") {
+		t.Errorf("the listing has the body or the attributes: %s", list)
+	}
+	code, one := get(t, base+"/api/dlq/message?queue=jobs-dlq&id="+id, nil)
+	if code != http.StatusOK || !strings.Contains(one, `\"card\":\"`+secret) || !strings.Contains(one, "secret-tenant-") {
+		t.Errorf("message: %d %s", code, one)
+	}
+	if strings.Contains(logs.String(), secret) || strings.Contains(logs.String(), "secret-tenant") {
+		t.Errorf("the log has the body or an attribute:\n%s", logs.String())
+	}
+	if !strings.Contains(logs.String(), "path=/api/dlq/message") {
+		t.Errorf("no request line in the log:\n%s", logs.String())
+	}
+}
+
+// TestSamplingStopsWhenNoPageIsOpen checks that the figures are read only
+// while a client polls.
+func TestSamplingStopsWhenNoPageIsOpen(t *testing.T) {
+	var mu sync.Mutex
+	reads := 0
+	stats := func(context.Context) ([]QueueStats, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reads++
+		return []QueueStats{{Queue: "jobs", URL: "u", Visible: reads}}, nil
+	}
+	s, base := newTestServer(t, Config{Stats: stats, SampleInterval: 50 * time.Millisecond, SampleIdle: 300 * time.Millisecond})
+	if n := s.sampler.readings(); n != 0 {
+		t.Fatalf("%d readings before any page", n)
+	}
+	code, body := get(t, base+"/api/queues", nil)
+	if code != http.StatusOK || !strings.Contains(body, `"queue":"jobs"`) || !strings.Contains(body, `"requestsPerMinute":1200`) {
+		t.Fatalf("queues: %d %s", code, body)
+	}
+	// Sampling goes on for SampleIdle, then stops: the count settles.
+	deadline := time.Now().Add(30 * time.Second)
+	last, stable := -1, 0
+	for stable < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sampling did not stop: %d readings", s.sampler.readings())
+		}
+		n := s.sampler.readings()
+		if n == last {
+			stable++
+		} else {
+			last, stable = n, 0
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if last < 2 {
+		t.Errorf("%d readings while the page polled", last)
+	}
+	var snap struct {
+		Queues []queueView `json:"queues"`
+	}
+	_, body = get(t, base+"/api/queues", nil)
+	if err := json.Unmarshal([]byte(body), &snap); err != nil || len(snap.Queues) != 1 || len(snap.Queues[0].History) < 2 {
+		t.Errorf("history: %v %s", err, body)
+	}
+}
+
+func TestRequestsPerMinute(t *testing.T) {
+	if got := RequestsPerMinute(5*time.Second, 3, 2, false); got != 60 {
+		t.Errorf("3 queues, 2 DLQs, 5s: %v", got)
+	}
+	if got := RequestsPerMinute(5*time.Second, 3, 2, true); got != 72 {
+		t.Errorf("listed: %v", got)
+	}
+}
+
+func TestStaticAssetsAreEmbedded(t *testing.T) {
+	_, base := newTestServer(t, Config{})
+	for _, p := range []string{"/static/app.js", "/static/app.css"} {
+		if code, body := get(t, base+p, nil); code != http.StatusOK || len(body) < 100 {
+			t.Errorf("%s: %d", p, code)
+		}
+	}
+	_, page := get(t, base+"/", nil)
+	if strings.Contains(page, "//") && regexp.MustCompile(`(src|href)="(https?:)?//`).MatchString(page) {
+		t.Error("the page loads something from another host")
+	}
+}
+
+func queueARN(t *testing.T, f *sqstest.Fake, url string) string {
+	t.Helper()
+	out, err := f.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: &url, AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Attributes["QueueArn"]
+}
+
+func withAttributes(attrs map[string]sqsworker.MessageAttribute) func(*sqs.SendMessageInput) {
+	return func(in *sqs.SendMessageInput) {
+		in.MessageAttributes = map[string]types.MessageAttributeValue{}
+		for k, v := range attrs {
+			in.MessageAttributes[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: aws.String(v.StringValue)}
+		}
+	}
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+)
+
+func TestUIUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ui"}, "QUEUE arguments or --prefix"},
+		{[]string{"ui", "q", "--interval", "100ms"}, "--interval 100ms"},
+		{[]string{"ui", "q", "--addr", "8080"}, "--addr"},
+	} {
+		_, stderr, code := runCLI(t, "", tc.args...)
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, %q; want 2 and %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}
+
+var servingURL = regexp.MustCompile(`serving (http://127\.0\.0\.1:\d+/)(\?token=([0-9a-z]+))? `)
+
+// TestUIServesAndShutsDown runs `sqsworker ui --prefix` with an access
+// token, reads the queue figures through it, and stops it as Ctrl-C does.
+func TestUIServesAndShutsDown(t *testing.T) {
+	localtest.Require(t)
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	localtest.Send(t, c, q.DLQURL, "", "dead 1", "dead 2")
+	name := q.URL[strings.LastIndexByte(q.URL, '/')+1:]
+
+	errOut := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		root := newRoot(strings.NewReader(""), io.Discard, errOut)
+		root.SetArgs([]string{"ui", "--prefix", name, "--addr", "127.0.0.1:0", "--token", "s3cret", "--interval", "1s"})
+		done <- root.ExecuteContext(ctx)
+	}()
+	var m []string
+	localtest.Eventually(t, 30*time.Second, func() bool {
+		m = servingURL.FindStringSubmatch(errOut.String())
+		return m != nil
+	}, "ui did not print its address:\n%s", errOut.String())
+	if m[3] != "s3cret" || !strings.Contains(errOut.String(), "read-only") {
+		t.Errorf("start message: %s", errOut.String())
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	res, err := hc.Get(m[1] + "api/queues")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without the token: %d", res.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodGet, m[1]+"api/queues", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	res, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap struct {
+		Queues []struct {
+			Queue string `json:"queue"`
+			DLQ   *struct {
+				Queue string `json:"queue"`
+				Depth int    `json:"depth"`
+			} `json:"dlq"`
+		} `json:"queues"`
+		RequestsPerMinute float64 `json:"requestsPerMinute"`
+	}
+	err = json.NewDecoder(res.Body).Decode(&snap)
+	res.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The prefix lists the queue only (its dead-letter queue's name
+	// starts with "dlq-").
+	if len(snap.Queues) != 1 || snap.Queues[0].Queue != name || snap.Queues[0].DLQ == nil || snap.Queues[0].DLQ.Depth != 2 {
+		t.Errorf("queues: %+v", snap)
+	}
+	// One reading a second: ListQueues, the queue and its dead-letter
+	// queue.
+	if snap.RequestsPerMinute != 180 {
+		t.Errorf("requests per minute: %v, want 180", snap.RequestsPerMinute)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ui ended with %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ui did not shut down")
+	}
+	if strings.Contains(errOut.String(), "dead 1") {
+		t.Errorf("a body in the log:\n%s", errOut.String())
+	}
+}
