@@ -18,7 +18,8 @@ import (
 //   - Waiting receive loops are served in priority order, then in order of
 //     arrival: a slot that frees goes to the highest-priority queue that
 //     wants it.
-//   - While a queue is hungry (its last receive brought messages) and
+//   - While a queue is hungry (its last receive brought as many messages as
+//     it asked for, so more may be waiting) and
 //     active (one of its receive loops is receiving or waiting for slots,
 //     not paused by the circuit breaker, a rate limit or a receive error),
 //     lower-priority queues take only their reserved slots: they poll with
@@ -53,7 +54,8 @@ type poolQueue struct {
 
 	used    int  // slots held
 	peak    int  // most slots held at once
-	hungry  bool // the last receive brought messages; true at the start
+	hungry  bool // the last receive brought all it asked for: more may wait; true at the start
+	idle    bool // the last receive brought nothing
 	active  int  // receive loops receiving or waiting for slots
 	starved bool
 }
@@ -165,13 +167,14 @@ func (p *pool) setActive(q, delta int) {
 	p.mu.Unlock()
 }
 
-// received records what a receive of queue q brought: how many messages,
-// and the age of the oldest (from its SentTimestamp).
-func (p *pool) received(q, n int, oldest time.Duration) {
+// received records what a receive of queue q brought: n messages of the
+// asked for, the oldest of them oldest old (from its SentTimestamp).
+func (p *pool) received(q, n, asked int, oldest time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pq := p.queues[q]
-	pq.hungry = n > 0
+	pq.hungry = n > 0 && n >= asked
+	pq.idle = n == 0
 	if pq.maxAge > 0 {
 		switch {
 		case n == 0 || oldest <= pq.maxAge/2:
@@ -248,7 +251,7 @@ func (p *pool) grantLocked() {
 			continue
 		}
 		resFree := max(0, eff[w.q]-q.used)
-		if shared && !q.hungry {
+		if shared && q.idle {
 			need = min(need, max(resFree, 1-w.got))
 		}
 		n := min(need, p.availLocked(w.q, eff, resFree, q.priority < block))

@@ -54,7 +54,7 @@ func checkReservations(t *testing.T, p *pool) {
 // the critical queue is idle; the critical queue gets them at once.
 func TestPoolReservedSlotsStayFree(t *testing.T) {
 	p := testPool(10, poolQueue{reserved: 3}, poolQueue{})
-	p.received(0, 0, 0) // the critical queue is idle
+	p.received(0, 0, 1, 0) // the critical queue is idle
 	if n := tryAcquire(p, 1, 10); n != 7 {
 		t.Fatalf("low queue got %d slots, want 7 (10 less the 3 reserved)", n)
 	}
@@ -62,7 +62,7 @@ func TestPoolReservedSlotsStayFree(t *testing.T) {
 		t.Fatalf("low queue got %d more slots, want 0", n)
 	}
 	checkReservations(t, p)
-	p.received(0, 1, 0)
+	p.received(0, 1, 1, 0)
 	if n := tryAcquire(p, 0, 10); n != 3 {
 		t.Fatalf("critical queue got %d slots, want its 3 reserved", n)
 	}
@@ -73,11 +73,11 @@ func TestPoolReservedSlotsStayFree(t *testing.T) {
 // while the critical queue has messages the low one waits.
 func TestPoolFreedSlotGoesToHighestPriority(t *testing.T) {
 	p := testPool(2, poolQueue{}, poolQueue{})
-	p.received(0, 0, 0) // critical idle: low may take the pool
+	p.received(0, 0, 1, 0) // critical idle: low may take the pool
 	if n := tryAcquire(p, 1, 2); n != 2 {
 		t.Fatalf("low queue got %d slots, want 2", n)
 	}
-	p.received(0, 1, 0) // critical has messages now
+	p.received(0, 1, 1, 0) // critical has messages now
 	got := make(chan [2]int, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -96,7 +96,7 @@ func TestPoolFreedSlotGoesToHighestPriority(t *testing.T) {
 		t.Fatalf("the low queue got %d slots while the critical queue has messages and room", r[1])
 	case <-time.After(50 * time.Millisecond):
 	}
-	p.received(0, 0, 0) // the critical queue ran dry: the low one goes on
+	p.received(0, 0, 1, 0) // the critical queue ran dry: the low one goes on
 	if r := <-got; r != [2]int{1, 1} {
 		t.Fatalf("low queue: %v, want one slot", r)
 	}
@@ -106,16 +106,16 @@ func TestPoolFreedSlotGoesToHighestPriority(t *testing.T) {
 // share the pool; a lone queue takes all it asks for.
 func TestPoolIdleQueueTakesOneSlot(t *testing.T) {
 	p := testPool(20, poolQueue{}, poolQueue{})
-	p.received(0, 0, 0)
+	p.received(0, 0, 1, 0)
 	if n := tryAcquire(p, 0, 10); n != 1 {
 		t.Fatalf("idle critical queue got %d slots, want 1", n)
 	}
-	p.received(0, 3, 0)
+	p.received(0, 3, 3, 0)
 	if n := tryAcquire(p, 0, 10); n != 10 {
 		t.Fatalf("critical queue with messages got %d slots, want 10", n)
 	}
 	lone := newPool(20, []*poolQueue{{max: 20}})
-	lone.received(0, 0, 0)
+	lone.received(0, 0, 1, 0)
 	if n := tryAcquire(lone, 0, 10); n != 10 {
 		t.Fatalf("a lone idle queue got %d slots, want 10", n)
 	}
@@ -126,11 +126,11 @@ func TestPoolIdleQueueTakesOneSlot(t *testing.T) {
 // what it receives is within half of the budget.
 func TestPoolStarvationShare(t *testing.T) {
 	p := testPool(10, poolQueue{}, poolQueue{maxAge: time.Minute, share: 3})
-	p.received(0, 5, 0) // critical busy
+	p.received(0, 5, 5, 0) // critical busy
 	if n := tryAcquire(p, 1, 10); n != 0 {
 		t.Fatalf("low queue got %d slots while the critical queue is busy", n)
 	}
-	p.received(1, 4, 2*time.Minute) // over budget
+	p.received(1, 4, 4, 2*time.Minute) // over budget
 	if n := tryAcquire(p, 1, 10); n != 3 {
 		t.Fatalf("starved low queue got %d slots, want its share 3", n)
 	}
@@ -138,7 +138,7 @@ func TestPoolStarvationShare(t *testing.T) {
 		t.Fatalf("critical queue got %d slots beside the starved one, want 7", n)
 	}
 	p.release(1, 3)
-	p.received(1, 4, 20*time.Second) // within half the budget
+	p.received(1, 4, 4, 20*time.Second) // within half the budget
 	if st := p.state(1); st.starved {
 		t.Fatal("low queue still starved after receiving within budget")
 	}
@@ -151,7 +151,7 @@ func TestPoolStarvationShare(t *testing.T) {
 // before it receives anything.
 func TestPoolStarvedByWaiting(t *testing.T) {
 	p := testPool(4, poolQueue{}, poolQueue{maxAge: 100 * time.Millisecond, share: 2})
-	p.received(0, 5, 0)
+	p.received(0, 5, 5, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if n := p.acquire(ctx, 1, 10); n < 1 || n > 2 {
@@ -183,7 +183,7 @@ func TestPoolReservationsUnderChurn(t *testing.T) {
 					n := p.acquire(ctx, q, 1+rand.IntN(10))
 					checkReservations(t, p)
 					got := rand.IntN(n + 1)
-					p.received(q, got, time.Duration(rand.IntN(40))*time.Millisecond)
+					p.received(q, got, n, time.Duration(rand.IntN(40))*time.Millisecond)
 					p.release(q, n-got)
 					time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
 					p.release(q, got)

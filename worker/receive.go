@@ -142,7 +142,7 @@ func (c *consumer) poll() {
 			failures = 0
 		}
 		c.w.limits.take(len(out.Messages))
-		pool.received(qi, len(out.Messages), oldest(out.Messages))
+		pool.received(qi, len(out.Messages), n, oldest(out.Messages))
 		pool.release(qi, n-len(out.Messages))
 		if len(out.Messages) > 0 {
 			c.dispatch(out.Messages, probe)
