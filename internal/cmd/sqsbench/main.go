@@ -223,6 +223,9 @@ func parseSettings() (settings, error) {
 		}
 		s.sizes = append(s.sizes, n)
 	}
+	if s.prioS.flood < 100 {
+		errs = append(errs, fmt.Errorf("-prio-flood %d: want at least 100", s.prioS.flood))
+	}
 	if s.prioS.reserved < 1 || s.prioS.reserved >= s.prioS.pool {
 		errs = append(errs, fmt.Errorf("-prio-reserved %d: want 1 to -prio-pool less 1 (%d)", s.prioS.reserved, s.prioS.pool-1))
 	}

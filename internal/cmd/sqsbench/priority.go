@@ -19,7 +19,7 @@ package main
 // Then the idle cost (-idle): four empty queues for -idle (a minute) at the
 // default long-poll wait of 20 s, consumed by one MultiWorker and by four
 // Workers of Concurrency 16 at once: ReceiveMessage calls per queue per
-// minute.
+// minute, counted from the middle of the first long polls.
 
 import (
 	"context"
@@ -211,7 +211,8 @@ func prioRun(ctx context.Context, cfg aws.Config, p prioSettings, name string, s
 	})
 	runErr := make(chan error, 1)
 	go func() { runErr <- cs.Run(context.WithoutCancel(ctx), h) }()
-	for lowDone.Load() < 100 { // warmed up: the flood is being consumed
+	warm := int64(min(100, p.flood/4))
+	for lowDone.Load() < warm { // warmed up: the flood is being consumed
 		select {
 		case err := <-runErr:
 			return res, fmt.Errorf("run ended: %v", err)
@@ -299,7 +300,9 @@ func idleCost(ctx context.Context, cfg aws.Config, p prioSettings, log *slog.Log
 	for !multi.Ready() || !split[0].Ready() || !split[queues-1].Ready() {
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(time.Second) // the start-up reads
+	// Counted from the middle of the first long polls, so that every loop
+	// ends the same number of them in the window whatever its phase.
+	time.Sleep(worker.DefaultWaitTime / 2)
 	multiCount.Reset()
 	splitCount.Reset()
 	time.Sleep(p.idle)
@@ -307,8 +310,10 @@ func idleCost(ctx context.Context, cfg aws.Config, p prioSettings, log *slog.Log
 	mt, st := multiCount.Total(), splitCount.Total()
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	_ = multi.Shutdown(sctx)
-	_ = split.Shutdown(sctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = multi.Shutdown(sctx) })
+	wg.Go(func() { _ = split.Shutdown(sctx) })
+	wg.Wait()
 	if err := errors.Join(<-done, <-done); err != nil {
 		return err
 	}
