@@ -116,8 +116,8 @@
 //
 // The starvation guard is an age budget, not weights: a queue with MaxAge
 // is starved when a message it receives was sent more than MaxAge ago
-// (SentTimestamp), or when its receive loop has waited for slots for longer
-// than MaxAge; while starved it holds StarvationShare slots as if reserved
+// (SentTimestamp), or when its receive loop has waited for slots for
+// MaxAge/2; while starved it holds StarvationShare slots as if reserved
 // (a quarter of the pool by default), until what it receives is within
 // MaxAge/2 again. Budgets are what the queues promise (critical within a
 // second, low within an hour), and the guard costs the higher queues

@@ -67,7 +67,7 @@ type QueueConfig struct {
 	// MaxAge is the queue's latency budget, for the starvation guard: when
 	// the queue is starved, because a message it receives was sent longer
 	// than MaxAge ago (its SentTimestamp) or because it waited for slots
-	// for longer than MaxAge, it runs with StarvationShare slots reserved
+	// for MaxAge/2, it runs with StarvationShare slots reserved
 	// until what it receives is within half of MaxAge again (or it
 	// receives nothing). Default 0: no guard, strict priority.
 	MaxAge time.Duration

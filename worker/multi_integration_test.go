@@ -215,10 +215,11 @@ func TestMultiStarvationGuard(t *testing.T) {
 	if n := critAtLowEnd.Load(); n >= backlog {
 		t.Fatalf("the low jobs ran only after the critical backlog (%d done): no guard", n)
 	}
-	// A low message waits at most the budget before the guard engages,
-	// plus a receive and a slot's turn: twice the budget is a generous
-	// bound for a loaded machine.
-	if m := s[len(s)-1]; m > 2*budget {
+	// A blocked low queue is starved after waiting half its budget; a
+	// message waits at most that, plus the wait before it was sent, a
+	// receive and a slot's turn. The budget plus a second is a generous
+	// bound for a loaded machine (measured: about 1.1 s at most).
+	if m := s[len(s)-1]; m > budget+time.Second {
 		t.Errorf("a low job started %s after it was sent, budget %s", m, budget)
 	}
 }

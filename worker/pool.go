@@ -29,7 +29,7 @@ import (
 //     its long poll does not hold slots that a busy queue could fill.
 //   - The starvation guard: a queue with an age budget (MaxAge) is starved
 //     when a receive brings a message older than the budget, or when a
-//     receive loop of it has waited for slots for longer than the budget.
+//     receive loop of it has waited for slots for half the budget.
 //     While starved, its reservation is raised to its StarvationShare
 //     (within what the other queues do not reserve), so that it runs beside
 //     higher queues; it is no longer starved once a receive brings nothing
@@ -94,7 +94,10 @@ func (p *pool) acquire(ctx context.Context, q, want int) int {
 
 	var starve <-chan time.Time
 	if d := p.queues[q].maxAge; d > 0 {
-		t := time.NewTimer(d)
+		// Half the budget: a message may have waited in the queue before
+		// this wait began, and the receive and its slot's turn still take
+		// time after it.
+		t := time.NewTimer(d / 2)
 		defer t.Stop()
 		starve = t.C
 	}
@@ -102,8 +105,8 @@ func (p *pool) acquire(ctx context.Context, q, want int) int {
 		select {
 		case <-w.ready:
 		case <-starve:
-			// Waiting this long for a slot breaks the queue's budget:
-			// whatever it holds has waited at least as long.
+			// Waiting this long for a slot puts the queue's budget at
+			// risk: whatever it holds has waited at least as long.
 			starve = nil
 			p.mu.Lock()
 			p.queues[q].starved = true
