@@ -256,3 +256,52 @@ func TestFakeMultiRateLimit(t *testing.T) {
 		t.Errorf("%d messages in 1s at 50/s", n)
 	}
 }
+
+// A critical queue whose dependency is down opens its circuit breaker and
+// stops receiving; the low queue is no longer held back by it and runs in
+// the whole pool meanwhile.
+func TestFakeMultiBreakerOpenLetsLowerQueuesRun(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	crit, low := f.CreateQueue("critical", nil), f.CreateQueue("low", nil)
+	for range 50 {
+		f.Send(crit, "critical")
+	}
+	for range 20 {
+		f.Send(low, "low")
+	}
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		if m.Body == "critical" {
+			return sqsworker.Unavailable(errors.New("payments service down"))
+		}
+		return nil
+	})
+	qc := queue(crit, 1, 0)
+	qc.Breaker = sqsworker.BreakerConfig{Threshold: 2, ProbeInterval: time.Minute}
+	qc.Backoff = noDelay
+	r := startMulti(t, f, worker.MultiConfig{Concurrency: 2, Queues: []worker.QueueConfig{qc, queue(low, 0, 0)}}, h)
+	localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats()[1].Deleted == 20 },
+		"low queue not drained while the critical queue's breaker is open: %+v", r.w.Stats())
+	if s := r.w.Stats()[0]; s.BreakerOpens == 0 {
+		t.Errorf("critical queue's breaker never opened: %+v", s)
+	}
+}
+
+// A Worker's own rate limit: it receives no faster than its tokens.
+func TestFakeWorkerRateLimit(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	url := f.CreateQueue("q", nil)
+	for range 200 {
+		f.Send(url, "m")
+	}
+	r := start(t, f, worker.Config{QueueURL: url, RateLimit: 40, RateBurst: 4}, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+	time.Sleep(time.Second)
+	n := r.w.Stats().Received
+	r.stop(5 * time.Second)
+	// 40/s for 1 s plus the burst of 4; generous, as the count depends on
+	// when the worker started.
+	if n < 20 || n > 55 {
+		t.Errorf("received %d in 1s at 40/s", n)
+	}
+}
