@@ -124,8 +124,10 @@ chaos: stack-start
 ## timed from exec to exit at 20,000 and 60,000 messages, 3 interleaved
 ## repetitions: throughput, CPU per 10k messages, peak RSS, SQS requests per
 ## message, shutdown tail; then 1,000 slow jobs in flight with the worker's RSS
-## sampled for two minutes; then the Go benchmarks. Tables on stdout, progress
-## on stderr; 6 to 8 minutes, from a clean clone too (BENCHMARKS.md).
+## sampled for two minutes; then priority queues: a critical queue's latency
+## under a flood of 10,000 low jobs (MultiWorker, Workers split by hand, one
+## shared queue) and the idle cost, about 3 minutes; then the Go benchmarks.
+## Tables on stdout, progress on stderr; 9 to 11 minutes (BENCHMARKS.md).
 bench: stack-start tools
 	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO)
 	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchmem $(PKGS)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/sqsworker/sqsworker"
@@ -121,6 +122,18 @@ type Config struct {
 
 	// Host names this worker in dead-letter metadata. Default os.Hostname().
 	Host string
+
+	// RateLimit caps the messages this worker receives, per second, with
+	// a token bucket of RateBurst (golang.org/x/time/rate): a receive asks
+	// for no more messages than there are tokens, and none is made while
+	// there is none, so that no message waits for a token while it is held
+	// invisible. Default 0: no limit.
+	RateLimit float64
+
+	// RateBurst is the size of the RateLimit's bucket: the most messages
+	// received at once after a pause. Default min(MaxMessages,
+	// ceil(RateLimit)), at least 1.
+	RateBurst int
 }
 
 // Defaults of the Config fields.
@@ -168,6 +181,12 @@ func (c *Config) validate() error {
 	if c.ShutdownTimeout < 0 {
 		bad("ShutdownTimeout %s is negative", c.ShutdownTimeout)
 	}
+	if c.RateLimit < 0 || math.IsNaN(c.RateLimit) || math.IsInf(c.RateLimit, 0) {
+		bad("RateLimit %v is not a number of messages per second, 0 (no limit) or above", c.RateLimit)
+	}
+	if c.RateBurst < 0 {
+		bad("RateBurst %d is negative", c.RateBurst)
+	}
 	if err := c.Breaker.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -210,5 +229,14 @@ func (c Config) withDefaults() Config {
 	if c.HandlerName == "" {
 		c.HandlerName = "handler"
 	}
+	if c.RateLimit > 0 && c.RateBurst == 0 {
+		c.RateBurst = defaultBurst(c.RateLimit, c.MaxMessages)
+	}
 	return c
+}
+
+// defaultBurst is the bucket of a rate limit: one receive's worth, or a
+// second's when that is less, at least 1.
+func defaultBurst(limit float64, maxMessages int) int {
+	return max(1, min(maxMessages, int(math.Ceil(limit))))
 }

@@ -37,8 +37,7 @@ type consumer struct {
 	vis      time.Duration // visibility timeout asked for on every receive; 0 if none
 	margin   time.Duration // kept free at the end of a lease to send the ack
 
-	slots chan struct{} // one token per free handler slot
-	tasks chan task     // received messages for the handler goroutines (dispatch.go)
+	tasks chan task // received messages for the handler goroutines (dispatch.go)
 
 	pollCtx    context.Context // cancelled when receiving stops
 	stopPoll   context.CancelFunc
@@ -77,16 +76,12 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 	c := &consumer{
 		w: w, cfg: cfg, info: info, log: w.log, vis: vis,
 		margin:   cfg.AckInterval + min(vis/10, time.Second),
-		slots:    make(chan struct{}, cfg.Concurrency),
 		tasks:    make(chan task, cfg.Concurrency),
 		fatal:    make(chan error, cfg.Pollers),
 		recorder: cfg.Metrics,
 	}
 	if c.recorder == nil {
 		c.recorder = metrics.Nop{}
-	}
-	for range cfg.Concurrency {
-		c.slots <- struct{}{}
 	}
 	c.exec = &executor.Executor{
 		Handler: h,

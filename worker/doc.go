@@ -90,6 +90,51 @@
 // visibility changes. A crash loses nothing either: messages not deleted come
 // back after their visibility timeout.
 //
+// # Priority queues
+//
+// SQS has no message priority: a priority is a queue. A [MultiWorker]
+// consumes several queues, one per priority level, from one pool of handler
+// slots (MultiConfig.Concurrency); each queue keeps its own receive loops,
+// heartbeat, acknowledgement batches, dead-letter handling and circuit
+// breaker, exactly as a Worker's — a Worker is the one-queue case of the
+// same machinery. For each queue, a [QueueConfig] gives:
+//
+//   - Priority: a slot that frees goes to the highest-priority queue that
+//     wants it; while a queue has messages (its last receive came back
+//     full), the queues below it receive only with their reserved slots.
+//   - Reserved: slots only this queue may use, kept free however busy the
+//     others are, so that a flood of low-priority jobs cannot delay a
+//     critical one by more than one receive.
+//   - Config.Concurrency: the most slots the queue may hold (default: the
+//     whole pool).
+//   - MaxAge and StarvationShare: the starvation guard (below).
+//   - Handler: its own handler, or the one given to Run, which tells the
+//     queues apart by Message.QueueURL.
+//
+// A receive loop asks for min(10, the slots its queue may use now)
+// messages, and waits, without receiving, while it may use none; an idle
+// queue (its last receive brought nothing) long-polls with one slot, not
+// ten, so that it does not keep slots from a busy queue. Each queue has one
+// receive loop by default (Config.Pollers): an idle queue costs one
+// ReceiveMessage per WaitTime, 3 a minute at the default 20 s, whatever the
+// size of the pool.
+//
+// The starvation guard is an age budget, not weights: a queue with MaxAge
+// is starved when a message it receives was sent more than MaxAge ago
+// (SentTimestamp), or when its receive loop has waited for slots for
+// MaxAge/2; while starved it holds StarvationShare slots as if reserved
+// (a quarter of the pool by default), until what it receives is within
+// MaxAge/2 again. Budgets are what the queues promise (critical within a
+// second, low within an hour), and the guard costs the higher queues
+// nothing until a budget is broken, where fixed weights (8:4:2:1) take slots
+// from the critical queue even while the low queue is within its budget.
+//
+// Rate limits (golang.org/x/time/rate): Config.RateLimit per queue (for a
+// Worker as well) and MultiConfig.RateLimit for the whole worker. A limited
+// queue asks for no more messages than it has tokens for, takes the tokens
+// for what it received, and makes no receive while it has none: it never
+// holds a message invisible while it waits for a token.
+//
 // # Logs
 //
 // Logs go to Config.Logger (log/slog) with the queue URL, message ID,

@@ -3,7 +3,9 @@ package worker
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -12,6 +14,7 @@ import (
 	"github.com/aws/smithy-go/logging"
 
 	"github.com/sqsworker/sqsworker/internal/awserr"
+	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 )
 
@@ -31,7 +34,7 @@ const (
 )
 
 // poll is one receive loop: it receives as many messages as it holds free
-// handler slots, and hands them to dispatch.
+// handler slots (and rate-limit tokens), and hands them to dispatch.
 func (c *consumer) poll() {
 	in := &sqs.ReceiveMessageInput{
 		QueueUrl:        aws.String(c.info.URL),
@@ -42,12 +45,29 @@ func (c *consumer) poll() {
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		MessageAttributeNames:       []string{"All"},
 	}
+	pool, qi := c.w.pool, c.w.qi
+	// An active loop (receiving, or waiting for slots) holds lower-priority
+	// queues of a shared pool back while its queue has messages; a loop
+	// paused by the breaker, a rate limit or an error does not.
+	pool.setActive(qi, 1)
+	defer pool.setActive(qi, -1)
+	paused := func(wait func() bool) bool {
+		pool.setActive(qi, -1)
+		defer pool.setActive(qi, 1)
+		return wait()
+	}
 	failures := 0
 	for {
 		// While the circuit breaker is open no receive is made: the
 		// messages stay in the queue with their receive counts unspent.
 		// Once it lets a probe through, one message is received.
-		probe, err := c.exec.Breaker.Wait(c.pollCtx)
+		var probe bool
+		var err error
+		if c.exec.Breaker.State() != breaker.Closed {
+			paused(func() bool { probe, err = c.exec.Breaker.Wait(c.pollCtx); return true })
+		} else {
+			probe, err = c.exec.Breaker.Wait(c.pollCtx)
+		}
 		if err != nil {
 			return
 		}
@@ -55,19 +75,39 @@ func (c *consumer) poll() {
 		if probe {
 			want = 1
 		}
-		n := c.acquire(want)
+		// A rate-limited queue receives no more than it holds tokens for,
+		// and waits for a token without holding slots.
+		if c.w.limits != nil {
+			if c.w.limits.tokens() < 1 && !paused(c.waitToken) {
+				if probe {
+					c.exec.Breaker.Abort()
+				}
+				return
+			}
+			want = max(1, min(want, c.w.limits.tokens()))
+		}
+		n := pool.acquire(c.pollCtx, qi, want)
 		if n == 0 {
 			if probe {
 				c.exec.Breaker.Abort()
 			}
 			return
 		}
-		if c.pollCtx.Err() != nil {
-			c.releaseSlots(n)
+		if c.w.limits != nil { // another queue may have spent the tokens meanwhile
+			if k := min(n, c.w.limits.tokens()); k < n {
+				pool.release(qi, n-max(k, 0))
+				n = max(k, 0)
+			}
+		}
+		if c.pollCtx.Err() != nil || n == 0 {
+			pool.release(qi, n)
 			if probe {
 				c.exec.Breaker.Abort()
 			}
-			return
+			if c.pollCtx.Err() != nil {
+				return
+			}
+			continue
 		}
 		in.MaxNumberOfMessages = int32(n)
 		// Not pollCtx nor handlerCtx: a receive under way at shutdown goes
@@ -82,7 +122,7 @@ func (c *consumer) poll() {
 			c.exec.Breaker.Abort()
 		}
 		if err != nil {
-			c.releaseSlots(n)
+			pool.release(qi, n)
 			if c.pollCtx.Err() != nil {
 				return
 			}
@@ -93,7 +133,7 @@ func (c *consumer) poll() {
 			failures++
 			d := jittered(failures)
 			c.log.Warn("receive failed, retrying", "error", err, "retry_in", d, "failures", failures)
-			if !sleep(c.pollCtx, d) {
+			if !paused(func() bool { return sleep(c.pollCtx, d) }) {
 				return
 			}
 			continue
@@ -102,43 +142,42 @@ func (c *consumer) poll() {
 			c.log.Info("receiving again", "after_failures", failures)
 			failures = 0
 		}
-		c.releaseSlots(n - len(out.Messages))
+		c.w.limits.take(len(out.Messages))
+		pool.received(qi, len(out.Messages), n, oldest(out.Messages))
+		pool.release(qi, n-len(out.Messages))
 		if len(out.Messages) > 0 {
 			c.dispatch(out.Messages, probe)
 		}
 	}
 }
 
-// acquire waits for one free handler slot, then takes up to want-1 more,
-// waiting at most fillWait for them: under load, a few milliseconds turn many
-// small receives into few full ones. It returns 0 when receiving stops.
-func (c *consumer) acquire(want int) int {
-	select {
-	case <-c.slots:
-	case <-c.pollCtx.Done():
-		return 0
-	}
-	n := 1
-	t := time.NewTimer(fillWait)
-	defer t.Stop()
-	for n < want {
-		select {
-		case <-c.slots:
-			n++
-		case <-t.C:
-			return n
-		case <-c.pollCtx.Done():
-			return n
+// waitToken waits until the rate limits hold a whole token. It returns
+// false when receiving stops first.
+func (c *consumer) waitToken() bool {
+	for c.w.limits.tokens() < 1 {
+		if !sleep(c.pollCtx, c.w.limits.untilOne()) {
+			return false
 		}
 	}
-	return n
+	return true
 }
 
-func (c *consumer) releaseSlots(n int) {
-	for range n {
-		c.slots <- struct{}{}
+// oldest is the age of the oldest of msgs, from their SentTimestamp.
+func oldest(msgs []types.Message) time.Duration {
+	var first int64 = math.MaxInt64
+	for i := range msgs {
+		if ms, err := strconv.ParseInt(msgs[i].Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
+			first = min(first, ms)
+		}
 	}
+	if first == math.MaxInt64 {
+		return 0
+	}
+	return time.Since(time.UnixMilli(first))
 }
+
+// releaseSlots gives n handler slots back to the pool.
+func (c *consumer) releaseSlots(n int) { c.w.pool.release(c.w.qi, n) }
 
 // quietReceive silences the SDK's own logger for receives: receive errors
 // are logged by the worker itself.

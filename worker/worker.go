@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"golang.org/x/time/rate"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
@@ -65,6 +66,12 @@ type Worker struct {
 	stop        context.CancelFunc
 	shutdownCtx atomic.Pointer[context.Context]
 	done        chan struct{}
+
+	// pool holds the handler slots: the Worker's own, or a MultiWorker's
+	// shared by its queues, of which this is number qi.
+	pool   *pool
+	qi     int
+	limits limits
 }
 
 const (
@@ -84,6 +91,14 @@ func New(api API, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	w := newWorker(api, cfg)
+	w.pool = newPool(cfg.Concurrency, []*poolQueue{{max: cfg.Concurrency}})
+	return w, nil
+}
+
+// newWorker returns a Worker of cfg, with its defaults set, without its
+// pool.
+func newWorker(api API, cfg Config) *Worker {
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
@@ -93,8 +108,11 @@ func New(api API, cfg Config) (*Worker, error) {
 		log:  cfg.Logger.With("queue", cfg.QueueURL),
 		done: make(chan struct{}),
 	}
+	if cfg.RateLimit > 0 {
+		w.limits = limits{rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.RateBurst)}
+	}
 	w.stopping, w.stop = context.WithCancel(context.Background())
-	return w, nil
+	return w
 }
 
 // Run receives messages and hands each to h until ctx is cancelled or

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/base64"
@@ -79,12 +80,14 @@ type runFlags struct {
 	metrics               string
 	namespace             string
 	handlerName           string
+	queues                []string
+	rateLimit             float64
 }
 
 func newRunCmd(a *app) *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
-		Use:   "run QUEUE (-- COMMAND [ARGS...] | --http URL)",
+		Use:   "run (QUEUE | --queue NAME[:PRIORITY[:RESERVED]]...) (-- COMMAND [ARGS...] | --http URL)",
 		Short: "Run a worker that hands each message to a command or an HTTP endpoint",
 		Long: `Run a worker on a queue (by name or URL) that hands each message to a command
 or POSTs it to an HTTP endpoint, until interrupted (SIGINT or SIGTERM), then
@@ -186,16 +189,33 @@ tls.
 Without a dead-letter queue, permanent failures are logged and retried with
 backoff like other failures. The exit status of sqsworker run is 0 after a
 graceful shutdown, 1 when the queue cannot be used, 2 for a mistake in the
-command line, 130 when a second Ctrl-C stopped it at once.`,
+command line, 130 when a second Ctrl-C stopped it at once.
+
+Priority queues: instead of QUEUE, give --queue NAME[:PRIORITY[:RESERVED]]
+once per queue (a name or a URL). One worker then consumes them all from one
+pool of --concurrency handler slots: a slot that frees goes to the
+highest-PRIORITY queue that has messages (0 is the lowest, the default), and
+while a queue has messages the queues below it use only their RESERVED slots,
+which no other queue may take (default 0). Each queue keeps its own
+heartbeats, retries and dead-letter queue; an idle queue costs one long poll
+per --wait (3 receives a minute at 20s). The command gets SQS_QUEUE_URL to
+tell the queues apart. --rate-limit caps the messages received per second
+over all the queues: without tokens, no receive is made.`,
 		Example: `  # A script per message; the body on stdin
   sqsworker run orders -- ./process-order.sh
 
   # A shell pipeline, 4 at a time, each allowed 5 minutes
   sqsworker run orders --concurrency 4 --handler-timeout 5m -- sh -c 'jq .id >> ids.txt'
 
+  # Three priority queues over 32 slots, 4 of them kept for critical
+  sqsworker run --concurrency 32 --queue critical:2:4 --queue normal:1 --queue bulk -- ./job.sh
+
   # An HTTP endpoint, like Elastic Beanstalk's worker environments
   sqsworker run https://sqs.eu-west-1.amazonaws.com/123456789012/orders --http http://127.0.0.1:8080/jobs`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if len(f.queues) > 0 {
+				return checkQueuesRunArgs(cmd.ArgsLenAtDash(), args, f.httpURL)
+			}
 			return checkRunArgs(cmd.ArgsLenAtDash(), args, f.httpURL)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -213,6 +233,9 @@ command line, 130 when a second Ctrl-C stopped it at once.`,
 			}
 			if !cmd.Flags().Changed("response-header-timeout") {
 				f.responseHeaderTimeout = max(defaultHTTPTimeout, f.handlerTimeout)
+			}
+			if len(f.queues) > 0 {
+				return a.run(cmd.Context(), f, "", args)
 			}
 			return a.run(cmd.Context(), f, args[0], args[1:])
 		},
@@ -233,6 +256,8 @@ command line, 130 when a second Ctrl-C stopped it at once.`,
 	fl.StringVar(&f.metrics, "metrics", "none", "metrics sink: none, or emf (CloudWatch Embedded Metric Format on stdout, for the awslogs driver)")
 	fl.StringVar(&f.namespace, "metrics-namespace", "sqsworker", "CloudWatch namespace of the EMF metrics")
 	fl.StringVar(&f.handlerName, "handler-name", "handler", "handler dimension of the metrics")
+	fl.StringArrayVar(&f.queues, "queue", nil, "a priority queue, `NAME[:PRIORITY[:RESERVED]]`, instead of QUEUE; repeat for each queue (see Priority queues above)")
+	fl.Float64Var(&f.rateLimit, "rate-limit", 0, "most messages received per second, over all the queues; 0 for no limit")
 	return cmd
 }
 
@@ -250,6 +275,23 @@ func checkRunArgs(dash int, args []string, httpURL string) error {
 	case dash == 1 && len(args) == 1:
 		return usageError{errors.New("no command after --" + usage)}
 	case dash == 1 && httpURL != "":
+		return usageError{errors.New("give either a command after -- or --http, not both")}
+	case dash < 0 && httpURL == "":
+		return usageError{errors.New("no command after -- and no --http URL" + usage)}
+	}
+	return nil
+}
+
+// checkQueuesRunArgs checks run's arguments with --queue: no QUEUE, a
+// command after -- or --http.
+func checkQueuesRunArgs(dash int, args []string, httpURL string) error {
+	const usage = "; usage: sqsworker run --queue NAME[:PRIORITY[:RESERVED]]... -- COMMAND [ARGS...] or ... --http URL"
+	switch {
+	case dash > 0 || (dash < 0 && len(args) > 0):
+		return usageError{fmt.Errorf("give the queues either as QUEUE or with --queue, not both (got %q before --)%s", args[0], usage)}
+	case dash == 0 && len(args) == 0:
+		return usageError{errors.New("no command after --" + usage)}
+	case dash == 0 && httpURL != "":
 		return usageError{errors.New("give either a command after -- or --http, not both")}
 	case dash < 0 && httpURL == "":
 		return usageError{errors.New("no command after -- and no --http URL" + usage)}
@@ -290,6 +332,12 @@ func (f runFlags) check() (slog.Level, error) {
 			bad("--http %q: want an http:// or https:// URL", redactURL(f.httpURL))
 		}
 	}
+	if f.rateLimit < 0 {
+		bad("--rate-limit %v: want messages per second, 0 for no limit", f.rateLimit)
+	}
+	if _, err := parseQueueSpecs(f.queues); err != nil {
+		errs = append(errs, err)
+	}
 	if f.metrics != "none" && f.metrics != "emf" {
 		bad("--metrics %q: want none or emf", f.metrics)
 	}
@@ -314,13 +362,20 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 			return usageError{fmt.Errorf("command %q: %w", command[0], errors.Unwrap(err))}
 		}
 	}
-	queueURL, err := resolveQueueArg(ctx, a, queueArg)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+	specs, _ := parseQueueSpecs(f.queues) // checked
+	if len(specs) == 0 {
+		specs = []queueSpec{{name: queueArg}}
 	}
+	urls := make([]string, len(specs))
+	for i, spec := range specs {
+		if urls[i], err = resolveQueueArg(ctx, a, spec.name); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+	queueURL := urls[0]
 	c, err := a.sqs(ctx)
 	if err != nil {
 		return err
@@ -351,7 +406,7 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 	if f.metrics == "emf" {
 		rec = metrics.NewEMF(a.out, f.namespace)
 	}
-	w, err := worker.New(c, worker.Config{
+	qcfg := worker.Config{
 		QueueURL:          queueURL,
 		Concurrency:       f.concurrency,
 		VisibilityTimeout: f.visibilityTimeout,
@@ -361,9 +416,33 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 		Logger:            log,
 		Metrics:           rec,
 		HandlerName:       f.handlerName,
-	})
-	if err != nil {
-		return usageError{err}
+	}
+	var w interface {
+		workerRunner
+		Stats() worker.Stats
+	}
+	queueArgs := queueArg
+	if len(f.queues) == 0 {
+		qcfg.RateLimit = f.rateLimit
+		if w, err = worker.New(c, qcfg); err != nil {
+			return usageError{err}
+		}
+	} else {
+		mc := worker.MultiConfig{Concurrency: f.concurrency, RateLimit: f.rateLimit, Logger: log}
+		names := make([]string, len(specs))
+		for i, spec := range specs {
+			q := qcfg
+			q.QueueURL, q.Concurrency = urls[i], 0
+			mc.Queues = append(mc.Queues, worker.QueueConfig{Config: q, Priority: spec.priority, Reserved: spec.reserved})
+			names[i] = spec.name
+		}
+		m, err := worker.NewMulti(c, mc)
+		if err != nil {
+			return usageError{err}
+		}
+		w = multiTotals{m}
+		queueArgs = strings.Join(names, ", ")
+		log.Info("consuming priority queues", "queues", len(specs), "concurrency", f.concurrency)
 	}
 	stopTotals := logTotals(w, log, f.totalsInterval)
 	forced, err := runUntilInterrupted(ctx, w, h, f, log)
@@ -371,7 +450,7 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 	s := w.Stats()
 	log.Info("totals", totalsAttrs(s)...)
 	if err != nil {
-		return a.queueError(queueArg, err)
+		return a.queueError(queueArgs, err)
 	}
 	if forced {
 		return &interruptedError{msg: "stopped at once by a second interrupt: running handlers were cut short and their messages made visible again"}
@@ -392,7 +471,7 @@ const pollMargin = time.Second
 // long polls under way at the first interrupt have ended: a long poll cut
 // short on the client's side goes on at SQS's, and would take a message
 // released meanwhile out of sight for a whole visibility timeout.
-func runUntilInterrupted(ctx context.Context, w *worker.Worker, h sqsworker.Handler, f runFlags, log *slog.Logger) (forced bool, err error) {
+func runUntilInterrupted(ctx context.Context, w workerRunner, h sqsworker.Handler, f runFlags, log *slog.Logger) (forced bool, err error) {
 	done := make(chan error, 1)
 	go func() { done <- w.Run(context.WithoutCancel(ctx), h) }() // received from below, before returning
 	select {
@@ -429,7 +508,7 @@ func runUntilInterrupted(ctx context.Context, w *worker.Worker, h sqsworker.Hand
 }
 
 // logTotals logs the worker's totals every interval, until stop.
-func logTotals(w *worker.Worker, log *slog.Logger, every time.Duration) (stop func()) {
+func logTotals(w interface{ Stats() worker.Stats }, log *slog.Logger, every time.Duration) (stop func()) {
 	if every <= 0 {
 		return func() {}
 	}
@@ -538,7 +617,7 @@ func (h *commandHandler) environment(m *sqsworker.Message) ([]string, error) {
 		"SQS_MESSAGE_ID="+m.ID,
 		"SQS_RECEIVE_COUNT="+strconv.Itoa(m.ReceiveCount),
 		"SQS_GROUP_ID="+m.GroupID,
-		"SQS_QUEUE_URL="+h.queueURL,
+		"SQS_QUEUE_URL="+cmp.Or(m.QueueURL, h.queueURL),
 	)
 	names := make([]string, 0, len(m.MessageAttributes))
 	for name := range m.MessageAttributes {

@@ -30,6 +30,11 @@
 // 1,000, about two minutes), while sqsbench samples its VmRSS from
 // /proc/<pid>/status and the queue's in-flight count every -soak-interval.
 //
+// Then the priority benchmark (-priority, priority.go): a critical queue's
+// latency under a low-priority flood, one MultiWorker against Workers split
+// by hand and one Worker over a shared queue, and the idle cost of priority
+// queues.
+//
 // Run it with `make bench`. Output: progress on stderr, Markdown tables on
 // stdout.
 package main
@@ -159,6 +164,9 @@ type settings struct {
 	child        string
 	goBin        string
 	verbose      bool
+	prio         bool
+	prioOnly     bool
+	prioS        prioSettings
 }
 
 func main() {
@@ -196,6 +204,15 @@ func parseSettings() (settings, error) {
 	flag.IntVar(&s.emulatorPID, "emulator-pid", 0, "the emulator's pid, whose CPU is reported (default: the process listening on the port of AWS_ENDPOINT_URL_SQS)")
 	flag.StringVar(&s.goBin, "go", "go", "the go command that builds the child")
 	flag.BoolVar(&s.verbose, "v", false, "print each run's requests by operation and ru_maxrss")
+	flag.BoolVar(&s.prio, "priority", true, "run the priority benchmark: critical-job latency under a low-priority flood, and the idle cost (priority.go)")
+	flag.BoolVar(&s.prioOnly, "priority-only", false, "run only the priority benchmark")
+	flag.IntVar(&s.prioS.pool, "prio-pool", 16, "priority: handler slots in all")
+	flag.IntVar(&s.prioS.reserved, "prio-reserved", 2, "priority: slots reserved for the critical queue (the critical worker's Concurrency when split by hand)")
+	flag.IntVar(&s.prioS.flood, "prio-flood", 10000, "priority: low-priority jobs preloaded")
+	flag.DurationVar(&s.prioS.work, "prio-work", 10*time.Millisecond, "priority: how long a low-priority job's handler sleeps")
+	flag.DurationVar(&s.prioS.trickle, "prio-trickle", 20*time.Second, "priority: how long a critical job is sent every 100 ms")
+	flag.DurationVar(&s.prioS.wait, "prio-wait", 2*time.Second, "priority: long-poll wait of the consumers")
+	flag.DurationVar(&s.prioS.idle, "idle", time.Minute, "priority: how long four idle queues are watched for the idle cost; 0 to skip")
 	flag.Parse()
 	var errs []error
 	for f := range strings.SplitSeq(*sizes, ",") {
@@ -205,6 +222,12 @@ func parseSettings() (settings, error) {
 			continue
 		}
 		s.sizes = append(s.sizes, n)
+	}
+	if s.prioS.flood < 100 {
+		errs = append(errs, fmt.Errorf("-prio-flood %d: want at least 100", s.prioS.flood))
+	}
+	if s.prioS.reserved < 1 || s.prioS.reserved >= s.prioS.pool {
+		errs = append(errs, fmt.Errorf("-prio-reserved %d: want 1 to -prio-pool less 1 (%d)", s.prioS.reserved, s.prioS.pool-1))
 	}
 	if s.reps < 1 {
 		errs = append(errs, errors.New("-reps must be at least 1"))
@@ -354,6 +377,9 @@ func run(ctx context.Context, s settings) error {
 		return fmt.Errorf("loading the AWS configuration: %w", err)
 	}
 	c := sqs.NewFromConfig(cfg)
+	if s.prioOnly {
+		return priority(ctx, cfg, s.prioS)
+	}
 	child := s.child
 	if child == "" {
 		dir, err := os.MkdirTemp("", "sqsbench-")
@@ -381,6 +407,11 @@ func run(ctx context.Context, s settings) error {
 	}
 	if s.soak {
 		if err := soak(ctx, c, s, child); err != nil {
+			return err
+		}
+	}
+	if s.prio {
+		if err := priority(ctx, cfg, s.prioS); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,307 @@
+package worker_test
+
+// Unit tests of the MultiWorker against sqstest.Fake: configuration errors,
+// handlers per queue, priority order, shutdown.
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// runningMulti is a MultiWorker running in the background of a test.
+type runningMulti struct {
+	t    *testing.T
+	w    *worker.MultiWorker
+	done chan error
+	logs *syncBuffer
+}
+
+// startMulti runs a MultiWorker on api with cfg and h until the test ends.
+// Queues without a WaitTime long-poll for 1s.
+func startMulti(t *testing.T, api worker.API, cfg worker.MultiConfig, h sqsworker.Handler) *runningMulti {
+	t.Helper()
+	logs := &syncBuffer{}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	for i := range cfg.Queues {
+		if cfg.Queues[i].WaitTime == 0 {
+			cfg.Queues[i].WaitTime = time.Second
+		}
+	}
+	w, err := worker.NewMulti(api, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &runningMulti{t: t, w: w, done: make(chan error, 1), logs: logs}
+	go func() { r.done <- w.Run(context.Background(), h) }()
+	t.Cleanup(func() {
+		r.stop(10 * time.Second)
+		if t.Failed() {
+			t.Logf("worker logs:\n%s", logs.String())
+		}
+	})
+	return r
+}
+
+// stop shuts the worker down within d and checks that Run returned nil.
+func (r *runningMulti) stop(d time.Duration) {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_ = r.w.Shutdown(ctx)
+	select {
+	case err := <-r.done:
+		if err != nil {
+			r.t.Errorf("Run returned %v", err)
+		}
+		r.done <- nil // stop is idempotent
+	case <-time.After(d + 10*time.Second):
+		r.t.Fatal("Run did not return after Shutdown")
+	}
+}
+
+func queue(url string, priority, reserved int) worker.QueueConfig {
+	return worker.QueueConfig{Config: worker.Config{QueueURL: url}, Priority: priority, Reserved: reserved}
+}
+
+// Bad configurations are refused with one error naming every problem and
+// its fix.
+func TestMultiConfigErrors(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	a, b := sqstest.QueueURL("a"), sqstest.QueueURL("b")
+	for name, tc := range map[string]struct {
+		cfg  worker.MultiConfig
+		want []string
+	}{
+		"no queues":         {worker.MultiConfig{}, []string{"Queues is empty"}},
+		"duplicate":         {worker.MultiConfig{Queues: []worker.QueueConfig{queue(a, 1, 0), queue(a, 0, 0)}}, []string{"Queues[1]", "listed twice (also Queues[0])", "list each queue once"}},
+		"reserved > max":    {worker.MultiConfig{Concurrency: 10, Queues: []worker.QueueConfig{{Config: worker.Config{QueueURL: a, Concurrency: 2}, Reserved: 3}}}, []string{"Reserved 3 is above the queue's Concurrency 2", "raise Concurrency or lower Reserved"}},
+		"reserved > pool":   {worker.MultiConfig{Concurrency: 5, Queues: []worker.QueueConfig{queue(a, 1, 4), queue(b, 0, 3)}}, []string{"reserve 7 slots in all but the pool has 5", "raise Concurrency or lower the reservations"}},
+		"pool all reserved": {worker.MultiConfig{Concurrency: 4, Queues: []worker.QueueConfig{queue(a, 1, 4), queue(b, 0, 0)}}, []string{"Queues[1]", "would never run"}},
+		"bad priority":      {worker.MultiConfig{Queues: []worker.QueueConfig{queue(a, -1, 0)}}, []string{"Priority -1 is negative"}},
+		"max above pool":    {worker.MultiConfig{Concurrency: 4, Queues: []worker.QueueConfig{{Config: worker.Config{QueueURL: a, Concurrency: 9}}}}, []string{"Concurrency 9 is above the pool's 4"}},
+		"share without age": {worker.MultiConfig{Queues: []worker.QueueConfig{{Config: worker.Config{QueueURL: a}, StarvationShare: 2}}}, []string{"StarvationShare 2 does nothing without MaxAge"}},
+		"queue config":      {worker.MultiConfig{Queues: []worker.QueueConfig{{Config: worker.Config{QueueURL: a, WaitTime: time.Minute}}}}, []string{"Queues[0] (" + a + "): WaitTime 1m0s"}},
+		"rates":             {worker.MultiConfig{RateLimit: -1, Queues: []worker.QueueConfig{{Config: worker.Config{QueueURL: a, RateLimit: -2}}}}, []string{"RateLimit -1", "RateLimit -2"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := worker.NewMulti(f, tc.cfg)
+			if err == nil {
+				t.Fatal("NewMulti accepted the configuration")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// Every queue is drained; a queue with its own handler uses it, the others
+// share Run's, which tells them apart by Message.QueueURL.
+func TestFakeMultiHandlers(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	a, b, c := f.CreateQueue("a", nil), f.CreateQueue("b", nil), f.CreateQueue("c", nil)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	shared := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[m.QueueURL+" "+m.Body[:1]]++
+		return nil
+	})
+	var own atomic.Int64
+	qc := queue(c, 0, 0)
+	qc.Handler = sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { own.Add(1); return nil })
+	for range 30 {
+		f.Send(a, "a")
+		f.Send(b, "b")
+		f.Send(c, "c")
+	}
+	r := startMulti(t, f, worker.MultiConfig{Concurrency: 4, Queues: []worker.QueueConfig{queue(a, 2, 1), queue(b, 1, 0), qc}}, shared)
+	localtest.Eventually(t, 10*time.Second, func() bool {
+		n := int64(0)
+		for _, s := range r.w.Stats() {
+			n += s.Deleted
+		}
+		return n == 90
+	}, "not every message was deleted: %+v", r.w.Stats())
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[a+" a"] != 30 || seen[b+" b"] != 30 || len(seen) != 2 || own.Load() != 30 {
+		t.Errorf("shared handler saw %v, own handler %d, want 30 of a and b there and 30 of c here", seen, own.Load())
+	}
+	for _, s := range r.w.Stats() {
+		if s.PeakSlots > 4 || (s.QueueURL != a && s.PeakSlots > 3) {
+			t.Errorf("queue %s held up to %d slots of 4, 1 reserved for a", s.QueueURL, s.PeakSlots)
+		}
+	}
+}
+
+// Run refuses a queue without a handler, and stops every queue when one
+// cannot be used.
+func TestFakeMultiRunErrors(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	a := f.CreateQueue("a", nil)
+	w, err := worker.NewMulti(f, worker.MultiConfig{Queues: []worker.QueueConfig{queue(a, 0, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "nil handler for queue "+a) {
+		t.Errorf("Run(nil) = %v, want an error naming the queue", err)
+	}
+	qa := queue(a, 1, 0)
+	qa.WaitTime = time.Second // the other queue's failure stops it within its long poll
+	w, err = worker.NewMulti(f, worker.MultiConfig{Logger: slog.New(slog.DiscardHandler), Queues: []worker.QueueConfig{qa, queue(sqstest.QueueURL("gone"), 0, 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- w.Run(context.Background(), sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+	}()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return for a missing queue")
+	}
+	var dne *types.QueueDoesNotExist
+	if !errors.As(err, &dne) {
+		t.Errorf("Run = %v, want *types.QueueDoesNotExist", err)
+	}
+	nop := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil })
+	if err := w.Run(context.Background(), nop); !errors.Is(err, worker.ErrClosed) {
+		t.Errorf("second Run = %v, want ErrClosed: a MultiWorker runs once", err)
+	}
+}
+
+// With a pool of two slots and a flood on the low queue, the critical
+// queue's messages are all handled within the first few: a freed slot goes
+// to the critical queue while it has messages.
+func TestFakeMultiPriorityOrder(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	crit, low := f.CreateQueue("critical", nil), f.CreateQueue("low", nil)
+	for range 100 {
+		f.Send(low, "low")
+	}
+	for range 10 {
+		f.Send(crit, "critical")
+	}
+	var mu sync.Mutex
+	var order []string
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		time.Sleep(2 * time.Millisecond)
+		mu.Lock()
+		order = append(order, m.Body)
+		mu.Unlock()
+		return nil
+	})
+	r := startMulti(t, f, worker.MultiConfig{Concurrency: 2, Queues: []worker.QueueConfig{queue(crit, 1, 0), queue(low, 0, 0)}}, h)
+	localtest.Eventually(t, 20*time.Second, func() bool { return r.w.Stats()[1].Deleted == 100 }, "low queue not drained")
+	mu.Lock()
+	defer mu.Unlock()
+	last := 0
+	for i, b := range order {
+		if b == "critical" {
+			last = i
+		}
+	}
+	// At most two low messages were received before the critical queue's
+	// first receive; then the low queue waits until the critical one is
+	// empty.
+	if last >= 10+2 {
+		t.Errorf("the last critical message was the %dth handled, want within the first 12: %v", last+1, order[:min(len(order), 20)])
+	}
+}
+
+// A rate limit of the whole worker spreads over its queues: none receives
+// while no token is left.
+func TestFakeMultiRateLimit(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	a, b := f.CreateQueue("a", nil), f.CreateQueue("b", nil)
+	for range 100 {
+		f.Send(a, "a")
+		f.Send(b, "b")
+	}
+	var handled atomic.Int64
+	r := startMulti(t, f, worker.MultiConfig{RateLimit: 50, RateBurst: 5, Queues: []worker.QueueConfig{queue(a, 1, 0), queue(b, 0, 0)}},
+		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { handled.Add(1); return nil }))
+	time.Sleep(time.Second)
+	n := handled.Load()
+	r.stop(5 * time.Second)
+	// 50/s for 1s, plus the burst of 5: generous bounds, as the count
+	// depends on when the worker started; the 30 s test on the emulator
+	// holds the 5%.
+	if n < 25 || n > 70 {
+		t.Errorf("%d messages in 1s at 50/s", n)
+	}
+}
+
+// A critical queue whose dependency is down opens its circuit breaker and
+// stops receiving; the low queue is no longer held back by it and runs in
+// the whole pool meanwhile.
+func TestFakeMultiBreakerOpenLetsLowerQueuesRun(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	crit, low := f.CreateQueue("critical", nil), f.CreateQueue("low", nil)
+	for range 50 {
+		f.Send(crit, "critical")
+	}
+	for range 20 {
+		f.Send(low, "low")
+	}
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		if m.Body == "critical" {
+			return sqsworker.Unavailable(errors.New("payments service down"))
+		}
+		return nil
+	})
+	qc := queue(crit, 1, 0)
+	qc.Breaker = sqsworker.BreakerConfig{Threshold: 2, ProbeInterval: time.Minute}
+	qc.Backoff = noDelay
+	r := startMulti(t, f, worker.MultiConfig{Concurrency: 2, Queues: []worker.QueueConfig{qc, queue(low, 0, 0)}}, h)
+	localtest.Eventually(t, 10*time.Second, func() bool { return r.w.Stats()[1].Deleted == 20 },
+		"low queue not drained while the critical queue's breaker is open: %+v", r.w.Stats())
+	if s := r.w.Stats()[0]; s.BreakerOpens == 0 {
+		t.Errorf("critical queue's breaker never opened: %+v", s)
+	}
+}
+
+// A Worker's own rate limit: it receives no faster than its tokens.
+func TestFakeWorkerRateLimit(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	url := f.CreateQueue("q", nil)
+	for range 200 {
+		f.Send(url, "m")
+	}
+	r := start(t, f, worker.Config{QueueURL: url, RateLimit: 40, RateBurst: 4}, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+	time.Sleep(time.Second)
+	n := r.w.Stats().Received
+	r.stop(5 * time.Second)
+	// 40/s for 1 s plus the burst of 4; generous, as the count depends on
+	// when the worker started.
+	if n < 20 || n > 55 {
+		t.Errorf("received %d in 1s at 40/s", n)
+	}
+}
