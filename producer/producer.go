@@ -579,7 +579,7 @@ func entry(id string, m Message) types.SendMessageBatchRequestEntry {
 // attributes returns the message's attributes with its idempotency key and,
 // for a delay over MaxDelay, the time it may run.
 func attributes(m Message) map[string]sqsworker.MessageAttribute {
-	long := m.Delay > MaxDelay || m.NotBefore.Sub(time.Now()) > MaxDelay
+	long := m.Delay > MaxDelay || time.Until(m.NotBefore) > MaxDelay
 	if m.IdempotencyKey == "" && !long {
 		return m.Attributes
 	}

@@ -424,8 +424,7 @@ func TestHoldCopyGetsTheFirstMessagesKey(t *testing.T) {
 func TestLongBackoffCountsRealAttempts(t *testing.T) {
 	for _, succeed := range []bool{true, false} {
 		t.Run(fmt.Sprintf("third attempt succeeds=%v", succeed), func(t *testing.T) {
-			var s *sim
-			s = newSim(t, 3, func(m *sqsworker.Message) error {
+			s := newSim(t, 3, func(m *sqsworker.Message) error {
 				if succeed && m.ReceiveCount == 3 {
 					return nil
 				}
