@@ -323,10 +323,6 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 	}
 }
 
-// errNotifyHeld is the reason a chunk comes back while another consumer
-// holds the lease on sending its batch's completion.
-var errNotifyHeld = errors.New("batch: the completion job is being sent by the chunk that holds its lease")
-
 // notify sends the completion job of batch id when every chunk is counted
 // and it has not been sent: it takes the lease on sending it, sends it and
 // marks it sent. Chunk i is the chunk whose run this is.
@@ -368,7 +364,12 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	var ccf *types.ConditionalCheckFailedException
+	item := map[string]types.AttributeValue(nil)
 	switch {
+	case errors.As(err, &ccf) && getStr(ccf.Item, aNotifyTok) == token && ccf.Item[aNotified] == nil:
+		// The reply to this update was lost, and the SDK's retry found
+		// the lease taken: by this very update.
+		item = ccf.Item
 	case errors.As(err, &ccf):
 		if _, sent := ccf.Item[aNotified]; sent {
 			return nil
@@ -377,8 +378,10 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
 		return c.held(ccf.Item, i, max(until.Sub(now), time.Second))
 	case err != nil:
 		return c.dynamoErr(fmt.Sprintf("taking the lease on the completion of batch %q", id), err)
+	default:
+		item = up.Attributes
 	}
-	msgID, err := c.sendCompletion(ctx, id, up.Attributes)
+	msgID, err := c.sendCompletion(ctx, id, item)
 	if err != nil {
 		c.releaseLease(ctx, id, token)
 		return err
@@ -390,12 +393,15 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
 // held is the outcome of chunk i's run when another holder's lease on
 // sending the completion lasts for d more: the holder's chunk comes back
 // after the lease (it may have died, and it holds the only message bound to
-// send the completion); other chunks are done.
+// send the completion); other chunks are done. The holder's chunk is put
+// off, not failed (RetryAfter with a nil error): its wait is no failure of
+// its own, and must not bring it closer to the dead-letter queue, where the
+// completion would wait for an operator.
 func (c *Coordinator) held(item map[string]types.AttributeValue, i int, d time.Duration) error {
 	if _, ok := item["notify_chunk"]; ok && getNum(item, "notify_chunk") != int64(i) {
 		return nil
 	}
-	return sqsworker.RetryAfter(d+time.Second, errNotifyHeld)
+	return sqsworker.RetryAfter(d+time.Second, nil)
 }
 
 // sendCompletion sends the completion job kept in the batch's item, and

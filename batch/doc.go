@@ -32,7 +32,10 @@
 // completion job to the callback queue, and marks it sent. Until the send
 // is marked, the chunk's message is not acknowledged: a crash anywhere in
 // between redelivers the chunk, which is found already counted, finds the
-// completion not marked sent, and sends it once the lease has ended.
+// completion not marked sent, and sends it once the lease has ended (the
+// holder's chunk, coming back while the lease holds, is put off with
+// sqsworker.RetryAfter and a nil error: not a failure, so its waits never
+// dead-letter it).
 //
 // What holds where:
 //
