@@ -76,6 +76,13 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 		err := h.HandleMessage(context.WithValue(ctx, runKey{}, r), m)
 		if err != nil {
 			var tce *idempotency.TransactionCanceledError
+			if r.added && !sqsworker.IsUnavailable(err) && conflict(err) {
+				// The commit kept conflicting with other transactions
+				// on the batch's item until its retries ran out:
+				// contention, no fault of the chunk's, which must not
+				// bring it closer to the dead-letter queue.
+				return sqsworker.Unavailable(err)
+			}
 			if !r.added || !errors.As(err, &tce) {
 				return err
 			}
@@ -226,7 +233,9 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 	for attempt := range maxTxAttempts {
 		if attempt > 0 {
 			if err := sleep(ctx, txBackoff(attempt)); err != nil {
-				return fmt.Errorf("batch: counting chunk %d of batch %q: %w (last: %w)", i, id, err, last)
+				// Every attempt so far failed for a reason that may pass
+				// (an outage, throttling, a conflict): not the chunk's.
+				return sqsworker.Unavailable(fmt.Errorf("batch: counting chunk %d of batch %q: %w (last: %w)", i, id, err, last))
 			}
 		}
 		_, err := c.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{

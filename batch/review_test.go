@@ -12,10 +12,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
+	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
@@ -125,5 +127,75 @@ func TestHeldLeaseIsNotAFailure(t *testing.T) {
 	var ra *sqsworker.RetryAfterError
 	if !errors.As(err, &ra) || ra.Err != nil || sqsworker.IsUnavailable(err) {
 		t.Fatalf("the holder's chunk while its lease holds: %v, want a postponement (RetryAfter with a nil error)", err)
+	}
+}
+
+// conflicting is a DynamoDB client whose transactions are all cancelled for
+// conflicting with others, as on a hot batch item under many concurrent
+// chunks.
+type conflicting struct {
+	*dynamodb.Client
+	calls atomic.Int64
+}
+
+func (c *conflicting) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	c.calls.Add(1)
+	reasons := make([]ddbtypes.CancellationReason, len(in.TransactItems))
+	for i := range reasons {
+		reasons[i].Code = aws.String("None")
+	}
+	reasons[len(reasons)-1].Code = aws.String("TransactionConflict") // the batch's item
+	return nil, &ddbtypes.TransactionCanceledException{Message: aws.String("Transaction cancelled, please refer cancellation reasons for specific reasons [None, None, TransactionConflict]"),
+		CancellationReasons: reasons}
+}
+
+// With the idempotency middleware, the commit that counts a chunk keeps
+// conflicting on the batch's item until its retries run out: the chunk's
+// run fails as sqsworker.Unavailable (contention, like an outage, is no
+// fault of the chunk's), as it does with Middleware's own transaction, never
+// as a failure that would bring the chunk closer to the dead-letter queue.
+func TestConflictIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	for _, guarded := range []bool{false, true} {
+		name := "own-transaction"
+		if guarded {
+			name = "with-idempotency"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
+			ctx := context.Background()
+			if err := e.coord.Create(ctx, e.spec("hot", 1)); err != nil {
+				t.Fatal(err)
+			}
+			db := &conflicting{Client: e.db}
+			coord, err := batch.New(ctx, db, e.sqs, batch.Config{Table: e.table, MaxReceiveCount: 3, Logger: quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := coord.Middleware(new(effects).handler(nil))
+			if guarded {
+				store, err := idempotency.NewDynamoStore(ctx, db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet(), ClaimGrace: time.Millisecond})
+				h = coord.WithIdempotency(guard.Middleware)(new(effects).handler(nil))
+			}
+			m := again(again(receive(t, e.sqs, e.work, 1)[0])) // its last attempt
+			// The commit's retries last as long as the claim: a second.
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			err = h.HandleMessage(rctx, m)
+			if db.calls.Load() < 2 {
+				t.Fatalf("%d transactions, want the conflicts retried", db.calls.Load())
+			}
+			if err == nil || !sqsworker.IsUnavailable(err) {
+				t.Fatalf("a chunk whose count conflicted until its retries ran out: %v, want an Unavailable error", err)
+			}
+			if p := progress(t, e.coord, "hot"); p.Done != 0 || p.Failed != 0 {
+				t.Errorf("progress %+v, want the chunk pending", p)
+			}
+		})
 	}
 }
