@@ -413,9 +413,23 @@ func (c *Coordinator) held(item map[string]types.AttributeValue, i int, d time.D
 	return sqsworker.RetryAfter(d+time.Second, nil)
 }
 
-// sendCompletion sends the completion job kept in the batch's item, and
-// returns its message ID.
-func (c *Coordinator) sendCompletion(ctx context.Context, id string, item map[string]types.AttributeValue) (string, error) {
+// sendCompletion sends the completion job of batch id, whose item is
+// batch, and returns its message ID. The job is kept in an item of its own
+// (in the batch's item, for a batch created before it had one).
+func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[string]types.AttributeValue) (string, error) {
+	item := batch
+	if _, ok := batch[aCbBody]; !ok {
+		out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: &c.cfg.Table, Key: c.callbackKey(id), ConsistentRead: aws.Bool(true),
+		})
+		if err != nil {
+			return "", c.dynamoErr(fmt.Sprintf("reading the completion job of batch %q", id), err)
+		}
+		if out.Item == nil {
+			return "", sqsworker.Permanent(fmt.Errorf("batch: the completion job of batch %q is not in table %s (expired?)", id, c.cfg.Table))
+		}
+		item = out.Item
+	}
 	var attrs map[string]sqsworker.MessageAttribute
 	if s := getStr(item, aCbAttrs); s != "" && s != "null" {
 		if err := json.Unmarshal([]byte(s), &attrs); err != nil {

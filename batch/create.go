@@ -53,8 +53,12 @@ type Callback struct {
 }
 
 // maxCallbackSize bounds the callback's body and attributes, which are kept
-// in the batch's item (DynamoDB's items are at most 400 KB).
+// in an item of their own (DynamoDB's items are at most 400 KB).
 const maxCallbackSize = 256 << 10
+
+// maxCreateAttempts bounds the attempts to record a batch that conflict
+// with another transaction (a concurrent Create of the same batch).
+const maxCreateAttempts = 5
 
 // Create records the batch in the table, then sends its chunks (ten per
 // SendMessageBatch), then marks them sent. The record comes first, so that
@@ -84,6 +88,11 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	if group == "" {
 		group = s.ID
 	}
+	// The batch's item, which every chunk's count updates, stays small:
+	// DynamoDB bills a write by the item's size, and one item takes about
+	// 1,000 units a second. The callback, up to maxCallbackSize, has an
+	// item of its own, read once, by the completion's sender.
+	expiry := num(now.Add(c.cfg.TTL).Unix())
 	item := c.batchKey(s.ID)
 	item[aKind] = str("batch")
 	item[aTotal] = num(int64(len(msgs)))
@@ -92,27 +101,56 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	item[aSpec] = str(hash)
 	item[aQueue] = str(s.QueueURL)
 	item[aCreated] = num(now.UnixMilli())
-	item[c.cfg.ExpiryAttr] = num(now.Add(c.cfg.TTL).Unix())
+	item[c.cfg.ExpiryAttr] = expiry
 	item[aCbQueue] = str(s.Callback.QueueURL)
-	item[aCbBody] = str(s.Callback.Body)
-	item[aCbAttrs] = str(string(attrs))
-	item[aCbGroup] = str(group)
-	_, err = c.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: &c.cfg.Table, Item: item,
-		ConditionExpression:                 aws.String("attribute_not_exists(#k)"),
-		ExpressionAttributeNames:            map[string]string{"#k": c.cfg.KeyAttr},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	var exists *types.ConditionalCheckFailedException
-	switch {
-	case errors.As(err, &exists):
-		if getStr(exists.Item, aSpec) != hash {
-			return &SpecMismatchError{ID: s.ID}
+	cb := c.callbackKey(s.ID)
+	cb[aKind] = str("callback")
+	cb[aCbQueue] = str(s.Callback.QueueURL)
+	cb[aCbBody] = str(s.Callback.Body)
+	cb[aCbAttrs] = str(string(attrs))
+	cb[aCbGroup] = str(group)
+	cb[c.cfg.ExpiryAttr] = expiry
+	in := &dynamodb.TransactWriteItemsInput{
+		ClientRequestToken: aws.String(newToken()),
+		TransactItems: []types.TransactWriteItem{
+			// Unconditional: it is written only with a new batch's
+			// item (over the leftover of an expired batch, if any).
+			{Put: &types.Put{TableName: &c.cfg.Table, Item: cb}},
+			{Put: &types.Put{
+				TableName: &c.cfg.Table, Item: item,
+				ConditionExpression:                 aws.String("attribute_not_exists(#k)"),
+				ExpressionAttributeNames:            map[string]string{"#k": c.cfg.KeyAttr},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			}},
+		},
+	}
+	for attempt := 1; ; attempt++ {
+		_, err = c.db.TransactWriteItems(ctx, in)
+		var tce *types.TransactionCanceledException
+		if err == nil || !errors.As(err, &tce) || len(tce.CancellationReasons) != 2 {
+			break
 		}
-		if _, sent := exists.Item[aSent]; sent {
-			return nil
+		if r := tce.CancellationReasons[1]; aws.ToString(r.Code) == "ConditionalCheckFailed" {
+			if getStr(r.Item, aSpec) != hash {
+				return &SpecMismatchError{ID: s.ID}
+			}
+			if _, sent := r.Item[aSent]; sent {
+				return nil
+			}
+			err = nil // recorded before, by a Create that did not finish
+			break
 		}
-	case err != nil:
+		if !conflict(err) || attempt == maxCreateAttempts {
+			break
+		}
+		// In conflict with another Create of this batch: the next
+		// attempt finds it recorded, or records it.
+		if serr := sleep(ctx, txBackoff(attempt)); serr != nil {
+			break
+		}
+		in.ClientRequestToken = aws.String(newToken())
+	}
+	if err != nil {
 		return c.dynamoErr(fmt.Sprintf("recording batch %q", s.ID), err)
 	}
 	p, err := producer.New(c.sqs, producer.Config{QueueURL: s.QueueURL})

@@ -199,3 +199,131 @@ func TestConflictIsNotAFailure(t *testing.T) {
 		})
 	}
 }
+
+// capacity is a client option that asks DynamoDB for the write capacity
+// each transaction consumes, and adds it up in *wcu.
+func capacity(wcu *atomic.Int64) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("review-capacity",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					tx, ok := in.Parameters.(*dynamodb.TransactWriteItemsInput)
+					if ok {
+						tx.ReturnConsumedCapacity = ddbtypes.ReturnConsumedCapacityTotal
+					}
+					out, md, err := next.HandleInitialize(ctx, in)
+					if res, ok := out.Result.(*dynamodb.TransactWriteItemsOutput); ok && err == nil {
+						for _, c := range res.ConsumedCapacity {
+							wcu.Add(int64(aws.ToFloat64(c.CapacityUnits)))
+						}
+					}
+					return out, md, err
+				}), middleware.After)
+		})
+	}
+}
+
+// Every chunk's count updates the batch's item, the hottest item of a
+// batch: what that costs must not grow with the completion job's body.
+// DynamoDB bills a write by the larger of the item's sizes before and after
+// (1 KB a unit, twice in a transaction), and one item takes about 1,000
+// units a second: with a 200 KB callback kept in the batch's item, each
+// count would cost some 400 units, and one batch would count two or three
+// chunks a second, throttled all along.
+func TestCountCostIndependentOfCallback(t *testing.T) {
+	t.Parallel()
+	var wcu atomic.Int64
+	e := newFakeEnv(t, batch.Config{}, capacity(&wcu))
+	ctx := context.Background()
+	h := e.coord.Middleware(new(effects).handler(nil))
+	cost := func(id string, body string) int64 {
+		s := e.spec(id, 2)
+		s.Callback.Body = body
+		if err := e.coord.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		msgs := receive(t, e.sqs, e.work, 2)
+		wcu.Store(0)
+		if err := h.HandleMessage(ctx, msgs[0]); err != nil {
+			t.Fatal(err)
+		}
+		return wcu.Load()
+	}
+	small := cost("small-callback", "done")
+	large := cost("large-callback", strings.Repeat("x", 200<<10))
+	if small == 0 {
+		t.Skip("DynamoDB does not report the capacity transactions consume")
+	}
+	t.Logf("a chunk's count: %d WCU with a 4-byte callback, %d with a 200 KiB one", small, large)
+	if large > small {
+		t.Errorf("a chunk's count costs %d WCU with a 200 KiB callback, %d with a small one: want the same", large, small)
+	}
+}
+
+// A batch created before the completion job had an item of its own keeps
+// it in the batch's item: its completion is sent from there.
+func TestCallbackInBatchItem(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("legacy", 1)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &e.table, Key: keyOf("batch#legacy"),
+		UpdateExpression:          aws.String("SET callback_body = :b, callback_attrs = :a, callback_group = :g"),
+		ExpressionAttributeValues: vals(":b", "S:legacy body", ":a", "S:null", ":g", "S:legacy"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.table, Key: keyOf("batch#legacy#callback")}); err != nil {
+		t.Fatal(err)
+	}
+	h := e.coord.Middleware(new(effects).handler(nil))
+	if err := h.HandleMessage(ctx, receive(t, e.sqs, e.work, 1)[0]); err != nil {
+		t.Fatal(err)
+	}
+	done := receive(t, e.sqs, e.callbacks, 10)
+	if len(done) != 1 || done[0].Body != "legacy body" {
+		t.Fatalf("%d completion jobs (%v), want the one kept in the batch's item", len(done), done)
+	}
+}
+
+// Create called at once, several times, with the same batch: each call
+// succeeds, the batch is recorded once, and each chunk is counted once
+// however many copies were sent.
+func TestCreateConcurrently(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	s := e.spec("twice", 20)
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() { errs <- e.coord.Create(ctx, s) }()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Errorf("concurrent Create: %v", err)
+		}
+	}
+	h := e.coord.Middleware(new(effects).handler(nil))
+	for {
+		msgs := receive(t, e.sqs, e.work, 10)
+		if len(msgs) == 0 {
+			break
+		}
+		for _, m := range msgs {
+			if err := h.HandleMessage(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	p := progress(t, e.coord, "twice")
+	if p.Total != 20 || p.Done != 20 || p.Notified.IsZero() {
+		t.Errorf("progress %+v", p)
+	}
+	if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+		t.Errorf("%d completion jobs, want 1", n)
+	}
+}
