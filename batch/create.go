@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/producer"
@@ -62,7 +64,11 @@ const maxCreateAttempts = 5
 
 // Create records the batch in the table, then sends its chunks (ten per
 // SendMessageBatch), then marks them sent. The record comes first, so that
-// no chunk can be counted against a batch that does not exist.
+// no chunk can be counted against a batch that does not exist. Before it,
+// the spec is checked, against the queues too (with the client's
+// GetQueueAttributes, when it has it and may call it): a queue that does
+// not exist, or a chunk or completion job over its queue's
+// MaximumMessageSize, is an error, and nothing is recorded.
 //
 // Create is safe to call again after a crash or an error: with the same
 // spec it sends the chunks again unless the first call marked them sent
@@ -87,6 +93,10 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	group := s.Callback.GroupID
 	if group == "" {
 		group = s.ID
+	}
+	cbFIFO := strings.HasSuffix(s.Callback.QueueURL, ".fifo")
+	if err := c.checkQueues(ctx, s, msgs, c.completion(s.ID, s.Callback.Body, s.Callback.Attributes, group, cbFIFO)); err != nil {
+		return err
 	}
 	// The batch's item, which every chunk's count updates, stays small:
 	// DynamoDB bills a write by the item's size, and one item takes about
@@ -227,7 +237,9 @@ func (c *Coordinator) chunks(s Spec) ([]producer.Message, error) {
 			if fifo && m.DeduplicationID == "" {
 				m.DeduplicationID = digest(m.IdempotencyKey)
 			}
-			if verr := producer.Validate(m, fifo); verr != nil {
+			if verr := producer.Validate(m, fifo); !fifo && m.DeduplicationID != "" {
+				err = errors.New("it has a deduplication ID, which a standard queue refuses")
+			} else if verr != nil {
 				err = verr
 				if n := len(a) + 1; n > sqsworker.MaxMessageAttributes {
 					err = fmt.Errorf("%w (a chunk carries two attributes of its own: use at most %d)", verr, sqsworker.MaxMessageAttributes-2)
@@ -317,4 +329,59 @@ func specHash(s Spec, msgs []producer.Message) string {
 	field(s.Callback.GroupID)
 	attrs(s.Callback.Attributes)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// queueAttributesAPI is the optional part of the SQS client that Create
+// calls to check the queues before it records a batch.
+type queueAttributesAPI interface {
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+}
+
+// checkQueues checks, before the batch is recorded, what only the queues can
+// tell: that they exist, and that the chunks and the completion job fit
+// their MaximumMessageSize. A batch recorded with a spec its queues refuse
+// could never complete, and its ID could not be created again with the spec
+// fixed. A client without GetQueueAttributes, or a read that fails for
+// another reason (no permission, say), skips the check: the sends tell.
+func (c *Coordinator) checkQueues(ctx context.Context, s Spec, msgs []producer.Message, completion producer.Message) error {
+	api, ok := c.sqs.(queueAttributesAPI)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	check := func(what, field, url string, msgs []producer.Message) {
+		out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+			QueueUrl: &url, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameMaximumMessageSize},
+		})
+		var missing *sqstypes.QueueDoesNotExist
+		if errors.As(err, &missing) {
+			errs = append(errs, fmt.Errorf("batch: %s queue %s does not exist: check %s", what, url, field))
+			return
+		}
+		if err != nil {
+			return
+		}
+		limit, err := strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameMaximumMessageSize)])
+		if err != nil || limit <= 0 {
+			return
+		}
+		bad := 0
+		for i, m := range msgs {
+			if n := producer.Size(m); n > limit {
+				if bad++; bad <= 5 {
+					name := "the completion job"
+					if what == "chunks'" {
+						name = "chunk " + strconv.Itoa(i)
+					}
+					errs = append(errs, fmt.Errorf("batch: %s is %d bytes, over the MaximumMessageSize of %s (%d): keep large data elsewhere (such as S3) and send a reference to it, or raise the queue's MaximumMessageSize", name, n, url, limit))
+				}
+			}
+		}
+		if bad > 5 {
+			errs = append(errs, fmt.Errorf("batch: %d more chunks are over the MaximumMessageSize of %s", bad-5, url))
+		}
+	}
+	check("chunks'", "Spec.QueueURL", s.QueueURL, msgs)
+	check("completion", "Spec.Callback.QueueURL", s.Callback.QueueURL, []producer.Message{completion})
+	return errors.Join(errs...)
 }

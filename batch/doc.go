@@ -76,8 +76,9 @@
 //
 // # Cost
 //
-// Create writes the batch and its completion job (one TransactWriteItems of
-// two items), sends its chunks ten per SendMessageBatch, and marks them
+// Create reads the MaximumMessageSize of the chunks' queue and of the
+// callback queue (two GetQueueAttributes), writes the batch and its
+// completion job (one TransactWriteItems of two items), sends its chunks ten per SendMessageBatch, and marks them
 // sent (one UpdateItem). Each chunk costs one TransactWriteItems of two
 // items (or two more items in the idempotency record's transaction) and
 // one consistent GetItem of the batch; a redelivered chunk, one GetItem of

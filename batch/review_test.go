@@ -327,3 +327,54 @@ func TestCreateConcurrently(t *testing.T) {
 		t.Errorf("%d completion jobs, want 1", n)
 	}
 }
+
+// A spec that the chunks' queue, or the callback queue, would refuse is
+// refused by Create before the batch is recorded: recorded, the batch could
+// never complete, and its ID could not be created again with the spec
+// fixed (another spec under the same ID is a SpecMismatchError).
+func TestCreateRefusesBeforeRecording(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	small := e.sqs.CreateQueue("small-messages", map[string]string{"MaximumMessageSize": "1024"})
+	for _, tc := range []struct {
+		name, want string
+		spec       func(s *batch.Spec)
+	}{
+		{"a chunk over the queue's MaximumMessageSize", "MaximumMessageSize", func(s *batch.Spec) {
+			s.QueueURL = small
+			s.Chunks[1].Body = strings.Repeat("x", 2000)
+		}},
+		{"a callback over its queue's MaximumMessageSize", "MaximumMessageSize", func(s *batch.Spec) {
+			s.Callback.QueueURL = small
+			s.Callback.Body = strings.Repeat("x", 2000)
+		}},
+		{"a deduplication ID on a standard queue", "deduplication ID", func(s *batch.Spec) {
+			s.Chunks[0].DeduplicationID = "d0"
+		}},
+		{"a chunks' queue that does not exist", "does not exist", func(s *batch.Spec) {
+			s.QueueURL += "-missing"
+		}},
+		{"a callback queue that does not exist", "does not exist", func(s *batch.Spec) {
+			s.Callback.QueueURL += "-missing"
+		}},
+	} {
+		s := e.spec("refused", 3)
+		tc.spec(&s)
+		err := e.coord.Create(ctx, s)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
+		var unknown *batch.UnknownBatchError
+		if _, err := e.coord.Get(ctx, "refused"); !errors.As(err, &unknown) {
+			t.Fatalf("%s: the batch was recorded (Get: %v)", tc.name, err)
+		}
+	}
+	if n, _, _ := e.sqs.Depth(e.work); n != 0 {
+		t.Errorf("%d chunks sent by refused Creates", n)
+	}
+	// The spec fixed, the ID is free.
+	if err := e.coord.Create(ctx, e.spec("refused", 3)); err != nil {
+		t.Fatal(err)
+	}
+}
