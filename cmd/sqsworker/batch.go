@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"text/tabwriter"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/spf13/cobra"
@@ -126,11 +127,23 @@ func (a *app) showBatch(ctx context.Context, id string, f batchShowFlags) error 
 		return err
 	}
 	db := dynamodb.NewFromConfig(cfg)
-	coord, err := batch.New(ctx, db, c, batch.Config{Table: f.table, Logger: slog.New(slog.DiscardHandler)})
+	// The table's partition key is the idempotency store's KeyAttr, "id"
+	// unless it was set: take it from the table, which batch.New checks.
+	desc, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &f.table})
 	var missing *ddbtypes.ResourceNotFoundException
 	if errors.As(err, &missing) {
 		return fmt.Errorf("table %s does not exist in region %s: pass --table the idempotency table the batch was created in (the producer's batch.Config.Table): %w", f.table, cfg.Region, missing)
 	}
+	if err != nil {
+		return fmt.Errorf("reading table %s: %w", f.table, err)
+	}
+	keyAttr := ""
+	for _, k := range desc.Table.KeySchema {
+		if k.KeyType == ddbtypes.KeyTypeHash {
+			keyAttr = aws.ToString(k.AttributeName)
+		}
+	}
+	coord, err := batch.New(ctx, db, c, batch.Config{Table: f.table, KeyAttr: keyAttr, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
