@@ -91,7 +91,7 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 			n := len(tce.Reasons)
 			switch {
 			case tce.ConditionFailed(n - 1):
-				return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
+				return c.notInBatch(id, i, tce.Reasons[n-1].Item)
 			case tce.ConditionFailed(n-2) && getStr(tce.Reasons[n-2].Item, aStatus) != StatusDone:
 				// The chunk was recorded failed (or its item expired)
 				// meanwhile: the retry reads it, and counts it.
@@ -179,10 +179,10 @@ func (c *Coordinator) chunkStatus(ctx context.Context, id string, i int) (string
 // batch exists.
 func (c *Coordinator) countWrites(id string, i int, recovering bool) []types.TransactWriteItem {
 	now := c.now()
-	names := map[string]string{"#k": c.cfg.KeyAttr, "#done": aDone}
+	names := map[string]string{"#k": c.cfg.KeyAttr, "#done": aDone, "#total": aTotal}
 	var chunk types.TransactWriteItem
 	update := "ADD #done :one"
-	values := map[string]types.AttributeValue{":one": num(1)}
+	values := map[string]types.AttributeValue{":one": num(1), ":i": num(int64(i))}
 	if recovering {
 		chunk.Update = &types.Update{
 			TableName: &c.cfg.Table, Key: c.chunkKey(id, i),
@@ -211,11 +211,27 @@ func (c *Coordinator) countWrites(id string, i int, recovering bool) []types.Tra
 	}
 	return []types.TransactWriteItem{chunk, {Update: &types.Update{
 		TableName: &c.cfg.Table, Key: c.batchKey(id),
-		UpdateExpression:          &update,
-		ConditionExpression:       aws.String("attribute_exists(#k)"),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
+		UpdateExpression:                    &update,
+		ConditionExpression:                 aws.String(inBatch),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}}}
+}
+
+// inBatch is the condition of the updates of a batch's item for chunk :i:
+// the batch exists, and has a chunk :i.
+const inBatch = "attribute_exists(#k) AND #total > :i"
+
+// notInBatch returns the error of chunk i of batch id when the condition
+// inBatch failed on the batch's item, item as it was (nil when there was
+// none).
+func (c *Coordinator) notInBatch(id string, i int, item map[string]types.AttributeValue) error {
+	if getStr(item, aKind) == "batch" {
+		return sqsworker.Permanent(fmt.Errorf("batch: chunk %d is not a chunk of batch %q, which has %d chunks (a message made by hand, or a chunk of an earlier batch of the same ID?)",
+			i, id, getNum(item, aTotal)))
+	}
+	return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
 }
 
 // maxTxAttempts bounds the transactions count makes for one chunk: they
@@ -258,7 +274,7 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 		}
 		rs := tce.CancellationReasons
 		if len(rs) == 2 && aws.ToString(rs[1].Code) == "ConditionalCheckFailed" {
-			return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
+			return c.notInBatch(id, i, rs[1].Item)
 		}
 		last = fmt.Errorf("batch: counting chunk %d of batch %q: %w", i, id, err)
 		if len(rs) == 2 && aws.ToString(rs[0].Code) == "ConditionalCheckFailed" {
@@ -313,10 +329,10 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 			{Update: &types.Update{
 				TableName: &c.cfg.Table, Key: c.batchKey(id),
 				UpdateExpression:         aws.String("ADD #failed :one, #set :idx"),
-				ConditionExpression:      aws.String("attribute_exists(#k)"),
-				ExpressionAttributeNames: map[string]string{"#k": c.cfg.KeyAttr, "#failed": aFailed, "#set": aFailedSet},
+				ConditionExpression:      aws.String(inBatch),
+				ExpressionAttributeNames: map[string]string{"#k": c.cfg.KeyAttr, "#failed": aFailed, "#set": aFailedSet, "#total": aTotal},
 				ExpressionAttributeValues: map[string]types.AttributeValue{
-					":one": num(1), ":idx": &types.AttributeValueMemberNS{Value: []string{strconv.Itoa(i)}},
+					":one": num(1), ":idx": &types.AttributeValueMemberNS{Value: []string{strconv.Itoa(i)}}, ":i": num(int64(i)),
 				},
 			}},
 		},

@@ -378,3 +378,61 @@ func TestCreateRefusesBeforeRecording(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A chunk whose index is not below the batch's size (a message made by
+// hand, or a chunk of an expired batch, of the same ID, that had more
+// chunks) fails for good, naming the problem, and counts nothing: counted,
+// it would complete the batch without one of its own chunks, or push done
+// past total, where no completion is ever sent.
+func TestChunkOutOfRange(t *testing.T) {
+	t.Parallel()
+	for _, guarded := range []bool{false, true} {
+		name := "own-transaction"
+		if guarded {
+			name = "with-idempotency"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newFakeEnv(t, batch.Config{})
+			ctx := context.Background()
+			if err := e.coord.Create(ctx, e.spec("range", 2)); err != nil {
+				t.Fatal(err)
+			}
+			var eff effects
+			h := e.coord.Middleware(eff.handler(nil))
+			if guarded {
+				store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+				h = e.coord.WithIdempotency(guard.Middleware)(eff.handler(nil))
+			}
+			msgs := receive(t, e.sqs, e.work, 2)
+			stray := &sqsworker.Message{ID: "stray", Body: "chunk-2", ReceiveCount: 1, MessageAttributes: map[string]sqsworker.MessageAttribute{
+				batch.Attribute:          {DataType: "String", StringValue: "range#2"},
+				idempotency.KeyAttribute: {DataType: "String", StringValue: batch.ChunkKey("range", 2)},
+			}}
+			err := h.HandleMessage(ctx, stray)
+			var perm *sqsworker.PermanentError
+			if !errors.As(err, &perm) || !strings.Contains(err.Error(), "2 chunks") {
+				t.Errorf("chunk 2 of a batch of 2: %v, want a Permanent error naming the batch's size", err)
+			}
+			if p := progress(t, e.coord, "range"); p.Done != 0 {
+				t.Fatalf("chunk 2 of a batch of 2 counted: %+v", p)
+			}
+			if err := h.HandleMessage(ctx, msgs[0]); err != nil {
+				t.Fatal(err)
+			}
+			if p := progress(t, e.coord, "range"); p.Done != 1 || p.Completed || !p.Notified.IsZero() {
+				t.Fatalf("after chunk 0: %+v", p)
+			}
+			if err := h.HandleMessage(ctx, msgs[1]); err != nil {
+				t.Fatal(err)
+			}
+			if p := progress(t, e.coord, "range"); p.Done != 2 || p.Notified.IsZero() {
+				t.Errorf("after chunk 1: %+v", p)
+			}
+		})
+	}
+}
