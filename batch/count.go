@@ -304,8 +304,10 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 		wait *sqsworker.RetryAfterError
 	)
 	postponed := errors.As(err, &wait) && wait.Err == nil // not a failure
-	final := errors.As(err, &perm) ||
-		(c.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= c.cfg.MaxReceiveCount && !sqsworker.IsUnavailable(err) && !postponed)
+	// The runtimes never dead-letter a message for an Unavailable error,
+	// Permanent or not: it is retried.
+	final := !sqsworker.IsUnavailable(err) && !postponed &&
+		(errors.As(err, &perm) || (c.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= c.cfg.MaxReceiveCount))
 	if !final {
 		return
 	}

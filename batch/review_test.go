@@ -436,3 +436,30 @@ func TestChunkOutOfRange(t *testing.T) {
 		})
 	}
 }
+
+// A chunk failing Permanent but marked sqsworker.Unavailable (a dependency
+// down, which the runtimes never dead-letter for) is not recorded as
+// failed: it is retried, and shown pending.
+func TestUnavailableIsNotRecordedFailed(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("down", 2)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, e.sqs, e.work, 2)
+	h := e.coord.Middleware(new(effects).handler(func(m *sqsworker.Message) error {
+		if m.Body == "chunk-0" {
+			return sqsworker.Unavailable(sqsworker.Permanent(errors.New("database refused the connection")))
+		}
+		return sqsworker.Permanent(sqsworker.Unavailable(errors.New("database refused the connection")))
+	}))
+	for _, m := range msgs {
+		if err := h.HandleMessage(ctx, m); err == nil {
+			t.Fatal("the handler's failure was lost")
+		}
+	}
+	if p := progress(t, e.coord, "down"); p.Failed != 0 || p.Pending != 2 {
+		t.Errorf("progress %+v, want both chunks pending", p)
+	}
+}
