@@ -463,3 +463,51 @@ func TestUnavailableIsNotRecordedFailed(t *testing.T) {
 		t.Errorf("progress %+v, want both chunks pending", p)
 	}
 }
+
+// DynamoDB refuses connections: every step of a chunk's run (the status
+// read of a redelivery, the count, the completion's read) fails as
+// sqsworker.Unavailable, never as the chunk's own failure; once DynamoDB is
+// back, the chunks are counted once and the completion is sent once.
+func TestDynamoDBDown(t *testing.T) {
+	t.Parallel()
+	localtest.RequireDynamoDB(t)
+	proxy, err := faultproxy.New(strings.TrimPrefix(localtest.DynamoDBEndpoint(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	e := newFakeEnv(t, batch.Config{MaxReceiveCount: 2}, func(o *dynamodb.Options) {
+		o.BaseEndpoint = aws.String(proxy.URL())
+		o.RetryMaxAttempts = 1
+	})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("down", 2)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, e.sqs, e.work, 2)
+	var eff effects
+	h := e.coord.Middleware(eff.handler(nil))
+	if err := proxy.Refuse(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*sqsworker.Message{msgs[0], again(msgs[1])} { // a first delivery, a last attempt
+		if err := h.HandleMessage(ctx, m); !sqsworker.IsUnavailable(err) {
+			t.Errorf("%s with DynamoDB down: %v, want an Unavailable error", m.Body, err)
+		}
+	}
+	if err := proxy.Pass(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*sqsworker.Message{again(msgs[0]), again(again(msgs[1]))} {
+		if err := h.HandleMessage(ctx, m); err != nil {
+			t.Fatalf("%s with DynamoDB back: %v", m.Body, err)
+		}
+	}
+	p := progress(t, e.coord, "down")
+	if p.Done != 2 || p.Failed != 0 || p.Notified.IsZero() {
+		t.Errorf("progress %+v", p)
+	}
+	if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+		t.Errorf("%d completion jobs, want 1", n)
+	}
+}
