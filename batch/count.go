@@ -27,7 +27,9 @@ import (
 // all its chunks are counted (see the package documentation). Messages
 // that are not chunks (without the Attribute) go to next untouched.
 //
-// It counts a chunk with a transaction of its own, after next returned nil.
+// It counts a chunk with a transaction of its own, after next returned nil,
+// even when the run's context ended meanwhile (the effect is applied: a
+// count left undone would run the chunk again).
 // It may sit anywhere in a chain, inside or outside the idempotency
 // middleware; to commit the count together with the idempotency record and
 // the handler's AddWrites, use WithIdempotency instead.
@@ -238,10 +240,19 @@ func (c *Coordinator) notInBatch(id string, i int, item map[string]types.Attribu
 // conflict when many chunks of one batch are counted at once.
 const maxTxAttempts = 8
 
+// countBudget bounds the time count takes, its retries included, once the
+// handler has succeeded, whatever the run's context.
+const countBudget = 30 * time.Second
+
 // count counts chunk i of batch id as done with a transaction of its own.
 // A chunk found counted already is not counted again; a chunk found failed
 // moves to done.
 func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bool) error {
+	// The handler succeeded: its effect is applied, so count it even if
+	// the run's context has ended meanwhile (a handler that ignored it),
+	// rather than fail the chunk and run it again. countBudget bounds it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), countBudget)
+	defer cancel()
 	// A request and its token go together: DynamoDB refuses a token
 	// repeated with other parameters.
 	token, items := newToken(), c.countWrites(id, i, recovering)

@@ -511,3 +511,54 @@ func TestDynamoDBDown(t *testing.T) {
 		t.Errorf("%d completion jobs, want 1", n)
 	}
 }
+
+// A handler that ignores its context returns nil after the context ended
+// (its lease lost, its timeout passed, the worker stopping): its effect is
+// applied, so the chunk is counted all the same, rather than failed as
+// Unavailable (DynamoDB is not down) and run again.
+func TestCountAfterContextEnds(t *testing.T) {
+	t.Parallel()
+	for _, guarded := range []bool{false, true} {
+		name := "own-transaction"
+		if guarded {
+			name = "with-idempotency"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newFakeEnv(t, batch.Config{})
+			ctx := context.Background()
+			if err := e.coord.Create(ctx, e.spec("late", 1)); err != nil {
+				t.Fatal(err)
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			var eff effects
+			work := eff.handler(func(*sqsworker.Message) error {
+				cancel() // the context ends while the handler works on
+				return nil
+			})
+			h := e.coord.Middleware(work)
+			if guarded {
+				store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+				h = e.coord.WithIdempotency(guard.Middleware)(work)
+			}
+			m := receive(t, e.sqs, e.work, 1)[0]
+			err := h.HandleMessage(rctx, m)
+			if p := progress(t, e.coord, "late"); p.Done != 1 {
+				t.Fatalf("a chunk whose handler succeeded after its context ended: %v; progress %+v, want it counted", err, p)
+			}
+			if err := h.HandleMessage(ctx, again(m)); err != nil {
+				t.Fatal(err)
+			}
+			if n := eff.get("late#0"); n != 1 {
+				t.Errorf("the chunk ran %d times, want 1", n)
+			}
+			if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+				t.Errorf("%d completion jobs, want 1", n)
+			}
+		})
+	}
+}
