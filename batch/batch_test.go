@@ -573,7 +573,7 @@ func equalCounts(a, b map[string]int) bool {
 // With the idempotency middleware, a chunk recorded failed by another
 // delivery while this one ran (a first delivery, which reads nothing
 // before running) is not taken for counted: the commit applies nothing, the
-// run fails, and its retry moves the chunk from failed to done.
+// run is put off, and its retry moves the chunk from failed to done.
 func TestWithIdempotencyFailedMeanwhile(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, batch.Config{})

@@ -96,8 +96,13 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 				return c.notInBatch(id, i, tce.Reasons[n-1].Item)
 			case tce.ConditionFailed(n-2) && getStr(tce.Reasons[n-2].Item, aStatus) != StatusDone:
 				// The chunk was recorded failed (or its item expired)
-				// meanwhile: the retry reads it, and counts it.
-				return fmt.Errorf("batch: chunk %d of batch %q changed while it ran (recorded failed by another delivery?); its retry counts it: %w", i, id, err)
+				// meanwhile: nothing was applied, and the retry reads
+				// it and counts it. Put off, not failed: the handler
+				// succeeded, and on its last attempt a failure would
+				// dead-letter the chunk.
+				c.cfg.Logger.Info("batch: chunk changed while it ran (recorded failed by another delivery?); none of its writes applied, its retry counts it",
+					"batch", id, "chunk", i, "message_id", m.ID, "error", err)
+				return sqsworker.RetryAfter(time.Second, nil)
 			case tce.ConditionFailed(n - 2):
 				// The chunk was counted by another run, with its
 				// effects: this run applied nothing, and is done.

@@ -562,3 +562,57 @@ func TestCountAfterContextEnds(t *testing.T) {
 		})
 	}
 }
+
+// With the idempotency middleware, a chunk recorded failed by another copy
+// while this one ran, on this one's last attempt: the commit applies
+// nothing, and the run is put off (RetryAfter with a nil error), not
+// failed. Its handler succeeded, and a failure on the last attempt would
+// dead-letter a chunk whose retry counts it.
+func TestFailedMeanwhileOnLastAttempt(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("race", 1)); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	first := true
+	h := e.coord.WithIdempotency(guard.Middleware)(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		if first {
+			first = false
+			// Another copy fails for good meanwhile, and is recorded.
+			_, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbtypes.AttributeValue{
+				"id": &ddbtypes.AttributeValueMemberS{Value: "batch#race#chunk#0"}, "kind": &ddbtypes.AttributeValueMemberS{Value: "chunk"},
+				"chunk_status": &ddbtypes.AttributeValueMemberS{Value: batch.StatusFailed},
+			}})
+			if err != nil {
+				return err
+			}
+			_, err = e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &e.table, Key: keyOf("batch#race"),
+				UpdateExpression: aws.String("ADD failed :one, failed_chunks :idx"),
+				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":one": &ddbtypes.AttributeValueMemberN{Value: "1"},
+					":idx": &ddbtypes.AttributeValueMemberNS{Value: []string{"0"}}}})
+			return err
+		}
+		return nil
+	}))
+	m := again(again(receive(t, e.sqs, e.work, 1)[0])) // its last attempt
+	err = h.HandleMessage(ctx, m)
+	var ra *sqsworker.RetryAfterError
+	if !errors.As(err, &ra) || ra.Err != nil {
+		t.Fatalf("a chunk recorded failed meanwhile, on its last attempt: %v, want a postponement", err)
+	}
+	if p := progress(t, e.coord, "race"); p.Done != 0 || p.Failed != 1 {
+		t.Fatalf("after the cancelled commit: %+v", p)
+	}
+	if err := h.HandleMessage(ctx, again(m)); err != nil {
+		t.Fatal(err)
+	}
+	if p := progress(t, e.coord, "race"); p.Done != 1 || p.Failed != 0 || p.Notified.IsZero() {
+		t.Errorf("after its retry: %+v", p)
+	}
+}
