@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
@@ -477,6 +478,13 @@ func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[s
 		return "", sqsworker.Permanent(fmt.Errorf("batch: the callback of batch %q: %w", id, err))
 	}
 	msgID, err := p.Send(ctx, m)
+	var missing *sqstypes.QueueDoesNotExist
+	if errors.As(err, &missing) {
+		// No outage: the queue is gone. The chunk waits in the
+		// dead-letter queue, named, until the queue is back and the
+		// chunk replayed (it is counted: its replay sends the job).
+		return "", sqsworker.Permanent(fmt.Errorf("batch: the callback queue %s of batch %q does not exist: create it again, then replay this chunk from the dead-letter queue to send the completion job: %w", queue, id, err))
+	}
 	if err != nil {
 		return "", sqsworker.Unavailable(fmt.Errorf("batch: sending the completion job of batch %q to %s: %w", id, queue, err))
 	}

@@ -616,3 +616,41 @@ func TestFailedMeanwhileOnLastAttempt(t *testing.T) {
 		t.Errorf("after its retry: %+v", p)
 	}
 }
+
+// The callback queue was deleted after the batch was created: the last
+// chunk fails for good, naming the queue, so that it waits in the
+// dead-letter queue for the operator (who re-creates the queue and replays
+// it: the completion is then sent), rather than failing as Unavailable, an
+// outage the circuit breaker would pause the worker for, and retried until
+// SQS dead-letters it anyway.
+func TestCallbackQueueGone(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("gone", 1)); err != nil {
+		t.Fatal(err)
+	}
+	e.sqs.DeleteQueue(e.callbacks)
+	h := e.coord.Middleware(new(effects).handler(nil))
+	m := receive(t, e.sqs, e.work, 1)[0]
+	err := h.HandleMessage(ctx, m)
+	var perm *sqsworker.PermanentError
+	if !errors.As(err, &perm) || sqsworker.IsUnavailable(err) || !strings.Contains(err.Error(), "callbacks") {
+		t.Fatalf("the completion's queue gone: %v, want a Permanent error naming the queue", err)
+	}
+	callbacks := e.sqs.CreateQueue("callbacks", nil)
+	if callbacks != e.callbacks {
+		t.Fatalf("queue URL %s, was %s", callbacks, e.callbacks)
+	}
+	r := again(m)
+	r.MessageAttributes = map[string]sqsworker.MessageAttribute{"sqsworker.replays": {DataType: "Number", StringValue: "1"}}
+	for k, v := range m.MessageAttributes {
+		r.MessageAttributes[k] = v
+	}
+	if err := h.HandleMessage(ctx, r); err != nil {
+		t.Fatalf("replayed: %v", err)
+	}
+	if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+		t.Errorf("%d completion jobs, want 1", n)
+	}
+}
