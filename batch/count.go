@@ -337,7 +337,7 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 	item[aClass] = str(sqsworker.ErrorClass(err))
 	item[aAttempts] = num(int64(m.ReceiveCount))
 	item[c.cfg.ExpiryAttr] = num(now.Add(c.cfg.TTL).Unix())
-	_, terr := c.db.TransactWriteItems(context.WithoutCancel(ctx), &dynamodb.TransactWriteItemsInput{
+	in := &dynamodb.TransactWriteItemsInput{
 		ClientRequestToken: aws.String(newToken()),
 		TransactItems: []types.TransactWriteItem{
 			{Put: &types.Put{
@@ -355,16 +355,40 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 				},
 			}},
 		},
-	})
-	var tce *types.TransactionCanceledException
-	switch {
-	case terr == nil:
-	case errors.As(terr, &tce) && len(tce.CancellationReasons) == 2 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed":
-		// Counted or failed already.
-	default:
-		c.cfg.Logger.Warn("batch: recording a failed chunk failed; batch show --dlq still lists it from the dead-letter queue",
-			"batch", id, "chunk", i, "message_id", m.ID, "error", terr)
 	}
+	// The runtime's own outcome does not wait on this: the failure is
+	// the message's; its record is retried a little (it conflicts with
+	// the counts of other chunks on the batch's item), then logged.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), countBudget)
+	defer cancel()
+	var terr error
+attempts:
+	for attempt := range maxTxAttempts {
+		if attempt > 0 && sleep(rctx, txBackoff(attempt)) != nil {
+			break
+		}
+		_, terr = c.db.TransactWriteItems(rctx, in)
+		var tce *types.TransactionCanceledException
+		switch {
+		case terr == nil:
+			return
+		case errors.As(terr, &tce):
+			for _, r := range tce.CancellationReasons {
+				if aws.ToString(r.Code) == "ConditionalCheckFailed" {
+					// Counted or failed already; or not a chunk of
+					// the batch, which the count tells.
+					return
+				}
+			}
+			// Cancelled (a conflict, throttling): nothing applied, and
+			// the next attempt is a new request.
+			in.ClientRequestToken = aws.String(newToken())
+		case !retryableErr(terr):
+			break attempts
+		}
+	}
+	c.cfg.Logger.Warn("batch: recording a failed chunk failed; batch show --dlq still lists it from the dead-letter queue",
+		"batch", id, "chunk", i, "message_id", m.ID, "error", terr)
 }
 
 // notify sends the completion job of batch id when every chunk is counted

@@ -654,3 +654,42 @@ func TestCallbackQueueGone(t *testing.T) {
 		t.Errorf("%d completion jobs, want 1", n)
 	}
 }
+
+// conflictingOnce cancels the first n transactions for conflicting with
+// others, then passes them on.
+type conflictingOnce struct {
+	conflicting
+	n atomic.Int64
+}
+
+func (c *conflictingOnce) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if c.n.Add(-1) >= 0 {
+		return c.conflicting.TransactWriteItems(ctx, in, opts...)
+	}
+	return c.Client.TransactWriteItems(ctx, in, opts...)
+}
+
+// Recording a failed chunk conflicts with another transaction on the
+// batch's item (many chunks counted at once): it is retried, and the chunk
+// is recorded failed.
+func TestRecordFailureConflict(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("busy", 1)); err != nil {
+		t.Fatal(err)
+	}
+	db := &conflictingOnce{conflicting: conflicting{Client: e.db}}
+	db.n.Store(2)
+	coord, err := batch.New(ctx, db, e.sqs, batch.Config{Table: e.table, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := coord.Middleware(new(effects).handler(func(*sqsworker.Message) error { return sqsworker.Permanent(errors.New("bad row")) }))
+	if err := h.HandleMessage(ctx, receive(t, e.sqs, e.work, 1)[0]); err == nil {
+		t.Fatal("the failure was lost")
+	}
+	if p := progress(t, e.coord, "busy"); p.Failed != 1 || len(p.FailedChunks) != 1 {
+		t.Errorf("progress %+v, want the chunk recorded failed", p)
+	}
+}
