@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -157,6 +159,18 @@ func (a *app) showBatch(ctx context.Context, id string, f batchShowFlags) error 
 		q, err := d.open(ctx, f.dlq)
 		if err != nil {
 			return err
+		}
+		// By name: a queue's URL has more than one form.
+		isSource := func(u string) bool { return queueName(u) == queueName(p.Queue) }
+		if q.SourcesFrom != dlq.SourcesUnknown && !slices.ContainsFunc(q.Sources, isSource) {
+			// The batch's dead-lettered chunks are elsewhere: an empty
+			// list below would reassure falsely.
+			srcs := make([]string, len(q.Sources))
+			for i, u := range q.Sources {
+				srcs[i] = queueName(u)
+			}
+			fmt.Fprintf(a.err, "warning: %s is not the dead-letter queue of %s, the batch's chunks' queue (it is that of: %s): the batch's dead-lettered chunks are in that queue's dead-letter queue\n",
+				q.Name, queueName(p.Queue), orDash(strings.Join(srcs, ", ")))
 		}
 		dls, res, err := batch.DeadLetters(ctx, q, id, dlq.ScanConfig{Max: f.peek.max, Visibility: f.peek.visibility})
 		if err != nil {

@@ -42,3 +42,41 @@ func TestBatchShowTableKey(t *testing.T) {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }
+
+// batch show --dlq given the dead-letter queue of another queue than the
+// batch's chunks' queue says so, rather than report, falsely reassuring,
+// that no chunk of the batch is dead-lettered.
+func TestBatchShowOtherDLQ(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := localtest.NewSQS(t)
+	db := localtest.NewDynamoDB(t)
+	table := localtest.UniqueName(t, false)
+	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table}); err != nil {
+		t.Fatal(err)
+	}
+	localtest.DeleteTableOnCleanup(t, db, table)
+	chunks := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	other := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	coord, err := batch.New(ctx, db, c, batch.Config{Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := batch.Spec{ID: "elsewhere", QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: chunks.URL, Body: "assemble"},
+		Chunks: []producer.Message{{Body: "a"}}}
+	if err := coord.Create(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runCLI(t, "", "batch", "show", "elsewhere", "--table", table, "--dlq", other.DLQURL)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if want := "not the dead-letter queue of " + queueName(chunks.URL); !strings.Contains(stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr)
+	}
+	// The right one: no such warning.
+	_, stderr, code = runCLI(t, "", "batch", "show", "elsewhere", "--table", table, "--dlq", chunks.DLQURL)
+	if code != 0 || strings.Contains(stderr, "not the dead-letter queue") {
+		t.Errorf("the chunks' own dead-letter queue: exit %d\n%s", code, stderr)
+	}
+}
