@@ -30,8 +30,8 @@ const Attribute = "batch-chunk"
 const AttrCompleted = "batch-completed"
 
 // KeyPrefix starts the partition key of every item of a batch in the table:
-// "batch#<ID>" for the batch, "batch#<ID>#chunk#<index>" for a counted or
-// failed chunk.
+// "batch#<ID>" for the batch, "batch#<ID>#callback" for its completion
+// job, "batch#<ID>#chunk#<index>" for a counted or failed chunk.
 const KeyPrefix = "batch"
 
 // MaxIDLength is the longest batch ID, in bytes.
@@ -254,6 +254,12 @@ const (
 
 func (c *Coordinator) batchKey(id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{c.cfg.KeyAttr: str(KeyPrefix + "#" + id)}
+}
+
+// callbackKey is the key of the item that holds the completion job of
+// batch id: "batch#<id>#callback".
+func (c *Coordinator) callbackKey(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{c.cfg.KeyAttr: str(KeyPrefix + "#" + id + "#callback")}
 }
 
 func (c *Coordinator) chunkKey(id string, i int) map[string]types.AttributeValue {

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
@@ -27,7 +28,9 @@ import (
 // all its chunks are counted (see the package documentation). Messages
 // that are not chunks (without the Attribute) go to next untouched.
 //
-// It counts a chunk with a transaction of its own, after next returned nil.
+// It counts a chunk with a transaction of its own, after next returned nil,
+// even when the run's context ended meanwhile (the effect is applied: a
+// count left undone would run the chunk again).
 // It may sit anywhere in a chain, inside or outside the idempotency
 // middleware; to commit the count together with the idempotency record and
 // the handler's AddWrites, use WithIdempotency instead.
@@ -76,6 +79,13 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 		err := h.HandleMessage(context.WithValue(ctx, runKey{}, r), m)
 		if err != nil {
 			var tce *idempotency.TransactionCanceledError
+			if r.added && !sqsworker.IsUnavailable(err) && conflict(err) {
+				// The commit kept conflicting with other transactions
+				// on the batch's item until its retries ran out:
+				// contention, no fault of the chunk's, which must not
+				// bring it closer to the dead-letter queue.
+				return sqsworker.Unavailable(err)
+			}
 			if !r.added || !errors.As(err, &tce) {
 				return err
 			}
@@ -84,11 +94,16 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 			n := len(tce.Reasons)
 			switch {
 			case tce.ConditionFailed(n - 1):
-				return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
+				return c.notInBatch(id, i, tce.Reasons[n-1].Item)
 			case tce.ConditionFailed(n-2) && getStr(tce.Reasons[n-2].Item, aStatus) != StatusDone:
 				// The chunk was recorded failed (or its item expired)
-				// meanwhile: the retry reads it, and counts it.
-				return fmt.Errorf("batch: chunk %d of batch %q changed while it ran (recorded failed by another delivery?); its retry counts it: %w", i, id, err)
+				// meanwhile: nothing was applied, and the retry reads
+				// it and counts it. Put off, not failed: the handler
+				// succeeded, and on its last attempt a failure would
+				// dead-letter the chunk.
+				c.cfg.Logger.Info("batch: chunk changed while it ran (recorded failed by another delivery?); none of its writes applied, its retry counts it",
+					"batch", id, "chunk", i, "message_id", m.ID, "error", err)
+				return sqsworker.RetryAfter(time.Second, nil)
 			case tce.ConditionFailed(n - 2):
 				// The chunk was counted by another run, with its
 				// effects: this run applied nothing, and is done.
@@ -172,10 +187,10 @@ func (c *Coordinator) chunkStatus(ctx context.Context, id string, i int) (string
 // batch exists.
 func (c *Coordinator) countWrites(id string, i int, recovering bool) []types.TransactWriteItem {
 	now := c.now()
-	names := map[string]string{"#k": c.cfg.KeyAttr, "#done": aDone}
+	names := map[string]string{"#k": c.cfg.KeyAttr, "#done": aDone, "#total": aTotal}
 	var chunk types.TransactWriteItem
 	update := "ADD #done :one"
-	values := map[string]types.AttributeValue{":one": num(1)}
+	values := map[string]types.AttributeValue{":one": num(1), ":i": num(int64(i))}
 	if recovering {
 		chunk.Update = &types.Update{
 			TableName: &c.cfg.Table, Key: c.chunkKey(id, i),
@@ -204,21 +219,46 @@ func (c *Coordinator) countWrites(id string, i int, recovering bool) []types.Tra
 	}
 	return []types.TransactWriteItem{chunk, {Update: &types.Update{
 		TableName: &c.cfg.Table, Key: c.batchKey(id),
-		UpdateExpression:          &update,
-		ConditionExpression:       aws.String("attribute_exists(#k)"),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
+		UpdateExpression:                    &update,
+		ConditionExpression:                 aws.String(inBatch),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}}}
+}
+
+// inBatch is the condition of the updates of a batch's item for chunk :i:
+// the batch exists, and has a chunk :i.
+const inBatch = "attribute_exists(#k) AND #total > :i"
+
+// notInBatch returns the error of chunk i of batch id when the condition
+// inBatch failed on the batch's item, item as it was (nil when there was
+// none).
+func (c *Coordinator) notInBatch(id string, i int, item map[string]types.AttributeValue) error {
+	if getStr(item, aKind) == "batch" {
+		return sqsworker.Permanent(fmt.Errorf("batch: chunk %d is not a chunk of batch %q, which has %d chunks (a message made by hand, or a chunk of an earlier batch of the same ID?)",
+			i, id, getNum(item, aTotal)))
+	}
+	return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
 }
 
 // maxTxAttempts bounds the transactions count makes for one chunk: they
 // conflict when many chunks of one batch are counted at once.
 const maxTxAttempts = 8
 
+// countBudget bounds the time count takes, its retries included, once the
+// handler has succeeded, whatever the run's context.
+const countBudget = 30 * time.Second
+
 // count counts chunk i of batch id as done with a transaction of its own.
 // A chunk found counted already is not counted again; a chunk found failed
 // moves to done.
 func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bool) error {
+	// The handler succeeded: its effect is applied, so count it even if
+	// the run's context has ended meanwhile (a handler that ignored it),
+	// rather than fail the chunk and run it again. countBudget bounds it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), countBudget)
+	defer cancel()
 	// A request and its token go together: DynamoDB refuses a token
 	// repeated with other parameters.
 	token, items := newToken(), c.countWrites(id, i, recovering)
@@ -226,7 +266,9 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 	for attempt := range maxTxAttempts {
 		if attempt > 0 {
 			if err := sleep(ctx, txBackoff(attempt)); err != nil {
-				return fmt.Errorf("batch: counting chunk %d of batch %q: %w (last: %w)", i, id, err, last)
+				// Every attempt so far failed for a reason that may pass
+				// (an outage, throttling, a conflict): not the chunk's.
+				return sqsworker.Unavailable(fmt.Errorf("batch: counting chunk %d of batch %q: %w (last: %w)", i, id, err, last))
 			}
 		}
 		_, err := c.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
@@ -249,7 +291,7 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 		}
 		rs := tce.CancellationReasons
 		if len(rs) == 2 && aws.ToString(rs[1].Code) == "ConditionalCheckFailed" {
-			return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
+			return c.notInBatch(id, i, rs[1].Item)
 		}
 		last = fmt.Errorf("batch: counting chunk %d of batch %q: %w", i, id, err)
 		if len(rs) == 2 && aws.ToString(rs[0].Code) == "ConditionalCheckFailed" {
@@ -279,8 +321,10 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 		wait *sqsworker.RetryAfterError
 	)
 	postponed := errors.As(err, &wait) && wait.Err == nil // not a failure
-	final := errors.As(err, &perm) ||
-		(c.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= c.cfg.MaxReceiveCount && !sqsworker.IsUnavailable(err) && !postponed)
+	// The runtimes never dead-letter a message for an Unavailable error,
+	// Permanent or not: it is retried.
+	final := !sqsworker.IsUnavailable(err) && !postponed &&
+		(errors.As(err, &perm) || (c.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= c.cfg.MaxReceiveCount))
 	if !final {
 		return
 	}
@@ -293,7 +337,7 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 	item[aClass] = str(sqsworker.ErrorClass(err))
 	item[aAttempts] = num(int64(m.ReceiveCount))
 	item[c.cfg.ExpiryAttr] = num(now.Add(c.cfg.TTL).Unix())
-	_, terr := c.db.TransactWriteItems(context.WithoutCancel(ctx), &dynamodb.TransactWriteItemsInput{
+	in := &dynamodb.TransactWriteItemsInput{
 		ClientRequestToken: aws.String(newToken()),
 		TransactItems: []types.TransactWriteItem{
 			{Put: &types.Put{
@@ -304,28 +348,48 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 			{Update: &types.Update{
 				TableName: &c.cfg.Table, Key: c.batchKey(id),
 				UpdateExpression:         aws.String("ADD #failed :one, #set :idx"),
-				ConditionExpression:      aws.String("attribute_exists(#k)"),
-				ExpressionAttributeNames: map[string]string{"#k": c.cfg.KeyAttr, "#failed": aFailed, "#set": aFailedSet},
+				ConditionExpression:      aws.String(inBatch),
+				ExpressionAttributeNames: map[string]string{"#k": c.cfg.KeyAttr, "#failed": aFailed, "#set": aFailedSet, "#total": aTotal},
 				ExpressionAttributeValues: map[string]types.AttributeValue{
-					":one": num(1), ":idx": &types.AttributeValueMemberNS{Value: []string{strconv.Itoa(i)}},
+					":one": num(1), ":idx": &types.AttributeValueMemberNS{Value: []string{strconv.Itoa(i)}}, ":i": num(int64(i)),
 				},
 			}},
 		},
-	})
-	var tce *types.TransactionCanceledException
-	switch {
-	case terr == nil:
-	case errors.As(terr, &tce) && len(tce.CancellationReasons) == 2 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed":
-		// Counted or failed already.
-	default:
-		c.cfg.Logger.Warn("batch: recording a failed chunk failed; batch show --dlq still lists it from the dead-letter queue",
-			"batch", id, "chunk", i, "message_id", m.ID, "error", terr)
 	}
+	// The runtime's own outcome does not wait on this: the failure is
+	// the message's; its record is retried a little (it conflicts with
+	// the counts of other chunks on the batch's item), then logged.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), countBudget)
+	defer cancel()
+	var terr error
+attempts:
+	for attempt := range maxTxAttempts {
+		if attempt > 0 && sleep(rctx, txBackoff(attempt)) != nil {
+			break
+		}
+		_, terr = c.db.TransactWriteItems(rctx, in)
+		var tce *types.TransactionCanceledException
+		switch {
+		case terr == nil:
+			return
+		case errors.As(terr, &tce):
+			for _, r := range tce.CancellationReasons {
+				if aws.ToString(r.Code) == "ConditionalCheckFailed" {
+					// Counted or failed already; or not a chunk of
+					// the batch, which the count tells.
+					return
+				}
+			}
+			// Cancelled (a conflict, throttling): nothing applied, and
+			// the next attempt is a new request.
+			in.ClientRequestToken = aws.String(newToken())
+		case !retryableErr(terr):
+			break attempts
+		}
+	}
+	c.cfg.Logger.Warn("batch: recording a failed chunk failed; batch show --dlq still lists it from the dead-letter queue",
+		"batch", id, "chunk", i, "message_id", m.ID, "error", terr)
 }
-
-// errNotifyHeld is the reason a chunk comes back while another consumer
-// holds the lease on sending its batch's completion.
-var errNotifyHeld = errors.New("batch: the completion job is being sent by the chunk that holds its lease")
 
 // notify sends the completion job of batch id when every chunk is counted
 // and it has not been sent: it takes the lease on sending it, sends it and
@@ -368,7 +432,12 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	var ccf *types.ConditionalCheckFailedException
+	item := map[string]types.AttributeValue(nil)
 	switch {
+	case errors.As(err, &ccf) && getStr(ccf.Item, aNotifyTok) == token && ccf.Item[aNotified] == nil:
+		// The reply to this update was lost, and the SDK's retry found
+		// the lease taken: by this very update.
+		item = ccf.Item
 	case errors.As(err, &ccf):
 		if _, sent := ccf.Item[aNotified]; sent {
 			return nil
@@ -377,8 +446,10 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
 		return c.held(ccf.Item, i, max(until.Sub(now), time.Second))
 	case err != nil:
 		return c.dynamoErr(fmt.Sprintf("taking the lease on the completion of batch %q", id), err)
+	default:
+		item = up.Attributes
 	}
-	msgID, err := c.sendCompletion(ctx, id, up.Attributes)
+	msgID, err := c.sendCompletion(ctx, id, item)
 	if err != nil {
 		c.releaseLease(ctx, id, token)
 		return err
@@ -390,17 +461,34 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
 // held is the outcome of chunk i's run when another holder's lease on
 // sending the completion lasts for d more: the holder's chunk comes back
 // after the lease (it may have died, and it holds the only message bound to
-// send the completion); other chunks are done.
+// send the completion); other chunks are done. The holder's chunk is put
+// off, not failed (RetryAfter with a nil error): its wait is no failure of
+// its own, and must not bring it closer to the dead-letter queue, where the
+// completion would wait for an operator.
 func (c *Coordinator) held(item map[string]types.AttributeValue, i int, d time.Duration) error {
 	if _, ok := item["notify_chunk"]; ok && getNum(item, "notify_chunk") != int64(i) {
 		return nil
 	}
-	return sqsworker.RetryAfter(d+time.Second, errNotifyHeld)
+	return sqsworker.RetryAfter(d+time.Second, nil)
 }
 
-// sendCompletion sends the completion job kept in the batch's item, and
-// returns its message ID.
-func (c *Coordinator) sendCompletion(ctx context.Context, id string, item map[string]types.AttributeValue) (string, error) {
+// sendCompletion sends the completion job of batch id, whose item is
+// batch, and returns its message ID. The job is kept in an item of its own
+// (in the batch's item, for a batch created before it had one).
+func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[string]types.AttributeValue) (string, error) {
+	item := batch
+	if _, ok := batch[aCbBody]; !ok {
+		out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: &c.cfg.Table, Key: c.callbackKey(id), ConsistentRead: aws.Bool(true),
+		})
+		if err != nil {
+			return "", c.dynamoErr(fmt.Sprintf("reading the completion job of batch %q", id), err)
+		}
+		if out.Item == nil {
+			return "", sqsworker.Permanent(fmt.Errorf("batch: the completion job of batch %q is not in table %s (expired?)", id, c.cfg.Table))
+		}
+		item = out.Item
+	}
 	var attrs map[string]sqsworker.MessageAttribute
 	if s := getStr(item, aCbAttrs); s != "" && s != "null" {
 		if err := json.Unmarshal([]byte(s), &attrs); err != nil {
@@ -414,6 +502,13 @@ func (c *Coordinator) sendCompletion(ctx context.Context, id string, item map[st
 		return "", sqsworker.Permanent(fmt.Errorf("batch: the callback of batch %q: %w", id, err))
 	}
 	msgID, err := p.Send(ctx, m)
+	var missing *sqstypes.QueueDoesNotExist
+	if errors.As(err, &missing) {
+		// No outage: the queue is gone. The chunk waits in the
+		// dead-letter queue, named, until the queue is back and the
+		// chunk replayed (it is counted: its replay sends the job).
+		return "", sqsworker.Permanent(fmt.Errorf("batch: the callback queue %s of batch %q does not exist: create it again, then replay this chunk from the dead-letter queue to send the completion job: %w", queue, id, err))
+	}
 	if err != nil {
 		return "", sqsworker.Unavailable(fmt.Errorf("batch: sending the completion job of batch %q to %s: %w", id, queue, err))
 	}

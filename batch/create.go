@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/producer"
@@ -53,12 +55,20 @@ type Callback struct {
 }
 
 // maxCallbackSize bounds the callback's body and attributes, which are kept
-// in the batch's item (DynamoDB's items are at most 400 KB).
+// in an item of their own (DynamoDB's items are at most 400 KB).
 const maxCallbackSize = 256 << 10
+
+// maxCreateAttempts bounds the attempts to record a batch that conflict
+// with another transaction (a concurrent Create of the same batch).
+const maxCreateAttempts = 5
 
 // Create records the batch in the table, then sends its chunks (ten per
 // SendMessageBatch), then marks them sent. The record comes first, so that
-// no chunk can be counted against a batch that does not exist.
+// no chunk can be counted against a batch that does not exist. Before it,
+// the spec is checked, against the queues too (with the client's
+// GetQueueAttributes, when it has it and may call it): a queue that does
+// not exist, or a chunk or completion job over its queue's
+// MaximumMessageSize, is an error, and nothing is recorded.
 //
 // Create is safe to call again after a crash or an error: with the same
 // spec it sends the chunks again unless the first call marked them sent
@@ -84,6 +94,15 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	if group == "" {
 		group = s.ID
 	}
+	cbFIFO := strings.HasSuffix(s.Callback.QueueURL, ".fifo")
+	if err := c.checkQueues(ctx, s, msgs, c.completion(s.ID, s.Callback.Body, s.Callback.Attributes, group, cbFIFO)); err != nil {
+		return err
+	}
+	// The batch's item, which every chunk's count updates, stays small:
+	// DynamoDB bills a write by the item's size, and one item takes about
+	// 1,000 units a second. The callback, up to maxCallbackSize, has an
+	// item of its own, read once, by the completion's sender.
+	expiry := num(now.Add(c.cfg.TTL).Unix())
 	item := c.batchKey(s.ID)
 	item[aKind] = str("batch")
 	item[aTotal] = num(int64(len(msgs)))
@@ -92,27 +111,56 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	item[aSpec] = str(hash)
 	item[aQueue] = str(s.QueueURL)
 	item[aCreated] = num(now.UnixMilli())
-	item[c.cfg.ExpiryAttr] = num(now.Add(c.cfg.TTL).Unix())
+	item[c.cfg.ExpiryAttr] = expiry
 	item[aCbQueue] = str(s.Callback.QueueURL)
-	item[aCbBody] = str(s.Callback.Body)
-	item[aCbAttrs] = str(string(attrs))
-	item[aCbGroup] = str(group)
-	_, err = c.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: &c.cfg.Table, Item: item,
-		ConditionExpression:                 aws.String("attribute_not_exists(#k)"),
-		ExpressionAttributeNames:            map[string]string{"#k": c.cfg.KeyAttr},
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	var exists *types.ConditionalCheckFailedException
-	switch {
-	case errors.As(err, &exists):
-		if getStr(exists.Item, aSpec) != hash {
-			return &SpecMismatchError{ID: s.ID}
+	cb := c.callbackKey(s.ID)
+	cb[aKind] = str("callback")
+	cb[aCbQueue] = str(s.Callback.QueueURL)
+	cb[aCbBody] = str(s.Callback.Body)
+	cb[aCbAttrs] = str(string(attrs))
+	cb[aCbGroup] = str(group)
+	cb[c.cfg.ExpiryAttr] = expiry
+	in := &dynamodb.TransactWriteItemsInput{
+		ClientRequestToken: aws.String(newToken()),
+		TransactItems: []types.TransactWriteItem{
+			// Unconditional: it is written only with a new batch's
+			// item (over the leftover of an expired batch, if any).
+			{Put: &types.Put{TableName: &c.cfg.Table, Item: cb}},
+			{Put: &types.Put{
+				TableName: &c.cfg.Table, Item: item,
+				ConditionExpression:                 aws.String("attribute_not_exists(#k)"),
+				ExpressionAttributeNames:            map[string]string{"#k": c.cfg.KeyAttr},
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			}},
+		},
+	}
+	for attempt := 1; ; attempt++ {
+		_, err = c.db.TransactWriteItems(ctx, in)
+		var tce *types.TransactionCanceledException
+		if err == nil || !errors.As(err, &tce) || len(tce.CancellationReasons) != 2 {
+			break
 		}
-		if _, sent := exists.Item[aSent]; sent {
-			return nil
+		if r := tce.CancellationReasons[1]; aws.ToString(r.Code) == "ConditionalCheckFailed" {
+			if getStr(r.Item, aSpec) != hash {
+				return &SpecMismatchError{ID: s.ID}
+			}
+			if _, sent := r.Item[aSent]; sent {
+				return nil
+			}
+			err = nil // recorded before, by a Create that did not finish
+			break
 		}
-	case err != nil:
+		if !conflict(err) || attempt == maxCreateAttempts {
+			break
+		}
+		// In conflict with another Create of this batch: the next
+		// attempt finds it recorded, or records it.
+		if serr := sleep(ctx, txBackoff(attempt)); serr != nil {
+			break
+		}
+		in.ClientRequestToken = aws.String(newToken())
+	}
+	if err != nil {
 		return c.dynamoErr(fmt.Sprintf("recording batch %q", s.ID), err)
 	}
 	p, err := producer.New(c.sqs, producer.Config{QueueURL: s.QueueURL})
@@ -189,7 +237,9 @@ func (c *Coordinator) chunks(s Spec) ([]producer.Message, error) {
 			if fifo && m.DeduplicationID == "" {
 				m.DeduplicationID = digest(m.IdempotencyKey)
 			}
-			if verr := producer.Validate(m, fifo); verr != nil {
+			if verr := producer.Validate(m, fifo); !fifo && m.DeduplicationID != "" {
+				err = errors.New("it has a deduplication ID, which a standard queue refuses")
+			} else if verr != nil {
 				err = verr
 				if n := len(a) + 1; n > sqsworker.MaxMessageAttributes {
 					err = fmt.Errorf("%w (a chunk carries two attributes of its own: use at most %d)", verr, sqsworker.MaxMessageAttributes-2)
@@ -279,4 +329,59 @@ func specHash(s Spec, msgs []producer.Message) string {
 	field(s.Callback.GroupID)
 	attrs(s.Callback.Attributes)
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// queueAttributesAPI is the optional part of the SQS client that Create
+// calls to check the queues before it records a batch.
+type queueAttributesAPI interface {
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+}
+
+// checkQueues checks, before the batch is recorded, what only the queues can
+// tell: that they exist, and that the chunks and the completion job fit
+// their MaximumMessageSize. A batch recorded with a spec its queues refuse
+// could never complete, and its ID could not be created again with the spec
+// fixed. A client without GetQueueAttributes, or a read that fails for
+// another reason (no permission, say), skips the check: the sends tell.
+func (c *Coordinator) checkQueues(ctx context.Context, s Spec, msgs []producer.Message, completion producer.Message) error {
+	api, ok := c.sqs.(queueAttributesAPI)
+	if !ok {
+		return nil
+	}
+	var errs []error
+	check := func(what, field, url string, msgs []producer.Message) {
+		out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+			QueueUrl: &url, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameMaximumMessageSize},
+		})
+		var missing *sqstypes.QueueDoesNotExist
+		if errors.As(err, &missing) {
+			errs = append(errs, fmt.Errorf("batch: %s queue %s does not exist: check %s", what, url, field))
+			return
+		}
+		if err != nil {
+			return
+		}
+		limit, err := strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameMaximumMessageSize)])
+		if err != nil || limit <= 0 {
+			return
+		}
+		bad := 0
+		for i, m := range msgs {
+			if n := producer.Size(m); n > limit {
+				if bad++; bad <= 5 {
+					name := "the completion job"
+					if what == "chunks'" {
+						name = "chunk " + strconv.Itoa(i)
+					}
+					errs = append(errs, fmt.Errorf("batch: %s is %d bytes, over the MaximumMessageSize of %s (%d): keep large data elsewhere (such as S3) and send a reference to it, or raise the queue's MaximumMessageSize", name, n, url, limit))
+				}
+			}
+		}
+		if bad > 5 {
+			errs = append(errs, fmt.Errorf("batch: %d more chunks are over the MaximumMessageSize of %s", bad-5, url))
+		}
+	}
+	check("chunks'", "Spec.QueueURL", s.QueueURL, msgs)
+	check("completion", "Spec.Callback.QueueURL", s.Callback.QueueURL, []producer.Message{completion})
+	return errors.Join(errs...)
 }

@@ -32,7 +32,10 @@
 // completion job to the callback queue, and marks it sent. Until the send
 // is marked, the chunk's message is not acknowledged: a crash anywhere in
 // between redelivers the chunk, which is found already counted, finds the
-// completion not marked sent, and sends it once the lease has ended.
+// completion not marked sent, and sends it once the lease has ended (the
+// holder's chunk, coming back while the lease holds, is put off with
+// sqsworker.RetryAfter and a nil error: not a failure, so its waits never
+// dead-letter it).
 //
 // What holds where:
 //
@@ -73,11 +76,16 @@
 //
 // # Cost
 //
-// Create writes the batch (one PutItem), sends its chunks ten per
-// SendMessageBatch, and marks them sent (one UpdateItem). Each chunk costs
-// one TransactWriteItems of two items (or two more items in the
-// idempotency record's transaction) and one consistent GetItem of the
-// batch; a redelivered chunk, one GetItem of its chunk item more. The
-// completion costs one UpdateItem (lease), one SendMessage and one
-// UpdateItem (sent).
+// Create reads the MaximumMessageSize of the chunks' queue and of the
+// callback queue (two GetQueueAttributes), writes the batch and its
+// completion job (one TransactWriteItems of two items), sends its chunks ten per SendMessageBatch, and marks them
+// sent (one UpdateItem). Each chunk costs one TransactWriteItems of two
+// items (or two more items in the idempotency record's transaction) and
+// one consistent GetItem of the batch; a redelivered chunk, one GetItem of
+// its chunk item more. The completion costs one UpdateItem (lease), one
+// consistent GetItem (the completion job), one SendMessage and one
+// UpdateItem (sent). The completion job is kept in an item of its own
+// ("batch#<ID>#callback") so that the batch's item, which every chunk's
+// count updates, stays small: DynamoDB bills a write by the size of the
+// item written, and one item takes about 1,000 write units a second.
 package batch

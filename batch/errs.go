@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
@@ -57,4 +58,20 @@ func retryableErr(err error) bool {
 		return true
 	}
 	return false
+}
+
+// conflict reports whether err is DynamoDB refusing a transaction for
+// conflicting with another on the same item: a TransactionConflict
+// cancellation reason, or a TransactionConflictException.
+func conflict(err error) bool {
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) {
+		for _, r := range tce.CancellationReasons {
+			if aws.ToString(r.Code) == "TransactionConflict" {
+				return true
+			}
+		}
+	}
+	var api smithy.APIError
+	return errors.As(err, &api) && api.ErrorCode() == "TransactionConflictException"
 }

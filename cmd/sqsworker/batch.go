@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/spf13/cobra"
@@ -126,11 +129,23 @@ func (a *app) showBatch(ctx context.Context, id string, f batchShowFlags) error 
 		return err
 	}
 	db := dynamodb.NewFromConfig(cfg)
-	coord, err := batch.New(ctx, db, c, batch.Config{Table: f.table, Logger: slog.New(slog.DiscardHandler)})
+	// The table's partition key is the idempotency store's KeyAttr, "id"
+	// unless it was set: take it from the table, which batch.New checks.
+	desc, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &f.table})
 	var missing *ddbtypes.ResourceNotFoundException
 	if errors.As(err, &missing) {
 		return fmt.Errorf("table %s does not exist in region %s: pass --table the idempotency table the batch was created in (the producer's batch.Config.Table): %w", f.table, cfg.Region, missing)
 	}
+	if err != nil {
+		return fmt.Errorf("reading table %s: %w", f.table, err)
+	}
+	keyAttr := ""
+	for _, k := range desc.Table.KeySchema {
+		if k.KeyType == ddbtypes.KeyTypeHash {
+			keyAttr = aws.ToString(k.AttributeName)
+		}
+	}
+	coord, err := batch.New(ctx, db, c, batch.Config{Table: f.table, KeyAttr: keyAttr, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}
@@ -144,6 +159,18 @@ func (a *app) showBatch(ctx context.Context, id string, f batchShowFlags) error 
 		q, err := d.open(ctx, f.dlq)
 		if err != nil {
 			return err
+		}
+		// By name: a queue's URL has more than one form.
+		isSource := func(u string) bool { return queueName(u) == queueName(p.Queue) }
+		if q.SourcesFrom != dlq.SourcesUnknown && !slices.ContainsFunc(q.Sources, isSource) {
+			// The batch's dead-lettered chunks are elsewhere: an empty
+			// list below would reassure falsely.
+			srcs := make([]string, len(q.Sources))
+			for i, u := range q.Sources {
+				srcs[i] = queueName(u)
+			}
+			fmt.Fprintf(a.err, "warning: %s is not the dead-letter queue of %s, the batch's chunks' queue (it is that of: %s): the batch's dead-lettered chunks are in that queue's dead-letter queue\n",
+				q.Name, queueName(p.Queue), orDash(strings.Join(srcs, ", ")))
 		}
 		dls, res, err := batch.DeadLetters(ctx, q, id, dlq.ScanConfig{Max: f.peek.max, Visibility: f.peek.visibility})
 		if err != nil {
