@@ -57,7 +57,8 @@ by name or URL, or every queue whose name starts with --prefix (ListQueues):
 
 Safety: the dashboard is read-only unless --allow-actions. Actions are POSTs
 that must carry a token made when the server starts (CSRF), from the page's
-own origin. On a loopback address requests must name a loopback host (no DNS
+own origin; API reads (which receive the messages) are refused from another
+site's page too. On a loopback address requests must name a loopback host (no DNS
 rebinding). Binding another address needs an access token: --token, or one
 made and printed once at start; open the printed address, which keeps it in
 a cookie. Message bodies are never in a listing nor in the server's log.

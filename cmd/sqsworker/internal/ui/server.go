@@ -255,7 +255,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/dlq/plan", s.handlePlan)
 	mux.HandleFunc("POST /api/dlq/replay", s.handleReplay)
 	mux.HandleFunc("POST /api/dlq/purge", s.handlePurge)
-	return s.logRequests(s.checkHost(s.authenticate(s.guardActions(mux))))
+	return s.logRequests(s.checkHost(s.authenticate(s.isolateAPI(s.guardActions(mux)))))
 }
 
 // statusWriter remembers the status of a response.
@@ -376,15 +376,41 @@ func (s *Server) guardActions(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) csrfProblem(r *http.Request) string {
-	if !equal(r.Header.Get("X-CSRF-Token"), s.csrf) {
-		return "missing or wrong CSRF token (reload the page)"
-	}
+// isolateAPI refuses an API request that a browser says comes from
+// another site or origin (Fetch Metadata, Origin), GETs included: another
+// site's page cannot read the answers, but a listing it triggered (an
+// <img>, a no-cors fetch) would receive every message of the queue,
+// raising their receive counts, and the figures cost SQS requests. The
+// page itself, a link to it and tools that send no such header pass.
+func (s *Server) isolateAPI(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			if msg := crossOrigin(r); msg != "" {
+				writeError(w, http.StatusForbidden, "forbidden: "+msg)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// crossOrigin says why r comes from another origin, or "".
+func crossOrigin(r *http.Request) string {
 	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
 		return "request from another origin"
 	}
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return "request from another site"
+	}
+	return ""
+}
+
+func (s *Server) csrfProblem(r *http.Request) string {
+	if !equal(r.Header.Get("X-CSRF-Token"), s.csrf) {
+		return "missing or wrong CSRF token (reload the page)"
+	}
+	if msg := crossOrigin(r); msg != "" {
+		return msg
 	}
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		return "want Content-Type application/json"

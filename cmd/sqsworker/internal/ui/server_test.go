@@ -384,3 +384,48 @@ func withAttributes(attrs map[string]sqsworker.MessageAttribute) func(*sqs.SendM
 		}
 	}
 }
+
+// TestCrossSiteReadsRefused checks that another site's page cannot make
+// the server call SQS with a GET (an <img> or a no-cors fetch: it cannot
+// read the answer, but the listing receives every message of the queue,
+// raising their receive counts, and the figures cost requests): the API
+// answers a cross-site or same-site request, or one from another origin,
+// with 403 before any SQS call. The page's own requests pass.
+func TestCrossSiteReadsRefused(t *testing.T) {
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+queueARN(t, f, dlqURL)+`","maxReceiveCount":3}`)
+	id := f.Send(dlqURL, `{"n":1}`)
+	s, base := newTestServer(t, Config{SQS: f, Stats: func(context.Context) ([]QueueStats, error) {
+		return []QueueStats{{Queue: "jobs", URL: src}}, nil
+	}})
+	paths := []string{"/api/queues", "/api/dlq/messages?queue=jobs-dlq", "/api/dlq/message?queue=jobs-dlq&id=" + id, "/api/audit", "/api/jobs/x"}
+	for name, hdr := range map[string]map[string]string{
+		"cross-site":   {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors", "Sec-Fetch-Dest": "image"},
+		"same-site":    {"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "cors"},
+		"other origin": {"Origin": "http://evil.example"},
+	} {
+		for _, p := range paths {
+			if code, body := get(t, base+p, hdr); code != http.StatusForbidden {
+				t.Errorf("%s GET %s: %d %s, want 403", name, p, code, body)
+			}
+		}
+	}
+	if n := f.Calls("ReceiveMessage"); n != 0 {
+		t.Errorf("refused requests made %d ReceiveMessage calls", n)
+	}
+	if n := s.sampler.readings(); n != 0 {
+		t.Errorf("refused requests woke the sampler: %d readings", n)
+	}
+	// The page's own requests, and tools that send no Fetch Metadata.
+	for _, hdr := range []map[string]string{{"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors"}, nil} {
+		if code, body := get(t, base+"/api/dlq/messages?queue=jobs-dlq", hdr); code != http.StatusOK || !strings.Contains(body, id) {
+			t.Errorf("same-origin listing %v: %d %s", hdr, code, body)
+		}
+	}
+	// A link from another site still opens the page.
+	if code, _ := get(t, base+"/", map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"}); code != http.StatusOK {
+		t.Errorf("navigation from another site: %d", code)
+	}
+}
