@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
+	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -200,21 +202,7 @@ func TestBrowserReplay(t *testing.T) {
 	}
 	t.Logf("screenshots in %s", shots)
 
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1360, 900),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-dev-shm-usage", true))
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	defer cancelBrowser()
-	// The browser lives as long as the context of the first run: start it
-	// without a deadline, then bound the steps.
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting %s: %v", chromium, err)
-	}
+	bctx := startBrowser(t, chromium)
 	ctx, cancel := context.WithTimeout(bctx, 4*time.Minute)
 	defer cancel()
 
@@ -447,4 +435,114 @@ func readAuditFile(t *testing.T, path string) []dlq.AuditRecord {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// startBrowser starts headless Chromium for a test, stopped when it ends.
+func startBrowser(t *testing.T, chromium string) context.Context {
+	t.Helper()
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 900),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(cancelBrowser)
+	// The browser lives as long as the context of the first run: start it
+	// without a deadline.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting %s: %v", chromium, err)
+	}
+	return bctx
+}
+
+// TestBrowserHostileFields fills every field a dead letter carries (error
+// text and class, source queue, original ID, attribute, body), a queue's
+// name and an audit record with HTML that would run script if the page
+// inserted it as HTML. Every page shows it as text: no element comes from
+// it, no script runs. (The Content-Security-Policy would block inline
+// handlers anyway: the test looks for the elements, not only the effect.)
+func TestBrowserHostileFields(t *testing.T) {
+	chromium := chromiumPath(t)
+	const xss = `<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script><b id=bold>b</b>`
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+queueARN(t, f, dlqURL)+`","maxReceiveCount":3}`)
+	fail := sqsworker.Failure{Error: "error " + xss, ErrorClass: "class" + xss, Attempts: 3, FirstReceived: time.Now().Add(-time.Minute),
+		FailedAt: time.Now(), SourceQueue: "queue" + xss, MessageID: "id" + xss, Host: "host" + xss}
+	attrs, _ := fail.AddTo(map[string]sqsworker.MessageAttribute{"tenant": {DataType: "String", StringValue: "attr" + xss}})
+	f.Send(dlqURL, "body"+xss, withAttributes(attrs))
+	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
+	rec, _ := json.Marshal(dlq.AuditRecord{Action: dlq.ActionReplay, DLQ: dlqURL + xss, Destination: src + xss, OriginalMessageID: "id" + xss,
+		NewMessageID: "new" + xss, Filter: "filter" + xss, Caller: "caller" + xss, CallerNote: "note" + xss, Note: "note" + xss, Time: time.Now()})
+	if err := os.WriteFile(auditPath, append(rec, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stats := func(context.Context) ([]QueueStats, error) {
+		return []QueueStats{{Queue: "queue" + xss, URL: src, DLQ: &DLQStats{Queue: "jobs-dlq", URL: dlqURL, Depth: 1}},
+			{Queue: "other", URL: dlqURL + "x", DLQ: &DLQStats{Queue: "dlq" + xss, Missing: true}}}, nil
+	}
+	_, base := newTestServer(t, Config{SQS: f, Stats: stats, AllowActions: true, AuditFile: auditPath})
+
+	ctx, cancel := context.WithTimeout(startBrowser(t, chromium), 2*time.Minute)
+	defer cancel()
+	wait := func(cond string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
+			return err
+		})
+	}
+	// clean checks that nothing of the payload became an element or ran,
+	// and that sel shows it as text.
+	clean := func(page, sel string) {
+		t.Helper()
+		var got struct {
+			Pwned    bool   `json:"pwned"`
+			Elements int    `json:"elements"`
+			Scripts  int    `json:"scripts"`
+			Text     string `json:"text"`
+		}
+		err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) (err error) {
+			got, err = chromedp.Evaluate[struct {
+				Pwned    bool   `json:"pwned"`
+				Elements int    `json:"elements"`
+				Scripts  int    `json:"scripts"`
+				Text     string `json:"text"`
+			}](fmt.Sprintf(`({pwned: window.__pwned !== undefined, elements: document.querySelectorAll('img, #bold').length,
+				scripts: document.scripts.length, text: document.querySelector(%q).textContent})`, sel))(ctx, tgt)
+			return err
+		}))
+		if err != nil {
+			t.Fatalf("%s: %v", page, err)
+		}
+		if got.Pwned || got.Elements != 0 || got.Scripts != 1 || !strings.Contains(got.Text, xss) {
+			t.Errorf("%s: script ran %v, %d elements and %d scripts from the data, %s shows %q", page, got.Pwned, got.Elements, got.Scripts-1, sel, got.Text)
+		}
+	}
+	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("%s: %v\npage text:\n%s", name, err, page)
+		}
+	}
+
+	step("queues", chromedp.Navigate(base+"/#/queues"), wait(`!!document.querySelector('#queue-table')`))
+	clean("queues", "#queue-table")
+	step("dead letters", chromedp.Navigate(base+"/#/dlq"), wait(`document.querySelectorAll('main table tbody tr').length === 1`))
+	step("dead letters of jobs-dlq", chromedp.Navigate(base+"/#/dlq/jobs-dlq"), wait(`document.querySelectorAll('#messages tbody tr').length === 1`))
+	clean("listing", "#messages")
+	clean("class filter", "#f-class")
+	step("message", chromedp.Click(chromedp.CSS(`#messages button.show`)), wait(`!!document.querySelector('#message-body')`))
+	clean("message body", "#message-body")
+	clean("message", "#message-detail")
+	step("dry run", chromedp.Click(chromedp.CSS(`#plan-filtered`)), wait(`!!document.querySelector('#plan-panel')`))
+	clean("dry run", "#plan-panel")
+	step("audit", chromedp.Navigate(base+"/#/audit"), wait(`document.querySelectorAll('#audit-table tbody tr').length === 1`))
+	clean("audit", "#audit-table")
+	step("dead letters, another queue", chromedp.Navigate(base+"/#/dlq/"+url.PathEscape(xss)), wait(`!!document.querySelector('#list-error')`))
+	clean("unknown queue", "#dlq-title")
 }
