@@ -289,7 +289,7 @@ func TestBrowserReplay(t *testing.T) {
 		until(`document.querySelectorAll('#plan-table tbody tr').length === 2`),
 		text(`#plan-panel`, &plan),
 		shot("plan.png"))
-	if !strings.Contains(plan, "→ "+name(q.URL)) || !strings.Contains(plan, "2 message(s) would move") {
+	if !strings.Contains(plan, "→ "+name(q.URL)) || !strings.Contains(plan, "2 message(s) would move") || strings.Contains(plan, "does not send its dead letters") {
 		t.Errorf("dry run:\n%s", plan)
 	}
 	// Nothing moved by the dry run.
@@ -325,7 +325,8 @@ func TestBrowserReplay(t *testing.T) {
 		until(`!!document.querySelector('#replay-result')`),
 		text(`#replay-result`, &result2),
 		until(`!!document.querySelector('#list-summary') && document.querySelectorAll('#messages tbody tr').length === 1`))
-	if !strings.Contains(plan2, "→ "+name(other.URL)) || !strings.Contains(result2, "Moved 1 message(s)") {
+	if !strings.Contains(plan2, "→ "+name(other.URL)) || !strings.Contains(plan2, name(other.URL)+" does not send its dead letters to "+name(q.DLQURL)) ||
+		!strings.Contains(result2, "Moved 1 message(s)") {
 		t.Errorf("selected replay: plan\n%s\nresult %q", plan2, result2)
 	}
 

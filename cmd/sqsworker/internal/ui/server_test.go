@@ -429,3 +429,32 @@ func TestCrossSiteReadsRefused(t *testing.T) {
 		t.Errorf("navigation from another site: %d", code)
 	}
 }
+
+// TestPlanWarnsOfAnotherDestination checks that a dry run to a queue that
+// does not send its dead letters to the dead-letter queue (a slip of the
+// operator's: orders-v2 for orders) says so above the plan, which the
+// library's source check does not cover (a destination given is the
+// operator's choice); to the source queue, or to none, it says nothing.
+func TestPlanWarnsOfAnotherDestination(t *testing.T) {
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	other := f.CreateQueue("jobs-v2", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+queueARN(t, f, dlqURL)+`","maxReceiveCount":3}`)
+	fail := sqsworker.Failure{Error: "no", ErrorClass: "validation", Attempts: 3, FailedAt: time.Now(), SourceQueue: src, MessageID: "orig-1"}
+	attrs, _ := fail.AddTo(nil)
+	f.Send(dlqURL, `{}`, withAttributes(attrs))
+	_, base := newTestServer(t, Config{SQS: f, AllowActions: true})
+	hdr := map[string]string{"X-CSRF-Token": csrfOf(t, base)}
+	for to, warn := range map[string]bool{"jobs-v2": true, other: true, "jobs": false, "": false} {
+		code, body := post(t, base+"/api/dlq/plan", `{"queue":"jobs-dlq","to":"`+to+`"}`, hdr)
+		var p planResponse
+		if err := json.Unmarshal([]byte(body), &p); code != http.StatusOK || err != nil || len(p.Result.Messages) != 1 {
+			t.Fatalf("plan to %q: %d %s", to, code, body)
+		}
+		got := strings.Join(p.Warnings, " ")
+		if warn != (got != "") || warn && !strings.Contains(got, "jobs-v2 does not send its dead letters to jobs-dlq") {
+			t.Errorf("plan to %q: warnings %q", to, p.Warnings)
+		}
+	}
+}
