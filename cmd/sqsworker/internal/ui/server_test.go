@@ -458,3 +458,77 @@ func TestPlanWarnsOfAnotherDestination(t *testing.T) {
 		}
 	}
 }
+
+// TestSecurityHeaders checks the headers of every kind of response: the
+// page, an asset, an API answer (which may carry a body) and an error.
+func TestSecurityHeaders(t *testing.T) {
+	f := sqstest.NewFake()
+	f.CreateQueue("jobs-dlq", nil)
+	_, base := newTestServer(t, Config{SQS: f})
+	for _, p := range []string{"/", "/static/app.js", "/api/audit", "/api/dlq/message?queue=jobs-dlq&id=nope", "/nope"} {
+		res, err := http.Get(base + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		h := res.Header
+		csp := h.Get("Content-Security-Policy")
+		for _, want := range []string{"default-src 'self'", "frame-ancestors 'none'", "base-uri 'none'", "form-action 'none'"} {
+			if !strings.Contains(csp, want) {
+				t.Errorf("%s: CSP %q lacks %q", p, csp, want)
+			}
+		}
+		if strings.Contains(csp, "unsafe-inline") || strings.Contains(csp, "unsafe-eval") {
+			t.Errorf("%s: CSP %q", p, csp)
+		}
+		for k, v := range map[string]string{"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"} {
+			if h.Get(k) != v {
+				t.Errorf("%s: %s %q, want %q", p, k, h.Get(k), v)
+			}
+		}
+	}
+}
+
+// TestReplayConfirmsOnlyItsOwnFreshPlan checks that a replay confirms a
+// dry run of this server, once, before it expires: an unknown plan ID, one
+// of another server and an expired one move nothing.
+func TestReplayConfirmsOnlyItsOwnFreshPlan(t *testing.T) {
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+queueARN(t, f, dlqURL)+`","maxReceiveCount":3}`)
+	fail := sqsworker.Failure{Error: "no", ErrorClass: "validation", Attempts: 3, FailedAt: time.Now(), SourceQueue: src, MessageID: "orig-1"}
+	attrs, _ := fail.AddTo(nil)
+	f.Send(dlqURL, `{}`, withAttributes(attrs))
+	s, base := newTestServer(t, Config{SQS: f, AllowActions: true})
+	_, base2 := newTestServer(t, Config{SQS: f, AllowActions: true})
+	hdr := map[string]string{"X-CSRF-Token": csrfOf(t, base)}
+	hdr2 := map[string]string{"X-CSRF-Token": csrfOf(t, base2)}
+	plan := func() string {
+		code, body := post(t, base+"/api/dlq/plan", `{"queue":"jobs-dlq"}`, hdr)
+		var p planResponse
+		if err := json.Unmarshal([]byte(body), &p); code != http.StatusOK || err != nil || len(p.Result.Messages) != 1 {
+			t.Fatalf("plan: %d %s", code, body)
+		}
+		return p.PlanID
+	}
+	id := plan()
+	if code, body := post(t, base2+"/api/dlq/replay", `{"planId":"`+id+`"}`, hdr2); code != http.StatusBadRequest {
+		t.Errorf("another server's plan: %d %s", code, body)
+	}
+	if code, body := post(t, base+"/api/dlq/replay", `{"planId":"`+RandomToken()[:16]+`"}`, hdr); code != http.StatusBadRequest {
+		t.Errorf("unknown plan: %d %s", code, body)
+	}
+	s.mu.Lock()
+	s.plans[id].created = time.Now().Add(-planTTL - time.Second)
+	s.mu.Unlock()
+	if code, body := post(t, base+"/api/dlq/replay", `{"planId":"`+id+`"}`, hdr); code != http.StatusBadRequest || !strings.Contains(body, "expired") {
+		t.Errorf("expired plan: %d %s", code, body)
+	}
+	if v, fl, _ := f.Depth(src); v+fl != 0 {
+		t.Errorf("refused confirms moved %d messages", v+fl)
+	}
+	if v, _, _ := f.Depth(dlqURL); v != 1 {
+		t.Errorf("dead-letter queue holds %d visible", v)
+	}
+}
