@@ -327,11 +327,15 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && equal(t, s.cfg.Token) {
 			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: s.cfg.Token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-			u := *r.URL
-			q := u.Query()
+			// To a path of this server: "//host/…" (or a backslash, which
+			// browsers read as a slash) would send the browser to another host.
+			q := r.URL.Query()
 			q.Del("token")
-			u.RawQuery = q.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+			to := "/" + strings.TrimLeft(r.URL.EscapedPath(), "/\\")
+			if len(q) > 0 {
+				to += "?" + q.Encode()
+			}
+			http.Redirect(w, r, to, http.StatusSeeOther)
 			return
 		}
 		ok := false

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"regexp"
 	"strings"
 	"sync"
@@ -530,5 +531,33 @@ func TestReplayConfirmsOnlyItsOwnFreshPlan(t *testing.T) {
 	}
 	if v, _, _ := f.Depth(dlqURL); v != 1 {
 		t.Errorf("dead-letter queue holds %d visible", v)
+	}
+}
+
+// TestTokenRedirectStaysOnThisServer checks that the redirect that takes
+// ?token= out of the address goes to a path of this server: an address
+// whose path starts with two slashes (or a backslash, which browsers read
+// as a slash) would otherwise redirect to another host.
+func TestTokenRedirectStaysOnThisServer(t *testing.T) {
+	tok := RandomToken()
+	_, base := newTestServer(t, Config{Token: tok})
+	c := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, p := range []string{"//evil.example/", "///evil.example/x", "/%2Fevil.example/", `/\evil.example/`, "/%5Cevil.example/", "/#/queues"} {
+		req, err := http.NewRequest(http.MethodGet, base+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.URL.Opaque = "//" + req.URL.Host + p + "?a=1&token=" + tok
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		loc := res.Header.Get("Location")
+		u, err := url.Parse(loc)
+		if res.StatusCode != http.StatusSeeOther || err != nil || u.Host != "" || strings.HasPrefix(loc, "//") || strings.HasPrefix(loc, `/\`) ||
+			strings.Contains(loc, tok) || !strings.HasPrefix(loc, "/") || !strings.Contains(loc, "a=1") {
+			t.Errorf("path %s: %d, Location %q", p, res.StatusCode, loc)
+		}
 	}
 }
