@@ -22,6 +22,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // syncBuffer is a log destination read by the test while the server
@@ -559,5 +560,55 @@ func TestTokenRedirectStaysOnThisServer(t *testing.T) {
 			strings.Contains(loc, tok) || !strings.HasPrefix(loc, "/") || !strings.Contains(loc, "a=1") {
 			t.Errorf("path %s: %d, Location %q", p, res.StatusCode, loc)
 		}
+	}
+}
+
+// TestChosenMessagesAreExactlyThose ticks one message whose ID another
+// message names as its original ID (failure metadata is whatever was sent:
+// a forged copy, or a job SQS redrove with its ID besides the copy the
+// runtime dead-lettered): the dry run, the replay and the body shown are
+// of the message chosen only.
+func TestChosenMessagesAreExactlyThose(t *testing.T) {
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+queueARN(t, f, dlqURL)+`","maxReceiveCount":3}`)
+	send := func(body, origID string) string {
+		fail := sqsworker.Failure{Error: "no", ErrorClass: "validation", Attempts: 3, FailedAt: time.Now(), SourceQueue: src, MessageID: origID}
+		attrs, _ := fail.AddTo(nil)
+		return f.Send(dlqURL, body, withAttributes(attrs))
+	}
+	chosen := send(`{"chosen":true}`, "orig-1")
+	send(`{"other":true}`, chosen)
+	_, base := newTestServer(t, Config{SQS: f, AllowActions: true})
+	for range 3 { // whichever the scan reads first
+		code, body := get(t, base+"/api/dlq/message?queue=jobs-dlq&id="+chosen, nil)
+		if code != http.StatusOK || !strings.Contains(body, `chosen\":true`) {
+			t.Fatalf("body of the chosen message: %d %s", code, body)
+		}
+	}
+	hdr := map[string]string{"X-CSRF-Token": csrfOf(t, base)}
+	code, body := post(t, base+"/api/dlq/plan", `{"queue":"jobs-dlq","ids":["`+chosen+`"]}`, hdr)
+	var p planResponse
+	if err := json.Unmarshal([]byte(body), &p); code != http.StatusOK || err != nil {
+		t.Fatalf("plan: %d %s", code, body)
+	}
+	if len(p.Result.Messages) != 1 || p.Result.Messages[0].MessageID != chosen {
+		t.Fatalf("dry run of one chosen message: %s", body)
+	}
+	code, body = post(t, base+"/api/dlq/replay", `{"planId":"`+p.PlanID+`"}`, hdr)
+	if code != http.StatusAccepted {
+		t.Fatalf("replay: %d %s", code, body)
+	}
+	localtest.Eventually(t, 30*time.Second, func() bool { v, _, _ := f.Depth(src); return v >= 1 }, "nothing replayed")
+	var j job
+	localtest.Eventually(t, 30*time.Second, func() bool {
+		var m map[string]string
+		_ = json.Unmarshal([]byte(body), &m)
+		_, jb := get(t, base+"/api/jobs/"+m["jobId"], nil)
+		return json.Unmarshal([]byte(jb), &j) == nil && j.Done
+	}, "the replay did not end")
+	if v, _, _ := f.Depth(src); v != 1 || j.Result == nil || j.Result.Moved != 1 {
+		t.Errorf("replay of one chosen message: %d in the source queue, job %+v", v, j)
 	}
 }
