@@ -547,3 +547,45 @@ func TestBrowserHostileFields(t *testing.T) {
 	step("dead letters, another queue", chromedp.Navigate(base+"/#/dlq/"+url.PathEscape(xss)), wait(`!!document.querySelector('#list-error')`))
 	clean("unknown queue", "#dlq-title")
 }
+
+// TestInstallScriptFindsWhatTheTestFinds runs scripts/install-chromium.sh
+// where the browser test would find a browser (chromium-browser,
+// google-chrome or $SQSWORKER_CHROMIUM) but apt-get cannot install
+// Debian's chromium, in CI: the script must not fail `make test` there,
+// nor say that the browser tests will skip.
+func TestInstallScriptFindsWhatTheTestFinds(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	script, err := filepath.Abs(filepath.Join("..", "..", "..", "..", "scripts", "install-chromium.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, env string }{{"chromium-browser", ""}, {"google-chrome", ""}, {"", "SQSWORKER_CHROMIUM="}} {
+		bin := t.TempDir()
+		for _, tool := range []string{"bash", "id", "env", "awk"} {
+			if p, err := exec.LookPath(tool); err == nil {
+				if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		env := []string{"PATH=" + bin, "CI=1"}
+		browser := filepath.Join(bin, "some-browser")
+		if tc.name != "" {
+			browser = filepath.Join(bin, tc.name)
+		} else {
+			env = append(env, tc.env+browser)
+		}
+		if err := os.WriteFile(browser, []byte("#!/bin/sh\necho Chromium 1.0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bash, script)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.Contains(string(out), "will skip") {
+			t.Errorf("with %s: %v\n%s", filepath.Base(browser), err, out)
+		}
+	}
+}
