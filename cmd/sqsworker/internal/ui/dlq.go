@@ -364,7 +364,9 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	cfg := dlq.ReplayConfig{Filter: f, Visibility: s.cfg.Visibility}
+	// A plan is as bounded as a listing: the page shows it whole, and its
+	// replay matches each message against every ID of it.
+	cfg := dlq.ReplayConfig{Filter: f, Visibility: s.cfg.Visibility, Limit: s.cfg.ScanMax}
 	var warnings []string
 	if req.To != "" {
 		t, err := oq.q.Target(ctx, req.To)

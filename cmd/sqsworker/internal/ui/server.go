@@ -72,8 +72,8 @@ type Config struct {
 	// SampleWindow is how far back the charts go. Default
 	// [DefaultSampleWindow].
 	SampleWindow time.Duration
-	// ScanMax bounds the messages a listing reads. Default
-	// [DefaultScanMax].
+	// ScanMax bounds the messages a listing reads, and those a dry run
+	// plans (the rest wait for another). Default [DefaultScanMax].
 	ScanMax int
 	// Visibility is the visibility timeout of the messages a listing, a
 	// dry run or a replay holds. Default [dlq.DefaultVisibility].

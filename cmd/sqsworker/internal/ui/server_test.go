@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -610,5 +611,55 @@ func TestChosenMessagesAreExactlyThose(t *testing.T) {
 	}, "the replay did not end")
 	if v, _, _ := f.Depth(src); v != 1 || j.Result == nil || j.Result.Moved != 1 {
 		t.Errorf("replay of one chosen message: %d in the source queue, job %+v", v, j)
+	}
+}
+
+// TestPlanIsBounded checks that a dry run of the filtered set of a
+// dead-letter queue larger than ScanMax plans ScanMax messages and says
+// that it stopped there (a plan of a whole large queue is as large as it,
+// for the page to show, and its replay matches each message against every
+// ID of it); its replay moves exactly those.
+func TestPlanIsBounded(t *testing.T) {
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+queueARN(t, f, dlqURL)+`","maxReceiveCount":3}`)
+	for i := range 12 {
+		fail := sqsworker.Failure{Error: "no", ErrorClass: "validation", Attempts: 3, FailedAt: time.Now(), SourceQueue: src, MessageID: fmt.Sprint("orig-", i)}
+		attrs, _ := fail.AddTo(nil)
+		f.Send(dlqURL, `{}`, withAttributes(attrs))
+	}
+	_, base := newTestServer(t, Config{SQS: f, AllowActions: true, ScanMax: 5})
+	hdr := map[string]string{"X-CSRF-Token": csrfOf(t, base)}
+	code, body := post(t, base+"/api/dlq/plan", `{"queue":"jobs-dlq","filter":{"classes":["validation"]}}`, hdr)
+	var p planResponse
+	if err := json.Unmarshal([]byte(body), &p); code != http.StatusOK || err != nil {
+		t.Fatalf("plan: %d %s", code, body)
+	}
+	if len(p.Result.Messages) != 5 || !p.Result.LimitHit {
+		t.Fatalf("dry run of 12 with ScanMax 5: %d messages, limit reached %v", len(p.Result.Messages), p.Result.LimitHit)
+	}
+	code, body = post(t, base+"/api/dlq/replay", `{"planId":"`+p.PlanID+`"}`, hdr)
+	if code != http.StatusAccepted {
+		t.Fatalf("replay: %d %s", code, body)
+	}
+	var started map[string]string
+	_ = json.Unmarshal([]byte(body), &started)
+	var j job
+	localtest.Eventually(t, 30*time.Second, func() bool {
+		_, jb := get(t, base+"/api/jobs/"+started["jobId"], nil)
+		return json.Unmarshal([]byte(jb), &j) == nil && j.Done
+	}, "the replay did not end")
+	moved := map[string]bool{}
+	for _, m := range j.Result.Messages {
+		moved[m.MessageID] = true
+	}
+	for _, m := range p.Result.Messages {
+		if !moved[m.MessageID] {
+			t.Errorf("planned message %s not moved", m.MessageID)
+		}
+	}
+	if v, _, _ := f.Depth(src); v != 5 || len(moved) != 5 {
+		t.Errorf("replay: %d in the source queue, %d moved", v, len(moved))
 	}
 }

@@ -301,6 +301,7 @@ async function planReplay(selectedOnly, to) {
     fill(box, el("div", { class: "panel plan", id: "plan-panel" },
       el("strong", {}, `Dry run: ${res.matched} message(s) would move`), el("span", { class: "muted" }, ` (read ${res.scanned}; ${res.filter}). Nothing has moved yet.`),
       (d.warnings || []).map((w) => el("p", { class: "err plan-warning" }, w)),
+      res.limitReached ? el("p", { class: "note", id: "plan-limit" }, `The dry run stopped at ${res.messages.length} message(s), the most one plan holds: run it again after this replay for the rest.`) : null,
       el("table", { id: "plan-table" }, el("thead", {}, el("tr", {}, el("th", {}, "Original ID"), el("th", {}, "Error class"), el("th", {}, "Failed at"), el("th", {}, "Destination"))), el("tbody", {}, rows)),
       stayed.length ? el("div", {}, el("p", { class: "err" }, `${stayed.length} would stay:`), el("ul", {}, stayed)) : null,
       res.noSource ? el("p", { class: "err" }, `${res.noSource} have no source queue: give a destination.`) : null,
