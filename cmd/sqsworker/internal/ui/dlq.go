@@ -483,12 +483,20 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 	f.IDs = p.ids
 	audit := s.auditFor(r)
 	j := &job{ID: RandomToken()[:16], Queue: oq.q.Name, Total: len(p.ids)}
+	// Under mu, which Serve holds to cancel base: a replay starts before
+	// Serve waits for the replays, or not at all.
 	s.mu.Lock()
+	if s.base.Err() != nil {
+		s.mu.Unlock()
+		release()
+		s.fail(w, r, &httpError{http.StatusServiceUnavailable, "not replayed: the server is shutting down"})
+		return
+	}
 	s.jobs[j.ID] = j
+	s.jobsWG.Add(1)
 	s.mu.Unlock()
 	// The filter is not logged: its text condition may quote a body.
 	s.log.Info("replay started", "queue", oq.q.Name, "messages", len(p.ids), "job", j.ID)
-	s.jobsWG.Add(1)
 	go func() {
 		defer s.jobsWG.Done()
 		defer release()

@@ -233,7 +233,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		<-errc
 	}
 	stopSampler()
+	s.mu.Lock() // no replay starts after this (see handleReplay)
 	s.cancel()
+	s.mu.Unlock()
 	wg.Wait()
 	s.jobsWG.Wait()
 	if errors.Is(err, http.ErrServerClosed) {

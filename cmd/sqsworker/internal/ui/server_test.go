@@ -663,3 +663,52 @@ func TestPlanIsBounded(t *testing.T) {
 		t.Errorf("replay: %d in the source queue, %d moved", v, len(moved))
 	}
 }
+
+// TestNoReplayStartsAfterServe checks that a replay confirmed by a
+// request still under way when Serve ended (its shutdown waits 10 seconds
+// for requests, not for ever) is refused, rather than started by a
+// goroutine that Serve no longer waits for.
+func TestNoReplayStartsAfterServe(t *testing.T) {
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+queueARN(t, f, dlqURL)+`","maxReceiveCount":3}`)
+	fail := sqsworker.Failure{Error: "no", ErrorClass: "validation", Attempts: 3, FailedAt: time.Now(), SourceQueue: src, MessageID: "orig-1"}
+	attrs, _ := fail.AddTo(nil)
+	f.Send(dlqURL, `{}`, withAttributes(attrs))
+	s, err := New(Config{SQS: f, Stats: noStats, AllowActions: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := s.Handler()
+	call := func(path, body string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		req.Host = "127.0.0.1:8080"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-CSRF-Token", s.csrf)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	rec := call("/api/dlq/plan", `{"queue":"jobs-dlq"}`)
+	var p planResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); rec.Code != http.StatusOK || err != nil {
+		t.Fatalf("plan: %d %s", rec.Code, rec.Body)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Serve(ctx, ln); err != nil {
+		t.Fatal(err)
+	}
+	if rec := call("/api/dlq/replay", `{"planId":"`+p.PlanID+`"}`); rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("replay after Serve: %d %s", rec.Code, rec.Body)
+	}
+	s.jobsWG.Wait()
+	if v, fl, _ := f.Depth(dlqURL); v+fl != 1 {
+		t.Errorf("dead-letter queue holds %d", v+fl)
+	}
+}
