@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -587,5 +588,42 @@ func TestInstallScriptFindsWhatTheTestFinds(t *testing.T) {
 		if err != nil || strings.Contains(string(out), "will skip") {
 			t.Errorf("with %s: %v\n%s", filepath.Base(browser), err, out)
 		}
+	}
+}
+
+// TestBrowserWithAccessToken opens the address printed with the access
+// token: the page loads without the token in its address, its API calls
+// pass on the cookie, which its script cannot read; without the token the
+// server answers 401.
+func TestBrowserWithAccessToken(t *testing.T) {
+	chromium := chromiumPath(t)
+	tok := RandomToken()
+	stats := func(context.Context) ([]QueueStats, error) { return []QueueStats{{Queue: "jobs", URL: "u"}}, nil }
+	_, base := newTestServer(t, Config{Token: tok, Stats: stats})
+	ctx, cancel := context.WithTimeout(startBrowser(t, chromium), 2*time.Minute)
+	defer cancel()
+	var loc, cookie string
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/?token="+tok),
+		chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			_, err := chromedp.Poll[bool](`!!document.querySelector('#queue-table tr[data-queue="jobs"]')`, chromedp.WithPollingTimeout(time.Minute))(ctx, tgt)
+			if err != nil {
+				return err
+			}
+			if loc, err = chromedp.Evaluate[string](`location.href`)(ctx, tgt); err != nil {
+				return err
+			}
+			cookie, err = chromedp.Evaluate[string](`document.cookie`)(ctx, tgt)
+			return err
+		}))
+	if err != nil {
+		page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+		t.Fatalf("page with the token: %v\n%s", err, page)
+	}
+	if strings.Contains(loc, tok) || cookie != "" {
+		t.Errorf("address %q, cookie readable by script %q", loc, cookie)
+	}
+	if code, _ := get(t, base+"/api/queues", nil); code != http.StatusUnauthorized {
+		t.Errorf("without the token: %d", code)
 	}
 }
