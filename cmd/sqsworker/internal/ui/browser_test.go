@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -626,4 +627,53 @@ func TestBrowserWithAccessToken(t *testing.T) {
 	if code, _ := get(t, base+"/api/queues", nil); code != http.StatusUnauthorized {
 		t.Errorf("without the token: %d", code)
 	}
+}
+
+// TestBrowserNavigationFromAnotherSite has another site's page send the
+// browser to the dashboard's address of a dead-letter queue (a link, or
+// location = …: frames are refused, a navigation is not). The page opens,
+// but does not list the queue (a listing receives its messages) until the
+// operator asks; typed in the address bar, it does.
+func TestBrowserNavigationFromAnotherSite(t *testing.T) {
+	chromium := chromiumPath(t)
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+queueARN(t, f, dlqURL)+`","maxReceiveCount":3}`)
+	f.Send(dlqURL, `{}`)
+	stats := func(context.Context) ([]QueueStats, error) {
+		return []QueueStats{{Queue: "jobs", URL: src, DLQ: &DLQStats{Queue: "jobs-dlq", URL: dlqURL, Depth: 1}}}, nil
+	}
+	_, base := newTestServer(t, Config{SQS: f, Stats: stats})
+	// The dashboard as localhost, the other site as 127.0.0.1: two sites.
+	target := strings.Replace(base, "127.0.0.1", "localhost", 1) + "/#/dlq/jobs-dlq"
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><script>location.href = %q;</script>`, target)
+	}))
+	defer evil.Close()
+	ctx, cancel := context.WithTimeout(startBrowser(t, chromium), 2*time.Minute)
+	defer cancel()
+	poll := func(cond string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
+			return err
+		})
+	}
+	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("%s: %v\npage text:\n%s", name, err, page)
+		}
+	}
+	step("from another site", chromedp.Navigate(evil.URL), poll(`location.host.startsWith("localhost") && !!document.querySelector('#cross-site-note')`),
+		// Time for a listing the page would have asked for.
+		chromedp.Sleep(time.Second))
+	if n := f.Calls("ReceiveMessage"); n != 0 {
+		t.Errorf("a navigation from another site listed the queue: %d ReceiveMessage calls", n)
+	}
+	step("the operator asks", chromedp.Click(chromedp.CSS(`#cross-site-note a`)), poll(`document.querySelectorAll('#messages tbody tr').length === 1`))
+	// Typed in the address bar, the address lists at once.
+	step("typed address", chromedp.Navigate("about:blank"), chromedp.Navigate(target), poll(`document.querySelectorAll('#messages tbody tr').length === 1`))
 }

@@ -291,6 +291,10 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
+		// Another site's page that opened this one keeps no handle on it
+		// (to set its address), nor embeds its answers.
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
@@ -426,7 +430,11 @@ func (s *Server) csrfProblem(r *http.Request) string {
 
 func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	var b bytes.Buffer
-	err := s.index.Execute(&b, map[string]any{"CSRF": s.csrf, "Actions": s.cfg.AllowActions, "AuditFile": s.cfg.AuditFile != ""})
+	// Opened from another site's link: the page reads no dead-letter queue
+	// until the operator asks (a listing receives the messages).
+	site := r.Header.Get("Sec-Fetch-Site")
+	crossSite := site == "cross-site" || site == "same-site"
+	err := s.index.Execute(&b, map[string]any{"CSRF": s.csrf, "Actions": s.cfg.AllowActions, "AuditFile": s.cfg.AuditFile != "", "CrossSite": crossSite})
 	if err != nil {
 		s.log.Error("rendering the page", "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
