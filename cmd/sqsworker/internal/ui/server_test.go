@@ -611,7 +611,7 @@ func TestChosenMessagesAreExactlyThose(t *testing.T) {
 		return json.Unmarshal([]byte(jb), &j) == nil && j.Done
 	}, "the replay did not end")
 	if v, _, _ := f.Depth(src); v != 1 || j.Result == nil || j.Result.Moved != 1 {
-		t.Errorf("replay of one chosen message: %d in the source queue, job %+v", v, j)
+		t.Errorf("replay of one chosen message: %d in the source queue, result %+v, error %q", v, j.Result, j.Error)
 	}
 }
 
