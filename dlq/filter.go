@@ -29,9 +29,10 @@ type Filter struct {
 	// JSONFields selects messages whose body is JSON with all of these
 	// values.
 	JSONFields []JSONField
-	// IDs selects messages whose ID in the dead-letter queue, or original
-	// message ID, is one of these: messages chosen one by one (from a
-	// listing or a dry run).
+	// IDs selects messages whose ID in the dead-letter queue is one of
+	// these: messages chosen one by one (from a listing or a dry run).
+	// Their original message ID does not count: it is failure metadata,
+	// which another message may carry too (a copy, or a forgery).
 	IDs []string
 }
 
@@ -101,7 +102,7 @@ func ValidJSONPath(path string) bool {
 // Match reports whether m passes every condition. Conditions on the failure
 // metadata (error class, time) never match a message without it.
 func (f Filter) Match(m *Message) bool {
-	if len(f.IDs) > 0 && !slices.Contains(f.IDs, m.ID) && !slices.Contains(f.IDs, m.OriginalID()) {
+	if len(f.IDs) > 0 && !slices.Contains(f.IDs, m.ID) {
 		return false
 	}
 	if len(f.ErrorClasses) > 0 {

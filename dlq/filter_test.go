@@ -142,7 +142,8 @@ func TestFilterIDs(t *testing.T) {
 		want bool
 	}{
 		{[]string{"dlq-id"}, true},
-		{[]string{"other", "orig-1"}, true},
+		{[]string{"other", "dlq-id"}, true},
+		{[]string{"orig-1"}, false}, // the original ID is metadata anyone can send
 		{[]string{"other"}, false},
 		{nil, true},
 	} {

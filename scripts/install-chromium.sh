@@ -9,17 +9,23 @@
 # version is no longer served, the candidate version is installed instead,
 # with a warning saying which (bump the pin to it).
 #
-# Where chromium is already installed, nothing is done. Where it cannot be
-# installed (no apt-get, not root), the script says so and exits 0 unless
-# CI is set: the browser tests then skip with a message outside CI, and fail
-# in CI.
+# Where the browser tests already find a browser (chromium, chromium-browser
+# or google-chrome on the PATH, or $SQSWORKER_CHROMIUM), nothing is done.
+# Where chromium cannot be installed (no apt-get, not root), the script says
+# so and exits 0 unless CI is set: the browser tests then skip with a
+# message outside CI, and fail in CI.
 set -euo pipefail
 
 CHROMIUM_VERSION="${CHROMIUM_VERSION:-148.0.7778.167-1~deb12u1}"
 
-if command -v chromium >/dev/null 2>&1; then
+if [[ -n "${SQSWORKER_CHROMIUM:-}" ]]; then
 	exit 0
 fi
+for browser in chromium chromium-browser google-chrome; do
+	if command -v "$browser" >/dev/null 2>&1; then
+		exit 0
+	fi
+done
 
 cannot() {
 	echo "install-chromium: $1; the browser tests of sqsworker ui will skip (install Debian's chromium package to run them)" >&2

@@ -57,7 +57,8 @@ by name or URL, or every queue whose name starts with --prefix (ListQueues):
 
 Safety: the dashboard is read-only unless --allow-actions. Actions are POSTs
 that must carry a token made when the server starts (CSRF), from the page's
-own origin. On a loopback address requests must name a loopback host (no DNS
+own origin; API reads (which receive the messages) are refused from another
+site's page too. On a loopback address requests must name a loopback host (no DNS
 rebinding). Binding another address needs an access token: --token, or one
 made and printed once at start; open the printed address, which keeps it in
 a cookie. Message bodies are never in a listing nor in the server's log.
@@ -139,19 +140,27 @@ func runUI(cmd *cobra.Command, a *app, args []string, o uiOptions) error {
 	if err != nil {
 		return fmt.Errorf("--addr %s: %w", o.addr, err)
 	}
-	url := "http://" + ln.Addr().String() + "/"
-	if printToken {
-		fmt.Fprintf(a.errs, "access token (printed once; give --token to choose it): %s\n", o.token)
-	}
-	if o.token != "" {
-		url += "?token=" + o.token
-	}
 	mode := "read-only (--allow-actions enables replay and purge)"
 	if o.allowActions {
 		mode = "actions enabled; audit log: " + o.audit.where()
 	}
-	fmt.Fprintf(a.errs, "sqsworker ui: serving %s — %s; Ctrl-C to stop\n", url, mode)
+	fmt.Fprint(a.errs, uiStartMessage("http://"+ln.Addr().String()+"/", o.token, printToken, mode))
 	return srv.Serve(ctx, ln)
+}
+
+// uiStartMessage is what ui prints at start: the address to open, with
+// the access token when ui made it (printed this once), without it when
+// --token gave it (stderr often ends in a log).
+func uiStartMessage(url, token string, made bool, mode string) string {
+	switch {
+	case made:
+		return fmt.Sprintf("sqsworker ui: serving %s?token=%s — %s; Ctrl-C to stop\n"+
+			"  the access token is in that address, printed this once (give --token to choose it)\n", url, token, mode)
+	case token != "":
+		return fmt.Sprintf("sqsworker ui: serving %s — %s; Ctrl-C to stop\n"+
+			"  open it with ?token= and your --token, or send Authorization: Bearer\n", url, mode)
+	}
+	return fmt.Sprintf("sqsworker ui: serving %s — %s; Ctrl-C to stop\n", url, mode)
 }
 
 // uiStats reads the queues' figures for the dashboard, with the reader of

@@ -54,7 +54,7 @@ func TestUIServesAndShutsDown(t *testing.T) {
 		m = servingURL.FindStringSubmatch(errOut.String())
 		return m != nil
 	}, "ui did not print its address:\n%s", errOut.String())
-	if m[3] != "s3cret" || !strings.Contains(errOut.String(), "read-only") {
+	if m[3] != "" || strings.Contains(errOut.String(), "s3cret") || !strings.Contains(errOut.String(), "read-only") {
 		t.Errorf("start message: %s", errOut.String())
 	}
 	hc := &http.Client{Timeout: 30 * time.Second}
@@ -108,5 +108,24 @@ func TestUIServesAndShutsDown(t *testing.T) {
 	}
 	if strings.Contains(errOut.String(), "dead 1") {
 		t.Errorf("a body in the log:\n%s", errOut.String())
+	}
+}
+
+// TestUIStartMessage checks that the access token is printed once when
+// ui makes it, in the address to open, and never when --token gave it
+// (the operator has it; stderr often ends in a log).
+func TestUIStartMessage(t *testing.T) {
+	const tok = "0123456789abcdef"
+	made := uiStartMessage("http://192.0.2.1:8080/", tok, true, "read-only")
+	if strings.Count(made, tok) != 1 || !strings.Contains(made, "http://192.0.2.1:8080/?token="+tok+" ") {
+		t.Errorf("made token:\n%s", made)
+	}
+	given := uiStartMessage("http://192.0.2.1:8080/", tok, false, "read-only")
+	if strings.Contains(given, tok) || !strings.Contains(given, "serving http://192.0.2.1:8080/ ") || !strings.Contains(given, "--token") {
+		t.Errorf("given token:\n%s", given)
+	}
+	none := uiStartMessage("http://127.0.0.1:8080/", "", false, "read-only")
+	if strings.Contains(none, "token") || !strings.Contains(none, "serving http://127.0.0.1:8080/ ") {
+		t.Errorf("no token:\n%s", none)
 	}
 }

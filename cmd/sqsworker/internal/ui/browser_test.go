@@ -9,6 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +28,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
+	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -200,21 +204,7 @@ func TestBrowserReplay(t *testing.T) {
 	}
 	t.Logf("screenshots in %s", shots)
 
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1360, 900),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-dev-shm-usage", true))
-	defer cancelAlloc()
-	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	defer cancelBrowser()
-	// The browser lives as long as the context of the first run: start it
-	// without a deadline, then bound the steps.
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("starting %s: %v", chromium, err)
-	}
+	bctx := startBrowser(t, chromium)
 	ctx, cancel := context.WithTimeout(bctx, 4*time.Minute)
 	defer cancel()
 
@@ -301,7 +291,7 @@ func TestBrowserReplay(t *testing.T) {
 		until(`document.querySelectorAll('#plan-table tbody tr').length === 2`),
 		text(`#plan-panel`, &plan),
 		shot("plan.png"))
-	if !strings.Contains(plan, "→ "+name(q.URL)) || !strings.Contains(plan, "2 message(s) would move") {
+	if !strings.Contains(plan, "→ "+name(q.URL)) || !strings.Contains(plan, "2 message(s) would move") || strings.Contains(plan, "does not send its dead letters") {
 		t.Errorf("dry run:\n%s", plan)
 	}
 	// Nothing moved by the dry run.
@@ -337,7 +327,8 @@ func TestBrowserReplay(t *testing.T) {
 		until(`!!document.querySelector('#replay-result')`),
 		text(`#replay-result`, &result2),
 		until(`!!document.querySelector('#list-summary') && document.querySelectorAll('#messages tbody tr').length === 1`))
-	if !strings.Contains(plan2, "→ "+name(other.URL)) || !strings.Contains(result2, "Moved 1 message(s)") {
+	if !strings.Contains(plan2, "→ "+name(other.URL)) || !strings.Contains(plan2, name(other.URL)+" does not send its dead letters to "+name(q.DLQURL)) ||
+		!strings.Contains(result2, "Moved 1 message(s)") {
 		t.Errorf("selected replay: plan\n%s\nresult %q", plan2, result2)
 	}
 
@@ -447,4 +438,242 @@ func readAuditFile(t *testing.T, path string) []dlq.AuditRecord {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// startBrowser starts headless Chromium for a test, stopped when it ends.
+func startBrowser(t *testing.T, chromium string) context.Context {
+	t.Helper()
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1360, 900),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-dev-shm-usage", true))
+	t.Cleanup(cancelAlloc)
+	bctx, cancelBrowser := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(cancelBrowser)
+	// The browser lives as long as the context of the first run: start it
+	// without a deadline.
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("starting %s: %v", chromium, err)
+	}
+	return bctx
+}
+
+// TestBrowserHostileFields fills every field a dead letter carries (error
+// text and class, source queue, original ID, attribute, body), a queue's
+// name and an audit record with HTML that would run script if the page
+// inserted it as HTML. Every page shows it as text: no element comes from
+// it, no script runs. (The Content-Security-Policy would block inline
+// handlers anyway: the test looks for the elements, not only the effect.)
+func TestBrowserHostileFields(t *testing.T) {
+	chromium := chromiumPath(t)
+	const xss = `<img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script><b id=bold>b</b>`
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+queueARN(t, f, dlqURL)+`","maxReceiveCount":3}`)
+	fail := sqsworker.Failure{Error: "error " + xss, ErrorClass: "class" + xss, Attempts: 3, FirstReceived: time.Now().Add(-time.Minute),
+		FailedAt: time.Now(), SourceQueue: "queue" + xss, MessageID: "id" + xss, Host: "host" + xss}
+	attrs, _ := fail.AddTo(map[string]sqsworker.MessageAttribute{"tenant": {DataType: "String", StringValue: "attr" + xss}})
+	f.Send(dlqURL, "body"+xss, withAttributes(attrs))
+	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
+	rec, _ := json.Marshal(dlq.AuditRecord{Action: dlq.ActionReplay, DLQ: dlqURL + xss, Destination: src + xss, OriginalMessageID: "id" + xss,
+		NewMessageID: "new" + xss, Filter: "filter" + xss, Caller: "caller" + xss, CallerNote: "note" + xss, Note: "note" + xss, Time: time.Now()})
+	if err := os.WriteFile(auditPath, append(rec, '\n'), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stats := func(context.Context) ([]QueueStats, error) {
+		return []QueueStats{{Queue: "queue" + xss, URL: src, DLQ: &DLQStats{Queue: "jobs-dlq", URL: dlqURL, Depth: 1}},
+			{Queue: "other", URL: dlqURL + "x", DLQ: &DLQStats{Queue: "dlq" + xss, Missing: true}}}, nil
+	}
+	_, base := newTestServer(t, Config{SQS: f, Stats: stats, AllowActions: true, AuditFile: auditPath})
+
+	ctx, cancel := context.WithTimeout(startBrowser(t, chromium), 2*time.Minute)
+	defer cancel()
+	wait := func(cond string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
+			return err
+		})
+	}
+	// clean checks that nothing of the payload became an element or ran,
+	// and that sel shows it as text.
+	clean := func(page, sel string) {
+		t.Helper()
+		var got struct {
+			Pwned    bool   `json:"pwned"`
+			Elements int    `json:"elements"`
+			Scripts  int    `json:"scripts"`
+			Text     string `json:"text"`
+		}
+		err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) (err error) {
+			got, err = chromedp.Evaluate[struct {
+				Pwned    bool   `json:"pwned"`
+				Elements int    `json:"elements"`
+				Scripts  int    `json:"scripts"`
+				Text     string `json:"text"`
+			}](fmt.Sprintf(`({pwned: window.__pwned !== undefined, elements: document.querySelectorAll('img, #bold').length,
+				scripts: document.scripts.length, text: document.querySelector(%q).textContent})`, sel))(ctx, tgt)
+			return err
+		}))
+		if err != nil {
+			t.Fatalf("%s: %v", page, err)
+		}
+		if got.Pwned || got.Elements != 0 || got.Scripts != 1 || !strings.Contains(got.Text, xss) {
+			t.Errorf("%s: script ran %v, %d elements and %d scripts from the data, %s shows %q", page, got.Pwned, got.Elements, got.Scripts-1, sel, got.Text)
+		}
+	}
+	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("%s: %v\npage text:\n%s", name, err, page)
+		}
+	}
+
+	step("queues", chromedp.Navigate(base+"/#/queues"), wait(`!!document.querySelector('#queue-table')`))
+	clean("queues", "#queue-table")
+	step("dead letters", chromedp.Navigate(base+"/#/dlq"), wait(`document.querySelectorAll('main table tbody tr').length === 1`))
+	step("dead letters of jobs-dlq", chromedp.Navigate(base+"/#/dlq/jobs-dlq"), wait(`document.querySelectorAll('#messages tbody tr').length === 1`))
+	clean("listing", "#messages")
+	clean("class filter", "#f-class")
+	step("message", chromedp.Click(chromedp.CSS(`#messages button.show`)), wait(`!!document.querySelector('#message-body')`))
+	clean("message body", "#message-body")
+	clean("message", "#message-detail")
+	step("dry run", chromedp.Click(chromedp.CSS(`#plan-filtered`)), wait(`!!document.querySelector('#plan-panel')`))
+	clean("dry run", "#plan-panel")
+	step("audit", chromedp.Navigate(base+"/#/audit"), wait(`document.querySelectorAll('#audit-table tbody tr').length === 1`))
+	clean("audit", "#audit-table")
+	step("dead letters, another queue", chromedp.Navigate(base+"/#/dlq/"+url.PathEscape(xss)), wait(`!!document.querySelector('#list-error')`))
+	clean("unknown queue", "#dlq-title")
+}
+
+// TestInstallScriptFindsWhatTheTestFinds runs scripts/install-chromium.sh
+// where the browser test would find a browser (chromium-browser,
+// google-chrome or $SQSWORKER_CHROMIUM) but apt-get cannot install
+// Debian's chromium, in CI: the script must not fail `make test` there,
+// nor say that the browser tests will skip.
+func TestInstallScriptFindsWhatTheTestFinds(t *testing.T) {
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Skip("no bash")
+	}
+	script, err := filepath.Abs(filepath.Join("..", "..", "..", "..", "scripts", "install-chromium.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, env string }{{"chromium-browser", ""}, {"google-chrome", ""}, {"", "SQSWORKER_CHROMIUM="}} {
+		bin := t.TempDir()
+		for _, tool := range []string{"bash", "id", "env", "awk"} {
+			if p, err := exec.LookPath(tool); err == nil {
+				if err := os.Symlink(p, filepath.Join(bin, tool)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		env := []string{"PATH=" + bin, "CI=1"}
+		browser := filepath.Join(bin, "some-browser")
+		if tc.name != "" {
+			browser = filepath.Join(bin, tc.name)
+		} else {
+			env = append(env, tc.env+browser)
+		}
+		if err := os.WriteFile(browser, []byte("#!/bin/sh\necho Chromium 1.0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bash, script)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil || strings.Contains(string(out), "will skip") {
+			t.Errorf("with %s: %v\n%s", filepath.Base(browser), err, out)
+		}
+	}
+}
+
+// TestBrowserWithAccessToken opens the address printed with the access
+// token: the page loads without the token in its address, its API calls
+// pass on the cookie, which its script cannot read; without the token the
+// server answers 401.
+func TestBrowserWithAccessToken(t *testing.T) {
+	chromium := chromiumPath(t)
+	tok := RandomToken()
+	stats := func(context.Context) ([]QueueStats, error) { return []QueueStats{{Queue: "jobs", URL: "u"}}, nil }
+	_, base := newTestServer(t, Config{Token: tok, Stats: stats})
+	ctx, cancel := context.WithTimeout(startBrowser(t, chromium), 2*time.Minute)
+	defer cancel()
+	var loc, cookie string
+	err := chromedp.Do(ctx,
+		chromedp.Navigate(base+"/?token="+tok),
+		chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			_, err := chromedp.Poll[bool](`!!document.querySelector('#queue-table tr[data-queue="jobs"]')`, chromedp.WithPollingTimeout(time.Minute))(ctx, tgt)
+			if err != nil {
+				return err
+			}
+			if loc, err = chromedp.Evaluate[string](`location.href`)(ctx, tgt); err != nil {
+				return err
+			}
+			cookie, err = chromedp.Evaluate[string](`document.cookie`)(ctx, tgt)
+			return err
+		}))
+	if err != nil {
+		page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+		t.Fatalf("page with the token: %v\n%s", err, page)
+	}
+	if strings.Contains(loc, tok) || cookie != "" {
+		t.Errorf("address %q, cookie readable by script %q", loc, cookie)
+	}
+	if code, _ := get(t, base+"/api/queues", nil); code != http.StatusUnauthorized {
+		t.Errorf("without the token: %d", code)
+	}
+}
+
+// TestBrowserNavigationFromAnotherSite has another site's page send the
+// browser to the dashboard's address of a dead-letter queue (a link, or
+// location = …: frames are refused, a navigation is not). The page opens,
+// but does not list the queue (a listing receives its messages) until the
+// operator asks; typed in the address bar, it does.
+func TestBrowserNavigationFromAnotherSite(t *testing.T) {
+	chromium := chromiumPath(t)
+	f := sqstest.NewFake()
+	src := f.CreateQueue("jobs", nil)
+	dlqURL := f.CreateQueue("jobs-dlq", nil)
+	f.SetAttribute(src, "RedrivePolicy", `{"deadLetterTargetArn":"`+queueARN(t, f, dlqURL)+`","maxReceiveCount":3}`)
+	f.Send(dlqURL, `{}`)
+	stats := func(context.Context) ([]QueueStats, error) {
+		return []QueueStats{{Queue: "jobs", URL: src, DLQ: &DLQStats{Queue: "jobs-dlq", URL: dlqURL, Depth: 1}}}, nil
+	}
+	_, base := newTestServer(t, Config{SQS: f, Stats: stats})
+	// The dashboard as localhost, the other site as 127.0.0.1: two sites.
+	target := strings.Replace(base, "127.0.0.1", "localhost", 1) + "/#/dlq/jobs-dlq"
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><script>location.href = %q;</script>`, target)
+	}))
+	defer evil.Close()
+	ctx, cancel := context.WithTimeout(startBrowser(t, chromium), 2*time.Minute)
+	defer cancel()
+	poll := func(cond string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
+			return err
+		})
+	}
+	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("%s: %v\npage text:\n%s", name, err, page)
+		}
+	}
+	step("from another site", chromedp.Navigate(evil.URL), poll(`location.host.startsWith("localhost") && !!document.querySelector('#cross-site-note')`),
+		// Time for a listing the page would have asked for.
+		chromedp.Sleep(time.Second))
+	if n := f.Calls("ReceiveMessage"); n != 0 {
+		t.Errorf("a navigation from another site listed the queue: %d ReceiveMessage calls", n)
+	}
+	step("the operator asks", chromedp.Click(chromedp.CSS(`#cross-site-note a`)), poll(`document.querySelectorAll('#messages tbody tr').length === 1`))
+	// Typed in the address bar, the address lists at once.
+	step("typed address", chromedp.Navigate("about:blank"), chromedp.Navigate(target), poll(`document.querySelectorAll('#messages tbody tr').length === 1`))
 }

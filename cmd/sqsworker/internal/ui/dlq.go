@@ -15,6 +15,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
 	"github.com/sqsworker/sqsworker/dlq"
 )
 
@@ -324,6 +328,9 @@ type planRequest struct {
 type planResponse struct {
 	PlanID string            `json:"planId"`
 	Result *dlq.ReplayResult `json:"result"`
+	// Warnings are shown above the plan: a destination that is not a
+	// source queue of the dead-letter queue.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 func decode(r *http.Request, v any) error {
@@ -357,7 +364,10 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	cfg := dlq.ReplayConfig{Filter: f, Visibility: s.cfg.Visibility}
+	// A plan is as bounded as a listing: the page shows it whole, and its
+	// replay matches each message against every ID of it.
+	cfg := dlq.ReplayConfig{Filter: f, Visibility: s.cfg.Visibility, Limit: s.cfg.ScanMax}
+	var warnings []string
 	if req.To != "" {
 		t, err := oq.q.Target(ctx, req.To)
 		if err != nil {
@@ -365,6 +375,14 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		cfg.To = t.URL
+		warn, err := s.otherDestination(ctx, oq.q, t)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if warn != "" {
+			warnings = append(warnings, warn)
+		}
 	}
 	release, err := s.hold(ctx, oq, "dry run")
 	if err != nil {
@@ -390,7 +408,31 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	s.plans[id] = p
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, planResponse{PlanID: id, Result: res})
+	writeJSON(w, http.StatusOK, planResponse{PlanID: id, Result: res, Warnings: warnings})
+}
+
+// otherDestination says, for a destination the operator gave, when it is
+// not a source queue of q (its redrive policy does not name q): a slip
+// the library does not catch, since a destination given is a choice.
+func (s *Server) otherDestination(ctx context.Context, q *dlq.Queue, t dlq.Target) (string, error) {
+	out, err := s.cfg.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(t.URL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy},
+	})
+	if err != nil {
+		return "", fmt.Errorf("reading the redrive policy of %s: %w", t.Name, err)
+	}
+	if p, err := dlq.ParseRedrivePolicy(out.Attributes["RedrivePolicy"]); err == nil && p.DeadLetterTargetARN == q.ARN {
+		return "", nil
+	}
+	msg := fmt.Sprintf("%s does not send its dead letters to %s: the messages would go to a queue they did not fail in", t.Name, q.Name)
+	if len(q.Sources) > 0 {
+		names := make([]string, len(q.Sources))
+		for i, u := range q.Sources {
+			names[i] = u[strings.LastIndexByte(u, '/')+1:]
+		}
+		msg += " (its source queues: " + strings.Join(names, ", ") + ")"
+	}
+	return msg + ". Check the destination before you confirm.", nil
 }
 
 // job is a replay under way or done.
@@ -441,12 +483,20 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 	f.IDs = p.ids
 	audit := s.auditFor(r)
 	j := &job{ID: RandomToken()[:16], Queue: oq.q.Name, Total: len(p.ids)}
+	// Under mu, which Serve holds to cancel base: a replay starts before
+	// Serve waits for the replays, or not at all.
 	s.mu.Lock()
+	if s.base.Err() != nil {
+		s.mu.Unlock()
+		release()
+		s.fail(w, r, &httpError{http.StatusServiceUnavailable, "not replayed: the server is shutting down"})
+		return
+	}
 	s.jobs[j.ID] = j
+	s.jobsWG.Add(1)
 	s.mu.Unlock()
 	// The filter is not logged: its text condition may quote a body.
 	s.log.Info("replay started", "queue", oq.q.Name, "messages", len(p.ids), "job", j.ID)
-	s.jobsWG.Add(1)
 	go func() {
 		defer s.jobsWG.Done()
 		defer release()

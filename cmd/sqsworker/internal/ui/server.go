@@ -72,8 +72,8 @@ type Config struct {
 	// SampleWindow is how far back the charts go. Default
 	// [DefaultSampleWindow].
 	SampleWindow time.Duration
-	// ScanMax bounds the messages a listing reads. Default
-	// [DefaultScanMax].
+	// ScanMax bounds the messages a listing reads, and those a dry run
+	// plans (the rest wait for another). Default [DefaultScanMax].
 	ScanMax int
 	// Visibility is the visibility timeout of the messages a listing, a
 	// dry run or a replay holds. Default [dlq.DefaultVisibility].
@@ -233,7 +233,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		<-errc
 	}
 	stopSampler()
+	s.mu.Lock() // no replay starts after this (see handleReplay)
 	s.cancel()
+	s.mu.Unlock()
 	wg.Wait()
 	s.jobsWG.Wait()
 	if errors.Is(err, http.ErrServerClosed) {
@@ -255,7 +257,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /api/dlq/plan", s.handlePlan)
 	mux.HandleFunc("POST /api/dlq/replay", s.handleReplay)
 	mux.HandleFunc("POST /api/dlq/purge", s.handlePurge)
-	return s.logRequests(s.checkHost(s.authenticate(s.guardActions(mux))))
+	return s.logRequests(s.checkHost(s.authenticate(s.isolateAPI(s.guardActions(mux)))))
 }
 
 // statusWriter remembers the status of a response.
@@ -289,6 +291,10 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Referrer-Policy", "no-referrer")
+		// Another site's page that opened this one keeps no handle on it
+		// (to set its address), nor embeds its answers.
+		h.Set("Cross-Origin-Opener-Policy", "same-origin")
+		h.Set("Cross-Origin-Resource-Policy", "same-origin")
 		h.Set("Cache-Control", "no-store")
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
@@ -327,11 +333,15 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && equal(t, s.cfg.Token) {
 			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: s.cfg.Token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
-			u := *r.URL
-			q := u.Query()
+			// To a path of this server: "//host/…" (or a backslash, which
+			// browsers read as a slash) would send the browser to another host.
+			q := r.URL.Query()
 			q.Del("token")
-			u.RawQuery = q.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+			to := "/" + strings.TrimLeft(r.URL.EscapedPath(), "/\\")
+			if len(q) > 0 {
+				to += "?" + q.Encode()
+			}
+			http.Redirect(w, r, to, http.StatusSeeOther)
 			return
 		}
 		ok := false
@@ -376,15 +386,41 @@ func (s *Server) guardActions(next http.Handler) http.Handler {
 	})
 }
 
-func (s *Server) csrfProblem(r *http.Request) string {
-	if !equal(r.Header.Get("X-CSRF-Token"), s.csrf) {
-		return "missing or wrong CSRF token (reload the page)"
-	}
+// isolateAPI refuses an API request that a browser says comes from
+// another site or origin (Fetch Metadata, Origin), GETs included: another
+// site's page cannot read the answers, but a listing it triggered (an
+// <img>, a no-cors fetch) would receive every message of the queue,
+// raising their receive counts, and the figures cost SQS requests. The
+// page itself, a link to it and tools that send no such header pass.
+func (s *Server) isolateAPI(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/api/") {
+			if msg := crossOrigin(r); msg != "" {
+				writeError(w, http.StatusForbidden, "forbidden: "+msg)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// crossOrigin says why r comes from another origin, or "".
+func crossOrigin(r *http.Request) string {
 	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host && o != "https://"+r.Host {
 		return "request from another origin"
 	}
 	if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return "request from another site"
+	}
+	return ""
+}
+
+func (s *Server) csrfProblem(r *http.Request) string {
+	if !equal(r.Header.Get("X-CSRF-Token"), s.csrf) {
+		return "missing or wrong CSRF token (reload the page)"
+	}
+	if msg := crossOrigin(r); msg != "" {
+		return msg
 	}
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
 		return "want Content-Type application/json"
@@ -394,7 +430,11 @@ func (s *Server) csrfProblem(r *http.Request) string {
 
 func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	var b bytes.Buffer
-	err := s.index.Execute(&b, map[string]any{"CSRF": s.csrf, "Actions": s.cfg.AllowActions, "AuditFile": s.cfg.AuditFile != ""})
+	// Opened from another site's link: the page reads no dead-letter queue
+	// until the operator asks (a listing receives the messages).
+	site := r.Header.Get("Sec-Fetch-Site")
+	crossSite := site == "cross-site" || site == "same-site"
+	err := s.index.Execute(&b, map[string]any{"CSRF": s.csrf, "Actions": s.cfg.AllowActions, "AuditFile": s.cfg.AuditFile != "", "CrossSite": crossSite})
 	if err != nil {
 		s.log.Error("rendering the page", "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)

@@ -5,6 +5,10 @@
 const CSRF = document.querySelector('meta[name="csrf-token"]').content;
 const ACTIONS = document.querySelector('meta[name="actions"]').content === "on";
 const main = document.getElementById("main");
+// Opened from another site's link: no dead-letter queue is read (a
+// listing receives its messages) until the operator clicks in the page.
+let crossSiteEntry = document.querySelector('meta[name="entry"]').content === "cross-site";
+document.addEventListener("click", (e) => { if (e.isTrusted) crossSiteEntry = false; }, true);
 let pollTimer = null; // the queues page's poll
 let view = 0;         // bumped at each navigation: stale answers are dropped
 
@@ -300,6 +304,8 @@ async function planReplay(selectedOnly, to) {
     `Confirm: move these ${res.messages.length} message(s)`);
     fill(box, el("div", { class: "panel plan", id: "plan-panel" },
       el("strong", {}, `Dry run: ${res.matched} message(s) would move`), el("span", { class: "muted" }, ` (read ${res.scanned}; ${res.filter}). Nothing has moved yet.`),
+      (d.warnings || []).map((w) => el("p", { class: "err plan-warning" }, w)),
+      res.limitReached ? el("p", { class: "note", id: "plan-limit" }, `The dry run stopped at ${res.messages.length} message(s), the most one plan holds: run it again after this replay for the rest.`) : null,
       el("table", { id: "plan-table" }, el("thead", {}, el("tr", {}, el("th", {}, "Original ID"), el("th", {}, "Error class"), el("th", {}, "Failed at"), el("th", {}, "Destination"))), el("tbody", {}, rows)),
       stayed.length ? el("div", {}, el("p", { class: "err" }, `${stayed.length} would stay:`), el("ul", {}, stayed)) : null,
       res.noSource ? el("p", { class: "err" }, `${res.noSource} have no source queue: give a destination.`) : null,
@@ -395,6 +401,15 @@ async function showAudit() {
   }
 }
 
+// showCrossSiteEntry stands for a dead-letter page opened from another
+// site's link: the queue is read only when the operator asks.
+function showCrossSiteEntry(name) {
+  fill(main, el("h1", {}, "Dead letters: ", el("span", { id: "dlq-title" }, name)),
+    el("p", { class: "note", id: "cross-site-note" }, "This page was opened from another site. Reading a dead-letter queue receives its messages: ",
+      el("a", { href: "#/dlq/" + encodeURIComponent(name), onclick: (e) => { e.preventDefault(); crossSiteEntry = false; route(); } }, "read " + name),
+      " if you meant to."));
+}
+
 // ---------- Router ----------
 
 function route() {
@@ -402,7 +417,8 @@ function route() {
   clearTimeout(pollTimer);
   const h = location.hash || "#/queues";
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", h.startsWith(a.getAttribute("href")));
-  if (h.startsWith("#/dlq/")) showDLQ(decodeURIComponent(h.slice(6)));
+  if (h.startsWith("#/dlq/") && crossSiteEntry) showCrossSiteEntry(decodeURIComponent(h.slice(6)));
+  else if (h.startsWith("#/dlq/")) showDLQ(decodeURIComponent(h.slice(6)));
   else if (h === "#/dlq") showDLQIndex();
   else if (h === "#/audit") showAudit();
   else showQueues();
