@@ -53,8 +53,9 @@ import (
 // fails, between the two leaves both, and the job runs twice unless its
 // handler is idempotent. Copies keep the idempotency key (a copy of a
 // message without one gets "message-id:" and the first message's ID, which
-// is what the idempotency middleware's DefaultKey would have used), so the
-// idempotency middleware runs the job once.
+// is what the idempotency middleware's DefaultKey would have used, unless
+// the key would take an eleventh attribute or push the copy over the queue's
+// MaximumMessageSize), so the idempotency middleware runs the job once.
 
 // Steps are the limits a hold works within. The zero value of a field means
 // SQS's: tests set shorter ones with SetStepsForTest.
@@ -290,10 +291,16 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 		return fmt.Errorf("the copy needs %d message attributes, over SQS's limit of %d: leave room for %s and %s",
 			len(attrs), sqsworker.MaxMessageAttributes, sqsworker.AttrNotBefore, sqsworker.AttrPriorAttempts)
 	}
-	if _, ok := attrs[idempotencyKeyAttribute]; !ok && len(attrs) < sqsworker.MaxMessageAttributes {
+	_, hasKey := attrs[idempotencyKeyAttribute]
+	addKey := !hasKey && len(attrs) < sqsworker.MaxMessageAttributes
+	if addKey {
 		// What the idempotency middleware's DefaultKey gives the first
 		// message, so that its copies share its key.
 		attrs[idempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: "message-id:" + m.ID}
+		if sqsworker.MessageSize(m.Body, attrs) > sqsworker.MaxMessageSize {
+			delete(attrs, idempotencyKeyAttribute)
+			addKey = false
+		}
 	}
 	in := &sqs.SendMessageInput{
 		QueueUrl:          aws.String(e.Requeue.URL),
@@ -323,7 +330,15 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 		ctx, cancelBy = context.WithDeadline(ctx, j.MoveBy)
 		defer cancelBy()
 	}
-	if _, err := e.Requeue.API.SendMessage(ctx, in); err != nil {
+	_, err := e.Requeue.API.SendMessage(ctx, in)
+	if err != nil && addKey && queue.IsInvalidParameter(err) {
+		// Perhaps over the queue's MaximumMessageSize, which the message
+		// fit without the key: the copy goes without rather than not at
+		// all, which would leave the job waiting on receives that run out.
+		delete(in.MessageAttributes, idempotencyKeyAttribute)
+		_, err = e.Requeue.API.SendMessage(ctx, in)
+	}
+	if err != nil {
 		return fmt.Errorf("sending a waiting copy of message %s to %s: %w", m.ID, e.Requeue.URL, err)
 	}
 	e.Counters.Requeued.Add(1)

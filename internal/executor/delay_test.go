@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -535,6 +536,41 @@ func TestHoldFIFO(t *testing.T) {
 				t.Errorf("cost %+v: %d requests", c, c.total())
 			} else {
 				t.Logf("cost %+v: %d requests", c, c.total())
+			}
+		})
+	}
+}
+
+// A job sent at the queue's size limit, without an idempotency key, still
+// has waiting copies that fit: the key a copy would be given does not push
+// it over the limit (then it goes without), so the job is not left waiting
+// on a message whose receives run out — never dead-lettered for waiting.
+func TestHoldCopyOfAMessageAtTheSizeLimit(t *testing.T) {
+	for _, tc := range []struct{ mrc, limit int }{{0, producer.MaxMessageSize}, {2, producer.MaxMessageSize}, {2, 64 << 10}} {
+		t.Run(fmt.Sprintf("maxReceiveCount=%d/MaximumMessageSize=%d", tc.mrc, tc.limit), func(t *testing.T) {
+			s := newSim(t, tc.mrc, nil)
+			if tc.limit != producer.MaxMessageSize {
+				s.url = s.f.CreateQueue("jobs-small", map[string]string{"VisibilityTimeout": "30", "MaximumMessageSize": strconv.Itoa(tc.limit),
+					"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%d}`, sqstest.QueueARN("jobs-dlq"), tc.mrc)})
+				s.ex.Requeue.URL = s.url
+			}
+			p, err := producer.New(s.f, producer.Config{QueueURL: s.url, MaxMessageSize: tc.limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			nb := s.clock.Now().Add(30 * time.Hour)
+			m := producer.Message{Body: "x", NotBefore: nb}
+			m.Body = strings.Repeat("x", tc.limit-producer.Size(m)+1)
+			if _, err := p.Send(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			s.runUntilIdle(31 * time.Hour)
+			if len(s.runs) != 1 || s.runs[0].at.Before(nb) || s.runs[0].at.After(nb.Add(2*time.Second)) || s.runs[0].attempt != 1 {
+				t.Fatalf("runs %+v, want one first attempt at %s", s.runs, nb)
+			}
+			s.checkNotDeadLettered()
+			if n := s.ex.Counters.RequeueFailures.Load(); n != 0 {
+				t.Errorf("%d copies not sent", n)
 			}
 		})
 	}
