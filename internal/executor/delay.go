@@ -133,6 +133,7 @@ const idempotencyKeyAttribute = "idempotency-key"
 // whether it settled the message, and then whether the message is gone from
 // the queue (a copy took its place).
 func (e *Executor) Hold(j *Job, ack Acker) (held, gone bool) {
+	j.holdChecked = true
 	return e.hold(j, ack)
 }
 

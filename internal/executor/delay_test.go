@@ -49,6 +49,9 @@ type sim struct {
 	// messages, from the receive numbered crashAt on: a worker that died
 	// holding them.
 	crashAt, crashes int
+	// runtime, when set, settles as the runtimes do: Hold, then Run
+	// when it held nothing.
+	runtime bool
 }
 
 // run is one handler call.
@@ -169,7 +172,13 @@ func (s *sim) runUntilIdle(limit time.Duration) {
 				continue // the worker died holding it
 			}
 			now := s.clock.Now()
-			s.ex.Run(&Job{Msg: sqsmsg.FromSDK(s.url, &out.Messages[i]), ReceivedAt: now, Ctx: context.Background()}, s)
+			j := &Job{Msg: sqsmsg.FromSDK(s.url, &out.Messages[i]), ReceivedAt: now, Ctx: context.Background()}
+			if s.runtime {
+				if held, _ := s.ex.Hold(j, s); held {
+					continue
+				}
+			}
+			s.ex.Run(j, s)
 		}
 	}
 	s.t.Fatalf("the queue still holds messages after %s", limit)
@@ -488,18 +497,28 @@ func TestHoldWithoutCopies(t *testing.T) {
 
 // A copy that waited, due, whose fresh copy cannot be sent, runs on itself
 // rather than wait again.
+// Through a runtime, which holds before its circuit breaker and then runs,
+// the fresh copy is tried once, not once more by Run.
 func TestHoldDueCopySendFailsRunsOnThisCopy(t *testing.T) {
-	s := newSim(t, 0, nil)
-	s.send(40 * time.Minute)
-	// The copy's send fails at its time: let the waits pass first.
-	s.clock.Advance(40 * time.Minute)
-	s.f.FailNext(sqstest.OpSendMessage, errors.New("access denied"), 1)
-	s.runUntilIdle(time.Hour)
-	if len(s.runs) != 1 {
-		t.Fatalf("ran %d times, want once", len(s.runs))
-	}
-	if s.ex.Counters.RequeueFailures.Load() != 1 {
-		t.Errorf("requeue failures %d, want 1", s.ex.Counters.RequeueFailures.Load())
+	for _, runtime := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Hold then Run=%v", runtime), func(t *testing.T) {
+			s := newSim(t, 0, nil)
+			s.runtime = runtime
+			s.send(40 * time.Minute)
+			// The copy's send fails at its time: let the waits pass first.
+			s.clock.Advance(40 * time.Minute)
+			s.f.FailNext(sqstest.OpSendMessage, errors.New("access denied"), 2)
+			s.runUntilIdle(time.Hour)
+			if len(s.runs) != 1 {
+				t.Fatalf("ran %d times, want once", len(s.runs))
+			}
+			if s.ex.Counters.RequeueFailures.Load() != 1 {
+				t.Errorf("requeue failures %d, want 1", s.ex.Counters.RequeueFailures.Load())
+			}
+			if c := s.cost(); c.Sends != 2 { // the producer's, the failed copy's
+				t.Errorf("%d sends, want 2", c.Sends)
+			}
+		})
 	}
 }
 
