@@ -17,7 +17,10 @@ const (
 	// AttrNotBefore is the message attribute that holds a job back until
 	// a time: a Number, in milliseconds since the Unix epoch. The producer
 	// sets it for delays above MaxMessageDelay; the runtimes set it on the
-	// copies they send while a job waits. Other producers may set it too.
+	// copies they send while a job waits. Other producers may set it too:
+	// a value that is not a positive whole number is ignored (the job runs
+	// at once), and a time more than MaxDelay after the message was sent
+	// is cut to that.
 	AttrNotBefore = "sqsworker.not-before"
 	// AttrPriorAttempts is the message attribute that carries the failed
 	// attempts of earlier copies of a job (a Number), set by the runtimes

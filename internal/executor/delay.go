@@ -148,6 +148,17 @@ func (e *Executor) hold(j *Job, ack Acker) (held, gone bool) {
 		s.MessageDelay = 0 // FIFO queues take no per-message delay
 	}
 	now := s.Now()
+	sent := m.SentAt
+	if sent.IsZero() {
+		sent = now
+	}
+	if limit := sent.Add(sqsworker.MaxDelay); nb.After(limit.Add(s.Slack)) {
+		// Not a time the producer writes (another producer's, or not in
+		// milliseconds): held for the longest delay, not for ever.
+		j.log(e).Warn("message's not-before is more than the longest delay (365 days) after its send; holding it until then instead",
+			"message_id", m.ID, "not_before", nb, "sent_at", sent, "until", limit)
+		nb = limit
+	}
 	wait := nb.Sub(now)
 	// Sent more than a message delay before its time: this copy waited by
 	// visibility steps, so its receive count counts waits.

@@ -594,3 +594,36 @@ func TestHoldCopyOfAMessageAtTheSizeLimit(t *testing.T) {
 		})
 	}
 }
+
+// A not-before further ahead than sqsworker.MaxDelay from the message's send
+// (another producer's, or microseconds taken for milliseconds) holds the job
+// back for MaxDelay at most, as the documentation says, not for ever: the
+// copy sent carries the time cut to that.
+func TestHoldFarFutureNotBeforeIsCut(t *testing.T) {
+	s := newSim(t, 2, nil) // no room for visibility steps: a copy at once
+	far := s.clock.Now().Add(50 * 365 * 24 * time.Hour)
+	id := s.f.Send(s.url, "job", func(in *sqs.SendMessageInput) {
+		in.MessageAttributes = map[string]types.MessageAttributeValue{
+			sqsworker.AttrNotBefore: {DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(far.UnixMilli(), 10))},
+		}
+	})
+	sent := s.clock.Now()
+	out, err := s.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &s.url, MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %v", err)
+	}
+	s.ex.Run(&Job{Msg: sqsmsg.FromSDK(s.url, &out.Messages[0]), ReceivedAt: s.clock.Now(), Ctx: context.Background()}, s)
+	if len(s.runs) != 0 {
+		t.Fatal("the handler ran before its time")
+	}
+	s.clock.Advance(sqsworker.MaxMessageDelay)
+	out, err = s.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &s.url, MessageAttributeNames: []string{"All"}})
+	if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].MessageId) == id {
+		t.Fatalf("receive of the copy: %v, %d messages", err, len(out.Messages))
+	}
+	v, _ := strconv.ParseInt(aws.ToString(out.Messages[0].MessageAttributes[sqsworker.AttrNotBefore].StringValue), 10, 64)
+	if nb, limit := time.UnixMilli(v), sent.Add(sqsworker.MaxDelay); nb.After(limit) {
+		t.Errorf("the copy waits until %s, more than %s after its send (%s)", nb.Format(time.RFC3339), sqsworker.MaxDelay, limit.Format(time.RFC3339))
+	}
+}
