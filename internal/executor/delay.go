@@ -264,6 +264,7 @@ func receives(m *sqsworker.Message) int {
 // attempts made so far, prior. FIFO queues keep the visibility change, cut
 // to 12 hours: a copy would go behind the rest of its group.
 func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
+	delay = sqsworker.ClampLongDelay(delay) // a custom Backoff's
 	s := steps()
 	now := s.Now()
 	if delay <= e.visibilityLeft(j, s, now) || !e.Requeue.enabled() || e.Requeue.FIFO {

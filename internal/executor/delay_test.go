@@ -627,3 +627,28 @@ func TestHoldFarFutureNotBeforeIsCut(t *testing.T) {
 		t.Errorf("the copy waits until %s, more than %s after its send (%s)", nb.Format(time.RFC3339), sqsworker.MaxDelay, limit.Format(time.RFC3339))
 	}
 }
+
+// A Backoff longer than sqsworker.MaxDelay (a custom one: ExponentialBackoff
+// and RetryAfter cut theirs) waits MaxDelay, as the documentation says: the
+// copy's time is cut to it.
+func TestLongBackoffIsCutToMaxDelay(t *testing.T) {
+	s := newSim(t, 0, func(*sqsworker.Message) error { return errors.New("down") })
+	s.ex.Policy.Backoff = sqsworker.BackoffFunc(func(int, error) time.Duration { return 1000 * 24 * time.Hour })
+	s.send(0)
+	start := s.clock.Now()
+	out, err := s.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &s.url, MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %v", err)
+	}
+	s.ex.Run(&Job{Msg: sqsmsg.FromSDK(s.url, &out.Messages[0]), ReceivedAt: start, Ctx: context.Background()}, s)
+	s.clock.Advance(sqsworker.MaxMessageDelay)
+	out, err = s.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &s.url, MessageAttributeNames: []string{"All"}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive of the copy: %v, %d messages", err, len(out.Messages))
+	}
+	v, _ := strconv.ParseInt(aws.ToString(out.Messages[0].MessageAttributes[sqsworker.AttrNotBefore].StringValue), 10, 64)
+	if nb, limit := time.UnixMilli(v), start.Add(sqsworker.MaxDelay); nb.After(limit) {
+		t.Errorf("the copy waits until %s, after %s", nb.Format(time.RFC3339), limit.Format(time.RFC3339))
+	}
+}
