@@ -272,7 +272,9 @@ func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
 		return
 	}
 	nb := now.Add(delay)
-	if err := e.requeue(j, nb, prior, s.MessageDelay); err != nil {
+	// A delay the visibility left cannot hold may still be short (the
+	// handler ran nearly 12 hours): the copy is delayed by no more.
+	if err := e.requeue(j, nb, prior, min(delay, s.MessageDelay)); err != nil {
 		e.Counters.RequeueFailures.Add(1)
 		j.log(e).Warn("sending the waiting copy for a long backoff failed; retrying after the longest visibility timeout instead",
 			"message_id", j.Msg.ID, "retry_in", delay, "error", err)

@@ -652,3 +652,27 @@ func TestLongBackoffIsCutToMaxDelay(t *testing.T) {
 		t.Errorf("the copy waits until %s, after %s", nb.Format(time.RFC3339), limit.Format(time.RFC3339))
 	}
 }
+
+// A short backoff after a handler that ran nearly 12 hours (the visibility
+// left cannot hold even that) waits in a copy delayed by the backoff, not
+// by the longest message delay: the retry comes on time.
+func TestShortBackoffAfterALongRunComesOnTime(t *testing.T) {
+	var s *sim
+	var failedAt time.Time
+	s = newSim(t, 0, func(m *sqsworker.Message) error {
+		if m.ReceiveCount > 1 {
+			return nil
+		}
+		s.clock.Advance(12*time.Hour - 30*time.Second) // a long run, kept by the heartbeat
+		failedAt = s.clock.Now()
+		return sqsworker.RetryAfter(2*time.Minute, errors.New("rate limited"))
+	})
+	s.send(0)
+	s.runUntilIdle(13 * time.Hour)
+	if len(s.runs) != 2 || s.runs[1].attempt != 2 {
+		t.Fatalf("runs %+v, want 2, the second as attempt 2", s.runs)
+	}
+	if at, want := s.runs[1].at, failedAt.Add(2*time.Minute); at.Before(want) || at.After(want.Add(2*time.Second)) {
+		t.Errorf("retried %s after the failure, want %s", at.Sub(failedAt), want.Sub(failedAt))
+	}
+}
