@@ -193,6 +193,9 @@ func (e *Executor) hold(j *Job, ack Acker) (held, gone bool) {
 		e.Counters.Held.Add(1)
 		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 		log.Debug("message held back until its time", "step", "visibility", "for", vis)
+		if e.Policy.RedriveMaxReceiveCount == 1 {
+			log.Warn("a FIFO queue whose redrive policy allows one receive cannot hold a message back: SQS moves it to the dead-letter queue when it comes back; raise maxReceiveCount")
+		}
 		retry(j, ack, vis)
 		return true, false
 	}
