@@ -62,7 +62,9 @@ func NotBeforeAttribute(t time.Time) MessageAttribute {
 }
 
 // PriorAttempts returns the failed attempts of the message's earlier copies,
-// from its [AttrPriorAttempts] attribute: 0 when it has none.
+// from its [AttrPriorAttempts] attribute: 0 when it has none or a value that
+// is not a whole number, and at most 1,048,576 (so that adding a receive
+// count cannot overflow).
 func (m *Message) PriorAttempts() int {
 	v, ok := m.Attribute(AttrPriorAttempts)
 	if !ok {
@@ -72,8 +74,11 @@ func (m *Message) PriorAttempts() int {
 	if err != nil || n < 0 {
 		return 0
 	}
-	return n
+	return min(n, maxPriorAttempts)
 }
+
+// maxPriorAttempts bounds PriorAttempts.
+const maxPriorAttempts = 1 << 20
 
 // ClampLongDelay limits d to [0, MaxDelay].
 func ClampLongDelay(d time.Duration) time.Duration {
