@@ -17,7 +17,10 @@ const (
 	// AttrNotBefore is the message attribute that holds a job back until
 	// a time: a Number, in milliseconds since the Unix epoch. The producer
 	// sets it for delays above MaxMessageDelay; the runtimes set it on the
-	// copies they send while a job waits. Other producers may set it too.
+	// copies they send while a job waits. Other producers may set it too:
+	// a value that is not a positive whole number is ignored (the job runs
+	// at once), and a time more than MaxDelay after the message was sent
+	// is cut to that.
 	AttrNotBefore = "sqsworker.not-before"
 	// AttrPriorAttempts is the message attribute that carries the failed
 	// attempts of earlier copies of a job (a Number), set by the runtimes
@@ -59,7 +62,9 @@ func NotBeforeAttribute(t time.Time) MessageAttribute {
 }
 
 // PriorAttempts returns the failed attempts of the message's earlier copies,
-// from its [AttrPriorAttempts] attribute: 0 when it has none.
+// from its [AttrPriorAttempts] attribute: 0 when it has none or a value that
+// is not a whole number, and at most 1,048,576 (so that adding a receive
+// count cannot overflow).
 func (m *Message) PriorAttempts() int {
 	v, ok := m.Attribute(AttrPriorAttempts)
 	if !ok {
@@ -69,8 +74,11 @@ func (m *Message) PriorAttempts() int {
 	if err != nil || n < 0 {
 		return 0
 	}
-	return n
+	return min(n, maxPriorAttempts)
 }
+
+// maxPriorAttempts bounds PriorAttempts.
+const maxPriorAttempts = 1 << 20
 
 // ClampLongDelay limits d to [0, MaxDelay].
 func ClampLongDelay(d time.Duration) time.Duration {

@@ -29,7 +29,9 @@ func TestNotBeforeAttribute(t *testing.T) {
 }
 
 func TestPriorAttempts(t *testing.T) {
-	for v, want := range map[string]int{"3": 3, "0": 0, "-1": 0, "x": 0} {
+	for v, want := range map[string]int{"3": 3, "0": 0, "-1": 0, "x": 0,
+		// Another producer's nonsense: no overflow once the receive count is added.
+		"9223372036854775807": 1 << 20} {
 		m := &sqsworker.Message{MessageAttributes: map[string]sqsworker.MessageAttribute{sqsworker.AttrPriorAttempts: {DataType: "Number", StringValue: v}}}
 		if got := m.PriorAttempts(); got != want {
 			t.Errorf("PriorAttempts(%q) = %d, want %d", v, got, want)

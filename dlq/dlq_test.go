@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/sqstest"
@@ -481,5 +482,42 @@ func TestRedriveAudited(t *testing.T) {
 	}
 	if _, err := q.PlanRedrive(context.Background(), RedriveConfig{PerSecond: 501}); err == nil || !strings.Contains(err.Error(), "rate 501") {
 		t.Errorf("rate 501: %v", err)
+	}
+}
+
+// A message SQS's own redrive moved keeps the attempts of the copies before
+// it (sqsworker.prior-attempts, the runtimes' for a backoff above 12
+// hours): its replay starts from fresh attempts, as the runtimes' own
+// dead-letter copies do, instead of from where it was dead-lettered (one
+// failure from the dead-letter queue again). A time it may run
+// (sqsworker.not-before) is kept: a past one runs the job at once, one
+// still ahead holds it until then.
+func TestReplayStartsFromFreshAttempts(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	past := sqsworker.NotBeforeAttribute(time.Now().Add(-time.Hour))
+	redrive(t, e.f, e.orders, "webhook", map[string]sqsworker.MessageAttribute{
+		sqsworker.AttrPriorAttempts: {DataType: "Number", StringValue: "4"},
+		sqsworker.AttrNotBefore:     past,
+		"tenant":                    {DataType: "String", StringValue: "acme"},
+	})
+	q := openOrdersDLQ(t, e.f)
+	if res, err := q.Replay(context.Background(), ReplayConfig{}); err != nil || res.Moved != 1 {
+		t.Fatalf("replay: %v, %+v", err, res)
+	}
+	out, err := e.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(e.orders), MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %v, %d messages", err, len(out.Messages))
+	}
+	a := out.Messages[0].MessageAttributes
+	if _, ok := a[sqsworker.AttrPriorAttempts]; ok {
+		t.Errorf("the replayed copy has %s: its attempts carry over", sqsworker.AttrPriorAttempts)
+	}
+	if got := aws.ToString(a[sqsworker.AttrNotBefore].StringValue); got != past.StringValue {
+		t.Errorf("%s %q, want %q", sqsworker.AttrNotBefore, got, past.StringValue)
+	}
+	if got := aws.ToString(a["tenant"].StringValue); got != "acme" {
+		t.Errorf("tenant %q", got)
 	}
 }

@@ -156,7 +156,10 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 // matches [ErrInterrupted], with the result so far.
 //
 // The copy keeps the body, every message attribute (the failure metadata
-// stays as history; the runtimes replace it if the message fails again),
+// stays as history; the runtimes replace it if the message fails again)
+// but sqsworker.AttrPriorAttempts, so that the replayed job starts from
+// fresh attempts (SQS's own redrive keeps the attribute a copy waiting for
+// a long backoff carries; the runtimes' dead-letter copies have none),
 // the X-Ray trace header and, on FIFO queues, the message group; its
 // deduplication ID is the original message ID and its replay count. It gets
 // the Number attribute [AttrReplays]: 1, or one more than the message had.
@@ -400,7 +403,9 @@ func (r *replayer) destination(ctx context.Context, m *Message) (Target, bool, e
 func copyAttributes(m *Message) (attrs map[string]types.MessageAttributeValue, replays int, note string) {
 	attrs = make(map[string]types.MessageAttributeValue, len(m.raw.MessageAttributes)+1)
 	for k, v := range m.raw.MessageAttributes {
-		attrs[k] = v
+		if k != sqsworker.AttrPriorAttempts {
+			attrs[k] = v
+		}
 	}
 	_, has := attrs[AttrReplays]
 	if !has && len(attrs) >= sqsworker.MaxMessageAttributes {
@@ -431,7 +436,7 @@ func compactFailure(m *Message) (map[string]types.MessageAttributeValue, bool) {
 	}
 	out := make(map[string]types.MessageAttributeValue, len(m.raw.MessageAttributes))
 	for k, v := range m.raw.MessageAttributes {
-		if !sqsworker.IsFailureAttribute(k) {
+		if !sqsworker.IsFailureAttribute(k) && k != sqsworker.AttrPriorAttempts {
 			out[k] = v
 		}
 	}

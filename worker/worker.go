@@ -242,6 +242,11 @@ type Stats struct {
 	// BreakerOpens counts the times the circuit breaker opened, and
 	// BreakerProbes the messages it let through as probes.
 	BreakerOpens, BreakerProbes int64
+	// Held counts messages held back, without an attempt, until the time
+	// in their sqsworker.AttrNotBefore (not failures); Requeued the
+	// waiting copies sent (holds and backoffs above 12 hours);
+	// RequeueFailures the copies that could not be sent.
+	Held, Requeued, RequeueFailures int64
 }
 
 // Stats returns the worker's counters.
@@ -254,6 +259,7 @@ func (w *Worker) Stats() Stats {
 		MoveFailures: c.MoveFailures.Load(), InFlight: c.InFlight.Load(),
 		Extensions: c.Extensions.Load(), LeasesLost: c.LeasesLost.Load(),
 		BreakerOpens: c.BreakerOpens.Load(), BreakerProbes: c.BreakerProbes.Load(),
+		Held: c.Held.Load(), Requeued: c.Requeued.Load(), RequeueFailures: c.RequeueFailures.Load(),
 	}
 }
 

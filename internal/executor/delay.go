@@ -53,8 +53,9 @@ import (
 // fails, between the two leaves both, and the job runs twice unless its
 // handler is idempotent. Copies keep the idempotency key (a copy of a
 // message without one gets "message-id:" and the first message's ID, which
-// is what the idempotency middleware's DefaultKey would have used), so the
-// idempotency middleware runs the job once.
+// is what the idempotency middleware's DefaultKey would have used, unless
+// the key would take an eleventh attribute or push the copy over the queue's
+// MaximumMessageSize), so the idempotency middleware runs the job once.
 
 // Steps are the limits a hold works within. The zero value of a field means
 // SQS's: tests set shorter ones with SetStepsForTest.
@@ -132,6 +133,7 @@ const idempotencyKeyAttribute = "idempotency-key"
 // whether it settled the message, and then whether the message is gone from
 // the queue (a copy took its place).
 func (e *Executor) Hold(j *Job, ack Acker) (held, gone bool) {
+	j.holdChecked = true
 	return e.hold(j, ack)
 }
 
@@ -146,6 +148,17 @@ func (e *Executor) hold(j *Job, ack Acker) (held, gone bool) {
 		s.MessageDelay = 0 // FIFO queues take no per-message delay
 	}
 	now := s.Now()
+	sent := m.SentAt
+	if sent.IsZero() {
+		sent = now
+	}
+	if limit := sent.Add(sqsworker.MaxDelay); nb.After(limit.Add(s.Slack)) {
+		// Not a time the producer writes (another producer's, or not in
+		// milliseconds): held for the longest delay, not for ever.
+		j.log(e).Warn("message's not-before is more than the longest delay (365 days) after its send; holding it until then instead",
+			"message_id", m.ID, "not_before", nb, "sent_at", sent, "until", limit)
+		nb = limit
+	}
 	wait := nb.Sub(now)
 	// Sent more than a message delay before its time: this copy waited by
 	// visibility steps, so its receive count counts waits.
@@ -180,6 +193,9 @@ func (e *Executor) hold(j *Job, ack Acker) (held, gone bool) {
 		e.Counters.Held.Add(1)
 		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 		log.Debug("message held back until its time", "step", "visibility", "for", vis)
+		if e.Policy.RedriveMaxReceiveCount == 1 {
+			log.Warn("a FIFO queue whose redrive policy allows one receive cannot hold a message back: SQS moves it to the dead-letter queue when it comes back; raise maxReceiveCount")
+		}
 		retry(j, ack, vis)
 		return true, false
 	}
@@ -251,6 +267,7 @@ func receives(m *sqsworker.Message) int {
 // attempts made so far, prior. FIFO queues keep the visibility change, cut
 // to 12 hours: a copy would go behind the rest of its group.
 func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
+	delay = sqsworker.ClampLongDelay(delay) // a custom Backoff's
 	s := steps()
 	now := s.Now()
 	if delay <= e.visibilityLeft(j, s, now) || !e.Requeue.enabled() || e.Requeue.FIFO {
@@ -258,7 +275,9 @@ func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
 		return
 	}
 	nb := now.Add(delay)
-	if err := e.requeue(j, nb, prior, s.MessageDelay); err != nil {
+	// A delay the visibility left cannot hold may still be short (the
+	// handler ran nearly 12 hours): the copy is delayed by no more.
+	if err := e.requeue(j, nb, prior, min(delay, s.MessageDelay)); err != nil {
 		e.Counters.RequeueFailures.Add(1)
 		j.log(e).Warn("sending the waiting copy for a long backoff failed; retrying after the longest visibility timeout instead",
 			"message_id", j.Msg.ID, "retry_in", delay, "error", err)
@@ -290,10 +309,16 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 		return fmt.Errorf("the copy needs %d message attributes, over SQS's limit of %d: leave room for %s and %s",
 			len(attrs), sqsworker.MaxMessageAttributes, sqsworker.AttrNotBefore, sqsworker.AttrPriorAttempts)
 	}
-	if _, ok := attrs[idempotencyKeyAttribute]; !ok && len(attrs) < sqsworker.MaxMessageAttributes {
+	_, hasKey := attrs[idempotencyKeyAttribute]
+	addKey := !hasKey && len(attrs) < sqsworker.MaxMessageAttributes
+	if addKey {
 		// What the idempotency middleware's DefaultKey gives the first
 		// message, so that its copies share its key.
 		attrs[idempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: "message-id:" + m.ID}
+		if sqsworker.MessageSize(m.Body, attrs) > sqsworker.MaxMessageSize {
+			delete(attrs, idempotencyKeyAttribute)
+			addKey = false
+		}
 	}
 	in := &sqs.SendMessageInput{
 		QueueUrl:          aws.String(e.Requeue.URL),
@@ -323,7 +348,15 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 		ctx, cancelBy = context.WithDeadline(ctx, j.MoveBy)
 		defer cancelBy()
 	}
-	if _, err := e.Requeue.API.SendMessage(ctx, in); err != nil {
+	_, err := e.Requeue.API.SendMessage(ctx, in)
+	if err != nil && addKey && queue.IsInvalidParameter(err) {
+		// Perhaps over the queue's MaximumMessageSize, which the message
+		// fit without the key: the copy goes without rather than not at
+		// all, which would leave the job waiting on receives that run out.
+		delete(in.MessageAttributes, idempotencyKeyAttribute)
+		_, err = e.Requeue.API.SendMessage(ctx, in)
+	}
+	if err != nil {
 		return fmt.Errorf("sending a waiting copy of message %s to %s: %w", m.ID, e.Requeue.URL, err)
 	}
 	e.Counters.Requeued.Add(1)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -456,5 +457,53 @@ func TestEmulatorDelayDuplicateRunsOnceUnderIdempotency(t *testing.T) {
 	}
 	if v, i, d := localtest.Depth(t, api.Client, q.DLQURL); v+i+d != 0 {
 		t.Errorf("%d messages dead-lettered", v+i+d)
+	}
+}
+
+// A job sent at the queue's size limit without an idempotency key (SQS's 1
+// MiB, and a queue set to 64 KiB) waits in copies that still fit, through
+// both runtimes on the emulator: it runs once, as its first attempt, not
+// before its time, and is not dead-lettered for waiting (maxReceiveCount 2:
+// a copy at each step).
+func TestEmulatorDelayAtTheSizeLimit(t *testing.T) {
+	localtest.Require(t)
+	useEmuSteps(t)
+	for name, start := range runtimes {
+		for _, limit := range []int{sqsworker.MaxMessageSize, 64 << 10} {
+			t.Run(fmt.Sprintf("%s/MaximumMessageSize=%d", name, limit), func(t *testing.T) {
+				t.Parallel()
+				api := &counting{Client: localtest.NewSQS(t)}
+				q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: 2})
+				if _, err := api.Client.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: &q.URL,
+					Attributes: map[string]string{"MaximumMessageSize": strconv.Itoa(limit)}}); err != nil {
+					t.Fatal(err)
+				}
+				var r ran
+				stop := start(t, api, q, r.handler(nil))
+				nb := time.Now().Add(forty)
+				attrs := map[string]sqsworker.MessageAttribute{sqsworker.AttrNotBefore: sqsworker.NotBeforeAttribute(nb)}
+				body := strings.Repeat("x", limit-sqsworker.MessageSize("", attrs))
+				if _, err := api.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: &body,
+					DelaySeconds:      int32(emuSteps.MessageDelay / time.Second),
+					MessageAttributes: map[string]types.MessageAttributeValue{sqsworker.AttrNotBefore: {DataType: aws.String("Number"), StringValue: aws.String(attrs[sqsworker.AttrNotBefore].StringValue)}},
+				}); err != nil {
+					t.Fatal(err)
+				}
+				localtest.Eventually(t, forty+30*time.Second, func() bool {
+					v, i, d := localtest.Depth(t, api.Client, q.URL)
+					dv, di, dd := localtest.Depth(t, api.Client, q.DLQURL)
+					return (len(r.get()) > 0 && v+i+d == 0) || dv+di+dd > 0
+				}, "the job did not run, or copies are left")
+				time.Sleep(time.Second)
+				stop()
+				if v, i, d := localtest.Depth(t, api.Client, q.DLQURL); v+i+d != 0 {
+					t.Fatalf("%d messages dead-lettered", v+i+d)
+				}
+				runs := r.get()
+				if len(runs) != 1 || runs[0].at.Before(nb) || runs[0].attempt != 1 {
+					t.Errorf("runs %+v: want one first attempt, not before %s", runs, nb.Format(time.TimeOnly))
+				}
+			})
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -48,6 +49,9 @@ type sim struct {
 	// messages, from the receive numbered crashAt on: a worker that died
 	// holding them.
 	crashAt, crashes int
+	// runtime, when set, settles as the runtimes do: Hold, then Run
+	// when it held nothing.
+	runtime bool
 }
 
 // run is one handler call.
@@ -168,7 +172,13 @@ func (s *sim) runUntilIdle(limit time.Duration) {
 				continue // the worker died holding it
 			}
 			now := s.clock.Now()
-			s.ex.Run(&Job{Msg: sqsmsg.FromSDK(s.url, &out.Messages[i]), ReceivedAt: now, Ctx: context.Background()}, s)
+			j := &Job{Msg: sqsmsg.FromSDK(s.url, &out.Messages[i]), ReceivedAt: now, Ctx: context.Background()}
+			if s.runtime {
+				if held, _ := s.ex.Hold(j, s); held {
+					continue
+				}
+			}
+			s.ex.Run(j, s)
 		}
 	}
 	s.t.Fatalf("the queue still holds messages after %s", limit)
@@ -486,18 +496,28 @@ func TestHoldWithoutCopies(t *testing.T) {
 
 // A copy that waited, due, whose fresh copy cannot be sent, runs on itself
 // rather than wait again.
+// Through a runtime, which holds before its circuit breaker and then runs,
+// the fresh copy is tried once, not once more by Run.
 func TestHoldDueCopySendFailsRunsOnThisCopy(t *testing.T) {
-	s := newSim(t, 0, nil)
-	s.send(40 * time.Minute)
-	// The copy's send fails at its time: let the waits pass first.
-	s.clock.Advance(40 * time.Minute)
-	s.f.FailNext(sqstest.OpSendMessage, errors.New("access denied"), 1)
-	s.runUntilIdle(time.Hour)
-	if len(s.runs) != 1 {
-		t.Fatalf("ran %d times, want once", len(s.runs))
-	}
-	if s.ex.Counters.RequeueFailures.Load() != 1 {
-		t.Errorf("requeue failures %d, want 1", s.ex.Counters.RequeueFailures.Load())
+	for _, runtime := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Hold then Run=%v", runtime), func(t *testing.T) {
+			s := newSim(t, 0, nil)
+			s.runtime = runtime
+			s.send(40 * time.Minute)
+			// The copy's send fails at its time: let the waits pass first.
+			s.clock.Advance(40 * time.Minute)
+			s.f.FailNext(sqstest.OpSendMessage, errors.New("access denied"), 2)
+			s.runUntilIdle(time.Hour)
+			if len(s.runs) != 1 {
+				t.Fatalf("ran %d times, want once", len(s.runs))
+			}
+			if s.ex.Counters.RequeueFailures.Load() != 1 {
+				t.Errorf("requeue failures %d, want 1", s.ex.Counters.RequeueFailures.Load())
+			}
+			if c := s.cost(); c.Sends != 2 { // the producer's, the failed copy's
+				t.Errorf("%d sends, want 2", c.Sends)
+			}
+		})
 	}
 }
 
@@ -536,5 +556,122 @@ func TestHoldFIFO(t *testing.T) {
 				t.Logf("cost %+v: %d requests", c, c.total())
 			}
 		})
+	}
+}
+
+// A job sent at the queue's size limit, without an idempotency key, still
+// has waiting copies that fit: the key a copy would be given does not push
+// it over the limit (then it goes without), so the job is not left waiting
+// on a message whose receives run out — never dead-lettered for waiting.
+func TestHoldCopyOfAMessageAtTheSizeLimit(t *testing.T) {
+	for _, tc := range []struct{ mrc, limit int }{{0, producer.MaxMessageSize}, {2, producer.MaxMessageSize}, {2, 64 << 10}} {
+		t.Run(fmt.Sprintf("maxReceiveCount=%d/MaximumMessageSize=%d", tc.mrc, tc.limit), func(t *testing.T) {
+			s := newSim(t, tc.mrc, nil)
+			if tc.limit != producer.MaxMessageSize {
+				s.url = s.f.CreateQueue("jobs-small", map[string]string{"VisibilityTimeout": "30", "MaximumMessageSize": strconv.Itoa(tc.limit),
+					"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%d}`, sqstest.QueueARN("jobs-dlq"), tc.mrc)})
+				s.ex.Requeue.URL = s.url
+			}
+			p, err := producer.New(s.f, producer.Config{QueueURL: s.url, MaxMessageSize: tc.limit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			nb := s.clock.Now().Add(30 * time.Hour)
+			m := producer.Message{Body: "x", NotBefore: nb}
+			m.Body = strings.Repeat("x", tc.limit-producer.Size(m)+1)
+			if _, err := p.Send(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			s.runUntilIdle(31 * time.Hour)
+			if len(s.runs) != 1 || s.runs[0].at.Before(nb) || s.runs[0].at.After(nb.Add(2*time.Second)) || s.runs[0].attempt != 1 {
+				t.Fatalf("runs %+v, want one first attempt at %s", s.runs, nb)
+			}
+			s.checkNotDeadLettered()
+			if n := s.ex.Counters.RequeueFailures.Load(); n != 0 {
+				t.Errorf("%d copies not sent", n)
+			}
+		})
+	}
+}
+
+// A not-before further ahead than sqsworker.MaxDelay from the message's send
+// (another producer's, or microseconds taken for milliseconds) holds the job
+// back for MaxDelay at most, as the documentation says, not for ever: the
+// copy sent carries the time cut to that.
+func TestHoldFarFutureNotBeforeIsCut(t *testing.T) {
+	s := newSim(t, 2, nil) // no room for visibility steps: a copy at once
+	far := s.clock.Now().Add(50 * 365 * 24 * time.Hour)
+	id := s.f.Send(s.url, "job", func(in *sqs.SendMessageInput) {
+		in.MessageAttributes = map[string]types.MessageAttributeValue{
+			sqsworker.AttrNotBefore: {DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(far.UnixMilli(), 10))},
+		}
+	})
+	sent := s.clock.Now()
+	out, err := s.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &s.url, MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %v", err)
+	}
+	s.ex.Run(&Job{Msg: sqsmsg.FromSDK(s.url, &out.Messages[0]), ReceivedAt: s.clock.Now(), Ctx: context.Background()}, s)
+	if len(s.runs) != 0 {
+		t.Fatal("the handler ran before its time")
+	}
+	s.clock.Advance(sqsworker.MaxMessageDelay)
+	out, err = s.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &s.url, MessageAttributeNames: []string{"All"}})
+	if err != nil || len(out.Messages) != 1 || aws.ToString(out.Messages[0].MessageId) == id {
+		t.Fatalf("receive of the copy: %v, %d messages", err, len(out.Messages))
+	}
+	v, _ := strconv.ParseInt(aws.ToString(out.Messages[0].MessageAttributes[sqsworker.AttrNotBefore].StringValue), 10, 64)
+	if nb, limit := time.UnixMilli(v), sent.Add(sqsworker.MaxDelay); nb.After(limit) {
+		t.Errorf("the copy waits until %s, more than %s after its send (%s)", nb.Format(time.RFC3339), sqsworker.MaxDelay, limit.Format(time.RFC3339))
+	}
+}
+
+// A Backoff longer than sqsworker.MaxDelay (a custom one: ExponentialBackoff
+// and RetryAfter cut theirs) waits MaxDelay, as the documentation says: the
+// copy's time is cut to it.
+func TestLongBackoffIsCutToMaxDelay(t *testing.T) {
+	s := newSim(t, 0, func(*sqsworker.Message) error { return errors.New("down") })
+	s.ex.Policy.Backoff = sqsworker.BackoffFunc(func(int, error) time.Duration { return 1000 * 24 * time.Hour })
+	s.send(0)
+	start := s.clock.Now()
+	out, err := s.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &s.url, MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %v", err)
+	}
+	s.ex.Run(&Job{Msg: sqsmsg.FromSDK(s.url, &out.Messages[0]), ReceivedAt: start, Ctx: context.Background()}, s)
+	s.clock.Advance(sqsworker.MaxMessageDelay)
+	out, err = s.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &s.url, MessageAttributeNames: []string{"All"}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive of the copy: %v, %d messages", err, len(out.Messages))
+	}
+	v, _ := strconv.ParseInt(aws.ToString(out.Messages[0].MessageAttributes[sqsworker.AttrNotBefore].StringValue), 10, 64)
+	if nb, limit := time.UnixMilli(v), start.Add(sqsworker.MaxDelay); nb.After(limit) {
+		t.Errorf("the copy waits until %s, after %s", nb.Format(time.RFC3339), limit.Format(time.RFC3339))
+	}
+}
+
+// A short backoff after a handler that ran nearly 12 hours (the visibility
+// left cannot hold even that) waits in a copy delayed by the backoff, not
+// by the longest message delay: the retry comes on time.
+func TestShortBackoffAfterALongRunComesOnTime(t *testing.T) {
+	var s *sim
+	var failedAt time.Time
+	s = newSim(t, 0, func(m *sqsworker.Message) error {
+		if m.ReceiveCount > 1 {
+			return nil
+		}
+		s.clock.Advance(12*time.Hour - 30*time.Second) // a long run, kept by the heartbeat
+		failedAt = s.clock.Now()
+		return sqsworker.RetryAfter(2*time.Minute, errors.New("rate limited"))
+	})
+	s.send(0)
+	s.runUntilIdle(13 * time.Hour)
+	if len(s.runs) != 2 || s.runs[1].attempt != 2 {
+		t.Fatalf("runs %+v, want 2, the second as attempt 2", s.runs)
+	}
+	if at, want := s.runs[1].at, failedAt.Add(2*time.Minute); at.Before(want) || at.After(want.Add(2*time.Second)) {
+		t.Errorf("retried %s after the failure, want %s", at.Sub(failedAt), want.Sub(failedAt))
 	}
 }

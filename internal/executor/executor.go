@@ -67,6 +67,10 @@ type Job struct {
 	Log *slog.Logger
 	// Probe is true when the message runs as the circuit breaker's probe.
 	Probe bool
+
+	// holdChecked is set by Executor.Hold: Run does not hold the message
+	// a second time (nor try its fresh copy again).
+	holdChecked bool
 }
 
 func (j *Job) log(e *Executor) *slog.Logger {
@@ -172,11 +176,14 @@ const DefaultMoveTimeout = 30 * time.Second
 func (e *Executor) Run(j *Job, ack Acker) bool {
 	m := j.Msg
 	c := e.Counters
-	if held, gone := e.hold(j, ack); held {
-		if j.Probe { // not a probe after all: let the next message be one
-			e.Breaker.Abort()
+	// Unless the runtime held it already, or found nothing to hold.
+	if !j.holdChecked {
+		if held, gone := e.hold(j, ack); held {
+			if j.Probe { // not a probe after all: let the next message be one
+				e.Breaker.Abort()
+			}
+			return gone
 		}
-		return gone
 	}
 	if prior := m.PriorAttempts(); prior > 0 {
 		m.ReceiveCount = receives(m) + prior

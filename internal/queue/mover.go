@@ -142,6 +142,11 @@ func withoutFailure(attrs map[string]sqsworker.MessageAttribute) map[string]sqsw
 	return out
 }
 
+// IsInvalidParameter reports whether SQS refused a request as invalid with
+// the error code it also uses for a message over the queue's
+// MaximumMessageSize: see isInvalidParameter.
+func IsInvalidParameter(err error) bool { return isInvalidParameter(err) }
+
 // isInvalidParameter reports whether SQS refused a request as invalid with
 // the error code it uses for a message over the queue's MaximumMessageSize
 // (there is no code of its own for that case): InvalidParameterValue, also
