@@ -222,7 +222,7 @@ func (c *consumer) stop(ctx context.Context) {
 func (c *consumer) Delete(j *executor.Job) {
 	j.Acknowledging()
 	c.acks.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
-		Valid: j.Valid, Done: func(error) { j.Done() }})
+		Owner: (*deleting)(j)})
 }
 
 // Retry makes the message visible again after vis, rounded up to whole
@@ -232,8 +232,22 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 	vis = min(sqsworker.ClampDelay(vis), max(limit, 0))
 	vis = (vis + time.Second - 1).Truncate(time.Second)
 	c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Visibility: vis,
-		Valid: j.Valid})
+		Owner: (*retrying)(j)})
 }
+
+// deleting is a job as the ackbatch.Owner of its delete: retried while its
+// lease holds, which ends once the delete has landed or failed for good.
+type deleting executor.Job
+
+func (d *deleting) Valid() bool { return (*executor.Job)(d).Valid() }
+func (d *deleting) Acked(error) { (*executor.Job)(d).Done() }
+
+// retrying is a job as the ackbatch.Owner of its visibility change: retried
+// while its lease holds, which executor ended before the change was sent.
+type retrying executor.Job
+
+func (r *retrying) Valid() bool { return (*executor.Job)(r).Valid() }
+func (r *retrying) Acked(error) {}
 
 // Abandon leaves the message alone.
 func (c *consumer) Abandon(*executor.Job) {}

@@ -42,6 +42,7 @@ type pool struct {
 	size    int
 	queues  []*poolQueue
 	waiters []*waiter // in priority order, then order of arrival
+	eff     []int     // effectiveLocked's result, reused under mu
 }
 
 // poolQueue is one queue's share of a pool.
@@ -65,7 +66,7 @@ type waiter struct {
 	q     int
 	want  int
 	got   int
-	ready chan struct{} // signalled when got grows
+	ready chan struct{} // signalled when got leaves 0 and when it reaches want
 }
 
 func newPool(size int, queues []*poolQueue) *pool {
@@ -204,9 +205,13 @@ func (p *pool) state(q int) poolState {
 
 // effectiveLocked returns each queue's reservation in effect: its own, or
 // its StarvationShare while it is starved, as far as the slots no queue
-// reserves allow, higher priorities first.
+// reserves allow, higher priorities first. The slice is the pool's own,
+// valid until p.mu is released.
 func (p *pool) effectiveLocked() []int {
-	eff := make([]int, len(p.queues))
+	if len(p.eff) != len(p.queues) {
+		p.eff = make([]int, len(p.queues))
+	}
+	eff := p.eff
 	spare := p.size
 	for i, q := range p.queues {
 		eff[i] = q.reserved
@@ -263,10 +268,16 @@ func (p *pool) grantLocked() {
 		}
 		q.used += n
 		q.peak = max(q.peak, q.used)
+		first := w.got == 0
 		w.got += n
-		select {
-		case w.ready <- struct{}{}:
-		default:
+		// acquire waits for its first slot, then for all it wants (or
+		// fillWait): only these two steps wake it, not every slot that
+		// frees in between.
+		if first || w.got >= w.want {
+			select {
+			case w.ready <- struct{}{}:
+			default:
+			}
 		}
 	}
 }

@@ -6,9 +6,9 @@
 // server fault, an entry SQS failed on its side) waits out a jittered
 // exponential backoff, then is sent again, batched with the other entries
 // due then: the entries of one failed call stay together, and retries fill
-// the batches of new entries. An entry with [Entry.Valid] set is retried for
-// as long as its receipt handle may still work, however long SQS stays out of
-// reach; the others at most [Config.MaxAttempts] times.
+// the batches of new entries. An entry with an [Owner] is retried for as long
+// as its receipt handle may still work, however long SQS stays out of reach;
+// the others at most [Config.MaxAttempts] times.
 package ackbatch
 
 import (
@@ -71,25 +71,32 @@ type Entry struct {
 	MessageID string
 	// Visibility is the new visibility timeout of a ChangeVisibility entry.
 	Visibility time.Duration
-	// Valid, if set, reports whether the receipt handle may still work:
-	// typically, whether the message's lease still holds. While it
-	// returns true, the entry is retried after every failure a retry may
-	// fix (the network, throttling, server faults, an entry SQS failed on
-	// its side), with backoff, for as long as it takes: Config.MaxAttempts
-	// does not apply to it. Once it returns false the entry is not sent
-	// again (it leaves the batch it was to go in) and finishes with an
-	// error wrapping ErrExpired. It is called before each call that would
-	// carry the entry and after each failed one, from the batcher's
-	// goroutines, without its lock held; it must be safe for concurrent
-	// use and quick.
+	// Owner, if set, holds the entry's message: see Owner.
 	//
-	// Without Valid an entry is sent at most Config.MaxAttempts times.
+	// Without an Owner an entry is sent at most Config.MaxAttempts times.
 	// Either way, failures no retry fixes (sender faults such as an
 	// invalid receipt handle, denied access, a missing queue) finish the
 	// entry at once, and Close's context bounds every retry.
-	Valid func() bool
-	// Done, if set, is called once with the entry's final result.
-	Done func(error)
+	Owner Owner
+}
+
+// Owner holds the message of an entry: typically its lease. It is an
+// interface rather than a pair of functions so that a runtime can pass the
+// job it already has, at no allocation per message.
+type Owner interface {
+	// Valid reports whether the receipt handle may still work: typically,
+	// whether the message's lease still holds. While it returns true, the
+	// entry is retried after every failure a retry may fix (the network,
+	// throttling, server faults, an entry SQS failed on its side), with
+	// backoff, for as long as it takes: Config.MaxAttempts does not apply
+	// to it. Once it returns false the entry is not sent again (it leaves
+	// the batch it was to go in) and finishes with an error wrapping
+	// ErrExpired. It is called before each call that would carry the
+	// entry and after each failed one, from the batcher's goroutines,
+	// without its lock held; it must be safe for concurrent use and quick.
+	Valid() bool
+	// Acked is called once with the entry's final result.
+	Acked(err error)
 }
 
 // Config configures a Batcher.
@@ -100,8 +107,8 @@ type Config struct {
 	Interval time.Duration
 	// MaxInFlight bounds the batch calls under way at once. Default 8.
 	MaxInFlight int
-	// MaxAttempts bounds the calls made for one entry without
-	// Entry.Valid. Default 8, spanning about 6 to 11 s of backoff.
+	// MaxAttempts bounds the calls made for one entry without an
+	// Entry.Owner. Default 8, spanning about 6 to 11 s of backoff.
 	MaxAttempts int
 	// Timeout bounds each call. Default 10s.
 	Timeout time.Duration
@@ -172,7 +179,7 @@ func New(api API, cfg Config) *Batcher {
 // ErrClosed is the result of entries added after Close.
 var ErrClosed = errors.New("ackbatch: batcher closed")
 
-// ErrExpired is wrapped by the result of an entry whose Entry.Valid returned
+// ErrExpired is wrapped by the result of an entry whose Owner.Valid returned
 // false before it could be sent successfully: its receipt handle can no
 // longer work.
 var ErrExpired = errors.New("ackbatch: receipt handle expired")
@@ -246,7 +253,7 @@ func (b *Batcher) flushLocked(kind Kind) {
 }
 
 // Close sends the pending entries and waits until every entry has finished:
-// sent, failed for good, or, with Entry.Valid, expired. When ctx ends first
+// sent, failed for good, or, with an Entry.Owner, expired. When ctx ends first
 // it cancels the calls under way, makes no other call, reports every entry
 // not done failed, and returns the context's cause once the calls under way
 // have returned (the SDK's calls return as soon as their context is
@@ -332,7 +339,7 @@ func (b *Batcher) send(kind Kind, items []item) {
 func (b *Batcher) dropExpired(kind Kind, items []item) []item {
 	keep := items[:0]
 	for _, it := range items {
-		if it.Valid != nil && !it.Valid() {
+		if it.Owner != nil && !it.Owner.Valid() {
 			b.expire(kind, it)
 			continue
 		}
@@ -361,9 +368,9 @@ func (b *Batcher) retry(kind Kind, items []item) {
 	var first time.Time
 	for _, it := range items {
 		switch {
-		case it.Valid == nil && it.attempts >= b.cfg.MaxAttempts:
+		case it.Owner == nil && it.attempts >= b.cfg.MaxAttempts:
 			b.done(kind, it, fmt.Errorf("%s of message %s: gave up after %d attempts: %w", kind, it.MessageID, it.attempts, it.err))
-		case it.Valid != nil && !it.Valid():
+		case it.Owner != nil && !it.Owner.Valid():
 			b.expire(kind, it)
 		default:
 			it.due = now.Add(backoff(it.attempts, jitter))
@@ -585,8 +592,8 @@ func (b *Batcher) done(kind Kind, it item, err error) {
 }
 
 func (b *Batcher) finish(kind Kind, e Entry, err error) {
-	if e.Done != nil {
-		e.Done(err)
+	if e.Owner != nil {
+		e.Owner.Acked(err)
 	}
 	if b.cfg.Result != nil {
 		b.cfg.Result(kind, e, err)

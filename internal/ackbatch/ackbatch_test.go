@@ -391,7 +391,7 @@ func TestCloseFlushesThenRefuses(t *testing.T) {
 			t.Fatalf("after Close: calls %+v, %d results; want one call of 3, 3 results", calls, r.count())
 		}
 		var done []error
-		b.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: "late", Done: func(err error) { done = append(done, err) }})
+		b.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: "late", Owner: owner{acked: func(err error) { done = append(done, err) }}})
 		if err := r.of(t, "late"); !errors.Is(err, ackbatch.ErrClosed) {
 			t.Errorf("entry added after Close: %v, want ErrClosed", err)
 		}

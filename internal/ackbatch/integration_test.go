@@ -69,7 +69,7 @@ func TestDeletesOutlastOutageOnLocalSQS(t *testing.T) {
 	proxy.Cut()
 	for _, m := range msgs {
 		b.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: aws.ToString(m.ReceiptHandle), MessageID: aws.ToString(m.MessageId),
-			Valid: func() bool { return time.Now().Before(leaseEnd) }})
+			Owner: owner{valid: func() bool { return time.Now().Before(leaseEnd) }}})
 	}
 	time.Sleep(outage)
 	if n := finished(); n != 0 {

@@ -32,6 +32,21 @@ func outageAPI(outage time.Duration) *fakeAPI {
 
 func always() bool { return true }
 
+// owner is an ackbatch.Owner made of functions: valid nil is always valid,
+// acked nil ignores the result.
+type owner struct {
+	valid func() bool
+	acked func(error)
+}
+
+func (o owner) Valid() bool { return o.valid == nil || o.valid() }
+
+func (o owner) Acked(err error) {
+	if o.acked != nil {
+		o.acked(err)
+	}
+}
+
 // SQS out of reach for 15 s: entries with Valid are retried through it,
 // MaxAttempts notwithstanding, and all land once it is back, in the
 // batches they were sent in; entries without Valid still give up after
@@ -44,7 +59,7 @@ func TestValidEntriesOutlastOutage(t *testing.T) {
 		b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", MaxAttempts: 2, Result: r.add})
 		valid := entries("v", 35)
 		for _, e := range valid {
-			e.Valid = always
+			e.Owner = owner{valid: always}
 			b.Add(ackbatch.Delete, e)
 		}
 		bounded := entries("n", 5) // batched with v30..v34
@@ -129,18 +144,19 @@ func TestInvalidEntryLeavesItsBatch(t *testing.T) {
 		doneAt := map[string]time.Duration{}
 		es := entries("d", 10)
 		for i, e := range es {
-			e.Valid = always
+			o := owner{valid: always}
 			if i < 3 {
-				e.Valid = held.Load
+				o.valid = held.Load
 			}
-			e.Done = func(error) {
+			o.acked = func(error) {
 				mu.Lock()
 				doneAt[e.ReceiptHandle] = time.Since(api.start)
 				mu.Unlock()
 			}
+			e.Owner = o
 			b.Add(ackbatch.Delete, e)
 		}
-		b.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: "lost", MessageID: "lost", Valid: func() bool { return false }})
+		b.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: "lost", MessageID: "lost", Owner: owner{valid: func() bool { return false }}})
 		time.Sleep(8 * time.Second)
 		flip := time.Since(api.start)
 		held.Store(false)
@@ -194,7 +210,7 @@ func TestCloseDuringOutage(t *testing.T) {
 		var r results
 		b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", MaxAttempts: 2, Result: r.add})
 		for _, e := range entries("d", 25) {
-			e.Valid = always
+			e.Owner = owner{valid: always}
 			b.Add(ackbatch.Delete, e)
 		}
 		b.Flush(ackbatch.Delete)
@@ -258,7 +274,7 @@ func TestOutageOnFake(t *testing.T) {
 		b := ackbatch.New(f, ackbatch.Config{QueueURL: url, Result: r.add})
 		for i, h := range handles {
 			b.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: h, MessageID: fmt.Sprint(i),
-				Valid: func() bool { return time.Now().Before(leaseEnd) }})
+				Owner: owner{valid: func() bool { return time.Now().Before(leaseEnd) }}})
 		}
 		time.Sleep(vis / 2)
 		synctest.Wait()

@@ -138,11 +138,19 @@ func (e *Executor) Hold(j *Job, ack Acker) (held, gone bool) {
 }
 
 func (e *Executor) hold(j *Job, ack Acker) (held, gone bool) {
-	m := j.Msg
-	nb, ok := m.NotBefore()
+	// Most messages have no time: their check stays this small, so that a
+	// runtime that runs each message on a fresh goroutine (the Lambda
+	// adapter) does not grow its stack for holdUntil's large frame.
+	nb, ok := j.Msg.NotBefore()
 	if !ok {
 		return false, false
 	}
+	return e.holdUntil(j, ack, nb)
+}
+
+// holdUntil is hold for a message whose time is nb.
+func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) {
+	m := j.Msg
 	s := steps()
 	if e.Requeue.FIFO {
 		s.MessageDelay = 0 // FIFO queues take no per-message delay
