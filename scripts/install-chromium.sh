@@ -16,7 +16,7 @@
 # message outside CI, and fail in CI.
 set -euo pipefail
 
-CHROMIUM_VERSION="${CHROMIUM_VERSION:-148.0.7778.167-1~deb12u1}"
+CHROMIUM_VERSION="${CHROMIUM_VERSION:-156.0.8078.114-1~deb12u1}"
 
 if [[ -n "${SQSWORKER_CHROMIUM:-}" ]]; then
 	exit 0
