@@ -159,7 +159,7 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 	st.exec = &executor.Executor{
 		Handler: a.h,
 		Policy: outcome.Policy{Backoff: a.cfg.Backoff, MaxReceiveCount: maxReceive,
-			HasDLQ: dlq != "", RedriveMaxReceiveCount: info.MaxReceiveCount},
+			HasDLQ: dlq != "", RedriveMaxReceiveCount: info.MaxReceiveCount, RedriveUnknown: !known},
 		Mover:        &queue.Mover{API: a.cfg.Client, URL: dlq, FIFO: queue.IsFIFOURL(dlq), Host: a.cfg.Host},
 		Counters:     &a.counts,
 		Metrics:      a.recorder,

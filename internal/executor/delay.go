@@ -30,7 +30,9 @@ import (
 //     back. Every such receive counts toward the redrive policy's
 //     maxReceiveCount, so a copy takes visibility steps only while its
 //     receive count leaves a spare receive after the next (count+2 <=
-//     maxReceiveCount; without a redrive policy, always);
+//     maxReceiveCount; without a redrive policy, always; never when the
+//     queue's attributes could not be read, as the Lambda adapter goes on
+//     without them: Policy.RedriveUnknown);
 //   - a message step (requeue): a copy of the message — same body, same
 //     message attributes, same X-Ray trace header, on FIFO queues the same
 //     group with the original's message ID as deduplication ID — is sent
@@ -240,6 +242,9 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 // visibilityRoom reports whether the message may take a visibility step: its
 // next receive leaves one more before the redrive policy's maxReceiveCount.
 func (e *Executor) visibilityRoom(m *sqsworker.Message) bool {
+	if e.Policy.RedriveUnknown {
+		return false
+	}
 	mrc := e.Policy.RedriveMaxReceiveCount
 	return mrc == 0 || receives(m)+2 <= mrc
 }

@@ -675,3 +675,22 @@ func TestShortBackoffAfterALongRunComesOnTime(t *testing.T) {
 		t.Errorf("retried %s after the failure, want %s", at.Sub(failedAt), want.Sub(failedAt))
 	}
 }
+
+// A queue whose attributes could not be read (the Lambda adapter goes on
+// without them) may still have a redrive policy: a job waiting for its
+// time must not spend receives on visibility steps that policy counts, so
+// it waits in fresh copies, and is never dead-lettered for waiting.
+func TestHoldWithRedriveUnknownWaitsInCopies(t *testing.T) {
+	for _, d := range []time.Duration{40 * time.Minute, 30 * time.Hour} {
+		t.Run(d.String(), func(t *testing.T) {
+			s := newSim(t, 2, nil) // the queue's redrive policy: maxReceiveCount 2
+			s.ex.Policy = outcome.Policy{Backoff: sqsworker.ExponentialBackoff{}, HasDLQ: true, RedriveUnknown: true}
+			nb := s.send(d)
+			s.runUntilIdle(d + time.Hour)
+			s.checkRanOnce(nb)
+			if c := s.cost(); c.Visibility != 0 {
+				t.Errorf("%d visibility steps with the redrive policy unknown, want none: %+v", c.Visibility, c)
+			}
+		})
+	}
+}

@@ -41,6 +41,11 @@ type Policy struct {
 	// failed attempt reaches it does SQS itself move the message on its
 	// next receive.
 	RedriveMaxReceiveCount int
+	// RedriveUnknown is true when the queue's attributes could not be
+	// read, so RedriveMaxReceiveCount is unknown rather than "none": a
+	// message held back for later then waits in fresh copies, never in
+	// visibility steps that spend receives a redrive policy may count.
+	RedriveUnknown bool
 }
 
 // Decision is what to do with one message.
