@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -60,8 +61,9 @@ that must carry a token made when the server starts (CSRF), from the page's
 own origin; API reads (which receive the messages) are refused from another
 site's page too. On a loopback address requests must name a loopback host (no DNS
 rebinding). Binding another address needs an access token: --token, or one
-made and printed once at start; open the printed address, which keeps it in
-a cookie. Message bodies are never in a listing nor in the server's log.
+made and printed once at start, or $SQSWORKER_UI_TOKEN (which, unlike
+--token, other local users cannot read in the process list); open the
+printed address, which keeps it in a cookie. Message bodies are never in a listing nor in the server's log.
 Ctrl-C (SIGINT) or SIGTERM shuts down gracefully; a replay under way stops
 between two messages, which loses nothing.`,
 		Example: `  sqsworker ui orders payments
@@ -74,13 +76,16 @@ between two messages, which loses nothing.`,
 	f := cmd.Flags()
 	f.StringVar(&o.addr, "addr", ui.DefaultAddr, "address to listen on, host:port; a non-loopback host needs an access token")
 	f.StringVar(&o.prefix, "prefix", "", "show every queue whose name starts with this prefix (instead of, or besides, QUEUE arguments)")
-	f.StringVar(&o.token, "token", "", "access token every request must carry (default: none on a loopback address, else one made and printed at start)")
+	f.StringVar(&o.token, "token", "", "access token every request must carry (default: $"+uiTokenEnv+"; without it none on a loopback address, else one made and printed at start); the variable keeps it out of the process list")
 	f.BoolVar(&o.allowActions, "allow-actions", false, "enable replay and purge (default: read-only)")
 	f.BoolVar(&o.force, "force", false, "act on queues even if they do not look like dead-letter queues")
 	f.DurationVar(&o.interval, "interval", ui.DefaultSampleInterval, "how often the queue figures are read while a page is open")
 	o.audit.add(cmd, "")
 	return cmd
 }
+
+// uiTokenEnv gives the access token when --token does not.
+const uiTokenEnv = "SQSWORKER_UI_TOKEN"
 
 func runUI(cmd *cobra.Command, a *app, args []string, o uiOptions) error {
 	ctx := cmd.Context()
@@ -96,6 +101,9 @@ func runUI(cmd *cobra.Command, a *app, args []string, o uiOptions) error {
 	loopback, err := ui.IsLoopback(o.addr)
 	if err != nil {
 		return usageError{fmt.Errorf("--addr: %w", err)}
+	}
+	if !cmd.Flags().Changed("token") {
+		o.token = os.Getenv(uiTokenEnv)
 	}
 	printToken := false
 	if !loopback && o.token == "" {

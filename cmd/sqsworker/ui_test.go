@@ -129,3 +129,59 @@ func TestUIStartMessage(t *testing.T) {
 		t.Errorf("no token:\n%s", none)
 	}
 }
+
+// The access token may come from $SQSWORKER_UI_TOKEN instead of --token,
+// out of the process list: requests must carry it, and the start message
+// does not print it.
+func TestUITokenFromEnvironment(t *testing.T) {
+	localtest.Require(t)
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	name := q.URL[strings.LastIndexByte(q.URL, '/')+1:]
+	t.Setenv(uiTokenEnv, "from-the-environment")
+
+	errOut := &lockedBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		root := newRoot(strings.NewReader(""), io.Discard, errOut)
+		root.SetArgs([]string{"ui", "--prefix", name, "--addr", "127.0.0.1:0"})
+		done <- root.ExecuteContext(ctx)
+	}()
+	var m []string
+	localtest.Eventually(t, 30*time.Second, func() bool {
+		m = servingURL.FindStringSubmatch(errOut.String())
+		return m != nil
+	}, "ui did not print its address:\n%s", errOut.String())
+	if strings.Contains(errOut.String(), "from-the-environment") {
+		t.Errorf("the start message prints the token: %s", errOut.String())
+	}
+	hc := &http.Client{Timeout: 30 * time.Second}
+	for _, tc := range []struct {
+		bearer string
+		want   int
+	}{{"", http.StatusUnauthorized}, {"wrong", http.StatusUnauthorized}, {"from-the-environment", http.StatusOK}} {
+		req, _ := http.NewRequest(http.MethodGet, m[1]+"api/queues", nil)
+		if tc.bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+tc.bearer)
+		}
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != tc.want {
+			t.Errorf("token %q: status %d, want %d", tc.bearer, res.StatusCode, tc.want)
+		}
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ui: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("ui did not stop")
+	}
+}
