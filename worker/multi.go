@@ -74,7 +74,8 @@ type QueueConfig struct {
 
 	// StarvationShare is how many slots a starved queue gets, as far as
 	// the slots the other queues reserve allow. Default a quarter of the
-	// pool, at least 1. Only with MaxAge.
+	// pool, at least 1 and at most the queue's Concurrency. Only with
+	// MaxAge.
 	StarvationShare int
 
 	// Handler runs the queue's messages. Default: the handler given to
@@ -145,7 +146,7 @@ func NewMulti(api API, cfg MultiConfig) (*MultiWorker, error) {
 		if q.MaxAge > 0 {
 			pqs[i].share = q.StarvationShare
 			if pqs[i].share == 0 {
-				pqs[i].share = max(1, size/4)
+				pqs[i].share = min(max(1, size/4), c.Concurrency)
 			}
 		}
 	}
