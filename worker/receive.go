@@ -14,7 +14,6 @@ import (
 	"github.com/aws/smithy-go/logging"
 
 	"github.com/sqsworker/sqsworker/internal/awserr"
-	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 )
 
@@ -61,15 +60,16 @@ func (c *consumer) poll() {
 		// While the circuit breaker is open no receive is made: the
 		// messages stay in the queue with their receive counts unspent.
 		// Once it lets a probe through, one message is received.
-		var probe bool
-		var err error
-		if c.exec.Breaker.State() != breaker.Closed {
+		// Allow, not State then Wait: a breaker that opens between the two
+		// would have the loop wait out the open breaker counted active,
+		// holding lower queues back meanwhile.
+		ok, probe, _ := c.exec.Breaker.Allow()
+		if !ok {
+			var err error
 			paused(func() bool { probe, err = c.exec.Breaker.Wait(c.pollCtx); return true })
-		} else {
-			probe, err = c.exec.Breaker.Wait(c.pollCtx)
-		}
-		if err != nil {
-			return
+			if err != nil {
+				return
+			}
 		}
 		want := c.cfg.MaxMessages
 		if probe {
