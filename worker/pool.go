@@ -30,10 +30,10 @@ import (
 //   - The starvation guard: a queue with an age budget (MaxAge) is starved
 //     when a receive brings a message older than the budget, or when a
 //     receive loop of it has waited for slots for half the budget.
-//     While starved, its reservation is raised to its StarvationShare
-//     (within what the other queues do not reserve), so that it runs beside
-//     higher queues; it is no longer starved once a receive brings nothing
-//     or only messages within half of the budget.
+//     While starved and active, its reservation is raised to its
+//     StarvationShare (within what the other queues do not reserve), so
+//     that it runs beside higher queues; it is no longer starved once a
+//     receive brings nothing or only messages within half of the budget.
 //
 // With one queue, none of the rules but the first matter: the pool is a
 // counting semaphore of Concurrency slots.
@@ -220,7 +220,11 @@ func (p *pool) effectiveLocked() []int {
 	for range p.queues { // in priority order: the highest starved queue first
 		best := -1
 		for i, q := range p.queues {
-			if q.starved && q.share > eff[i] && (best < 0 || q.priority > p.queues[best].priority) {
+			// A starved queue whose loops are all paused (a rate limit,
+			// an open breaker, a receive error) cannot use its share:
+			// a rate-limited backlog would keep it from the others for
+			// ever.
+			if q.starved && q.active > 0 && q.share > eff[i] && (best < 0 || q.priority > p.queues[best].priority) {
 				best = i
 			}
 		}

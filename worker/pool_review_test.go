@@ -30,3 +30,27 @@ func TestPoolDefaultShareWithinQueueMax(t *testing.T) {
 		t.Errorf("high queue got %d slots beside a starved low queue of at most 4, want 36", n)
 	}
 }
+
+// A starved queue whose receive loops are all paused (waiting for a rate
+// limit's token, an open circuit breaker, or a retry after a receive
+// error) reserves no slots meanwhile: a rate-limited backlog stays starved
+// for ever, and its share would be kept from the other queues for ever.
+func TestPoolPausedStarvedQueueReservesNothing(t *testing.T) {
+	p := newPool(20, []*poolQueue{
+		{priority: 1, max: 20},
+		{max: 20, maxAge: time.Second, share: 5},
+	})
+	p.setActive(0, 1)
+	p.mu.Lock()
+	p.queues[1].starved = true // and no active loop: paused
+	p.mu.Unlock()
+	n := tryAcquire(p, 0, 20)
+	if n != 20 {
+		t.Errorf("high queue got %d slots beside a paused starved queue, want all 20", n)
+	}
+	p.release(0, n)
+	p.setActive(1, 1) // the starved queue receives again: its share holds
+	if n := tryAcquire(p, 0, 20); n != 15 {
+		t.Errorf("high queue got %d slots beside an active starved queue with a share of 5, want 15", n)
+	}
+}
