@@ -23,7 +23,10 @@ import (
 //     active (one of its receive loops is receiving or waiting for slots,
 //     not paused by the circuit breaker, a rate limit or a receive error),
 //     lower-priority queues take only their reserved slots: they poll with
-//     slots higher queues are not using.
+//     slots higher queues are not using. A receive still under way after
+//     hungryGrace ends the hunger: SQS answers at once when messages wait,
+//     so it is a long poll on an empty queue, which lower queues need not
+//     wait out.
 //   - An idle queue (its last receive brought nothing) takes at most one
 //     slot beyond its free reserved ones, when other queues share the pool:
 //     its long poll does not hold slots that a busy queue could fill.
@@ -53,11 +56,12 @@ type poolQueue struct {
 	share    int           // reservation while starved; 0 for none
 	maxAge   time.Duration // the age budget; 0 for none
 
-	used    int  // slots held
-	peak    int  // most slots held at once
-	hungry  bool // the last receive brought all it asked for: more may wait; true at the start
-	idle    bool // the last receive brought nothing
-	active  int  // receive loops receiving or waiting for slots
+	used    int    // slots held
+	peak    int    // most slots held at once
+	hungry  bool   // the last receive brought all it asked for: more may wait; true at the start
+	gen     uint64 // receives recorded: a grace timer of an older receive does nothing
+	idle    bool   // the last receive brought nothing
+	active  int    // receive loops receiving or waiting for slots
 	starved bool
 }
 
@@ -171,12 +175,35 @@ func (p *pool) setActive(q, delta int) {
 	p.mu.Unlock()
 }
 
+// hungryGrace is how long a receive of a hungry queue may be under way
+// before the queue is taken for empty (see pool).
+const hungryGrace = 200 * time.Millisecond
+
+// receiving notes that a receive of queue q starts, and returns the func
+// that stops its grace timer once it ends: a receive under way after
+// hungryGrace, with none recorded meanwhile, ends q's hunger.
+func (p *pool) receiving(q int) (stop func() bool) {
+	p.mu.Lock()
+	gen := p.queues[q].gen
+	p.mu.Unlock()
+	t := time.AfterFunc(hungryGrace, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if pq := p.queues[q]; pq.gen == gen && pq.hungry {
+			pq.hungry = false
+			p.grantLocked()
+		}
+	})
+	return t.Stop
+}
+
 // received records what a receive of queue q brought: n messages of the
 // asked for, the oldest of them oldest old (from its SentTimestamp).
 func (p *pool) received(q, n, asked int, oldest time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pq := p.queues[q]
+	pq.gen++
 	pq.hungry = n > 0 && n >= asked
 	pq.idle = n == 0
 	if pq.maxAge > 0 {

@@ -116,7 +116,9 @@ func (c *consumer) poll() {
 		// the handlers cut at the deadline, released meanwhile, for a whole
 		// visibility timeout. What it brings is released once it ends.
 		rctx, cancel := context.WithTimeout(c.receiveCtx, c.cfg.WaitTime+receiveGrace)
+		stopGrace := pool.receiving(qi)
 		out, err := c.w.api.ReceiveMessage(rctx, in, quietReceive)
+		stopGrace()
 		cancel()
 		if probe && (err != nil || len(out.Messages) == 0) {
 			c.exec.Breaker.Abort()
