@@ -183,6 +183,9 @@ const hungryGrace = 200 * time.Millisecond
 // that stops its grace timer once it ends: a receive under way after
 // hungryGrace, with none recorded meanwhile, ends q's hunger.
 func (p *pool) receiving(q int) (stop func() bool) {
+	if len(p.queues) == 1 {
+		return noGrace // hunger holds back lower queues only: a Worker has none
+	}
 	p.mu.Lock()
 	gen := p.queues[q].gen
 	p.mu.Unlock()
@@ -196,6 +199,9 @@ func (p *pool) receiving(q int) (stop func() bool) {
 	})
 	return t.Stop
 }
+
+// noGrace is receiving's stop when no grace timer runs.
+func noGrace() bool { return false }
 
 // received records what a receive of queue q brought: n messages of the
 // asked for, the oldest of them oldest old (from its SentTimestamp).
