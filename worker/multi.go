@@ -125,6 +125,8 @@ func NewMulti(api API, cfg MultiConfig) (*MultiWorker, error) {
 	}
 	m := &MultiWorker{queues: cfg.Queues, done: make(chan struct{})}
 	pqs := make([]*poolQueue, len(cfg.Queues))
+	cfgs := make([]Config, len(cfg.Queues))
+	n := 0
 	for i, q := range cfg.Queues {
 		c := q.Config
 		if c.Concurrency == 0 {
@@ -136,7 +138,12 @@ func NewMulti(api API, cfg MultiConfig) (*MultiWorker, error) {
 		if c.Logger == nil {
 			c.Logger = cfg.Logger
 		}
-		c = c.withDefaults()
+		cfgs[i] = c.withDefaults()
+		n += conns(cfgs[i])
+	}
+	api = withConns(api, n)
+	for i, q := range cfg.Queues {
+		c := cfgs[i]
 		w := newWorker(api, c)
 		w.log = w.log.With("priority", q.Priority)
 		w.qi = i

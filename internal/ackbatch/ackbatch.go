@@ -119,13 +119,26 @@ type Config struct {
 // Batcher collects entries and sends them in batches. Its methods are safe for
 // concurrent use. Close sends what is pending, waits for the retries, and for
 // the calls under way.
+//
+// Up to Config.MaxInFlight sender goroutines make the calls. They start as
+// batches come, take the ready batches in turn, and stay until Close: a
+// goroutine per call would start with a small stack and grow it in the
+// SDK's deep call chain, every time.
 type Batcher struct {
 	api API
 	cfg Config
-	sem chan struct{}
-	wg  sync.WaitGroup // the goroutines making calls
+	wg  sync.WaitGroup // the sender goroutines
 
 	mu sync.Mutex
+	// ready[head:] are the batches waiting for a sender; senders counts
+	// the sender goroutines, idle those waiting on wake for a batch; quit
+	// tells them to return.
+	ready   []batch
+	head    int
+	senders int
+	idle    int
+	quit    bool
+	wake    *sync.Cond
 	// pending are the entries waiting for their batch to fill: new ones,
 	// and retries that came due.
 	pending [2][]item
@@ -149,6 +162,12 @@ type Batcher struct {
 	stopCall context.CancelCauseFunc
 }
 
+// batch is one call's worth of entries of one kind.
+type batch struct {
+	kind  Kind
+	items []item
+}
+
 // item is an entry on its way, with its attempts so far.
 type item struct {
 	Entry
@@ -157,7 +176,8 @@ type item struct {
 	due      time.Time // of the next attempt, while waiting out a backoff
 }
 
-// New returns a Batcher for one queue.
+// New returns a Batcher for one queue. Close it: that also ends its
+// goroutines.
 func New(api API, cfg Config) *Batcher {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 100 * time.Millisecond
@@ -171,7 +191,8 @@ func New(api API, cfg Config) *Batcher {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 10 * time.Second
 	}
-	b := &Batcher{api: api, cfg: cfg, sem: make(chan struct{}, cfg.MaxInFlight)}
+	b := &Batcher{api: api, cfg: cfg}
+	b.wake = sync.NewCond(&b.mu)
 	b.stop, b.stopCall = context.WithCancelCause(context.Background())
 	return b
 }
@@ -245,11 +266,60 @@ func (b *Batcher) flushLocked(kind Kind) {
 	}
 	for len(b.pending[kind]) > 0 {
 		n := min(len(b.pending[kind]), MaxBatch)
-		batch := b.pending[kind][:n:n]
+		b.readyLocked(kind, b.pending[kind][:n:n])
 		b.pending[kind] = b.pending[kind][n:]
-		b.wg.Go(func() { b.send(kind, batch) })
 	}
 	b.pending[kind] = nil
+}
+
+// readyLocked hands a batch to the senders: an idle one, or a new one while
+// there are fewer than MaxInFlight; otherwise a busy one takes it when its
+// call returns. b.mu is held.
+func (b *Batcher) readyLocked(kind Kind, items []item) {
+	b.ready = append(b.ready, batch{kind, items})
+	switch {
+	case b.idle > 0:
+		b.wake.Signal()
+	case b.senders < b.cfg.MaxInFlight:
+		b.senders++
+		b.wg.Go(b.sender)
+	}
+}
+
+// sender makes calls for the ready batches, one at a time, until Close tells
+// it to return.
+func (b *Batcher) sender() {
+	b.mu.Lock()
+	for {
+		for b.head == len(b.ready) && !b.quit {
+			b.idle++
+			b.wake.Wait()
+			b.idle--
+		}
+		if b.head == len(b.ready) { // and quit
+			b.senders--
+			b.mu.Unlock()
+			return
+		}
+		next := b.ready[b.head]
+		b.ready[b.head] = batch{}
+		if b.head++; b.head == len(b.ready) { // all taken: start the array over
+			b.ready, b.head = b.ready[:0], 0
+		}
+		b.mu.Unlock()
+		b.send(next.kind, next.items)
+		b.mu.Lock()
+	}
+}
+
+// stopSenders tells the senders to return once the ready batches are sent,
+// and waits for them.
+func (b *Batcher) stopSenders() {
+	b.mu.Lock()
+	b.quit = true
+	b.wake.Broadcast()
+	b.mu.Unlock()
+	b.wg.Wait()
 }
 
 // Close sends the pending entries and waits until every entry has finished:
@@ -273,13 +343,13 @@ func (b *Batcher) Close(ctx context.Context) error {
 	b.mu.Unlock()
 	select {
 	case <-drained:
-		b.wg.Wait()
+		b.stopSenders()
 		b.stopCall(nil)
 		return nil
 	case <-ctx.Done():
 		select {
 		case <-drained: // both: nothing was lost
-			b.wg.Wait()
+			b.stopSenders()
 			b.stopCall(nil)
 			return nil
 		default:
@@ -300,36 +370,30 @@ func (b *Batcher) Close(ctx context.Context) error {
 		left[kind] = append(b.pending[kind], b.retries[kind]...)
 		b.pending[kind], b.retries[kind] = nil, nil
 	}
+	for _, r := range b.ready[b.head:] { // not yet taken by a sender
+		left[r.kind] = append(left[r.kind], r.items...)
+	}
+	b.ready, b.head = nil, 0
 	b.mu.Unlock()
 	for kind, items := range left {
 		b.giveUp(Kind(kind), items, cause)
 	}
-	b.wg.Wait()
+	b.stopSenders()
 	return fmt.Errorf("ackbatch: flushing: %w", context.Cause(ctx))
 }
 
-// send makes one batch call for items, once a call slot is free, and hands
-// what failed, worth another try, to retry.
+// send makes one batch call for items, and hands what failed, worth another
+// try, to retry.
 func (b *Batcher) send(kind Kind, items []item) {
-	select {
-	case b.sem <- struct{}{}:
-	case <-b.stop.Done():
-		b.giveUp(kind, items, context.Cause(b.stop))
-		return
-	}
 	if b.stop.Err() != nil { // Close's deadline passed while this waited
-		<-b.sem
 		b.giveUp(kind, items, context.Cause(b.stop))
 		return
 	}
 	items = b.dropExpired(kind, items)
 	if len(items) == 0 {
-		<-b.sem
 		return
 	}
-	retry := b.call(kind, items)
-	<-b.sem
-	if len(retry) > 0 {
+	if retry := b.call(kind, items); len(retry) > 0 {
 		b.retry(kind, retry)
 	}
 }
@@ -448,8 +512,8 @@ func (b *Batcher) retryDue(kind Kind, seq uint64) {
 		t.Stop()
 		b.timer[kind] = nil
 	}
-	for _, batch := range pack(b.pending[kind], due) {
-		b.wg.Go(func() { b.send(kind, batch) })
+	for _, items := range pack(b.pending[kind], due) {
+		b.readyLocked(kind, items)
 	}
 	b.pending[kind] = nil
 	if !next.IsZero() {
