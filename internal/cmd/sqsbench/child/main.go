@@ -5,8 +5,11 @@
 //
 // With -mode raw it is the raw SDK loop: -raw-goroutines goroutines, each
 // ReceiveMessage(10) then DeleteMessageBatch of what it received; the
-// receives still waiting are cancelled once the last delete has landed.
-// -raw-attributes has it ask for every attribute, as the worker does.
+// receives still waiting are cancelled once the last delete has landed, or,
+// with -raw-let-polls-end, left to end as the worker leaves them (a long
+// poll cut short stays open at SQS, which hands it the next message that
+// comes; see the worker's Shutdown). -raw-attributes has it ask for every
+// attribute, as the worker does.
 // With -mode worker it is a worker.Worker (worker.New + Run) with a no-op
 // handler, or one that sleeps -sleep; it calls Shutdown once SQS has
 // confirmed the last delete, and exits when Run returns.
@@ -72,6 +75,7 @@ type settings struct {
 	messages   int64
 	goroutines int
 	attributes bool
+	letEnd     bool
 	worker     worker.Config
 	sleep      time.Duration
 	cpuprofile string
@@ -98,6 +102,7 @@ func parseSettings(args []string) (settings, error) {
 	fs.Int64Var(&s.messages, "messages", 0, "messages in the queue: the child exits once it has deleted them all")
 	fs.IntVar(&s.goroutines, "raw-goroutines", 8, "goroutines of the raw loop")
 	fs.BoolVar(&s.attributes, "raw-attributes", false, "raw loop: receive every system and message attribute, as the worker does")
+	fs.BoolVar(&s.letEnd, "raw-let-polls-end", false, "raw loop: once the last delete has landed, let the receives under way end rather than cancel them, as the worker does")
 	fs.IntVar(&s.worker.Concurrency, "concurrency", 80, "worker Config.Concurrency")
 	fs.DurationVar(&s.worker.WaitTime, "wait-time", time.Second, "long-poll wait of each receive (both modes)")
 	heartbeat := fs.Bool("heartbeat", true, "worker: the visibility heartbeat on (Config.DisableHeartbeat false)")
@@ -287,10 +292,17 @@ func (t *tally) requests() map[string]int {
 func rawLoop(ctx context.Context, c *sqs.Client, s settings, t *tally) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// stop is closed when no further receive is to start: once the last
+	// delete landed. Unless the receives under way are left to end, they
+	// are cancelled then.
+	stop := make(chan struct{})
 	go func() { // owned by rawLoop: ends when the last delete lands or rawLoop returns
 		select {
 		case <-t.allDone:
-			cancel() // the receives still waiting
+			if !s.letEnd {
+				cancel() // the receives still waiting
+			}
+			close(stop)
 		case <-ctx.Done():
 		}
 	}()
@@ -304,7 +316,7 @@ func rawLoop(ctx context.Context, c *sqs.Client, s settings, t *tally) error {
 	errs := make(chan error, s.goroutines)
 	for range s.goroutines {
 		wg.Go(func() {
-			for ctx.Err() == nil {
+			for ctx.Err() == nil && !closed(stop) {
 				out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &s.queueURL, MaxNumberOfMessages: 10, WaitTimeSeconds: wait,
 					MessageSystemAttributeNames: sysAttrs, MessageAttributeNames: msgAttrs})
 				if err != nil {
@@ -338,6 +350,15 @@ func rawLoop(ctx context.Context, c *sqs.Client, s settings, t *tally) error {
 	wg.Wait()
 	close(errs)
 	return errors.Join(drain(errs)...)
+}
+
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func drain(errs <-chan error) []error {
