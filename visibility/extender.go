@@ -173,12 +173,19 @@ type Lease struct {
 	ctx        leaseContext // what Track returns, allocated with the Lease
 	cancel     context.CancelCauseFunc
 
+	// left is the deadline, as time from receivedAt (which keeps the
+	// monotonic clock reading), in nanoseconds: read without e.mu, written
+	// with it held, so that the handler's checks of the lease take no lock.
+	left   atomic.Int64
+	acking atomic.Bool // see Acknowledging
+
 	// guarded by e.mu
-	deadline time.Time
-	hooks    []func(time.Time)
-	ended    bool // released, lost or expired; whoever sets it cancels ctx
-	acking   bool // see Acknowledging
+	hooks []func(time.Time)
+	ended bool // released, lost or expired; whoever sets it cancels ctx
 }
+
+// deadline is when the message becomes visible again unless extended.
+func (l *Lease) deadline() time.Time { return l.receivedAt.Add(time.Duration(l.left.Load())) }
 
 type leaseKey struct{}
 
@@ -226,7 +233,8 @@ func FromContext(ctx context.Context) *Lease {
 // context.
 func (e *Extender) Track(ctx context.Context, m *sqsworker.Message, receivedAt time.Time) (context.Context, *Lease) {
 	cctx, cancel := context.WithCancelCause(ctx)
-	l := &Lease{e: e, msg: m, receivedAt: receivedAt, cancel: cancel, deadline: receivedAt.Add(e.cfg.VisibilityTimeout)}
+	l := &Lease{e: e, msg: m, receivedAt: receivedAt, cancel: cancel}
+	l.left.Store(int64(e.cfg.VisibilityTimeout))
 	l.ctx = leaseContext{Context: cctx, l: l}
 	e.mu.Lock()
 	e.leases[l] = struct{}{}
@@ -238,11 +246,7 @@ func (e *Extender) Track(ctx context.Context, m *sqsworker.Message, receivedAt t
 func (l *Lease) Message() *sqsworker.Message { return l.msg }
 
 // Deadline returns when the message becomes visible again unless extended.
-func (l *Lease) Deadline() time.Time {
-	l.e.mu.Lock()
-	defer l.e.mu.Unlock()
-	return l.deadline
-}
+func (l *Lease) Deadline() time.Time { return l.deadline() }
 
 // OnExtend registers f to run after every successful extension of this
 // lease, with the time the message is now invisible until.
@@ -280,17 +284,9 @@ func (l *Lease) Release() {
 // is not handed out again while the delete is retried through an outage. An
 // extension rejected from then on is taken as the delete having landed,
 // not as a lost lease: the lease ends quietly, with the cause ErrReleased.
-func (l *Lease) Acknowledging() {
-	l.e.mu.Lock()
-	l.acking = true
-	l.e.mu.Unlock()
-}
+func (l *Lease) Acknowledging() { l.acking.Store(true) }
 
-func (l *Lease) acknowledging() bool {
-	l.e.mu.Lock()
-	defer l.e.mu.Unlock()
-	return l.acking
-}
+func (l *Lease) acknowledging() bool { return l.acking.Load() }
 
 // end stops tracking the lease and cancels its context with cause. It
 // reports false when the lease had already ended or been released: a round
@@ -361,16 +357,16 @@ func (e *Extender) Round(ctx context.Context) {
 	var due, early, lost, expired []*Lease
 	e.mu.Lock()
 	for l := range e.leases {
-		until := e.extensionEnd(l, now)
-		switch left := l.deadline.Sub(now); {
+		until, deadline := e.extensionEnd(l, now), l.deadline()
+		switch left := deadline.Sub(now); {
 		case left <= 0:
 			lost = append(lost, l)
 		case left > e.cfg.Threshold:
 			// Worth extending early only if it gains a round or more.
-			if until.Sub(l.deadline) >= e.cfg.Interval {
+			if until.Sub(deadline) >= e.cfg.Interval {
 				early = append(early, l)
 			}
-		case !until.After(l.deadline):
+		case !until.After(deadline):
 			expired = append(expired, l)
 		default:
 			due = append(due, l)
@@ -389,9 +385,7 @@ func (e *Extender) Round(ctx context.Context) {
 	e.rounds.Add(1)
 	// Fill the last call's free entries with the messages due soonest.
 	if free := (maxBatch - len(due)%maxBatch) % maxBatch; free > 0 && len(early) > 0 {
-		e.mu.Lock()
-		slices.SortFunc(early, func(a, b *Lease) int { return a.deadline.Compare(b.deadline) })
-		e.mu.Unlock()
+		slices.SortFunc(early, func(a, b *Lease) int { return a.deadline().Compare(b.deadline()) })
 		due = append(due, early[:min(free, len(early))]...)
 	}
 	sem := make(chan struct{}, e.cfg.MaxInFlight)
@@ -459,9 +453,9 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		until := e.extensionEnd(l, start)
 		switch {
 		case l.ended: // released (or ended) while the call waited
-		case !start.Before(l.deadline):
+		case !start.Before(l.deadline()):
 			lost = append(lost, l)
-		case !until.After(l.deadline):
+		case !until.After(l.deadline()):
 			expired = append(expired, l)
 		default:
 			sends = append(sends, pending{l, until})
@@ -527,11 +521,11 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 
 func (e *Extender) extendedTo(l *Lease, until time.Time) {
 	e.mu.Lock()
-	if l.ended || !until.After(l.deadline) {
+	if l.ended || !until.After(l.deadline()) {
 		e.mu.Unlock()
 		return
 	}
-	l.deadline = until
+	l.left.Store(int64(until.Sub(l.receivedAt)))
 	hooks := slices.Clone(l.hooks)
 	e.mu.Unlock()
 	if e.cfg.OnExtend != nil {
