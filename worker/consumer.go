@@ -37,7 +37,7 @@ type consumer struct {
 	vis      time.Duration // visibility timeout asked for on every receive; 0 if none
 	margin   time.Duration // kept free at the end of a lease to send the ack
 
-	tasks chan task // received messages for the handler goroutines (dispatch.go)
+	tasks *runq // received messages for the handler goroutines (dispatch.go)
 
 	pollCtx    context.Context // cancelled when receiving stops
 	stopPoll   context.CancelFunc
@@ -76,7 +76,7 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 	c := &consumer{
 		w: w, cfg: cfg, info: info, log: w.log, vis: vis,
 		margin:   cfg.AckInterval + min(vis/10, time.Second),
-		tasks:    make(chan task, cfg.Concurrency),
+		tasks:    newRunq(cfg.Concurrency),
 		fatal:    make(chan error, cfg.Pollers),
 		recorder: cfg.Metrics,
 	}
@@ -184,7 +184,7 @@ func (c *consumer) stop(ctx context.Context) {
 	go func() {
 		c.pollers.Wait()
 		close(c.pollsDone)
-		close(c.tasks) // nothing dispatches any more
+		c.tasks.close() // nothing dispatches any more
 		c.handlers.Wait()
 		close(done)
 	}()

@@ -36,16 +36,18 @@ func (c *consumer) dispatch(msgs []types.Message, probe bool) {
 		c.releaseLater(ptrs)
 		return
 	}
+	var buf [MaxMessagesPerReceive]task
+	ts := buf[:0]
 	if !c.info.FIFO {
 		for _, j := range ptrs {
-			c.tasks <- task{job: j}
+			ts = append(ts, task{job: j})
 		}
-		return
+	} else { // FIFO: each message group in order, groups in parallel
+		for _, group := range groupByID(ptrs) {
+			ts = append(ts, task{group: group})
+		}
 	}
-	// FIFO: each message group in order, groups in parallel.
-	for _, group := range groupByID(ptrs) {
-		c.tasks <- task{group: group}
-	}
+	c.tasks.put(ts...)
 }
 
 // task is one message, or one FIFO group's messages, for a handler
@@ -60,7 +62,11 @@ type task struct {
 // least one handler slot, so there are never more tasks than goroutines to
 // take them. It returns once tasks is closed and drained.
 func (c *consumer) serve() {
-	for t := range c.tasks {
+	for {
+		t, ok := c.tasks.take()
+		if !ok {
+			return
+		}
 		if t.job != nil {
 			c.run(t.job)
 		} else {

@@ -1,0 +1,99 @@
+package worker
+
+import "sync"
+
+// runq hands received messages to the handler goroutines with as few
+// wake-ups as keep every message from waiting behind another.
+//
+// A channel would wake one parked goroutine per message: ten per receive,
+// each a trip through the scheduler and, with a core idle, through the
+// kernel. Instead put wakes one goroutine, and a goroutine that takes a
+// task wakes the next only while tasks are left and none is on its way
+// already; a goroutine that finishes its task takes the next without
+// parking. With quick handlers a few goroutines take a receive's ten
+// messages in turn; with slow ones each message still gets its own
+// goroutine, one wake-up after the other.
+//
+// There are never more tasks than goroutines to take them: each holds a
+// handler slot, and there are as many goroutines as slots.
+type runq struct {
+	mu   sync.Mutex
+	wake sync.Cond
+	// tasks[head:] wait for a goroutine.
+	tasks []task
+	head  int
+	// parked counts the goroutines waiting on wake; woken those signalled
+	// and not yet back; closed tells them to return once tasks is empty.
+	parked int
+	woken  int
+	closed bool
+}
+
+func newRunq(size int) *runq {
+	q := &runq{tasks: make([]task, 0, size)}
+	q.wake.L = &q.mu
+	return q
+}
+
+// put queues tasks and wakes a goroutine for them unless one is on its way.
+func (q *runq) put(ts ...task) {
+	q.mu.Lock()
+	if q.head > 0 && len(q.tasks)+len(ts) > cap(q.tasks) {
+		// Move the waiting tasks to the front rather than grow the array:
+		// a queue that never quite empties would otherwise grow for ever.
+		n := copy(q.tasks, q.tasks[q.head:])
+		clear(q.tasks[n:])
+		q.tasks, q.head = q.tasks[:n], 0
+	}
+	q.tasks = append(q.tasks, ts...)
+	q.wakeLocked()
+	q.mu.Unlock()
+}
+
+// wakeLocked wakes a parked goroutine when tasks wait and no goroutine is on
+// its way to take them. q.mu is held.
+func (q *runq) wakeLocked() {
+	if q.head < len(q.tasks) && q.woken == 0 && q.parked > 0 {
+		q.woken++
+		q.wake.Signal()
+	}
+}
+
+// take returns the next task, waiting for one; false once close was called
+// and no task is left.
+func (q *runq) take() (task, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	signalled := false
+	for {
+		if signalled {
+			q.woken--
+			signalled = false
+		}
+		if q.head < len(q.tasks) {
+			t := q.tasks[q.head]
+			q.tasks[q.head] = task{}
+			if q.head++; q.head == len(q.tasks) { // all taken: start the array over
+				q.tasks, q.head = q.tasks[:0], 0
+			}
+			q.wakeLocked() // for the tasks left, if any
+			return t, true
+		}
+		if q.closed {
+			return task{}, false
+		}
+		q.parked++
+		q.wake.Wait()
+		q.parked--
+		signalled = true
+	}
+}
+
+// close lets the goroutines return once the tasks queued are taken.
+func (q *runq) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.woken += q.parked // every parked goroutine is woken, and counts itself back
+	q.wake.Broadcast()
+	q.mu.Unlock()
+}

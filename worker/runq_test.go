@@ -1,0 +1,110 @@
+package worker
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqsworker/sqsworker/internal/executor"
+)
+
+// Handlers that block until every message of the receive has started: each
+// task must get a goroutine of its own, however few wake-ups put makes.
+func TestRunqEveryTaskGetsAGoroutine(t *testing.T) {
+	const goroutines, n = 20, 10
+	q := newRunq(goroutines)
+	var started sync.WaitGroup
+	started.Add(n)
+	all := make(chan struct{})
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for {
+				if _, ok := q.take(); !ok {
+					return
+				}
+				started.Done()
+				<-all
+			}
+		})
+	}
+	ts := make([]task, n)
+	for i := range ts {
+		ts[i] = task{job: &executor.Job{}}
+	}
+	q.put(ts...)
+	ok := make(chan struct{})
+	go func() { started.Wait(); close(ok) }()
+	select {
+	case <-ok:
+	case <-time.After(30 * time.Second):
+		t.Fatal("not every task started: a task waits behind a blocked one")
+	}
+	close(all)
+	q.close()
+	wg.Wait()
+}
+
+// Tasks put from several goroutines, in bursts, to goroutines that take
+// them quickly or slowly: each is taken exactly once, none is left when
+// close lets the goroutines return, and the queue's array stays bounded.
+func TestRunqTakesEachOnce(t *testing.T) {
+	const goroutines, putters, bursts = 16, 4, 2000
+	q := newRunq(goroutines)
+	var taken atomic.Int64
+	var mu sync.Mutex
+	seen := map[*executor.Job]int{}
+	slots := make(chan struct{}, goroutines) // a task holds a slot, as in the worker
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for {
+				tk, ok := q.take()
+				if !ok {
+					return
+				}
+				mu.Lock()
+				seen[tk.job]++
+				mu.Unlock()
+				taken.Add(1)
+				if g%4 == 0 {
+					time.Sleep(time.Microsecond)
+				}
+				<-slots
+			}
+		})
+	}
+	var puts sync.WaitGroup
+	for range putters {
+		puts.Go(func() {
+			for b := range bursts {
+				k := 1 + b%3
+				ts := make([]task, 0, k)
+				for range k {
+					slots <- struct{}{}
+					ts = append(ts, task{job: &executor.Job{}})
+				}
+				q.put(ts...)
+			}
+		})
+	}
+	puts.Wait()
+	q.close()
+	wg.Wait()
+	want := int64(0)
+	for p := 0; p < putters; p++ {
+		for b := range bursts {
+			want += int64(1 + b%3)
+		}
+	}
+	if taken.Load() != want {
+		t.Fatalf("taken %d tasks, put %d", taken.Load(), want)
+	}
+	if len(seen) != int(want) {
+		t.Fatalf("%d distinct tasks taken, put %d", len(seen), want)
+	}
+	if c := cap(q.tasks); c > 4*goroutines {
+		t.Errorf("the queue's array grew to %d for at most %d tasks at once", c, goroutines)
+	}
+}
