@@ -142,7 +142,8 @@ type Batcher struct {
 	// pending are the entries waiting for their batch to fill: new ones,
 	// and retries that came due.
 	pending [2][]item
-	timer   [2]*time.Timer // flushes pending after Interval
+	timer   [2]*time.Timer // flushes pending after Interval, while armed
+	armed   [2]bool
 	// retries are the entries waiting out their backoff; retryTimer moves
 	// them to pending when the first comes due, at retryAt.
 	retries    [2][]item
@@ -242,7 +243,23 @@ func (b *Batcher) queueLocked(kind Kind, it item) {
 	case n >= MaxBatch:
 		b.flushLocked(kind)
 	case n == 1:
-		b.timer[kind] = time.AfterFunc(b.cfg.Interval, func() { b.Flush(kind) })
+		// One timer per kind, reset for each batch: a batch costs no
+		// timer of its own. A fire that races with a flush flushes
+		// the next batch early, which does no harm.
+		if b.timer[kind] == nil {
+			b.timer[kind] = time.AfterFunc(b.cfg.Interval, func() { b.Flush(kind) })
+		} else {
+			b.timer[kind].Reset(b.cfg.Interval)
+		}
+		b.armed[kind] = true
+	}
+}
+
+// disarmLocked stops the flush timer of kind. b.mu is held.
+func (b *Batcher) disarmLocked(kind Kind) {
+	if b.armed[kind] {
+		b.timer[kind].Stop()
+		b.armed[kind] = false
 	}
 }
 
@@ -257,10 +274,7 @@ func (b *Batcher) Flush(kind Kind) {
 // flushLocked sends the pending entries of kind in batches of up to
 // MaxBatch. b.mu is held.
 func (b *Batcher) flushLocked(kind Kind) {
-	if t := b.timer[kind]; t != nil {
-		t.Stop()
-		b.timer[kind] = nil
-	}
+	b.disarmLocked(kind)
 	if b.stopped {
 		return // Close finishes what is pending
 	}
@@ -366,7 +380,7 @@ func (b *Batcher) Close(ctx context.Context) error {
 				t.Stop()
 			}
 		}
-		b.timer[kind], b.retryTimer[kind] = nil, nil
+		b.armed[kind], b.retryTimer[kind] = false, nil
 		left[kind] = append(b.pending[kind], b.retries[kind]...)
 		b.pending[kind], b.retries[kind] = nil, nil
 	}
@@ -508,10 +522,7 @@ func (b *Batcher) retryDue(kind Kind, seq uint64) {
 	}
 	clear(b.retries[kind][len(waiting):])
 	b.retries[kind] = waiting
-	if t := b.timer[kind]; t != nil {
-		t.Stop()
-		b.timer[kind] = nil
-	}
+	b.disarmLocked(kind)
 	for _, items := range pack(b.pending[kind], due) {
 		b.readyLocked(kind, items)
 	}
