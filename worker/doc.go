@@ -10,6 +10,17 @@
 // at once, with a context that ends at Config.HandlerTimeout, when the
 // message's visibility lease is lost, or when the worker must stop.
 //
+// A worker has up to Config.Pollers receives and as many acknowledgement
+// batches under way at once, more than the 10 idle connections per host that
+// the SDK's default HTTP client keeps. When the client is an *sqs.Client with
+// that default kind of HTTP client
+// ([github.com/aws/aws-sdk-go-v2/aws/transport/http.BuildableClient]) and too small
+// a pool, the worker makes its calls through a copy of it with room for
+// them, so that no call closes its connection for the next to open a new one
+// (over TLS, a handshake each). A client with an HTTP client of another kind
+// is used as it is: give it room for 2×Pollers + 4 idle connections per host
+// (at least 12).
+//
 // # Outcomes
 //
 //   - nil: the message is deleted. Deletes are batched, ten per
