@@ -104,6 +104,7 @@ func parseSettings(args []string) (settings, error) {
 	fs.BoolVar(&s.attributes, "raw-attributes", false, "raw loop: receive every system and message attribute, as the worker does")
 	fs.BoolVar(&s.letEnd, "raw-let-polls-end", false, "raw loop: once the last delete has landed, let the receives under way end rather than cancel them, as the worker does")
 	fs.IntVar(&s.worker.Concurrency, "concurrency", 80, "worker Config.Concurrency")
+	fs.IntVar(&s.worker.Pollers, "pollers", 0, "worker Config.Pollers (0: the default, Concurrency/10)")
 	fs.DurationVar(&s.worker.WaitTime, "wait-time", time.Second, "long-poll wait of each receive (both modes)")
 	heartbeat := fs.Bool("heartbeat", true, "worker: the visibility heartbeat on (Config.DisableHeartbeat false)")
 	fs.DurationVar(&s.sleep, "sleep", 0, "worker: how long the handler sleeps (0: a no-op handler)")
