@@ -131,8 +131,8 @@ type Batcher struct {
 
 	mu sync.Mutex
 	// ready[head:] are the batches waiting for a sender; senders counts
-	// the sender goroutines, idle those waiting on wake for a batch; quit
-	// tells them to return.
+	// the sender goroutines, idle those waiting on wake for a batch and not
+	// yet woken; quit tells them to return.
 	ready   []batch
 	head    int
 	senders int
@@ -290,9 +290,20 @@ func (b *Batcher) flushLocked(kind Kind) {
 // there are fewer than MaxInFlight; otherwise a busy one takes it when its
 // call returns. b.mu is held.
 func (b *Batcher) readyLocked(kind Kind, items []item) {
+	if b.head > 0 && len(b.ready) == cap(b.ready) {
+		// Move the waiting batches to the front rather than grow the
+		// array: senders that never quite catch up would otherwise grow
+		// it with every batch sent.
+		n := copy(b.ready, b.ready[b.head:])
+		clear(b.ready[n:])
+		b.ready, b.head = b.ready[:n], 0
+	}
 	b.ready = append(b.ready, batch{kind, items})
 	switch {
 	case b.idle > 0:
+		// The sender counts as busy from now: a second batch ready
+		// before it runs wakes or starts another.
+		b.idle--
 		b.wake.Signal()
 	case b.senders < b.cfg.MaxInFlight:
 		b.senders++
@@ -306,9 +317,8 @@ func (b *Batcher) sender() {
 	b.mu.Lock()
 	for {
 		for b.head == len(b.ready) && !b.quit {
-			b.idle++
+			b.idle++ // until a batch or quit wakes it
 			b.wake.Wait()
-			b.idle--
 		}
 		if b.head == len(b.ready) { // and quit
 			b.senders--
@@ -331,6 +341,7 @@ func (b *Batcher) sender() {
 func (b *Batcher) stopSenders() {
 	b.mu.Lock()
 	b.quit = true
+	b.idle = 0
 	b.wake.Broadcast()
 	b.mu.Unlock()
 	b.wg.Wait()
