@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -103,6 +105,97 @@ func TestRunqTakesEachOnce(t *testing.T) {
 	}
 	if len(seen) != int(want) {
 		t.Fatalf("%d distinct tasks taken, put %d", len(seen), want)
+	}
+	if c := cap(q.tasks); c > 4*goroutines {
+		t.Errorf("the queue's array grew to %d for at most %d tasks at once", c, goroutines)
+	}
+}
+
+// Rounds of tasks put in receive-sized chunks by several putters, each
+// task holding a slot, while the goroutines of the round before are still
+// coming back at random moments (and take tasks a woken goroutine was
+// signalled for): every task of a round blocks until all of them started,
+// so each needs a goroutine of its own, and a wake-up lost on the way
+// would leave a round waiting for ever. Each task is taken once.
+func TestRunqStressEveryTaskStarts(t *testing.T) {
+	const goroutines, rounds = 32, 2000
+	q := newRunq(goroutines)
+	slots := make(chan struct{}, goroutines)
+	type round struct {
+		started sync.WaitGroup
+		all     chan struct{}
+	}
+	var mu sync.Mutex
+	of := map[*executor.Job]*round{}
+	taken := map[*executor.Job]int{}
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for {
+				tk, ok := q.take()
+				if !ok {
+					return
+				}
+				mu.Lock()
+				r := of[tk.job]
+				taken[tk.job]++
+				mu.Unlock()
+				r.started.Done()
+				<-r.all
+				switch rand.N(4) { // come back at a random moment
+				case 0:
+				case 1:
+					runtime.Gosched()
+				default:
+					time.Sleep(rand.N(50 * time.Microsecond))
+				}
+				<-slots
+			}
+		})
+	}
+	total := 0
+	for i := range rounds {
+		r := &round{all: make(chan struct{})}
+		k := 1 + rand.N(goroutines)
+		total += k
+		r.started.Add(k)
+		var puts sync.WaitGroup
+		for left := k; left > 0; {
+			n := min(left, 1+rand.N(MaxMessagesPerReceive))
+			left -= n
+			puts.Go(func() {
+				ts := make([]task, 0, n)
+				for range n {
+					slots <- struct{}{} // as a receive takes a handler slot
+					j := &executor.Job{}
+					mu.Lock()
+					of[j] = r
+					mu.Unlock()
+					ts = append(ts, task{job: j})
+				}
+				q.put(ts...)
+			})
+		}
+		ok := make(chan struct{})
+		go func() { r.started.Wait(); close(ok) }()
+		select {
+		case <-ok:
+		case <-time.After(30 * time.Second):
+			q.mu.Lock()
+			t.Fatalf("round %d: not every one of its %d tasks started: waiting %d, parked %d, woken %d", i, k, len(q.tasks)-q.head, q.parked, q.woken)
+		}
+		puts.Wait()
+		close(r.all) // the goroutines come back while the next round is put
+	}
+	q.close()
+	wg.Wait()
+	if len(taken) != total {
+		t.Fatalf("%d distinct tasks taken, put %d", len(taken), total)
+	}
+	for _, n := range taken {
+		if n != 1 {
+			t.Fatalf("a task taken %d times", n)
+		}
 	}
 	if c := cap(q.tasks); c > 4*goroutines {
 		t.Errorf("the queue's array grew to %d for at most %d tasks at once", c, goroutines)

@@ -1,9 +1,18 @@
 package ackbatch_test
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
 )
@@ -43,4 +52,133 @@ func TestReadyBatchesGetTheirOwnSender(t *testing.T) {
 			t.Errorf("%d results, want %d", n, 2*ackbatch.MaxBatch)
 		}
 	})
+}
+
+// stressAPI answers after a random delay (or when the call's context ends),
+// failing whole calls and single entries at random, and counts the calls
+// under way.
+type stressAPI struct {
+	inFlight, peak, made atomic.Int64
+}
+
+func (s *stressAPI) do(ctx context.Context, n int) ([]types.BatchResultErrorEntry, error) {
+	s.made.Add(1)
+	now := s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
+	for {
+		p := s.peak.Load()
+		if now <= p || s.peak.CompareAndSwap(p, now) {
+			break
+		}
+	}
+	select {
+	case <-time.After(rand.N(300 * time.Millisecond)):
+	case <-ctx.Done():
+		return nil, fmt.Errorf("operation error SQS: batch: %w", ctx.Err())
+	}
+	switch rand.N(10) {
+	case 0:
+		return nil, fmt.Errorf("operation error SQS: batch: %w", throttled)
+	case 1:
+		return nil, fmt.Errorf("operation error SQS: batch: %w", errRefused)
+	}
+	var failed []types.BatchResultErrorEntry
+	for i := range n {
+		switch rand.N(20) {
+		case 0:
+			failed = append(failed, types.BatchResultErrorEntry{Id: aws.String(fmt.Sprint(i)), Code: aws.String("InternalError")})
+		case 1:
+			failed = append(failed, types.BatchResultErrorEntry{Id: aws.String(fmt.Sprint(i)), Code: aws.String("ReceiptHandleIsInvalid"), SenderFault: true})
+		}
+	}
+	return failed, nil
+}
+
+func (s *stressAPI) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	failed, err := s.do(ctx, len(in.Entries))
+	if err != nil {
+		return nil, err
+	}
+	return &sqs.DeleteMessageBatchOutput{Failed: failed}, nil
+}
+
+func (s *stressAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	failed, err := s.do(ctx, len(in.Entries))
+	if err != nil {
+		return nil, err
+	}
+	return &sqs.ChangeMessageVisibilityBatchOutput{Failed: failed}, nil
+}
+
+// Entries of both kinds added from many goroutines, some with an Owner whose
+// lease ends at a random moment, some while Close runs, against calls that
+// take a random time and fail at random; Close's deadline ends before or
+// after the retries do. Every entry finishes exactly once, by the time
+// Close returns (its Owner told once too), no more than MaxInFlight calls
+// are ever under way, and none is made once Close has returned.
+func TestStressEveryEntryFinishesOnce(t *testing.T) {
+	for round := range 100 {
+		synctest.Test(t, func(t *testing.T) {
+			api := &stressAPI{}
+			var r results
+			var acked sync.Map // receipt handle → *atomic.Int32
+			maxInFlight := 1 + rand.N(8)
+			b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", MaxInFlight: maxInFlight, MaxAttempts: 1 + rand.N(4),
+				Interval: time.Duration(1+rand.N(200)) * time.Millisecond, Result: r.add})
+			const adders, each = 8, 200
+			var adding sync.WaitGroup
+			for a := range adders {
+				adding.Go(func() {
+					for i := range each {
+						h := fmt.Sprintf("%d-%d", a, i)
+						e := ackbatch.Entry{ReceiptHandle: h, MessageID: h, Visibility: time.Minute}
+						if rand.N(2) == 0 {
+							var n atomic.Int32
+							acked.Store(h, &n)
+							leaseEnd := time.Now().Add(rand.N(20 * time.Second))
+							e.Owner = owner{
+								valid: func() bool { return time.Now().Before(leaseEnd) },
+								acked: func(error) { n.Add(1) },
+							}
+						}
+						b.Add(ackbatch.Kind(rand.N(2)), e)
+						if rand.N(10) == 0 {
+							time.Sleep(rand.N(50 * time.Millisecond))
+						}
+					}
+				})
+			}
+			time.Sleep(rand.N(2 * time.Second)) // Close while some adders still add
+			ctx, cancel := context.WithTimeout(context.Background(), rand.N(10*time.Second))
+			defer cancel()
+			err := b.Close(ctx)
+			adding.Wait()
+			if n := r.count(); n != adders*each {
+				t.Fatalf("round %d: %d results when Close returned (%v), want %d", round, n, err, adders*each)
+			}
+			for a := range adders {
+				for i := range each {
+					r.of(t, fmt.Sprintf("%d-%d", a, i))
+				}
+			}
+			acked.Range(func(h, n any) bool {
+				if got := n.(*atomic.Int32).Load(); got != 1 {
+					t.Errorf("round %d: %s: Acked %d times, want once", round, h, got)
+				}
+				return true
+			})
+			if p := api.peak.Load(); p > int64(maxInFlight) {
+				t.Errorf("round %d: %d calls under way at once, MaxInFlight %d", round, p, maxInFlight)
+			}
+			if n := api.inFlight.Load(); n != 0 {
+				t.Errorf("round %d: %d calls under way when Close returned", round, n)
+			}
+			made := api.made.Load()
+			time.Sleep(time.Hour)
+			synctest.Wait()
+			if n := api.made.Load(); n != made {
+				t.Errorf("round %d: %d calls after Close returned", round, n-made)
+			}
+		})
+	}
 }
