@@ -32,3 +32,28 @@ func TestWithConnsKeepsNoIdleConnectionsWhenTold(t *testing.T) {
 		t.Errorf("the widened client keeps %d idle connections per host, want 20", got)
 	}
 }
+
+// A MultiWorker's pool has room for every queue's receives, acknowledgement
+// batches and heartbeat calls, and for the calls of the handlers of the
+// whole shared pool (dead-letter moves, delayed copies).
+func TestNewMultiConnsCountHandlers(t *testing.T) {
+	c := sqs.New(sqs.Options{Region: "us-east-1"})
+	m, err := NewMulti(c, MultiConfig{Concurrency: 20, Queues: []QueueConfig{
+		{Config: Config{QueueURL: "https://sqs.us-east-1.amazonaws.com/1/a"}, Priority: 1},
+		{Config: Config{QueueURL: "https://sqs.us-east-1.amazonaws.com/1/b", Pollers: 6, DisableHeartbeat: true}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := m.workers[0].api.(*pooledAPI)
+	if !ok {
+		t.Fatalf("the workers call a %T, want the client with a wider pool", m.workers[0].api)
+	}
+	var o sqs.Options
+	p.opt(&o)
+	// a: 1 receive loop, 4 acknowledgement batches, 4 heartbeat calls;
+	// b: 6 and 6, no heartbeat; 20 handlers.
+	if got, want := o.HTTPClient.(*awshttp.BuildableClient).GetTransport().MaxIdleConnsPerHost, 1+4+4+6+6+20; got != want {
+		t.Errorf("the workers' HTTP client keeps %d idle connections per host, want %d", got, want)
+	}
+}
