@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 
@@ -8,12 +9,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
-// conns is how many SQS calls one queue's worker may have under way at once:
-// its receive loops, its acknowledgement batches (as many as its loops, at
-// least 4), and a few more for heartbeat rounds, dead-letter moves and
-// delayed copies.
+// conns is how many SQS calls one queue's worker may have under way at once
+// besides its handlers': its receive loops, its acknowledgement batches (as
+// many as its loops, at least 4) and its heartbeat's calls
+// (Heartbeat.MaxInFlight, default 4). Each handler goroutine may have one
+// more under way, a dead-letter move or a delayed copy: the callers add
+// the handler slots.
 func conns(cfg Config) int {
-	return cfg.Pollers + max(4, cfg.Pollers) + 4
+	n := cfg.Pollers + max(4, cfg.Pollers)
+	if !cfg.DisableHeartbeat {
+		n += cmp.Or(cfg.Heartbeat.MaxInFlight, 4)
+	}
+	return n
 }
 
 // withConns returns api, or, when api is an *sqs.Client (or another client
@@ -23,10 +30,12 @@ func conns(cfg Config) int {
 //
 // The SDK's default keeps 10. A worker with 8 receive loops and 8
 // acknowledgement batches under way uses up to 16 connections at once, and
-// every call past the tenth would close its connection when it returned,
-// for the next call to open a new one: over TLS, a handshake every few dozen
-// messages. An HTTP client of another kind, or one with room enough, is
-// left as it is.
+// its handlers more when they move messages to the dead-letter queue; every
+// call past the tenth would close its connection when it returned, for the
+// next call to open a new one: over TLS, a handshake every few dozen
+// messages. An HTTP client of another kind, one with room enough, or one
+// told to keep no idle connections (DisableKeepAlives, a negative
+// MaxIdleConnsPerHost) is left as it is.
 func withConns(api API, n int) API {
 	o, ok := api.(interface{ Options() sqs.Options })
 	if !ok {
@@ -37,6 +46,9 @@ func withConns(api API, n int) API {
 		return api
 	}
 	t := bc.GetTransport()
+	if t.DisableKeepAlives || t.MaxIdleConnsPerHost < 0 {
+		return api
+	}
 	perHost := t.MaxIdleConnsPerHost
 	if perHost == 0 {
 		perHost = http.DefaultMaxIdleConnsPerHost

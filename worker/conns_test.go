@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -92,4 +93,46 @@ type countingHTTP struct {
 func (c *countingHTTP) Do(r *http.Request) (*http.Response, error) {
 	c.n.Add(1)
 	return c.next.Do(r)
+}
+
+// Dead-letter moves are made by the handler goroutines, up to Concurrency
+// at once, besides the receives and acknowledgement batches: a burst of
+// broken messages needs room for them too, or every move past the pool's
+// room closes its connection for the next to open one.
+func TestWorkerReusesConnectionsWhileDeadLettering(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	dlq := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	const n = 3000
+	bodies := make([]string, n)
+	for i := range bodies {
+		bodies[i] = strconv.Itoa(i)
+	}
+	localtest.Send(t, c, q.URL, "", bodies...)
+
+	u, err := url.Parse(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	pc := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
+	r := start(t, pc, worker.Config{QueueURL: q.URL, DeadLetterQueueURL: dlq.URL, Concurrency: 80}, sqsworker.HandlerFunc(
+		func(context.Context, *sqsworker.Message) error { return sqsworker.Permanent(errors.New("broken")) }))
+	localtest.Eventually(t, 120*time.Second, func() bool { return r.w.Stats().Deleted == n }, "not all %d messages moved", n)
+	r.stop(30 * time.Second)
+	if s := r.w.Stats(); s.DeadLettered != n {
+		t.Fatalf("%d of %d messages dead-lettered", s.DeadLettered, n)
+	}
+	// 80 moves, 8 receives, 8 acknowledgement batches and 4 heartbeat
+	// calls at once (71 to 84 seen), with room for connections the
+	// emulator closed when idle (without room for the moves: 591 to 690).
+	if got := p.Stats().Accepted; got > 150 {
+		t.Errorf("the worker opened %d connections for %d messages dead-lettered, want at most 150", got, n)
+	}
+	t.Logf("%d connections for %d messages dead-lettered", p.Stats().Accepted, n)
 }

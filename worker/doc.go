@@ -10,16 +10,18 @@
 // at once, with a context that ends at Config.HandlerTimeout, when the
 // message's visibility lease is lost, or when the worker must stop.
 //
-// A worker has up to Config.Pollers receives and as many acknowledgement
-// batches under way at once, more than the 10 idle connections per host that
-// the SDK's default HTTP client keeps. When the client is an *sqs.Client with
-// that default kind of HTTP client
+// A worker has up to Config.Pollers receives, as many acknowledgement
+// batches (at least 4) and the heartbeat's calls (Heartbeat.MaxInFlight,
+// default 4) under way at once, and each handler a dead-letter move or a
+// delayed copy: more than the 10 idle connections per host that the SDK's
+// default HTTP client keeps. When the client is an *sqs.Client with that
+// default kind of HTTP client
 // ([github.com/aws/aws-sdk-go-v2/aws/transport/http.BuildableClient]) and too small
 // a pool, the worker makes its calls through a copy of it with room for
 // them, so that no call closes its connection for the next to open a new one
-// (over TLS, a handshake each). A client with an HTTP client of another kind
-// is used as it is: give it room for 2×Pollers + 4 idle connections per host
-// (at least 12).
+// (over TLS, a handshake each). A client with an HTTP client of another kind,
+// or one that keeps no idle connections, is used as it is: give it room for
+// Concurrency + Pollers + max(4, Pollers) + 4 idle connections per host.
 //
 // # Outcomes
 //
