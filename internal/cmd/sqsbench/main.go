@@ -459,12 +459,12 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 					if !r.disturbed() || attempt == s.redo {
 						break
 					}
-					fmt.Fprintf(os.Stderr, "rep %d/%d %6d msgs  %-28s disturbed (others' CPU %.1f s, steal %.1f s in %.1f s), again\n",
+					fmt.Fprintf(os.Stderr, "rep %d/%d %6d msgs  %-32s disturbed (others' CPU %.1f s, steal %.1f s in %.1f s), again\n",
 						rep+1, s.reps, n, cons.name, r.others.Seconds(), r.steal.Seconds(), r.wall().Seconds())
 				}
 				parentHWM = max(parentHWM, selfHWM())
 				runs[si][ci] = append(runs[si][ci], r)
-				fmt.Fprintf(os.Stderr, "rep %d/%d %6d msgs  %-28s %6.2f s exec→exit (%5.0f msg/s), steady %5.0f msg/s, CPU %.2f s/10k, VmHWM %4.1f MiB, %.4f req/msg, start-up %4d ms, tail %4d ms; emulator %.2f s/10k, others %.1f s, steal %.1f s\n",
+				fmt.Fprintf(os.Stderr, "rep %d/%d %6d msgs  %-32s %6.2f s exec→exit (%5.0f msg/s), steady %5.0f msg/s, CPU %.2f s/10k, VmHWM %4.1f MiB, %.4f req/msg, start-up %4d ms, tail %4d ms; emulator %.2f s/10k, others %.1f s, steal %.1f s\n",
 					rep+1, s.reps, n, cons.name, r.wall().Seconds(), r.rate(), r.steady(), r.cpuPer10k(), r.rssMiB(), r.perMessage(),
 					r.startup().Milliseconds(), r.tail().Milliseconds(), r.emulatorPer10k(), r.others.Seconds(), r.steal.Seconds())
 				if s.verbose {
