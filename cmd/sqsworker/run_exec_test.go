@@ -144,7 +144,11 @@ func TestRunAttributeTooLargeIsPermanent(t *testing.T) {
 	cancel()
 	p.wait(t)
 	if a := attr(m, sqsworker.AttrFailureAttempts); a != "Number:1" {
-		t.Errorf("dead-lettered after %s attempts, want 1", a)
+		// Tell a second copy (the first move landed, the delete of the
+		// original did not) from a first move that failed.
+		copies := localtest.ReceiveAll(t, c, q.DLQURL, time.Second, time.Minute)
+		t.Errorf("dead-lettered after %s attempts, want 1; %d more copies in the dead-letter queue; the command line's log:\n%s",
+			a, len(copies), p.stderr.String())
 	}
 	if class := attr(m, sqsworker.AttrFailureClass); class != "String:environment-too-large" {
 		t.Errorf("error class %s", class)
