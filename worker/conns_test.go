@@ -33,22 +33,8 @@ func TestWorkerReusesConnections(t *testing.T) {
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	const n = 5000
-	bodies := make([]string, n)
-	for i := range bodies {
-		bodies[i] = strconv.Itoa(i)
-	}
-	localtest.Send(t, c, q.URL, "", bodies...)
-
-	u, err := url.Parse(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	pc := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
+	sendNumbered(t, c, q.URL, n)
+	p, pc := proxiedSQS(t)
 	if _, ok := pc.Options().HTTPClient.(*awshttp.BuildableClient); !ok {
 		t.Fatalf("the client's HTTP client is a %T, want the SDK's default", pc.Options().HTTPClient)
 	}
@@ -105,22 +91,8 @@ func TestWorkerReusesConnectionsWhileDeadLettering(t *testing.T) {
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	dlq := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	const n = 3000
-	bodies := make([]string, n)
-	for i := range bodies {
-		bodies[i] = strconv.Itoa(i)
-	}
-	localtest.Send(t, c, q.URL, "", bodies...)
-
-	u, err := url.Parse(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	pc := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
+	sendNumbered(t, c, q.URL, n)
+	p, pc := proxiedSQS(t)
 	r := start(t, pc, worker.Config{QueueURL: q.URL, DeadLetterQueueURL: dlq.URL, Concurrency: 80}, sqsworker.HandlerFunc(
 		func(context.Context, *sqsworker.Message) error { return sqsworker.Permanent(errors.New("broken")) }))
 	localtest.Eventually(t, 120*time.Second, func() bool { return r.w.Stats().Deleted == n }, "not all %d messages moved", n)
@@ -135,4 +107,31 @@ func TestWorkerReusesConnectionsWhileDeadLettering(t *testing.T) {
 		t.Errorf("the worker opened %d connections for %d messages dead-lettered, want at most 150", got, n)
 	}
 	t.Logf("%d connections for %d messages dead-lettered", p.Stats().Accepted, n)
+}
+
+// sendNumbered sends n messages whose bodies are 0 to n-1.
+func sendNumbered(t *testing.T, c *sqs.Client, queueURL string, n int) {
+	t.Helper()
+	bodies := make([]string, n)
+	for i := range bodies {
+		bodies[i] = strconv.Itoa(i)
+	}
+	localtest.Send(t, c, queueURL, "", bodies...)
+}
+
+// proxiedSQS returns a counting proxy in front of the local SQS, stopped
+// when the test ends, and a client with the SDK's default HTTP client that
+// goes through it.
+func proxiedSQS(t *testing.T) (*faultproxy.Proxy, *sqs.Client) {
+	t.Helper()
+	u, err := url.Parse(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p, localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
 }
