@@ -21,6 +21,7 @@ import (
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
@@ -70,7 +71,9 @@ func NewHandler(h sqsworker.Handler, cfg Config) (HandlerFunc, error) {
 		if err != nil {
 			return nil, fmt.Errorf("lambda: loading the AWS configuration: %w", err)
 		}
-		cfg.Client = sqs.NewFromConfig(awsCfg)
+		cfg.Client = sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
+			o.HTTPClient = sdkhttp.Wrap(o.HTTPClient) // every request's body from its own copy: see package sdkhttp
+		})
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency

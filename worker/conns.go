@@ -7,6 +7,8 @@ import (
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 )
 
 // conns is how many SQS calls one queue's worker may have under way at once
@@ -23,10 +25,17 @@ func conns(cfg Config) int {
 	return n
 }
 
-// withConns returns api, or, when api is an *sqs.Client (or another client
-// with an Options method) whose HTTP client is the SDK's default kind that
-// keeps fewer than n idle connections per host, api with every call made
-// through a copy of that HTTP client that keeps n.
+// withHTTP returns api, or, when api is an *sqs.Client (or another client
+// with an Options method), api with every call made through an HTTP client
+// that
+//
+//   - sends each request's body from its own copy ([sdkhttp]): without it,
+//     a reply that comes back before net/http's write goroutine has made its
+//     last read of the body fails, and the SDK sends again a request that
+//     was applied (a receive whose messages then stay hidden, a send that
+//     makes a second copy);
+//   - when the HTTP client is the SDK's default kind keeping fewer than n
+//     idle connections per host, keeps n.
 //
 // The SDK's default keeps 10. A worker with 8 receive loops and 8
 // acknowledgement batches under way uses up to 16 connections at once, and
@@ -35,43 +44,68 @@ func conns(cfg Config) int {
 // next call to open a new one: over TLS, a handshake every few dozen
 // messages. An HTTP client of another kind, one with room enough, or one
 // told to keep no idle connections (DisableKeepAlives, a negative
-// MaxIdleConnsPerHost) is left as it is.
-func withConns(api API, n int) API {
+// MaxIdleConnsPerHost) keeps its pool as it is.
+func withHTTP(api API, n int) API {
 	o, ok := api.(interface{ Options() sqs.Options })
 	if !ok {
 		return api
 	}
-	bc, ok := o.Options().HTTPClient.(*awshttp.BuildableClient)
-	if !ok {
+	hc := o.Options().HTTPClient
+	if hc == nil {
 		return api
+	}
+	inner := hc
+	if w, ok := hc.(*sdkhttp.Client); ok {
+		inner = w.Next
+	}
+	wider, widened := widen(inner, n)
+	if _, ok := hc.(*sdkhttp.Client); ok && !widened {
+		return api // its bodies copied already, its pool wide enough
+	}
+	use := sdkhttp.Wrap(wider)
+	p := &pooledAPI{api: api, opt: func(o *sqs.Options) { o.HTTPClient = use }}
+	p.one = []func(*sqs.Options){p.opt}
+	return p
+}
+
+// widen returns hc, or, when it is the SDK's default kind of HTTP client
+// and keeps fewer than n idle connections per host, a copy of it that keeps
+// n, and true.
+func widen(hc sdkhttp.Doer, n int) (sdkhttp.Doer, bool) {
+	bc, ok := hc.(*awshttp.BuildableClient)
+	if !ok {
+		return hc, false
 	}
 	t := bc.GetTransport()
 	if t.DisableKeepAlives || t.MaxIdleConnsPerHost < 0 {
-		return api
+		return hc, false
 	}
 	perHost := t.MaxIdleConnsPerHost
 	if perHost == 0 {
 		perHost = http.DefaultMaxIdleConnsPerHost
 	}
 	if perHost >= n && (t.MaxIdleConns == 0 || t.MaxIdleConns >= n) {
-		return api
+		return hc, false
 	}
-	wider := bc.WithTransportOptions(func(t *http.Transport) {
+	return bc.WithTransportOptions(func(t *http.Transport) {
 		t.MaxIdleConnsPerHost = max(t.MaxIdleConnsPerHost, n)
 		if t.MaxIdleConns != 0 {
 			t.MaxIdleConns = max(t.MaxIdleConns, n)
 		}
-	})
-	return &pooledAPI{api: api, opt: func(o *sqs.Options) { o.HTTPClient = wider }}
+	}), true
 }
 
 // pooledAPI makes every call of api with opt applied last.
 type pooledAPI struct {
 	api API
 	opt func(*sqs.Options)
+	one []func(*sqs.Options) // just opt: the options of a call that gives none
 }
 
 func (p *pooledAPI) opts(in []func(*sqs.Options)) []func(*sqs.Options) {
+	if len(in) == 0 {
+		return p.one // the SDK only reads the options it is given
+	}
 	return append(in[:len(in):len(in)], p.opt)
 }
 

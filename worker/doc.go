@@ -14,14 +14,25 @@
 // batches (at least 4) and the heartbeat's calls (Heartbeat.MaxInFlight,
 // default 4) under way at once, and each handler a dead-letter move or a
 // delayed copy: more than the 10 idle connections per host that the SDK's
-// default HTTP client keeps. When the client is an *sqs.Client with that
-// default kind of HTTP client
-// ([github.com/aws/aws-sdk-go-v2/aws/transport/http.BuildableClient]) and too small
-// a pool, the worker makes its calls through a copy of it with room for
-// them, so that no call closes its connection for the next to open a new one
-// (over TLS, a handshake each). A client with an HTTP client of another kind,
-// or one that keeps no idle connections, is used as it is: give it room for
-// Concurrency + Pollers + max(4, Pollers) + 4 idle connections per host.
+// default HTTP client keeps. When the client is an *sqs.Client, the worker
+// makes its calls through its own HTTP client around the client's:
+//
+//   - It sends each request's body from a copy of its own. The SDK closes
+//     a request's body once the response is back, and net/http, which reads
+//     a body once more after its last byte, then takes the closed body for
+//     a failed write and closes the connection under a response still being
+//     read: the SDK sends again a request that was applied. A receive sent
+//     again that way hides the messages of the first for a visibility
+//     timeout and counts a receive against them; the larger the messages
+//     and the busier the host, the likelier.
+//   - When the HTTP client is the SDK's default kind
+//     ([github.com/aws/aws-sdk-go-v2/aws/transport/http.BuildableClient]) with
+//     too small a pool, it uses a copy of it with room for the worker's
+//     calls, so that no call closes its connection for the next to open a
+//     new one (over TLS, a handshake each). An HTTP client of another kind,
+//     or one that keeps no idle connections, keeps its pool: give it room
+//     for Concurrency + Pollers + max(4, Pollers) + 4 idle connections per
+//     host.
 //
 // # Outcomes
 //

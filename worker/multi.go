@@ -141,7 +141,7 @@ func NewMulti(api API, cfg MultiConfig) (*MultiWorker, error) {
 		cfgs[i] = c.withDefaults()
 		n += conns(cfgs[i])
 	}
-	api = withConns(api, n+size) // size: the handlers of every queue
+	api = withHTTP(api, n+size) // size: the handlers of every queue
 	for i, q := range cfg.Queues {
 		c := cfgs[i]
 		w := newWorker(api, c)

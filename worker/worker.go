@@ -91,7 +91,7 @@ func New(api API, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	w := newWorker(withConns(api, conns(cfg)+cfg.Concurrency), cfg)
+	w := newWorker(withHTTP(api, conns(cfg)+cfg.Concurrency), cfg)
 	w.pool = newPool(cfg.Concurrency, []*poolQueue{{max: cfg.Concurrency}})
 	return w, nil
 }

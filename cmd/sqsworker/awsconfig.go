@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
+
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 )
 
 // credentialsTimeout bounds the first retrieval of credentials: on a
@@ -52,6 +54,10 @@ func (a *app) loadAWSConfig(ctx context.Context) (aws.Config, error) {
 			return cfg, fmt.Errorf("AWS profile %q is not in the shared config files (~/.aws/config, ~/.aws/credentials): list them with `aws configure list-profiles`: %w", missing.Profile, err)
 		}
 		return cfg, fmt.Errorf("loading the AWS configuration: %w", err)
+	}
+	if cfg.HTTPClient != nil {
+		// Every request's body from its own copy: see package sdkhttp.
+		cfg.HTTPClient = sdkhttp.Wrap(cfg.HTTPClient)
 	}
 	if cfg.Region == "" {
 		return cfg, errors.New("no AWS region: pass --region, set AWS_REGION (export AWS_REGION=eu-west-1), or set region in your profile (~/.aws/config); " + localStackHint)
