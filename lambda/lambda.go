@@ -71,9 +71,13 @@ func NewHandler(h sqsworker.Handler, cfg Config) (HandlerFunc, error) {
 		if err != nil {
 			return nil, fmt.Errorf("lambda: loading the AWS configuration: %w", err)
 		}
-		cfg.Client = sqs.NewFromConfig(awsCfg, func(o *sqs.Options) {
-			o.HTTPClient = sdkhttp.Wrap(o.HTTPClient) // every request's body from its own copy: see package sdkhttp
-		})
+		cfg.Client = sqs.NewFromConfig(awsCfg)
+	}
+	if c, ok := cfg.Client.(sdkhttp.SQS); ok {
+		// Every request's body from a copy of its own, so that no reply
+		// the transport cut makes the SDK send a dead-letter move or a
+		// delayed copy twice (see the worker's package doc).
+		cfg.Client = sdkhttp.ForSQS(c, 0)
 	}
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency

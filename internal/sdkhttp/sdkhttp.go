@@ -15,7 +15,9 @@
 // copy). The larger the reply, the likelier: a receive of large messages.
 //
 // Client gives the transport its own copy of each body, in memory, so that
-// nothing the SDK closes is read after it.
+// nothing the SDK closes is read after it. ForSQS makes every call of an
+// *sqs.Client go through one, with room in the SDK's default connection
+// pool for the calls a worker has under way.
 package sdkhttp
 
 import (
