@@ -239,14 +239,14 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 // lease holds, which ends once the delete has landed or failed for good.
 type deleting executor.Job
 
-func (d *deleting) Valid() bool { return (*executor.Job)(d).Valid() }
+func (d *deleting) Valid(now time.Time) bool { return (*executor.Job)(d).Held(now) }
 func (d *deleting) Acked(error) { (*executor.Job)(d).Done() }
 
 // retrying is a job as the ackbatch.Owner of its visibility change: retried
 // while its lease holds, which executor ended before the change was sent.
 type retrying executor.Job
 
-func (r *retrying) Valid() bool { return (*executor.Job)(r).Valid() }
+func (r *retrying) Valid(now time.Time) bool { return (*executor.Job)(r).Held(now) }
 func (r *retrying) Acked(error) {}
 
 // Abandon leaves the message alone.

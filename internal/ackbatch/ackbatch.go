@@ -84,8 +84,8 @@ type Entry struct {
 // interface rather than a pair of functions so that a runtime can pass the
 // job it already has, at no allocation per message.
 type Owner interface {
-	// Valid reports whether the receipt handle may still work: typically,
-	// whether the message's lease still holds. While it returns true, the
+	// Valid reports whether the receipt handle may still work at now:
+	// typically, whether the message's lease still holds. While it returns true, the
 	// entry is retried after every failure a retry may fix (the network,
 	// throttling, server faults, an entry SQS failed on its side), with
 	// backoff, for as long as it takes: Config.MaxAttempts does not apply
@@ -94,7 +94,7 @@ type Owner interface {
 	// ErrExpired. It is called before each call that would carry the
 	// entry and after each failed one, from the batcher's goroutines,
 	// without its lock held; it must be safe for concurrent use and quick.
-	Valid() bool
+	Valid(now time.Time) bool
 	// Acked is called once with the entry's final result.
 	Acked(err error)
 }
@@ -427,8 +427,12 @@ func (b *Batcher) send(kind Kind, items []item) {
 // others.
 func (b *Batcher) dropExpired(kind Kind, items []item) []item {
 	keep := items[:0]
+	var now time.Time // one reading of the clock for the batch
 	for _, it := range items {
-		if it.Owner != nil && !it.Owner.Valid() {
+		if it.Owner != nil && now.IsZero() {
+			now = time.Now()
+		}
+		if it.Owner != nil && !it.Owner.Valid(now) {
 			b.expire(kind, it)
 			continue
 		}
@@ -459,7 +463,7 @@ func (b *Batcher) retry(kind Kind, items []item) {
 		switch {
 		case it.Owner == nil && it.attempts >= b.cfg.MaxAttempts:
 			b.done(kind, it, fmt.Errorf("%s of message %s: gave up after %d attempts: %w", kind, it.MessageID, it.attempts, it.err))
-		case it.Owner != nil && !it.Owner.Valid():
+		case it.Owner != nil && !it.Owner.Valid(now):
 			b.expire(kind, it)
 		default:
 			it.due = now.Add(backoff(it.attempts, jitter))

@@ -39,7 +39,7 @@ type owner struct {
 	acked func(error)
 }
 
-func (o owner) Valid() bool { return o.valid == nil || o.valid() }
+func (o owner) Valid(time.Time) bool { return o.valid == nil || o.valid() }
 
 func (o owner) Acked(err error) {
 	if o.acked != nil {

@@ -110,11 +110,6 @@ func (j *Job) Done() {
 	}
 }
 
-// Valid reports whether the message's receipt handle may still work: its
-// lease holds. Acknowledgements retried through an outage stop when it
-// returns false.
-func (j *Job) Valid() bool { return j.Held(time.Now()) }
-
 // retry ends the lease, then asks ack to make the message visible after vis.
 func retry(j *Job, ack Acker, vis time.Duration) {
 	j.Done()
@@ -245,6 +240,10 @@ func (e *Executor) stopped(cause error) bool {
 // both under one lock, so that two handlers changing it at once cannot leave
 // the gauge with a stale value.
 func (e *Executor) inFlight(d int64) {
+	if _, nop := e.Metrics.(metrics.Nop); nop {
+		e.Counters.InFlight.Add(d)
+		return
+	}
 	e.inFlightMu.Lock()
 	e.Metrics.Set(metrics.InFlight, float64(e.Counters.InFlight.Add(d)), e.Queue)
 	e.inFlightMu.Unlock()
