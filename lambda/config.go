@@ -17,7 +17,10 @@ type Config struct {
 	// Client is the SQS client used for visibility changes, dead-letter
 	// moves and reading the queue's attributes. Default: a client from the
 	// SDK's default configuration (environment, AWS_ENDPOINT_URL_SQS, the
-	// function's role).
+	// function's role). An *sqs.Client is called through an HTTP client
+	// that sends each request's body from a copy of its own, so that a
+	// reply cut by the transport never makes the SDK send a dead-letter
+	// move or a delayed copy twice (see the worker package's doc).
 	Client API
 
 	// Concurrency is the most records of one invocation handled at once.

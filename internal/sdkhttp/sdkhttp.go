@@ -33,7 +33,10 @@ type Doer interface {
 }
 
 // Client sends requests through Next with their bodies read into memory
-// first. It is safe for concurrent use when Next is.
+// first: for the small bodies of SQS, DynamoDB and STS calls, not for
+// streams. It sets GetBody, so that net/http may send again, on a new
+// connection, a request of which it wrote nothing. It is safe for
+// concurrent use when Next is.
 type Client struct {
 	Next Doer
 }
