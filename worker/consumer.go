@@ -240,14 +240,14 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 type deleting executor.Job
 
 func (d *deleting) Valid(now time.Time) bool { return (*executor.Job)(d).Held(now) }
-func (d *deleting) Acked(error) { (*executor.Job)(d).Done() }
+func (d *deleting) Acked(error)              { (*executor.Job)(d).Done() }
 
 // retrying is a job as the ackbatch.Owner of its visibility change: retried
 // while its lease holds, which executor ended before the change was sent.
 type retrying executor.Job
 
 func (r *retrying) Valid(now time.Time) bool { return (*executor.Job)(r).Held(now) }
-func (r *retrying) Acked(error) {}
+func (r *retrying) Acked(error)              {}
 
 // Abandon leaves the message alone.
 func (c *consumer) Abandon(*executor.Job) {}

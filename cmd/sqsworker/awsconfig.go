@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
@@ -55,10 +56,11 @@ func (a *app) loadAWSConfig(ctx context.Context) (aws.Config, error) {
 		}
 		return cfg, fmt.Errorf("loading the AWS configuration: %w", err)
 	}
-	if cfg.HTTPClient != nil {
-		// Every request's body from its own copy: see package sdkhttp.
-		cfg.HTTPClient = sdkhttp.Wrap(cfg.HTTPClient)
-	}
+	// Every request's body from its own copy (see package sdkhttp), through
+	// the HTTP client each client makes for itself: wrapping cfg.HTTPClient
+	// instead would hide it from the clients, which then skip the timeouts
+	// of the defaults mode (AWS_DEFAULTS_MODE).
+	cfg.ServiceOptions = append(cfg.ServiceOptions, copyBodies)
 	if cfg.Region == "" {
 		return cfg, errors.New("no AWS region: pass --region, set AWS_REGION (export AWS_REGION=eu-west-1), or set region in your profile (~/.aws/config); " + localStackHint)
 	}
@@ -74,6 +76,21 @@ func (a *app) loadAWSConfig(ctx context.Context) (aws.Config, error) {
 		return cfg, fmt.Errorf("no AWS credentials found: %s (the SDK said: %w)", credentialsHint, err)
 	}
 	return cfg, nil
+}
+
+// copyBodies is an aws.Config service option: the client's HTTP client,
+// once the client has set it up, sends each request's body from a copy.
+func copyBodies(_ string, options any) {
+	switch o := options.(type) {
+	case *sqs.Options:
+		if o.HTTPClient != nil {
+			o.HTTPClient = sdkhttp.Wrap(o.HTTPClient)
+		}
+	case *dynamodb.Options:
+		if o.HTTPClient != nil {
+			o.HTTPClient = sdkhttp.Wrap(o.HTTPClient)
+		}
+	}
 }
 
 const credentialsHint = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or choose a profile with --profile or AWS_PROFILE (set up with `aws configure` or `aws sso login`), or run with an IAM role; " + localStackHint
