@@ -76,13 +76,15 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 	c := &consumer{
 		w: w, cfg: cfg, info: info, log: w.log, vis: vis,
 		margin:   cfg.AckInterval + min(vis/10, time.Second),
-		tasks:    newRunq(cfg.Concurrency),
 		fatal:    make(chan error, cfg.Pollers),
 		recorder: cfg.Metrics,
 	}
 	if c.recorder == nil {
 		c.recorder = metrics.Nop{}
 	}
+	// Handler goroutines start as messages need them (see runq); every one
+	// has returned once handlers.Wait does, after the run queue is closed.
+	c.tasks = newRunq(cfg.Concurrency, func() { c.handlers.Go(c.serve) })
 	c.exec = &executor.Executor{
 		Handler: h,
 		Policy: outcome.Policy{Backoff: cfg.Backoff, MaxReceiveCount: cfg.MaxReceiveCount,
@@ -142,9 +144,6 @@ func (c *consumer) consume(ctx context.Context) error {
 		var rctx context.Context
 		rctx, c.stopReport = context.WithCancel(context.WithoutCancel(ctx))
 		c.reporter.Go(func() { c.report(rctx) })
-	}
-	for range c.cfg.Concurrency {
-		c.handlers.Go(c.serve)
 	}
 	for range c.cfg.Pollers {
 		c.pollers.Go(c.poll)

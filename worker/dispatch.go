@@ -57,13 +57,14 @@ type task struct {
 	group []*executor.Job
 }
 
-// serve is one of the Concurrency handler goroutines: long-lived, so that a
-// message costs no goroutine start nor stack growth. Every task holds at
-// least one handler slot, so there are never more tasks than goroutines to
-// take them. It returns once tasks is closed and drained.
+// serve is one of the up to Concurrency handler goroutines, started by the
+// run queue when a message needs one: long-lived, so that a message costs
+// no goroutine start nor stack growth. Every task holds at least one
+// handler slot, so there are never more tasks than goroutines to take
+// them. It returns once tasks is closed and drained.
 func (c *consumer) serve() {
-	for {
-		t, ok := c.tasks.take()
+	for fresh := true; ; fresh = false {
+		t, ok := c.tasks.take(fresh)
 		if !ok {
 			return
 		}

@@ -14,8 +14,14 @@ import "sync"
 // messages in turn; with slow ones each message still gets its own
 // goroutine, one wake-up after the other.
 //
-// There are never more tasks than goroutines to take them: each holds a
-// handler slot, and there are as many goroutines as slots.
+// Goroutines are started as tasks need them, up to max, one for each slot:
+// quick handlers keep a few goroutines busy rather than many parked, which
+// every garbage collection would scan. A goroutine once started stays, so
+// a message still costs no goroutine start nor stack growth. There are
+// never more tasks than goroutines to take them: each task holds a handler
+// slot, and a task that finds no goroutine parked or on its way has one
+// started, or, with max started, one that is running a task will take it
+// next.
 type runq struct {
 	mu   sync.Mutex
 	wake sync.Cond
@@ -27,10 +33,16 @@ type runq struct {
 	parked int
 	woken  int
 	closed bool
+	// spawn starts a goroutine that takes tasks (its first take is fresh);
+	// live of at most max are started.
+	spawn     func()
+	live, max int
 }
 
-func newRunq(size int) *runq {
-	q := &runq{tasks: make([]task, 0, size)}
+// newRunq returns a run queue for size slots, which starts up to size
+// goroutines with spawn as tasks come.
+func newRunq(size int, spawn func()) *runq {
+	q := &runq{tasks: make([]task, 0, size), spawn: spawn, max: size}
 	q.wake.L = &q.mu
 	return q
 }
@@ -50,21 +62,31 @@ func (q *runq) put(ts ...task) {
 	q.mu.Unlock()
 }
 
-// wakeLocked wakes a parked goroutine when tasks wait and no goroutine is on
-// its way to take them. q.mu is held.
+// wakeLocked wakes a parked goroutine, or starts one when none is parked,
+// when tasks wait and no goroutine is on its way to take them. q.mu is
+// held.
 func (q *runq) wakeLocked() {
-	if q.head < len(q.tasks) && q.woken == 0 && q.parked > 0 {
+	if q.head == len(q.tasks) || q.woken > 0 {
+		return
+	}
+	switch {
+	case q.parked > 0:
 		q.woken++
 		q.wake.Signal()
+	case q.live < q.max:
+		q.live++
+		q.woken++ // on its way: its first take counts it back
+		q.spawn()
 	}
 }
 
 // take returns the next task, waiting for one; false once close was called
-// and no task is left.
-func (q *runq) take() (task, bool) {
+// and no task is left. fresh says that the goroutine has just been started
+// by spawn.
+func (q *runq) take(fresh bool) (task, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	signalled := false
+	signalled := fresh
 	for {
 		if signalled {
 			q.woken--

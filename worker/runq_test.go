@@ -15,22 +15,22 @@ import (
 // task must get a goroutine of its own, however few wake-ups put makes.
 func TestRunqEveryTaskGetsAGoroutine(t *testing.T) {
 	const goroutines, n = 20, 10
-	q := newRunq(goroutines)
 	var started sync.WaitGroup
 	started.Add(n)
 	all := make(chan struct{})
 	var wg sync.WaitGroup
-	for range goroutines {
+	var q *runq
+	q = newRunq(goroutines, func() {
 		wg.Go(func() {
-			for {
-				if _, ok := q.take(); !ok {
+			for fresh := true; ; fresh = false {
+				if _, ok := q.take(fresh); !ok {
 					return
 				}
 				started.Done()
 				<-all
 			}
 		})
-	}
+	})
 	ts := make([]task, n)
 	for i := range ts {
 		ts[i] = task{job: &executor.Job{}}
@@ -46,6 +46,9 @@ func TestRunqEveryTaskGetsAGoroutine(t *testing.T) {
 	close(all)
 	q.close()
 	wg.Wait()
+	if q.live != n {
+		t.Errorf("%d goroutines started for %d blocked tasks", q.live, n)
+	}
 }
 
 // Tasks put from several goroutines, in bursts, to goroutines that take
@@ -53,16 +56,18 @@ func TestRunqEveryTaskGetsAGoroutine(t *testing.T) {
 // close lets the goroutines return, and the queue's array stays bounded.
 func TestRunqTakesEachOnce(t *testing.T) {
 	const goroutines, putters, bursts = 16, 4, 2000
-	q := newRunq(goroutines)
 	var taken atomic.Int64
 	var mu sync.Mutex
 	seen := map[*executor.Job]int{}
 	slots := make(chan struct{}, goroutines) // a task holds a slot, as in the worker
 	var wg sync.WaitGroup
-	for g := range goroutines {
+	var spawned atomic.Int64
+	var q *runq
+	q = newRunq(goroutines, func() {
+		g := spawned.Add(1)
 		wg.Go(func() {
-			for {
-				tk, ok := q.take()
+			for fresh := true; ; fresh = false {
+				tk, ok := q.take(fresh)
 				if !ok {
 					return
 				}
@@ -76,7 +81,7 @@ func TestRunqTakesEachOnce(t *testing.T) {
 				<-slots
 			}
 		})
-	}
+	})
 	var puts sync.WaitGroup
 	for range putters {
 		puts.Go(func() {
@@ -119,7 +124,6 @@ func TestRunqTakesEachOnce(t *testing.T) {
 // would leave a round waiting for ever. Each task is taken once.
 func TestRunqStressEveryTaskStarts(t *testing.T) {
 	const goroutines, rounds = 32, 2000
-	q := newRunq(goroutines)
 	slots := make(chan struct{}, goroutines)
 	type round struct {
 		started sync.WaitGroup
@@ -129,10 +133,11 @@ func TestRunqStressEveryTaskStarts(t *testing.T) {
 	of := map[*executor.Job]*round{}
 	taken := map[*executor.Job]int{}
 	var wg sync.WaitGroup
-	for range goroutines {
+	var q *runq
+	q = newRunq(goroutines, func() {
 		wg.Go(func() {
-			for {
-				tk, ok := q.take()
+			for fresh := true; ; fresh = false {
+				tk, ok := q.take(fresh)
 				if !ok {
 					return
 				}
@@ -152,7 +157,7 @@ func TestRunqStressEveryTaskStarts(t *testing.T) {
 				<-slots
 			}
 		})
-	}
+	})
 	total := 0
 	for i := range rounds {
 		r := &round{all: make(chan struct{})}
@@ -182,7 +187,7 @@ func TestRunqStressEveryTaskStarts(t *testing.T) {
 		case <-ok:
 		case <-time.After(30 * time.Second):
 			q.mu.Lock()
-			t.Fatalf("round %d: not every one of its %d tasks started: waiting %d, parked %d, woken %d", i, k, len(q.tasks)-q.head, q.parked, q.woken)
+			t.Fatalf("round %d: not every one of its %d tasks started: waiting %d, parked %d, woken %d, started %d", i, k, len(q.tasks)-q.head, q.parked, q.woken, q.live)
 		}
 		puts.Wait()
 		close(r.all) // the goroutines come back while the next round is put
@@ -200,4 +205,51 @@ func TestRunqStressEveryTaskStarts(t *testing.T) {
 	if c := cap(q.tasks); c > 4*goroutines {
 		t.Errorf("the queue's array grew to %d for at most %d tasks at once", c, goroutines)
 	}
+}
+
+// Quick tasks put a receive at a time start no more goroutines than a
+// receive holds, however many slots there are: the goroutines parked are
+// woken before any is started.
+func TestRunqQuickTasksStartFewGoroutines(t *testing.T) {
+	const slots, rounds = 80, 500
+	var wg sync.WaitGroup
+	var done atomic.Int64
+	var q *runq
+	q = newRunq(slots, func() {
+		wg.Go(func() {
+			for fresh := true; ; fresh = false {
+				if _, ok := q.take(fresh); !ok {
+					return
+				}
+				done.Add(1)
+			}
+		})
+	})
+	for r := range rounds {
+		ts := make([]task, MaxMessagesPerReceive)
+		for i := range ts {
+			ts[i] = task{job: &executor.Job{}}
+		}
+		q.put(ts...)
+		want := int64((r + 1) * MaxMessagesPerReceive)
+		deadline := time.Now().Add(30 * time.Second)
+		for { // every task taken and every goroutine parked again
+			q.mu.Lock()
+			idle := q.parked == q.live && q.woken == 0
+			q.mu.Unlock()
+			if idle && done.Load() == want {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of %d tasks taken", r, done.Load(), want)
+			}
+			runtime.Gosched()
+		}
+	}
+	q.close()
+	wg.Wait()
+	if q.live > MaxMessagesPerReceive {
+		t.Errorf("%d goroutines started for tasks %d at a time", q.live, MaxMessagesPerReceive)
+	}
+	t.Logf("%d goroutines started for %d slots", q.live, slots)
 }
