@@ -28,8 +28,12 @@ type runq struct {
 	// tasks[head:] wait for a goroutine.
 	tasks []task
 	head  int
-	// parked counts the goroutines waiting on wake; woken those signalled
-	// and not yet back; closed tells them to return once tasks is empty.
+	// parked counts the goroutines waiting on wake and not signalled yet;
+	// woken those signalled (or started) and not yet back; closed tells
+	// them to return once tasks is empty. A goroutine signalled moves from
+	// parked to woken at once, so that close, which wakes the parked ones,
+	// does not count it a second time: woken would never drop to zero, and
+	// no goroutine would be woken or started for the tasks left.
 	parked int
 	woken  int
 	closed bool
@@ -71,6 +75,7 @@ func (q *runq) wakeLocked() {
 	}
 	switch {
 	case q.parked > 0:
+		q.parked--
 		q.woken++
 		q.wake.Signal()
 	case q.live < q.max:
@@ -105,8 +110,7 @@ func (q *runq) take(fresh bool) (task, bool) {
 			return task{}, false
 		}
 		q.parked++
-		q.wake.Wait()
-		q.parked--
+		q.wake.Wait() // signal or close counted it from parked to woken
 		signalled = true
 	}
 }
@@ -116,6 +120,7 @@ func (q *runq) close() {
 	q.mu.Lock()
 	q.closed = true
 	q.woken += q.parked // every parked goroutine is woken, and counts itself back
+	q.parked = 0
 	q.wake.Broadcast()
 	q.mu.Unlock()
 }
