@@ -115,6 +115,9 @@ func TestRunqTakesEachOnce(t *testing.T) {
 	if c := cap(q.tasks); c > 4*goroutines {
 		t.Errorf("the queue's array grew to %d for at most %d tasks at once", c, goroutines)
 	}
+	if q.live > goroutines {
+		t.Errorf("%d goroutines started for %d slots", q.live, goroutines)
+	}
 }
 
 // Rounds of tasks put in receive-sized chunks by several putters, each
@@ -205,6 +208,9 @@ func TestRunqStressEveryTaskStarts(t *testing.T) {
 	}
 	if c := cap(q.tasks); c > 4*goroutines {
 		t.Errorf("the queue's array grew to %d for at most %d tasks at once", c, goroutines)
+	}
+	if q.live > goroutines {
+		t.Errorf("%d goroutines started for %d slots", q.live, goroutines)
 	}
 }
 
@@ -320,5 +326,46 @@ func TestRunqCloseRightAfterPut(t *testing.T) {
 		if q.woken != 0 || q.parked != 0 {
 			t.Fatalf("iteration %d: woken %d, parked %d once every goroutine returned", i, q.woken, q.parked)
 		}
+	}
+}
+
+// With every goroutine started and running a task, a task put (into the
+// slot one of them has just freed, on its way back) waits for that one:
+// no goroutine is started beyond max.
+func TestRunqStartsAtMostMax(t *testing.T) {
+	const goroutines = 2
+	var wg sync.WaitGroup
+	running := make(chan struct{})
+	back := make(chan struct{})
+	var q *runq
+	q = newRunq(goroutines, func() {
+		wg.Go(func() {
+			for fresh := true; ; fresh = false {
+				if _, ok := q.take(fresh); !ok {
+					return
+				}
+				running <- struct{}{}
+				<-back
+			}
+		})
+	})
+	for range goroutines {
+		q.put(task{job: &executor.Job{}})
+		<-running
+	}
+	q.put(task{job: &executor.Job{}})
+	q.mu.Lock()
+	live, waiting := q.live, len(q.tasks)-q.head
+	q.mu.Unlock()
+	if live != goroutines || waiting != 1 {
+		t.Errorf("%d goroutines started for %d slots, %d tasks waiting; want %d and 1", live, goroutines, waiting, goroutines)
+	}
+	back <- struct{}{} // one comes back and takes it
+	<-running
+	close(back)
+	q.close()
+	wg.Wait()
+	if q.live != goroutines {
+		t.Errorf("%d goroutines started for %d slots", q.live, goroutines)
 	}
 }
