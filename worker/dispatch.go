@@ -63,17 +63,13 @@ type task struct {
 // handler slot, so there are never more tasks than goroutines to take
 // them. It returns once tasks is closed and drained.
 func (c *consumer) serve() {
-	for fresh := true; ; fresh = false {
-		t, ok := c.tasks.take(fresh)
-		if !ok {
-			return
-		}
+	c.tasks.serve(func(t task) {
 		if t.job != nil {
 			c.run(t.job)
 		} else {
 			c.runGroup(t.group)
 		}
-	}
+	})
 }
 
 // run settles one job and frees its handler slot. It reports whether the

@@ -37,8 +37,8 @@ type runq struct {
 	parked int
 	woken  int
 	closed bool
-	// spawn starts a goroutine that takes tasks (its first take is fresh);
-	// live of at most max are started.
+	// spawn starts a goroutine that runs serve; live of at most max are
+	// started.
 	spawn     func()
 	live, max int
 }
@@ -85,9 +85,21 @@ func (q *runq) wakeLocked() {
 	}
 }
 
+// serve is the body of every goroutine spawn starts: it runs each task it
+// takes with run, and returns once close was called and no task is left.
+func (q *runq) serve(run func(task)) {
+	for fresh := true; ; fresh = false {
+		t, ok := q.take(fresh)
+		if !ok {
+			return
+		}
+		run(t)
+	}
+}
+
 // take returns the next task, waiting for one; false once close was called
 // and no task is left. fresh says that the goroutine has just been started
-// by spawn.
+// by spawn, and so counts in woken.
 func (q *runq) take(fresh bool) (task, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -23,13 +23,10 @@ func TestRunqEveryTaskGetsAGoroutine(t *testing.T) {
 	var q *runq
 	q = newRunq(goroutines, func() {
 		wg.Go(func() {
-			for fresh := true; ; fresh = false {
-				if _, ok := q.take(fresh); !ok {
-					return
-				}
+			q.serve(func(task) {
 				started.Done()
 				<-all
-			}
+			})
 		})
 	})
 	ts := make([]task, n)
@@ -67,11 +64,7 @@ func TestRunqTakesEachOnce(t *testing.T) {
 	q = newRunq(goroutines, func() {
 		g := spawned.Add(1)
 		wg.Go(func() {
-			for fresh := true; ; fresh = false {
-				tk, ok := q.take(fresh)
-				if !ok {
-					return
-				}
+			q.serve(func(tk task) {
 				mu.Lock()
 				seen[tk.job]++
 				mu.Unlock()
@@ -80,7 +73,7 @@ func TestRunqTakesEachOnce(t *testing.T) {
 					time.Sleep(time.Microsecond)
 				}
 				<-slots
-			}
+			})
 		})
 	})
 	var puts sync.WaitGroup
@@ -140,11 +133,7 @@ func TestRunqStressEveryTaskStarts(t *testing.T) {
 	var q *runq
 	q = newRunq(goroutines, func() {
 		wg.Go(func() {
-			for fresh := true; ; fresh = false {
-				tk, ok := q.take(fresh)
-				if !ok {
-					return
-				}
+			q.serve(func(tk task) {
 				mu.Lock()
 				r := of[tk.job]
 				taken[tk.job]++
@@ -159,7 +148,7 @@ func TestRunqStressEveryTaskStarts(t *testing.T) {
 					time.Sleep(rand.N(50 * time.Microsecond))
 				}
 				<-slots
-			}
+			})
 		})
 	})
 	total := 0
@@ -224,12 +213,9 @@ func TestRunqQuickTasksStartFewGoroutines(t *testing.T) {
 	var q *runq
 	q = newRunq(slots, func() {
 		wg.Go(func() {
-			for fresh := true; ; fresh = false {
-				if _, ok := q.take(fresh); !ok {
-					return
-				}
+			q.serve(func(task) {
 				done.Add(1)
-			}
+			})
 		})
 	})
 	for r := range rounds {
@@ -278,15 +264,12 @@ func TestRunqCloseRightAfterPut(t *testing.T) {
 		var q *runq
 		q = newRunq(goroutines, func() {
 			wg.Go(func() {
-				for fresh := true; ; fresh = false {
-					if _, ok := q.take(fresh); !ok {
-						return
-					}
+				q.serve(func(task) {
 					if blocking.Load() {
 						started.Done()
 						<-all
 					}
-				}
+				})
 			})
 		})
 		// One goroutine started, and parked again.
@@ -340,13 +323,10 @@ func TestRunqStartsAtMostMax(t *testing.T) {
 	var q *runq
 	q = newRunq(goroutines, func() {
 		wg.Go(func() {
-			for fresh := true; ; fresh = false {
-				if _, ok := q.take(fresh); !ok {
-					return
-				}
+			q.serve(func(task) {
 				running <- struct{}{}
 				<-back
-			}
+			})
 		})
 	})
 	for range goroutines {
