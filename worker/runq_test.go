@@ -247,67 +247,77 @@ func TestRunqQuickTasksStartFewGoroutines(t *testing.T) {
 	t.Logf("%d goroutines started for %d slots", q.live, slots)
 }
 
-// A queue closed right after a put, before the parked goroutine that put
-// woke has run (as at shutdown, when the last receive's messages come just
-// before the receive loops stop): every task queued still gets a goroutine
-// of its own, and the counters come back to zero. close must not count the
-// goroutine already woken a second time, or the woken count never drops
-// to zero and no other goroutine is woken or started for the tasks left:
-// they would wait behind a running handler.
+// A queue closed right after a put, before the parked goroutines that put
+// woke have run (as at shutdown, when the last receive's messages come
+// just before the receive loops stop): every task queued still gets a
+// goroutine of its own, and the counters come back to zero. close must
+// count the goroutine already signalled once only, and leave no goroutine
+// counted parked: else no other goroutine is woken or started for the
+// tasks left, which wait behind a running handler.
 func TestRunqCloseRightAfterPut(t *testing.T) {
-	const goroutines, n, iterations = 8, 4, 200
-	for i := range iterations {
-		var started sync.WaitGroup
-		all := make(chan struct{})
-		var blocking atomic.Bool
-		var wg sync.WaitGroup
-		var q *runq
-		q = newRunq(goroutines, func() {
-			wg.Go(func() {
-				q.serve(func(task) {
-					if blocking.Load() {
+	const goroutines, n, iterations = 8, 5, 100
+	for warm := 1; warm <= 3; warm++ { // goroutines started and parked before the put
+		for i := range iterations {
+			var warmed, started sync.WaitGroup
+			warmGate, all := make(chan struct{}), make(chan struct{})
+			var phase atomic.Int32
+			var wg sync.WaitGroup
+			var q *runq
+			q = newRunq(goroutines, func() {
+				wg.Go(func() {
+					q.serve(func(task) {
+						if phase.Load() == 0 {
+							warmed.Done()
+							<-warmGate
+							return
+						}
 						started.Done()
 						<-all
-					}
+					})
 				})
 			})
-		})
-		// One goroutine started, and parked again.
-		q.put(task{job: &executor.Job{}})
-		for {
-			q.mu.Lock()
-			idle := q.live == 1 && q.parked == 1 && q.woken == 0 && q.head == len(q.tasks)
-			q.mu.Unlock()
-			if idle {
-				break
+			warmed.Add(warm)
+			for range warm {
+				q.put(task{job: &executor.Job{}})
 			}
-			runtime.Gosched()
-		}
-		blocking.Store(true)
-		started.Add(n)
-		ts := make([]task, n)
-		for k := range ts {
-			ts[k] = task{job: &executor.Job{}}
-		}
-		q.put(ts...)
-		q.close()
-		ok := make(chan struct{})
-		go func() { started.Wait(); close(ok) }()
-		select {
-		case <-ok:
-		case <-time.After(30 * time.Second):
-			q.mu.Lock()
-			msg := fmt.Sprintf("iteration %d: not every one of %d tasks started after close: waiting %d, parked %d, woken %d, started %d",
-				i, n, len(q.tasks)-q.head, q.parked, q.woken, q.live)
-			q.mu.Unlock()
+			warmed.Wait()
+			phase.Store(1)
+			close(warmGate)
+			for { // every goroutine parked again
+				q.mu.Lock()
+				idle := q.live == warm && q.parked == warm && q.woken == 0 && q.head == len(q.tasks)
+				q.mu.Unlock()
+				if idle {
+					break
+				}
+				runtime.Gosched()
+			}
+			started.Add(n)
+			ts := make([]task, n)
+			for k := range ts {
+				ts[k] = task{job: &executor.Job{}}
+			}
+			q.put(ts...)
+			q.close()
+			ok := make(chan struct{})
+			go func() { started.Wait(); close(ok) }()
+			select {
+			case <-ok:
+			case <-time.After(30 * time.Second):
+				q.mu.Lock()
+				msg := fmt.Sprintf("%d parked, iteration %d: not every one of %d tasks started after close: waiting %d, parked %d, woken %d, started %d",
+					warm, i, n, len(q.tasks)-q.head, q.parked, q.woken, q.live)
+				q.mu.Unlock()
+				close(all)
+				wg.Wait()
+				t.Fatal(msg)
+			}
 			close(all)
 			wg.Wait()
-			t.Fatal(msg)
-		}
-		close(all)
-		wg.Wait()
-		if q.woken != 0 || q.parked != 0 {
-			t.Fatalf("iteration %d: woken %d, parked %d once every goroutine returned", i, q.woken, q.parked)
+			if q.woken != 0 || q.parked != 0 || q.live != n {
+				t.Fatalf("%d parked, iteration %d: woken %d, parked %d, started %d once every goroutine returned; want 0, 0, %d",
+					warm, i, q.woken, q.parked, q.live, n)
+			}
 		}
 	}
 }
