@@ -248,15 +248,16 @@ func TestRunqQuickTasksStartFewGoroutines(t *testing.T) {
 }
 
 // A queue closed right after a put, before the parked goroutines that put
-// woke have run (as at shutdown, when the last receive's messages come
-// just before the receive loops stop): every task queued still gets a
-// goroutine of its own, and the counters come back to zero. close must
+// woke, or the goroutine it started, have run (as at shutdown, when the
+// last receive's messages come just before the receive loops stop): every
+// task queued still gets a goroutine of its own, and the counters come
+// back to zero. close must
 // count the goroutine already signalled once only, and leave no goroutine
 // counted parked: else no other goroutine is woken or started for the
 // tasks left, which wait behind a running handler.
 func TestRunqCloseRightAfterPut(t *testing.T) {
 	const goroutines, n, iterations = 8, 5, 100
-	for warm := 1; warm <= 3; warm++ { // goroutines started and parked before the put
+	for warm := 0; warm <= 3; warm++ { // goroutines started and parked before the put
 		for i := range iterations {
 			var warmed, started sync.WaitGroup
 			warmGate, all := make(chan struct{}), make(chan struct{})
