@@ -60,8 +60,9 @@ type task struct {
 // serve is one of the up to Concurrency handler goroutines, started by the
 // run queue when a message needs one: long-lived, so that a message costs
 // no goroutine start nor stack growth. Every task holds at least one
-// handler slot, so there are never more tasks than goroutines to take
-// them. It returns once tasks is closed and drained.
+// handler slot, so a task waits only while no goroutine is parked or on its
+// way to take it, and then only until one is started. It returns once
+// tasks is closed and drained.
 func (c *consumer) serve() {
 	c.tasks.serve(func(t task) {
 		if t.job != nil {
