@@ -94,6 +94,11 @@
 // still waiting when half of its visibility timeout has passed is released
 // with the rest of its group rather than started late.
 //
+// Each receive from a FIFO queue carries a ReceiveRequestAttemptId of its
+// own. When its reply is lost and the SDK sends it again, SQS answers with
+// the messages it handed the first attempt, which would otherwise stay
+// hidden, their group blocked, for a visibility timeout.
+//
 // # Errors
 //
 // Receive errors that may pass (network errors, throttling, an endpoint that

@@ -2,9 +2,10 @@ package worker
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"math"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"strconv"
 	"time"
 
@@ -110,6 +111,13 @@ func (c *consumer) poll() {
 			continue
 		}
 		in.MaxNumberOfMessages = int32(n)
+		if c.info.FIFO {
+			// A receive the SDK sends again after a lost reply gets the
+			// messages SQS handed the first, rather than leaving them, and
+			// their groups, hidden for a visibility timeout. Each receive
+			// has its own: the same ID again would get the same messages.
+			in.ReceiveRequestAttemptId = aws.String(rand.Text())
+		}
 		// Not pollCtx nor handlerCtx: a receive under way at shutdown goes
 		// on, even past the deadline. Cut short, SQS would keep its long
 		// poll open and hide what it hands it, including the messages of
@@ -192,7 +200,7 @@ func jittered(failures int) time.Duration {
 		d *= 2
 	}
 	d = min(d, receiveBackoffCap)
-	return d/2 + rand.N(d/2+1)
+	return d/2 + mrand.N(d/2+1)
 }
 
 func sleep(ctx context.Context, d time.Duration) bool {
