@@ -1,10 +1,6 @@
 package worker
 
-import (
-	"cmp"
-
-	"github.com/sqsworker/sqsworker/internal/sdkhttp"
-)
+import "cmp"
 
 // conns is how many SQS calls one queue's worker may have under way at once
 // besides its handlers': its receive loops, its acknowledgement batches (as
@@ -19,7 +15,3 @@ func conns(cfg Config) int {
 	}
 	return n
 }
-
-// withHTTP is [sdkhttp.ForSQS]: every call through an HTTP client that
-// copies request bodies and keeps n idle connections per host.
-func withHTTP(api API, n int) API { return sdkhttp.ForSQS(api, n) }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 )
 
 // MultiConfig configures a MultiWorker: several queues, one per priority
@@ -141,7 +142,7 @@ func NewMulti(api API, cfg MultiConfig) (*MultiWorker, error) {
 		cfgs[i] = c.withDefaults()
 		n += conns(cfgs[i])
 	}
-	api = withHTTP(api, n+size) // size: the handlers of every queue
+	api = sdkhttp.ForSQS(api, n+size) // size: the handlers of every queue
 	for i, q := range cfg.Queues {
 		c := cfgs[i]
 		w := newWorker(api, c)

@@ -17,6 +17,7 @@ import (
 	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 	"github.com/sqsworker/sqsworker/visibility"
 )
 
@@ -91,7 +92,7 @@ func New(api API, cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	w := newWorker(withHTTP(api, conns(cfg)+cfg.Concurrency), cfg)
+	w := newWorker(sdkhttp.ForSQS(api, conns(cfg)+cfg.Concurrency), cfg)
 	w.pool = newPool(cfg.Concurrency, []*poolQueue{{max: cfg.Concurrency}})
 	return w, nil
 }

@@ -427,11 +427,8 @@ func (b *Batcher) send(kind Kind, items []item) {
 // others.
 func (b *Batcher) dropExpired(kind Kind, items []item) []item {
 	keep := items[:0]
-	var now time.Time // one reading of the clock for the batch
+	now := time.Now() // one reading of the clock for the batch
 	for _, it := range items {
-		if it.Owner != nil && now.IsZero() {
-			now = time.Now()
-		}
 		if it.Owner != nil && !it.Owner.Valid(now) {
 			b.expire(kind, it)
 			continue

@@ -50,12 +50,12 @@ func ForSQS(api SQS, n int) SQS {
 	if hc == nil {
 		return api
 	}
-	inner := hc
+	inner, copies := hc, false
 	if w, ok := hc.(*Client); ok {
-		inner = w.Next
+		inner, copies = w.Next, true
 	}
 	wider, widened := widen(inner, n)
-	if _, ok := hc.(*Client); ok && !widened {
+	if copies && !widened {
 		return api // its bodies copied already, its pool wide enough
 	}
 	use := Wrap(wider)
