@@ -92,7 +92,7 @@ func TestLostReplyCountsOnce(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			localtest.RequireDynamoDB(t)
-			proxy, err := faultproxy.New(strings.TrimPrefix(localtest.DynamoDBEndpoint(), "http://"))
+			proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
 			if err != nil {
 				t.Fatal(err)
 			}

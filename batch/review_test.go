@@ -46,7 +46,7 @@ func beforeOp(op string, match func(in any) bool, f func()) func(*dynamodb.Optio
 func TestLostLeaseReply(t *testing.T) {
 	t.Parallel()
 	localtest.RequireDynamoDB(t)
-	proxy, err := faultproxy.New(strings.TrimPrefix(localtest.DynamoDBEndpoint(), "http://"))
+	proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,7 +471,7 @@ func TestUnavailableIsNotRecordedFailed(t *testing.T) {
 func TestDynamoDBDown(t *testing.T) {
 	t.Parallel()
 	localtest.RequireDynamoDB(t)
-	proxy, err := faultproxy.New(strings.TrimPrefix(localtest.DynamoDBEndpoint(), "http://"))
+	proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,11 +95,7 @@ func TestScanLostResponseOnEmulator(t *testing.T) {
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	sendDeadLetters(t, c, q.DLQURL, q.URL, 75)
-	u, err := url.Parse(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package idempotency_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,7 +22,7 @@ import (
 func storeBehindProxy(t *testing.T) (*idempotency.DynamoStore, *dynamodb.Client, *faultproxy.Proxy) {
 	t.Helper()
 	localtest.RequireDynamoDB(t)
-	proxy, err := faultproxy.New(strings.TrimPrefix(localtest.DynamoDBEndpoint(), "http://"))
+	proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
 	if err != nil {
 		t.Fatal(err)
 	}

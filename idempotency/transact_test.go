@@ -280,7 +280,7 @@ func TestLostCommitReplyAppliesOnce(t *testing.T) {
 func TestLostCommitRepliesOnTheWire(t *testing.T) {
 	t.Parallel()
 	localtest.RequireDynamoDB(t)
-	proxy, err := faultproxy.New(strings.TrimPrefix(localtest.DynamoDBEndpoint(), "http://"))
+	proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
 	if err != nil {
 		t.Fatal(err)
 	}

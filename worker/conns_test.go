@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -124,11 +123,7 @@ func sendNumbered(t *testing.T, c *sqs.Client, queueURL string, n int) {
 // goes through it.
 func proxiedSQS(t *testing.T) (*faultproxy.Proxy, *sqs.Client) {
 	t.Helper()
-	u, err := url.Parse(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := faultproxy.New(u.Host)
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -146,6 +147,19 @@ func checkLoopback(hostport string) error {
 		return nil
 	}
 	return fmt.Errorf("faultproxy: target %q is not on the loopback interface", hostport)
+}
+
+// ForEndpoint is New with the target of an endpoint URL, as the SDK's
+// AWS_ENDPOINT_URL_* variables give it (http://127.0.0.1:9324).
+func ForEndpoint(endpoint string) (*Proxy, error) {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("faultproxy: endpoint %q: %w", endpoint, err)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("faultproxy: endpoint %q names no host: want a URL such as http://127.0.0.1:9324", endpoint)
+	}
+	return New(u.Host)
 }
 
 // Addr returns the proxy's address, "127.0.0.1:port". It stays the same

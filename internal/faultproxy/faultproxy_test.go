@@ -369,3 +369,28 @@ func noLeaks(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 }
+
+// ForEndpoint takes its target from an endpoint URL, and names what is
+// wrong with one it cannot use.
+func TestForEndpoint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p, err := faultproxy.ForEndpoint("http://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if c, err := net.Dial("tcp", p.Addr()); err != nil {
+		t.Errorf("dialling the proxy: %v", err)
+	} else {
+		c.Close()
+	}
+	for _, bad := range []string{"127.0.0.1:9324", "://x"} {
+		if _, err := faultproxy.ForEndpoint(bad); err == nil || !strings.Contains(err.Error(), bad) {
+			t.Errorf("ForEndpoint(%q) = %v, want an error naming it", bad, err)
+		}
+	}
+}
