@@ -20,14 +20,9 @@ func TestRunqEveryTaskGetsAGoroutine(t *testing.T) {
 	started.Add(n)
 	all := make(chan struct{})
 	var wg sync.WaitGroup
-	var q *runq
-	q = newRunq(goroutines, func() {
-		wg.Go(func() {
-			q.serve(func(task) {
-				started.Done()
-				<-all
-			})
-		})
+	q := servedRunq(goroutines, &wg, func(_ int, _ task) {
+		started.Done()
+		<-all
 	})
 	ts := make([]task, n)
 	for i := range ts {
@@ -59,22 +54,15 @@ func TestRunqTakesEachOnce(t *testing.T) {
 	seen := map[*executor.Job]int{}
 	slots := make(chan struct{}, goroutines) // a task holds a slot, as in the worker
 	var wg sync.WaitGroup
-	var spawned atomic.Int64
-	var q *runq
-	q = newRunq(goroutines, func() {
-		g := spawned.Add(1)
-		wg.Go(func() {
-			q.serve(func(tk task) {
-				mu.Lock()
-				seen[tk.job]++
-				mu.Unlock()
-				taken.Add(1)
-				if g%4 == 0 {
-					time.Sleep(time.Microsecond)
-				}
-				<-slots
-			})
-		})
+	q := servedRunq(goroutines, &wg, func(g int, tk task) {
+		mu.Lock()
+		seen[tk.job]++
+		mu.Unlock()
+		taken.Add(1)
+		if g%4 == 0 {
+			time.Sleep(time.Microsecond)
+		}
+		<-slots
 	})
 	var puts sync.WaitGroup
 	for range putters {
@@ -130,26 +118,21 @@ func TestRunqStressEveryTaskStarts(t *testing.T) {
 	of := map[*executor.Job]*round{}
 	taken := map[*executor.Job]int{}
 	var wg sync.WaitGroup
-	var q *runq
-	q = newRunq(goroutines, func() {
-		wg.Go(func() {
-			q.serve(func(tk task) {
-				mu.Lock()
-				r := of[tk.job]
-				taken[tk.job]++
-				mu.Unlock()
-				r.started.Done()
-				<-r.all
-				switch rand.N(4) { // come back at a random moment
-				case 0:
-				case 1:
-					runtime.Gosched()
-				default:
-					time.Sleep(rand.N(50 * time.Microsecond))
-				}
-				<-slots
-			})
-		})
+	q := servedRunq(goroutines, &wg, func(_ int, tk task) {
+		mu.Lock()
+		r := of[tk.job]
+		taken[tk.job]++
+		mu.Unlock()
+		r.started.Done()
+		<-r.all
+		switch rand.N(4) { // come back at a random moment
+		case 0:
+		case 1:
+			runtime.Gosched()
+		default:
+			time.Sleep(rand.N(50 * time.Microsecond))
+		}
+		<-slots
 	})
 	total := 0
 	for i := range rounds {
@@ -210,13 +193,8 @@ func TestRunqQuickTasksStartFewGoroutines(t *testing.T) {
 	const slots, rounds = 80, 500
 	var wg sync.WaitGroup
 	var done atomic.Int64
-	var q *runq
-	q = newRunq(slots, func() {
-		wg.Go(func() {
-			q.serve(func(task) {
-				done.Add(1)
-			})
-		})
+	q := servedRunq(slots, &wg, func(_ int, _ task) {
+		done.Add(1)
 	})
 	for r := range rounds {
 		ts := make([]task, MaxMessagesPerReceive)
@@ -263,19 +241,14 @@ func TestRunqCloseRightAfterPut(t *testing.T) {
 			warmGate, all := make(chan struct{}), make(chan struct{})
 			var phase atomic.Int32
 			var wg sync.WaitGroup
-			var q *runq
-			q = newRunq(goroutines, func() {
-				wg.Go(func() {
-					q.serve(func(task) {
-						if phase.Load() == 0 {
-							warmed.Done()
-							<-warmGate
-							return
-						}
-						started.Done()
-						<-all
-					})
-				})
+			q := servedRunq(goroutines, &wg, func(_ int, _ task) {
+				if phase.Load() == 0 {
+					warmed.Done()
+					<-warmGate
+					return
+				}
+				started.Done()
+				<-all
 			})
 			warmed.Add(warm)
 			for range warm {
@@ -331,14 +304,9 @@ func TestRunqStartsAtMostMax(t *testing.T) {
 	var wg sync.WaitGroup
 	running := make(chan struct{})
 	back := make(chan struct{})
-	var q *runq
-	q = newRunq(goroutines, func() {
-		wg.Go(func() {
-			q.serve(func(task) {
-				running <- struct{}{}
-				<-back
-			})
-		})
+	q := servedRunq(goroutines, &wg, func(_ int, _ task) {
+		running <- struct{}{}
+		<-back
 	})
 	for range goroutines {
 		q.put(task{job: &executor.Job{}})
@@ -359,4 +327,18 @@ func TestRunqStartsAtMostMax(t *testing.T) {
 	if q.live != goroutines {
 		t.Errorf("%d goroutines started for %d slots", q.live, goroutines)
 	}
+}
+
+// servedRunq is a run queue for size slots whose goroutines, started as
+// tasks come and counted in wg, run each task they take with run(g, t), g
+// numbering the goroutine from 1 in the order started.
+func servedRunq(size int, wg *sync.WaitGroup, run func(g int, t task)) *runq {
+	var q *runq
+	started := 0 // spawn runs with q.mu held
+	q = newRunq(size, func() {
+		started++
+		g := started
+		wg.Go(func() { q.serve(func(t task) { run(g, t) }) })
+	})
+	return q
 }
