@@ -146,7 +146,14 @@ func (c *consumer) consume(ctx context.Context) error {
 		c.reporter.Go(func() { c.report(rctx) })
 	}
 	for range c.cfg.Pollers {
-		c.pollers.Go(c.poll)
+		// Each receive loop's messages take their contexts from one of its
+		// own, so that the handlers' contexts are not all registered with,
+		// and removed from, one parent under one lock. It is cancelled with
+		// handlerCtx, and let go once every handler is done (stop waits for
+		// them before consume returns).
+		hctx, cancel := context.WithCancel(c.handlerCtx)
+		defer cancel()
+		c.pollers.Go(func() { c.poll(hctx) })
 	}
 
 	var fatal error

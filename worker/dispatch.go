@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -11,19 +12,20 @@ import (
 )
 
 // dispatch starts the handlers of a received batch. Each message holds one
-// handler slot until it is settled. probe is true for the circuit breaker's
-// probe: one message.
-func (c *consumer) dispatch(msgs []types.Message, probe bool) {
+// handler slot until it is settled. Their handlers' contexts derive from
+// hctx, which is cancelled at the shutdown deadline. probe is true for the
+// circuit breaker's probe: one message.
+func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bool) {
 	now := time.Now()
 	c.exec.Received(len(msgs))
 	jobs, ptrs := make([]executor.Job, len(msgs)), make([]*executor.Job, len(msgs))
 	for i := range msgs {
 		j := &jobs[i]
 		ptrs[i] = j
-		j.Msg, j.ReceivedAt, j.Ctx, j.Probe = sqsmsg.FromSDK(c.info.URL, &msgs[i]), now, c.handlerCtx, probe
+		j.Msg, j.ReceivedAt, j.Ctx, j.Probe = sqsmsg.FromSDK(c.info.URL, &msgs[i]), now, hctx, probe
 		switch {
 		case c.ext != nil:
-			j.Ctx, j.Lease = c.ext.Track(c.handlerCtx, j.Msg, now)
+			j.Ctx, j.Lease = c.ext.Track(hctx, j.Msg, now)
 		case c.vis > 0: // the lease, less the time to send the ack
 			j.LeaseEnd = now.Add(c.vis)
 			j.Deadline = j.LeaseEnd.Add(-c.margin)

@@ -34,8 +34,9 @@ const (
 )
 
 // poll is one receive loop: it receives as many messages as it holds free
-// handler slots (and rate-limit tokens), and hands them to dispatch.
-func (c *consumer) poll() {
+// handler slots (and rate-limit tokens), and hands them to dispatch, whose
+// handlers run with contexts derived from hctx.
+func (c *consumer) poll(hctx context.Context) {
 	in := &sqs.ReceiveMessageInput{
 		QueueUrl:        aws.String(c.info.URL),
 		WaitTimeSeconds: int32(c.cfg.WaitTime / time.Second),
@@ -156,7 +157,7 @@ func (c *consumer) poll() {
 		pool.received(qi, len(out.Messages), n, oldest(out.Messages))
 		pool.release(qi, n-len(out.Messages))
 		if len(out.Messages) > 0 {
-			c.dispatch(out.Messages, probe)
+			c.dispatch(hctx, out.Messages, probe)
 		}
 	}
 }
