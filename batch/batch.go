@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
+	"github.com/sqsworker/sqsworker/internal/sdkhttp/dynamohttp"
 )
 
 // Attribute is the message attribute that marks a chunk: its value is the
@@ -79,7 +81,13 @@ func CheckID(id string) error {
 	return nil
 }
 
-// DynamoAPI is the part of the DynamoDB client a Coordinator calls.
+// DynamoAPI is the part of the DynamoDB client a Coordinator calls. The
+// calls of a *dynamodb.Client, and of an *sqs.Client given as [SQSAPI],
+// send each request's body from a copy of their own, so that a reply that
+// comes back while the body is still being written does not make the SDK
+// send an applied call again (a conditional write then failing on its own
+// first attempt, a chunk sent twice; see the worker package's
+// documentation).
 type DynamoAPI interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
@@ -144,8 +152,13 @@ const (
 type Coordinator struct {
 	db  DynamoAPI
 	sqs SQSAPI
-	cfg Config
-	now func() time.Time
+	// dbOpts and sqsOpts are given to every call of db and of sqs
+	// (dynamohttp.Options, sdkhttp.SQSOptions); the producers made with
+	// sqs find theirs.
+	dbOpts  []func(*dynamodb.Options)
+	sqsOpts []func(*sqs.Options)
+	cfg     Config
+	now     func() time.Time
 }
 
 // New validates cfg and checks that the table exists with the expected
@@ -190,16 +203,18 @@ func New(ctx context.Context, db DynamoAPI, q SQSAPI, cfg Config) (*Coordinator,
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if err := checkTable(ctx, db, cfg); err != nil {
+	c := &Coordinator{db: db, sqs: q, dbOpts: dynamohttp.Options(db), sqsOpts: sdkhttp.SQSOptions(q), cfg: cfg, now: time.Now}
+	if err := c.checkTable(ctx); err != nil {
 		return nil, err
 	}
-	return &Coordinator{db: db, sqs: q, cfg: cfg, now: time.Now}, nil
+	return c, nil
 }
 
 // checkTable checks that the table exists with a string partition key named
 // cfg.KeyAttr.
-func checkTable(ctx context.Context, db DynamoAPI, cfg Config) error {
-	out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &cfg.Table})
+func (c *Coordinator) checkTable(ctx context.Context) error {
+	cfg := c.cfg
+	out, err := c.db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &cfg.Table}, c.dbOpts...)
 	if err != nil {
 		var nf *types.ResourceNotFoundException
 		if errors.As(err, &nf) {

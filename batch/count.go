@@ -174,7 +174,7 @@ func (c *Coordinator) chunkStatus(ctx context.Context, id string, i int) (string
 		TableName: &c.cfg.Table, Key: c.chunkKey(id, i), ConsistentRead: aws.Bool(true),
 		ProjectionExpression:     aws.String("#s"),
 		ExpressionAttributeNames: map[string]string{"#s": aStatus},
-	})
+	}, c.dbOpts...)
 	if err != nil {
 		return "", c.dynamoErr(fmt.Sprintf("reading chunk %d of batch %q", i, id), err)
 	}
@@ -274,7 +274,7 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 		_, err := c.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 			TransactItems:      items,
 			ClientRequestToken: &token,
-		})
+		}, c.dbOpts...)
 		if err == nil {
 			return nil
 		}
@@ -367,7 +367,7 @@ attempts:
 		if attempt > 0 && sleep(rctx, txBackoff(attempt)) != nil {
 			break
 		}
-		_, terr = c.db.TransactWriteItems(rctx, in)
+		_, terr = c.db.TransactWriteItems(rctx, in, c.dbOpts...)
 		var tce *types.TransactionCanceledException
 		switch {
 		case terr == nil:
@@ -399,7 +399,7 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
 		TableName: &c.cfg.Table, Key: c.batchKey(id), ConsistentRead: aws.Bool(true),
 		ProjectionExpression:     aws.String("#t, #d, #n, #u, #c"),
 		ExpressionAttributeNames: map[string]string{"#t": aTotal, "#d": aDone, "#n": aNotified, "#u": aNotifyTill, "#c": "notify_chunk"},
-	})
+	}, c.dbOpts...)
 	if err != nil {
 		return c.dynamoErr(fmt.Sprintf("reading batch %q", id), err)
 	}
@@ -430,7 +430,7 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
 		},
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	}, c.dbOpts...)
 	var ccf *types.ConditionalCheckFailedException
 	item := map[string]types.AttributeValue(nil)
 	switch {
@@ -480,7 +480,7 @@ func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[s
 	if _, ok := batch[aCbBody]; !ok {
 		out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName: &c.cfg.Table, Key: c.callbackKey(id), ConsistentRead: aws.Bool(true),
-		})
+		}, c.dbOpts...)
 		if err != nil {
 			return "", c.dynamoErr(fmt.Sprintf("reading the completion job of batch %q", id), err)
 		}
@@ -524,7 +524,7 @@ func (c *Coordinator) releaseLease(ctx context.Context, id, token string) {
 		ConditionExpression:       aws.String("#tok = :tok"),
 		ExpressionAttributeNames:  map[string]string{"#u": aNotifyTill, "#tok": aNotifyTok, "#c": "notify_chunk"},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":tok": str(token)},
-	})
+	}, c.dbOpts...)
 }
 
 // markSent marks the completion of batch id sent, retrying for a while: a
@@ -543,7 +543,7 @@ func (c *Coordinator) markSent(ctx context.Context, id, token, msgID string) {
 			ConditionExpression:       aws.String("#tok = :tok"),
 			ExpressionAttributeNames:  map[string]string{"#n": aNotified, "#id": aNotifyID, "#u": aNotifyTill, "#tok": aNotifyTok},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":now": num(c.now().UnixMilli()), ":id": str(msgID), ":tok": str(token)},
-		})
+		}, c.dbOpts...)
 		var ccf *types.ConditionalCheckFailedException
 		if err == nil || errors.As(err, &ccf) {
 			break

@@ -135,7 +135,7 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 		},
 	}
 	for attempt := 1; ; attempt++ {
-		_, err = c.db.TransactWriteItems(ctx, in)
+		_, err = c.db.TransactWriteItems(ctx, in, c.dbOpts...)
 		var tce *types.TransactionCanceledException
 		if err == nil || !errors.As(err, &tce) || len(tce.CancellationReasons) != 2 {
 			break
@@ -184,7 +184,7 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 		ConditionExpression:       aws.String("attribute_exists(#k)"),
 		ExpressionAttributeNames:  map[string]string{"#sent": aSent, "#k": c.cfg.KeyAttr},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": num(c.now().UnixMilli())},
-	})
+	}, c.dbOpts...)
 	if err != nil {
 		return c.dynamoErr(fmt.Sprintf("marking the chunks of batch %q sent (they were: calling Create again sends them again, harmlessly)", s.ID), err)
 	}
@@ -352,7 +352,7 @@ func (c *Coordinator) checkQueues(ctx context.Context, s Spec, msgs []producer.M
 	check := func(what, field, url string, msgs []producer.Message) {
 		out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 			QueueUrl: &url, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameMaximumMessageSize},
-		})
+		}, c.sqsOpts...)
 		var missing *sqstypes.QueueDoesNotExist
 		if errors.As(err, &missing) {
 			errs = append(errs, fmt.Errorf("batch: %s queue %s does not exist: check %s", what, url, field))

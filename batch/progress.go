@@ -64,7 +64,7 @@ func (c *Coordinator) Get(ctx context.Context, id string) (*Progress, error) {
 	}
 	out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &c.cfg.Table, Key: c.batchKey(id), ConsistentRead: aws.Bool(true),
-	})
+	}, c.dbOpts...)
 	if err != nil {
 		return nil, c.dynamoErr(fmt.Sprintf("reading batch %q", id), err)
 	}
@@ -113,7 +113,7 @@ func (c *Coordinator) failedChunks(ctx context.Context, id string, idx []int) ([
 				return nil, err
 			}
 		}
-		res, err := c.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+		res, err := c.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req}, c.dbOpts...)
 		if err != nil {
 			return nil, c.dynamoErr(fmt.Sprintf("reading the failed chunks of batch %q", id), err)
 		}

@@ -51,5 +51,9 @@
 //
 // Every operation takes its SQS client behind the narrow [API] interface,
 // which *sqs.Client and the in-memory sqstest.Fake implement; the examples
-// run against the fake.
+// run against the fake. The calls of an *sqs.Client send each request's
+// body from a copy of their own, so that a reply that comes back while the
+// body is still being written does not make the SDK send an applied call
+// again (a replayed message sent twice, a receive whose messages then stay
+// hidden; see the worker package's documentation).
 package dlq

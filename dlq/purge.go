@@ -42,7 +42,7 @@ func (q *Queue) Purge(ctx context.Context, cfg PurgeConfig) error {
 	if err := cfg.Audit.record(ctx, rec); err != nil {
 		return fmt.Errorf("dlq: not purged: the audit record failed: %w", err)
 	}
-	if _, err := p.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(q.URL)}); err != nil {
+	if _, err := p.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(q.URL)}, q.opts...); err != nil {
 		var inProgress *types.PurgeQueueInProgress
 		var api smithy.APIError
 		if errors.As(err, &inProgress) || (errors.As(err, &api) && api.ErrorCode() == "AWS.SimpleQueueService.PurgeQueueInProgress") {

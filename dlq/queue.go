@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 )
 
 // maxListedQueues bounds the queues whose redrive policy [Open] reads to
@@ -89,8 +90,9 @@ type Queue struct {
 	// sentence each.
 	Notes []string
 
-	api API
-	log *slog.Logger
+	api  API
+	opts []func(*sqs.Options) // given to every call of api: sdkhttp.SQSOptions
+	log  *slog.Logger
 
 	mu      sync.Mutex
 	targets map[string]targetEntry // checked source queues, by key
@@ -171,7 +173,8 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	u, err := resolveURL(ctx, api, nameOrURL)
+	opts := sdkhttp.SQSOptions(api)
+	u, err := resolveURL(ctx, api, opts, nameOrURL)
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +183,7 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameQueueArn, types.QueueAttributeNameFifoQueue, types.QueueAttributeNameRedrivePolicy,
 		},
-	})
+	}, opts...)
 	if err != nil {
 		if IsQueueMissing(err) {
 			return nil, &QueueMissingError{Queue: nameOrURL, Err: err}
@@ -191,7 +194,7 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 	q := &Queue{
 		URL: u, ARN: a["QueueArn"], Name: queueName(u),
 		FIFO: a["FifoQueue"] == "true" || queue.IsFIFOURL(u),
-		api:  api, log: log, targets: map[string]targetEntry{},
+		api:  api, opts: opts, log: log, targets: map[string]targetEntry{},
 	}
 	refuse := func(reason string) error {
 		if !cfg.Force {
@@ -229,7 +232,7 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 }
 
 // resolveURL turns a queue name, URL or ARN into its URL.
-func resolveURL(ctx context.Context, api API, nameOrURL string) (string, error) {
+func resolveURL(ctx context.Context, api API, opts []func(*sqs.Options), nameOrURL string) (string, error) {
 	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
 		return nameOrURL, nil
 	}
@@ -241,7 +244,7 @@ func resolveURL(ctx context.Context, api API, nameOrURL string) (string, error) 
 		}
 		in = &sqs.GetQueueUrlInput{QueueName: aws.String(arn.Name), QueueOwnerAWSAccountId: aws.String(arn.Account)}
 	}
-	out, err := api.GetQueueUrl(ctx, in)
+	out, err := api.GetQueueUrl(ctx, in, opts...)
 	if err != nil {
 		if IsQueueMissing(err) {
 			return "", &QueueMissingError{Queue: nameOrURL, Err: err}
@@ -259,7 +262,7 @@ func (q *Queue) findSources(ctx context.Context) error {
 		var srcs []string
 		in := &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: aws.String(q.URL), MaxResults: aws.Int32(1000)}
 		for {
-			out, err := sl.ListDeadLetterSourceQueues(ctx, in)
+			out, err := sl.ListDeadLetterSourceQueues(ctx, in, q.opts...)
 			if err != nil {
 				if u := unsupported("ListDeadLetterSourceQueues", "", err); u != nil {
 					q.note("%v; the sources are found from the redrive policies of the queues ListQueues lists instead", u)
@@ -289,7 +292,7 @@ func (q *Queue) findSourcesByListing(ctx context.Context) error {
 	var urls []string
 	in := &sqs.ListQueuesInput{MaxResults: aws.Int32(1000)}
 	for {
-		out, err := ql.ListQueues(ctx, in)
+		out, err := ql.ListQueues(ctx, in, q.opts...)
 		if err != nil {
 			if u := unsupported("ListQueues", "", err); u != nil {
 				q.note("%v: the sources of %s are unknown, and a source queue a message names is trusted only if its redrive policy names %s", u, q.Name, q.Name)
@@ -331,7 +334,7 @@ func (q *Queue) findSourcesByListing(ctx context.Context) error {
 func (q *Queue) redrivePolicyOf(ctx context.Context, u string) (bool, error) {
 	out, err := q.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy},
-	})
+	}, q.opts...)
 	if err != nil {
 		return false, fmt.Errorf("reading the redrive policy of %s: %w", queueName(u), err)
 	}
@@ -354,7 +357,7 @@ func (q *Queue) note(format string, args ...any) {
 // FIFO) and not be this queue. Any queue may be a destination given this
 // way; the sources a message names are checked by the replay itself.
 func (q *Queue) Target(ctx context.Context, nameOrURL string) (Target, error) {
-	u, err := resolveURL(ctx, q.api, nameOrURL)
+	u, err := resolveURL(ctx, q.api, q.opts, nameOrURL)
 	if err != nil {
 		return Target{}, err
 	}
@@ -379,7 +382,7 @@ func (q *Queue) load(ctx context.Context, u string) (Target, *RedrivePolicy, err
 		AttributeNames: []types.QueueAttributeName{
 			types.QueueAttributeNameQueueArn, types.QueueAttributeNameFifoQueue, types.QueueAttributeNameRedrivePolicy,
 		},
-	})
+	}, q.opts...)
 	if err != nil {
 		return Target{}, nil, fmt.Errorf("dlq: reading the attributes of queue %s: %w", queueName(u), err)
 	}
@@ -447,7 +450,7 @@ func (q *Queue) checkSource(ctx context.Context, ref, account, name string) (tar
 		}
 	}
 	if u == "" {
-		out, err := q.api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name), QueueOwnerAWSAccountId: aws.String(account)})
+		out, err := q.api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(name), QueueOwnerAWSAccountId: aws.String(account)}, q.opts...)
 		switch {
 		case IsQueueMissing(err):
 			return targetEntry{reason: fmt.Sprintf("source queue %s does not exist", ref)}, nil
@@ -542,7 +545,7 @@ func (q *Queue) Counts(ctx context.Context) (Counts, error) {
 			types.QueueAttributeNameApproximateNumberOfMessagesNotVisible,
 			types.QueueAttributeNameApproximateNumberOfMessagesDelayed,
 		},
-	})
+	}, q.opts...)
 	if err != nil {
 		return Counts{}, fmt.Errorf("dlq: reading the message counts of %s: %w", q.Name, err)
 	}

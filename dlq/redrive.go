@@ -7,6 +7,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 )
 
 // moveTasks names the feature of an unsupported move task call.
@@ -124,7 +126,7 @@ func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePl
 	if cfg.PerSecond > 0 {
 		in.MaxNumberOfMessagesPerSecond = aws.Int32(int32(cfg.PerSecond))
 	}
-	out, err := mt.StartMessageMoveTask(ctx, in)
+	out, err := mt.StartMessageMoveTask(ctx, in, q.opts...)
 	if err != nil {
 		return p, moveTaskError("StartMessageMoveTask", err)
 	}
@@ -145,7 +147,7 @@ func (q *Queue) Redrives(ctx context.Context) ([]MoveTask, error) {
 	if !ok {
 		return nil, &unsupportedError{op: "ListMessageMoveTasks", what: moveTasks}
 	}
-	out, err := mt.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(q.ARN), MaxResults: aws.Int32(10)})
+	out, err := mt.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(q.ARN), MaxResults: aws.Int32(10)}, q.opts...)
 	if err != nil {
 		return nil, moveTaskError("ListMessageMoveTasks", err)
 	}
@@ -173,7 +175,7 @@ func CancelRedrive(ctx context.Context, api API, handle string, audit Audit) (mo
 	if !ok {
 		return 0, &unsupportedError{op: "CancelMessageMoveTask", what: moveTasks}
 	}
-	out, err := mt.CancelMessageMoveTask(ctx, &sqs.CancelMessageMoveTaskInput{TaskHandle: aws.String(handle)})
+	out, err := mt.CancelMessageMoveTask(ctx, &sqs.CancelMessageMoveTaskInput{TaskHandle: aws.String(handle)}, sdkhttp.SQSOptions(api)...)
 	if err != nil {
 		return 0, moveTaskError("CancelMessageMoveTask", err)
 	}

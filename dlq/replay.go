@@ -353,7 +353,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	rm.NewMessageID, rm.Replays, rm.Note = newID, replays, note
 	r.sent[newID] = true
 	deleted := true
-	if _, err := r.q.api.DeleteMessage(mctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}); err != nil {
+	if _, err := r.q.api.DeleteMessage(mctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}, r.q.opts...); err != nil {
 		deleted = false
 		r.res.NotDeleted++
 		r.s.hold(m.ID, m.ReceiptHandle) // if it comes back in this run, it is not copied again
@@ -475,7 +475,7 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 		}
 		in.MessageDeduplicationId = aws.String(dedup)
 	}
-	out, err := r.q.api.SendMessage(ctx, in)
+	out, err := r.q.api.SendMessage(ctx, in, r.q.opts...)
 	if err != nil {
 		return "", 0, "", err
 	}

@@ -375,7 +375,7 @@ func (s *scanner) receiveOnce(ctx context.Context, n int) (*sqs.ReceiveMessageOu
 		}
 		in.ReceiveRequestAttemptId = aws.String(s.attemptID)
 	}
-	return s.q.api.ReceiveMessage(rctx, in, noRetry)
+	return s.q.api.ReceiveMessage(rctx, in, append(s.q.opts, noRetry)...) // opts is full: append copies
 }
 
 // mayHaveReceived reports whether a failed receive may have been handed
@@ -452,7 +452,7 @@ func (s *scanner) change(ctx context.Context, handles map[string]string, visibil
 				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(handles[id]), VisibilityTimeout: secs,
 			})
 		}
-		out, err := s.q.api.ChangeMessageVisibilityBatch(ctx, in)
+		out, err := s.q.api.ChangeMessageVisibilityBatch(ctx, in, s.q.opts...)
 		if err != nil {
 			errs = append(errs, err)
 			continue

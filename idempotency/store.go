@@ -19,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sdkhttp/dynamohttp"
 )
 
 // Status of a record.
@@ -65,7 +66,12 @@ type Store interface {
 // matching it when the handler's claim is lost.
 var ErrNotHolder = errors.New("idempotency: claim no longer held")
 
-// DynamoAPI is the part of the DynamoDB client a DynamoStore calls.
+// DynamoAPI is the part of the DynamoDB client a DynamoStore calls. The
+// calls of a *dynamodb.Client send each request's body from a copy of their
+// own, so that a reply that comes back while the body is still being
+// written does not make the SDK send an applied write again (a claim or a
+// completion then failing its condition on its own first attempt; see the
+// worker package's documentation).
 // TransactWriteItems commits the writes handlers add with AddWrites; a
 // test double of the client needs it too (it may return an error if the
 // handlers add none).
@@ -143,6 +149,7 @@ func (c StoreConfig) withDefaults() StoreConfig {
 // first-time message costs two requests (claim, complete), a duplicate one.
 type DynamoStore struct {
 	api   DynamoAPI
+	opts  []func(*dynamodb.Options) // given to every call of api: dynamohttp.Options
 	cfg   StoreConfig
 	names map[string]string // expression attribute names
 	now   func() time.Time
@@ -189,7 +196,7 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 		return nil, fmt.Errorf("idempotency: invalid StoreConfig: %w", errors.Join(errs...))
 	}
 	cfg = cfg.withDefaults()
-	s := &DynamoStore{api: api, cfg: cfg, now: time.Now, names: map[string]string{
+	s := &DynamoStore{api: api, opts: dynamohttp.Options(api), cfg: cfg, now: time.Now, names: map[string]string{
 		"#k": cfg.KeyAttr, "#s": cfg.StatusAttr, "#e": cfg.ExpiryAttr, "#l": cfg.LeaseAttr,
 		"#t": cfg.TokenAttr, "#h": cfg.HashAttr, "#r": cfg.ResultAttr,
 	}}
@@ -197,7 +204,7 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 	if o, ok := api.(interface{ Options() dynamodb.Options }); ok && s.region == "" {
 		s.region = o.Options().Region
 	}
-	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &cfg.Table})
+	out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &cfg.Table}, s.opts...)
 	if err != nil {
 		var missing *types.ResourceNotFoundException
 		if errors.As(err, &missing) {
@@ -296,7 +303,7 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 		ExpressionAttributeNames:            s.namesFor("#k", "#e", "#s", "#l"),
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": num(now.Unix()), ":nowms": num(now.UnixMilli()), ":inprogress": str(StatusInProgress)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	}, s.opts...)
 	if err == nil {
 		return token, nil, nil
 	}
@@ -389,7 +396,7 @@ func (s *DynamoStore) completeRecord(ctx context.Context, key, token, payloadHas
 		ConditionExpression:       aws.String("#t = :token"),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
-	})
+	}, s.opts...)
 	if err != nil {
 		return nil, s.holderErr("completing", key, err)
 	}
@@ -409,7 +416,7 @@ func (s *DynamoStore) release(ctx context.Context, key, token string, opts ...fu
 		ConditionExpression:       aws.String("#t = :token AND #s = :inprogress"),
 		ExpressionAttributeNames:  s.namesFor("#t", "#s"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":token": str(token), ":inprogress": str(StatusInProgress)},
-	}, opts...)
+	}, append(s.opts, opts...)...) // s.opts is full: append copies
 	return s.holderErr("releasing", key, err)
 }
 
@@ -422,7 +429,7 @@ func (s *DynamoStore) ExtendLease(ctx context.Context, key, token string, until 
 		ConditionExpression:       aws.String("#t = :token AND #s = :inprogress"),
 		ExpressionAttributeNames:  s.namesFor("#l", "#t", "#s"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{":until": num(until.UnixMilli()), ":token": str(token), ":inprogress": str(StatusInProgress)},
-	})
+	}, s.opts...)
 	return s.holderErr("extending the lease of", key, err)
 }
 
@@ -484,7 +491,7 @@ func (s *DynamoStore) CommitWrites(ctx context.Context, c Commit) (*Record, erro
 	if c.ID != "" {
 		in.ClientRequestToken = aws.String(c.ID)
 	}
-	_, err := s.api.TransactWriteItems(ctx, in)
+	_, err := s.api.TransactWriteItems(ctx, in, s.opts...)
 	if err == nil {
 		return rec, nil
 	}

@@ -9,9 +9,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/sqsworker/sqsworker/internal/sdkhttp/dynamohttp"
 )
 
-// TableAPI is the part of the DynamoDB client CreateTable calls.
+// TableAPI is the part of the DynamoDB client CreateTable calls. The calls
+// of a *dynamodb.Client send each request's body from a copy of their own,
+// as a DynamoStore's do.
 type TableAPI interface {
 	CreateTable(ctx context.Context, in *dynamodb.CreateTableInput, opts ...func(*dynamodb.Options)) (*dynamodb.CreateTableOutput, error)
 	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, opts ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
@@ -30,18 +34,19 @@ func CreateTable(ctx context.Context, api TableAPI, cfg StoreConfig) error {
 		return errors.New("idempotency: CreateTable: StoreConfig.Table is required")
 	}
 	cfg = cfg.withDefaults()
+	opts := dynamohttp.Options(api)
 	_, err := api.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:            &cfg.Table,
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: &cfg.KeyAttr, AttributeType: types.ScalarAttributeTypeS}},
 		KeySchema:            []types.KeySchemaElement{{AttributeName: &cfg.KeyAttr, KeyType: types.KeyTypeHash}},
 		BillingMode:          types.BillingModePayPerRequest,
-	})
+	}, opts...)
 	var exists *types.ResourceInUseException
 	if err != nil && !errors.As(err, &exists) {
 		return fmt.Errorf("idempotency: creating table %s: %w", cfg.Table, err)
 	}
 	for {
-		out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &cfg.Table})
+		out, err := api.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &cfg.Table}, opts...)
 		if err != nil {
 			return fmt.Errorf("idempotency: waiting for table %s: %w", cfg.Table, err)
 		}
@@ -60,7 +65,7 @@ func CreateTable(ctx context.Context, api TableAPI, cfg StoreConfig) error {
 	_, err = api.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName:               &cfg.Table,
 		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String(cfg.ExpiryAttr), Enabled: aws.Bool(true)},
-	})
+	}, opts...)
 	if err != nil {
 		return fmt.Errorf("idempotency: enabling TTL on table %s: %w", cfg.Table, err)
 	}

@@ -48,12 +48,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 )
 
 // API is the part of the SQS client a Producer calls. A client that also
 // has GetQueueAttributes, as *sqs.Client does, lets the Producer read the
-// queue's MaximumMessageSize (see Config.MaxMessageSize).
+// queue's MaximumMessageSize (see Config.MaxMessageSize). The calls of an
+// *sqs.Client send each request's body from a copy of their own, so that a
+// reply that comes back while the body is still being written does not
+// make the SDK send an applied call again (a second copy of a message; see
+// the worker package's documentation).
 type API interface {
 	SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
 	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
@@ -201,6 +206,7 @@ type Config struct {
 // Producer sends messages to one queue. It is safe for concurrent use.
 type Producer struct {
 	api  API
+	opts []func(*sqs.Options) // given to every call of api: sdkhttp.SQSOptions
 	cfg  Config
 	fifo bool
 
@@ -234,7 +240,7 @@ func New(api API, cfg Config) (*Producer, error) {
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = 5
 	}
-	p := &Producer{api: api, cfg: cfg, fifo: strings.HasSuffix(cfg.QueueURL, ".fifo")}
+	p := &Producer{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, fifo: strings.HasSuffix(cfg.QueueURL, ".fifo")}
 	p.batchBound.Store(MaxMessageSize)
 	return p, nil
 }
@@ -252,7 +258,7 @@ func (p *Producer) Send(ctx context.Context, m Message) (string, error) {
 		QueueUrl: &p.cfg.QueueURL, MessageBody: e.MessageBody, MessageAttributes: e.MessageAttributes,
 		DelaySeconds: e.DelaySeconds, MessageGroupId: e.MessageGroupId, MessageDeduplicationId: e.MessageDeduplicationId,
 	}
-	out, err := p.api.SendMessage(ctx, in)
+	out, err := p.api.SendMessage(ctx, in, p.opts...)
 	if err != nil {
 		return "", fmt.Errorf("producer: sending to %s: %w", p.cfg.QueueURL, err)
 	}
@@ -298,7 +304,7 @@ func (p *Producer) maxSize(ctx context.Context) int {
 	out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl:       &p.cfg.QueueURL,
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMaximumMessageSize},
-	})
+	}, p.opts...)
 	if err != nil {
 		if ctx.Err() == nil {
 			p.sizeRead, p.size = true, MaxMessageSize
@@ -457,7 +463,7 @@ func (b *batcher) send(idx []int) {
 			in.Entries = append(in.Entries, entry(strconv.Itoa(i), b.msgs[i]))
 			size += Size(b.msgs[i])
 		}
-		out, err := b.p.api.SendMessageBatch(b.ctx, in)
+		out, err := b.p.api.SendMessageBatch(b.ctx, in, b.p.opts...)
 		var tooLong *types.BatchRequestTooLong
 		if errors.As(err, &tooLong) && len(pending) > 1 {
 			// Keep later calls below this one, and send it in halves.

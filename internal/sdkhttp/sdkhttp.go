@@ -17,7 +17,11 @@
 // Client gives the transport its own copy of each body, in memory, so that
 // nothing the SDK closes is read after it. ForSQS makes every call of an
 // *sqs.Client go through one, with room in the SDK's default connection
-// pool for the calls a worker has under way.
+// pool for the calls a worker has under way. The other components given a
+// client (the producer, the dead-letter queue tools, the batch coordinator,
+// the idempotency store) give each of its calls the option SQSOptions
+// returns, or that of package dynamohttp for DynamoDB (both CallOptions),
+// made once when they are built.
 package sdkhttp
 
 import (

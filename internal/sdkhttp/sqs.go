@@ -42,25 +42,12 @@ var _ SQS = (*sqs.Client)(nil)
 // told to keep no idle connections (DisableKeepAlives, a negative
 // MaxIdleConnsPerHost) keeps its pool as it is.
 func ForSQS(api SQS, n int) SQS {
-	o, ok := api.(interface{ Options() sqs.Options })
-	if !ok {
+	opt := option(api, n, sqsHTTP, setSQSHTTP)
+	if opt == nil {
 		return api
 	}
-	hc := o.Options().HTTPClient
-	if hc == nil {
-		return api
-	}
-	inner, copies := hc, false
-	if w, ok := hc.(*Client); ok {
-		inner, copies = w.Next, true
-	}
-	wider, widened := widen(inner, n)
-	if copies && !widened {
-		return api // its bodies copied already, its pool wide enough
-	}
-	use := Wrap(wider)
-	p := &pooledAPI{api: api, opt: func(o *sqs.Options) { o.HTTPClient = use }}
-	p.one = []func(*sqs.Options){p.opt}
+	p := &pooledAPI{api: api, opt: opt}
+	p.one = []func(*sqs.Options){opt}
 	return p
 }
 
