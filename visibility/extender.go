@@ -16,9 +16,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 )
 
-// API is the part of the SQS client an Extender calls.
+// API is the part of the SQS client an Extender calls. The calls of an
+// *sqs.Client send each request's body from a copy of their own, so that a
+// reply that comes back while the body is still being written does not make
+// the SDK send an applied call again (see the worker package's
+// documentation).
 type API interface {
 	ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error)
 }
@@ -140,9 +145,10 @@ func (c Config) withDefaults() Config {
 // New, run its rounds with Run, and Track each message when it is received.
 // Its methods are safe for concurrent use.
 type Extender struct {
-	api API
-	cfg Config
-	log *slog.Logger
+	api  API
+	opts []func(*sqs.Options) // given to every call of api: sdkhttp.SQSOptions
+	cfg  Config
+	log  *slog.Logger
 
 	mu     sync.Mutex
 	leases map[*Lease]struct{}
@@ -159,7 +165,7 @@ func New(api API, cfg Config) (*Extender, error) {
 		return nil, errors.New("visibility: nil SQS client")
 	}
 	cfg = cfg.withDefaults()
-	return &Extender{api: api, cfg: cfg, log: cfg.Logger.With("queue", cfg.QueueURL), leases: map[*Lease]struct{}{}}, nil
+	return &Extender{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, log: cfg.Logger.With("queue", cfg.QueueURL), leases: map[*Lease]struct{}{}}, nil
 }
 
 // Config returns the configuration in effect, defaults filled in.
@@ -483,7 +489,7 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 	e.calls.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, e.cfg.Interval)
 	defer cancel()
-	out, err := e.api.ChangeMessageVisibilityBatch(cctx, in)
+	out, err := e.api.ChangeMessageVisibilityBatch(cctx, in, e.opts...)
 	if err != nil {
 		if ctx.Err() == nil {
 			e.log.Warn("extending visibility failed; retrying next round", "messages", len(sends), "error", err)
