@@ -237,8 +237,30 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 	limit := sqsworker.MaxVisibilityTimeout - time.Since(j.ReceivedAt) - time.Second
 	vis = min(sqsworker.ClampDelay(vis), max(limit, 0))
 	vis = (vis + time.Second - 1).Truncate(time.Second)
-	c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Visibility: vis,
-		Owner: (*retrying)(j)})
+	change := func() {
+		c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Visibility: vis,
+			Owner: (*retrying)(j)})
+	}
+	// While stopping, a message made visible before this worker's last
+	// receives have ended could be taken again by one of them (Shutdown
+	// does not cut them short): a receive more, a step nearer the
+	// dead-letter queue, for a message released at the shutdown deadline or
+	// failed with a short backoff. Its change waits for them, at most
+	// WaitTime; the message stays invisible meanwhile, unless its lease runs
+	// out first. Retry is called from handler goroutines only, which
+	// c.handlers counts, so that stop waits for the change too.
+	if c.pollCtx.Err() != nil {
+		select {
+		case <-c.pollsDone:
+		default:
+			c.handlers.Go(func() {
+				<-c.pollsDone
+				change()
+			})
+			return
+		}
+	}
+	change()
 }
 
 // deleting is a job as the ackbatch.Owner of its delete: retried while its

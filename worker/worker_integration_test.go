@@ -405,6 +405,43 @@ func TestShutdownDeadlineReleasesRunning(t *testing.T) {
 	}
 }
 
+// A handler cut short at the shutdown deadline has its message released
+// only once the worker's last long polls have ended: released at once, one
+// of them (Shutdown does not cut them short) would take it again, a receive
+// more, one step nearer the dead-letter queue.
+func TestShutdownDeadlineReleaseIsNotReceivedAgain(t *testing.T) {
+	t.Parallel()
+	var calls localtest.Counter
+	c := localtest.NewCountingSQS(t, &calls)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Minute})
+	started := make(chan struct{}, 1)
+	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 3 * time.Second},
+		sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			return ctx.Err()
+		}))
+	localtest.Send(t, c, q.URL, "", "m")
+	<-started
+	// Both loops wait in long polls: the message's loop has a free slot again.
+	base := calls.Get("ReceiveMessage")
+	localtest.Eventually(t, 30*time.Second, func() bool { return calls.Get("ReceiveMessage") >= base+2 }, "no long poll under way")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = r.w.Shutdown(ctx)
+	r.stop(30 * time.Second)
+	if s := r.w.Stats(); s.Received != 1 {
+		t.Errorf("the worker received the message %d times, want once: its own last long poll took the released message again", s.Received)
+	}
+	got := localtest.ReceiveAll(t, c, q.URL, 1500*time.Millisecond, 60*time.Second)
+	if len(got) != 1 {
+		t.Fatalf("%d messages visible after the shutdown, want the released one", len(got))
+	}
+	if n := got[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+		t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
+	}
+}
+
 // A message sent while the worker shuts down is not swallowed by the long
 // poll under way: it is released at once, not left invisible for the
 // visibility timeout.

@@ -1,6 +1,6 @@
 package worker_test
 
-// Review tests of the per-receive-loop handler contexts: whatever the
+// Tests of the per-receive-loop handler contexts: whatever the
 // shape of the consumer (several receive loops, heartbeat on or off, FIFO
 // groups, a MultiWorker, Run's context cancelled rather than Shutdown), a
 // handler that outlives the shutdown deadline sees its context cancelled
@@ -61,7 +61,7 @@ func (b *blockers) check(t *testing.T, n int) {
 	}
 }
 
-func TestReviewLoopContextsShutdownCause(t *testing.T) {
+func TestLoopContextsShutdownCause(t *testing.T) {
 	t.Parallel()
 	for name, tc := range map[string]struct {
 		cfg  worker.Config
@@ -111,7 +111,7 @@ func TestReviewLoopContextsShutdownCause(t *testing.T) {
 			// At least every message released, none failed. (More than
 			// total when the last long poll took a message released at
 			// the deadline again: see
-			// TestReviewShutdownDeadlineReleaseNotReceivedAgain.)
+			// TestShutdownDeadlineReleaseNotReceivedAgain.)
 			if s := r.w.Stats(); s.Released < int64(total) || s.Failed != 0 || s.DeadLettered != 0 {
 				t.Errorf("stats = %+v, want at least %d released, none failed", s, total)
 			}
@@ -120,7 +120,7 @@ func TestReviewLoopContextsShutdownCause(t *testing.T) {
 }
 
 // Run's context cancelled: the handlers get ShutdownTimeout, then ErrShutdown.
-func TestReviewLoopContextsRunCtxCancelled(t *testing.T) {
+func TestLoopContextsRunCtxCancelled(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
 	url := f.CreateQueue("loopctx", map[string]string{"VisibilityTimeout": "300"})
@@ -149,7 +149,7 @@ func TestReviewLoopContextsRunCtxCancelled(t *testing.T) {
 }
 
 // MultiWorker: the same for the handlers of every queue.
-func TestReviewLoopContextsMultiShutdownCause(t *testing.T) {
+func TestLoopContextsMultiShutdownCause(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
 	a := f.CreateQueue("a", map[string]string{"VisibilityTimeout": "300"})
@@ -181,7 +181,7 @@ func TestReviewLoopContextsMultiShutdownCause(t *testing.T) {
 // returns, its context has been cancelled with ErrShutdown (not with the
 // cancel of its receive loop's context, which comes only once Run returns),
 // and its message is released, not counted as a failure.
-func TestReviewLoopContextsHandlerIgnoringCtx(t *testing.T) {
+func TestLoopContextsHandlerIgnoringCtx(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
 	url := f.CreateQueue("loopctx", map[string]string{"VisibilityTimeout": "300"})

@@ -30,7 +30,7 @@ func sdkUnder(t *testing.T, what string, hc any) *awshttp.BuildableClient {
 // The per-call options, and ForSQS's widened client, send through the
 // client's own HTTP client as the SDK set it up: with the timeouts of the
 // defaults mode (in-region: connect and TLS handshake 1.1s).
-func TestReviewCallOptionsKeepDefaultsModeTimeouts(t *testing.T) {
+func TestCallOptionsKeepDefaultsModeTimeouts(t *testing.T) {
 	const want = 1100 * time.Millisecond
 	sc := sqs.New(sqs.Options{Region: "eu-west-1", DefaultsMode: aws.DefaultsModeInRegion})
 	dc := dynamodb.New(dynamodb.Options{Region: "eu-west-1", DefaultsMode: aws.DefaultsModeInRegion})

@@ -15,14 +15,13 @@ import (
 	"github.com/sqsworker/sqsworker/worker"
 )
 
-// Review finding (pre-existing, not from the commits reviewed): a handler
-// cut short at the shutdown deadline is released at once (visibility 0),
-// while another receive loop's last long poll is still under way, as
-// Shutdown never cuts a receive short. That poll takes the message again,
-// and the worker releases it a second time: the stop cost the message two
-// receives, one of them wasted, one receive nearer its dead-letter queue.
-// releaseLater avoids exactly this for received-but-unstarted messages.
-func TestReviewShutdownDeadlineReleaseNotReceivedAgain(t *testing.T) {
+// A handler cut short at the shutdown deadline has its message released
+// once the last long polls have ended, not at once: another receive loop's
+// last long poll (Shutdown never cuts a receive short) would take it again,
+// and the stop would cost the message two receives, one of them wasted, one
+// step nearer its dead-letter queue. On the emulator:
+// TestShutdownDeadlineReleaseIsNotReceivedAgain.
+func TestFakeShutdownDeadlineReleaseIsNotReceivedAgain(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
 	url := f.CreateQueue("rereceive", map[string]string{"VisibilityTimeout": "300"})
