@@ -116,7 +116,10 @@
 // polls' included — waits for running handlers
 // until the deadline, then cancels their contexts with the cause ErrShutdown
 // and releases their messages, and finally sends the pending deletes and
-// visibility changes. A crash loses nothing either: messages not deleted come
+// visibility changes. Every visibility change made while stopping (a
+// release, a failure's backoff) is sent once those last polls have ended,
+// so that none of them takes the message again and spends one of its
+// receives. A crash loses nothing either: messages not deleted come
 // back after their visibility timeout.
 //
 // # Priority queues

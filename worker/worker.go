@@ -172,7 +172,8 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 // visibility timeout), then releases received-but-unstarted messages
 // (visibility 0); it waits for in-flight handlers until ctx ends, then
 // cancels the handlers still running (their context's cause is ErrShutdown,
-// and their messages are released), sends the pending deletes and
+// and their messages are released once the receives under way have ended,
+// so that none takes them again), sends the pending deletes and
 // visibility changes, and returns. It returns ctx's error when ctx ended
 // before all of that was done; Run itself returns only once every handler
 // and receive has returned, so a handler that ignores its context holds Run
