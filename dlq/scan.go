@@ -2,8 +2,6 @@ package dlq
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -15,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker/internal/ctxsleep"
+	"github.com/sqsworker/sqsworker/internal/fifoattempt"
 )
 
 // DefaultVisibility is the visibility timeout with which scans and replays
@@ -258,10 +257,10 @@ type scanner struct {
 	approx     int
 	complete   bool
 	lost       int
-	lostUntil  time.Time // when the messages of lost receives are visible again; zero when none are pending
-	failures   int       // receives failed in a row
-	comebacks  int       // receives in a row that brought back held messages only
-	attemptID  string    // FIFO: the ReceiveRequestAttemptId of the receive being retried
+	lostUntil  time.Time         // when the messages of lost receives are visible again; zero when none are pending
+	failures   int               // receives failed in a row
+	comebacks  int               // receives in a row that brought back held messages only
+	attempt    fifoattempt.Retry // FIFO: the ReceiveRequestAttemptId of the receive being retried
 }
 
 func (q *Queue) newScanner(ctx context.Context, visibility time.Duration) *scanner {
@@ -317,7 +316,8 @@ func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, dr
 			}
 			continue
 		}
-		s.failures, s.attemptID = 0, ""
+		s.failures = 0
+		s.attempt.Done()
 		for _, m := range out.Messages {
 			id := aws.ToString(m.MessageId)
 			if s.seen[id] {
@@ -368,12 +368,7 @@ func (s *scanner) receiveOnce(ctx context.Context, n int) (*sqs.ReceiveMessageOu
 	if s.q.FIFO {
 		// SQS answers a FIFO receive retried with the same attempt ID with
 		// the messages of the first attempt, when it handed them any.
-		if s.attemptID == "" {
-			b := make([]byte, 16)
-			_, _ = rand.Read(b)
-			s.attemptID = hex.EncodeToString(b)
-		}
-		in.ReceiveRequestAttemptId = aws.String(s.attemptID)
+		in.ReceiveRequestAttemptId = aws.String(s.attempt.For(int(in.MaxNumberOfMessages), time.Now()))
 	}
 	return s.q.api.ReceiveMessage(rctx, in, append(s.q.opts, noRetry)...) // opts is full: append copies
 }

@@ -19,6 +19,12 @@ package sqstest_test
 //     the emulator.
 //   - The emulator accepts a message with more than 10 message attributes;
 //     SQS and the Fake refuse it with InvalidParameterValue.
+//   - FIFO receive attempt IDs: SQS and the Fake answer a receive retried
+//     with the ReceiveRequestAttemptId of an earlier one, within 5 minutes
+//     and while none of its messages was modified, with the same messages
+//     and receipt handles; the emulator accepts the ID and ignores it (the
+//     retry is a receive of its own). The scenario checks that on the Fake
+//     only, and what follows a delete on both.
 //   - Redrive: the emulator counts the receive that moves a message to the
 //     dead-letter queue in its ApproximateReceiveCount (maxReceiveCount+2 on
 //     the first receive from the dead-letter queue, where the Fake has
@@ -429,6 +435,46 @@ func TestConformanceFIFO(t *testing.T) {
 			}
 		} else if len(rest) != 0 { // b2 came with b1 and was deleted with it
 			t.Errorf("after deleting group b, received %q", bodies(rest))
+		}
+	})
+}
+
+// FIFO receive attempt IDs: both accept them; a receive retried with the
+// same ID gets the same messages on the Fake only (the emulator ignores the
+// ID); once they were deleted, a receive with the ID is a new one on both.
+func TestConformanceFIFOReceiveAttemptID(t *testing.T) {
+	conform(t, func(t *testing.T, b *backend) {
+		q := b.newQueue(localtest.QueueOptions{FIFO: true})
+		b.send(q.URL, "a", "a1", "a2")
+		receive := func(id string) []types.Message {
+			t.Helper()
+			out, err := b.c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+				QueueUrl: &q.URL, MaxNumberOfMessages: 1, WaitTimeSeconds: 1, VisibilityTimeout: 60,
+				ReceiveRequestAttemptId: aws.String(id), MessageSystemAttributeNames: allSystem,
+			})
+			if err != nil {
+				t.Fatalf("ReceiveMessage with attempt ID %s: %v", id, err)
+			}
+			return out.Messages
+		}
+		first := receive("attempt-1")
+		if got := bodies(first); !slices.Equal(got, []string{"a1"}) {
+			t.Fatalf("first receive = %q, want a1", got)
+		}
+		again := receive("attempt-1")
+		switch {
+		case b.emulator:
+			// Deviation: the emulator ignores the ID; group a is locked.
+			t.Logf("emulator: a receive retried with the same attempt ID got %q", bodies(again))
+		case len(again) != 1 || aws.ToString(again[0].ReceiptHandle) != aws.ToString(first[0].ReceiptHandle) ||
+			again[0].Attributes["ApproximateReceiveCount"] != "1":
+			t.Errorf("a receive retried with the same attempt ID got %q, want a1 again, with the same receipt handle and receive count", bodies(again))
+		}
+		if out := b.deleteBatch(q.URL, handles(first)...); len(out.Failed) != 0 {
+			t.Fatalf("delete failed: %v", aws.ToString(out.Failed[0].Code))
+		}
+		if got := bodies(receive("attempt-1")); !slices.Equal(got, []string{"a2"}) {
+			t.Errorf("after a1 was deleted, a receive with its attempt ID got %q, want a2", got)
 		}
 	})
 }

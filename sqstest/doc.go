@@ -10,7 +10,9 @@
 //
 //   - inject failures: [Fake.FailNext] makes whole calls fail (throttling, a
 //     network error, a missing queue), [Fake.FailEntries] makes single entries
-//     of batch calls fail, retryable or not;
+//     of batch calls fail, retryable or not, [Fake.LoseReplies] applies calls
+//     and then loses their replies (a network error: the caller cannot tell
+//     that a receive handed out messages, or that a delete deleted);
 //   - count calls with [Fake.Calls];
 //   - move time with [Fake.Now] and a [Clock], so that visibility timeouts,
 //     delays and the FIFO deduplication window pass without waiting;
@@ -25,11 +27,13 @@
 // maxReceiveCount is exceeded, long polling, delays, FIFO ordering and group
 // locking — including that SQS returns several messages of one group in a
 // single receive, in order, which the local emulator does not do — FIFO
-// deduplication, message and system attributes with their MD5 digests,
-// queue depth counts, batch limits, and the modeled error types
-// (*types.QueueDoesNotExist, *types.ReceiptHandleIsInvalid,
-// *types.TooManyEntriesInBatchRequest, ...), wrapped in a
-// *smithy.OperationError as the SDK client wraps them.
+// deduplication, FIFO receive attempt IDs (a receive retried with the
+// ReceiveRequestAttemptId of one whose reply was lost gets the same messages
+// and receipt handles; the local emulator ignores the ID), message and system
+// attributes with their MD5 digests, queue depth counts, batch limits, and
+// the modeled error types (*types.QueueDoesNotExist,
+// *types.ReceiptHandleIsInvalid, *types.TooManyEntriesInBatchRequest, ...),
+// wrapped in a *smithy.OperationError as the SDK client wraps them.
 //
 // It leaves out what unit tests of consumers do not need: permissions,
 // encryption, tags, message retention, message move tasks, per-queue

@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"regexp"
 	"slices"
 	"strconv"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
 
 // The region and account of every queue of a Fake.
@@ -38,7 +41,7 @@ func QueueARN(name string) string {
 }
 
 // Names of the operations a Fake implements, for [Fake.FailNext],
-// [Fake.FailEntries] and [Fake.Calls].
+// [Fake.LoseReplies], [Fake.FailEntries] and [Fake.Calls].
 const (
 	OpReceiveMessage               = "ReceiveMessage"
 	OpSendMessage                  = "SendMessage"
@@ -74,7 +77,8 @@ const maxPollRecheck = 100 * time.Millisecond
 // a *smithy.OperationError, as *sqs.Client does: use errors.As to find the
 // modeled error (*types.QueueDoesNotExist, ...) or a smithy.APIError. Each
 // call first counts itself (see Calls), then fails if its context is done or
-// a failure was injected with FailNext.
+// a failure was injected with FailNext; a call applied may then lose its
+// reply (see LoseReplies).
 //
 // A deleted message is freed: receipt handles are signed by their queue and
 // name their message and receive, so the Fake needs no record of a deleted
@@ -99,6 +103,7 @@ type Fake struct {
 	calls      map[string]int
 	fails      map[string][]*injected
 	entryFails map[string][]*injectedEntry
+	lose       map[string]int // replies still to lose, by operation
 }
 
 type injected struct {
@@ -120,6 +125,7 @@ func NewFake() *Fake {
 		calls:      map[string]int{},
 		fails:      map[string][]*injected{},
 		entryFails: map[string][]*injectedEntry{},
+		lose:       map[string]int{},
 	}
 }
 
@@ -192,6 +198,7 @@ func (f *Fake) CreateQueue(name string, attrs map[string]string) (url string) {
 		key:      newKey(),
 		received: map[uint64]*message{},
 		gone:     map[uint64]int32{},
+		attempts: map[string]*attempt{},
 	}
 	if q.attrs == nil {
 		q.attrs = map[string]string{}
@@ -350,6 +357,46 @@ func (f *Fake) FailNext(op string, err error, n int) {
 		return
 	}
 	f.fails[op] = append(f.fails[op], &injected{err: err, n: n})
+}
+
+// LoseReplies makes the next n calls of operation op lose their replies:
+// each call is applied as usual (a receive hands out its messages, a delete
+// deletes), then returns, instead of its result, the network error the SDK
+// returns when the connection breaks while the reply is on its way: a
+// *net.OpError (connection reset) in a *smithyhttp.RequestSendError, wrapped
+// in a *smithy.OperationError. The caller cannot tell what happened, as with
+// a reply lost between SQS and an *sqs.Client once the SDK's retries are
+// spent. Calls that fail before they are applied (through FailNext or their
+// context) lose no reply. n adds to the replies op still has to lose; n <= 0
+// removes them. LoseReplies panics on an unknown operation.
+func (f *Fake) LoseReplies(op string, n int) {
+	if !operations[op] {
+		panic("sqstest: LoseReplies: unknown operation " + op)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n <= 0 {
+		delete(f.lose, op)
+		return
+	}
+	f.lose[op] += n
+}
+
+// loseReply replaces the result of a call of op that was applied with the
+// error of a lost reply, when LoseReplies asked for one. Each operation
+// defers it once begin let it through.
+func loseReply[T any](f *Fake, op string, out **T, err *error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lose[op] <= 0 {
+		return
+	}
+	if f.lose[op]--; f.lose[op] == 0 {
+		delete(f.lose, op)
+	}
+	*out, *err = nil, opError(op, &smithyhttp.RequestSendError{Err: &net.OpError{
+		Op: "read", Net: "tcp", Err: errors.New("connection reset by peer (reply lost by sqstest.Fake.LoseReplies)"),
+	}})
 }
 
 // FailEntries makes the next n entries of the batch operation op

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -89,4 +90,66 @@ func heapInUse() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapInuse
+}
+
+// The Fake forgets a FIFO receive's attempt ID once one of its messages is
+// deleted or its visibility changed, and once 5 minutes have passed: what
+// it keeps is bounded by the messages in flight, not by the receives made.
+func TestAttemptIDsForgotten(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	f := NewFake()
+	f.Now = func() time.Time { return now }
+	url := f.CreateQueue("q.fifo", map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"})
+	receive := func(id string) []types.Message {
+		t.Helper()
+		out, err := f.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10, ReceiveRequestAttemptId: aws.String(id)})
+		if err != nil || len(out.Messages) == 0 {
+			t.Fatalf("receive: %v, %d messages", err, len(out.Messages))
+		}
+		return out.Messages
+	}
+	attempts := func() int {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.queues["q.fifo"].attempts)
+	}
+	for i := range 100 {
+		f.Send(url, "m"+strconv.Itoa(i), func(in *sqs.SendMessageInput) { in.MessageGroupId = aws.String("g") })
+		ms := receive("delete-" + strconv.Itoa(i))
+		if i%2 == 0 {
+			if _, err := f.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: ms[0].ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if _, err := f.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: ms[0].ReceiptHandle, VisibilityTimeout: 0}); err != nil {
+			t.Fatal(err)
+		}
+		receive("again-" + strconv.Itoa(i)) // the same message: the first ID is forgotten
+		if _, err := f.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: ms[0].ReceiptHandle}); err == nil {
+			t.Fatal("the first receive's handle still deletes")
+		}
+		again := receive("again-" + strconv.Itoa(i))
+		if _, err := f.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: again[0].ReceiptHandle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := attempts(); n != 0 {
+		t.Errorf("after 200 receives with attempt IDs whose messages were all deleted, %d IDs kept; want 0", n)
+	}
+	// Messages left in flight: their IDs expire.
+	for i := range 3 {
+		f.Send(url, "x"+strconv.Itoa(i), func(in *sqs.SendMessageInput) { in.MessageGroupId = aws.String("x" + strconv.Itoa(i)) })
+		receive("kept-" + strconv.Itoa(i))
+	}
+	if n := attempts(); n != 3 {
+		t.Errorf("%d IDs kept, want the 3 whose messages are in flight", n)
+	}
+	now = now.Add(DeduplicationInterval)
+	f.Send(url, "y", func(in *sqs.SendMessageInput) { in.MessageGroupId = aws.String("y") })
+	receive("last")
+	if n := attempts(); n != 1 {
+		t.Errorf("5 minutes later, %d IDs kept, want only the last receive's", n)
+	}
 }

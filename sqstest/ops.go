@@ -28,11 +28,22 @@ import (
 // are returned when asked for in MessageSystemAttributeNames (or the
 // deprecated AttributeNames), message attributes when asked for in
 // MessageAttributeNames ("All", ".*", names, or prefixes such as "trace.*").
-func (f *Fake) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+//
+// On a FIFO queue, a receive with the ReceiveRequestAttemptId of an earlier
+// one that handed out messages, made within [DeduplicationInterval] of it
+// while none of those messages has been modified since (deleted, its
+// visibility changed, received again), hands out the same messages again,
+// with the same receipt handles and receive counts, and makes them in flight
+// for the visibility timeout from now, whatever MaxNumberOfMessages it asks
+// for: a receive retried after its reply was lost gets what the lost reply
+// carried. Otherwise it receives afresh, and a later receive with its ID
+// repeats it. Standard queues ignore the ID, as SQS does.
+func (f *Fake) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, _ ...func(*sqs.Options)) (out *sqs.ReceiveMessageOutput, err error) {
 	const op = OpReceiveMessage
-	if err := f.begin(ctx, op); err != nil {
+	if err = f.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	defer loseReply(f, op, &out, &err)
 	if in == nil || in.QueueUrl == nil {
 		return nil, paramRequired(op, "QueueUrl")
 	}
@@ -55,8 +66,14 @@ func (f *Fake) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, 
 	if vis == 0 {
 		vis = q.intAttr("VisibilityTimeout", 30)
 	}
+	attemptID := ""
+	if q.fifo { // standard queues ignore it, as SQS does
+		attemptID = aws.ToString(in.ReceiveRequestAttemptId)
+	}
 	f.mu.Unlock()
 	switch {
+	case attemptID != "" && !validGroupOrDedupID(attemptID):
+		return nil, opError(op, invalidParameter("Value %s for parameter ReceiveRequestAttemptId is invalid. Reason: up to 128 alphanumeric or punctuation characters.", attemptID))
 	case max < 1 || max > 10:
 		return nil, opError(op, invalidParameter("Value %d for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided.", max))
 	case wait < 0 || wait > 20:
@@ -81,7 +98,12 @@ func (f *Fake) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, 
 			return nil, opError(op, queueDoesNotExist())
 		}
 		now := f.now()
-		got := f.receive(q, now, max, time.Duration(vis)*time.Second)
+		var got []*message
+		if attemptID != "" {
+			got = f.receiveAttempt(q, now, attemptID, max, time.Duration(vis)*time.Second)
+		} else {
+			got = f.receive(q, now, max, time.Duration(vis)*time.Second)
+		}
 		if len(got) > 0 || !polling {
 			out := &sqs.ReceiveMessageOutput{}
 			for _, m := range got {
@@ -115,17 +137,18 @@ func (f *Fake) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, 
 // MessageDeduplicationId unless the queue has content-based deduplication; a
 // message whose deduplication ID was sent in the last 5 minutes is accepted
 // but not delivered again.
-func (f *Fake) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+func (f *Fake) SendMessage(ctx context.Context, in *sqs.SendMessageInput, _ ...func(*sqs.Options)) (out *sqs.SendMessageOutput, err error) {
 	const op = OpSendMessage
-	if err := f.begin(ctx, op); err != nil {
+	if err = f.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	defer loseReply(f, op, &out, &err)
 	if in == nil || in.QueueUrl == nil {
 		return nil, paramRequired(op, "QueueUrl")
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	out, err := f.sendMessage(in)
+	out, err = f.sendMessage(in)
 	if err != nil {
 		return nil, opError(op, err)
 	}
@@ -158,11 +181,12 @@ func (f *Fake) sendMessage(in *sqs.SendMessageInput) (*sqs.SendMessageOutput, er
 // SendMessageBatch sends up to 10 messages, each as SendMessage would.
 // Entries that fail, by themselves or by FailEntries, are in the output's
 // Failed list.
-func (f *Fake) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+func (f *Fake) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (out *sqs.SendMessageBatchOutput, err error) {
 	const op = OpSendMessageBatch
-	if err := f.begin(ctx, op); err != nil {
+	if err = f.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	defer loseReply(f, op, &out, &err)
 	if in == nil || in.QueueUrl == nil {
 		return nil, paramRequired(op, "QueueUrl")
 	}
@@ -184,7 +208,7 @@ func (f *Fake) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInp
 	if limit := q.intAttr("MaximumMessageSize", 1048576); size > limit {
 		return nil, opError(op, &types.BatchRequestTooLong{Message: aws.String(fmt.Sprintf("Batch requests cannot be longer than %d bytes.", limit))})
 	}
-	out := &sqs.SendMessageBatchOutput{Successful: []types.SendMessageBatchResultEntry{}, Failed: []types.BatchResultErrorEntry{}}
+	out = &sqs.SendMessageBatchOutput{Successful: []types.SendMessageBatchResultEntry{}, Failed: []types.BatchResultErrorEntry{}}
 	for _, e := range in.Entries {
 		if inj, ok := f.entryFailure(op); ok {
 			out.Failed = append(out.Failed, injectedEntryError(e.Id, inj))
@@ -211,11 +235,12 @@ func (f *Fake) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInp
 // with *types.ReceiptHandleIsInvalid when the handle is unknown or not the
 // latest receive's. Deleting a deleted message again, with the handle that
 // deleted it, succeeds, as on SQS.
-func (f *Fake) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+func (f *Fake) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, _ ...func(*sqs.Options)) (out *sqs.DeleteMessageOutput, err error) {
 	const op = OpDeleteMessage
-	if err := f.begin(ctx, op); err != nil {
+	if err = f.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	defer loseReply(f, op, &out, &err)
 	if in == nil || in.QueueUrl == nil || in.ReceiptHandle == nil {
 		return nil, paramRequired(op, "QueueUrl and ReceiptHandle")
 	}
@@ -235,11 +260,12 @@ func (f *Fake) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, _ 
 // Entries that fail, by themselves or by FailEntries, are in the output's
 // Failed list: an unknown or outdated receipt handle fails with code
 // ReceiptHandleIsInvalid and SenderFault true.
-func (f *Fake) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+func (f *Fake) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, _ ...func(*sqs.Options)) (out *sqs.DeleteMessageBatchOutput, err error) {
 	const op = OpDeleteMessageBatch
-	if err := f.begin(ctx, op); err != nil {
+	if err = f.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	defer loseReply(f, op, &out, &err)
 	if in == nil || in.QueueUrl == nil {
 		return nil, paramRequired(op, "QueueUrl")
 	}
@@ -259,7 +285,7 @@ func (f *Fake) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatc
 	if err := checkBatch(ids, "DeleteMessageBatchRequestEntry"); err != nil {
 		return nil, opError(op, err)
 	}
-	out := &sqs.DeleteMessageBatchOutput{Successful: []types.DeleteMessageBatchResultEntry{}, Failed: []types.BatchResultErrorEntry{}}
+	out = &sqs.DeleteMessageBatchOutput{Successful: []types.DeleteMessageBatchResultEntry{}, Failed: []types.BatchResultErrorEntry{}}
 	for _, e := range in.Entries {
 		if inj, ok := f.entryFailure(op); ok {
 			out.Failed = append(out.Failed, injectedEntryError(e.Id, inj))
@@ -280,11 +306,12 @@ func (f *Fake) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatc
 // handle is unknown or not the latest receive's, with
 // *types.MessageNotInflight when the message's visibility timeout has passed,
 // and with InvalidParameterValue when the message was deleted.
-func (f *Fake) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+func (f *Fake) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (out *sqs.ChangeMessageVisibilityOutput, err error) {
 	const op = OpChangeMessageVisibility
-	if err := f.begin(ctx, op); err != nil {
+	if err = f.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	defer loseReply(f, op, &out, &err)
 	if in == nil || in.QueueUrl == nil || in.ReceiptHandle == nil {
 		return nil, paramRequired(op, "QueueUrl and ReceiptHandle")
 	}
@@ -304,11 +331,12 @@ func (f *Fake) ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessag
 // each as ChangeMessageVisibility would. Entries that fail, by themselves or
 // by FailEntries, are in the output's Failed list, with SenderFault true
 // unless injected otherwise.
-func (f *Fake) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+func (f *Fake) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (out *sqs.ChangeMessageVisibilityBatchOutput, err error) {
 	const op = OpChangeMessageVisibilityBatch
-	if err := f.begin(ctx, op); err != nil {
+	if err = f.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	defer loseReply(f, op, &out, &err)
 	if in == nil || in.QueueUrl == nil {
 		return nil, paramRequired(op, "QueueUrl")
 	}
@@ -328,7 +356,7 @@ func (f *Fake) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeM
 	if err := checkBatch(ids, "ChangeMessageVisibilityBatchRequestEntry"); err != nil {
 		return nil, opError(op, err)
 	}
-	out := &sqs.ChangeMessageVisibilityBatchOutput{Successful: []types.ChangeMessageVisibilityBatchResultEntry{}, Failed: []types.BatchResultErrorEntry{}}
+	out = &sqs.ChangeMessageVisibilityBatchOutput{Successful: []types.ChangeMessageVisibilityBatchResultEntry{}, Failed: []types.BatchResultErrorEntry{}}
 	for _, e := range in.Entries {
 		if inj, ok := f.entryFailure(op); ok {
 			out.Failed = append(out.Failed, injectedEntryError(e.Id, inj))
@@ -361,11 +389,12 @@ var allQueueAttributes = []string{
 // Attributes a queue does not have, such as FifoQueue on a standard queue or
 // RedrivePolicy on a queue without one, are left out. An unknown name fails
 // with *types.InvalidAttributeName.
-func (f *Fake) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, _ ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+func (f *Fake) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, _ ...func(*sqs.Options)) (out *sqs.GetQueueAttributesOutput, err error) {
 	const op = OpGetQueueAttributes
-	if err := f.begin(ctx, op); err != nil {
+	if err = f.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	defer loseReply(f, op, &out, &err)
 	if in == nil || in.QueueUrl == nil {
 		return nil, paramRequired(op, "QueueUrl")
 	}
@@ -385,7 +414,7 @@ func (f *Fake) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttribute
 	}
 	now := f.now()
 	visible, inFlight, delayed := q.depth(now)
-	out := map[string]string{}
+	attrs := map[string]string{}
 	withDefault := func(name, def string) string {
 		if v, ok := q.attrs[name]; ok {
 			return v
@@ -430,19 +459,20 @@ func (f *Fake) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttribute
 			return nil, opError(op, &types.InvalidAttributeName{Message: aws.String("Unknown Attribute " + n + ".")})
 		}
 		if v != "" {
-			out[n] = v
+			attrs[n] = v
 		}
 	}
-	return &sqs.GetQueueAttributesOutput{Attributes: out}, nil
+	return &sqs.GetQueueAttributesOutput{Attributes: attrs}, nil
 }
 
 // GetQueueUrl returns the URL of the queue named QueueName, or fails with
 // *types.QueueDoesNotExist.
-func (f *Fake) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, _ ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
+func (f *Fake) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, _ ...func(*sqs.Options)) (out *sqs.GetQueueUrlOutput, err error) {
 	const op = OpGetQueueUrl
-	if err := f.begin(ctx, op); err != nil {
+	if err = f.begin(ctx, op); err != nil {
 		return nil, err
 	}
+	defer loseReply(f, op, &out, &err)
 	if in == nil || in.QueueName == nil {
 		return nil, paramRequired(op, "QueueName")
 	}

@@ -42,6 +42,18 @@ type queue struct {
 	ordinals uint64 // given out
 	received map[uint64]*message
 	gone     map[uint64]int32
+	// attempts are the FIFO receives that a receive with the same
+	// ReceiveRequestAttemptId would repeat, by ID: those of the last 5
+	// minutes that handed out messages none of which was modified since
+	// (deleted, its visibility changed, received again, moved). Each of
+	// their messages names its receive's ID in its attempt field.
+	attempts map[string]*attempt
+}
+
+// attempt is what a FIFO receive with a ReceiveRequestAttemptId handed out.
+type attempt struct {
+	msgs  []*message
+	until time.Time // when the ID expires
 }
 
 type dedupEntry struct {
@@ -66,6 +78,7 @@ type message struct {
 	receivedAt   time.Time
 	handle       string // of the latest receive
 	deadLetterOf string // ARN of the queue it was moved from
+	attempt      string // the ID of the receive holding it that a retry would repeat (see queue.attempts)
 }
 
 func (m *message) visible(now time.Time) bool  { return !now.Before(m.visibleAt) }
@@ -176,6 +189,7 @@ func (f *Fake) receive(q *queue, now time.Time, max int, vis time.Duration) []*m
 		f.notify()
 	}
 	for _, m := range got {
+		q.forgetAttempt(m.attempt)
 		m.receiveCount++
 		if m.firstReceive.IsZero() {
 			m.firstReceive = now
@@ -188,10 +202,55 @@ func (f *Fake) receive(q *queue, now time.Time, max int, vis time.Duration) []*m
 	return got
 }
 
+// receiveAttempt is receive for a FIFO receive with the
+// ReceiveRequestAttemptId id. When a receive with id handed out messages less
+// than DeduplicationInterval ago and none of them was modified since, it
+// hands out the same messages again, with the same receipt handles and
+// receive counts, in flight for vis from now. Otherwise it receives afresh,
+// and a later receive with id repeats this one. f.mu is held.
+func (f *Fake) receiveAttempt(q *queue, now time.Time, id string, max int, vis time.Duration) []*message {
+	if a := q.attempts[id]; a != nil && now.Before(a.until) {
+		for _, m := range a.msgs {
+			m.visibleAt = now.Add(vis)
+		}
+		return a.msgs
+	}
+	q.forgetAttempt(id)
+	got := f.receive(q, now, max, vis)
+	if len(got) == 0 {
+		return nil
+	}
+	for k, a := range q.attempts {
+		if !now.Before(a.until) {
+			q.forgetAttempt(k)
+		}
+	}
+	q.attempts[id] = &attempt{msgs: got, until: now.Add(DeduplicationInterval)}
+	for _, m := range got {
+		m.attempt = id
+	}
+	return got
+}
+
+// forgetAttempt forgets the receive with the ReceiveRequestAttemptId id, if
+// any: a receive with id is a new one. f.mu is held.
+func (q *queue) forgetAttempt(id string) {
+	if id == "" {
+		return
+	}
+	if a := q.attempts[id]; a != nil {
+		for _, m := range a.msgs {
+			m.attempt = ""
+		}
+		delete(q.attempts, id)
+	}
+}
+
 // moveToDLQ moves m from q to the end of dlq, keeping its ID, body,
 // attributes, receive count and, on standard queues, sent timestamp, as SQS's
 // redrive does. The caller removes m from q.msgs.
 func (f *Fake) moveToDLQ(q, dlq *queue, m *message, now time.Time) {
+	q.forgetAttempt(m.attempt)
 	delete(q.received, m.ordinal)
 	q.gone[m.ordinal] = 0
 	c := &message{
@@ -579,6 +638,7 @@ func (f *Fake) deleteMessage(q *queue, h string) error {
 	case m == nil:
 		return receiptHandleInvalid(h)
 	}
+	q.forgetAttempt(m.attempt)
 	delete(q.received, m.ordinal)
 	if m.receiveCount > 1 {
 		q.gone[m.ordinal] = int32(m.receiveCount)
@@ -607,6 +667,7 @@ func (f *Fake) changeVisibility(q *queue, h string, secs int32) error {
 	if until.Sub(m.receivedAt) > 12*time.Hour {
 		return invalidParameter("Value %d for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds]", secs)
 	}
+	q.forgetAttempt(m.attempt)
 	m.visibleAt = until
 	f.notify()
 	return nil

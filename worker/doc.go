@@ -97,7 +97,11 @@
 // Each receive from a FIFO queue carries a ReceiveRequestAttemptId of its
 // own. When its reply is lost and the SDK sends it again, SQS answers with
 // the messages it handed the first attempt, which would otherwise stay
-// hidden, their group blocked, for a visibility timeout.
+// hidden, their group blocked, for a visibility timeout. A receive that fails
+// for good (the SDK's retries spent) is sent again by the worker with the same
+// ID and as many messages asked for, within 4 minutes of its first send (SQS
+// keeps an ID 5 minutes); when the loop then holds fewer handler slots (a
+// circuit breaker probe, a rate limit), it gives the ID up.
 //
 // # Errors
 //

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"math"
 	mrand "math/rand/v2"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/ctxsleep"
+	"github.com/sqsworker/sqsworker/internal/fifoattempt"
 )
 
 // Receive-loop backoff after an error, and slot filling.
@@ -58,6 +58,7 @@ func (c *consumer) poll(hctx context.Context) {
 		return wait()
 	}
 	failures := 0
+	var attempt fifoattempt.Retry // FIFO: the attempt ID of a failed receive, for its retry
 	for {
 		// While the circuit breaker is open no receive is made: the
 		// messages stay in the queue with their receive counts unspent.
@@ -88,6 +89,17 @@ func (c *consumer) poll(hctx context.Context) {
 			}
 			want = max(1, min(want, c.w.limits.tokens()))
 		}
+		// A failed receive is sent again with its attempt ID, which needs
+		// as many slots as it asked for: SQS answers it with what it
+		// handed the failed one. With fewer (a breaker probe, a rate limit,
+		// slots another loop took meanwhile), fifoattempt gives the ID up
+		// and the receive is a new one, for as many as it holds slots: its
+		// messages would come back after a visibility timeout, as they
+		// would without the ID. Waiting for the missing slots instead,
+		// holding some, could deadlock with another loop doing the same.
+		if p := attempt.Pending(time.Now()); p > 0 {
+			want = min(want, p)
+		}
 		n := pool.acquire(c.pollCtx, qi, want)
 		if n == 0 {
 			if probe {
@@ -113,11 +125,12 @@ func (c *consumer) poll(hctx context.Context) {
 		}
 		in.MaxNumberOfMessages = int32(n)
 		if c.info.FIFO {
-			// A receive the SDK sends again after a lost reply gets the
-			// messages SQS handed the first, rather than leaving them, and
-			// their groups, hidden for a visibility timeout. Each receive
-			// has its own: the same ID again would get the same messages.
-			in.ReceiveRequestAttemptId = aws.String(rand.Text())
+			// A receive sent again after a lost reply, by the SDK or after
+			// it failed for good, gets the messages SQS handed the first,
+			// rather than leaving them, and their groups, hidden for a
+			// visibility timeout. Any other receive has an ID of its own:
+			// the same ID again would get the same messages.
+			in.ReceiveRequestAttemptId = aws.String(attempt.For(n, time.Now()))
 		}
 		// Not pollCtx nor handlerCtx: a receive under way at shutdown goes
 		// on, even past the deadline. Cut short, SQS would keep its long
@@ -153,6 +166,7 @@ func (c *consumer) poll(hctx context.Context) {
 			c.log.Info("receiving again", "after_failures", failures)
 			failures = 0
 		}
+		attempt.Done()
 		c.w.limits.take(len(out.Messages))
 		pool.received(qi, len(out.Messages), n, oldest(out.Messages))
 		pool.release(qi, n-len(out.Messages))
