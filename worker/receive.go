@@ -97,8 +97,10 @@ func (c *consumer) poll(hctx context.Context) {
 		// messages would come back after a visibility timeout, as they
 		// would without the ID. Waiting for the missing slots instead,
 		// holding some, could deadlock with another loop doing the same.
-		if p := attempt.Pending(time.Now()); p > 0 {
-			want = min(want, p)
+		if c.info.FIFO {
+			if p := attempt.Pending(time.Now()); p > 0 {
+				want = min(want, p)
+			}
 		}
 		n := pool.acquire(c.pollCtx, qi, want)
 		if n == 0 {
