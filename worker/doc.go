@@ -175,4 +175,16 @@
 //
 // Logs go to Config.Logger (log/slog) with the queue URL, message ID,
 // attempt, error class and duration. Message bodies are never logged.
+//
+// # Garbage collection
+//
+// A worker handling many small messages keeps a small live heap, and with
+// the Go runtime's default settings collects garbage every few megabytes
+// of allocation, dozens of times a second: on the project's benchmark a
+// third of the process's CPU. The runtime's own settings, not the worker's,
+// decide it: a poller in a container with a memory limit usually does well
+// with GOMEMLIMIT at most of that limit and a higher GOGC (GOGC=400 cut the
+// benchmark worker's CPU per message by a third; BENCHMARKS.md). The
+// worker's own memory stays flat over time (see its soak benchmark), so the
+// limit is there for the handlers.
 package worker
