@@ -366,8 +366,8 @@ func (f *Fake) FailNext(op string, err error, n int) {
 // *net.OpError (connection reset) in a *smithyhttp.RequestSendError, wrapped
 // in a *smithy.OperationError. The caller cannot tell what happened, as with
 // a reply lost between SQS and an *sqs.Client once the SDK's retries are
-// spent. Calls that fail before they are applied (through FailNext or their
-// context) lose no reply. n adds to the replies op still has to lose; n <= 0
+// spent. Calls that fail through FailNext or their context (a long poll its
+// caller cut short included) lose no reply. n adds to the replies op still has to lose; n <= 0
 // removes them. LoseReplies panics on an unknown operation.
 func (f *Fake) LoseReplies(op string, n int) {
 	if !operations[op] {
@@ -386,6 +386,9 @@ func (f *Fake) LoseReplies(op string, n int) {
 // error of a lost reply, when LoseReplies asked for one. Each operation
 // defers it once begin let it through.
 func loseReply[T any](f *Fake, op string, out **T, err *error) {
+	if canceled := new(smithy.CanceledError); errors.As(*err, &canceled) {
+		return // failed through its context (a long poll cut short): no reply to lose
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.lose[op] <= 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqsworker/sqsworker"
@@ -42,6 +43,7 @@ type consumer struct {
 	pollCtx    context.Context // cancelled when receiving stops
 	stopPoll   context.CancelFunc
 	pollsDone  chan struct{}  // closed once no receive is under way after stopping
+	stoppedAt  atomic.Int64   // when receiving stopped, in Unix nanoseconds
 	reporter   sync.WaitGroup // the depth reporter
 	stopReport context.CancelFunc
 	handlerCtx context.Context // cancelled at the shutdown deadline
@@ -185,6 +187,7 @@ func (c *consumer) consume(ctx context.Context) error {
 // released at once.
 func (c *consumer) stop(ctx context.Context) {
 	c.w.ready.Store(false)
+	c.stoppedAt.Store(time.Now().UnixNano()) // before stopPoll: Retry reads it once pollCtx is done
 	c.stopPoll()
 	done := make(chan struct{})
 	go func() {
@@ -237,30 +240,51 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 	limit := sqsworker.MaxVisibilityTimeout - time.Since(j.ReceivedAt) - time.Second
 	vis = min(sqsworker.ClampDelay(vis), max(limit, 0))
 	vis = (vis + time.Second - 1).Truncate(time.Second)
-	change := func() {
-		c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Visibility: vis,
-			Owner: (*retrying)(j)})
-	}
 	// While stopping, a message made visible before this worker's last
 	// receives have ended could be taken again by one of them (Shutdown
 	// does not cut them short): a receive more, a step nearer the
 	// dead-letter queue, for a message released at the shutdown deadline or
-	// failed with a short backoff. Its change waits for them, at most
-	// WaitTime; the message stays invisible meanwhile, unless its lease runs
-	// out first. Retry is called from handler goroutines only, which
-	// c.handlers counts, so that stop waits for the change too.
+	// failed with a short backoff.
 	if c.pollCtx.Err() != nil {
 		select {
 		case <-c.pollsDone:
 		default:
-			c.handlers.Go(func() {
-				<-c.pollsDone
-				change()
-			})
-			return
+			end := time.Unix(0, c.stoppedAt.Load()).Add(c.cfg.WaitTime + lastPollSlack)
+			hold := time.Until(end)
+			switch {
+			case vis >= hold:
+				// Hidden until after the last receives anyway.
+			case j.Held(end):
+				// The change waits for them; the lease keeps the message
+				// invisible meanwhile. Retry is called from handler
+				// goroutines only, which c.handlers counts, so that stop
+				// waits for the change too.
+				c.handlers.Go(func() {
+					<-c.pollsDone
+					c.change(j, vis)
+				})
+				return
+			default:
+				// The lease ends first: a change sent after the receives
+				// would find its receipt handle expired and be dropped,
+				// and the message, visible at the end of its lease, would
+				// be taken by one of them. It is hidden until they have
+				// ended instead, at once.
+				vis = min((hold + time.Second - 1).Truncate(time.Second), max(limit, 0))
+			}
 		}
 	}
-	change()
+	c.change(j, vis)
+}
+
+// lastPollSlack is how long after WaitTime from the stop the last receives
+// are taken to have ended, for the way their replies take back.
+const lastPollSlack = 2 * time.Second
+
+// change queues the visibility change of a job's message.
+func (c *consumer) change(j *executor.Job, vis time.Duration) {
+	c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Visibility: vis,
+		Owner: (*retrying)(j)})
 }
 
 // deleting is a job as the ackbatch.Owner of its delete: retried while its

@@ -122,7 +122,9 @@
 // and releases their messages, and finally sends the pending deletes and
 // visibility changes. Every visibility change made while stopping (a
 // release, a failure's backoff) is sent once those last polls have ended,
-// so that none of them takes the message again and spends one of its
+// or, when the message's lease would end first, at once with a visibility
+// timeout that lasts until they have (WaitTime from the stop, and 2s), so
+// that none of them takes the message again and spends one of its
 // receives. A crash loses nothing either: messages not deleted come
 // back after their visibility timeout.
 //

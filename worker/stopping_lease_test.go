@@ -1,0 +1,100 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// The visibility change of a message settled while the worker stops waits
+// for the worker's last long polls only while the message's lease outlasts
+// them. Here the lease (a 2s visibility timeout, which the heartbeat extends
+// by 2s) ends long before the other loop's long poll (10s): a change sent
+// once the polls have ended would be dropped, its receipt handle expired
+// (an acknowledgement failure), and the message would come back at the end
+// of its lease, to be taken again by that very long poll.
+//
+// A failure's backoff (10 minutes) is then lost: the message, received
+// again while stopping, is released at once.
+func TestFakeStoppingFailureBackoffOutlastsLastPolls(t *testing.T) {
+	t.Parallel()
+	for _, heartbeat := range []bool{true, false} {
+		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
+			t.Parallel()
+			f := sqstest.NewFake()
+			url := f.CreateQueue("stopfail", map[string]string{"VisibilityTimeout": "2"})
+			started, fail := make(chan struct{}, 1), make(chan struct{})
+			r := start(t, f, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 10 * time.Second,
+				DisableHeartbeat: !heartbeat, DisableDepth: true,
+				Backoff: sqsworker.BackoffFunc(func(int, error) time.Duration { return 10 * time.Minute })},
+				sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+					started <- struct{}{}
+					<-fail
+					return errors.New("the dependency failed")
+				}))
+			// Both loops are in long polls before the message is sent: the
+			// one that does not take it stays in its poll for about 10s.
+			localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "the loops do not poll")
+			f.Send(url, "m")
+			<-started
+			stopped := make(chan struct{})
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				_ = r.w.Shutdown(ctx)
+				close(stopped)
+			}()
+			localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "not stopping")
+			time.Sleep(50 * time.Millisecond) // receiving stops right after readiness does
+			close(fail)
+			<-stopped
+			r.stop(10 * time.Second)
+			if s := r.w.Stats(); s.Received != 1 || s.Released != 0 || s.AckFailures != 0 || s.Retried != 1 {
+				t.Errorf("stats %+v: want the message received once, retried once with its backoff, no release, no acknowledgement failure", s)
+			}
+			if v, fl, _ := f.Depth(url); v != 0 || fl != 1 {
+				t.Errorf("after the stop: %d visible, %d in flight; want the message in flight for its 10-minute backoff", v, fl)
+			}
+		})
+	}
+}
+
+// A handler cut short at the shutdown deadline has its message released
+// once the last long polls have ended (TestFakeShutdownDeadlineReleaseIsNotReceivedAgain)
+// also when its lease ends before they do: it stays invisible until they
+// have ended, and its release is not dropped as an acknowledgement failure.
+func TestFakeShutdownDeadlineReleaseShortLease(t *testing.T) {
+	t.Parallel()
+	for _, heartbeat := range []bool{true, false} {
+		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
+			t.Parallel()
+			f := sqstest.NewFake()
+			url := f.CreateQueue("rereceive-short", map[string]string{"VisibilityTimeout": "2"})
+			started := make(chan struct{}, 1)
+			r := start(t, f, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 10 * time.Second,
+				DisableHeartbeat: !heartbeat, DisableDepth: true},
+				sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+					started <- struct{}{}
+					<-ctx.Done()
+					return ctx.Err()
+				}))
+			localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "the loops do not poll")
+			f.Send(url, "m")
+			<-started
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			_ = r.w.Shutdown(ctx)
+			r.stop(30 * time.Second)
+			if s := r.w.Stats(); s.Received != 1 || s.AckFailures != 0 {
+				t.Errorf("stats %+v: want the message received once (the worker's own last long poll took it again?), no acknowledgement failure", s)
+			}
+		})
+	}
+}
