@@ -257,8 +257,10 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 			case j.Held(end):
 				// The change waits for them; the lease keeps the message
 				// invisible meanwhile. Retry is called from handler
-				// goroutines only, which c.handlers counts, so that stop
-				// waits for the change too.
+				// goroutines, which c.handlers counts, or from a receive
+				// loop releasing what it received while stopping, before
+				// stop waits for c.handlers (it waits for the loops first):
+				// stop waits for the change too.
 				c.handlers.Go(func() {
 					<-c.pollsDone
 					c.change(j, vis)

@@ -35,7 +35,7 @@ func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bo
 		if probe {
 			c.exec.Breaker.Abort()
 		}
-		c.releaseLater(ptrs)
+		c.release(ptrs) // not before the last long polls end: see Retry
 		return
 	}
 	var buf [MaxMessagesPerReceive]task
@@ -92,7 +92,7 @@ func (c *consumer) runGroup(group []*executor.Job) {
 		// gone; with heartbeats, when it was lost.
 		late := c.ext == nil && i > 0 && c.vis > 0 && time.Since(j.ReceivedAt) > c.vis/2
 		if c.pollCtx.Err() != nil {
-			c.releaseLater(group[i:])
+			c.release(group[i:])
 			return
 		}
 		// Nor does a group go on while the circuit breaker is open.
@@ -123,19 +123,10 @@ func groupByID(jobs []*executor.Job) [][]*executor.Job {
 	return groups
 }
 
-// releaseLater releases messages once no receive of this worker is under
-// way, so that its own last long polls do not take them again (which would
-// count as one more receive). It runs only while stopping, when that takes
-// at most WaitTime.
-func (c *consumer) releaseLater(jobs []*executor.Job) {
-	c.handlers.Go(func() {
-		<-c.pollsDone
-		c.release(jobs)
-	})
-}
-
-// release makes unhandled messages visible again at once and frees their
-// handler slots. Messages whose lease was lost are left alone.
+// release makes unhandled messages visible again and frees their handler
+// slots: at once, or, while the worker stops, not before its last long
+// polls have ended (see Retry). Messages whose lease was lost are left
+// alone.
 func (c *consumer) release(jobs []*executor.Job) {
 	for _, j := range jobs {
 		c.exec.Release(j, c)

@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -94,6 +98,51 @@ func TestFakeShutdownDeadlineReleaseShortLease(t *testing.T) {
 			r.stop(30 * time.Second)
 			if s := r.w.Stats(); s.Received != 1 || s.AckFailures != 0 {
 				t.Errorf("stats %+v: want the message received once (the worker's own last long poll took it again?), no acknowledgement failure", s)
+			}
+		})
+	}
+}
+
+// A message a last long poll brings while the worker stops is released
+// unstarted, and not taken again by another loop's last long poll, also
+// when its lease ends before they do: it stays invisible until they have
+// ended, then comes back received once.
+func TestFakeReceivedWhileStoppingShortLease(t *testing.T) {
+	t.Parallel()
+	for _, heartbeat := range []bool{true, false} {
+		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
+			t.Parallel()
+			f := sqstest.NewFake()
+			url := f.CreateQueue("stopping-short", map[string]string{"VisibilityTimeout": "2"})
+			r := start(t, f, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 10 * time.Second,
+				DisableHeartbeat: !heartbeat, DisableDepth: true},
+				sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+					t.Errorf("handler ran for %s while the worker was stopping", m.ID)
+					return nil
+				}))
+			localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "the loops do not poll")
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				_ = r.w.Shutdown(context.Background())
+			}()
+			localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "the worker does not stop")
+			f.Send(url, "m") // taken by one of the two long polls under way
+			<-stopped
+			r.stop(30 * time.Second)
+			if s := r.w.Stats(); s.Received != 1 || s.AckFailures != 0 {
+				t.Errorf("stats %+v: want the message received once (the worker's own last long poll took it again?), no acknowledgement failure", s)
+			}
+			if v, inFlight, _ := f.Depth(url); v+inFlight != 1 {
+				t.Fatalf("depth %d visible, %d in flight: want the message", v, inFlight)
+			}
+			out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 20,
+				MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
+			if err != nil || len(out.Messages) != 1 {
+				t.Fatalf("after the stop: %d messages, %v; want the released one", len(out.Messages), err)
+			}
+			if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+				t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
 			}
 		})
 	}
