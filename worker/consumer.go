@@ -245,35 +245,29 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 	// does not cut them short): a receive more, a step nearer the
 	// dead-letter queue, for a message released at the shutdown deadline or
 	// failed with a short backoff.
-	if c.pollCtx.Err() != nil {
-		select {
-		case <-c.pollsDone:
+	if end, ok := c.lastPollsEnd(); ok {
+		hold := time.Until(end)
+		switch {
+		case vis >= hold:
+			// Hidden until after the last receives anyway.
+		case j.Held(end):
+			// The change waits for them; the lease keeps the message
+			// invisible meanwhile. Retry is called from handler goroutines,
+			// which c.handlers counts, or from a receive loop releasing what
+			// it received while stopping, before stop waits for c.handlers
+			// (it waits for the loops first): stop waits for the change too.
+			c.handlers.Go(func() {
+				<-c.pollsDone
+				c.change(j, vis)
+			})
+			return
 		default:
-			end := time.Unix(0, c.stoppedAt.Load()).Add(c.cfg.WaitTime + lastPollSlack)
-			hold := time.Until(end)
-			switch {
-			case vis >= hold:
-				// Hidden until after the last receives anyway.
-			case j.Held(end):
-				// The change waits for them; the lease keeps the message
-				// invisible meanwhile. Retry is called from handler
-				// goroutines, which c.handlers counts, or from a receive
-				// loop releasing what it received while stopping, before
-				// stop waits for c.handlers (it waits for the loops first):
-				// stop waits for the change too.
-				c.handlers.Go(func() {
-					<-c.pollsDone
-					c.change(j, vis)
-				})
-				return
-			default:
-				// The lease ends first: a change sent after the receives
-				// would find its receipt handle expired and be dropped,
-				// and the message, visible at the end of its lease, would
-				// be taken by one of them. It is hidden until they have
-				// ended instead, at once.
-				vis = min((hold + time.Second - 1).Truncate(time.Second), max(limit, 0))
-			}
+			// The lease ends first: a change sent after the receives would
+			// find its receipt handle expired and be dropped, and the
+			// message, visible at the end of its lease, would be taken by
+			// one of them. It is hidden until they have ended instead, at
+			// once.
+			vis = min((hold + time.Second - 1).Truncate(time.Second), max(limit, 0))
 		}
 	}
 	c.change(j, vis)
@@ -282,6 +276,21 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 // lastPollSlack is how long after WaitTime from the stop the last receives
 // are taken to have ended, for the way their replies take back.
 const lastPollSlack = 2 * time.Second
+
+// lastPollsEnd reports whether the worker is stopping with receives still
+// under way, and when they are taken to have ended: WaitTime after receiving
+// stopped, and lastPollSlack.
+func (c *consumer) lastPollsEnd() (time.Time, bool) {
+	if c.pollCtx.Err() == nil {
+		return time.Time{}, false
+	}
+	select {
+	case <-c.pollsDone:
+		return time.Time{}, false
+	default:
+		return time.Unix(0, c.stoppedAt.Load()).Add(c.cfg.WaitTime + lastPollSlack), true
+	}
+}
 
 // change queues the visibility change of a job's message.
 func (c *consumer) change(j *executor.Job, vis time.Duration) {
