@@ -347,9 +347,7 @@ func (f *Fake) Depth(url string) (visible, inFlight, delayed int) {
 // n <= 0 removes the failures injected for op. A failed call has no other
 // effect. FailNext panics on an unknown operation.
 func (f *Fake) FailNext(op string, err error, n int) {
-	if !operations[op] {
-		panic("sqstest: FailNext: unknown operation " + op)
-	}
+	mustOperation("FailNext", op)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if n <= 0 {
@@ -367,12 +365,11 @@ func (f *Fake) FailNext(op string, err error, n int) {
 // in a *smithy.OperationError. The caller cannot tell what happened, as with
 // a reply lost between SQS and an *sqs.Client once the SDK's retries are
 // spent. Calls that fail through FailNext or their context (a long poll its
-// caller cut short included) lose no reply. n adds to the replies op still has to lose; n <= 0
-// removes them. LoseReplies panics on an unknown operation.
+// caller cut short included) lose no reply. n adds to the replies op still
+// has to lose; n <= 0 removes them. LoseReplies panics on an unknown
+// operation.
 func (f *Fake) LoseReplies(op string, n int) {
-	if !operations[op] {
-		panic("sqstest: LoseReplies: unknown operation " + op)
-	}
+	mustOperation("LoseReplies", op)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if n <= 0 {
@@ -380,6 +377,14 @@ func (f *Fake) LoseReplies(op string, n int) {
 		return
 	}
 	f.lose[op] += n
+}
+
+// mustOperation panics, naming the method fn, unless op names an operation
+// the Fake implements.
+func mustOperation(fn, op string) {
+	if !operations[op] {
+		panic("sqstest: " + fn + ": unknown operation " + op)
+	}
 }
 
 // loseReply replaces the result of a call of op that was applied with the

@@ -19,7 +19,7 @@
 // *sqs.Client go through one, with room in the SDK's default connection
 // pool for the calls a worker has under way. The other components given a
 // client (the producer, the dead-letter queue tools, the batch coordinator,
-// the idempotency store) give each of its calls the option SQSOptions
+// the idempotency store, the visibility extender) give each of its calls the option SQSOptions
 // returns, or that of package dynamohttp for DynamoDB (both CallOptions),
 // made once when they are built.
 package sdkhttp
