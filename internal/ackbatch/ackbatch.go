@@ -142,6 +142,9 @@ type Batcher struct {
 	// pending are the entries waiting for their batch to fill: new ones,
 	// and retries that came due.
 	pending [2][]item
+	// free holds the arrays of batches sent, cleared, for new pending
+	// entries: a steady flow of deletes allocates none.
+	free [][]item
 	timer   [2]*time.Timer // flushes pending after Interval, while armed
 	armed   [2]bool
 	// retries are the entries waiting out their backoff; retryTimer moves
@@ -236,7 +239,11 @@ func (b *Batcher) Add(kind Kind, e Entry) {
 // held.
 func (b *Batcher) queueLocked(kind Kind, it item) {
 	if b.pending[kind] == nil {
-		b.pending[kind] = make([]item, 0, MaxBatch)
+		if n := len(b.free); n > 0 {
+			b.pending[kind], b.free = b.free[n-1], b.free[:n-1]
+		} else {
+			b.pending[kind] = make([]item, 0, MaxBatch)
+		}
 	}
 	b.pending[kind] = append(b.pending[kind], it)
 	switch n := len(b.pending[kind]); {
@@ -333,7 +340,20 @@ func (b *Batcher) sender() {
 		b.mu.Unlock()
 		b.send(next.kind, next.items)
 		b.mu.Lock()
+		b.recycleLocked(next.items)
 	}
+}
+
+// recycleLocked keeps the array of a batch that was sent for new pending
+// entries, unless enough are kept. Nothing refers to it once send has
+// returned: retries were copied out of it. b.mu is held.
+func (b *Batcher) recycleLocked(items []item) {
+	if cap(items) != MaxBatch || len(b.free) > b.cfg.MaxInFlight {
+		return
+	}
+	items = items[:MaxBatch]
+	clear(items) // drop the owners and errors it refers to
+	b.free = append(b.free, items[:0])
 }
 
 // stopSenders tells the senders to return once the ready batches are sent,
@@ -652,11 +672,13 @@ func (b *Batcher) call(kind Kind, items []item) (retry []item) {
 			byID[n] = &failed[i]
 		}
 	}
+	succeeded := 0
 	for i, it := range items {
 		f := byID[i]
 		switch {
 		case f == nil:
-			b.done(kind, it, nil)
+			b.finish(kind, it.Entry, nil)
+			succeeded++
 		case f.SenderFault:
 			b.done(kind, it, fmt.Errorf("%s of message %s: %w", kind, it.MessageID,
 				&entryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)}))
@@ -665,14 +687,24 @@ func (b *Batcher) call(kind Kind, items []item) (retry []item) {
 			retry = append(retry, it)
 		}
 	}
+	b.doneN(succeeded)
 	return retry
 }
 
 // done finishes an added entry, and lets Close return once none is left.
 func (b *Batcher) done(kind Kind, it item, err error) {
 	b.finish(kind, it.Entry, err)
+	b.doneN(1)
+}
+
+// doneN counts n added entries finished (by finish), under one lock for a
+// whole batch, and lets Close return once none is left.
+func (b *Batcher) doneN(n int) {
+	if n == 0 {
+		return
+	}
 	b.mu.Lock()
-	if b.open--; b.open == 0 && b.closed {
+	if b.open -= n; b.open == 0 && b.closed {
 		close(b.drained)
 	}
 	b.mu.Unlock()

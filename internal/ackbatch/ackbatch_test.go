@@ -509,3 +509,66 @@ func TestOnFake(t *testing.T) {
 		t.Errorf("%d delete calls, want 3: two batches and one retry", n)
 	}
 }
+
+// The arrays of batches sent are used again for new entries. An array whose
+// call failed is used again while its entries wait out their backoff: the
+// retry still carries them, each is deleted once, and none is reported
+// twice. Partial failures and owners go through the same arrays.
+func TestReusedBatchArraysKeepRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b3Failed := false
+		api := newFake(func(n int, c call) (map[string]failure, error) {
+			switch {
+			case n == 1:
+				return nil, serverError // the whole of a0..a9 again
+			case !b3Failed && slices.Contains(c.handles, "b3"):
+				b3Failed = true // b3 alone again, from a new array
+				return map[string]failure{"b3": {code: "InternalError"}}, nil
+			}
+			return nil, nil
+		})
+		var r results
+		acked := map[string]int{}
+		var mu sync.Mutex
+		b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", Result: r.add, MaxInFlight: 1})
+		add := func(prefix string) {
+			for _, e := range entries(prefix, ackbatch.MaxBatch) {
+				h := e.ReceiptHandle
+				e.Owner = owner{acked: func(error) { mu.Lock(); acked[h]++; mu.Unlock() }}
+				b.Add(ackbatch.Delete, e)
+			}
+		}
+		add("a") // a full batch: sent at once, and fails
+		synctest.Wait()
+		for _, p := range []string{"b", "c", "d"} {
+			add(p) // while a0..a9 wait out their backoff
+			synctest.Wait()
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		var deleted []string
+		for i, c := range api.made() {
+			if i > 0 { // the first call failed as a whole
+				deleted = append(deleted, c.handles...)
+			}
+		}
+		slices.Sort(deleted)
+		deleted = slices.Compact(deleted)
+		if len(deleted) != 4*ackbatch.MaxBatch {
+			t.Errorf("%d entries deleted, want %d: %v", len(deleted), 4*ackbatch.MaxBatch, deleted)
+		}
+		for _, p := range []string{"a", "b", "c", "d"} {
+			for _, e := range entries(p, ackbatch.MaxBatch) {
+				if err := r.of(t, e.ReceiptHandle); err != nil {
+					t.Errorf("%s: %v", e.ReceiptHandle, err)
+				}
+				mu.Lock()
+				if n := acked[e.ReceiptHandle]; n != 1 {
+					t.Errorf("%s acknowledged %d times, want 1", e.ReceiptHandle, n)
+				}
+				mu.Unlock()
+			}
+		}
+		closeOK(t, b)
+	})
+}
