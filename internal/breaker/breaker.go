@@ -60,6 +60,10 @@ type Breaker struct {
 	pending   []change      // state changes to report once unlocked
 
 	opens, probes atomic.Int64
+	// closed mirrors state == Closed, and clean state == Closed with no
+	// failure counted, both set before the lock is released: the common
+	// case (closed, a handler succeeded) takes no lock.
+	closed, clean atomic.Bool
 }
 
 type change struct {
@@ -81,6 +85,8 @@ func (b *Breaker) lock() {
 func (b *Breaker) unlock() {
 	pending := b.pending
 	b.pending = nil
+	b.closed.Store(b.state == Closed)
+	b.clean.Store(b.state == Closed && b.failures == 0)
 	b.mu.Unlock()
 	if b.onChange != nil {
 		for _, c := range pending {
@@ -105,7 +111,10 @@ func New(cfg sqsworker.BreakerConfig, onChange func(from, to State, err error)) 
 	if cfg.Disabled {
 		return nil
 	}
-	return &Breaker{cfg: cfg.WithDefaults(), onChange: onChange, now: time.Now, changed: make(chan struct{})}
+	b := &Breaker{cfg: cfg.WithDefaults(), onChange: onChange, now: time.Now, changed: make(chan struct{})}
+	b.closed.Store(true)
+	b.clean.Store(true)
+	return b
 }
 
 // IsDependencyFailure reports whether err counts toward opening the breaker:
@@ -122,7 +131,7 @@ func (b *Breaker) IsDependencyFailure(err error) bool {
 
 // State returns the current state.
 func (b *Breaker) State() State {
-	if b == nil {
+	if b == nil || b.closed.Load() {
 		return Closed
 	}
 	b.lock()
@@ -143,7 +152,7 @@ func (b *Breaker) Counts() (opens, probes int64) {
 // probe, probe is true and the caller must Record its outcome (or Abort).
 // When it may not, wait is how long until it might.
 func (b *Breaker) Allow() (ok, probe bool, wait time.Duration) {
-	if b == nil {
+	if b == nil || b.closed.Load() {
 		return true, false, 0
 	}
 	b.lock()
@@ -221,6 +230,9 @@ func (b *Breaker) Record(err error, probe bool) {
 		return
 	}
 	dep := b.IsDependencyFailure(err)
+	if !probe && !dep && b.clean.Load() {
+		return // closed with no failure counted: nothing to reset
+	}
 	b.lock()
 	defer b.unlock()
 	switch {
