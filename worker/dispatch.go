@@ -6,6 +6,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
@@ -18,11 +19,16 @@ import (
 func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bool) {
 	now := time.Now()
 	c.exec.Received(len(msgs))
+	// One array each for the batch's jobs and messages rather than an
+	// allocation per message. A message a handler keeps after it returns
+	// keeps the batch's array of ten alive, under 2 KiB.
 	jobs, ptrs := make([]executor.Job, len(msgs)), make([]*executor.Job, len(msgs))
+	ms := make([]sqsworker.Message, len(msgs))
 	for i := range msgs {
 		j := &jobs[i]
 		ptrs[i] = j
-		j.Msg, j.ReceivedAt, j.Ctx, j.Probe = sqsmsg.FromSDK(c.info.URL, &msgs[i]), now, hctx, probe
+		sqsmsg.Fill(&ms[i], c.info.URL, &msgs[i])
+		j.Msg, j.ReceivedAt, j.Ctx, j.Probe = &ms[i], now, hctx, probe
 		switch {
 		case c.ext != nil:
 			j.Ctx, j.Lease = c.ext.Track(hctx, j.Msg, now)

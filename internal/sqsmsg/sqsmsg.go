@@ -14,7 +14,15 @@ import (
 
 // FromSDK builds a Message from a message returned by ReceiveMessage.
 func FromSDK(queueURL string, in *types.Message) *sqsworker.Message {
-	m := &sqsworker.Message{
+	m := new(sqsworker.Message)
+	Fill(m, queueURL, in)
+	return m
+}
+
+// Fill sets every field of m from a message returned by ReceiveMessage, so
+// that a runtime can build a received batch's messages in one array.
+func Fill(m *sqsworker.Message, queueURL string, in *types.Message) {
+	*m = sqsworker.Message{
 		ID:            aws.ToString(in.MessageId),
 		Body:          aws.ToString(in.Body),
 		ReceiptHandle: aws.ToString(in.ReceiptHandle),
@@ -32,7 +40,6 @@ func FromSDK(queueURL string, in *types.Message) *sqsworker.Message {
 		}
 	}
 	FillSystemFields(m)
-	return m
 }
 
 // FillSystemFields sets the typed fields of m (ReceiveCount, SentAt,
