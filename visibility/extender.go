@@ -150,8 +150,12 @@ type Extender struct {
 	cfg  Config
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	leases map[*Lease]struct{}
+	mu sync.Mutex
+	// leases lists the leases tracked, newest first, through Lease.prev
+	// and Lease.next: adding and removing one takes no hashing nor
+	// growth. tracked counts them.
+	leases  *Lease
+	tracked int
 
 	rounds, calls, extended, lost, expired atomic.Int64
 }
@@ -165,7 +169,7 @@ func New(api API, cfg Config) (*Extender, error) {
 		return nil, errors.New("visibility: nil SQS client")
 	}
 	cfg = cfg.withDefaults()
-	return &Extender{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, log: cfg.Logger.With("queue", cfg.QueueURL), leases: map[*Lease]struct{}{}}, nil
+	return &Extender{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, log: cfg.Logger.With("queue", cfg.QueueURL)}, nil
 }
 
 // Config returns the configuration in effect, defaults filled in.
@@ -186,8 +190,33 @@ type Lease struct {
 	acking atomic.Bool // see Acknowledging
 
 	// guarded by e.mu
-	hooks []func(time.Time)
-	ended bool // released, lost or expired; whoever sets it cancels ctx
+	hooks      []func(time.Time)
+	ended      bool   // released, lost or expired; whoever sets it cancels ctx
+	prev, next *Lease // in e.leases while tracked
+}
+
+// addLocked starts tracking l. e.mu is held.
+func (e *Extender) addLocked(l *Lease) {
+	l.next = e.leases
+	if e.leases != nil {
+		e.leases.prev = l
+	}
+	e.leases = l
+	e.tracked++
+}
+
+// removeLocked stops tracking l, which is tracked. e.mu is held.
+func (e *Extender) removeLocked(l *Lease) {
+	if l.prev != nil {
+		l.prev.next = l.next
+	} else {
+		e.leases = l.next
+	}
+	if l.next != nil {
+		l.next.prev = l.prev
+	}
+	l.prev, l.next = nil, nil
+	e.tracked--
 }
 
 // deadline is when the message becomes visible again unless extended.
@@ -243,7 +272,7 @@ func (e *Extender) Track(ctx context.Context, m *sqsworker.Message, receivedAt t
 	l.left.Store(int64(e.cfg.VisibilityTimeout))
 	l.ctx = leaseContext{Context: cctx, l: l}
 	e.mu.Lock()
-	e.leases[l] = struct{}{}
+	e.addLocked(l)
 	e.mu.Unlock()
 	return &l.ctx, l
 }
@@ -273,7 +302,7 @@ func (l *Lease) Release() {
 	first := !l.ended
 	if first {
 		l.ended = true
-		delete(l.e.leases, l)
+		l.e.removeLocked(l)
 	}
 	l.e.mu.Unlock()
 	if first {
@@ -304,7 +333,7 @@ func (l *Lease) end(cause error) bool {
 		return false
 	}
 	l.ended = true
-	delete(l.e.leases, l)
+	l.e.removeLocked(l)
 	l.e.mu.Unlock()
 	l.cancel(cause)
 	return true
@@ -329,7 +358,7 @@ type Stats struct {
 // Stats returns the Extender's counters.
 func (e *Extender) Stats() Stats {
 	e.mu.Lock()
-	n := len(e.leases)
+	n := e.tracked
 	e.mu.Unlock()
 	return Stats{Rounds: e.rounds.Load(), Calls: e.calls.Load(), Extended: e.extended.Load(),
 		Lost: e.lost.Load(), Expired: e.expired.Load(), Tracked: n}
@@ -362,7 +391,7 @@ func (e *Extender) Round(ctx context.Context) {
 	now := time.Now()
 	var due, early, lost, expired []*Lease
 	e.mu.Lock()
-	for l := range e.leases {
+	for l := e.leases; l != nil; l = l.next {
 		until, deadline := e.extensionEnd(l, now), l.deadline()
 		switch left := deadline.Sub(now); {
 		case left <= 0:
