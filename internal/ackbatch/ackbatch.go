@@ -144,9 +144,9 @@ type Batcher struct {
 	pending [2][]item
 	// free holds the arrays of batches sent, cleared, for new pending
 	// entries: a steady flow of deletes allocates none.
-	free [][]item
-	timer   [2]*time.Timer // flushes pending after Interval, while armed
-	armed   [2]bool
+	free  [][]item
+	timer [2]*time.Timer // flushes pending after Interval, while armed
+	armed [2]bool
 	// retries are the entries waiting out their backoff; retryTimer moves
 	// them to pending when the first comes due, at retryAt.
 	retries    [2][]item
