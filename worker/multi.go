@@ -96,10 +96,8 @@ type MultiWorker struct {
 	queues  []QueueConfig
 	pool    *pool
 
-	mu      sync.Mutex
-	state   int
+	life    lifecycle
 	stopped atomic.Bool
-	done    chan struct{}
 }
 
 // NewMulti validates cfg and returns a MultiWorker. It makes no AWS call:
@@ -124,7 +122,8 @@ func NewMulti(api API, cfg MultiConfig) (*MultiWorker, error) {
 		}
 		shared = limits{rate.NewLimiter(rate.Limit(cfg.RateLimit), burst)}
 	}
-	m := &MultiWorker{queues: cfg.Queues, done: make(chan struct{})}
+	m := &MultiWorker{queues: cfg.Queues}
+	m.life.init()
 	pqs := make([]*poolQueue, len(cfg.Queues))
 	cfgs := make([]Config, len(cfg.Queues))
 	n := 0
@@ -259,23 +258,10 @@ func (m *MultiWorker) Run(ctx context.Context, h sqsworker.Handler) error {
 			return fmt.Errorf("worker: nil handler for queue %s: set its QueueConfig.Handler or pass one to Run", q.QueueURL)
 		}
 	}
-	m.mu.Lock()
-	switch m.state {
-	case running:
-		m.mu.Unlock()
-		return ErrRunning
-	case closed:
-		m.mu.Unlock()
-		return ErrClosed
+	if err := m.life.begin(); err != nil {
+		return err
 	}
-	m.state = running
-	m.mu.Unlock()
-	defer func() {
-		m.mu.Lock()
-		m.state = closed
-		m.mu.Unlock()
-		close(m.done)
-	}()
+	defer m.life.end()
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -305,23 +291,13 @@ func (m *MultiWorker) Run(ctx context.Context, h sqsworker.Handler) error {
 // error when ctx ended first.
 func (m *MultiWorker) Shutdown(ctx context.Context) error {
 	m.stopped.Store(true)
-	m.mu.Lock()
-	if m.state == idle {
-		m.state = closed
-		close(m.done)
-	}
-	m.mu.Unlock()
+	m.life.shutdown(nil)
 	var wg sync.WaitGroup
 	for _, w := range m.workers {
 		wg.Go(func() { _ = w.Shutdown(ctx) })
 	}
 	wg.Wait()
-	select {
-	case <-m.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return m.life.wait(ctx)
 }
 
 // Ready reports whether every queue is being consumed (see Worker.Ready).

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -59,14 +58,12 @@ type Worker struct {
 
 	ext   atomic.Pointer[visibility.Extender] // the running heartbeat, for HeartbeatStats
 	ready atomic.Bool                         // see Ready
-	mu    sync.Mutex
-	state int // idle, running, closed
+	life  lifecycle
 	// stopping is cancelled by Shutdown; shutdownCtx holds the deadline
 	// Shutdown was given.
 	stopping    context.Context
 	stop        context.CancelFunc
 	shutdownCtx atomic.Pointer[context.Context]
-	done        chan struct{}
 
 	// pool holds the handler slots: the Worker's own, or a MultiWorker's
 	// shared by its queues, of which this is number qi.
@@ -74,12 +71,6 @@ type Worker struct {
 	qi     int
 	limits limits
 }
-
-const (
-	idle = iota
-	running
-	closed
-)
 
 // New validates cfg and returns a Worker. It makes no AWS call: the queue is
 // read when Run starts.
@@ -104,11 +95,11 @@ func newWorker(api API, cfg Config) *Worker {
 		cfg.Host, _ = os.Hostname()
 	}
 	w := &Worker{
-		api:  api,
-		cfg:  cfg,
-		log:  cfg.Logger.With("queue", cfg.QueueURL),
-		done: make(chan struct{}),
+		api: api,
+		cfg: cfg,
+		log: cfg.Logger.With("queue", cfg.QueueURL),
 	}
+	w.life.init()
 	if cfg.RateLimit > 0 {
 		w.limits = limits{rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.RateBurst)}
 	}
@@ -127,23 +118,10 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 	if h == nil {
 		return errors.New("worker: nil handler")
 	}
-	w.mu.Lock()
-	switch w.state {
-	case running:
-		w.mu.Unlock()
-		return ErrRunning
-	case closed:
-		w.mu.Unlock()
-		return ErrClosed
+	if err := w.life.begin(); err != nil {
+		return err
 	}
-	w.state = running
-	w.mu.Unlock()
-	defer func() {
-		w.mu.Lock()
-		w.state = closed
-		w.mu.Unlock()
-		close(w.done)
-	}()
+	defer w.life.end()
 
 	// Until the queue is read, Shutdown or ctx ends Run at once.
 	lctx, cancel := context.WithCancel(ctx)
@@ -179,24 +157,11 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 // and receive has returned, so a handler that ignores its context holds Run
 // up. Shutdown on a worker that is not running closes it.
 func (w *Worker) Shutdown(ctx context.Context) error {
-	w.mu.Lock()
-	switch w.state {
-	case idle:
-		w.state = closed
-		close(w.done)
-		w.mu.Unlock()
-		return nil
-	case running:
+	w.life.shutdown(func() {
 		w.shutdownCtx.CompareAndSwap(nil, &ctx)
 		w.stop()
-	}
-	w.mu.Unlock()
-	select {
-	case <-w.done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	})
+	return w.life.wait(ctx)
 }
 
 // Ready reports whether the worker is consuming its queue: Run has read the
