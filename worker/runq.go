@@ -1,6 +1,9 @@
 package worker
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // runq hands received messages to the handler goroutines with as few
 // wake-ups as keep every message from waiting behind another.
@@ -16,12 +19,14 @@ import "sync"
 //
 // Goroutines are started as tasks need them, up to max, one for each slot:
 // quick handlers keep a few goroutines busy rather than many parked, which
-// every garbage collection would scan. A goroutine once started stays, so
-// a message still costs no goroutine start nor stack growth. There are
-// never more tasks than goroutines to take them: each task holds a handler
-// slot, and a task that finds no goroutine parked or on its way has one
-// started, or, with max started, one that is running a task will take it
-// next.
+// every garbage collection would scan. A goroutine once started stays while
+// it is needed, so that a message costs no goroutine start nor stack
+// growth; those that stayed parked for a whole idleTrim return, so that a
+// burst to a large Concurrency does not keep its goroutines and their
+// stacks for the rest of a long-lived process. There are never more tasks
+// than goroutines to take them: each task holds a handler slot, and a task
+// that finds no goroutine parked or on its way has one started, or, with
+// max started, one that is running a task will take it next.
 type runq struct {
 	mu   sync.Mutex
 	wake sync.Cond
@@ -41,14 +46,48 @@ type runq struct {
 	// started.
 	spawn     func()
 	live, max int
+	// idleMin is the fewest goroutines parked at once since the last
+	// trim: that many were not needed over the whole interval. trim
+	// wakes them to return; retire counts those still to return.
+	idleMin int
+	retire  int
+	trimmer *time.Timer
 }
+
+// idleTrim is how long a goroutine stays parked before it returns.
+const idleTrim = time.Minute
 
 // newRunq returns a run queue for size slots, which starts up to size
 // goroutines with spawn as tasks come.
 func newRunq(size int, spawn func()) *runq {
 	q := &runq{tasks: make([]task, 0, size), spawn: spawn, max: size}
 	q.wake.L = &q.mu
+	q.mu.Lock() // trim reads trimmer under the lock
+	q.trimmer = time.AfterFunc(idleTrim, q.trim)
+	q.mu.Unlock()
 	return q
+}
+
+// trim wakes the goroutines that were not needed since the last trim to
+// return, and runs again after idleTrim until close. The goroutines it
+// wakes count as woken: one that finds a task on its way takes it, as any
+// woken goroutine does.
+func (q *runq) trim() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	if n := min(q.idleMin, q.parked); n > 0 {
+		q.parked -= n
+		q.woken += n
+		q.retire += n
+		for range n {
+			q.wake.Signal()
+		}
+	}
+	q.idleMin = q.parked
+	q.trimmer.Reset(idleTrim)
 }
 
 // put queues tasks and wakes a goroutine for them unless one is on its way.
@@ -76,6 +115,7 @@ func (q *runq) wakeLocked() {
 	switch {
 	case q.parked > 0:
 		q.parked--
+		q.idleMin = min(q.idleMin, q.parked)
 		q.woken++
 		q.wake.Signal()
 	case q.live < q.max:
@@ -86,7 +126,8 @@ func (q *runq) wakeLocked() {
 }
 
 // serve is the body of every goroutine spawn starts: it runs each task it
-// takes with run, and returns once close was called and no task is left.
+// takes with run, and returns once close was called and no task is left,
+// or when trim tells it to.
 func (q *runq) serve(run func(task)) {
 	for fresh := true; ; fresh = false {
 		t, ok := q.take(fresh)
@@ -98,7 +139,7 @@ func (q *runq) serve(run func(task)) {
 }
 
 // take returns the next task, waiting for one; false once close was called
-// and no task is left. fresh says that the goroutine has just been started
+// and no task is left, or when the goroutine is to return (see trim). fresh says that the goroutine has just been started
 // by spawn, and so counts in woken.
 func (q *runq) take(fresh bool) (task, bool) {
 	q.mu.Lock()
@@ -121,6 +162,11 @@ func (q *runq) take(fresh bool) (task, bool) {
 		if q.closed {
 			return task{}, false
 		}
+		if q.retire > 0 { // not needed for a whole idleTrim: return
+			q.retire--
+			q.live--
+			return task{}, false
+		}
 		q.parked++
 		q.wake.Wait() // signal or close counted it from parked to woken
 		signalled = true
@@ -130,6 +176,7 @@ func (q *runq) take(fresh bool) (task, bool) {
 // close lets the goroutines return once the tasks queued are taken.
 func (q *runq) close() {
 	q.mu.Lock()
+	q.trimmer.Stop()
 	q.closed = true
 	q.woken += q.parked // every parked goroutine is woken, and counts itself back
 	q.parked = 0

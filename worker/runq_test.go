@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sqsworker/sqsworker/internal/executor"
@@ -341,4 +342,68 @@ func servedRunq(size int, wg *sync.WaitGroup, run func(g int, t task)) *runq {
 		wg.Go(func() { q.serve(func(t task) { run(g, t) }) })
 	})
 	return q
+}
+
+// After a burst that started every goroutine, those left parked for a whole
+// idleTrim return; tasks that come later start goroutines again, and each
+// runs once. Goroutines still needed stay.
+func TestRunqIdleGoroutinesReturn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const size = 8
+		var wg sync.WaitGroup
+		var ran atomic.Int64
+		release := make(chan struct{})
+		q := servedRunq(size, &wg, func(_ int, tk task) {
+			if tk.job.Probe { // the burst: hold every goroutine at once
+				<-release
+			}
+			ran.Add(1)
+		})
+		live := func() int {
+			q.mu.Lock()
+			defer q.mu.Unlock()
+			return q.live
+		}
+		burst := make([]task, size)
+		for i := range burst {
+			burst[i] = task{job: &executor.Job{Probe: true}}
+		}
+		q.put(burst...)
+		synctest.Wait()
+		if n := live(); n != size {
+			t.Fatalf("%d goroutines for a burst of %d blocked tasks", n, size)
+		}
+		close(release)
+		synctest.Wait()
+
+		// A trickle needs one goroutine at a time: the rest are not
+		// needed for a whole idleTrim and return.
+		for range 3 * idleTrim / time.Second {
+			q.put(task{job: &executor.Job{}})
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+		if n := live(); n < 1 || n > 2 {
+			t.Errorf("%d goroutines live under a trickle after %s, want 1 or 2", n, 3*idleTrim)
+		}
+		time.Sleep(3 * idleTrim)
+		synctest.Wait()
+		if n := live(); n != 0 {
+			t.Errorf("%d goroutines live after %s idle, want 0", n, 3*idleTrim)
+		}
+
+		// Another burst starts them again.
+		release = make(chan struct{})
+		q.put(burst...)
+		synctest.Wait()
+		if n := live(); n != size {
+			t.Errorf("%d goroutines for the second burst of %d blocked tasks", n, size)
+		}
+		close(release)
+		q.close()
+		wg.Wait()
+		if want := int64(2*size + 3*idleTrim/time.Second); ran.Load() != want {
+			t.Errorf("%d tasks ran, want %d", ran.Load(), want)
+		}
+	})
 }
