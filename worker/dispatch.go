@@ -21,7 +21,9 @@ func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bo
 	c.exec.Received(len(msgs))
 	// One array each for the batch's jobs and messages rather than an
 	// allocation per message. A message a handler keeps after it returns
-	// keeps the batch's array of ten alive, under 2 KiB.
+	// (which sqsworker.Message forbids) keeps the whole array alive, and
+	// with it the other messages' bodies and attributes; while any of the
+	// batch's jobs runs, the jobs array keeps them all alive anyway.
 	jobs, ptrs := make([]executor.Job, len(msgs)), make([]*executor.Job, len(msgs))
 	ms := make([]sqsworker.Message, len(msgs))
 	for i := range msgs {

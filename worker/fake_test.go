@@ -518,7 +518,12 @@ func TestFakeDeadLetterMoveFailure(t *testing.T) {
 func TestFakeFIFOGroupOutlivingVisibilityTimeout(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
-	url := fakeFIFO(f, "lease", map[string]string{"VisibilityTimeout": "1"})
+	// 2s, handlers of 600ms: the group (3s) outlives it, and the last
+	// message run before the others are released (at 1s) ends at 1.2s,
+	// leaving its delete 0.7s: with 1s and 400ms it had 0.1s after the
+	// ack interval, which a loaded machine running the tests with -race
+	// used up, and the message came back to be handled twice.
+	url := fakeFIFO(f, "lease", map[string]string{"VisibilityTimeout": "2"})
 	fakeGroup(f, url, "g", "g0", "g1", "g2", "g3", "g4")
 	var mu sync.Mutex
 	running, maxRunning := 0, 0
@@ -530,7 +535,7 @@ func TestFakeFIFOGroupOutlivingVisibilityTimeout(t *testing.T) {
 			running++
 			maxRunning = max(maxRunning, running)
 			mu.Unlock()
-			time.Sleep(400 * time.Millisecond) // each within the 1s timeout
+			time.Sleep(600 * time.Millisecond) // each within the 2s timeout
 			mu.Lock()
 			running--
 			mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -57,8 +58,50 @@ func TestReadyBatchesGetTheirOwnSender(t *testing.T) {
 // stressAPI answers after a random delay (or when the call's context ends),
 // failing whole calls and single entries at random, and counts the calls
 // under way.
+//
+// It also keeps, per receipt handle, the kind it was sent as and how often
+// SQS took it: an entry a reused array lost, or one another's entry
+// overwrote, shows as a handle sent twice in a call, as the wrong kind, or
+// taken a number of times its result does not match.
 type stressAPI struct {
 	inFlight, peak, made atomic.Int64
+
+	mu    sync.Mutex
+	taken map[string]int // successful entries, by receipt handle
+	kind  map[string]ackbatch.Kind
+	bad   []string // calls that carried what was not added so
+}
+
+// sent checks the receipt handles of a call of kind and records the ones
+// taken (not in failed).
+func (s *stressAPI) sent(kind ackbatch.Kind, handles []string, visibility []int32, failed []types.BatchResultErrorEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.taken == nil {
+		s.taken, s.kind = map[string]int{}, map[string]ackbatch.Kind{}
+	}
+	seen := map[string]bool{}
+	for i, h := range handles {
+		switch k, ok := s.kind[h]; {
+		case h == "" || seen[h]:
+			s.bad = append(s.bad, fmt.Sprintf("%s call with handle %q twice or empty: %q", kind, h, handles))
+		case ok && k != kind:
+			s.bad = append(s.bad, fmt.Sprintf("%s sent as %s and %s", h, k, kind))
+		case visibility != nil && visibility[i] != 60:
+			s.bad = append(s.bad, fmt.Sprintf("%s sent with visibility %ds, added with 60s", h, visibility[i]))
+		}
+		seen[h] = true
+		s.kind[h] = kind
+	}
+	fail := map[string]bool{}
+	for _, f := range failed {
+		fail[aws.ToString(f.Id)] = true
+	}
+	for i, h := range handles {
+		if !fail[strconv.Itoa(i)] {
+			s.taken[h]++
+		}
+	}
 }
 
 func (s *stressAPI) do(ctx context.Context, n int) ([]types.BatchResultErrorEntry, error) {
@@ -99,6 +142,11 @@ func (s *stressAPI) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessag
 	if err != nil {
 		return nil, err
 	}
+	handles := make([]string, len(in.Entries))
+	for i, e := range in.Entries {
+		handles[i] = aws.ToString(e.ReceiptHandle)
+	}
+	s.sent(ackbatch.Delete, handles, nil, failed)
 	return &sqs.DeleteMessageBatchOutput{Failed: failed}, nil
 }
 
@@ -107,6 +155,11 @@ func (s *stressAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.Ch
 	if err != nil {
 		return nil, err
 	}
+	handles, vis := make([]string, len(in.Entries)), make([]int32, len(in.Entries))
+	for i, e := range in.Entries {
+		handles[i], vis[i] = aws.ToString(e.ReceiptHandle), e.VisibilityTimeout
+	}
+	s.sent(ackbatch.ChangeVisibility, handles, vis, failed)
 	return &sqs.ChangeMessageVisibilityBatchOutput{Failed: failed}, nil
 }
 
@@ -158,8 +211,18 @@ func TestStressEveryEntryFinishesOnce(t *testing.T) {
 			}
 			for a := range adders {
 				for i := range each {
-					r.of(t, fmt.Sprintf("%d-%d", a, i))
+					h := fmt.Sprintf("%d-%d", a, i)
+					err := r.of(t, h)
+					api.mu.Lock()
+					taken := api.taken[h]
+					api.mu.Unlock()
+					if (err == nil) != (taken == 1) || taken > 1 {
+						t.Errorf("round %d: %s taken by SQS %d times, result %v", round, h, taken, err)
+					}
 				}
+			}
+			for _, bad := range api.bad {
+				t.Errorf("round %d: %s", round, bad)
 			}
 			acked.Range(func(h, n any) bool {
 				if got := n.(*atomic.Int32).Load(); got != 1 {

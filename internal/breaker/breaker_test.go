@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -144,5 +145,55 @@ func TestWaitWakesAndCancels(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Wait did not wake when the probe came back")
+	}
+}
+
+// The lock-free answers (Allow and State while closed, Record of a success
+// while closed with no failure counted) read mirrors of the state that every
+// unlock sets: whenever the lock is free, they match the state, whatever
+// mix of calls ran before. Successes, dependency failures, probes and aborts
+// race here while the clock moves the breaker to half-open.
+func TestMirrorsMatchStateWheneverUnlocked(t *testing.T) {
+	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 3, ProbeInterval: time.Second, MaxProbeInterval: 2 * time.Second, CloseAfter: 2})
+	check := func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.closed.Load() != (b.state == Closed) || b.clean.Load() != (b.state == Closed && b.failures == 0) {
+			t.Fatalf("state %s, %d failures: closed mirror %v, clean mirror %v", b.state, b.failures, b.closed.Load(), b.clean.Load())
+		}
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				ok, probe, _ := b.Allow()
+				_ = b.State()
+				switch {
+				case !ok:
+				case probe && i%7 == 0:
+					b.Abort()
+				case rand.N(2) == 0:
+					b.Record(down, probe)
+				default:
+					b.Record(nil, probe)
+				}
+				if i%50 == 0 {
+					c.add(700 * time.Millisecond)
+				}
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	for checked := false; !checked; {
+		select {
+		case <-done:
+			checked = true
+		default:
+		}
+		check()
+	}
+	if opens, probes := b.Counts(); opens == 0 || probes == 0 {
+		t.Errorf("opens %d, probes %d: the test did not exercise them", opens, probes)
 	}
 }
