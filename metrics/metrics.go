@@ -11,6 +11,7 @@
 // | messages_failed           | counter   | count   | queue, handler, error_class | handlers that failed (panics included) |
 // | messages_retried          | counter   | count   | queue                       | failures given a backoff or RetryAfter delay |
 // | messages_postponed        | counter   | count   | queue                       | RetryAfter with a nil error: not failures |
+// | requeue_failures          | counter   | count   | queue                       | waiting copies (holds, backoffs past 12 h) not sent: the message waits on itself, a receive at a time |
 // | messages_dead_lettered    | counter   | count   | queue, error_class          | messages moved to the dead-letter queue |
 // | visibility_extensions     | counter   | count   | queue                       | heartbeat extensions |
 // | leases_lost               | counter   | count   | queue                       | messages whose visibility lease was lost |
@@ -54,6 +55,7 @@ const (
 	MessagesFailed         = "messages_failed"
 	MessagesRetried        = "messages_retried"
 	MessagesPostponed      = "messages_postponed"
+	RequeueFailures        = "requeue_failures"
 	MessagesDeadLettered   = "messages_dead_lettered"
 	VisibilityExtensions   = "visibility_extensions"
 	LeasesLost             = "leases_lost"

@@ -191,7 +191,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 				ack.Delete(j)
 				return true, true
 			}
-			e.Counters.RequeueFailures.Add(1)
+			e.requeueFailed()
 			log.Warn("sending a fresh copy of a message whose time has come failed; running it on this copy, whose receive count includes its waits", "error", err)
 		}
 		return false, false
@@ -228,7 +228,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 			ack.Delete(j)
 			return true, true
 		}
-		e.Counters.RequeueFailures.Add(1)
+		e.requeueFailed()
 		log.Warn("sending the waiting copy of a message failed; keeping the message, to try again when it comes back", "error", err)
 	}
 	// No copy: wait on this one, until its time or as long as SQS allows.
@@ -291,13 +291,19 @@ func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
 	// A delay the visibility left cannot hold may still be short (the
 	// handler ran nearly 12 hours): the copy is delayed by no more.
 	if err := e.requeue(j, nb, prior, min(delay, s.MessageDelay)); err != nil {
-		e.Counters.RequeueFailures.Add(1)
+		e.requeueFailed()
 		j.log(e).Warn("sending the waiting copy for a long backoff failed; retrying after the longest visibility timeout instead",
 			"message_id", j.Msg.ID, "retry_in", delay, "error", err)
 		retry(j, ack, delay)
 		return
 	}
 	ack.Delete(j)
+}
+
+// requeueFailed counts a waiting copy that could not be sent.
+func (e *Executor) requeueFailed() {
+	e.Counters.RequeueFailures.Add(1)
+	e.Metrics.Add(metrics.RequeueFailures, 1, e.Queue)
 }
 
 // requeue sends a copy of j's message that waits until nb, with delay as its

@@ -108,11 +108,23 @@ func newSim(t *testing.T, mrc int, handler func(m *sqsworker.Message) error) *si
 			RedriveMaxReceiveCount: mrc},
 		Mover:    &queue.Mover{API: s.api, URL: dlq, Now: clock.Now},
 		Counters: &Counters{},
-		Metrics:  metrics.Nop{},
+		Metrics:  metrics.NewMemory(),
 		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Requeue:  Requeue{API: s.api, URL: url},
 	}
 	return s
+}
+
+// checkRequeueFailures checks the waiting copies that could not be sent,
+// counted and as the requeue_failures metric.
+func (s *sim) checkRequeueFailures(want int64) {
+	s.t.Helper()
+	if n := s.ex.Counters.RequeueFailures.Load(); n != want {
+		s.t.Errorf("requeue failures %d, want %d", n, want)
+	}
+	if n := s.ex.Metrics.(*metrics.Memory).Total(metrics.RequeueFailures, metrics.Dims{}); n != want {
+		s.t.Errorf("%s metric %d, want %d", metrics.RequeueFailures, n, want)
+	}
 }
 
 func (s *sim) handle(_ context.Context, m *sqsworker.Message) error {
@@ -365,9 +377,7 @@ func TestHoldCopySendFails(t *testing.T) {
 			s.f.FailNext(sqstest.OpSendMessage, errors.New("connection reset"), 1)
 			s.runUntilIdle(2 * time.Hour)
 			s.checkRanOnce(nb)
-			if s.ex.Counters.RequeueFailures.Load() != 1 {
-				t.Errorf("requeue failures %d, want 1", s.ex.Counters.RequeueFailures.Load())
-			}
+			s.checkRequeueFailures(1)
 		})
 	}
 }
@@ -511,9 +521,7 @@ func TestHoldDueCopySendFailsRunsOnThisCopy(t *testing.T) {
 			if len(s.runs) != 1 {
 				t.Fatalf("ran %d times, want once", len(s.runs))
 			}
-			if s.ex.Counters.RequeueFailures.Load() != 1 {
-				t.Errorf("requeue failures %d, want 1", s.ex.Counters.RequeueFailures.Load())
-			}
+			s.checkRequeueFailures(1)
 			if c := s.cost(); c.Sends != 2 { // the producer's, the failed copy's
 				t.Errorf("%d sends, want 2", c.Sends)
 			}
@@ -587,9 +595,7 @@ func TestHoldCopyOfAMessageAtTheSizeLimit(t *testing.T) {
 				t.Fatalf("runs %+v, want one first attempt at %s", s.runs, nb)
 			}
 			s.checkNotDeadLettered()
-			if n := s.ex.Counters.RequeueFailures.Load(); n != 0 {
-				t.Errorf("%d copies not sent", n)
-			}
+			s.checkRequeueFailures(0)
 		})
 	}
 }

@@ -179,6 +179,7 @@ var vocabulary = []struct {
 	{metrics.MessagesFailed, counter, lAll, "Handlers that failed, panics included, by error class."},
 	{metrics.MessagesRetried, counter, lQueue, "Failures given a backoff or RetryAfter delay."},
 	{metrics.MessagesPostponed, counter, lQueue, "Messages put off by RetryAfter with a nil error (not failures)."},
+	{metrics.RequeueFailures, counter, lQueue, "Waiting copies (holds, backoffs past 12 hours) that could not be sent; the message waits on itself instead, a receive at a time."},
 	{metrics.MessagesDeadLettered, counter, lQueue | lErrorClass, "Messages moved to the dead-letter queue, by error class."},
 	{metrics.VisibilityExtensions, counter, lQueue, "Visibility timeout extensions made by the heartbeat."},
 	{metrics.LeasesLost, counter, lQueue, "Messages whose visibility lease was lost."},

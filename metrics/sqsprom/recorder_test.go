@@ -68,6 +68,7 @@ func TestVocabulary(t *testing.T) {
 		{metrics.MessagesFailed, "sqsworker_messages_failed_total", dto.MetricType_COUNTER, []string{"error_class", "handler", "queue"}},
 		{metrics.MessagesRetried, "sqsworker_messages_retried_total", dto.MetricType_COUNTER, []string{"queue"}},
 		{metrics.MessagesPostponed, "sqsworker_messages_postponed_total", dto.MetricType_COUNTER, []string{"queue"}},
+		{metrics.RequeueFailures, "sqsworker_requeue_failures_total", dto.MetricType_COUNTER, []string{"queue"}},
 		{metrics.MessagesDeadLettered, "sqsworker_messages_dead_lettered_total", dto.MetricType_COUNTER, []string{"error_class", "queue"}},
 		{metrics.VisibilityExtensions, "sqsworker_visibility_extensions_total", dto.MetricType_COUNTER, []string{"queue"}},
 		{metrics.LeasesLost, "sqsworker_leases_lost_total", dto.MetricType_COUNTER, []string{"queue"}},
