@@ -165,6 +165,10 @@ func NewDashboard(scope constructs.Construct, id string, props *DashboardProps) 
 			runtime("breaker_opens", "Sum", "openings", qd),
 			runtime("breaker_probes", "Sum", "probes", qd),
 		}, line{1, "open"}),
+		graph("Leases lost and copies not sent", []awscloudwatch.IMetric{
+			runtime("leases_lost", "Sum", "leases lost (handled again)", qd),
+			runtime("requeue_failures", "Sum", "waiting copies not sent", qd),
+		}, nil),
 	)
 	if p := props.Poller; p != nil {
 		backlog := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
