@@ -42,6 +42,22 @@ func (b *blockers) HandleMessage(ctx context.Context, m *sqsworker.Message) erro
 	return ctx.Err()
 }
 
+// shutDownAtDeadline waits until n handlers have started, then shuts the
+// runtime down with a deadline of 200 ms, which they all outlast.
+func (b *blockers) shutDownAtDeadline(t *testing.T, n int, shutdown func(context.Context) error) {
+	t.Helper()
+	for range n {
+		select {
+		case <-b.started:
+		case <-time.After(20 * time.Second):
+			t.Fatal("handlers did not start")
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_ = shutdown(ctx)
+}
+
 func (b *blockers) check(t *testing.T, n int) {
 	t.Helper()
 	b.mu.Lock()
@@ -95,16 +111,7 @@ func TestLoopContextsShutdownCause(t *testing.T) {
 			cfg := tc.cfg
 			cfg.QueueURL = url
 			r := start(t, f, cfg, b)
-			for range n {
-				select {
-				case <-b.started:
-				case <-time.After(20 * time.Second):
-					t.Fatal("handlers did not start")
-				}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-			defer cancel()
-			_ = r.w.Shutdown(ctx)
+			b.shutDownAtDeadline(t, n, r.w.Shutdown)
 			r.stop(20 * time.Second)
 			b.check(t, n)
 			total := 6
@@ -163,16 +170,7 @@ func TestLoopContextsMultiShutdownCause(t *testing.T) {
 		{Config: worker.Config{QueueURL: a, Pollers: 2}, Priority: 1, Reserved: 2},
 		{Config: worker.Config{QueueURL: c, Pollers: 2}, Reserved: 2},
 	}}, b)
-	for range 4 {
-		select {
-		case <-b.started:
-		case <-time.After(20 * time.Second):
-			t.Fatal("handlers did not start")
-		}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	_ = r.w.Shutdown(ctx)
+	b.shutDownAtDeadline(t, 4, r.w.Shutdown)
 	r.stop(20 * time.Second)
 	b.check(t, 4)
 }

@@ -17,6 +17,20 @@ import (
 	"github.com/sqsworker/sqsworker/worker"
 )
 
+// startShortLeases runs h on a worker of a new queue of f, whose messages'
+// lease (a 2s visibility timeout) ends long before the worker's long polls
+// (10s): two receive loops of one message each. It returns once both loops
+// poll: a message sent then is taken by one, and the other stays in its
+// poll for about 10s.
+func startShortLeases(t *testing.T, f *sqstest.Fake, name string, heartbeat bool, backoff sqsworker.Backoff, h sqsworker.Handler) (*running, string) {
+	t.Helper()
+	url := f.CreateQueue(name, map[string]string{"VisibilityTimeout": "2"})
+	r := start(t, f, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 10 * time.Second,
+		DisableHeartbeat: !heartbeat, DisableDepth: true, Backoff: backoff}, h)
+	localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "the loops do not poll")
+	return r, url
+}
+
 // The visibility change of a message settled while the worker stops waits
 // for the worker's last long polls only while the message's lease outlasts
 // them. Here the lease (a 2s visibility timeout, which the heartbeat extends
@@ -33,19 +47,14 @@ func TestFakeStoppingFailureBackoffOutlastsLastPolls(t *testing.T) {
 		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
 			t.Parallel()
 			f := sqstest.NewFake()
-			url := f.CreateQueue("stopfail", map[string]string{"VisibilityTimeout": "2"})
 			started, fail := make(chan struct{}, 1), make(chan struct{})
-			r := start(t, f, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 10 * time.Second,
-				DisableHeartbeat: !heartbeat, DisableDepth: true,
-				Backoff: sqsworker.BackoffFunc(func(int, error) time.Duration { return 10 * time.Minute })},
+			r, url := startShortLeases(t, f, "stopfail", heartbeat,
+				sqsworker.BackoffFunc(func(int, error) time.Duration { return 10 * time.Minute }),
 				sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
 					started <- struct{}{}
 					<-fail
 					return errors.New("the dependency failed")
 				}))
-			// Both loops are in long polls before the message is sent: the
-			// one that does not take it stays in its poll for about 10s.
-			localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "the loops do not poll")
 			f.Send(url, "m")
 			<-started
 			stopped := make(chan struct{})
@@ -80,16 +89,13 @@ func TestFakeShutdownDeadlineReleaseShortLease(t *testing.T) {
 		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
 			t.Parallel()
 			f := sqstest.NewFake()
-			url := f.CreateQueue("rereceive-short", map[string]string{"VisibilityTimeout": "2"})
 			started := make(chan struct{}, 1)
-			r := start(t, f, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 10 * time.Second,
-				DisableHeartbeat: !heartbeat, DisableDepth: true},
+			r, url := startShortLeases(t, f, "rereceive-short", heartbeat, nil,
 				sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 					started <- struct{}{}
 					<-ctx.Done()
 					return ctx.Err()
 				}))
-			localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "the loops do not poll")
 			f.Send(url, "m")
 			<-started
 			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
@@ -113,14 +119,11 @@ func TestFakeReceivedWhileStoppingShortLease(t *testing.T) {
 		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
 			t.Parallel()
 			f := sqstest.NewFake()
-			url := f.CreateQueue("stopping-short", map[string]string{"VisibilityTimeout": "2"})
-			r := start(t, f, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 10 * time.Second,
-				DisableHeartbeat: !heartbeat, DisableDepth: true},
+			r, url := startShortLeases(t, f, "stopping-short", heartbeat, nil,
 				sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 					t.Errorf("handler ran for %s while the worker was stopping", m.ID)
 					return nil
 				}))
-			localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "the loops do not poll")
 			stopped := make(chan struct{})
 			go func() {
 				defer close(stopped)
