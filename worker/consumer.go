@@ -84,9 +84,6 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 	if c.recorder == nil {
 		c.recorder = metrics.Nop{}
 	}
-	// Handler goroutines start as messages need them (see runq); every one
-	// has returned once handlers.Wait does, after the run queue is closed.
-	c.tasks = newRunq(cfg.Concurrency, func() { c.handlers.Go(c.serve) })
 	c.exec = &executor.Executor{
 		Handler: h,
 		Policy: outcome.Policy{Backoff: cfg.Backoff, MaxReceiveCount: cfg.MaxReceiveCount,
@@ -121,6 +118,11 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 		MaxInFlight: max(4, cfg.Pollers),
 		Result:      c.ackResult,
 	})
+	// Handler goroutines start as messages need them (see runq); every one
+	// has returned once handlers.Wait does, after the run queue is closed.
+	// Made last: its timer runs until consume's stop closes it, so no error
+	// may be returned after it.
+	c.tasks = newRunq(cfg.Concurrency, func() { c.handlers.Go(c.serve) })
 	return c, nil
 }
 

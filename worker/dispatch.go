@@ -72,7 +72,8 @@ type task struct {
 // no goroutine start nor stack growth. Every task holds at least one
 // handler slot, so a task waits only while no goroutine is parked or on its
 // way to take it, and then only until one is started. It returns once
-// tasks is closed and drained.
+// tasks is closed and drained, or once it stayed parked for a whole
+// idleTrim (see runq).
 func (c *consumer) serve() {
 	c.tasks.serve(func(t task) {
 		if t.job != nil {

@@ -63,8 +63,14 @@ func (l *lifecycle) shutdown(stop func()) {
 }
 
 // wait waits until it is closed, or returns ctx's error when ctx ends
-// first.
+// first. A lifecycle closed already returns nil even when ctx has ended:
+// a select on both would pick either at random.
 func (l *lifecycle) wait(ctx context.Context) error {
+	select {
+	case <-l.done:
+		return nil
+	default:
+	}
 	select {
 	case <-l.done:
 		return nil

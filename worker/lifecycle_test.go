@@ -84,3 +84,45 @@ func TestFakeRunsOnce(t *testing.T) {
 		})
 	}
 }
+
+// Shutdown with a context already ended, of a runtime that never ran or
+// whose Run has returned, has nothing to wait for: it returns nil, not the
+// context's error (a select on both would pick either at random).
+func TestFakeShutdownWithEndedContextOfStoppedRuntime(t *testing.T) {
+	t.Parallel()
+	nop := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil })
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	f := sqstest.NewFake()
+	url := f.CreateQueue("q", nil)
+	for i := range 20 {
+		w, err := worker.New(f, worker.Config{QueueURL: url, WaitTime: time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Shutdown(ended); err != nil {
+			t.Fatalf("try %d: Shutdown before Run with an ended context = %v, want nil", i, err)
+		}
+		m, err := worker.NewMulti(f, worker.MultiConfig{Concurrency: 2, Logger: quiet,
+			Queues: []worker.QueueConfig{{Config: worker.Config{QueueURL: url, WaitTime: time.Second}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Shutdown(ended); err != nil {
+			t.Fatalf("try %d: MultiWorker.Shutdown before Run with an ended context = %v, want nil", i, err)
+		}
+	}
+	// After Run has returned.
+	w, err := worker.New(f, worker.Config{QueueURL: url, WaitTime: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(ended, nop); err != nil {
+		t.Fatalf("Run with an ended context = %v", err)
+	}
+	for i := range 20 {
+		if err := w.Shutdown(ended); err != nil {
+			t.Fatalf("try %d: Shutdown after Run returned, with an ended context = %v, want nil", i, err)
+		}
+	}
+}

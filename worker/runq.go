@@ -42,8 +42,8 @@ type runq struct {
 	parked int
 	woken  int
 	closed bool
-	// spawn starts a goroutine that runs serve; live of at most max are
-	// started.
+	// spawn starts a goroutine that runs serve; live, at most max, are
+	// started and not returned at trim's word.
 	spawn     func()
 	live, max int
 	// idleMin is the fewest goroutines parked at once since the last
@@ -139,8 +139,10 @@ func (q *runq) serve(run func(task)) {
 }
 
 // take returns the next task, waiting for one; false once close was called
-// and no task is left, or when the goroutine is to return (see trim). fresh says that the goroutine has just been started
-// by spawn, and so counts in woken.
+// and no task is left, or when the goroutine is to return (see trim): it
+// looks for a task first, so that a goroutine trim woke takes a task it
+// finds, as put counted on. fresh says that the goroutine has just been
+// started by spawn, and so counts in woken.
 func (q *runq) take(fresh bool) (task, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()

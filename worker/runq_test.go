@@ -407,3 +407,174 @@ func TestRunqIdleGoroutinesReturn(t *testing.T) {
 		}
 	})
 }
+
+// Rounds of tasks put in receive-sized chunks while trim runs over and
+// over, as if idleTrim were a few microseconds: goroutines are told to
+// return while puts race them, and a woken one that is to return must
+// still take a task it finds. In half the rounds every task blocks until
+// all of the round have started, so each needs a goroutine of its own: a
+// goroutine returning in place of one a task waits for would leave the
+// round waiting for ever. Each task is taken once; the counters stay
+// consistent whenever the lock is free; goroutines idle through two trims
+// all return, and tasks put afterwards start them again.
+func TestRunqTrimRacingPuts(t *testing.T) {
+	const goroutines, rounds = 16, 1500
+	slots := make(chan struct{}, goroutines)
+	type round struct {
+		started sync.WaitGroup
+		all     chan struct{} // nil: quick tasks
+	}
+	var mu sync.Mutex
+	of := map[*executor.Job]*round{}
+	taken := map[*executor.Job]int{}
+	var wg sync.WaitGroup
+	var q *runq
+	spawned := 0 // under q.mu
+	q = newRunq(goroutines, func() {
+		spawned++
+		wg.Go(func() {
+			q.serve(func(tk task) {
+				mu.Lock()
+				r := of[tk.job]
+				taken[tk.job]++
+				mu.Unlock()
+				r.started.Done()
+				if r.all != nil {
+					<-r.all
+				}
+				if rand.N(3) == 0 {
+					runtime.Gosched()
+				}
+				<-slots
+			})
+		})
+	})
+	check := func() string {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.parked < 0 || q.woken < 0 || q.retire < 0 || q.live < 0 || q.live > q.max ||
+			q.retire+q.parked > q.live || (!q.closed && q.idleMin > q.parked) {
+			return fmt.Sprintf("live %d (max %d), parked %d, woken %d, retire %d, idleMin %d",
+				q.live, q.max, q.parked, q.woken, q.retire, q.idleMin)
+		}
+		return ""
+	}
+	stopTrims := make(chan struct{})
+	var trims sync.WaitGroup
+	var bad atomic.Pointer[string]
+	trims.Go(func() {
+		for {
+			select {
+			case <-stopTrims:
+				return
+			default:
+			}
+			q.trim()
+			if s := check(); s != "" {
+				bad.CompareAndSwap(nil, &s)
+			}
+			if rand.N(2) == 0 {
+				runtime.Gosched()
+			} else {
+				time.Sleep(rand.N(20 * time.Microsecond))
+			}
+		}
+	})
+	stop := func() {
+		close(stopTrims)
+		trims.Wait()
+		q.close()
+		wg.Wait()
+	}
+	waitStarted := func(i, k int, r *round) {
+		ok := make(chan struct{})
+		go func() { r.started.Wait(); close(ok) }()
+		select {
+		case <-ok:
+		case <-time.After(30 * time.Second):
+			q.mu.Lock()
+			msg := fmt.Sprintf("round %d: not every one of its %d tasks started: waiting %d, parked %d, woken %d, retire %d, live %d",
+				i, k, len(q.tasks)-q.head, q.parked, q.woken, q.retire, q.live)
+			q.mu.Unlock()
+			if r.all != nil {
+				close(r.all)
+			}
+			t.Fatal(msg) // the goroutines are left: the run queue is stuck
+		}
+	}
+	putRound := func(i int, blocking bool) int {
+		r := &round{}
+		if blocking {
+			r.all = make(chan struct{})
+		}
+		k := 1 + rand.N(goroutines)
+		r.started.Add(k)
+		var puts sync.WaitGroup
+		for left := k; left > 0; {
+			n := min(left, 1+rand.N(MaxMessagesPerReceive))
+			left -= n
+			puts.Go(func() {
+				ts := make([]task, 0, n)
+				for range n {
+					slots <- struct{}{} // as a receive takes a handler slot
+					j := &executor.Job{}
+					mu.Lock()
+					of[j] = r
+					mu.Unlock()
+					ts = append(ts, task{job: j})
+				}
+				q.put(ts...)
+			})
+		}
+		waitStarted(i, k, r)
+		puts.Wait()
+		if blocking {
+			close(r.all) // the goroutines come back while the next round is put
+		}
+		if rand.N(4) == 0 { // an idle spell: goroutines park and are trimmed
+			time.Sleep(rand.N(200 * time.Microsecond))
+		}
+		return k
+	}
+	total := 0
+	for i := range rounds {
+		total += putRound(i, i%2 == 0)
+	}
+	// Idle: every goroutine parks and is told to return.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		q.mu.Lock()
+		live, retired := q.live, spawned-q.live
+		q.mu.Unlock()
+		if live == 0 {
+			t.Logf("%d goroutines started for %d tasks, %d returned", spawned, total, retired)
+			break
+		}
+		if time.Now().After(deadline) {
+			stop()
+			t.Fatalf("%d goroutines still live after 30s idle with trims", live)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for i := range 20 { // they start again
+		total += putRound(rounds+i, true)
+	}
+	stop()
+	if s := bad.Load(); s != nil {
+		t.Errorf("inconsistent counters: %s", *s)
+	}
+	if s := check(); s != "" {
+		t.Errorf("inconsistent counters after close: %s", s)
+	}
+	if len(taken) != total {
+		t.Fatalf("%d distinct tasks taken, put %d", len(taken), total)
+	}
+	for _, n := range taken {
+		if n != 1 {
+			t.Fatalf("a task taken %d times", n)
+		}
+	}
+	if q.woken != 0 || q.parked != 0 {
+		t.Errorf("woken %d, parked %d once every goroutine returned; want 0, 0", q.woken, q.parked)
+	}
+}
