@@ -6,9 +6,12 @@
 // A Worker long-polls the queue (20 s by default) with Config.Pollers receive
 // loops, asking for up to ten messages at a time but never for more than it
 // has free handler slots: a busy worker leaves messages in the queue for other
-// workers. Each message runs in its own goroutine, at most Config.Concurrency
-// at once, with a context that ends at Config.HandlerTimeout, when the
-// message's visibility lease is lost, or when the worker must stop.
+// workers. Each message runs on a goroutine of its own, at most
+// Config.Concurrency at once, with a context that ends at
+// Config.HandlerTimeout, when the message's visibility lease is lost, or
+// when the worker must stop. The goroutines are started as messages need
+// them and reused; those left idle for a minute return, so that a burst
+// does not keep them.
 //
 // A worker has up to Config.Pollers receives, as many acknowledgement
 // batches (at least 4) and the heartbeat's calls (Heartbeat.MaxInFlight,
