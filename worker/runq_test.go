@@ -111,19 +111,10 @@ func TestRunqTakesEachOnce(t *testing.T) {
 func TestRunqStressEveryTaskStarts(t *testing.T) {
 	const goroutines, rounds = 32, 2000
 	slots := make(chan struct{}, goroutines)
-	type round struct {
-		started sync.WaitGroup
-		all     chan struct{}
-	}
-	var mu sync.Mutex
-	of := map[*executor.Job]*round{}
-	taken := map[*executor.Job]int{}
+	jobs := newStressJobs()
 	var wg sync.WaitGroup
 	q := servedRunq(goroutines, &wg, func(_ int, tk task) {
-		mu.Lock()
-		r := of[tk.job]
-		taken[tk.job]++
-		mu.Unlock()
+		r := jobs.take(tk)
 		r.started.Done()
 		<-r.all
 		switch rand.N(4) { // come back at a random moment
@@ -137,27 +128,10 @@ func TestRunqStressEveryTaskStarts(t *testing.T) {
 	})
 	total := 0
 	for i := range rounds {
-		r := &round{all: make(chan struct{})}
+		r := &stressRound{all: make(chan struct{})}
 		k := 1 + rand.N(goroutines)
 		total += k
-		r.started.Add(k)
-		var puts sync.WaitGroup
-		for left := k; left > 0; {
-			n := min(left, 1+rand.N(MaxMessagesPerReceive))
-			left -= n
-			puts.Go(func() {
-				ts := make([]task, 0, n)
-				for range n {
-					slots <- struct{}{} // as a receive takes a handler slot
-					j := &executor.Job{}
-					mu.Lock()
-					of[j] = r
-					mu.Unlock()
-					ts = append(ts, task{job: j})
-				}
-				q.put(ts...)
-			})
-		}
+		puts := jobs.put(q, slots, r, k)
 		ok := make(chan struct{})
 		go func() { r.started.Wait(); close(ok) }()
 		select {
@@ -171,14 +145,7 @@ func TestRunqStressEveryTaskStarts(t *testing.T) {
 	}
 	q.close()
 	wg.Wait()
-	if len(taken) != total {
-		t.Fatalf("%d distinct tasks taken, put %d", len(taken), total)
-	}
-	for _, n := range taken {
-		if n != 1 {
-			t.Fatalf("a task taken %d times", n)
-		}
-	}
+	jobs.checkTakenOnce(t, total)
 	if c := cap(q.tasks); c > 4*goroutines {
 		t.Errorf("the queue's array grew to %d for at most %d tasks at once", c, goroutines)
 	}
@@ -330,6 +297,73 @@ func TestRunqStartsAtMostMax(t *testing.T) {
 	}
 }
 
+// stressRound is a round of tasks of the stress tests: started counts
+// those that began; while all is not nil, they wait for it to close.
+type stressRound struct {
+	started sync.WaitGroup
+	all     chan struct{}
+}
+
+// stressJobs knows the round of each task the stress tests put, and counts
+// how often each was taken.
+type stressJobs struct {
+	mu    sync.Mutex
+	of    map[*executor.Job]*stressRound
+	taken map[*executor.Job]int
+}
+
+func newStressJobs() *stressJobs {
+	return &stressJobs{of: map[*executor.Job]*stressRound{}, taken: map[*executor.Job]int{}}
+}
+
+// take counts tk taken and returns its round.
+func (s *stressJobs) take(tk task) *stressRound {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.taken[tk.job]++
+	return s.of[tk.job]
+}
+
+// put puts k tasks of r into q in receive-sized chunks from concurrent
+// putters, each task taking a slot first, as a receive takes a handler
+// slot per message. The WaitGroup is done once they are all put.
+func (s *stressJobs) put(q *runq, slots chan struct{}, r *stressRound, k int) *sync.WaitGroup {
+	r.started.Add(k)
+	var puts sync.WaitGroup
+	for left := k; left > 0; {
+		n := min(left, 1+rand.N(MaxMessagesPerReceive))
+		left -= n
+		puts.Go(func() {
+			ts := make([]task, 0, n)
+			for range n {
+				slots <- struct{}{}
+				j := &executor.Job{}
+				s.mu.Lock()
+				s.of[j] = r
+				s.mu.Unlock()
+				ts = append(ts, task{job: j})
+			}
+			q.put(ts...)
+		})
+	}
+	return &puts
+}
+
+// checkTakenOnce checks that total distinct tasks were taken, each once.
+func (s *stressJobs) checkTakenOnce(t *testing.T, total int) {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.taken) != total {
+		t.Fatalf("%d distinct tasks taken, put %d", len(s.taken), total)
+	}
+	for _, n := range s.taken {
+		if n != 1 {
+			t.Fatalf("a task taken %d times", n)
+		}
+	}
+}
+
 // servedRunq is a run queue for size slots whose goroutines, started as
 // tasks come and counted in wg, run each task they take with run(g, t), g
 // numbering the goroutine from 1 in the order started.
@@ -420,13 +454,7 @@ func TestRunqIdleGoroutinesReturn(t *testing.T) {
 func TestRunqTrimRacingPuts(t *testing.T) {
 	const goroutines, rounds = 16, 1500
 	slots := make(chan struct{}, goroutines)
-	type round struct {
-		started sync.WaitGroup
-		all     chan struct{} // nil: quick tasks
-	}
-	var mu sync.Mutex
-	of := map[*executor.Job]*round{}
-	taken := map[*executor.Job]int{}
+	jobs := newStressJobs()
 	var wg sync.WaitGroup
 	var q *runq
 	spawned := 0 // under q.mu
@@ -434,10 +462,7 @@ func TestRunqTrimRacingPuts(t *testing.T) {
 		spawned++
 		wg.Go(func() {
 			q.serve(func(tk task) {
-				mu.Lock()
-				r := of[tk.job]
-				taken[tk.job]++
-				mu.Unlock()
+				r := jobs.take(tk)
 				r.started.Done()
 				if r.all != nil {
 					<-r.all
@@ -486,7 +511,7 @@ func TestRunqTrimRacingPuts(t *testing.T) {
 		q.close()
 		wg.Wait()
 	}
-	waitStarted := func(i, k int, r *round) {
+	waitStarted := func(i, k int, r *stressRound) {
 		ok := make(chan struct{})
 		go func() { r.started.Wait(); close(ok) }()
 		select {
@@ -503,29 +528,12 @@ func TestRunqTrimRacingPuts(t *testing.T) {
 		}
 	}
 	putRound := func(i int, blocking bool) int {
-		r := &round{}
+		r := &stressRound{}
 		if blocking {
 			r.all = make(chan struct{})
 		}
 		k := 1 + rand.N(goroutines)
-		r.started.Add(k)
-		var puts sync.WaitGroup
-		for left := k; left > 0; {
-			n := min(left, 1+rand.N(MaxMessagesPerReceive))
-			left -= n
-			puts.Go(func() {
-				ts := make([]task, 0, n)
-				for range n {
-					slots <- struct{}{} // as a receive takes a handler slot
-					j := &executor.Job{}
-					mu.Lock()
-					of[j] = r
-					mu.Unlock()
-					ts = append(ts, task{job: j})
-				}
-				q.put(ts...)
-			})
-		}
+		puts := jobs.put(q, slots, r, k)
 		waitStarted(i, k, r)
 		puts.Wait()
 		if blocking {
@@ -566,14 +574,7 @@ func TestRunqTrimRacingPuts(t *testing.T) {
 	if s := check(); s != "" {
 		t.Errorf("inconsistent counters after close: %s", s)
 	}
-	if len(taken) != total {
-		t.Fatalf("%d distinct tasks taken, put %d", len(taken), total)
-	}
-	for _, n := range taken {
-		if n != 1 {
-			t.Fatalf("a task taken %d times", n)
-		}
-	}
+	jobs.checkTakenOnce(t, total)
 	if q.woken != 0 || q.parked != 0 {
 		t.Errorf("woken %d, parked %d once every goroutine returned; want 0, 0", q.woken, q.parked)
 	}
