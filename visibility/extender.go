@@ -189,9 +189,10 @@ type Lease struct {
 	left   atomic.Int64
 	acking atomic.Bool // see Acknowledging
 
-	// guarded by e.mu
+	// guarded by e.mu; ended stands next to acking, in the padding before
+	// hooks, so that a Lease fits the 128-byte size class
+	ended      bool // released, lost or expired; whoever sets it cancels ctx
 	hooks      []func(time.Time)
-	ended      bool   // released, lost or expired; whoever sets it cancels ctx
 	prev, next *Lease // in e.leases while tracked
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -155,4 +156,16 @@ func TestTrackedListUnderConcurrentEnds(t *testing.T) {
 			t.Errorf("lost %d, expired %d: the test did not exercise both", lost, expired)
 		}
 	})
+}
+
+// A Lease is allocated with every message received with the heartbeat on:
+// on 64-bit platforms it fits the 128-byte size class, a field more would
+// cost every message 16 bytes (the list's pointers were placed so).
+func TestLeaseFitsItsSizeClass(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("64-bit platforms only")
+	}
+	if n := unsafe.Sizeof(Lease{}); n > 128 {
+		t.Errorf("a Lease takes %d bytes, past the 128-byte size class", n)
+	}
 }
