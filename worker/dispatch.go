@@ -19,18 +19,17 @@ import (
 func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bool) {
 	now := time.Now()
 	c.exec.Received(len(msgs))
-	// One array each for the batch's jobs and messages rather than an
-	// allocation per message. A message a handler keeps after it returns
-	// (which sqsworker.Message forbids) keeps the whole array alive, and
-	// with it the other messages' bodies and attributes; while any of the
-	// batch's jobs runs, the jobs array keeps them all alive anyway.
-	jobs, ptrs := make([]executor.Job, len(msgs)), make([]*executor.Job, len(msgs))
-	ms := make([]sqsworker.Message, len(msgs))
+	// One array for the batch's jobs and messages rather than allocations
+	// per message. A message a handler keeps after it returns (which
+	// sqsworker.Message forbids) keeps the whole array alive, and with it
+	// the other messages' bodies and attributes; while any of the batch's
+	// jobs runs, the array keeps them all alive anyway.
+	rs := make([]received, len(msgs))
 	for i := range msgs {
-		j := &jobs[i]
-		ptrs[i] = j
-		sqsmsg.Fill(&ms[i], c.info.URL, &msgs[i])
-		j.Msg, j.ReceivedAt, j.Ctx, j.Probe = &ms[i], now, hctx, probe
+		r := &rs[i]
+		sqsmsg.Fill(&r.msg, c.info.URL, &msgs[i])
+		j := &r.job
+		j.Msg, j.ReceivedAt, j.Ctx, j.Probe = &r.msg, now, hctx, probe
 		switch {
 		case c.ext != nil:
 			j.Ctx, j.Lease = c.ext.Track(hctx, j.Msg, now)
@@ -43,21 +42,36 @@ func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bo
 		if probe {
 			c.exec.Breaker.Abort()
 		}
-		c.release(ptrs) // not before the last long polls end: see Retry
+		c.release(jobsOf(rs)) // not before the last long polls end: see Retry
 		return
 	}
 	var buf [MaxMessagesPerReceive]task
 	ts := buf[:0]
 	if !c.info.FIFO {
-		for _, j := range ptrs {
-			ts = append(ts, task{job: j})
+		for i := range rs {
+			ts = append(ts, task{job: &rs[i].job})
 		}
 	} else { // FIFO: each message group in order, groups in parallel
-		for _, group := range groupByID(ptrs) {
+		for _, group := range groupByID(jobsOf(rs)) {
 			ts = append(ts, task{group: group})
 		}
 	}
 	c.tasks.put(ts...)
+}
+
+// received is a received message and its job, allocated together.
+type received struct {
+	job executor.Job
+	msg sqsworker.Message
+}
+
+// jobsOf returns the jobs of rs.
+func jobsOf(rs []received) []*executor.Job {
+	jobs := make([]*executor.Job, len(rs))
+	for i := range rs {
+		jobs[i] = &rs[i].job
+	}
+	return jobs
 }
 
 // task is one message, or one FIFO group's messages, for a handler
