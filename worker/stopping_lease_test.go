@@ -31,6 +31,18 @@ func startShortLeases(t *testing.T, f *sqstest.Fake, name string, heartbeat bool
 	return r, url
 }
 
+// eachHeartbeat runs test in parallel with the heartbeat on and off, each
+// on a Fake of its own.
+func eachHeartbeat(t *testing.T, test func(t *testing.T, f *sqstest.Fake, heartbeat bool)) {
+	t.Parallel()
+	for _, heartbeat := range []bool{true, false} {
+		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
+			t.Parallel()
+			test(t, sqstest.NewFake(), heartbeat)
+		})
+	}
+}
+
 // The visibility change of a message settled while the worker stops waits
 // for the worker's last long polls only while the message's lease outlasts
 // them. Here the lease (a 2s visibility timeout, which the heartbeat extends
@@ -42,41 +54,36 @@ func startShortLeases(t *testing.T, f *sqstest.Fake, name string, heartbeat bool
 // A failure's backoff (10 minutes) is then lost: the message, received
 // again while stopping, is released at once.
 func TestFakeStoppingFailureBackoffOutlastsLastPolls(t *testing.T) {
-	t.Parallel()
-	for _, heartbeat := range []bool{true, false} {
-		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
-			t.Parallel()
-			f := sqstest.NewFake()
-			started, fail := make(chan struct{}, 1), make(chan struct{})
-			r, url := startShortLeases(t, f, "stopfail", heartbeat,
-				sqsworker.BackoffFunc(func(int, error) time.Duration { return 10 * time.Minute }),
-				sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
-					started <- struct{}{}
-					<-fail
-					return errors.New("the dependency failed")
-				}))
-			f.Send(url, "m")
-			<-started
-			stopped := make(chan struct{})
-			go func() {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
-				_ = r.w.Shutdown(ctx)
-				close(stopped)
-			}()
-			localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "not stopping")
-			time.Sleep(50 * time.Millisecond) // receiving stops right after readiness does
-			close(fail)
-			<-stopped
-			r.stop(10 * time.Second)
-			if s := r.w.Stats(); s.Received != 1 || s.Released != 0 || s.AckFailures != 0 || s.Retried != 1 {
-				t.Errorf("stats %+v: want the message received once, retried once with its backoff, no release, no acknowledgement failure", s)
-			}
-			if v, fl, _ := f.Depth(url); v != 0 || fl != 1 {
-				t.Errorf("after the stop: %d visible, %d in flight; want the message in flight for its 10-minute backoff", v, fl)
-			}
-		})
-	}
+	eachHeartbeat(t, func(t *testing.T, f *sqstest.Fake, heartbeat bool) {
+		started, fail := make(chan struct{}, 1), make(chan struct{})
+		r, url := startShortLeases(t, f, "stopfail", heartbeat,
+			sqsworker.BackoffFunc(func(int, error) time.Duration { return 10 * time.Minute }),
+			sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+				started <- struct{}{}
+				<-fail
+				return errors.New("the dependency failed")
+			}))
+		f.Send(url, "m")
+		<-started
+		stopped := make(chan struct{})
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_ = r.w.Shutdown(ctx)
+			close(stopped)
+		}()
+		localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "not stopping")
+		time.Sleep(50 * time.Millisecond) // receiving stops right after readiness does
+		close(fail)
+		<-stopped
+		r.stop(10 * time.Second)
+		if s := r.w.Stats(); s.Received != 1 || s.Released != 0 || s.AckFailures != 0 || s.Retried != 1 {
+			t.Errorf("stats %+v: want the message received once, retried once with its backoff, no release, no acknowledgement failure", s)
+		}
+		if v, fl, _ := f.Depth(url); v != 0 || fl != 1 {
+			t.Errorf("after the stop: %d visible, %d in flight; want the message in flight for its 10-minute backoff", v, fl)
+		}
+	})
 }
 
 // A handler cut short at the shutdown deadline has its message released
@@ -84,29 +91,24 @@ func TestFakeStoppingFailureBackoffOutlastsLastPolls(t *testing.T) {
 // also when its lease ends before they do: it stays invisible until they
 // have ended, and its release is not dropped as an acknowledgement failure.
 func TestFakeShutdownDeadlineReleaseShortLease(t *testing.T) {
-	t.Parallel()
-	for _, heartbeat := range []bool{true, false} {
-		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
-			t.Parallel()
-			f := sqstest.NewFake()
-			started := make(chan struct{}, 1)
-			r, url := startShortLeases(t, f, "rereceive-short", heartbeat, nil,
-				sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-					started <- struct{}{}
-					<-ctx.Done()
-					return ctx.Err()
-				}))
-			f.Send(url, "m")
-			<-started
-			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-			defer cancel()
-			_ = r.w.Shutdown(ctx)
-			r.stop(30 * time.Second)
-			if s := r.w.Stats(); s.Received != 1 || s.AckFailures != 0 {
-				t.Errorf("stats %+v: want the message received once (the worker's own last long poll took it again?), no acknowledgement failure", s)
-			}
-		})
-	}
+	eachHeartbeat(t, func(t *testing.T, f *sqstest.Fake, heartbeat bool) {
+		started := make(chan struct{}, 1)
+		r, url := startShortLeases(t, f, "rereceive-short", heartbeat, nil,
+			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			}))
+		f.Send(url, "m")
+		<-started
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = r.w.Shutdown(ctx)
+		r.stop(30 * time.Second)
+		if s := r.w.Stats(); s.Received != 1 || s.AckFailures != 0 {
+			t.Errorf("stats %+v: want the message received once (the worker's own last long poll took it again?), no acknowledgement failure", s)
+		}
+	})
 }
 
 // A message a last long poll brings while the worker stops is released
@@ -114,39 +116,34 @@ func TestFakeShutdownDeadlineReleaseShortLease(t *testing.T) {
 // when its lease ends before they do: it stays invisible until they have
 // ended, then comes back received once.
 func TestFakeReceivedWhileStoppingShortLease(t *testing.T) {
-	t.Parallel()
-	for _, heartbeat := range []bool{true, false} {
-		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
-			t.Parallel()
-			f := sqstest.NewFake()
-			r, url := startShortLeases(t, f, "stopping-short", heartbeat, nil,
-				sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-					t.Errorf("handler ran for %s while the worker was stopping", m.ID)
-					return nil
-				}))
-			stopped := make(chan struct{})
-			go func() {
-				defer close(stopped)
-				_ = r.w.Shutdown(context.Background())
-			}()
-			localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "the worker does not stop")
-			f.Send(url, "m") // taken by one of the two long polls under way
-			<-stopped
-			r.stop(30 * time.Second)
-			if s := r.w.Stats(); s.Received != 1 || s.AckFailures != 0 {
-				t.Errorf("stats %+v: want the message received once (the worker's own last long poll took it again?), no acknowledgement failure", s)
-			}
-			if v, inFlight, _ := f.Depth(url); v+inFlight != 1 {
-				t.Fatalf("depth %d visible, %d in flight: want the message", v, inFlight)
-			}
-			out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 20,
-				MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
-			if err != nil || len(out.Messages) != 1 {
-				t.Fatalf("after the stop: %d messages, %v; want the released one", len(out.Messages), err)
-			}
-			if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
-				t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
-			}
-		})
-	}
+	eachHeartbeat(t, func(t *testing.T, f *sqstest.Fake, heartbeat bool) {
+		r, url := startShortLeases(t, f, "stopping-short", heartbeat, nil,
+			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				t.Errorf("handler ran for %s while the worker was stopping", m.ID)
+				return nil
+			}))
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			_ = r.w.Shutdown(context.Background())
+		}()
+		localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "the worker does not stop")
+		f.Send(url, "m") // taken by one of the two long polls under way
+		<-stopped
+		r.stop(30 * time.Second)
+		if s := r.w.Stats(); s.Received != 1 || s.AckFailures != 0 {
+			t.Errorf("stats %+v: want the message received once (the worker's own last long poll took it again?), no acknowledgement failure", s)
+		}
+		if v, inFlight, _ := f.Depth(url); v+inFlight != 1 {
+			t.Fatalf("depth %d visible, %d in flight: want the message", v, inFlight)
+		}
+		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 20,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
+		if err != nil || len(out.Messages) != 1 {
+			t.Fatalf("after the stop: %d messages, %v; want the released one", len(out.Messages), err)
+		}
+		if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+			t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
+		}
+	})
 }
