@@ -398,15 +398,19 @@ func TestRunqIdleGoroutinesReturn(t *testing.T) {
 			defer q.mu.Unlock()
 			return q.live
 		}
-		burst := make([]task, size)
-		for i := range burst {
-			burst[i] = task{job: &executor.Job{Probe: true}}
+		// A burst of blocked tasks needs a goroutine for each.
+		burst := func(which string) {
+			ts := make([]task, size)
+			for i := range ts {
+				ts[i] = task{job: &executor.Job{Probe: true}}
+			}
+			q.put(ts...)
+			synctest.Wait()
+			if n := live(); n != size {
+				t.Errorf("%d goroutines for the %s burst of %d blocked tasks", n, which, size)
+			}
 		}
-		q.put(burst...)
-		synctest.Wait()
-		if n := live(); n != size {
-			t.Fatalf("%d goroutines for a burst of %d blocked tasks", n, size)
-		}
+		burst("first")
 		close(release)
 		synctest.Wait()
 
@@ -428,11 +432,7 @@ func TestRunqIdleGoroutinesReturn(t *testing.T) {
 
 		// Another burst starts them again.
 		release = make(chan struct{})
-		q.put(burst...)
-		synctest.Wait()
-		if n := live(); n != size {
-			t.Errorf("%d goroutines for the second burst of %d blocked tasks", n, size)
-		}
+		burst("second")
 		close(release)
 		q.close()
 		wg.Wait()
