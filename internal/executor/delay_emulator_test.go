@@ -20,6 +20,7 @@ import (
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/producer"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -53,6 +54,16 @@ type counting struct {
 	// failSends fails that many sends, after sendsBefore of them, before
 	// SQS sees them; loseSends carries them out and loses the reply.
 	sendsBefore, failSends, loseSends int
+	// rec, if set, receives the runtimes' metrics.
+	rec *metrics.Memory
+}
+
+// recorder is what the runtimes record into: c.rec, or none.
+func (c *counting) recorder() metrics.Recorder {
+	if c.rec == nil {
+		return nil
+	}
+	return c.rec
 }
 
 func (c *counting) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, o ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
@@ -192,7 +203,7 @@ func checkEmuRun(t *testing.T, runs []emuRun, nb time.Time) {
 var runtimes = map[string]func(t *testing.T, api *counting, q localtest.Queue, h sqsworker.Handler) (stop func()){
 	"worker": func(t *testing.T, api *counting, q localtest.Queue, h sqsworker.Handler) func() {
 		w, err := worker.New(api, worker.Config{QueueURL: q.URL, WaitTime: time.Second, Concurrency: 2,
-			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: api.recorder()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +217,7 @@ var runtimes = map[string]func(t *testing.T, api *counting, q localtest.Queue, h
 		}
 	},
 	"lambda": func(t *testing.T, api *counting, q localtest.Queue, h sqsworker.Handler) func() {
-		fn, err := lambda.NewHandler(h, lambda.Config{Client: api, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		fn, err := lambda.NewHandler(h, lambda.Config{Client: api, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: api.recorder(),
 			QueueURL: func(string) (string, error) { return q.URL, nil }})
 		if err != nil {
 			t.Fatal(err)
@@ -309,7 +320,7 @@ func TestEmulatorDelayFaults(t *testing.T) {
 	for _, fault := range []string{"send fails", "reply lost"} {
 		t.Run(fault, func(t *testing.T) {
 			t.Parallel()
-			api := &counting{Client: localtest.NewSQS(t), sendsBefore: 1}
+			api := &counting{Client: localtest.NewSQS(t), sendsBefore: 1, rec: metrics.NewMemory()}
 			if fault == "send fails" {
 				api.failSends = 1
 			} else {
@@ -335,6 +346,10 @@ func TestEmulatorDelayFaults(t *testing.T) {
 			}
 			if len(runs) != want {
 				t.Fatalf("handler ran %d times, want %d", len(runs), want)
+			}
+			// Either way the runtime saw the copy's send fail once.
+			if n := api.rec.Total(metrics.RequeueFailures, metrics.Dims{}); n != 1 {
+				t.Errorf("%s = %d, want 1", metrics.RequeueFailures, n)
 			}
 			for _, run := range runs {
 				if run.at.Before(nb) || run.key != "order-42" || run.attempt != 1 {
