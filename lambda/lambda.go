@@ -466,8 +466,7 @@ func (inv *invocation) report(ctx context.Context, recs []record, log *slog.Logg
 			})
 			batchers[rec.st] = b
 		}
-		limit := sqsworker.MaxVisibilityTimeout - time.Minute // the receive was a little earlier
-		vis := (min(rec.visibility, limit) + time.Second - 1).Truncate(time.Second)
+		vis := executor.VisibilityOf(&rec.job, rec.visibility)
 		b.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: rec.job.Msg.ReceiptHandle, MessageID: rec.job.Msg.ID, Visibility: vis})
 	}
 	fctx := context.WithoutCancel(ctx)

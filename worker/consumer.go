@@ -239,7 +239,7 @@ func (c *consumer) Delete(j *executor.Job) {
 // Retry makes the message visible again after vis, rounded up to whole
 // seconds and kept within SQS's 12 hours from the receive.
 func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
-	vis = visibilityOf(j, vis)
+	vis = executor.VisibilityOf(j, vis)
 	// While stopping, a message made visible before this worker's last
 	// receives have ended could be taken again by one of them (Shutdown
 	// does not cut them short): a receive more, a step nearer the
@@ -267,17 +267,10 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 			// message, visible at the end of its lease, would be taken by
 			// one of them. It is hidden until they have ended instead, at
 			// once.
-			vis = visibilityOf(j, hold)
+			vis = executor.VisibilityOf(j, hold)
 		}
 	}
 	c.change(j, vis)
-}
-
-// visibilityOf is d as a visibility timeout for j's message: kept within
-// SQS's 12 hours from its receive, and rounded up to whole seconds.
-func visibilityOf(j *executor.Job, d time.Duration) time.Duration {
-	limit := max(sqsworker.MaxVisibilityTimeout-time.Since(j.ReceivedAt)-time.Second, 0)
-	return (min(sqsworker.ClampDelay(d), limit) + time.Second - 1).Truncate(time.Second)
 }
 
 // lastPollSlack is how long after WaitTime from the stop the last receives

@@ -199,7 +199,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 	if e.Requeue.FIFO && e.fifoVisibilityRoom(m) {
 		// No message delay: wait by visibility, and send a fresh copy
 		// only when the receive count runs out.
-		vis := max(min(wait, e.visibilityLeft(j, s, now)), time.Second)
+		vis := max(min(wait, visibilityLeft(j, s, now)), time.Second)
 		e.Counters.Held.Add(1)
 		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 		log.Debug("message held back until its time", "step", "visibility", "for", vis)
@@ -210,7 +210,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 		return true, false
 	}
 	if wait > s.MessageDelay+s.Slack && e.visibilityRoom(m) {
-		if vis := min(wait-max(s.MessageDelay-s.Slack, 0), e.visibilityLeft(j, s, now)); vis >= time.Second {
+		if vis := min(wait-max(s.MessageDelay-s.Slack, 0), visibilityLeft(j, s, now)); vis >= time.Second {
 			e.Counters.Held.Add(1)
 			e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 			log.Debug("message held back until its time", "step", "visibility", "for", vis)
@@ -232,7 +232,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 		log.Warn("sending the waiting copy of a message failed; keeping the message, to try again when it comes back", "error", err)
 	}
 	// No copy: wait on this one, until its time or as long as SQS allows.
-	vis := max(min(wait, e.visibilityLeft(j, s, now)), time.Second)
+	vis := max(min(wait, visibilityLeft(j, s, now)), time.Second)
 	e.Counters.Held.Add(1)
 	e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 	retry(j, ack, vis)
@@ -260,8 +260,19 @@ func (e *Executor) fifoVisibilityRoom(m *sqsworker.Message) bool {
 }
 
 // visibilityLeft is the longest visibility j's message may still be given.
-func (e *Executor) visibilityLeft(j *Job, s Steps, now time.Time) time.Duration {
+func visibilityLeft(j *Job, s Steps, now time.Time) time.Duration {
 	return s.Visibility - now.Sub(j.ReceivedAt) - s.Slack
+}
+
+// VisibilityOf returns d as the visibility timeout the runtimes' Ackers
+// give j's message: rounded up to whole seconds, and kept within SQS's 12
+// hours from the receive less Steps.Slack, which covers a ReceivedAt later
+// than the receive SQS counts from (the Lambda adapter's is an estimate).
+// A message received 12 hours ago gets 0: visible at once.
+func VisibilityOf(j *Job, d time.Duration) time.Duration {
+	s := steps()
+	left := max(visibilityLeft(j, s, s.Now()), 0)
+	return (min(max(d, 0), left) + time.Second - 1).Truncate(time.Second)
 }
 
 // receives returns the message's own receive count, SQS's
@@ -283,7 +294,7 @@ func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
 	delay = sqsworker.ClampLongDelay(delay) // a custom Backoff's
 	s := steps()
 	now := s.Now()
-	if delay <= e.visibilityLeft(j, s, now) || !e.Requeue.enabled() || e.Requeue.FIFO {
+	if delay <= visibilityLeft(j, s, now) || !e.Requeue.enabled() || e.Requeue.FIFO {
 		retry(j, ack, delay)
 		return
 	}

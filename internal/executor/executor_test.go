@@ -42,3 +42,30 @@ func TestHeldTrustsTheDeadlineNotOnlyTheHeartbeat(t *testing.T) {
 		t.Error("without a heartbeat, a job past its lease end holds")
 	}
 }
+
+// VisibilityOf rounds up to whole seconds and keeps the visibility within
+// SQS's 12 hours from the receive, less the slack.
+func TestVisibilityOf(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	defer SetStepsForTest(Steps{Now: func() time.Time { return now }})()
+	for _, c := range []struct {
+		name string
+		ago  time.Duration // since the receive
+		d    time.Duration
+		want time.Duration
+	}{
+		{"rounded up", 0, 1200 * time.Millisecond, 2 * time.Second},
+		{"whole seconds kept", 0, 30 * time.Second, 30 * time.Second},
+		{"negative", 0, -time.Second, 0},
+		{"beyond 12h", 0, 13 * time.Hour, 12*time.Hour - time.Minute},
+		{"within 12h of the receive", 3 * time.Hour, 12 * time.Hour, 9*time.Hour - time.Minute},
+		{"left rounded up", 1500 * time.Millisecond, 12 * time.Hour, 12*time.Hour - time.Minute - time.Second},
+		{"no time left", 12 * time.Hour, time.Hour, 0},
+		{"past 12h", 13 * time.Hour, time.Hour, 0},
+	} {
+		j := &Job{ReceivedAt: now.Add(-c.ago)}
+		if got := VisibilityOf(j, c.d); got != c.want {
+			t.Errorf("%s: VisibilityOf(received %s ago, %s) = %s, want %s", c.name, c.ago, c.d, got, c.want)
+		}
+	}
+}
