@@ -44,6 +44,7 @@ type consumer struct {
 	stopPoll   context.CancelFunc
 	pollsDone  chan struct{}  // closed once no receive is under way after stopping
 	stoppedAt  atomic.Int64   // when receiving stopped, in Unix nanoseconds
+	openUntil  atomic.Int64   // until when a receive given up on may be open at SQS, in Unix nanoseconds
 	reporter   sync.WaitGroup // the depth reporter
 	stopReport context.CancelFunc
 	handlerCtx context.Context // cancelled at the shutdown deadline
@@ -245,41 +246,56 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 	// does not cut them short): a receive more, a step nearer the
 	// dead-letter queue, for a message released at the shutdown deadline or
 	// failed with a short backoff.
-	if end, ok := c.lastPollsEnd(); ok {
-		hold := time.Until(end)
-		switch {
-		case vis >= hold:
-			// Hidden until after the last receives anyway.
-		case j.Held(end):
-			// The change waits for them; the lease keeps the message
-			// invisible meanwhile. Retry is called from handler goroutines,
-			// which c.handlers counts, or from a receive loop releasing what
-			// it received while stopping, before stop waits for c.handlers
-			// (it waits for the loops first): stop waits for the change too.
-			c.handlers.Go(func() {
-				<-c.pollsDone
-				c.change(j, vis)
-			})
-			return
-		default:
-			// The lease ends first: a change sent after the receives would
-			// find its receipt handle expired and be dropped, and the
-			// message, visible at the end of its lease, would be taken by
-			// one of them. It is hidden until they have ended instead, at
-			// once.
-			vis = executor.VisibilityOf(j, hold)
-		}
+	end, ok := c.lastPollsEnd()
+	if !ok || vis >= time.Until(end) {
+		// Hidden until after the last receives anyway.
+		c.change(j, vis)
+		return
 	}
-	c.change(j, vis)
+	want := time.Now().Add(vis)
+	var hide *hiding
+	if !j.Held(end) {
+		// The lease may end first: a change sent after the receives would
+		// find its receipt handle expired and be dropped, and the message,
+		// visible at the end of its lease, would be taken by one of them.
+		// It is hidden until they have surely ended, at once, and given
+		// the visibility asked for once they have.
+		hv := executor.VisibilityOf(j, time.Until(end))
+		hide = &hiding{job: j, until: time.Now().Add(hv), landed: make(chan error, 1)}
+		c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
+			Visibility: hv, Owner: hide})
+	}
+	// The change waits for the receives; the lease, or the hide, keeps the
+	// message invisible meanwhile. Retry is called from handler goroutines,
+	// which c.handlers counts, or from a receive loop releasing what it
+	// received while stopping, before stop waits for c.handlers (it waits
+	// for the loops first): stop waits for the change too.
+	c.handlers.Go(func() {
+		if hide != nil && <-hide.landed != nil {
+			return // not hidden: the message comes back at the end of its lease
+		}
+		<-c.pollsDone
+		// A receive given up on (see receiveGrace) may still be open at SQS.
+		until := want
+		if open := time.Unix(0, c.openUntil.Load()); open.After(until) {
+			until = open
+		}
+		vis := executor.VisibilityOf(j, time.Until(until))
+		if hide == nil {
+			c.change(j, vis)
+			return
+		}
+		c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
+			Visibility: vis, Owner: (*hidden)(hide)})
+	})
 }
 
-// lastPollSlack is how long after WaitTime from the stop the last receives
-// are taken to have ended, for the way their replies take back.
-const lastPollSlack = 2 * time.Second
-
 // lastPollsEnd reports whether the worker is stopping with receives still
-// under way, and when they are taken to have ended: WaitTime after receiving
-// stopped, and lastPollSlack.
+// under way, and the latest they can end at SQS: a receive started before
+// receiving stopped is given up WaitTime and receiveGrace after its start,
+// its last attempt (the SDK retries) then still held up to WaitTime at SQS,
+// and lastPollSlack for the way a request takes there. They end long
+// before, as a rule, and pollsDone says when they have.
 func (c *consumer) lastPollsEnd() (time.Time, bool) {
 	if c.pollCtx.Err() == nil {
 		return time.Time{}, false
@@ -288,9 +304,32 @@ func (c *consumer) lastPollsEnd() (time.Time, bool) {
 	case <-c.pollsDone:
 		return time.Time{}, false
 	default:
-		return time.Unix(0, c.stoppedAt.Load()).Add(c.cfg.WaitTime + lastPollSlack), true
+		return time.Unix(0, c.stoppedAt.Load()).Add(2*c.cfg.WaitTime + receiveGrace + lastPollSlack), true
 	}
 }
+
+// lastPollSlack is how long a receive request is taken to need to reach
+// SQS, and a receive given up on to be noticed there.
+const lastPollSlack = 2 * time.Second
+
+// hiding is a job whose message, released while the worker stops, is
+// hidden until the last receives have surely ended (see Retry), as the
+// ackbatch.Owner of that change: retried while its lease holds.
+type hiding struct {
+	job    *executor.Job
+	until  time.Time  // the end of the hide, once it landed
+	landed chan error // the hide's result
+}
+
+func (h *hiding) Valid(now time.Time) bool { return h.job.Held(now) }
+func (h *hiding) Acked(err error)          { h.landed <- err }
+
+// hidden is a hidden job as the owner of the change that then gives its
+// message the visibility asked for: retried while the hide holds.
+type hidden hiding
+
+func (h *hidden) Valid(now time.Time) bool { return now.Before(h.until) }
+func (h *hidden) Acked(error)              {}
 
 // change queues the visibility change of a job's message.
 func (c *consumer) change(j *executor.Job, vis time.Duration) {

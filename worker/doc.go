@@ -126,10 +126,13 @@
 // visibility changes. Every visibility change made while stopping (a
 // release, a failure's backoff) is sent once those last polls have ended,
 // or, when the message's lease would end first, at once with a visibility
-// timeout that lasts until they have (WaitTime from the stop, and 2s), so
-// that none of them takes the message again and spends one of its
-// receives. A crash loses nothing either: messages not deleted come
-// back after their visibility timeout.
+// timeout that lasts until they have surely ended even at SQS (twice
+// WaitTime and 22s from the stop: a receive sent again by the SDK, or given
+// up on, may still be held there), and then, once they have, again with the
+// visibility asked for. None of them takes the message again and spends one
+// of its receives. A crash loses nothing either: messages not deleted come
+// back after their visibility timeout (a message hidden that way, at most
+// twice WaitTime and 22s after the stop).
 //
 // # Priority queues
 //

@@ -149,6 +149,9 @@ func (c *consumer) poll(hctx context.Context) {
 		}
 		if err != nil {
 			pool.release(qi, n)
+			if rctx.Err() == context.DeadlineExceeded {
+				c.givenUp()
+			}
 			if c.pollCtx.Err() != nil {
 				return
 			}
@@ -222,4 +225,18 @@ func jittered(failures int) time.Duration {
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	return ctxsleep.Sleep(ctx, d)
+}
+
+// givenUp notes a receive given up on after WaitTime and receiveGrace: its
+// long poll may still be open at SQS, and take a message made visible,
+// for up to WaitTime and lastPollSlack. A message released while stopping
+// stays hidden until then (see Retry).
+func (c *consumer) givenUp() {
+	until := time.Now().Add(c.cfg.WaitTime + lastPollSlack).UnixNano()
+	for {
+		old := c.openUntil.Load()
+		if old >= until || c.openUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
 }

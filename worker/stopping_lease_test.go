@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,5 +147,101 @@ func TestFakeReceivedWhileStoppingShortLease(t *testing.T) {
 		if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
 			t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
 		}
+	})
+}
+
+// lateReceives is a client whose receives, once armed, reach the queue
+// late: as a receive does that the SDK sends again after a failed attempt,
+// or that a slow network holds up. The first late receive signals entered.
+type lateReceives struct {
+	worker.API
+	late    time.Duration
+	armed   atomic.Bool
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (l *lateReceives) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	if l.armed.Load() {
+		l.once.Do(func() { close(l.entered) })
+		select {
+		case <-time.After(l.late):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return l.API.ReceiveMessage(ctx, in, opts...)
+}
+
+// A message released at the shutdown deadline whose lease ends before the
+// last receives do is hidden until they have surely ended, not only until
+// WaitTime after the stop: a last receive that reaches SQS late (here 5s
+// late, with 2s long polls and a 4s lease) does not take it again. Once the receives have
+// ended it is made visible at once.
+func TestFakeShutdownDeadlineReleaseLateLastReceive(t *testing.T) {
+	eachHeartbeat(t, func(t *testing.T, f *sqstest.Fake, heartbeat bool) {
+		api := &lateReceives{API: f, late: 5 * time.Second, entered: make(chan struct{})}
+		url := f.CreateQueue("late-receive", map[string]string{"VisibilityTimeout": "4"})
+		started := make(chan struct{}, 1)
+		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
+			DisableHeartbeat: !heartbeat, DisableDepth: true},
+			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			}))
+		f.Send(url, "m")
+		<-started
+		api.armed.Store(true)
+		<-api.entered // a receive is on its way, late
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = r.w.Shutdown(ctx)
+		r.stop(30 * time.Second)
+		if s := r.w.Stats(); s.Received != 1 || s.AckFailures != 0 || s.Released != 1 {
+			t.Errorf("stats %+v: want the message received once (a late last receive took it again?), released once, no acknowledgement failure", s)
+		}
+		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 1,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
+		if err != nil || len(out.Messages) != 1 {
+			t.Fatalf("after the stop: %d messages, %v; want the released one, visible at once", len(out.Messages), err)
+		}
+		if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+			t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
+		}
+	})
+}
+
+// A last receive that never comes back is given up on after WaitTime and
+// 20s, and its long poll may still be open at SQS: a message released at
+// the shutdown deadline stays hidden for WaitTime and 2s more after that,
+// not made visible as soon as the receive loops have returned.
+func TestFakeShutdownDeadlineReleaseReceiveGivenUp(t *testing.T) {
+	eachHeartbeat(t, func(t *testing.T, f *sqstest.Fake, heartbeat bool) {
+		api := &lateReceives{API: f, late: time.Hour, entered: make(chan struct{})}
+		url := f.CreateQueue("given-up", map[string]string{"VisibilityTimeout": "4"})
+		started := make(chan struct{}, 1)
+		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
+			DisableHeartbeat: !heartbeat, DisableDepth: true},
+			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				started <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			}))
+		f.Send(url, "m")
+		<-started
+		api.armed.Store(true)
+		<-api.entered // a receive is on its way, and never comes back
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = r.w.Shutdown(ctx)
+		r.stop(60 * time.Second) // the receive is given up on after 22s
+		if v, inFlight, _ := f.Depth(url); v != 0 || inFlight != 1 {
+			t.Errorf("right after the stop: %d visible, %d in flight; want the message hidden while the given-up receive may be open", v, inFlight)
+		}
+		if s := r.w.Stats(); s.Received != 1 || s.Released != 1 || s.AckFailures != 0 {
+			t.Errorf("stats %+v: want the message received once, released once, no acknowledgement failure", s)
+		}
+		localtest.Eventually(t, 30*time.Second, func() bool { v, _, _ := f.Depth(url); return v == 1 }, "the message does not come back")
 	})
 }

@@ -442,6 +442,49 @@ func TestShutdownDeadlineReleaseIsNotReceivedAgain(t *testing.T) {
 	}
 }
 
+// A handler cut short at the shutdown deadline, whose lease ends before the
+// last receives do, has its message hidden until they have surely ended:
+// a last receive that reaches the queue late (5s, with 2s long polls and a
+// 4s lease: as a receive the SDK sends again) does not take it again. Once
+// the receives have ended it is visible at once, received once.
+func TestShutdownDeadlineReleaseLateLastReceive(t *testing.T) {
+	t.Parallel()
+	for _, heartbeat := range []bool{true, false} {
+		t.Run(fmt.Sprint("heartbeat=", heartbeat), func(t *testing.T) {
+			t.Parallel()
+			c := localtest.NewSQS(t)
+			q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 4 * time.Second})
+			api := &lateReceives{API: c, late: 5 * time.Second, entered: make(chan struct{})}
+			started := make(chan struct{}, 1)
+			r := start(t, api, worker.Config{QueueURL: q.URL, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
+				DisableHeartbeat: !heartbeat, DisableDepth: true},
+				sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+					started <- struct{}{}
+					<-ctx.Done()
+					return ctx.Err()
+				}))
+			localtest.Send(t, c, q.URL, "", "m")
+			<-started
+			api.armed.Store(true)
+			<-api.entered // a receive is on its way, late
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			_ = r.w.Shutdown(ctx)
+			r.stop(60 * time.Second)
+			if s := r.w.Stats(); s.Received != 1 || s.Released != 1 || s.AckFailures != 0 {
+				t.Errorf("stats %+v: want the message received once (a late last receive took it again?), released once, no acknowledgement failure", s)
+			}
+			got := localtest.ReceiveAll(t, c, q.URL, 1500*time.Millisecond, 60*time.Second)
+			if len(got) != 1 {
+				t.Fatalf("%d messages visible after the shutdown, want the released one", len(got))
+			}
+			if n := got[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+				t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
+			}
+		})
+	}
+}
+
 // A message a last long poll brings while the worker stops, with a lease
 // shorter than the other loop's last long poll, is released unstarted and
 // not taken again by that poll: it comes back received once. The emulator
