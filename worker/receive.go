@@ -67,6 +67,9 @@ func (c *consumer) poll(hctx context.Context) {
 		// would have the loop wait out the open breaker counted active,
 		// holding lower queues back meanwhile.
 		ok, probe, _ := c.exec.Breaker.Allow()
+		if c.w.breakerAsked != nil {
+			c.w.breakerAsked()
+		}
 		if !ok {
 			var err error
 			paused(func() bool { probe, err = c.exec.Breaker.Wait(c.pollCtx); return true })

@@ -70,6 +70,12 @@ type Worker struct {
 	pool   *pool
 	qi     int
 	limits limits
+
+	// breakerAsked, set only by tests before Run, runs in each receive
+	// loop right after it asked the circuit breaker whether it may receive,
+	// before it acts on the answer: where a breaker that opens meanwhile
+	// races the loop.
+	breakerAsked func()
 }
 
 // New validates cfg and returns a Worker. It makes no AWS call: the queue is
