@@ -53,17 +53,17 @@
 //
 // A chunk whose handler fails with sqsworker.Permanent, or fails its last
 // attempt (Config.MaxReceiveCount), is recorded as failed, with its error
-// class and text, in its chunk item; the batch's item counts it (exactly,
-// however many fail) and lists its index among the first
-// [MaxFailedIndexes] failed chunks, which [Coordinator.Get] reads with
-// their errors: beyond those, failures are counted but not listed
-// (Progress.FailedUnlisted), so that the batch's item, which every count
-// rewrites, stays small. Failed chunks keep the batch from completing; a
-// failed chunk replayed from the dead-letter queue that then succeeds moves
-// from failed to done, listed or not, and leaves the list. Chunks SQS dead-lettered without
-// the middleware knowing it was their last attempt are found in the
-// dead-letter queue by [DeadLetters], with the failure metadata the runtimes
-// add.
+// class and text, in an item of its own. The batch's item counts it,
+// exactly however many fail, and lists its index while the list has room:
+// at most [MaxFailedIndexes], so that the item, which every count rewrites,
+// stays small. [Coordinator.Get] reads the listed chunks with their errors,
+// and counts the others in Progress.FailedUnlisted. Failed chunks keep the
+// batch from completing; a failed chunk replayed from the dead-letter queue
+// that then succeeds moves from failed to done, listed or not (and leaves
+// the list, making room). Chunks SQS dead-lettered without the middleware
+// knowing it was their last attempt, and failed chunks not listed, are
+// found in the dead-letter queue by [DeadLetters], with the failure
+// metadata the runtimes add.
 //
 // # Table
 //
