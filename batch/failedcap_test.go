@@ -398,3 +398,65 @@ func TestUnlistedLostReply(t *testing.T) {
 		})
 	}
 }
+
+// A batch recorded before the list of failed chunks was bounded may list
+// more than the cap: Get reads no more than the cap of them, and counts the
+// rest as unlisted; a new failure is counted, not listed; a listed chunk
+// that recovers leaves the list.
+func TestFailedSetOverCapBefore(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	batch.SetFailedCap(e.coord, 3)
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("legacy", 8)); err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive(t, e.sqs, e.work, 8)
+	slices.SortFunc(msgs, func(a, b *sqsworker.Message) int { return strings.Compare(a.Body, b.Body) })
+	// Chunks 0 to 4 failed, all listed, as before the bound.
+	for i := range 5 {
+		if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbtypes.AttributeValue{
+			"id": &ddbtypes.AttributeValueMemberS{Value: "batch#legacy#chunk#" + strconv.Itoa(i)}, "kind": &ddbtypes.AttributeValueMemberS{Value: "chunk"},
+			"chunk_status": &ddbtypes.AttributeValueMemberS{Value: batch.StatusFailed}, "error": &ddbtypes.AttributeValueMemberS{Value: "bad"},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &e.table, Key: keyOf("batch#legacy"),
+		UpdateExpression: aws.String("ADD failed :five, failed_chunks :idx"),
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":five": &ddbtypes.AttributeValueMemberN{Value: "5"},
+			":idx": &ddbtypes.AttributeValueMemberNS{Value: []string{"0", "1", "2", "3", "4"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	listed := func(p *batch.Progress) []int {
+		var idx []int
+		for _, c := range p.FailedChunks {
+			idx = append(idx, c.Index)
+		}
+		return idx
+	}
+	if p := progress(t, e.coord, "legacy"); p.Failed != 5 || p.FailedUnlisted != 2 || !slices.Equal(listed(p), []int{0, 1, 2}) {
+		t.Fatalf("5 listed, the cap 3: %+v", p)
+	}
+	h := e.coord.Middleware(new(effects).handler(func(m *sqsworker.Message) error {
+		if m.Body == "chunk-5" {
+			return sqsworker.Permanent(errors.New("bad"))
+		}
+		return nil
+	}))
+	if err := h.HandleMessage(ctx, msgs[5]); err == nil {
+		t.Fatal("chunk 5 succeeded")
+	}
+	if got := failedSet(t, e, "legacy"); !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
+		t.Fatalf("a failure past the cap changed the list: %v", got)
+	}
+	if p := progress(t, e.coord, "legacy"); p.Failed != 6 || p.FailedUnlisted != 3 {
+		t.Fatalf("after a failure past the cap: %+v", p)
+	}
+	if err := h.HandleMessage(ctx, replay(msgs[0])); err != nil {
+		t.Fatal(err)
+	}
+	if p := progress(t, e.coord, "legacy"); p.Done != 1 || p.Failed != 5 || p.FailedUnlisted != 2 || !slices.Equal(listed(p), []int{1, 2, 3}) {
+		t.Fatalf("after chunk 0's recovery: %+v", p)
+	}
+}

@@ -96,7 +96,9 @@ func (c *Coordinator) Get(ctx context.Context, id string) (*Progress, error) {
 	failed := getNums(it, aFailedSet)
 	slices.Sort(failed)
 	// The counter is exact and the set bounded: failed chunks beyond the
-	// set are counted, not listed.
+	// set are counted, not listed. (A batch recorded before the bound may
+	// list more: Get reads no more than the bound of them.)
+	failed = failed[:min(len(failed), c.failedCap)]
 	p.FailedUnlisted = max(p.Failed-len(failed), 0)
 	for start := 0; start < len(failed); start += 100 {
 		got, err := c.failedChunks(ctx, id, failed[start:min(start+100, len(failed))])
