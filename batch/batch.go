@@ -39,6 +39,19 @@ const KeyPrefix = "batch"
 // MaxIDLength is the longest batch ID, in bytes.
 const MaxIDLength = 128
 
+// MaxFailedIndexes is the most failed chunks whose indexes a batch's item
+// lists (its failed_chunks set), and [Coordinator.Get] with them: 1,000.
+// Every count rewrites the batch's item, and DynamoDB bills a write by the
+// item's size (and refuses items over 400 KB): a list of every failure
+// would make each count dearer as failures grow, and past some 100,000 of
+// them fail every write to the item, counts included. Failures beyond it are counted
+// exactly (Progress.Failed) but not listed (Progress.FailedUnlisted); their
+// chunk items still hold their errors, and [DeadLetters] finds them in the
+// dead-letter queue. A failed chunk that succeeds later leaves the list,
+// which makes room for the next failure; the counters stay exact whether
+// or not its index was listed.
+const MaxFailedIndexes = 1000
+
 var validID = regexp.MustCompile(`^[A-Za-z0-9_.:/=+@-]+$`)
 
 // ChunkKey returns the idempotency key of chunk i of batch id:
@@ -159,6 +172,9 @@ type Coordinator struct {
 	sqsOpts []func(*sqs.Options)
 	cfg     Config
 	now     func() time.Time
+	// failedCap is the most indexes the batch's failed_chunks set
+	// holds: MaxFailedIndexes, smaller in tests.
+	failedCap int
 }
 
 // New validates cfg and checks that the table exists with the expected
@@ -203,7 +219,7 @@ func New(ctx context.Context, db DynamoAPI, q SQSAPI, cfg Config) (*Coordinator,
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Coordinator{db: db, sqs: q, dbOpts: dynamohttp.Options(db), sqsOpts: sdkhttp.SQSOptions(q), cfg: cfg, now: time.Now}
+	c := &Coordinator{db: db, sqs: q, dbOpts: dynamohttp.Options(db), sqsOpts: sdkhttp.SQSOptions(q), cfg: cfg, now: time.Now, failedCap: MaxFailedIndexes}
 	if err := c.checkTable(ctx); err != nil {
 		return nil, err
 	}
@@ -240,8 +256,8 @@ const (
 	aKind       = "kind"          // "batch" or "chunk"
 	aTotal      = "total"         // chunks in the batch
 	aDone       = "done"          // chunks counted as succeeded
-	aFailed     = "failed"        // chunks recorded as failed, not yet succeeded
-	aFailedSet  = "failed_chunks" // indexes of the failed chunks (NS)
+	aFailed     = "failed"        // chunks recorded as failed, not yet succeeded: exact
+	aFailedSet  = "failed_chunks" // indexes of failed chunks (NS), at most failedCap of them
 	aSpec       = "spec_hash"     // digest of the batch's spec
 	aQueue      = "queue"         // the chunks' queue URL
 	aCreated    = "created"       // epoch ms

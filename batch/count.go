@@ -337,58 +337,96 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 	item[aClass] = str(sqsworker.ErrorClass(err))
 	item[aAttempts] = num(int64(m.ReceiveCount))
 	item[c.cfg.ExpiryAttr] = num(now.Add(c.cfg.TTL).Unix())
-	in := &dynamodb.TransactWriteItemsInput{
-		ClientRequestToken: aws.String(newToken()),
-		TransactItems: []types.TransactWriteItem{
-			{Put: &types.Put{
-				TableName: &c.cfg.Table, Item: item,
-				ConditionExpression:      aws.String("attribute_not_exists(#k)"),
-				ExpressionAttributeNames: map[string]string{"#k": c.cfg.KeyAttr},
-			}},
-			{Update: &types.Update{
-				TableName: &c.cfg.Table, Key: c.batchKey(id),
-				UpdateExpression:         aws.String("ADD #failed :one, #set :idx"),
-				ConditionExpression:      aws.String(inBatch),
-				ExpressionAttributeNames: map[string]string{"#k": c.cfg.KeyAttr, "#failed": aFailed, "#set": aFailedSet, "#total": aTotal},
-				ExpressionAttributeValues: map[string]types.AttributeValue{
-					":one": num(1), ":idx": &types.AttributeValueMemberNS{Value: []string{strconv.Itoa(i)}}, ":i": num(int64(i)),
-				},
-			}},
-		},
-	}
 	// The runtime's own outcome does not wait on this: the failure is
 	// the message's; its record is retried a little (it conflicts with
 	// the counts of other chunks on the batch's item), then logged.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), countBudget)
 	defer cancel()
+	listed := true // the chunk's index goes into the batch's failed_chunks
+	in := c.failureWrites(id, i, item, listed)
 	var terr error
+	atOnce := false // the next attempt does not wait
 attempts:
 	for attempt := range maxTxAttempts {
-		if attempt > 0 && sleep(rctx, txBackoff(attempt)) != nil {
+		if attempt > 0 && !atOnce && sleep(rctx, txBackoff(attempt)) != nil {
 			break
 		}
+		atOnce = false
 		_, terr = c.db.TransactWriteItems(rctx, in, c.dbOpts...)
 		var tce *types.TransactionCanceledException
 		switch {
 		case terr == nil:
 			return
 		case errors.As(terr, &tce):
-			for _, r := range tce.CancellationReasons {
-				if aws.ToString(r.Code) == "ConditionalCheckFailed" {
-					// Counted or failed already; or not a chunk of
-					// the batch, which the count tells.
-					return
-				}
+			rs := tce.CancellationReasons
+			if len(rs) != 2 {
+				break attempts
 			}
-			// Cancelled (a conflict, throttling): nothing applied, and
-			// the next attempt is a new request.
-			in.ClientRequestToken = aws.String(newToken())
+			if aws.ToString(rs[0].Code) == "ConditionalCheckFailed" {
+				return // counted or failed already
+			}
+			if aws.ToString(rs[1].Code) == "ConditionalCheckFailed" {
+				if !listed || getStr(rs[1].Item, aKind) != "batch" || getNum(rs[1].Item, aTotal) <= int64(i) {
+					return // not a chunk of the batch, which the count tells
+				}
+				// The batch's failed_chunks holds failedCap indexes
+				// already: the chunk is counted, not listed. Its chunk
+				// item is its full record.
+				listed, atOnce = false, true
+			}
+			// Cancelled (a conflict, throttling, or the set full):
+			// nothing applied, and the next attempt is a new request.
+			in = c.failureWrites(id, i, item, listed)
 		case !retryableErr(terr):
 			break attempts
 		}
 	}
 	c.cfg.Logger.Warn("batch: recording a failed chunk failed; batch show --dlq still lists it from the dead-letter queue",
 		"batch", id, "chunk", i, "message_id", m.ID, "error", terr)
+}
+
+// failureWrites returns the request that records chunk i of batch id as
+// failed: it puts the chunk's item, on the condition that the chunk has
+// none (neither counted nor failed), and adds one to the batch's failed
+// counter, on the condition inBatch. Listed, it also adds i to the batch's
+// failed_chunks, on the condition that the set holds fewer than failedCap
+// indexes; not listed, the counter alone moves (the batch's item stays
+// small whatever the failures: see MaxFailedIndexes). Either way failed
+// counts every failed chunk exactly, and failed minus the size of the set
+// is the number of failed chunks not listed. A chunk that succeeds later
+// (countWrites, recovering) moves from failed to done, and leaves the set
+// if it was in it.
+func (c *Coordinator) failureWrites(id string, i int, chunk map[string]types.AttributeValue, listed bool) *dynamodb.TransactWriteItemsInput {
+	names := map[string]string{"#k": c.cfg.KeyAttr, "#failed": aFailed, "#total": aTotal}
+	values := map[string]types.AttributeValue{":one": num(1), ":i": num(int64(i))}
+	update, cond := "ADD #failed :one", inBatch
+	if listed {
+		update += ", #set :idx"
+		cond += " AND (attribute_not_exists(#set) OR size(#set) < :cap)"
+		names["#set"] = aFailedSet
+		values[":idx"] = &types.AttributeValueMemberNS{Value: []string{strconv.Itoa(i)}}
+		values[":cap"] = num(int64(c.failedCap))
+	}
+	return &dynamodb.TransactWriteItemsInput{
+		ClientRequestToken: aws.String(newToken()),
+		TransactItems: []types.TransactWriteItem{
+			{Put: &types.Put{
+				TableName: &c.cfg.Table, Item: chunk,
+				ConditionExpression:      aws.String("attribute_not_exists(#k)"),
+				ExpressionAttributeNames: map[string]string{"#k": c.cfg.KeyAttr},
+			}},
+			{Update: &types.Update{
+				TableName: &c.cfg.Table, Key: c.batchKey(id),
+				UpdateExpression:          &update,
+				ConditionExpression:       &cond,
+				ExpressionAttributeNames:  names,
+				ExpressionAttributeValues: values,
+				// The batch's item as it was, to tell a full set from a
+				// chunk out of the batch: small, as the set is bounded.
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			}},
+		},
+	}
 }
 
 // notify sends the completion job of batch id when every chunk is counted

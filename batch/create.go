@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -103,16 +104,7 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	// 1,000 units a second. The callback, up to maxCallbackSize, has an
 	// item of its own, read once, by the completion's sender.
 	expiry := num(now.Add(c.cfg.TTL).Unix())
-	item := c.batchKey(s.ID)
-	item[aKind] = str("batch")
-	item[aTotal] = num(int64(len(msgs)))
-	item[aDone] = num(0)
-	item[aFailed] = num(0)
-	item[aSpec] = str(hash)
-	item[aQueue] = str(s.QueueURL)
-	item[aCreated] = num(now.UnixMilli())
-	item[c.cfg.ExpiryAttr] = expiry
-	item[aCbQueue] = str(s.Callback.QueueURL)
+	item := c.batchItem(s, len(msgs), hash, now)
 	cb := c.callbackKey(s.ID)
 	cb[aKind] = str("callback")
 	cb[aCbQueue] = str(s.Callback.QueueURL)
@@ -189,6 +181,24 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 		return c.dynamoErr(fmt.Sprintf("marking the chunks of batch %q sent (they were: calling Create again sends them again, harmlessly)", s.ID), err)
 	}
 	return nil
+}
+
+// batchItem returns the item of batch s, of n chunks, as Create writes
+// it. Later writes add the chunks' counters, a bounded list of failed
+// chunks (MaxFailedIndexes) and the completion's state, never the
+// callback, which has an item of its own.
+func (c *Coordinator) batchItem(s Spec, n int, hash string, now time.Time) map[string]types.AttributeValue {
+	item := c.batchKey(s.ID)
+	item[aKind] = str("batch")
+	item[aTotal] = num(int64(n))
+	item[aDone] = num(0)
+	item[aFailed] = num(0)
+	item[aSpec] = str(hash)
+	item[aQueue] = str(s.QueueURL)
+	item[aCreated] = num(now.UnixMilli())
+	item[c.cfg.ExpiryAttr] = num(now.Add(c.cfg.TTL).Unix())
+	item[aCbQueue] = str(s.Callback.QueueURL)
+	return item
 }
 
 // chunks validates s and returns the chunk messages to send.

@@ -53,12 +53,17 @@
 //
 // A chunk whose handler fails with sqsworker.Permanent, or fails its last
 // attempt (Config.MaxReceiveCount), is recorded as failed, with its error
-// class and text: [Coordinator.Get] lists it. Failed chunks keep the batch
-// from completing; a failed chunk replayed from the dead-letter queue that
-// then succeeds moves from failed to done. Chunks SQS dead-lettered without
-// the middleware knowing it was their last attempt are found in the
-// dead-letter queue by [DeadLetters], with the failure metadata the runtimes
-// add.
+// class and text, in an item of its own. The batch's item counts it,
+// exactly however many fail, and lists its index while the list has room:
+// at most [MaxFailedIndexes], so that the item, which every count rewrites,
+// stays small. [Coordinator.Get] reads the listed chunks with their errors,
+// and counts the others in Progress.FailedUnlisted. Failed chunks keep the
+// batch from completing; a failed chunk replayed from the dead-letter queue
+// that then succeeds moves from failed to done, listed or not (and leaves
+// the list, making room). Chunks SQS dead-lettered without the middleware
+// knowing it was their last attempt, and failed chunks not listed, are
+// found in the dead-letter queue by [DeadLetters], with the failure
+// metadata the runtimes add.
 //
 // # Table
 //
@@ -85,7 +90,11 @@
 // its chunk item more. The completion costs one UpdateItem (lease), one
 // consistent GetItem (the completion job), one SendMessage and one
 // UpdateItem (sent). The completion job is kept in an item of its own
-// ("batch#<ID>#callback") so that the batch's item, which every chunk's
-// count updates, stays small: DynamoDB bills a write by the size of the
-// item written, and one item takes about 1,000 write units a second.
+// ("batch#<ID>#callback"), and the batch's item lists at most
+// MaxFailedIndexes failed chunks, so that the batch's item, which every
+// chunk's count updates, stays small (under 2 KB without failures, under
+// 8 KB with a full list, with batch IDs of MaxIDLength and queue URLs of
+// 256 bytes): DynamoDB bills a write by the size of the item written, and
+// one item takes about 1,000 write units a second. A failure recorded once
+// the list is full costs one cancelled transaction more.
 package batch

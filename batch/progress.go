@@ -40,8 +40,15 @@ type Progress struct {
 	CallbackQueue string `json:"callbackQueue"`
 	// Queue is the chunks' queue.
 	Queue string `json:"queue"`
-	// FailedChunks are the failed chunks, by index.
+	// FailedChunks are the failed chunks the batch's item lists, by
+	// index: at most MaxFailedIndexes of them, whatever Failed.
 	FailedChunks []FailedChunk `json:"failedChunks,omitempty"`
+	// FailedUnlisted is how many of the Failed chunks FailedChunks does
+	// not list, because the batch's item lists at most MaxFailedIndexes:
+	// counted exactly, but not named here. Their chunk items still hold
+	// their errors, and DeadLetters finds them in the dead-letter queue.
+	// Zero when every failed chunk is listed.
+	FailedUnlisted int `json:"failedUnlisted,omitempty"`
 }
 
 // FailedChunk is a chunk recorded as failed.
@@ -55,7 +62,8 @@ type FailedChunk struct {
 	FailedAt   time.Time `json:"failedAt"`
 }
 
-// Get returns the progress of batch id, with its failed chunks, from
+// Get returns the progress of batch id, with the failed chunks its item
+// lists (at most MaxFailedIndexes; FailedUnlisted counts the others), from
 // strongly consistent reads. A batch the table does not hold is an
 // *UnknownBatchError.
 func (c *Coordinator) Get(ctx context.Context, id string) (*Progress, error) {
@@ -87,6 +95,11 @@ func (c *Coordinator) Get(ctx context.Context, id string) (*Progress, error) {
 	}
 	failed := getNums(it, aFailedSet)
 	slices.Sort(failed)
+	// The counter is exact and the set bounded: failed chunks beyond the
+	// set are counted, not listed. (A batch recorded before the bound may
+	// list more: Get reads no more than the bound of them.)
+	failed = failed[:min(len(failed), c.failedCap)]
+	p.FailedUnlisted = max(p.Failed-len(failed), 0)
 	for start := 0; start < len(failed); start += 100 {
 		got, err := c.failedChunks(ctx, id, failed[start:min(start+100, len(failed))])
 		if err != nil {

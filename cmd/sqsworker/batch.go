@@ -62,7 +62,9 @@ func newBatchShowCmd(a *app) *cobra.Command {
   COMPLETED  whether every chunk succeeded, and when the completion job was
              sent to the callback queue
 
-then the failed chunks with their error class and error. With --dlq, the
+then the failed chunks with their error class and error, as many as the
+batch's item lists (at most ` + strconv.Itoa(batch.MaxFailedIndexes) + `: FAILED counts every one, and says how
+many are not listed; --dlq finds those in the dead-letter queue). With --dlq, the
 dead-letter queue of the chunks' queue is read too (each message received
 once and released at once, as dlq ls does) and the batch's chunks found there
 are listed with the failure metadata the runtimes added: their dead-letter
@@ -207,7 +209,12 @@ func (a *app) printBatch(s batchShown) error {
 	}
 	line("Chunks", fmt.Sprintf("%d, %s", p.Total, sent))
 	line("Done", strconv.Itoa(p.Done))
-	line("Failed", strconv.Itoa(p.Failed))
+	failed := strconv.Itoa(p.Failed)
+	if p.FailedUnlisted > 0 {
+		failed += fmt.Sprintf(", %d of them not listed below: the batch lists at most %d failed chunks (--dlq finds the dead-lettered ones)",
+			p.FailedUnlisted, batch.MaxFailedIndexes)
+	}
+	line("Failed", failed)
 	line("Pending", strconv.Itoa(p.Pending))
 	switch {
 	case p.Completed && !p.Notified.IsZero():
@@ -231,6 +238,9 @@ func (a *app) printBatch(s batchShown) error {
 		if err := a.table([]string{"FAILED CHUNK", "ATTEMPTS", "ERROR CLASS", "FAILED AT", "ERROR"}, rows); err != nil {
 			return err
 		}
+	}
+	if p.FailedUnlisted > 0 {
+		fmt.Fprintf(a.out, "%d more failed chunks, not listed: the batch lists at most %d.\n", p.FailedUnlisted, batch.MaxFailedIndexes)
 	}
 	if s.DLQ != "" {
 		fmt.Fprintln(a.out)
