@@ -594,11 +594,13 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("replay started", "queue", oq.q.Name, "messages", len(p.ids), "job", j.ID)
 	go func() {
 		defer s.jobsWG.Done()
-		defer release()
 		res, err := oq.q.Replay(s.base, dlq.ReplayConfig{
 			Filter: f, To: p.to, Limit: len(p.ids), Visibility: s.cfg.Visibility, Audit: audit,
 			Progress: func(pr dlq.Progress) { j.mu.Lock(); j.Progress = pr; j.mu.Unlock() },
 		})
+		// The queue is free before the job says it is done: a listing or a
+		// dry run asked then is not refused for a replay under way.
+		release()
 		j.mu.Lock()
 		j.Done, j.Result, j.Finished = true, res, s.now()
 		if err != nil {
