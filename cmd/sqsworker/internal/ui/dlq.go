@@ -320,7 +320,7 @@ func planNotice(queue string, planned, scanned, approx, limit int) string {
 		more = ""
 	}
 	return fmt.Sprintf("The dry run stopped at its limit of %d messages, after reading %d of %s in %s: confirming moves only these %d; "+
-		"other matching messages stay in the queue. For them: another dry run after this replay, %sor `sqsworker dlq replay %s` with the filters (no limit).",
+		"any other matching messages stay in the queue. For them: another dry run after this replay, %sor `sqsworker dlq replay %s` with the filters (no limit).",
 		limit, scanned, about(approx), queue, planned, more, queue)
 }
 
@@ -328,7 +328,7 @@ func planNotice(queue string, planned, scanned, approx, limit int) string {
 // says it did.
 func replayNotice(planned, limit, approx int) string {
 	return fmt.Sprintf("Only the %d messages of the dry run were acted on: it stopped at its limit of %d, and the queue held %s; "+
-		"other matching messages stay in the queue (run a new dry run for them).", planned, limit, about(approx))
+		"any other matching messages stay in the queue (run a new dry run for them).", planned, limit, about(approx))
 }
 
 // messageDetail is one message with its body and attributes: only on
