@@ -35,14 +35,14 @@ func fakeDLQ(t *testing.T, f *sqstest.Fake, n int, class func(int) string) (src,
 type replayed struct {
 	plan    planResponse
 	started map[string]string
-	job     job
+	job     *job
 }
 
 // planAndReplay runs a dry run of planBody, confirms it and waits for the
 // replay's end.
 func planAndReplay(t *testing.T, base string, hdr map[string]string, planBody string) replayed {
 	t.Helper()
-	var r replayed
+	r := replayed{job: &job{}}
 	code, body := post(t, base+"/api/dlq/plan", planBody, hdr)
 	if err := json.Unmarshal([]byte(body), &r.plan); code != http.StatusOK || err != nil {
 		t.Fatalf("plan: %d %s", code, body)
@@ -56,7 +56,7 @@ func planAndReplay(t *testing.T, base string, hdr map[string]string, planBody st
 		if code != http.StatusOK {
 			t.Fatalf("job: %d %s", code, jb)
 		}
-		return json.Unmarshal([]byte(jb), &r.job) == nil && r.job.Done
+		return json.Unmarshal([]byte(jb), r.job) == nil && r.job.Done
 	}, "the replay did not end")
 	return r
 }
