@@ -304,7 +304,7 @@ func listNotice(queue string, shown, scanned, approx, limit int) string {
 	if shown != scanned {
 		head = fmt.Sprintf("Shown %d matching the filter among the first %d read of %s in %s", shown, scanned, about(approx), queue)
 	}
-	more := fmt.Sprintf("read up to %d (max)", MaxScanMax)
+	more := fmt.Sprintf("read more at once (max, up to %d)", MaxScanMax)
 	if limit >= MaxScanMax {
 		more = "narrow the filter"
 	}

@@ -43,7 +43,7 @@ func TestListingSaysWhenTruncated(t *testing.T) {
 		t.Fatalf("listing of 12 with ScanMax 5: %d %s", code, body)
 	}
 	for _, want := range []string{"Shown 5 of about 12 messages in jobs-dlq", "stopped at its limit of 5 messages read",
-		fmt.Sprintf("read up to %d (max)", MaxScanMax), "sqsworker dlq ls jobs-dlq --max N"} {
+		fmt.Sprintf("read more at once (max, up to %d)", MaxScanMax), "sqsworker dlq ls jobs-dlq --max N"} {
 		if !strings.Contains(l.Notice, want) {
 			t.Errorf("notice %q lacks %q", l.Notice, want)
 		}
