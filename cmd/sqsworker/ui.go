@@ -56,7 +56,9 @@ by name or URL, or every queue whose name starts with --prefix (ListQueues):
   Replay        a dry run first (what would move where), then an explicit
                 confirm, which moves exactly the messages the dry run showed;
                 the filtered set or the selected messages, to their source
-                queue or another.
+                queue or another. A dry run stopped at --scan-max says so:
+                only its messages move. A finished replay's status is kept
+                for an hour (the newest 100); the audit log is its record.
   Purge         after typing the queue's name.
   Audit log     the records of --audit, which every replayed message and
                 every purge is appended to (as with the dlq commands).
