@@ -28,6 +28,7 @@ type uiOptions struct {
 	allowActions bool
 	force        bool
 	interval     time.Duration
+	scanMax      int
 	audit        auditFlags
 }
 
@@ -48,10 +49,16 @@ by name or URL, or every queue whose name starts with --prefix (ListQueues):
   Dead letters  the messages of a dead-letter queue with their failure
                 metadata, filtered by error class, attribute, time and text;
                 a message's body and attributes only when you click it.
+                SQS has no paging: a listing reads up to --scan-max
+                messages (1000) and says when it stopped there, with the
+                queue's approximate count; the page can read more, up to
+                10000 at once (dlq ls --max has no bound).
   Replay        a dry run first (what would move where), then an explicit
                 confirm, which moves exactly the messages the dry run showed;
                 the filtered set or the selected messages, to their source
-                queue or another.
+                queue or another. A dry run stopped at --scan-max says so:
+                only its messages move. A finished replay's status is kept
+                for an hour (the newest 100); the audit log is its record.
   Purge         after typing the queue's name.
   Audit log     the records of --audit, which every replayed message and
                 every purge is appended to (as with the dlq commands).
@@ -80,6 +87,7 @@ between two messages, which loses nothing.`,
 	f.BoolVar(&o.allowActions, "allow-actions", false, "enable replay and purge (default: read-only)")
 	f.BoolVar(&o.force, "force", false, "act on queues even if they do not look like dead-letter queues")
 	f.DurationVar(&o.interval, "interval", ui.DefaultSampleInterval, "how often the queue figures are read while a page is open")
+	f.IntVar(&o.scanMax, "scan-max", ui.DefaultScanMax, fmt.Sprintf("messages a listing or a dry run reads unless the page asks for more (1 to %d)", ui.MaxScanMax))
 	o.audit.add(cmd, "")
 	return cmd
 }
@@ -94,6 +102,9 @@ func runUI(cmd *cobra.Command, a *app, args []string, o uiOptions) error {
 	}
 	if o.interval < time.Second {
 		return usageError{fmt.Errorf("--interval %s: want 1s or more", o.interval)}
+	}
+	if o.scanMax < 1 || o.scanMax > ui.MaxScanMax {
+		return usageError{fmt.Errorf("--scan-max %d: want 1 to %d (for more, dlq ls --max and dlq replay have no such bound)", o.scanMax, ui.MaxScanMax)}
 	}
 	if err := o.audit.validate(); err != nil {
 		return err
@@ -139,7 +150,7 @@ func runUI(cmd *cobra.Command, a *app, args []string, o uiOptions) error {
 	log := slog.New(slog.NewTextHandler(a.errs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	srv, err := ui.New(ui.Config{
 		Addr: o.addr, Token: o.token, AllowActions: o.allowActions, SQS: c, Stats: stats.read, Listed: stats.listed,
-		Audit: audit, AuditFile: auditFile, Force: o.force, SampleInterval: o.interval, Logger: log,
+		Audit: audit, AuditFile: auditFile, Force: o.force, SampleInterval: o.interval, ScanMax: o.scanMax, Logger: log,
 	})
 	if err != nil {
 		return err

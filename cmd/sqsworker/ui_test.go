@@ -21,6 +21,8 @@ func TestUIUsageErrors(t *testing.T) {
 		{[]string{"ui"}, "QUEUE arguments or --prefix"},
 		{[]string{"ui", "q", "--interval", "100ms"}, "--interval 100ms"},
 		{[]string{"ui", "q", "--addr", "8080"}, "--addr"},
+		{[]string{"ui", "q", "--scan-max", "10001"}, "--scan-max 10001: want 1 to 10000"},
+		{[]string{"ui", "q", "--scan-max", "0"}, "--scan-max 0"},
 	} {
 		_, stderr, code := runCLI(t, "", tc.args...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

@@ -2,13 +2,17 @@ package ui
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -126,5 +130,100 @@ func TestActionsOnLocalStack(t *testing.T) {
 	}
 	if r.Action != dlq.ActionReplay || r.DLQMessageID != ids[1] || r.Destination != other.URL || !r.Deleted {
 		t.Errorf("replay record %+v", r)
+	}
+}
+
+// TestTruncatedScanOnLocalStack checks the scan limit against the local
+// stack: a listing of a dead-letter queue of 12 messages with ScanMax 5
+// says it shows 5 of about 12 and how to see more; a replay of 2 messages
+// chosen from it moves exactly those; a dry run of the whole queue stops
+// at 5 and says that only those move, and its replay moves exactly them.
+// The other queue receives those 7 bodies and no other, the audit log has
+// the 7, and a listing with a higher max finds the 5 left.
+func TestTruncatedScanOnLocalStack(t *testing.T) {
+	localtest.Require(t)
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	other := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	var bodies []string
+	for i := range 12 {
+		bodies = append(bodies, fmt.Sprint("dead ", i))
+	}
+	ids := localtest.Send(t, c, q.DLQURL, "", bodies...)
+	bodyOf := map[string]string{}
+	for i, id := range ids {
+		bodyOf[id] = bodies[i]
+	}
+	localtest.Eventually(t, 30*time.Second, func() bool { v, _, _ := localtest.Depth(t, c, q.DLQURL); return v == 12 }, "the dead-letter queue does not show 12 messages")
+	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
+	auditLog, err := dlq.OpenAuditLog(auditPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = auditLog.Close() })
+	_, base := newTestServer(t, Config{
+		SQS: c, Stats: statsOf(c, q), AllowActions: true, AuditFile: auditPath, ScanMax: 5,
+		Audit: dlq.Audit{Record: auditLog.Record, Caller: "truncation-test"},
+	})
+	hdr := map[string]string{"X-CSRF-Token": csrfOf(t, base), "Origin": base}
+	dlqName := name(q.DLQURL)
+
+	code, l, body := list(t, base, "queue="+dlqName)
+	if code != http.StatusOK || !l.Truncated || l.Scanned != 5 || len(l.Messages) != 5 || l.Approximate != 12 ||
+		!strings.Contains(l.Notice, "Shown 5 of about 12 messages in "+dlqName) || !strings.Contains(l.Notice, "sqsworker dlq ls "+dlqName+" --max N") {
+		t.Fatalf("listing of 12 with ScanMax 5: %d %s", code, body)
+	}
+	want := map[string]bool{} // bodies that must reach the other queue
+	chosen := []string{l.Messages[0].ID, l.Messages[3].ID}
+	for _, id := range chosen {
+		want[bodyOf[id]] = true
+	}
+	r := planAndReplay(t, base, hdr, `{"queue":"`+dlqName+`","ids":["`+strings.Join(chosen, `","`)+`"],"to":"`+name(other.URL)+`"}`)
+	if r.job.Error != "" || r.job.Result.Moved != 2 || r.plan.Notice != "" || r.job.Notice != "" {
+		t.Fatalf("replay of 2 chosen: %+v, plan notice %q", r.job, r.plan.Notice)
+	}
+
+	r = planAndReplay(t, base, hdr, `{"queue":"`+dlqName+`","to":"`+name(other.URL)+`"}`)
+	if len(r.plan.Result.Messages) != 5 || !r.plan.Result.LimitHit || !strings.Contains(r.plan.Notice, "confirming moves only these 5") ||
+		!strings.Contains(r.plan.Notice, "of about 10 messages in "+dlqName) {
+		t.Fatalf("dry run of 10 with ScanMax 5: %d planned, limit %v, notice %q", len(r.plan.Result.Messages), r.plan.Result.LimitHit, r.plan.Notice)
+	}
+	if r.job.Error != "" || r.job.Result.Moved != 5 || !strings.Contains(r.job.Notice, "Only the 5 messages of the dry run were acted on") {
+		t.Fatalf("replay of the truncated dry run: %+v", r.job)
+	}
+	for _, m := range r.plan.Result.Messages {
+		want[bodyOf[m.MessageID]] = true
+	}
+	if len(want) != 7 {
+		t.Fatalf("the two replays planned %d distinct messages, want 7", len(want))
+	}
+
+	got := localtest.ReceiveAll(t, c, other.URL, 2*time.Second, 60*time.Second)
+	gotBodies := map[string]bool{}
+	for _, m := range got {
+		gotBodies[aws.ToString(m.Body)] = true
+	}
+	if len(got) != 7 || !maps.Equal(gotBodies, want) {
+		t.Errorf("the other queue received %d messages %v, want exactly %v", len(got), gotBodies, want)
+	}
+	moved := map[string]bool{}
+	for _, rec := range readAuditFile(t, auditPath) {
+		if rec.Action == dlq.ActionReplay && rec.Deleted {
+			moved[bodyOf[rec.DLQMessageID]] = true
+		}
+	}
+	if !maps.Equal(moved, want) {
+		t.Errorf("the audit log records %v moved, want %v", moved, want)
+	}
+
+	// The 5 left, read whole with a higher max.
+	code, l, body = list(t, base, "queue="+dlqName+"&max=50")
+	if code != http.StatusOK || l.Truncated || l.Notice != "" || len(l.Messages) != 5 {
+		t.Fatalf("listing with max=50: %d %s", code, body)
+	}
+	for _, m := range l.Messages {
+		if want[bodyOf[m.ID]] {
+			t.Errorf("message %q listed in the dead-letter queue after its replay", bodyOf[m.ID])
+		}
 	}
 }

@@ -677,3 +677,82 @@ func TestBrowserNavigationFromAnotherSite(t *testing.T) {
 	// Typed in the address bar, the address lists at once.
 	step("typed address", chromedp.Navigate("about:blank"), chromedp.Navigate(target), poll(`document.querySelectorAll('#messages tbody tr').length === 1`))
 }
+
+// TestBrowserTruncatedListing drives the page over a dead-letter queue
+// larger than the scan limit (the fake SQS, ScanMax 3, 8 messages): the
+// listing says it shows 3 of about 8 and offers to read more; the dry run
+// of the filtered says it stopped at 3 and that only those move, and so
+// does its confirm button and the replay's result; reading up to 20 then
+// lists the 5 left, with no notice, and a body of one of them opens.
+func TestBrowserTruncatedListing(t *testing.T) {
+	chromium := chromiumPath(t)
+	f := sqstest.NewFake()
+	src, _ := fakeDLQ(t, f, 8, func(int) string { return "validation" })
+	_, base := newTestServer(t, Config{SQS: f, AllowActions: true, ScanMax: 3})
+	ctx, cancel := context.WithTimeout(startBrowser(t, chromium), 3*time.Minute)
+	defer cancel()
+	until := func(cond string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+			_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
+			return err
+		})
+	}
+	text := func(sel string, dst *string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) (err error) {
+			*dst, err = chromedp.Text(chromedp.CSS(sel))(ctx, tgt)
+			return err
+		})
+	}
+	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, actions...); err != nil {
+			page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
+			t.Fatalf("%s: %v\npage text:\n%s", step, err, page)
+		}
+	}
+
+	var notice, scope string
+	run("truncated listing",
+		chromedp.Navigate(base+"/#/dlq/jobs-dlq"),
+		until(`document.querySelectorAll('#messages tbody tr').length === 3 && !!document.querySelector('#list-truncated')`),
+		text(`#list-truncated`, &notice),
+		text(`#plan-scope`, &scope))
+	if !strings.Contains(notice, "Shown 3 of about 8 messages in jobs-dlq") || !strings.Contains(notice, "sqsworker dlq ls jobs-dlq --max N") || !strings.Contains(notice, "Read up to") {
+		t.Errorf("listing notice: %q", notice)
+	}
+	if !strings.Contains(scope, "read only the first 3 messages") {
+		t.Errorf("dry run scope note: %q", scope)
+	}
+
+	var limit, confirm, result string
+	run("truncated dry run and its replay",
+		chromedp.Click(chromedp.CSS(`#plan-filtered`)),
+		until(`document.querySelectorAll('#plan-table tbody tr').length === 3`),
+		text(`#plan-limit`, &limit),
+		text(`#confirm-replay`, &confirm),
+		chromedp.Click(chromedp.CSS(`#confirm-replay`)),
+		until(`!!document.querySelector('#replay-notice')`),
+		text(`#last-result`, &result))
+	if !strings.Contains(limit, "confirming moves only these 3") || confirm != "Confirm: move only these 3 message(s)" {
+		t.Errorf("dry run: notice %q, button %q", limit, confirm)
+	}
+	if !strings.Contains(result, "Moved 3 message(s)") || !strings.Contains(result, "Only the 3 messages of the dry run were acted on") {
+		t.Errorf("replay result: %q", result)
+	}
+	if v, _, _ := f.Depth(src); v != 3 {
+		t.Errorf("source queue holds %d, want the 3 planned", v)
+	}
+
+	var body string
+	run("read more",
+		until(`document.querySelectorAll('#messages tbody tr').length === 3 && !!document.querySelector('#scan-max')`),
+		until(`(() => { document.querySelector('#scan-max').value = "20"; return true; })()`),
+		chromedp.Click(chromedp.CSS(`#read-more`)),
+		until(`document.querySelectorAll('#messages tbody tr').length === 5 && !document.querySelector('#list-truncated') && !document.querySelector('#plan-scope')`),
+		chromedp.Click(chromedp.CSS(`#messages tbody tr:last-child button.show`)),
+		until(`!!document.querySelector('#message-body')`),
+		text(`#message-body`, &body))
+	if !strings.HasPrefix(body, `{"job":`) {
+		t.Errorf("body shown: %q", body)
+	}
+}

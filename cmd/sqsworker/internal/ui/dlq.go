@@ -11,8 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -175,16 +175,26 @@ func newListItem(m *dlq.Message) listItem {
 
 // listing is what /api/dlq/messages returns.
 type listing struct {
-	Queue     string     `json:"queue"`
-	URL       string     `json:"url"`
-	FIFO      bool       `json:"fifo"`
-	Sources   []string   `json:"sources"`
-	Notes     []string   `json:"notes,omitempty"`
-	Filter    string     `json:"filter"`
-	Messages  []listItem `json:"messages"`
-	Scanned   int        `json:"scanned"`
-	Truncated bool       `json:"truncated,omitempty"`
-	Shortfall string     `json:"shortfall,omitempty"`
+	Queue    string     `json:"queue"`
+	URL      string     `json:"url"`
+	FIFO     bool       `json:"fifo"`
+	Sources  []string   `json:"sources"`
+	Notes    []string   `json:"notes,omitempty"`
+	Filter   string     `json:"filter"`
+	Messages []listItem `json:"messages"`
+	Scanned  int        `json:"scanned"`
+	// Max is the bound of messages read: the request's max, or
+	// Config.ScanMax; MaxScanMax is the most a request may ask.
+	Max        int `json:"max"`
+	MaxScanMax int `json:"maxScanMax"`
+	// Approximate is the queue's approximate count (visible and in
+	// flight) when the listing started; -1 when it could not be read.
+	Approximate int  `json:"approximate"`
+	Truncated   bool `json:"truncated,omitempty"`
+	// Notice, when Truncated, says how much was shown and how to see
+	// more.
+	Notice    string `json:"notice,omitempty"`
+	Shortfall string `json:"shortfall,omitempty"`
 	// Classes are the error classes of every message read, matching or
 	// not, for the filter's choices.
 	Classes []string `json:"classes"`
@@ -199,6 +209,11 @@ func queryFilter(r *http.Request) filterParams {
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	f, err := queryFilter(r).filter(time.Now())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	limit, err := s.scanMax(r.URL.Query().Get("max"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -219,14 +234,15 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	var oldest time.Time
 	// Every message read counts for the classes and the oldest failure;
 	// the filter picks those listed.
-	res, err := q.Scan(ctx, dlq.ScanConfig{Max: s.cfg.ScanMax, Visibility: s.cfg.Visibility})
+	res, err := q.Scan(ctx, dlq.ScanConfig{Max: limit, Visibility: s.cfg.Visibility})
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	out := listing{
 		Queue: q.Name, URL: q.URL, FIFO: q.FIFO, Sources: q.Sources, Notes: q.Notes, Filter: f.String(),
-		Messages: []listItem{}, Scanned: res.Scanned, Truncated: res.Truncated, Shortfall: res.Coverage.Shortfall(),
+		Messages: []listItem{}, Scanned: res.Scanned, Max: limit, MaxScanMax: MaxScanMax, Approximate: res.Coverage.Approximate,
+		Truncated: res.Truncated, Shortfall: res.Coverage.Shortfall(),
 		Classes: []string{}, Actions: s.cfg.AllowActions,
 	}
 	for _, m := range res.Messages {
@@ -244,6 +260,9 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		out.Classes = append(out.Classes, c)
 	}
 	slices.Sort(out.Classes)
+	if out.Truncated {
+		out.Notice = listNotice(q.Name, len(out.Messages), res.Scanned, res.Coverage.Approximate, limit)
+	}
 	if res.Coverage.Complete {
 		s.mu.Lock()
 		if oldest.IsZero() {
@@ -254,6 +273,62 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		s.mu.Unlock()
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// scanMax reads the max of a request: the bound of the messages read, from
+// 1 to [MaxScanMax]; Config.ScanMax when v is empty.
+func (s *Server) scanMax(v string) (int, error) {
+	if strings.TrimSpace(v) == "" {
+		return s.cfg.ScanMax, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 1 || n > MaxScanMax {
+		return 0, badRequest(fmt.Sprintf("max %q: want a whole number of messages from 1 to %d, the most one listing or dry run reads here; "+
+			"for more, use `sqsworker dlq ls DLQ --max N` or `sqsworker dlq replay DLQ` with filters, which have no such bound", v, MaxScanMax))
+	}
+	return n, nil
+}
+
+// about is a queue's approximate count in words.
+func about(approx int) string {
+	if approx < 0 {
+		return "an unknown number of messages (the queue's count could not be read)"
+	}
+	return fmt.Sprintf("about %d messages", approx)
+}
+
+// listNotice says that a listing stopped at its bound: what it shows of
+// the queue, and how to see more.
+func listNotice(queue string, shown, scanned, approx, limit int) string {
+	head := fmt.Sprintf("Shown %d of %s in %s", shown, about(approx), queue)
+	if shown != scanned {
+		head = fmt.Sprintf("Shown %d matching the filter among the first %d read of %s in %s", shown, scanned, about(approx), queue)
+	}
+	more := fmt.Sprintf("read more at once (max, up to %d)", MaxScanMax)
+	if limit >= MaxScanMax {
+		more = "narrow the filter"
+	}
+	return fmt.Sprintf("%s: the listing stopped at its limit of %d messages read (SQS has no paging: each read receives the messages). "+
+		"To see more, %s, or use `sqsworker dlq ls %s --max N` with filters.", head, limit, more, queue)
+}
+
+// planNotice says that a dry run stopped at its bound: only its messages
+// would move.
+func planNotice(queue string, planned, scanned, approx, limit int) string {
+	more := fmt.Sprintf("a dry run with a higher limit (max, up to %d), ", MaxScanMax)
+	if limit >= MaxScanMax {
+		more = ""
+	}
+	return fmt.Sprintf("The dry run stopped at its limit of %d messages, after reading %d of %s in %s: confirming moves only these %d; "+
+		"any other matching messages stay in the queue. For them: another dry run after this replay, %sor `sqsworker dlq replay %s` with the filters (no limit).",
+		limit, scanned, about(approx), queue, planned, more, queue)
+}
+
+// replayNotice is what a replay of a dry run that stopped at its bound
+// says it did.
+func replayNotice(planned, limit, approx int) string {
+	return fmt.Sprintf("Only the %d messages of the dry run were acted on: it stopped at its limit of %d, and the queue held %s; "+
+		"any other matching messages stay in the queue (run a new dry run for them).", planned, limit, about(approx))
 }
 
 // messageDetail is one message with its body and attributes: only on
@@ -272,6 +347,11 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest("no message id given"))
 		return
 	}
+	limit, err := s.scanMax(r.URL.Query().Get("max"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	oq, err := s.open(ctx, r.URL.Query().Get("queue"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -283,7 +363,7 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
-	res, err := oq.q.Scan(ctx, dlq.ScanConfig{Filter: dlq.Filter{IDs: []string{id}}, Max: s.cfg.ScanMax, Visibility: s.cfg.Visibility,
+	res, err := oq.q.Scan(ctx, dlq.ScanConfig{Filter: dlq.Filter{IDs: []string{id}}, Max: limit, Visibility: s.cfg.Visibility,
 		Until: func(*dlq.Message) bool { return true }})
 	if err != nil {
 		s.fail(w, r, err)
@@ -312,6 +392,9 @@ type plan struct {
 	to      string
 	ids     []string
 	created time.Time
+	// notice says, when the dry run stopped at its limit, that only its
+	// messages are acted on.
+	notice string
 }
 
 const planTTL = 15 * time.Minute
@@ -323,6 +406,9 @@ type planRequest struct {
 	// filter selects.
 	IDs []string `json:"ids"`
 	To  string   `json:"to"`
+	// Max bounds the messages planned. Default 0: Config.ScanMax; at most
+	// MaxScanMax.
+	Max int `json:"max"`
 }
 
 type planResponse struct {
@@ -331,6 +417,13 @@ type planResponse struct {
 	// Warnings are shown above the plan: a destination that is not a
 	// source queue of the dead-letter queue.
 	Warnings []string `json:"warnings,omitempty"`
+	// Max is the bound of messages planned; MaxScanMax the most a request
+	// may ask.
+	Max        int `json:"max"`
+	MaxScanMax int `json:"maxScanMax"`
+	// Notice, when the dry run stopped at Max, says that only its
+	// messages are acted on, and how to act on more.
+	Notice string `json:"notice,omitempty"`
 }
 
 func decode(r *http.Request, v any) error {
@@ -359,6 +452,13 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest(err.Error()))
 		return
 	}
+	limit := s.cfg.ScanMax
+	if req.Max != 0 {
+		if limit, err = s.scanMax(strconv.Itoa(req.Max)); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	oq, err := s.open(ctx, req.Queue)
 	if err != nil {
 		s.fail(w, r, err)
@@ -366,7 +466,7 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	// A plan is as bounded as a listing: the page shows it whole, and its
 	// replay matches each message against every ID of it.
-	cfg := dlq.ReplayConfig{Filter: f, Visibility: s.cfg.Visibility, Limit: s.cfg.ScanMax}
+	cfg := dlq.ReplayConfig{Filter: f, Visibility: s.cfg.Visibility, Limit: limit}
 	var warnings []string
 	if req.To != "" {
 		t, err := oq.q.Target(ctx, req.To)
@@ -399,6 +499,11 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 	for _, m := range res.Messages {
 		p.ids = append(p.ids, m.MessageID)
 	}
+	out := planResponse{Result: res, Warnings: warnings, Max: limit, MaxScanMax: MaxScanMax}
+	if res.LimitHit {
+		out.Notice = planNotice(oq.q.Name, len(res.Messages), res.Scanned, res.Coverage.Approximate, limit)
+		p.notice = replayNotice(len(res.Messages), limit, res.Coverage.Approximate)
+	}
 	id := RandomToken()[:16]
 	s.mu.Lock()
 	for k, old := range s.plans {
@@ -408,7 +513,8 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	s.plans[id] = p
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, planResponse{PlanID: id, Result: res, Warnings: warnings})
+	out.PlanID = id
+	writeJSON(w, http.StatusOK, out)
 }
 
 // otherDestination says, for a destination the operator gave, when it is
@@ -433,18 +539,6 @@ func (s *Server) otherDestination(ctx context.Context, q *dlq.Queue, t dlq.Targe
 		msg += " (its source queues: " + strings.Join(names, ", ") + ")"
 	}
 	return msg + ". Check the destination before you confirm.", nil
-}
-
-// job is a replay under way or done.
-type job struct {
-	mu       sync.Mutex
-	ID       string            `json:"id"`
-	Queue    string            `json:"queue"`
-	Total    int               `json:"total"`
-	Progress dlq.Progress      `json:"progress"`
-	Done     bool              `json:"done"`
-	Result   *dlq.ReplayResult `json:"result,omitempty"`
-	Error    string            `json:"error,omitempty"`
 }
 
 func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
@@ -482,7 +576,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 	f := p.filter
 	f.IDs = p.ids
 	audit := s.auditFor(r)
-	j := &job{ID: RandomToken()[:16], Queue: oq.q.Name, Total: len(p.ids)}
+	j := &job{Queue: oq.q.Name, Total: len(p.ids), Notice: p.notice}
 	// Under mu, which Serve holds to cancel base: a replay starts before
 	// Serve waits for the replays, or not at all.
 	s.mu.Lock()
@@ -492,20 +586,23 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, &httpError{http.StatusServiceUnavailable, "not replayed: the server is shutting down"})
 		return
 	}
-	s.jobs[j.ID] = j
+	j.ID, j.Started = s.jobs.newID(), s.now()
+	s.jobs.add(j, j.Started)
 	s.jobsWG.Add(1)
 	s.mu.Unlock()
 	// The filter is not logged: its text condition may quote a body.
 	s.log.Info("replay started", "queue", oq.q.Name, "messages", len(p.ids), "job", j.ID)
 	go func() {
 		defer s.jobsWG.Done()
-		defer release()
 		res, err := oq.q.Replay(s.base, dlq.ReplayConfig{
 			Filter: f, To: p.to, Limit: len(p.ids), Visibility: s.cfg.Visibility, Audit: audit,
 			Progress: func(pr dlq.Progress) { j.mu.Lock(); j.Progress = pr; j.mu.Unlock() },
 		})
+		// The queue is free before the job says it is done: a listing or a
+		// dry run asked then is not refused for a replay under way.
+		release()
 		j.mu.Lock()
-		j.Done, j.Result = true, res
+		j.Done, j.Result, j.Finished = true, res, s.now()
 		if err != nil {
 			j.Error = err.Error()
 		}
@@ -516,7 +613,11 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 		}
 		s.log.Info("replay ended", "queue", oq.q.Name, "moved", moved, "job", j.ID, "err", err)
 	}()
-	writeJSON(w, http.StatusAccepted, map[string]string{"jobId": j.ID})
+	started := map[string]string{"jobId": j.ID}
+	if p.notice != "" {
+		started["notice"] = p.notice
+	}
+	writeJSON(w, http.StatusAccepted, started)
 }
 
 // auditFor is the audit of an action asked by r: the server's, noting
@@ -532,11 +633,16 @@ func (s *Server) auditFor(r *http.Request) dlq.Audit {
 }
 
 func (s *Server) handleJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
 	s.mu.Lock()
-	j := s.jobs[r.PathValue("id")]
+	j := s.jobs.get(id, s.now())
 	s.mu.Unlock()
 	if j == nil {
-		s.fail(w, r, &httpError{http.StatusNotFound, "no such replay"})
+		if s.jobs.made(id) { // jobs under way are kept: it finished
+			s.fail(w, r, &httpError{http.StatusGone, s.jobs.goneMessage(id, s.cfg.AuditFile)})
+			return
+		}
+		s.fail(w, r, &httpError{http.StatusNotFound, "no such replay in this server (a server forgets its replays when it stops; the audit log holds their records)"})
 		return
 	}
 	j.mu.Lock()

@@ -16,5 +16,15 @@
 // bodies and attributes are sent only by the endpoint that shows one
 // message, never in listings, and never logged.
 //
+// Limits: SQS has no paging (each read receives the messages), so a
+// listing reads at most [Config.ScanMax] messages and a dry run plans at
+// most as many; a request may ask for more with max, up to [MaxScanMax].
+// When a listing or a dry run stops at its limit, its answer says so, with
+// the queue's approximate count and how to see more, and a replay of such
+// a dry run says that only its messages were acted on. The status of a
+// replay under way is always kept; that of a finished one for
+// [Config.JobRetention], and only the newest [Config.MaxFinishedJobs],
+// after which it answers 410 Gone: the audit log is the lasting record.
+//
 // The assets (HTML, JavaScript, CSS) are embedded: no CDN, no build step.
 package ui

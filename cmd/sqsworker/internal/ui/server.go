@@ -26,12 +26,21 @@ var assets embed.FS
 
 // Defaults of [Config].
 const (
-	DefaultAddr           = "127.0.0.1:8080"
-	DefaultSampleInterval = 5 * time.Second
-	DefaultSampleIdle     = 30 * time.Second
-	DefaultSampleWindow   = 10 * time.Minute
-	DefaultScanMax        = 1000
+	DefaultAddr            = "127.0.0.1:8080"
+	DefaultSampleInterval  = 5 * time.Second
+	DefaultSampleIdle      = 30 * time.Second
+	DefaultSampleWindow    = 10 * time.Minute
+	DefaultScanMax         = 1000
+	DefaultJobRetention    = time.Hour
+	DefaultMaxFinishedJobs = 100
 )
+
+// MaxScanMax is the most messages one listing or one dry run may read:
+// the bound of [Config.ScanMax] and of a request's max. A listing holds
+// the messages it reads invisible while it runs (SQS has no peek), and
+// the page shows them all; the dlq commands, with filters, have no such
+// bound.
+const MaxScanMax = 10_000
 
 // Config is how [New] makes a server.
 type Config struct {
@@ -73,8 +82,19 @@ type Config struct {
 	// [DefaultSampleWindow].
 	SampleWindow time.Duration
 	// ScanMax bounds the messages a listing reads, and those a dry run
-	// plans (the rest wait for another). Default [DefaultScanMax].
+	// plans (the rest wait for another), unless the request asks for
+	// another bound (max, up to [MaxScanMax]). A listing or dry run that
+	// stops there says so, with the queue's approximate count and how to
+	// see more. Default [DefaultScanMax]; more than MaxScanMax is refused.
 	ScanMax int
+	// JobRetention is how long the status of a finished replay is kept
+	// (GET /api/jobs/{id}); after that it answers 410 Gone, pointing to
+	// the audit log, which holds the record of every message moved. Jobs
+	// under way are always kept. Default [DefaultJobRetention].
+	JobRetention time.Duration
+	// MaxFinishedJobs is how many finished replays are kept at most: the
+	// newest. Default [DefaultMaxFinishedJobs].
+	MaxFinishedJobs int
 	// Visibility is the visibility timeout of the messages a listing, a
 	// dry run or a replay holds. Default [dlq.DefaultVisibility].
 	Visibility time.Duration
@@ -98,11 +118,12 @@ type Server struct {
 	base   context.Context
 	cancel context.CancelFunc
 	jobsWG sync.WaitGroup
+	now    func() time.Time // the clock of jobs and plans (tests set it before serving)
 
 	mu     sync.Mutex
 	queues map[string]*openQueue // by the name or URL asked
 	plans  map[string]*plan
-	jobs   map[string]*job
+	jobs   *jobs
 	oldest map[string]time.Time // oldest failure seen, by DLQ URL
 }
 
@@ -124,6 +145,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ScanMax <= 0 {
 		cfg.ScanMax = DefaultScanMax
 	}
+	if cfg.JobRetention <= 0 {
+		cfg.JobRetention = DefaultJobRetention
+	}
+	if cfg.MaxFinishedJobs <= 0 {
+		cfg.MaxFinishedJobs = DefaultMaxFinishedJobs
+	}
 	if cfg.Visibility == 0 {
 		cfg.Visibility = dlq.DefaultVisibility
 	}
@@ -136,6 +163,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Stats == nil {
 		errs = append(errs, errors.New("no Stats function"))
+	}
+	if cfg.ScanMax > MaxScanMax {
+		errs = append(errs, fmt.Errorf("scan max %d: want 1 to %d", cfg.ScanMax, MaxScanMax))
 	}
 	loopback, err := IsLoopback(cfg.Addr)
 	if err != nil {
@@ -158,7 +188,8 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, loopback: loopback, csrf: RandomToken(), log: cfg.Logger, index: index,
 		static:  http.StripPrefix("/static/", http.FileServerFS(sub)),
 		sampler: newSampler(cfg.Stats, cfg.SampleInterval, cfg.SampleIdle, cfg.SampleWindow),
-		queues:  map[string]*openQueue{}, plans: map[string]*plan{}, jobs: map[string]*job{}, oldest: map[string]time.Time{},
+		queues:  map[string]*openQueue{}, plans: map[string]*plan{}, oldest: map[string]time.Time{},
+		jobs: newJobs(cfg.JobRetention, cfg.MaxFinishedJobs), now: time.Now,
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
 	return s, nil
@@ -208,7 +239,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		Handler:           s.Handler(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
-		// A listing reads up to ScanMax messages and a dry run as many.
+		// A listing reads up to ScanMax messages (a request may ask up to
+		// MaxScanMax) and a dry run as many.
 		WriteTimeout:   5 * time.Minute,
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: 64 << 10,

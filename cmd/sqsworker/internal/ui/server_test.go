@@ -51,6 +51,14 @@ func noStats(context.Context) ([]QueueStats, error) { return []QueueStats{}, nil
 // until the test ends.
 func newTestServer(t *testing.T, cfg Config) (*Server, string) {
 	t.Helper()
+	s := newUnserved(t, cfg)
+	return s, serve(t, s)
+}
+
+// newUnserved makes a server on the fake SQS (by default) at a loopback
+// address, for a test to set before serving it.
+func newUnserved(t *testing.T, cfg Config) *Server {
+	t.Helper()
 	if cfg.SQS == nil {
 		cfg.SQS = sqstest.NewFake()
 	}
@@ -65,6 +73,13 @@ func newTestServer(t *testing.T, cfg Config) (*Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// serve serves s at a loopback address until the test ends, and returns
+// its base URL.
+func serve(t *testing.T, s *Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +93,7 @@ func newTestServer(t *testing.T, cfg Config) (*Server, string) {
 			t.Errorf("Serve: %v", err)
 		}
 	})
-	return s, "http://" + ln.Addr().String()
+	return "http://" + ln.Addr().String()
 }
 
 func post(t *testing.T, url, body string, hdr map[string]string) (int, string) {

@@ -177,7 +177,9 @@ async function showDLQIndex() {
 let dq = null;
 
 function showDLQ(name) {
-  dq = { name, list: null, selected: new Set(), filter: { classes: [], attrs: [], since: "", until: "", text: "" } };
+  // max: the most messages a listing reads, when the operator asked for
+  // more than the server's default (null: the default).
+  dq = { name, list: null, max: null, selected: new Set(), filter: { classes: [], attrs: [], since: "", until: "", text: "" } };
   const cls = el("select", { id: "f-class" }, el("option", { value: "" }, "any"));
   const attr = el("input", { id: "f-attr", placeholder: "name=value", size: 16 });
   const since = el("input", { id: "f-since", placeholder: "2h ago or RFC 3339", size: 18 });
@@ -210,6 +212,7 @@ function filterQuery(f) {
   if (f.since) p.set("since", f.since);
   if (f.until) p.set("until", f.until);
   if (f.text) p.set("text", f.text);
+  if (dq.max) p.set("max", dq.max);
   return p.toString();
 }
 
@@ -260,13 +263,29 @@ function renderList() {
   });
   fill(document.getElementById("list"),
     el("p", { class: "muted", id: "list-summary" }, `${d.messages.length} message(s) match (${d.filter}); ${d.scanned} read`,
-      d.truncated ? "; stopped at the listing's limit" : "", d.shortfall ? "; " + d.shortfall : ""),
+      d.truncated ? ` of about ${d.approximate < 0 ? "?" : d.approximate}, stopped at the listing's limit of ${d.max}` : "", d.shortfall ? "; " + d.shortfall : ""),
+    d.truncated ? truncatedNotice(d) : null,
     d.notes && d.notes.length ? el("p", { class: "note" }, d.notes.join(" ")) : null,
     el("table", { id: "messages" },
       el("thead", {}, el("tr", {}, el("th", {}, all), el("th", {}, "Failed at"), el("th", {}, "Error class"), el("th", {}, "Error"),
         el("th", { class: "num" }, "Attempts"), el("th", {}, "First received"), el("th", {}, "Source"), el("th", {}, "Original ID"), el("th", {}, ""))),
       el("tbody", {}, rows)));
   renderActions();
+}
+
+// truncatedNotice says that a listing stopped at its limit, and offers to
+// read more, up to the server's bound.
+function truncatedNotice(d) {
+  const more = el("input", { type: "number", id: "scan-max", min: 1, max: d.maxScanMax, size: 7,
+    value: Math.min(d.maxScanMax, Math.max(d.max * 2, d.approximate)) });
+  const read = el("form", { class: "bar", id: "read-more-form", onsubmit: (e) => {
+    e.preventDefault();
+    dq.max = Number(more.value);
+    dq.selected.clear();
+    fill(document.getElementById("plan") || document.createElement("div"));
+    loadList();
+  } }, el("label", {}, "Read up to ", more, ` messages (at most ${d.maxScanMax})`), el("button", { type: "submit", id: "read-more" }, "Read"));
+  return el("div", { class: "warn", id: "list-truncated" }, el("p", {}, d.notice), d.max < d.maxScanMax ? read : null);
 }
 
 function renderActions() {
@@ -284,6 +303,7 @@ function renderActions() {
       el("button", { type: "button", id: "plan-selected", disabled: n === 0, onclick: () => planReplay(true, to.value) },
         `Dry run: replay the ${n} selected`),
       el("label", { class: "muted" }, "to ", to)),
+    dq.list.truncated ? el("p", { class: "warn", id: "plan-scope" }, `This listing read only the first ${dq.list.scanned} messages: a dry run of the filtered reads the queue again and plans up to ${dq.list.max} matching messages, which may include some not listed here. It shows exactly what would move before you confirm.`) : null,
     el("div", { id: "plan" }),
     purgePanel());
 }
@@ -293,7 +313,7 @@ async function planReplay(selectedOnly, to) {
   fill(document.getElementById("last-result"));
   fill(box, el("div", { class: "panel plan" }, "Dry run under way…"));
   try {
-    const d = await api("api/dlq/plan", { queue: dq.name, filter: dq.filter, ids: selectedOnly ? [...dq.selected] : [], to });
+    const d = await api("api/dlq/plan", { queue: dq.name, filter: dq.filter, ids: selectedOnly ? [...dq.selected] : [], to, max: dq.list.max });
     const res = d.result;
     const rows = res.messages.map((m) => el("tr", { "data-id": m.messageId },
       el("td", { class: "mono" }, m.originalMessageId), el("td", {}, el("span", { class: "class" }, m.errorClass || "–")),
@@ -301,11 +321,11 @@ async function planReplay(selectedOnly, to) {
     const stayed = (res.stayed || []).map((s) => el("li", {}, `${s.originalMessageId}: ${s.reason}`));
     const confirm = el("button", { type: "button", class: "primary", id: "confirm-replay", disabled: res.messages.length === 0,
       onclick: () => { confirm.disabled = true; runReplay(d.planId, res.messages.length); } },
-    `Confirm: move these ${res.messages.length} message(s)`);
+    d.notice ? `Confirm: move only these ${res.messages.length} message(s)` : `Confirm: move these ${res.messages.length} message(s)`);
     fill(box, el("div", { class: "panel plan", id: "plan-panel" },
       el("strong", {}, `Dry run: ${res.matched} message(s) would move`), el("span", { class: "muted" }, ` (read ${res.scanned}; ${res.filter}). Nothing has moved yet.`),
       (d.warnings || []).map((w) => el("p", { class: "err plan-warning" }, w)),
-      res.limitReached ? el("p", { class: "note", id: "plan-limit" }, `The dry run stopped at ${res.messages.length} message(s), the most one plan holds: run it again after this replay for the rest.`) : null,
+      d.notice ? el("p", { class: "warn", id: "plan-limit" }, d.notice) : null,
       el("table", { id: "plan-table" }, el("thead", {}, el("tr", {}, el("th", {}, "Original ID"), el("th", {}, "Error class"), el("th", {}, "Failed at"), el("th", {}, "Destination"))), el("tbody", {}, rows)),
       stayed.length ? el("div", {}, el("p", { class: "err" }, `${stayed.length} would stay:`), el("ul", {}, stayed)) : null,
       res.noSource ? el("p", { class: "err" }, `${res.noSource} have no source queue: give a destination.`) : null,
@@ -333,7 +353,8 @@ async function runReplay(planId, total) {
         fill(document.getElementById("last-result"), el("div", { class: "panel plan" }, el("span", { class: j.error ? "err" : "ok", id: "replay-result" },
           `Moved ${r.moved} message(s) to ${[...new Set((r.messages || []).map((m) => queueName(m.destination)))].join(", ") || "–"}` +
           (r.notDeleted ? `; ${r.notDeleted} copied but not deleted (in both queues)` : "") +
-          (j.error ? ": " + j.error : ". Recorded in the audit log."))));
+          (j.error ? ": " + j.error : ". Recorded in the audit log.")),
+          j.notice ? el("p", { class: "warn", id: "replay-notice" }, j.notice) : null));
         dq.selected.clear();
         loadList();
         return;
@@ -366,7 +387,7 @@ async function showMessage(id) {
   const box = document.getElementById("detail");
   fill(box, el("div", { class: "panel" }, "Reading message " + id + "…"));
   try {
-    const m = await api("api/dlq/message?" + new URLSearchParams({ queue: dq.name, id }));
+    const m = await api("api/dlq/message?" + new URLSearchParams({ queue: dq.name, id, max: dq.list.max }));
     const attrs = Object.entries(m.messageAttributes || {}).sort().map(([k, v]) => el("tr", {}, el("td", { class: "mono" }, k), el("td", { class: "mono" }, v)));
     fill(box, el("div", { class: "panel", id: "message-detail" },
       el("div", { class: "bar" }, el("strong", {}, "Message " + m.originalId), el("button", { type: "button", onclick: () => fill(box) }, "Close")),
