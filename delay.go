@@ -27,7 +27,9 @@ const (
 	// on the copy they send for a backoff longer than a visibility timeout
 	// can hold: [Message.ReceiveCount] adds it, so that backoff and
 	// dead-letter decisions count every real attempt. The runtimes leave
-	// it out of dead-letter copies.
+	// it out of dead-letter copies, and `sqsworker dlq replay` out of the
+	// copies it sends back; an SQS message move task keeps it, which is
+	// why `dlq redrive` looks for it first (see the dlq package).
 	AttrPriorAttempts = "sqsworker.prior-attempts"
 	// MaxMessageDelay is the longest delay SQS gives a message when it is
 	// sent (DelaySeconds): 15 minutes.

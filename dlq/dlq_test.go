@@ -416,7 +416,8 @@ func TestReplayLimitAndInterrupt(t *testing.T) {
 func TestUnsupportedOperations(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv()
-	q := openOrdersDLQ(t, e.f)
+	api := noMoveTasks{e.f}
+	q := openOrdersDLQ(t, api)
 	recorded := 0
 	audit := Audit{Record: func(context.Context, AuditRecord) error { recorded++; return nil }}
 	if err := q.Purge(context.Background(), PurgeConfig{Audit: audit}); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "does not implement PurgeQueue") {
@@ -425,13 +426,17 @@ func TestUnsupportedOperations(t *testing.T) {
 	if _, err := q.StartRedrive(context.Background(), RedriveConfig{Audit: audit}); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "message move tasks") {
 		t.Errorf("redrive: %v", err)
 	}
-	if _, err := CancelRedrive(context.Background(), e.f, "h", audit); !errors.Is(err, ErrUnsupported) {
+	if _, err := CancelRedrive(context.Background(), api, "h", audit); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("cancel: %v", err)
 	}
 	if recorded != 0 {
 		t.Errorf("%d records", recorded)
 	}
 }
+
+// noMoveTasks is the fake without its message move tasks, as an endpoint
+// that lacks them.
+type noMoveTasks struct{ API }
 
 // taskFake is the fake with message move tasks that start and are
 // listed, for the audit of a redrive.

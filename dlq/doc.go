@@ -21,7 +21,9 @@
 //   - [Queue.Replay] moves the chosen messages back to their source queue
 //     (or another), at a rate, recording each in an [Audit];
 //   - [Queue.PlanRedrive] and [Queue.StartRedrive] use SQS's own message
-//     move tasks, where the endpoint has them;
+//     move tasks, where the endpoint has them, after a sample that finds
+//     jobs carrying earlier attempts, which a move task would keep
+//     ([RedriveConfig.Sample], [ErrPriorAttempts]);
 //   - [Queue.Purge] deletes every message, audited.
 //
 // # Receiving without losing sight of messages

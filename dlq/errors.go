@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/smithy-go"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/awserr"
 )
 
@@ -32,6 +33,34 @@ var ErrUnsupported = errors.New("not supported by this SQS endpoint")
 // context ended: it stopped between two messages, moved none half-way, and
 // released the messages it held.
 var ErrInterrupted = errors.New("interrupted")
+
+// ErrPriorAttempts is matched (with errors.Is) by the error of
+// [Queue.StartRedrive] when messages of the dead-letter queue carry
+// [sqsworker.AttrPriorAttempts], which a message move task would keep: the
+// error is a [*PriorAttemptsError].
+var ErrPriorAttempts = errors.New("messages carry the attempts of earlier copies")
+
+// PriorAttemptsError is the refusal of [Queue.StartRedrive] to move
+// messages that carry [sqsworker.AttrPriorAttempts] (see
+// [RedriveConfig.Sample]). It matches [ErrPriorAttempts].
+type PriorAttemptsError struct {
+	// Queue is the dead-letter queue's name.
+	Queue string
+	// Sampled is the number of messages the sample read, Carrying the
+	// number of those with the attribute.
+	Sampled, Carrying int
+}
+
+// Error describes the refusal and the ways on.
+func (e *PriorAttemptsError) Error() string {
+	return fmt.Sprintf("%d of the %d message(s) read from %s carry %s (jobs that waited as copies for a long backoff): "+
+		"a message move task keeps it, so they would come back counting their earlier attempts; "+
+		"replay them instead, which leaves it out, or start the task with KeepAttempts",
+		e.Carrying, e.Sampled, e.Queue, sqsworker.AttrPriorAttempts)
+}
+
+// Is makes the error match [ErrPriorAttempts].
+func (e *PriorAttemptsError) Is(target error) bool { return target == ErrPriorAttempts }
 
 // NotDeadLetterError is the error of [Open] for a queue that does not look
 // like a dead-letter queue. It matches [ErrNotDeadLetterQueue].

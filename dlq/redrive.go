@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 )
 
@@ -28,7 +29,32 @@ type RedriveConfig struct {
 	PerSecond int
 	// Audit records the task once it is started.
 	Audit Audit
+	// Sample is how many messages [Queue.PlanRedrive] and
+	// [Queue.StartRedrive] read before the task, to count those that
+	// carry [sqsworker.AttrPriorAttempts]. Default 0: none are read.
+	//
+	// A move task moves each message as it is, message attributes and
+	// all: a job that waited as a copy for a backoff longer than 12 hours
+	// carries the attempts of its earlier copies in that attribute, and
+	// redriven it comes back counting them (a long backoff, a high attempt
+	// number, a retry limit reached at its first failure). [Queue.Replay]
+	// leaves the attribute out. The sample is a [Queue.Scan] with a short
+	// visibility timeout ([SampleVisibility]), whose messages are all made
+	// visible again before the task starts, so that the task moves them:
+	// StartRedrive does not start while a receive that lost its reply may
+	// still hide some. It counts as a receive of each message read. It is
+	// skipped on a queue with a redrive policy of its own (opened with
+	// [Config.Force]), whose receives would count against that policy.
+	Sample int
+	// KeepAttempts makes [Queue.StartRedrive] start the task even though
+	// sampled messages carry [sqsworker.AttrPriorAttempts]. Default false:
+	// it refuses with an error that matches [ErrPriorAttempts].
+	KeepAttempts bool
 }
+
+// SampleVisibility is the visibility timeout of the messages a redrive's
+// sample reads (see [RedriveConfig.Sample]) until it releases them.
+const SampleVisibility = 5 * time.Second
 
 // RedrivePlan is what a redrive does: a dry run's plan, or a started task.
 type RedrivePlan struct {
@@ -49,6 +75,14 @@ type RedrivePlan struct {
 	Running []MoveTask `json:"running,omitempty"`
 	// TaskHandle is the started task's handle; empty in a plan.
 	TaskHandle string `json:"taskHandle,omitempty"`
+	// Sampled is the number of messages the sample read (see
+	// [RedriveConfig.Sample]); PriorAttempts is the number of those that
+	// carry [sqsworker.AttrPriorAttempts], which a move task keeps.
+	Sampled       int `json:"sampled"`
+	PriorAttempts int `json:"priorAttempts"`
+	// SampleNote says why no sample was read, or how it fell short; empty
+	// when it read what it was asked to, or when none was asked for.
+	SampleNote string `json:"sampleNote,omitempty"`
 }
 
 // MoveTask is an SQS message move task.
@@ -102,7 +136,45 @@ func (q *Queue) PlanRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePla
 	if c, err := q.Counts(ctx); err == nil {
 		p.Approximate = c.Visible + c.InFlight
 	}
+	if err := q.sample(ctx, cfg, p); err != nil {
+		return p, err
+	}
 	return p, nil
+}
+
+// sample reads cfg.Sample messages and counts those that carry
+// sqsworker.AttrPriorAttempts, releasing them all; see RedriveConfig.Sample.
+func (q *Queue) sample(ctx context.Context, cfg RedriveConfig, p *RedrivePlan) error {
+	switch {
+	case cfg.Sample < 0:
+		return fmt.Errorf("dlq: sample %d: want 0 (none) or more messages", cfg.Sample)
+	case cfg.Sample == 0:
+		return nil
+	case q.RedrivePolicy != nil:
+		p.SampleNote = "no sample read: the queue has a redrive policy of its own, which receives would count against"
+		return nil
+	}
+	res, err := q.Scan(ctx, ScanConfig{Max: cfg.Sample, Visibility: SampleVisibility})
+	if res != nil {
+		p.Sampled = res.Scanned
+		for _, m := range res.Messages {
+			if _, ok := m.MessageAttributes[sqsworker.AttrPriorAttempts]; ok {
+				p.PriorAttempts++
+			}
+		}
+		p.SampleNote = res.Coverage.Shortfall()
+		if res.Truncated {
+			p.SampleNote = ""
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("dlq: reading a sample before the redrive: %w", err)
+	}
+	if !res.Coverage.HiddenUntil.IsZero() {
+		return fmt.Errorf("dlq: a receive of the sample lost its reply: the messages SQS handed it stay hidden until %s, and a move task started now would leave them behind; run again after that",
+			res.Coverage.HiddenUntil.Format(time.TimeOnly))
+	}
+	return nil
 }
 
 // StartRedrive starts an SQS message move task that moves every message of
@@ -117,6 +189,9 @@ func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePl
 	}
 	if len(p.Running) > 0 {
 		return p, fmt.Errorf("dlq: a message move task of %s is running already (%s): SQS runs one at a time; cancel it or wait", q.Name, p.Running[0].TaskHandle)
+	}
+	if p.PriorAttempts > 0 && !cfg.KeepAttempts {
+		return p, &PriorAttemptsError{Queue: q.Name, Sampled: p.Sampled, Carrying: p.PriorAttempts}
 	}
 	mt := q.api.(MoveTaskAPI) // PlanRedrive checked it
 	in := &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(q.ARN)}

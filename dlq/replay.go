@@ -158,8 +158,9 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 // The copy keeps the body, every message attribute (the failure metadata
 // stays as history; the runtimes replace it if the message fails again)
 // but sqsworker.AttrPriorAttempts, so that the replayed job starts from
-// fresh attempts (SQS's own redrive keeps the attribute a copy waiting for
-// a long backoff carries; the runtimes' dead-letter copies have none),
+// fresh attempts (SQS's own redrive and its move tasks keep the attribute
+// a copy waiting for a long backoff carries; the runtimes' dead-letter
+// copies have none),
 // the X-Ray trace header and, on FIFO queues, the message group; its
 // deduplication ID is the original message ID and its replay count. It gets
 // the Number attribute [AttrReplays]: 1, or one more than the message had.

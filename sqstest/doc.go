@@ -35,8 +35,14 @@
 // *types.ReceiptHandleIsInvalid, *types.TooManyEntriesInBatchRequest, ...),
 // wrapped in a *smithy.OperationError as the SDK client wraps them.
 //
+// It also runs SQS's dead-letter queue redrive (StartMessageMoveTask,
+// ListMessageMoveTasks, CancelMessageMoveTask), which the local emulator
+// lacks, moving the messages at once: see [Fake.StartMessageMoveTask] for
+// what it models of a moved message (a new message that keeps its message
+// attributes).
+//
 // It leaves out what unit tests of consumers do not need: permissions,
-// encryption, tags, message retention, message move tasks, per-queue
+// encryption, tags, message retention, per-queue
 // throughput limits, and the approximate, sampled nature of real SQS (a short
 // poll of the fake sees every visible message, and a standard queue hands out
 // messages in the order they were sent). Errors use the codes of the SQS JSON

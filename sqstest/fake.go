@@ -104,6 +104,7 @@ type Fake struct {
 	fails      map[string][]*injected
 	entryFails map[string][]*injectedEntry
 	lose       map[string]int // replies still to lose, by operation
+	tasks      []*moveTask    // message move tasks, oldest first
 }
 
 type injected struct {

@@ -8,20 +8,29 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
 )
 
-// redriveError points to replay when the endpoint has no move tasks.
+// redriveError points to replay when the endpoint has no move tasks, and
+// to --fresh when messages carry earlier attempts.
 func redriveError(dlqArg string, err error) error {
 	if errors.Is(err, dlq.ErrUnsupported) {
 		return fmt.Errorf("%w: use `sqsworker dlq replay %s` instead, which moves messages itself (dry run first, then --yes)", err, dlqArg)
 	}
+	if errors.Is(err, dlq.ErrPriorAttempts) {
+		return fmt.Errorf("not started: %w: give --fresh to move them as replay does, which leaves the attribute out, or --keep-attempts to move them as they are", err)
+	}
 	return err
 }
 
+// defaultRedriveSample is how many messages redrive reads before the task.
+const defaultRedriveSample = 100
+
 func (d *dlqCmd) newRedriveCmd() *cobra.Command {
 	var to string
-	var perSecond int
+	var perSecond, sample int
+	var fresh, keepAttempts bool
 	var af auditFlags
 	cmd := &cobra.Command{
 		Use:   "redrive DLQ [--to QUEUE] [--rate N] [--yes]",
@@ -36,6 +45,21 @@ tasks, and prints what the task would move and where, starting nothing. With
 caller from sts:GetCallerIdentity), and returns at once with the task's
 handle; "redrive status" follows the task and "redrive cancel" stops it.
 
+A move task moves every message as it is, message attributes and all. A job
+that waited as a copy for a backoff longer than 12 hours carries the attempts
+of its earlier copies (sqsworker.prior-attempts), and moved back it would
+count them: a long backoff, a high attempt number, a retry limit reached at
+its first failure. So redrive first reads up to --sample messages (default
+100; 0: none) with a visibility timeout of 5s, makes them all visible again
+before the task starts, and when some carry the attribute it says so and,
+with --yes, does not start: give --fresh to move the messages the way
+"dlq replay" does (a copy of each without the attribute, sent to the queue
+SQS's redrive moved it from or to --to, then the original deleted; dry run
+unless --yes; --rate applies), or --keep-attempts to start the task anyway.
+A sample reads some of the messages only: --fresh is the way to be sure
+every job starts fresh. Each message read counts as a receive of it; no
+sample is read from a queue with a redrive policy of its own.
+
 SQS's redrive moves all the messages, keeps no sqsworker replay count, and
 sends a message back only to the queue SQS's own redrive moved it from: the
 copies sqsworker's runtimes dead-letter (with failure metadata) are not such
@@ -48,6 +72,7 @@ A dead-letter queue named "status" or "cancel" must be given by URL.`,
 		Example: `  sqsworker dlq redrive orders-dlq                 # dry run
   sqsworker dlq redrive orders-dlq --yes
   sqsworker dlq redrive orders-dlq --to orders-retry --rate 50 --yes
+  sqsworker dlq redrive orders-dlq --fresh --yes   # copies, without earlier attempts
   sqsworker dlq redrive status orders-dlq
   sqsworker dlq redrive cancel "$TASK_HANDLE" --yes`,
 		Args: exactArgs(1, "DLQ"),
@@ -55,6 +80,15 @@ A dead-letter queue named "status" or "cancel" must be given by URL.`,
 			a := d.a
 			if perSecond < 0 || perSecond > 500 {
 				return usageError{fmt.Errorf("--rate %d: SQS accepts 1 to 500 messages per second (0: its own choice)", perSecond)}
+			}
+			if sample < 0 {
+				return usageError{fmt.Errorf("--sample %d: want 0 (read none) or more messages", sample)}
+			}
+			if fresh && (keepAttempts || cmd.Flags().Changed("sample")) {
+				return usageError{errors.New("--fresh moves every message without its earlier attempts: --keep-attempts and --sample are for the move task")}
+			}
+			if fresh {
+				return d.replay(cmd, args[0], replayOptions{to: to, rate: float64(perSecond), audit: af, visibility: defaultPeekVisibility})
 			}
 			if af.yes {
 				if err := af.validate(); err != nil {
@@ -66,7 +100,7 @@ A dead-letter queue named "status" or "cancel" must be given by URL.`,
 			if err != nil {
 				return err
 			}
-			cfg := dlq.RedriveConfig{PerSecond: perSecond}
+			cfg := dlq.RedriveConfig{PerSecond: perSecond, Sample: sample, KeepAttempts: keepAttempts}
 			if to != "" {
 				t, err := q.Target(ctx, to)
 				if err != nil {
@@ -88,6 +122,9 @@ A dead-letter queue named "status" or "cancel" must be given by URL.`,
 			defer closeAudit()
 			cfg.Audit = audit
 			p, err := q.StartRedrive(ctx, cfg)
+			if p != nil && !errors.Is(err, dlq.ErrPriorAttempts) { // the error says it
+				d.printSample(p)
+			}
 			if p != nil && p.TaskHandle != "" {
 				if perr := d.printRedrive(q, p, true); perr != nil {
 					err = errors.Join(err, perr)
@@ -98,7 +135,10 @@ A dead-letter queue named "status" or "cancel" must be given by URL.`,
 		},
 	}
 	cmd.Flags().StringVar(&to, "to", "", "move the messages to this queue instead of the queues SQS moved them from")
-	cmd.Flags().IntVar(&perSecond, "rate", 0, "messages per second, 1 to 500 (0: SQS's choice)")
+	cmd.Flags().IntVar(&perSecond, "rate", 0, "messages per second, 1 to 500 (0: SQS's choice; with --fresh: no limit)")
+	cmd.Flags().IntVar(&sample, "sample", defaultRedriveSample, "read up to this many messages first, to find jobs that carry earlier attempts (0: none)")
+	cmd.Flags().BoolVar(&fresh, "fresh", false, "move the messages as replay does, without their earlier attempts (sqsworker.prior-attempts), instead of a move task")
+	cmd.Flags().BoolVar(&keepAttempts, "keep-attempts", false, "start the move task even though sampled messages carry earlier attempts")
 	af.add(cmd, "start the task (without it: a dry run)")
 	cmd.AddCommand(d.newRedriveStatusCmd(), d.newRedriveCancelCmd())
 	return cmd
@@ -134,8 +174,27 @@ func (d *dlqCmd) printRedrive(q *dlq.Queue, p *dlq.RedrivePlan, started bool) er
 	for _, t := range p.Running {
 		fmt.Fprintf(a.err, "a message move task is running already: %s (%d moved); SQS runs one at a time\n", t.TaskHandle, t.Moved)
 	}
+	d.printSample(p)
 	_, err := fmt.Fprintf(a.out, "dry run: would move %s of %s to %s, %s; use --yes to start the task\n", count, q.Name, dest, rate)
 	return err
+}
+
+// printSample says on standard error what the sample read before a
+// redrive found.
+func (d *dlqCmd) printSample(p *dlq.RedrivePlan) {
+	w := d.a.err
+	if p.SampleNote != "" {
+		fmt.Fprintf(w, "note: sample: %s\n", p.SampleNote)
+	}
+	switch {
+	case p.PriorAttempts > 0 && p.TaskHandle != "":
+		fmt.Fprintf(w, "warning: %d of the %d message(s) read carry %s: moved as they are (--keep-attempts), they come back counting their earlier attempts\n",
+			p.PriorAttempts, p.Sampled, sqsworker.AttrPriorAttempts)
+	case p.PriorAttempts > 0:
+		fmt.Fprintf(w, "warning: %d of the %d message(s) read carry %s (jobs that waited as copies for a long backoff): "+
+			"a move task keeps it, and they would come back counting their earlier attempts; use --fresh to move them without it\n",
+			p.PriorAttempts, p.Sampled, sqsworker.AttrPriorAttempts)
+	}
 }
 
 func (d *dlqCmd) newRedriveStatusCmd() *cobra.Command {

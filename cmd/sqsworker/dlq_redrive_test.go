@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+)
+
+// redrive --fresh moves the messages the way replay does, on an endpoint
+// without message move tasks too: a job that waited as a copy for a long
+// backoff (sqsworker.prior-attempts) comes back without its earlier
+// attempts; the dry run moves nothing. --fresh with the move task's own
+// flags is a usage error.
+func TestDlqRedriveFresh(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	dlqName := queueName(q.DLQURL)
+	attrs, _ := sqsworker.Failure{ErrorClass: "timeout", SourceQueue: q.URL}.AddTo(map[string]sqsworker.MessageAttribute{
+		sqsworker.AttrPriorAttempts: {DataType: "Number", StringValue: "9"},
+	})
+	sdk := map[string]types.MessageAttributeValue{}
+	for k, v := range attrs {
+		sdk[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: aws.String(v.StringValue)}
+	}
+	if _, err := c.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(q.DLQURL), MessageBody: aws.String("waited"), MessageAttributes: sdk}); err != nil {
+		t.Fatal(err)
+	}
+	waitVisible(t, c, q.DLQURL, 1)
+
+	if _, stderr, code := runCLI(t, "", "dlq", "redrive", dlqName, "--fresh", "--keep-attempts"); code != 2 || !strings.Contains(stderr, "--fresh moves every message") {
+		t.Errorf("--fresh --keep-attempts: exit %d, %s", code, stderr)
+	}
+	stdout, stderr, code := runCLI(t, "", "dlq", "redrive", dlqName, "--fresh")
+	if code != 0 || !strings.Contains(stdout, "timeout") || !strings.Contains(stderr, "dry run: nothing moved, use --yes to move the 1 matching message(s)") {
+		t.Fatalf("dry run: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	waitVisible(t, c, q.DLQURL, 1)
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	stdout, stderr, code = runCLI(t, "", "dlq", "redrive", dlqName, "--fresh", "--yes", "--audit", audit)
+	if code != 0 || !strings.Contains(stderr, "moved 1 message(s)") {
+		t.Fatalf("--fresh --yes: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	got := localtest.ReceiveAll(t, c, q.URL, 2*time.Second, time.Minute)
+	if len(got) != 1 || aws.ToString(got[0].Body) != "waited" {
+		t.Fatalf("source queue after --fresh: %+v", got)
+	}
+	if _, ok := got[0].MessageAttributes[sqsworker.AttrPriorAttempts]; ok {
+		t.Errorf("the redriven job carries %s: it would count its earlier attempts", sqsworker.AttrPriorAttempts)
+	}
+	if lines := readAudit(t, audit); len(lines) != 1 {
+		t.Errorf("%d audit line(s), want 1", len(lines))
+	}
+}

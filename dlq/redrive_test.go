@@ -1,0 +1,127 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+	"github.com/sqsworker/sqsworker/sqstest"
+)
+
+// receiveJobs receives every visible message of url as the runtimes build
+// them, by body.
+func receiveJobs(t *testing.T, f *sqstest.Fake, url string) map[string]*sqsworker.Message {
+	t.Helper()
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10,
+		MessageAttributeNames: []string{"All"}, MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := map[string]*sqsworker.Message{}
+	for i := range out.Messages {
+		m := sqsmsg.FromSDK(url, &out.Messages[i])
+		jobs[m.Body] = m
+	}
+	return jobs
+}
+
+// waitedJobs makes SQS's redrive (the fake's) move two jobs from orders to
+// orders-dlq: one that waited as a copy for a long backoff, carrying 5
+// earlier attempts, and one that did not.
+func waitedJobs(t *testing.T, e *fakeEnv) {
+	t.Helper()
+	redrive(t, e.f, e.orders, "waited", map[string]sqsworker.MessageAttribute{
+		sqsworker.AttrPriorAttempts: {DataType: "Number", StringValue: "5"},
+	})
+	redrive(t, e.f, e.orders, "plain", nil)
+}
+
+// A message move task keeps every message attribute (as SQS's does): a job
+// that waited as a copy comes back counting its earlier attempts. The
+// redrive's sample finds it, and the redrive refuses to start, starting
+// nothing and recording nothing; the sample hides nothing from the task.
+// With KeepAttempts the task moves both, the sampled messages included, and
+// the job counts its old attempts; a replay instead brings it back fresh.
+func TestRedriveRefusesPriorAttempts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newFakeEnv()
+	waitedJobs(t, e)
+	q := openOrdersDLQ(t, e.f)
+	var recs []AuditRecord
+	audit := Audit{Record: func(_ context.Context, r AuditRecord) error { recs = append(recs, r); return nil }}
+
+	p, err := q.PlanRedrive(ctx, RedriveConfig{Sample: 100})
+	if err != nil || p.Sampled != 2 || p.PriorAttempts != 1 || p.SampleNote != "" {
+		t.Fatalf("plan: %v, %+v", err, p)
+	}
+	e.wantDLQDepth(t, "after the plan's sample", 2, 0)
+
+	p, err = q.StartRedrive(ctx, RedriveConfig{Sample: 100, Audit: audit})
+	var pe *PriorAttemptsError
+	if !errors.Is(err, ErrPriorAttempts) || !errors.As(err, &pe) || pe.Carrying != 1 || pe.Sampled != 2 || p == nil || p.TaskHandle != "" ||
+		!strings.Contains(err.Error(), "1 of the 2 message(s) read from orders-dlq carry sqsworker.prior-attempts") {
+		t.Fatalf("start: %v, %+v", err, p)
+	}
+	if n := e.f.Calls(sqstest.OpStartMessageMoveTask); n != 0 || len(recs) != 0 {
+		t.Fatalf("refused, yet %d task(s) started, %d record(s)", n, len(recs))
+	}
+	e.wantDLQDepth(t, "after the refusal", 2, 0)
+
+	p, err = q.StartRedrive(ctx, RedriveConfig{Sample: 100, KeepAttempts: true, Audit: audit})
+	if err != nil || p.TaskHandle == "" || p.PriorAttempts != 1 || len(recs) != 1 {
+		t.Fatalf("start with KeepAttempts: %v, %+v, %d record(s)", err, p, len(recs))
+	}
+	e.wantDLQDepth(t, "after the move", 0, 0)
+	jobs := receiveJobs(t, e.f, e.orders)
+	// The runtimes count the attempt as ReceiveCount plus PriorAttempts.
+	if w, p := jobs["waited"], jobs["plain"]; w == nil || p == nil || w.ReceiveCount+w.PriorAttempts() != 6 || p.ReceiveCount+p.PriorAttempts() != 1 {
+		t.Fatalf("moved back: %+v", jobs)
+	}
+}
+
+// Replayed instead, the job that waited starts from its first attempt.
+func TestReplayInsteadOfRedriveStartsFresh(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	waitedJobs(t, e)
+	q := openOrdersDLQ(t, e.f)
+	if res, err := q.Replay(context.Background(), ReplayConfig{}); err != nil || res.Moved != 2 {
+		t.Fatalf("replay: %v, %+v", err, res)
+	}
+	jobs := receiveJobs(t, e.f, e.orders)
+	if w := jobs["waited"]; w == nil || w.ReceiveCount+w.PriorAttempts() != 1 {
+		t.Fatalf("replayed: %+v", jobs)
+	}
+}
+
+// Without a sample the redrive reads nothing and starts the task; a sample
+// whose receive lost its reply (its messages hidden for the sample's
+// visibility timeout) does not start the task, which would leave them
+// behind.
+func TestRedriveSampleLostReceive(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newFakeEnv()
+	e.deadLetterJobs(3)
+	q := openOrdersDLQ(t, e.f)
+	e.f.LoseReplies(sqstest.OpReceiveMessage, 1)
+	p, err := q.StartRedrive(ctx, RedriveConfig{Sample: 1, To: "lonely"})
+	if err == nil || !strings.Contains(err.Error(), "lost its reply") || p != nil || e.f.Calls(sqstest.OpStartMessageMoveTask) != 0 {
+		t.Fatalf("start after a lost receive: %v, %+v", err, p)
+	}
+	receives := e.f.Calls(sqstest.OpReceiveMessage)
+	if p, err := q.PlanRedrive(ctx, RedriveConfig{To: "lonely"}); err != nil || p.Sampled != 0 || e.f.Calls(sqstest.OpReceiveMessage) != receives {
+		t.Fatalf("plan without a sample: %v, %+v", err, p)
+	}
+	if _, err := q.PlanRedrive(ctx, RedriveConfig{Sample: -1}); err == nil || !strings.Contains(err.Error(), "sample -1") {
+		t.Errorf("sample -1: %v", err)
+	}
+}
