@@ -57,8 +57,9 @@ with --yes, does not start: give --fresh to move the messages the way
 SQS's redrive moved it from or to --to, then the original deleted; dry run
 unless --yes; --rate applies), or --keep-attempts to start the task anyway.
 A sample reads some of the messages only: --fresh is the way to be sure
-every job starts fresh. Each message read counts as a receive of it; no
-sample is read from a queue with a redrive policy of its own.
+every job starts fresh. Each message read counts as a receive of it, the
+dry run's too; no sample is read from a queue with a redrive policy of its
+own, nor while a move task of the queue runs.
 
 SQS's redrive moves all the messages, keeps no sqsworker replay count, and
 sends a message back only to the queue SQS's own redrive moved it from: the
