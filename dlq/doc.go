@@ -36,7 +36,10 @@
 // retry is off for these receives: a retry after a response lost on the
 // way hides what the first attempt was handed. The scan retries itself,
 // waits for such messages to come back, and compares what it saw with the
-// queue's approximate count ([Coverage]).
+// queue's approximate count ([Coverage]). A scan that outlasts its
+// visibility timeout (thousands of messages, a slow endpoint) hides the
+// messages it holds again before it runs out, so that it does not read
+// them again and take them for the end of the queue.
 //
 // # Where a replay sends a message
 //

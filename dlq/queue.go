@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -93,6 +94,7 @@ type Queue struct {
 	api  API
 	opts []func(*sqs.Options) // given to every call of api: sdkhttp.SQSOptions
 	log  *slog.Logger
+	now  func() time.Time // the clock of scans: time.Now, a fake's in tests
 
 	mu      sync.Mutex
 	targets map[string]targetEntry // checked source queues, by key
@@ -194,7 +196,7 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 	q := &Queue{
 		URL: u, ARN: a["QueueArn"], Name: queueName(u),
 		FIFO: a["FifoQueue"] == "true" || queue.IsFIFOURL(u),
-		api:  api, opts: opts, log: log, targets: map[string]targetEntry{},
+		api:  api, opts: opts, log: log, now: time.Now, targets: map[string]targetEntry{},
 	}
 	refuse := func(reason string) error {
 		if !cfg.Force {

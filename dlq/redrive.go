@@ -44,7 +44,9 @@ type RedriveConfig struct {
 	// StartRedrive does not start while a receive that lost its reply may
 	// still hide some. It counts as a receive of each message read. It is
 	// skipped on a queue with a redrive policy of its own (opened with
-	// [Config.Force]), whose receives would count against that policy.
+	// [Config.Force]), whose receives would count against that policy, and
+	// while a move task of the queue runs (it would hide messages from
+	// that task, and SQS starts no other meanwhile).
 	Sample int
 	// KeepAttempts makes [Queue.StartRedrive] start the task even though
 	// sampled messages carry [sqsworker.AttrPriorAttempts]. Default false:
@@ -152,6 +154,9 @@ func (q *Queue) sample(ctx context.Context, cfg RedriveConfig, p *RedrivePlan) e
 		return nil
 	case q.RedrivePolicy != nil:
 		p.SampleNote = "no sample read: the queue has a redrive policy of its own, which receives would count against"
+		return nil
+	case len(p.Running) > 0:
+		p.SampleNote = "no sample read: a message move task is running, which the sample would hide messages from; no other starts until it ends"
 		return nil
 	}
 	res, err := q.Scan(ctx, ScanConfig{Max: cfg.Sample, Visibility: SampleVisibility})

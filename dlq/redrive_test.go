@@ -125,3 +125,35 @@ func TestRedriveSampleLostReceive(t *testing.T) {
 		t.Errorf("sample -1: %v", err)
 	}
 }
+
+// runningTask is the fake whose queue has a message move task running.
+type runningTask struct{ *sqstest.Fake }
+
+func (r runningTask) ListMessageMoveTasks(_ context.Context, in *sqs.ListMessageMoveTasksInput, _ ...func(*sqs.Options)) (*sqs.ListMessageMoveTasksOutput, error) {
+	return &sqs.ListMessageMoveTasksOutput{Results: []types.ListMessageMoveTasksResultEntry{
+		{TaskHandle: aws.String("running-1"), Status: aws.String("RUNNING"), SourceArn: in.SourceArn},
+	}}, nil
+}
+
+// While a move task runs, a redrive (its dry run, or a start SQS would
+// refuse) reads no sample: it would hide messages from the running task
+// and count a receive of each, for nothing.
+func TestRedriveNoSampleWhileTaskRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newFakeEnv()
+	waitedJobs(t, e)
+	q := openOrdersDLQ(t, runningTask{e.f})
+	before := e.f.Calls(sqstest.OpReceiveMessage)
+	p, err := q.PlanRedrive(ctx, RedriveConfig{Sample: 100})
+	if err != nil || len(p.Running) != 1 || p.Sampled != 0 || !strings.Contains(p.SampleNote, "running") {
+		t.Fatalf("plan: %v, %+v", err, p)
+	}
+	p, err = q.StartRedrive(ctx, RedriveConfig{Sample: 100})
+	if err == nil || !strings.Contains(err.Error(), "running already") || p == nil || p.Sampled != 0 {
+		t.Fatalf("start: %v, %+v", err, p)
+	}
+	if n := e.f.Calls(sqstest.OpReceiveMessage) - before; n != 0 {
+		t.Errorf("%d receive(s) while a move task runs", n)
+	}
+}

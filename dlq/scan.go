@@ -53,7 +53,9 @@ type ScanConfig struct {
 	Max int
 	// Visibility is the visibility timeout of the messages while the scan
 	// holds them: whole seconds from 1s to 12h. Default [DefaultVisibility].
-	// When the scan ends they are all made visible again at once.
+	// When the scan ends they are all made visible again at once. A scan
+	// that lasts longer hides them again before it runs out (see
+	// [Queue.Scan]).
 	Visibility time.Duration
 	// Until, when set, is called with each matching message; the scan stops
 	// after the first for which it returns true (to look one message up).
@@ -138,7 +140,11 @@ func validateVisibility(d time.Duration) error {
 // to ten at a time, until no more come (or cfg.Max, or cfg.Until); then
 // they are all made visible again at once (ChangeMessageVisibilityBatch to
 // 0), even when ctx ends. Meanwhile other consumers of the queue do not see
-// them, and each read counts as a receive.
+// them, and each read counts as a receive. A scan that outlasts the
+// visibility timeout (thousands of messages, a slow endpoint) hides the
+// messages it holds again when half of it is left, for the visibility
+// timeout or three times as long as the scan has run, whichever is longer:
+// should the process die, they stay hidden up to that long.
 //
 // A receive is never cut short: ctx is looked at between receives. A
 // receive that fails after SQS may have handed it messages is not retried
@@ -261,10 +267,15 @@ type scanner struct {
 	failures   int               // receives failed in a row
 	comebacks  int               // receives in a row that brought back held messages only
 	attempt    fifoattempt.Retry // FIFO: the ReceiveRequestAttemptId of the receive being retried
+	start      time.Time         // when the scan started
+	// hiddenUntil is the earliest time a held message may become visible
+	// again: keepHidden hides them all again before. Zero when none are
+	// held.
+	hiddenUntil time.Time
 }
 
 func (q *Queue) newScanner(ctx context.Context, visibility time.Duration) *scanner {
-	s := &scanner{q: q, visibility: visibility, held: map[string]string{}, seen: map[string]bool{}, approx: -1}
+	s := &scanner{q: q, visibility: visibility, held: map[string]string{}, seen: map[string]bool{}, approx: -1, start: q.now()}
 	if c, err := q.Counts(ctx); err == nil {
 		s.approx = c.Visible + c.InFlight
 	} else {
@@ -275,7 +286,7 @@ func (q *Queue) newScanner(ctx context.Context, visibility time.Duration) *scann
 
 func (s *scanner) coverage() Coverage {
 	c := Coverage{Seen: len(s.seen), Approximate: s.approx, Complete: s.complete, LostReceives: s.lost, FIFO: s.q.FIFO}
-	if s.lostUntil.After(time.Now()) {
+	if s.lostUntil.After(s.q.now()) {
 		c.HiddenUntil = s.lostUntil
 	}
 	return c
@@ -296,6 +307,8 @@ func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, dr
 		if err := ctx.Err(); err != nil {
 			return nil, false, err
 		}
+		s.keepHidden(ctx)
+		sent := s.q.now()
 		out, err := s.receiveOnce(ctx, n)
 		if err != nil {
 			if IsFatal(err) {
@@ -304,7 +317,7 @@ func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, dr
 			s.failures++
 			if mayHaveReceived(err) {
 				s.lost++
-				s.lostUntil = later(s.lostUntil, time.Now().Add(s.visibility))
+				s.lostUntil = later(s.lostUntil, s.q.now().Add(s.visibility))
 				s.q.log.Warn("dlq: a receive failed after SQS may have handed it messages: they stay hidden for the visibility timeout, and the scan waits for them",
 					"queue", s.q.URL, "until", s.lostUntil, "error", err)
 			}
@@ -318,6 +331,9 @@ func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, dr
 		}
 		s.failures = 0
 		s.attempt.Done()
+		if len(out.Messages) > 0 && (s.hiddenUntil.IsZero() || sent.Add(s.visibility).Before(s.hiddenUntil)) {
+			s.hiddenUntil = sent.Add(s.visibility)
+		}
 		for _, m := range out.Messages {
 			id := aws.ToString(m.MessageId)
 			if s.seen[id] {
@@ -337,8 +353,11 @@ func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, dr
 			// receive), and they may stand before unread ones. Hide them
 			// all again and go on.
 			s.comebacks++
+			at := s.q.now()
 			if err := s.change(ctx, s.held, s.visibility); err != nil {
 				s.q.log.Warn("dlq: could not hide held messages again", "queue", s.q.URL, "error", err)
+			} else {
+				s.hiddenUntil = at.Add(s.visibility)
 			}
 			continue
 		case !s.lostUntil.IsZero():
@@ -368,7 +387,7 @@ func (s *scanner) receiveOnce(ctx context.Context, n int) (*sqs.ReceiveMessageOu
 	if s.q.FIFO {
 		// SQS answers a FIFO receive retried with the same attempt ID with
 		// the messages of the first attempt, when it handed them any.
-		in.ReceiveRequestAttemptId = aws.String(s.attempt.For(int(in.MaxNumberOfMessages), time.Now()))
+		in.ReceiveRequestAttemptId = aws.String(s.attempt.For(int(in.MaxNumberOfMessages), s.q.now()))
 	}
 	return s.q.api.ReceiveMessage(rctx, in, append(s.q.opts, noRetry)...) // opts is full: append copies
 }
@@ -389,10 +408,13 @@ func mayHaveReceived(err error) bool {
 // keeping the messages held meanwhile hidden, so that the next receives
 // find the lost ones and not those.
 func (s *scanner) waitForLost(ctx context.Context) error {
-	wait := time.Until(s.lostUntil) + lostMargin
+	wait := s.lostUntil.Sub(s.q.now()) + lostMargin
 	if wait > 0 {
+		at := s.q.now()
 		if err := s.change(ctx, s.held, wait+s.visibility); err != nil {
 			s.q.log.Warn("dlq: could not keep held messages hidden while waiting for lost ones: they may be read twice", "queue", s.q.URL, "error", err)
+		} else if len(s.held) > 0 {
+			s.hiddenUntil = at.Add(wait + s.visibility)
 		}
 		s.q.log.Info("dlq: waiting for the messages a lost receive hid to become visible again", "queue", s.q.URL, "wait", wait.Round(time.Second))
 		if err := sleep(ctx, wait); err != nil {
@@ -403,11 +425,39 @@ func (s *scanner) waitForLost(ctx context.Context) error {
 	return nil
 }
 
+// keepHidden hides the held messages again, before the first of them could
+// become visible: when half the visibility timeout or less is left of it.
+// A scan that outlasts the visibility timeout (thousands of messages, a
+// slow endpoint) would otherwise receive its held messages again, counting
+// a receive of each, and after a few receives of those only take the queue
+// for read with messages still unread. They are hidden again for the
+// visibility timeout or three times as long as the scan has run, whichever
+// is longer, so that a long scan hides them again a few times only; release
+// makes them visible at once when the scan ends (should the process die
+// first, they come back then).
+func (s *scanner) keepHidden(ctx context.Context) {
+	now := s.q.now()
+	if len(s.held) == 0 || s.hiddenUntil.IsZero() || s.hiddenUntil.Sub(now) > s.visibility/2 {
+		return
+	}
+	d := min(max(s.visibility, 3*now.Sub(s.start)), 12*time.Hour)
+	if err := s.change(ctx, s.held, d); err != nil {
+		s.q.log.Warn("dlq: could not keep held messages hidden: those whose visibility timeout runs out may be read twice", "queue", s.q.URL, "error", err)
+		return
+	}
+	s.hiddenUntil = now.Add(d)
+}
+
 // hold keeps a message until release.
 func (s *scanner) hold(id, receipt string) { s.held[id] = receipt }
 
 // forget drops a message that was deleted.
-func (s *scanner) forget(id string) { delete(s.held, id) }
+func (s *scanner) forget(id string) {
+	delete(s.held, id)
+	if len(s.held) == 0 {
+		s.hiddenUntil = time.Time{}
+	}
+}
 
 // release makes every held message visible again at once, ten per
 // ChangeMessageVisibilityBatch call. It runs even when ctx is cancelled (an
@@ -418,6 +468,7 @@ func (s *scanner) release(ctx context.Context) error {
 	}
 	err := s.change(ctx, s.held, 0)
 	s.held = map[string]string{}
+	s.hiddenUntil = time.Time{}
 	if err != nil {
 		return fmt.Errorf("dlq: releasing messages of %s (they become visible again after the visibility timeout, %s): %w", s.q.Name, s.visibility, err)
 	}

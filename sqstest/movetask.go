@@ -37,26 +37,29 @@ type moveTask struct {
 // to DestinationArn, or each back to the queue SQS's redrive moved it from
 // (its DeadLetterQueueSourceArn), as SQS's dead-letter queue redrive does.
 //
-// It models what the SQS Developer Guide documents of a redrive: every
-// message moved is a new message in its destination, with a new message ID
-// and a new sent timestamp (SQS "resets the retention period"), a receive
-// count starting from 0, and its body, message attributes (all of them: a
-// move task cannot leave any out) and X-Ray trace header; on FIFO queues its
-// message group and deduplication ID. It does not set
-// DeadLetterQueueSourceArn on the moved message: SQS documents that
-// attribute only for messages its redrive moved into a dead-letter queue,
-// so code should not rely on finding it after a move either way.
+// What it models of a moved message, the SQS Developer Guide documents:
+// a redriven message is a new message in its destination, with a new
+// message ID and enqueue time (the task "resets the retention period"), so
+// its receive count starts from 0. What the Fake does beyond that is its
+// own choice, not documented behaviour: the moved message keeps its body,
+// every message attribute (the API has no way to leave one out), its X-Ray
+// trace header and, on FIFO queues, its message group and deduplication ID
+// (the Fake applies no deduplication to it); it carries no
+// DeadLetterQueueSourceArn, which SQS documents only for messages its
+// redrive moved into a dead-letter queue, so code should not rely on
+// finding it after a move either way.
 //
 // Unlike SQS, which runs the task in the background at up to
 // MaxNumberOfMessagesPerSecond, the Fake moves the messages before it
 // returns, and the task is COMPLETED at once (ListMessageMoveTasks reports
 // it; CancelMessageMoveTask finds nothing running). It moves the messages
 // visible when it is called: a message in flight (received and not yet
-// visible again) or delayed stays in the dead-letter queue, as a move task
-// cannot take a message another consumer holds. A message without a
-// destination (no DestinationArn, and not moved there by SQS's redrive, or
-// from a queue since deleted) stays too, and the task is FAILED with a
-// reason; how SQS treats such a message is not documented.
+// visible again) or delayed stays in the dead-letter queue. SQS does not
+// document what its task does with a message in flight; code that relies
+// on a task moving one must not trust the Fake to tell. A message without
+// a destination (no DestinationArn, and not moved there by SQS's redrive,
+// or from a queue since deleted) stays too, and the task is FAILED with a
+// reason; how SQS treats such a message is not documented either.
 //
 // Errors: a missing SourceArn is MissingParameter; a source or destination
 // that is not a queue of the Fake is *types.ResourceNotFoundException; a

@@ -18,11 +18,24 @@ func redriveError(dlqArg string, err error) error {
 	if errors.Is(err, dlq.ErrUnsupported) {
 		return fmt.Errorf("%w: use `sqsworker dlq replay %s` instead, which moves messages itself (dry run first, then --yes)", err, dlqArg)
 	}
-	if errors.Is(err, dlq.ErrPriorAttempts) {
-		return fmt.Errorf("not started: %w: give --fresh to move them as replay does, which leaves the attribute out, or --keep-attempts to move them as they are", err)
+	var pe *dlq.PriorAttemptsError
+	if errors.As(err, &pe) {
+		return &rewordedError{err: err, msg: fmt.Sprintf("not started: %d of the %d message(s) read from %s carry %s (jobs that waited as copies for a long backoff), which a message move task keeps: they would come back counting their earlier attempts. "+
+			"Give --fresh to move them as \"dlq replay\" does, without it, or --keep-attempts to start the task anyway",
+			pe.Carrying, pe.Sampled, pe.Queue, sqsworker.AttrPriorAttempts)}
 	}
 	return err
 }
+
+// rewordedError is err in the command's own words (its flags, not the
+// library's fields).
+type rewordedError struct {
+	err error
+	msg string
+}
+
+func (e *rewordedError) Error() string { return e.msg }
+func (e *rewordedError) Unwrap() error { return e.err }
 
 // defaultRedriveSample is how many messages redrive reads before the task.
 const defaultRedriveSample = 100
@@ -57,8 +70,9 @@ with --yes, does not start: give --fresh to move the messages the way
 SQS's redrive moved it from or to --to, then the original deleted; dry run
 unless --yes; --rate applies), or --keep-attempts to start the task anyway.
 A sample reads some of the messages only: --fresh is the way to be sure
-every job starts fresh. Each message read counts as a receive of it; no
-sample is read from a queue with a redrive policy of its own.
+every job starts fresh. Each message read counts as a receive of it, the
+dry run's too; no sample is read from a queue with a redrive policy of its
+own, nor while a move task of the queue runs.
 
 SQS's redrive moves all the messages, keeps no sqsworker replay count, and
 sends a message back only to the queue SQS's own redrive moved it from: the
@@ -175,7 +189,11 @@ func (d *dlqCmd) printRedrive(q *dlq.Queue, p *dlq.RedrivePlan, started bool) er
 		fmt.Fprintf(a.err, "a message move task is running already: %s (%d moved); SQS runs one at a time\n", t.TaskHandle, t.Moved)
 	}
 	d.printSample(p)
-	_, err := fmt.Fprintf(a.out, "dry run: would move %s of %s to %s, %s; use --yes to start the task\n", count, q.Name, dest, rate)
+	next := "use --yes to start the task"
+	if p.PriorAttempts > 0 {
+		next = "--yes alone would not start it (see the warning): use --fresh --yes to move them without earlier attempts, or --keep-attempts --yes to start the task anyway"
+	}
+	_, err := fmt.Fprintf(a.out, "dry run: would move %s of %s to %s, %s; %s\n", count, q.Name, dest, rate, next)
 	return err
 }
 

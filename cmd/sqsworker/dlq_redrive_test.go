@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
@@ -59,5 +60,26 @@ func TestDlqRedriveFresh(t *testing.T) {
 	}
 	if lines := readAudit(t, audit); len(lines) != 1 {
 		t.Errorf("%d audit line(s), want 1", len(lines))
+	}
+}
+
+// A dry run whose sample found jobs with earlier attempts does not point to
+// --yes alone, which would refuse; the refusal names the flags, not the
+// library's fields, once.
+func TestDlqRedrivePriorAttemptsWording(t *testing.T) {
+	t.Parallel()
+	var out, errb strings.Builder
+	d := &dlqCmd{a: &app{out: &out, err: &errb, output: "table"}}
+	q := &dlq.Queue{Name: "orders-dlq"}
+	p := &dlq.RedrivePlan{Approximate: 7, Sampled: 5, PriorAttempts: 2}
+	if err := d.printRedrive(q, p, false); err != nil {
+		t.Fatal(err)
+	}
+	if s := out.String(); !strings.Contains(s, "--fresh --yes") || !strings.Contains(s, "--keep-attempts --yes") {
+		t.Errorf("dry run with prior attempts: %q", s)
+	}
+	msg := redriveError("orders-dlq", &dlq.PriorAttemptsError{Queue: "orders-dlq", Sampled: 5, Carrying: 2}).Error()
+	if strings.Contains(msg, "KeepAttempts") || strings.Count(msg, "--fresh") != 1 || !strings.Contains(msg, "--keep-attempts") {
+		t.Errorf("refusal: %q", msg)
 	}
 }
