@@ -4,12 +4,14 @@ package lambda_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
@@ -162,3 +164,56 @@ func TestBatchingWindowFromEnvironment(t *testing.T) {
 		t.Errorf("NewHandler with a bad %s: %v, want an error naming it", lambda.BatchingWindowEnv, err)
 	}
 }
+
+// A failed record's visibility is kept within SQS's 12 hours from the
+// receive, which the event source mapping made up to its batching window
+// before the invocation: here 5 minutes before it, with a backoff of 13
+// hours on a FIFO queue (which takes no waiting copy). SQS refuses a
+// visibility that reaches past 12 hours from the receive, and the record
+// would come back after the visibility timeout of its receive (15 minutes)
+// rather than its backoff.
+func TestFailedRecordVisibilityWithinTwelveHoursOfBatchedReceive(t *testing.T) {
+	f := newFake("300")
+	var shift atomic.Int64 // the Fake's clock, ahead of or behind the real one
+	f.Now = func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
+	const window = 5 * time.Minute
+	url := sqstest.QueueURL("orders.fifo")
+	shift.Store(int64(-window)) // the send and the mapping's receive, a batching window ago
+	f.Send(url, "retry-after:13h", func(in *sqs.SendMessageInput) {
+		in.MessageGroupId, in.MessageDeduplicationId = aws.String("g"), aws.String("d")
+	})
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, VisibilityTimeout: 900,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	shift.Store(0)
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %d messages, %v", len(out.Messages), err)
+	}
+	var failures atomic.Int64
+	fn := newHandler(t, jobs, lambda.Config{Client: f, BatchingWindow: window, DisableHeartbeat: true,
+		Logger: slog.New(countWarnings{&failures})})
+	resp, err := fn(context.Background(), sqstest.SQSEvent(sqstest.QueueARN("orders.fifo"), out.Messages))
+	if err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("resp %v, err %v; want the record reported failed", resp, err)
+	}
+	if n := failures.Load(); n != 0 {
+		t.Errorf("%d warnings that the failed record's visibility was not set", n)
+	}
+	shift.Store(int64(time.Hour)) // long past the receive's visibility timeout
+	if v, inFlight, _ := f.Depth(url); v != 0 || inFlight != 1 {
+		t.Errorf("an hour later: %d visible, %d in flight; want the record hidden for its backoff (up to 12 hours from the receive)", v, inFlight)
+	}
+}
+
+// countWarnings is a slog.Handler that counts the warnings that a failed
+// record's visibility could not be set.
+type countWarnings struct{ n *atomic.Int64 }
+
+func (c countWarnings) Enabled(context.Context, slog.Level) bool { return true }
+func (c countWarnings) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn && strings.Contains(r.Message, "visibility failed") {
+		c.n.Add(1)
+	}
+	return nil
+}
+func (c countWarnings) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c countWarnings) WithGroup(string) slog.Handler      { return c }

@@ -295,13 +295,18 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 // receiving stopped is given up WaitTime and receiveGrace after its start,
 // its last attempt (the SDK retries) then still held up to WaitTime at SQS,
 // and lastPollSlack for the way a request takes there. They end long
-// before, as a rule, and pollsDone says when they have.
+// before, as a rule, and pollsDone says when they have. Once it has, a
+// receive given up on may still be open at SQS until openUntil: until then
+// the worker counts as stopping with it under way.
 func (c *consumer) lastPollsEnd() (time.Time, bool) {
 	if c.pollCtx.Err() == nil {
 		return time.Time{}, false
 	}
 	select {
 	case <-c.pollsDone:
+		if open := time.Unix(0, c.openUntil.Load()); time.Now().Before(open) {
+			return open, true
+		}
 		return time.Time{}, false
 	default:
 		return time.Unix(0, c.stoppedAt.Load()).Add(2*c.cfg.WaitTime + receiveGrace + lastPollSlack), true

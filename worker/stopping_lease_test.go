@@ -159,6 +159,10 @@ type lateReceives struct {
 	armed   atomic.Bool
 	entered chan struct{}
 	once    sync.Once
+	// gaveUp, if set, is closed when the first late receive is given up
+	// on (its context ends).
+	gaveUp     chan struct{}
+	gaveUpOnce sync.Once
 }
 
 func (l *lateReceives) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
@@ -167,6 +171,9 @@ func (l *lateReceives) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessag
 		select {
 		case <-time.After(l.late):
 		case <-ctx.Done():
+			if l.gaveUp != nil {
+				l.gaveUpOnce.Do(func() { close(l.gaveUp) })
+			}
 			return nil, ctx.Err()
 		}
 	}
@@ -226,6 +233,45 @@ func TestFakeShutdownDeadlineReleaseReceiveGivenUp(t *testing.T) {
 			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 				started <- struct{}{}
 				<-ctx.Done()
+				return ctx.Err()
+			}))
+		f.Send(url, "m")
+		<-started
+		api.armed.Store(true)
+		<-api.entered // a receive is on its way, and never comes back
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = r.w.Shutdown(ctx)
+		r.stop(60 * time.Second) // the receive is given up on after 22s
+		if v, inFlight, _ := f.Depth(url); v != 0 || inFlight != 1 {
+			t.Errorf("right after the stop: %d visible, %d in flight; want the message hidden while the given-up receive may be open", v, inFlight)
+		}
+		if s := r.w.Stats(); s.Received != 1 || s.Released != 1 || s.AckFailures != 0 {
+			t.Errorf("stats %+v: want the message received once, released once, no acknowledgement failure", s)
+		}
+		localtest.Eventually(t, 30*time.Second, func() bool { v, _, _ := f.Depth(url); return v == 1 }, "the message does not come back")
+	})
+}
+
+// A message released after the receive loops have returned, while a
+// receive given up on may still be open at SQS (a handler that ignores its
+// context, and returns after the loops gave that receive up), stays hidden
+// until that receive has surely ended, as one released before they
+// returned does (TestFakeShutdownDeadlineReleaseReceiveGivenUp): not made
+// visible at once, for the open receive to take.
+func TestFakeReleaseAfterLoopsReturnedReceiveGivenUp(t *testing.T) {
+	eachHeartbeat(t, func(t *testing.T, f *sqstest.Fake, heartbeat bool) {
+		api := &lateReceives{API: f, late: time.Hour, entered: make(chan struct{}), gaveUp: make(chan struct{})}
+		url := f.CreateQueue("given-up-after", map[string]string{"VisibilityTimeout": "120"})
+		started := make(chan struct{}, 1)
+		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
+			DisableHeartbeat: !heartbeat, DisableDepth: true},
+			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				started <- struct{}{}
+				// Ignores its context, cancelled long before; returns once
+				// the loops have returned.
+				<-api.gaveUp
+				time.Sleep(500 * time.Millisecond)
 				return ctx.Err()
 			}))
 		f.Send(url, "m")
