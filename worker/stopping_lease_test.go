@@ -180,34 +180,60 @@ func (l *lateReceives) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessag
 	return l.API.ReceiveMessage(ctx, in, opts...)
 }
 
+// stopBehindLateReceive runs h on a worker of url through api: two receive
+// loops of one message each, 2s long polls. send sends a message; once h
+// runs, api's receives are armed, and once one is on its way, late, the
+// worker is shut down with a 100ms deadline. It returns the stopped worker.
+func stopBehindLateReceive(t *testing.T, api *lateReceives, url string, send func(), heartbeat bool,
+	h func(ctx context.Context) error) *running {
+	t.Helper()
+	started := make(chan struct{}, 1)
+	r := start(t, api, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
+		DisableHeartbeat: !heartbeat, DisableDepth: true},
+		sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			started <- struct{}{}
+			return h(ctx)
+		}))
+	send()
+	<-started
+	api.armed.Store(true)
+	<-api.entered // a receive is on its way, late
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = r.w.Shutdown(ctx)
+	r.stop(60 * time.Second) // a receive given up on ends 22s after its start
+	if s := r.w.Stats(); s.Received != 1 || s.Released != 1 || s.AckFailures != 0 {
+		t.Errorf("stats %+v: want the message received once (a late last receive took it again?), released once, no acknowledgement failure", s)
+	}
+	return r
+}
+
+// untilCancelled is a handler that returns once its context is cancelled.
+func untilCancelled(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// checkHiddenThenBack checks that f's queue url hides its one message right
+// after the stop, and shows it again within 30s.
+func checkHiddenThenBack(t *testing.T, f *sqstest.Fake, url string) {
+	t.Helper()
+	if v, inFlight, _ := f.Depth(url); v != 0 || inFlight != 1 {
+		t.Errorf("right after the stop: %d visible, %d in flight; want the message hidden while the given-up receive may be open", v, inFlight)
+	}
+	localtest.Eventually(t, 30*time.Second, func() bool { v, _, _ := f.Depth(url); return v == 1 }, "the message does not come back")
+}
+
 // A message released at the shutdown deadline whose lease ends before the
 // last receives do is hidden until they have surely ended, not only until
 // WaitTime after the stop: a last receive that reaches SQS late (here 5s
-// late, with 2s long polls and a 4s lease) does not take it again. Once the receives have
-// ended it is made visible at once.
+// late, with 2s long polls and a 4s lease) does not take it again. Once the
+// receives have ended it is made visible at once.
 func TestFakeShutdownDeadlineReleaseLateLastReceive(t *testing.T) {
 	eachHeartbeat(t, func(t *testing.T, f *sqstest.Fake, heartbeat bool) {
 		api := &lateReceives{API: f, late: 5 * time.Second, entered: make(chan struct{})}
 		url := f.CreateQueue("late-receive", map[string]string{"VisibilityTimeout": "4"})
-		started := make(chan struct{}, 1)
-		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
-			DisableHeartbeat: !heartbeat, DisableDepth: true},
-			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-				started <- struct{}{}
-				<-ctx.Done()
-				return ctx.Err()
-			}))
-		f.Send(url, "m")
-		<-started
-		api.armed.Store(true)
-		<-api.entered // a receive is on its way, late
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		_ = r.w.Shutdown(ctx)
-		r.stop(30 * time.Second)
-		if s := r.w.Stats(); s.Received != 1 || s.AckFailures != 0 || s.Released != 1 {
-			t.Errorf("stats %+v: want the message received once (a late last receive took it again?), released once, no acknowledgement failure", s)
-		}
+		stopBehindLateReceive(t, api, url, func() { f.Send(url, "m") }, heartbeat, untilCancelled)
 		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 1,
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
 		if err != nil || len(out.Messages) != 1 {
@@ -227,29 +253,8 @@ func TestFakeShutdownDeadlineReleaseReceiveGivenUp(t *testing.T) {
 	eachHeartbeat(t, func(t *testing.T, f *sqstest.Fake, heartbeat bool) {
 		api := &lateReceives{API: f, late: time.Hour, entered: make(chan struct{})}
 		url := f.CreateQueue("given-up", map[string]string{"VisibilityTimeout": "4"})
-		started := make(chan struct{}, 1)
-		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
-			DisableHeartbeat: !heartbeat, DisableDepth: true},
-			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-				started <- struct{}{}
-				<-ctx.Done()
-				return ctx.Err()
-			}))
-		f.Send(url, "m")
-		<-started
-		api.armed.Store(true)
-		<-api.entered // a receive is on its way, and never comes back
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		_ = r.w.Shutdown(ctx)
-		r.stop(60 * time.Second) // the receive is given up on after 22s
-		if v, inFlight, _ := f.Depth(url); v != 0 || inFlight != 1 {
-			t.Errorf("right after the stop: %d visible, %d in flight; want the message hidden while the given-up receive may be open", v, inFlight)
-		}
-		if s := r.w.Stats(); s.Received != 1 || s.Released != 1 || s.AckFailures != 0 {
-			t.Errorf("stats %+v: want the message received once, released once, no acknowledgement failure", s)
-		}
-		localtest.Eventually(t, 30*time.Second, func() bool { v, _, _ := f.Depth(url); return v == 1 }, "the message does not come back")
+		stopBehindLateReceive(t, api, url, func() { f.Send(url, "m") }, heartbeat, untilCancelled)
+		checkHiddenThenBack(t, f, url)
 	})
 }
 
@@ -263,31 +268,13 @@ func TestFakeReleaseAfterLoopsReturnedReceiveGivenUp(t *testing.T) {
 	eachHeartbeat(t, func(t *testing.T, f *sqstest.Fake, heartbeat bool) {
 		api := &lateReceives{API: f, late: time.Hour, entered: make(chan struct{}), gaveUp: make(chan struct{})}
 		url := f.CreateQueue("given-up-after", map[string]string{"VisibilityTimeout": "120"})
-		started := make(chan struct{}, 1)
-		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
-			DisableHeartbeat: !heartbeat, DisableDepth: true},
-			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-				started <- struct{}{}
-				// Ignores its context, cancelled long before; returns once
-				// the loops have returned.
-				<-api.gaveUp
-				time.Sleep(500 * time.Millisecond)
-				return ctx.Err()
-			}))
-		f.Send(url, "m")
-		<-started
-		api.armed.Store(true)
-		<-api.entered // a receive is on its way, and never comes back
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		_ = r.w.Shutdown(ctx)
-		r.stop(60 * time.Second) // the receive is given up on after 22s
-		if v, inFlight, _ := f.Depth(url); v != 0 || inFlight != 1 {
-			t.Errorf("right after the stop: %d visible, %d in flight; want the message hidden while the given-up receive may be open", v, inFlight)
-		}
-		if s := r.w.Stats(); s.Received != 1 || s.Released != 1 || s.AckFailures != 0 {
-			t.Errorf("stats %+v: want the message received once, released once, no acknowledgement failure", s)
-		}
-		localtest.Eventually(t, 30*time.Second, func() bool { v, _, _ := f.Depth(url); return v == 1 }, "the message does not come back")
+		stopBehindLateReceive(t, api, url, func() { f.Send(url, "m") }, heartbeat, func(ctx context.Context) error {
+			// Ignores its context, cancelled long before; returns once the
+			// loops have returned.
+			<-api.gaveUp
+			time.Sleep(500 * time.Millisecond)
+			return ctx.Err()
+		})
+		checkHiddenThenBack(t, f, url)
 	})
 }
