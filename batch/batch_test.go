@@ -123,12 +123,7 @@ func TestLostReplyCountsOnce(t *testing.T) {
 			}
 			h := e.coord.Middleware(eff.handler(loseNext))
 			if guarded {
-				store, err := idempotency.NewDynamoStore(ctx, localtest.NewDynamoDB(t, viaProxy), idempotency.StoreConfig{Table: e.table})
-				if err != nil {
-					t.Fatal(err)
-				}
-				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
-				h = e.coord.WithIdempotency(guard.Middleware)(eff.handler(loseNext))
+				h = withGuard(t, e.coord, localtest.NewDynamoDB(t, viaProxy), idempotency.StoreConfig{Table: e.table}, idempotency.Config{})(eff.handler(loseNext))
 			}
 			msgs := receive(t, e.sqs, e.work, 2)
 			before := proxy.Stats()
@@ -450,13 +445,9 @@ func TestWithIdempotencyCommitsTogether(t *testing.T) {
 	if err := e.coord.Create(ctx, e.spec("atomic", 2)); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	guard := withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})
 	ready := false // the handler's business condition
-	h := e.coord.WithIdempotency(guard.Middleware)(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+	h := guard(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		_, i, _ := batch.ParseChunk(m)
 		writes := []ddbtypes.TransactWriteItem{{Update: &ddbtypes.Update{
 			TableName: &e.table, Key: keyOf("effect#" + strconv.Itoa(i)),
@@ -470,7 +461,7 @@ func TestWithIdempotencyCommitsTogether(t *testing.T) {
 		return idempotency.AddWrites(ctx, writes...)
 	}))
 	msgs := receive(t, e.sqs, e.work, 2)
-	err = h.HandleMessage(ctx, msgs[0])
+	err := h.HandleMessage(ctx, msgs[0])
 	var tce *idempotency.TransactionCanceledError
 	if !errors.As(err, &tce) {
 		t.Fatalf("the handler's condition failing: %v, want its TransactionCanceledError", err)
@@ -581,14 +572,10 @@ func TestWithIdempotencyFailedMeanwhile(t *testing.T) {
 	if err := e.coord.Create(ctx, e.spec("meanwhile", 1)); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	guard := withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})
 	broken := true
 	var eff effects
-	h := e.coord.WithIdempotency(guard.Middleware)(eff.handler(func(m *sqsworker.Message) error {
+	h := guard(eff.handler(func(m *sqsworker.Message) error {
 		if broken {
 			return sqsworker.Permanent(errors.New("bad input"))
 		}
@@ -602,7 +589,7 @@ func TestWithIdempotencyFailedMeanwhile(t *testing.T) {
 		t.Fatalf("progress %+v", p)
 	}
 	broken = false
-	err = h.HandleMessage(ctx, m) // a second copy, as a first delivery
+	err := h.HandleMessage(ctx, m) // a second copy, as a first delivery
 	if err == nil || sqsworker.IsUnavailable(err) {
 		t.Fatalf("a first delivery of a chunk recorded failed meanwhile: %v, want a failure", err)
 	}

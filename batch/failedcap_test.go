@@ -110,165 +110,153 @@ func chunkRecord(t *testing.T, e *fakeEnv, id string, i int) (status, errText st
 // completion job is sent once.
 func TestFailedBeyondCap(t *testing.T) {
 	t.Parallel()
-	for _, guarded := range []bool{false, true} {
-		name := "own-transaction"
-		if guarded {
-			name = "with-idempotency"
+	eachWay(t, func(t *testing.T, guarded bool) {
+		const n, limit = 12, 3
+		e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
+		batch.SetFailedCap(e.coord, limit)
+		ctx := context.Background()
+		if err := e.coord.Create(ctx, e.spec("cap", n)); err != nil {
+			t.Fatal(err)
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			const n, limit = 12, 3
-			e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
-			batch.SetFailedCap(e.coord, limit)
-			ctx := context.Background()
-			if err := e.coord.Create(ctx, e.spec("cap", n)); err != nil {
-				t.Fatal(err)
+		var broken sync.Map // body -> error
+		var eff effects
+		fail := func(m *sqsworker.Message) error {
+			if err, ok := broken.Load(m.Body); ok {
+				return err.(error)
 			}
-			var broken sync.Map // body -> error
-			var eff effects
-			fail := func(m *sqsworker.Message) error {
-				if err, ok := broken.Load(m.Body); ok {
-					return err.(error)
-				}
-				return nil
+			return nil
+		}
+		h := e.coord.Middleware(eff.handler(fail))
+		if guarded {
+			h = withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(eff.handler(fail))
+		}
+		msgs := receive(t, e.sqs, e.work, n)
+		byIndex := make([]*sqsworker.Message, n)
+		for _, m := range msgs {
+			_, i, _ := batch.ParseChunk(m)
+			byIndex[i] = m
+		}
+		// Chunks 0 to 7 fail for good at once: half Permanent, half
+		// on their last attempt; each twice (a duplicate).
+		var wg sync.WaitGroup
+		for i := range 8 {
+			m := byIndex[i]
+			if i%2 == 0 {
+				broken.Store(m.Body, sqsworker.Permanent(errors.New("invalid row "+strconv.Itoa(i))))
+			} else {
+				broken.Store(m.Body, errors.New("upstream 503"))
+				m = again(again(m))
 			}
-			h := e.coord.Middleware(eff.handler(fail))
-			if guarded {
-				store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
-				h = e.coord.WithIdempotency(guard.Middleware)(eff.handler(fail))
-			}
-			msgs := receive(t, e.sqs, e.work, n)
-			byIndex := make([]*sqsworker.Message, n)
-			for _, m := range msgs {
-				_, i, _ := batch.ParseChunk(m)
-				byIndex[i] = m
-			}
-			// Chunks 0 to 7 fail for good at once: half Permanent, half
-			// on their last attempt; each twice (a duplicate).
-			var wg sync.WaitGroup
-			for i := range 8 {
-				m := byIndex[i]
-				if i%2 == 0 {
-					broken.Store(m.Body, sqsworker.Permanent(errors.New("invalid row "+strconv.Itoa(i))))
-				} else {
-					broken.Store(m.Body, errors.New("upstream 503"))
-					m = again(again(m))
-				}
-				for range 2 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						if err := h.HandleMessage(ctx, m); err == nil {
-							t.Errorf("chunk %d succeeded", i)
-						}
-					}()
-				}
-			}
-			wg.Wait()
-			p := checkProgress(t, e, "cap", 0, 8, limit)
-			if len(p.FailedChunks) != limit || p.FailedUnlisted != 5 {
-				t.Fatalf("8 failures, cap %d: %d listed, %d unlisted", limit, len(p.FailedChunks), p.FailedUnlisted)
-			}
-			for i := range 8 {
-				if status, text := chunkRecord(t, e, "cap", i); status != batch.StatusFailed || text == "" {
-					t.Fatalf("chunk %d's item: %q %q, want it failed with its error", i, status, text)
-				}
-			}
-			listed := failedSet(t, e, "cap")
-			var unlisted []int
-			for i := range 8 {
-				if !slices.Contains(listed, i) {
-					unlisted = append(unlisted, i)
-				}
-			}
-			// Fixed: every chunk succeeds from now on, but chunk 8.
-			broken.Clear()
-			run := func(i int, replayed bool) {
-				t.Helper()
-				m := byIndex[i]
-				if replayed {
-					m = replay(m)
-				}
-				if err := h.HandleMessage(ctx, m); err != nil {
-					t.Fatalf("chunk %d: %v", i, err)
-				}
-			}
-			run(unlisted[0], true) // an unlisted chunk, the set full
-			checkProgress(t, e, "cap", 1, 7, limit)
-			if got := failedSet(t, e, "cap"); !slices.Equal(got, listed) {
-				t.Fatalf("an unlisted chunk's recovery changed the set: %v, was %v", got, listed)
-			}
-			for _, i := range listed { // the listed ones: the set goes
-				run(i, true)
-			}
-			if p := checkProgress(t, e, "cap", 4, 4, limit); len(p.FailedChunks) != 0 || p.FailedUnlisted != 4 {
-				t.Fatalf("every listed chunk recovered: %+v", p)
-			}
-			run(unlisted[1], true) // an unlisted one, no set at all
-			checkProgress(t, e, "cap", 5, 3, limit)
-			// A new failure takes a freed place.
-			broken.Store(byIndex[8].Body, sqsworker.Permanent(errors.New("invalid row 8")))
-			if err := h.HandleMessage(ctx, byIndex[8]); err == nil {
-				t.Fatal("chunk 8 succeeded")
-			}
-			if p := checkProgress(t, e, "cap", 5, 4, limit); len(p.FailedChunks) != 1 || p.FailedChunks[0].Index != 8 || p.FailedUnlisted != 3 {
-				t.Fatalf("a new failure with room in the list: %+v", p)
-			}
-			broken.Clear()
-			// The rest at once, each twice, with the chunks never run.
-			// A copy that finds the other running (under the idempotency
-			// middleware) or holding the lease on sending the completion
-			// is put off (RetryAfter, no failure): it comes back once
-			// they are done, as SQS would deliver it again.
-			var rest []int
-			rest = append(rest, unlisted[2:]...)
-			rest = append(rest, 8, 9, 10, 11)
-			var mu sync.Mutex
-			var later []int
-			for _, i := range rest {
-				for range 2 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						err := h.HandleMessage(ctx, replay(byIndex[i]))
-						var ra *sqsworker.RetryAfterError
-						switch {
-						case errors.As(err, &ra) && ra.Err == nil:
-							mu.Lock()
-							later = append(later, i)
-							mu.Unlock()
-						case err != nil:
-							t.Errorf("chunk %d: %v", i, err)
-						}
-					}()
-				}
-			}
-			wg.Wait()
-			for _, i := range later {
-				run(i, true)
-			}
-			p = checkProgress(t, e, "cap", n, 0, limit)
-			if !p.Completed || p.Notified.IsZero() || p.FailedUnlisted != 0 || len(p.FailedChunks) != 0 {
-				t.Fatalf("every chunk done: %+v", p)
-			}
-			if got := len(receive(t, e.sqs, e.callbacks, 10)); got != 1 {
-				t.Errorf("%d completion jobs, want 1", got)
-			}
-			if guarded {
-				// Under the idempotency middleware, each chunk's effect
-				// applied once.
-				for i := range n {
-					if got := eff.get("cap#" + strconv.Itoa(i)); got != 1 {
-						t.Errorf("chunk %d's effect applied %d times", i, got)
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := h.HandleMessage(ctx, m); err == nil {
+						t.Errorf("chunk %d succeeded", i)
 					}
+				}()
+			}
+		}
+		wg.Wait()
+		p := checkProgress(t, e, "cap", 0, 8, limit)
+		if len(p.FailedChunks) != limit || p.FailedUnlisted != 5 {
+			t.Fatalf("8 failures, cap %d: %d listed, %d unlisted", limit, len(p.FailedChunks), p.FailedUnlisted)
+		}
+		for i := range 8 {
+			if status, text := chunkRecord(t, e, "cap", i); status != batch.StatusFailed || text == "" {
+				t.Fatalf("chunk %d's item: %q %q, want it failed with its error", i, status, text)
+			}
+		}
+		listed := failedSet(t, e, "cap")
+		var unlisted []int
+		for i := range 8 {
+			if !slices.Contains(listed, i) {
+				unlisted = append(unlisted, i)
+			}
+		}
+		// Fixed: every chunk succeeds from now on, but chunk 8.
+		broken.Clear()
+		run := func(i int, replayed bool) {
+			t.Helper()
+			m := byIndex[i]
+			if replayed {
+				m = replay(m)
+			}
+			if err := h.HandleMessage(ctx, m); err != nil {
+				t.Fatalf("chunk %d: %v", i, err)
+			}
+		}
+		run(unlisted[0], true) // an unlisted chunk, the set full
+		checkProgress(t, e, "cap", 1, 7, limit)
+		if got := failedSet(t, e, "cap"); !slices.Equal(got, listed) {
+			t.Fatalf("an unlisted chunk's recovery changed the set: %v, was %v", got, listed)
+		}
+		for _, i := range listed { // the listed ones: the set goes
+			run(i, true)
+		}
+		if p := checkProgress(t, e, "cap", 4, 4, limit); len(p.FailedChunks) != 0 || p.FailedUnlisted != 4 {
+			t.Fatalf("every listed chunk recovered: %+v", p)
+		}
+		run(unlisted[1], true) // an unlisted one, no set at all
+		checkProgress(t, e, "cap", 5, 3, limit)
+		// A new failure takes a freed place.
+		broken.Store(byIndex[8].Body, sqsworker.Permanent(errors.New("invalid row 8")))
+		if err := h.HandleMessage(ctx, byIndex[8]); err == nil {
+			t.Fatal("chunk 8 succeeded")
+		}
+		if p := checkProgress(t, e, "cap", 5, 4, limit); len(p.FailedChunks) != 1 || p.FailedChunks[0].Index != 8 || p.FailedUnlisted != 3 {
+			t.Fatalf("a new failure with room in the list: %+v", p)
+		}
+		broken.Clear()
+		// The rest at once, each twice, with the chunks never run.
+		// A copy that finds the other running (under the idempotency
+		// middleware) or holding the lease on sending the completion
+		// is put off (RetryAfter, no failure): it comes back once
+		// they are done, as SQS would deliver it again.
+		var rest []int
+		rest = append(rest, unlisted[2:]...)
+		rest = append(rest, 8, 9, 10, 11)
+		var mu sync.Mutex
+		var later []int
+		for _, i := range rest {
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					err := h.HandleMessage(ctx, replay(byIndex[i]))
+					var ra *sqsworker.RetryAfterError
+					switch {
+					case errors.As(err, &ra) && ra.Err == nil:
+						mu.Lock()
+						later = append(later, i)
+						mu.Unlock()
+					case err != nil:
+						t.Errorf("chunk %d: %v", i, err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		for _, i := range later {
+			run(i, true)
+		}
+		p = checkProgress(t, e, "cap", n, 0, limit)
+		if !p.Completed || p.Notified.IsZero() || p.FailedUnlisted != 0 || len(p.FailedChunks) != 0 {
+			t.Fatalf("every chunk done: %+v", p)
+		}
+		if got := len(receive(t, e.sqs, e.callbacks, 10)); got != 1 {
+			t.Errorf("%d completion jobs, want 1", got)
+		}
+		if guarded {
+			// Under the idempotency middleware, each chunk's effect
+			// applied once.
+			for i := range n {
+				if got := eff.get("cap#" + strconv.Itoa(i)); got != 1 {
+					t.Errorf("chunk %d's effect applied %d times", i, got)
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
 // The reply to a write on a batch whose list of failed chunks is full is
@@ -338,12 +326,7 @@ func TestUnlistedLostReply(t *testing.T) {
 			}
 			h := e.coord.Middleware(eff.handler(fail))
 			if tc.guarded {
-				store, err := idempotency.NewDynamoStore(ctx, localtest.NewDynamoDB(t, viaProxy, lose), idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
-				h = e.coord.WithIdempotency(guard.Middleware)(eff.handler(fail))
+				h = withGuard(t, e.coord, localtest.NewDynamoDB(t, viaProxy, lose), idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(eff.handler(fail))
 			}
 			msgs := receive(t, e.sqs, e.work, 3)
 			slices.SortFunc(msgs, func(a, b *sqsworker.Message) int { return strings.Compare(a.Body, b.Body) })

@@ -174,3 +174,39 @@ func progress(t testing.TB, c *batch.Coordinator, id string) *batch.Progress {
 	}
 	return p
 }
+
+// eachWay runs test as two parallel subtests: "own-transaction", where
+// Middleware counts the chunk in its own transaction (guarded false), and
+// "with-idempotency", where WithIdempotency commits the count with the
+// idempotency record (guarded true).
+func eachWay(t *testing.T, test func(t *testing.T, guarded bool)) {
+	t.Helper()
+	for _, guarded := range []bool{false, true} {
+		name := "own-transaction"
+		if guarded {
+			name = "with-idempotency"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, guarded)
+		})
+	}
+}
+
+// withGuard returns c.WithIdempotency over an idempotency guard whose store
+// is on db, with sc and cfg (its Logger quiet when nil; sc.Table as given).
+func withGuard(t testing.TB, c *batch.Coordinator, db idempotency.DynamoAPI, sc idempotency.StoreConfig, cfg idempotency.Config) sqsworker.Middleware {
+	t.Helper()
+	store, err := idempotency.NewDynamoStore(context.Background(), db, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quiet()
+	}
+	guard, err := idempotency.New(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.WithIdempotency(guard.Middleware)
+}
