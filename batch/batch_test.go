@@ -15,7 +15,6 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
@@ -91,12 +90,7 @@ func TestLostReplyCountsOnce(t *testing.T) {
 		guarded := tc.guarded
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			localtest.RequireDynamoDB(t)
-			proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = proxy.Close() })
+			proxy := dynamoProxy(t)
 			viaProxy := func(o *dynamodb.Options) {
 				o.BaseEndpoint = aws.String(proxy.URL())
 				if tc.noRetry {

@@ -17,7 +17,6 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
@@ -275,12 +274,7 @@ func TestUnlistedLostReply(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			localtest.RequireDynamoDB(t)
-			proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = proxy.Close() })
+			proxy := dynamoProxy(t)
 			// Armed, the next transaction whose update of the batch's
 			// item is the one named loses its reply.
 			var armed atomic.Value

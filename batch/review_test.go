@@ -18,8 +18,6 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/faultproxy"
-	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // beforeOp returns a client option that calls f before each request of the
@@ -45,12 +43,7 @@ func beforeOp(op string, match func(in any) bool, f func()) func(*dynamodb.Optio
 // holder and putting its chunk off until its own lease ends.
 func TestLostLeaseReply(t *testing.T) {
 	t.Parallel()
-	localtest.RequireDynamoDB(t)
-	proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
+	proxy := dynamoProxy(t)
 	var armed, lost atomic.Bool
 	isLease := func(in any) bool {
 		u, ok := in.(*dynamodb.UpdateItemInput)
@@ -75,7 +68,7 @@ func TestLostLeaseReply(t *testing.T) {
 	}
 	armed.Store(true)
 	before := proxy.Stats().LostReplies
-	err = h.HandleMessage(ctx, msgs[1])
+	err := h.HandleMessage(ctx, msgs[1])
 	if n := proxy.Stats().LostReplies - before; n != 1 {
 		t.Fatalf("%d replies lost, want 1", n)
 	}
@@ -446,12 +439,7 @@ func TestUnavailableIsNotRecordedFailed(t *testing.T) {
 // back, the chunks are counted once and the completion is sent once.
 func TestDynamoDBDown(t *testing.T) {
 	t.Parallel()
-	localtest.RequireDynamoDB(t)
-	proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
+	proxy := dynamoProxy(t)
 	e := newFakeEnv(t, batch.Config{MaxReceiveCount: 2}, func(o *dynamodb.Options) {
 		o.BaseEndpoint = aws.String(proxy.URL())
 		o.RetryMaxAttempts = 1

@@ -18,6 +18,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/producer"
 	"github.com/sqsworker/sqsworker/sqstest"
@@ -209,4 +210,17 @@ func withGuard(t testing.TB, c *batch.Coordinator, db idempotency.DynamoAPI, sc 
 		t.Fatal(err)
 	}
 	return c.WithIdempotency(guard.Middleware)
+}
+
+// dynamoProxy returns a fault proxy in front of DynamoDB Local, closed when
+// the test ends; the test is skipped without DynamoDB Local.
+func dynamoProxy(t testing.TB) *faultproxy.Proxy {
+	t.Helper()
+	localtest.RequireDynamoDB(t)
+	proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	return proxy
 }
