@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,7 +14,6 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
-	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/producer"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
@@ -27,19 +24,9 @@ import (
 func TestBatchShowUnlisted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := localtest.NewSQS(t)
-	db := localtest.NewDynamoDB(t)
-	table := localtest.UniqueName(t, false)
-	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table}); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, table)
+	c, db, table, coord := newBatchCoordinator(t, "")
 	chunks := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
 	callbacks := localtest.NewQueue(t, c, localtest.QueueOptions{})
-	coord, err := batch.New(ctx, db, c, batch.Config{Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	spec := batch.Spec{ID: "report-8", QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: callbacks.URL, Body: "assemble"}}
 	for i := range 4 {
 		spec.Chunks = append(spec.Chunks, producer.Message{Body: "rows-" + strconv.Itoa(i)})

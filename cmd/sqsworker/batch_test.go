@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -26,19 +27,9 @@ import (
 func TestBatchShow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := localtest.NewSQS(t)
-	db := localtest.NewDynamoDB(t)
-	table := localtest.UniqueName(t, false)
-	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table}); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, table)
+	c, _, table, coord := newBatchCoordinator(t, "")
 	chunks := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
 	callbacks := localtest.NewQueue(t, c, localtest.QueueOptions{})
-	coord, err := batch.New(ctx, db, c, batch.Config{Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	spec := batch.Spec{ID: "report-7", QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: callbacks.URL, Body: "assemble"}}
 	for _, b := range []string{"ok", "broken", "dead", "waiting"} {
 		spec.Chunks = append(spec.Chunks, producer.Message{Body: b})
@@ -129,13 +120,7 @@ func TestBatchShow(t *testing.T) {
 // batch show's errors name the fix.
 func TestBatchShowErrors(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := localtest.NewDynamoDB(t)
-	table := localtest.UniqueName(t, false)
-	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table}); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, table)
+	table := batchTable(t, localtest.NewDynamoDB(t), "")
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -154,4 +139,32 @@ func TestBatchShowErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr, tc.code, tc.want)
 		}
 	}
+}
+
+// batchTable creates an idempotency table of the test's own in DynamoDB
+// Local, its partition key keyAttr ("" for the default), deleted when the
+// test ends.
+func batchTable(t *testing.T, db *dynamodb.Client, keyAttr string) string {
+	t.Helper()
+	table := localtest.UniqueName(t, false)
+	if err := idempotency.CreateTable(context.Background(), db, idempotency.StoreConfig{Table: table, KeyAttr: keyAttr}); err != nil {
+		t.Fatal(err)
+	}
+	localtest.DeleteTableOnCleanup(t, db, table)
+	return table
+}
+
+// newBatchCoordinator returns a local SQS client, a DynamoDB Local client, a
+// table of the test's own (batchTable, its key keyAttr) and a batch
+// coordinator on them, its logs discarded.
+func newBatchCoordinator(t *testing.T, keyAttr string) (c *sqs.Client, db *dynamodb.Client, table string, coord *batch.Coordinator) {
+	t.Helper()
+	c = localtest.NewSQS(t)
+	db = localtest.NewDynamoDB(t)
+	table = batchTable(t, db, keyAttr)
+	coord, err := batch.New(context.Background(), db, c, batch.Config{Table: table, KeyAttr: keyAttr, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, db, table, coord
 }
