@@ -66,14 +66,7 @@ func TestBatchShow(t *testing.T) {
 			// after its last receive.
 			f := sqsworker.Failure{Error: "upstream timeout", ErrorClass: "timeout", Attempts: 3, FailedAt: time.Now(),
 				SourceQueue: chunks.URL, MessageID: m.ID}
-			attrs, _ := f.AddTo(m.MessageAttributes)
-			sdk := map[string]types.MessageAttributeValue{}
-			for k, v := range attrs {
-				sdk[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: aws.String(v.StringValue)}
-			}
-			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &chunks.DLQURL, MessageBody: &m.Body, MessageAttributes: sdk}); err != nil {
-				t.Fatal(err)
-			}
+			sendDeadLettered(t, c, chunks.DLQURL, m.Body, f, m.MessageAttributes)
 		}
 	}
 
