@@ -15,6 +15,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
@@ -77,75 +78,55 @@ func TestDuplicatesCountOnce(t *testing.T) {
 // with the idempotency record's transaction.
 func TestLostReplyCountsOnce(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name             string
-		guarded, noRetry bool
-	}{
-		{name: "own-transaction"},
-		// Without the SDK's retries, the middleware's own retry repeats
-		// the request with its token.
-		{name: "own-transaction-own-retry", noRetry: true},
-		{name: "with-idempotency", guarded: true},
-	} {
-		guarded := tc.guarded
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			proxy := dynamoProxy(t)
-			viaProxy := func(o *dynamodb.Options) {
-				o.BaseEndpoint = aws.String(proxy.URL())
-				if tc.noRetry {
-					o.RetryMaxAttempts = 1
+	eachLostReplyWay(t, func(t *testing.T, guarded bool, proxy *faultproxy.Proxy, viaProxy func(*dynamodb.Options)) {
+		e := newFakeEnv(t, batch.Config{}, viaProxy)
+		ctx := context.Background()
+		if err := e.coord.Create(ctx, e.spec("lost", 2)); err != nil {
+			t.Fatal(err)
+		}
+		var eff effects
+		lost := false
+		loseNext := func(m *sqsworker.Message) error {
+			// The next reply after the handler's is the count's (or
+			// the commit's, with the guard): lose it, once.
+			if !lost {
+				lost = true
+				if err := proxy.LoseReplies(1); err != nil {
+					t.Error(err)
 				}
 			}
-			e := newFakeEnv(t, batch.Config{}, viaProxy)
-			ctx := context.Background()
-			if err := e.coord.Create(ctx, e.spec("lost", 2)); err != nil {
-				t.Fatal(err)
-			}
-			var eff effects
-			lost := false
-			loseNext := func(m *sqsworker.Message) error {
-				// The next reply after the handler's is the count's (or
-				// the commit's, with the guard): lose it, once.
-				if !lost {
-					lost = true
-					if err := proxy.LoseReplies(1); err != nil {
-						t.Error(err)
-					}
-				}
-				return nil
-			}
-			h := e.coord.Middleware(eff.handler(loseNext))
-			if guarded {
-				h = withGuard(t, e.coord, localtest.NewDynamoDB(t, viaProxy), idempotency.StoreConfig{Table: e.table}, idempotency.Config{})(eff.handler(loseNext))
-			}
-			msgs := receive(t, e.sqs, e.work, 2)
-			before := proxy.Stats()
-			if err := h.HandleMessage(ctx, msgs[0]); err != nil {
-				t.Fatalf("chunk 0: %v", err)
-			}
-			after := proxy.Stats()
-			if lostN := after.LostReplies - before.LostReplies; lostN != 1 {
-				t.Fatalf("%d replies lost, want 1", lostN)
-			}
-			if p := progress(t, e.coord, "lost"); p.Done != 1 {
-				t.Fatalf("done %d after one chunk whose reply was lost, want 1", p.Done)
-			}
-			if err := h.HandleMessage(ctx, again(msgs[0])); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.HandleMessage(ctx, msgs[1]); err != nil {
-				t.Fatal(err)
-			}
-			p := progress(t, e.coord, "lost")
-			if p.Done != 2 || !p.Completed || p.Notified.IsZero() {
-				t.Errorf("progress %+v", p)
-			}
-			if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
-				t.Errorf("%d completion jobs, want 1", n)
-			}
-		})
-	}
+			return nil
+		}
+		h := e.coord.Middleware(eff.handler(loseNext))
+		if guarded {
+			h = withGuard(t, e.coord, localtest.NewDynamoDB(t, viaProxy), idempotency.StoreConfig{Table: e.table}, idempotency.Config{})(eff.handler(loseNext))
+		}
+		msgs := receive(t, e.sqs, e.work, 2)
+		before := proxy.Stats()
+		if err := h.HandleMessage(ctx, msgs[0]); err != nil {
+			t.Fatalf("chunk 0: %v", err)
+		}
+		after := proxy.Stats()
+		if lostN := after.LostReplies - before.LostReplies; lostN != 1 {
+			t.Fatalf("%d replies lost, want 1", lostN)
+		}
+		if p := progress(t, e.coord, "lost"); p.Done != 1 {
+			t.Fatalf("done %d after one chunk whose reply was lost, want 1", p.Done)
+		}
+		if err := h.HandleMessage(ctx, again(msgs[0])); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.HandleMessage(ctx, msgs[1]); err != nil {
+			t.Fatal(err)
+		}
+		p := progress(t, e.coord, "lost")
+		if p.Done != 2 || !p.Completed || p.Notified.IsZero() {
+			t.Errorf("progress %+v", p)
+		}
+		if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+			t.Errorf("%d completion jobs, want 1", n)
+		}
+	})
 }
 
 // A chunk failing for good is recorded as failed, with its error; replayed

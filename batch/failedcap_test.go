@@ -17,6 +17,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
@@ -264,116 +265,99 @@ func TestFailedBeyondCap(t *testing.T) {
 // then its recovery, each count once.
 func TestUnlistedLostReply(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name             string
-		guarded, noRetry bool
-	}{
-		{name: "own-transaction"},
-		{name: "own-transaction-own-retry", noRetry: true},
-		{name: "with-idempotency", guarded: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			proxy := dynamoProxy(t)
-			// Armed, the next transaction whose update of the batch's
-			// item is the one named loses its reply.
-			var armed atomic.Value
-			armed.Store("")
-			isArmed := func(in any) bool {
-				tx, ok := in.(*dynamodb.TransactWriteItemsInput)
-				want := armed.Load().(string)
-				if !ok || want == "" {
-					return false
-				}
-				for _, w := range tx.TransactItems {
-					if w.Update != nil && aws.ToString(w.Update.UpdateExpression) == want {
-						return true
-					}
-				}
+	eachLostReplyWay(t, func(t *testing.T, guarded bool, proxy *faultproxy.Proxy, viaProxy func(*dynamodb.Options)) {
+		// Armed, the next transaction whose update of the batch's
+		// item is the one named loses its reply.
+		var armed atomic.Value
+		armed.Store("")
+		isArmed := func(in any) bool {
+			tx, ok := in.(*dynamodb.TransactWriteItemsInput)
+			want := armed.Load().(string)
+			if !ok || want == "" {
 				return false
 			}
-			viaProxy := func(o *dynamodb.Options) {
-				o.BaseEndpoint = aws.String(proxy.URL())
-				if tc.noRetry {
-					o.RetryMaxAttempts = 1
+			for _, w := range tx.TransactItems {
+				if w.Update != nil && aws.ToString(w.Update.UpdateExpression) == want {
+					return true
 				}
 			}
-			lose := beforeOp("TransactWriteItems", isArmed, func() {
-				armed.Store("")
-				if err := proxy.LoseReplies(1); err != nil {
-					t.Error(err)
-				}
-			})
-			e := newFakeEnv(t, batch.Config{}, viaProxy, lose)
-			batch.SetFailedCap(e.coord, 1)
-			ctx := context.Background()
-			if err := e.coord.Create(ctx, e.spec("lostcap", 3)); err != nil {
-				t.Fatal(err)
-			}
-			broken := map[string]bool{"chunk-0": true, "chunk-1": true}
-			var eff effects
-			fail := func(m *sqsworker.Message) error {
-				if broken[m.Body] {
-					return sqsworker.Permanent(errors.New("bad " + m.Body))
-				}
-				return nil
-			}
-			h := e.coord.Middleware(eff.handler(fail))
-			if tc.guarded {
-				h = withGuard(t, e.coord, localtest.NewDynamoDB(t, viaProxy, lose), idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(eff.handler(fail))
-			}
-			msgs := receive(t, e.sqs, e.work, 3)
-			slices.SortFunc(msgs, func(a, b *sqsworker.Message) int { return strings.Compare(a.Body, b.Body) })
-			if err := h.HandleMessage(ctx, msgs[0]); err == nil { // listed
-				t.Fatal("chunk 0 succeeded")
-			}
-			// Chunk 1 fails beyond the cap: the reply to the write
-			// that counts it, unlisted, is lost.
-			armed.Store("ADD #failed :one")
-			before := proxy.Stats().LostReplies
-			if err := h.HandleMessage(ctx, msgs[1]); err == nil {
-				t.Fatal("chunk 1 succeeded")
-			}
-			if got := proxy.Stats().LostReplies - before; got != 1 {
-				t.Fatalf("%d replies lost, want 1", got)
-			}
-			if p := checkProgress(t, e, "lostcap", 0, 2, 1); p.FailedUnlisted != 1 || p.FailedChunks[0].Index != 0 {
-				t.Fatalf("after chunk 1's failure: %+v", p)
-			}
-			// Chunk 1, fixed, is replayed: the reply to its count is
-			// lost.
-			clear(broken)
-			armed.Store("ADD #done :one, #failed :minus DELETE #set :idx")
-			before = proxy.Stats().LostReplies
-			if err := h.HandleMessage(ctx, replay(msgs[1])); err != nil {
-				t.Fatalf("chunk 1 replayed: %v", err)
-			}
-			if got := proxy.Stats().LostReplies - before; got != 1 {
-				t.Fatalf("%d replies lost, want 1", got)
-			}
-			if p := checkProgress(t, e, "lostcap", 1, 1, 1); p.FailedUnlisted != 0 || len(p.FailedChunks) != 1 {
-				t.Fatalf("after chunk 1's recovery: %+v", p)
-			}
-			if err := h.HandleMessage(ctx, replay(msgs[1])); err != nil { // and again
-				t.Fatal(err)
-			}
-			for _, m := range []*sqsworker.Message{replay(msgs[0]), msgs[2]} {
-				if err := h.HandleMessage(ctx, m); err != nil {
-					t.Fatal(err)
-				}
-			}
-			p := checkProgress(t, e, "lostcap", 3, 0, 1)
-			if !p.Completed || p.Notified.IsZero() {
-				t.Fatalf("every chunk done: %+v", p)
-			}
-			if got := len(receive(t, e.sqs, e.callbacks, 10)); got != 1 {
-				t.Errorf("%d completion jobs, want 1", got)
-			}
-			if got := eff.get("lostcap#1"); got != 1 {
-				t.Errorf("chunk 1's effect applied %d times", got)
+			return false
+		}
+		lose := beforeOp("TransactWriteItems", isArmed, func() {
+			armed.Store("")
+			if err := proxy.LoseReplies(1); err != nil {
+				t.Error(err)
 			}
 		})
-	}
+		e := newFakeEnv(t, batch.Config{}, viaProxy, lose)
+		batch.SetFailedCap(e.coord, 1)
+		ctx := context.Background()
+		if err := e.coord.Create(ctx, e.spec("lostcap", 3)); err != nil {
+			t.Fatal(err)
+		}
+		broken := map[string]bool{"chunk-0": true, "chunk-1": true}
+		var eff effects
+		fail := func(m *sqsworker.Message) error {
+			if broken[m.Body] {
+				return sqsworker.Permanent(errors.New("bad " + m.Body))
+			}
+			return nil
+		}
+		h := e.coord.Middleware(eff.handler(fail))
+		if guarded {
+			h = withGuard(t, e.coord, localtest.NewDynamoDB(t, viaProxy, lose), idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(eff.handler(fail))
+		}
+		msgs := receive(t, e.sqs, e.work, 3)
+		slices.SortFunc(msgs, func(a, b *sqsworker.Message) int { return strings.Compare(a.Body, b.Body) })
+		if err := h.HandleMessage(ctx, msgs[0]); err == nil { // listed
+			t.Fatal("chunk 0 succeeded")
+		}
+		// Chunk 1 fails beyond the cap: the reply to the write
+		// that counts it, unlisted, is lost.
+		armed.Store("ADD #failed :one")
+		before := proxy.Stats().LostReplies
+		if err := h.HandleMessage(ctx, msgs[1]); err == nil {
+			t.Fatal("chunk 1 succeeded")
+		}
+		if got := proxy.Stats().LostReplies - before; got != 1 {
+			t.Fatalf("%d replies lost, want 1", got)
+		}
+		if p := checkProgress(t, e, "lostcap", 0, 2, 1); p.FailedUnlisted != 1 || p.FailedChunks[0].Index != 0 {
+			t.Fatalf("after chunk 1's failure: %+v", p)
+		}
+		// Chunk 1, fixed, is replayed: the reply to its count is
+		// lost.
+		clear(broken)
+		armed.Store("ADD #done :one, #failed :minus DELETE #set :idx")
+		before = proxy.Stats().LostReplies
+		if err := h.HandleMessage(ctx, replay(msgs[1])); err != nil {
+			t.Fatalf("chunk 1 replayed: %v", err)
+		}
+		if got := proxy.Stats().LostReplies - before; got != 1 {
+			t.Fatalf("%d replies lost, want 1", got)
+		}
+		if p := checkProgress(t, e, "lostcap", 1, 1, 1); p.FailedUnlisted != 0 || len(p.FailedChunks) != 1 {
+			t.Fatalf("after chunk 1's recovery: %+v", p)
+		}
+		if err := h.HandleMessage(ctx, replay(msgs[1])); err != nil { // and again
+			t.Fatal(err)
+		}
+		for _, m := range []*sqsworker.Message{replay(msgs[0]), msgs[2]} {
+			if err := h.HandleMessage(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := checkProgress(t, e, "lostcap", 3, 0, 1)
+		if !p.Completed || p.Notified.IsZero() {
+			t.Fatalf("every chunk done: %+v", p)
+		}
+		if got := len(receive(t, e.sqs, e.callbacks, 10)); got != 1 {
+			t.Errorf("%d completion jobs, want 1", got)
+		}
+		if got := eff.get("lostcap#1"); got != 1 {
+			t.Errorf("chunk 1's effect applied %d times", got)
+		}
+	})
 }
 
 // A batch recorded before the list of failed chunks was bounded may list

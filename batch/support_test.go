@@ -224,3 +224,32 @@ func dynamoProxy(t testing.TB) *faultproxy.Proxy {
 	t.Cleanup(func() { _ = proxy.Close() })
 	return proxy
 }
+
+// eachLostReplyWay runs test as three parallel subtests, each with a fault
+// proxy in front of DynamoDB Local and viaProxy, the client option that
+// sends through it: "own-transaction"; "own-transaction-own-retry", where
+// viaProxy also turns the SDK's retries off, so that the middleware's own
+// retry repeats the request with its token; and "with-idempotency"
+// (guarded true).
+func eachLostReplyWay(t *testing.T, test func(t *testing.T, guarded bool, proxy *faultproxy.Proxy, viaProxy func(*dynamodb.Options))) {
+	t.Helper()
+	for _, tc := range []struct {
+		name             string
+		guarded, noRetry bool
+	}{
+		{name: "own-transaction"},
+		{name: "own-transaction-own-retry", noRetry: true},
+		{name: "with-idempotency", guarded: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			proxy := dynamoProxy(t)
+			test(t, tc.guarded, proxy, func(o *dynamodb.Options) {
+				o.BaseEndpoint = aws.String(proxy.URL())
+				if tc.noRetry {
+					o.RetryMaxAttempts = 1
+				}
+			})
+		})
+	}
+}
