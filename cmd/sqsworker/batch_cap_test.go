@@ -14,8 +14,6 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
-	"github.com/sqsworker/sqsworker/producer"
-	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // batch show, for a batch with more failed chunks than its item lists
@@ -25,15 +23,7 @@ func TestBatchShowUnlisted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, db, table, coord := newBatchCoordinator(t, "")
-	chunks := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
-	callbacks := localtest.NewQueue(t, c, localtest.QueueOptions{})
-	spec := batch.Spec{ID: "report-8", QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: callbacks.URL, Body: "assemble"}}
-	for i := range 4 {
-		spec.Chunks = append(spec.Chunks, producer.Message{Body: "rows-" + strconv.Itoa(i)})
-	}
-	if err := coord.Create(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
+	createBatch(t, c, coord, "report-8", "rows-0", "rows-1", "rows-2", "rows-3")
 	// Chunk 0 fails for good, and is listed.
 	h := coord.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
 		return sqsworker.Permanent(errors.New("row 17: invalid date"))

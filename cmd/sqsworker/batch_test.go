@@ -28,15 +28,7 @@ func TestBatchShow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	c, _, table, coord := newBatchCoordinator(t, "")
-	chunks := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
-	callbacks := localtest.NewQueue(t, c, localtest.QueueOptions{})
-	spec := batch.Spec{ID: "report-7", QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: callbacks.URL, Body: "assemble"}}
-	for _, b := range []string{"ok", "broken", "dead", "waiting"} {
-		spec.Chunks = append(spec.Chunks, producer.Message{Body: b})
-	}
-	if err := coord.Create(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
+	chunks, callbacks := createBatch(t, c, coord, "report-7", "ok", "broken", "dead", "waiting")
 	h := coord.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		switch m.Body {
 		case "broken":
@@ -160,4 +152,21 @@ func newBatchCoordinator(t *testing.T, keyAttr string) (c *sqs.Client, db *dynam
 		t.Fatal(err)
 	}
 	return c, db, table, coord
+}
+
+// createBatch creates batch id with coord: a chunk a body, sent to a new
+// queue whose dead-letter queue takes a chunk after 3 receives, and its
+// completion job ("assemble") to a new callbacks queue.
+func createBatch(t *testing.T, c *sqs.Client, coord *batch.Coordinator, id string, bodies ...string) (chunks, callbacks localtest.Queue) {
+	t.Helper()
+	chunks = localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	callbacks = localtest.NewQueue(t, c, localtest.QueueOptions{})
+	spec := batch.Spec{ID: id, QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: callbacks.URL, Body: "assemble"}}
+	for _, b := range bodies {
+		spec.Chunks = append(spec.Chunks, producer.Message{Body: b})
+	}
+	if err := coord.Create(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	return chunks, callbacks
 }
