@@ -165,16 +165,11 @@ func TestBrowserReplay(t *testing.T) {
 	}
 	ids := deadLetter(t, c, q, jobs)
 
-	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
-	auditLog, err := dlq.OpenAuditLog(auditPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = auditLog.Close() })
+	auditPath, recorder := newAuditLog(t, "browser-test")
 	logs := &syncBuffer{}
 	s, err := New(Config{
 		Addr: "127.0.0.1:0", AllowActions: true, SQS: c, Stats: statsOf(c, q),
-		Audit: dlq.Audit{Record: auditLog.Record, Caller: "browser-test"}, AuditFile: auditPath,
+		Audit: recorder, AuditFile: auditPath,
 		SampleInterval: time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	})
 	if err != nil {
@@ -397,6 +392,19 @@ func TestBrowserReplay(t *testing.T) {
 	if buttons != 0 || !strings.Contains(note, "Read-only") {
 		t.Errorf("read-only page: %d action buttons, note %q", buttons, note)
 	}
+}
+
+// newAuditLog opens an audit log of the test's own, closed when the test
+// ends: its path, and the dlq.Audit that records to it as caller.
+func newAuditLog(t *testing.T, caller string) (string, dlq.Audit) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	log, err := dlq.OpenAuditLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = log.Close() })
+	return path, dlq.Audit{Record: log.Record, Caller: caller}
 }
 
 func readAuditFile(t *testing.T, path string) []dlq.AuditRecord {
