@@ -78,85 +78,55 @@ func TestDuplicatesCountOnce(t *testing.T) {
 // with the idempotency record's transaction.
 func TestLostReplyCountsOnce(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name             string
-		guarded, noRetry bool
-	}{
-		{name: "own-transaction"},
-		// Without the SDK's retries, the middleware's own retry repeats
-		// the request with its token.
-		{name: "own-transaction-own-retry", noRetry: true},
-		{name: "with-idempotency", guarded: true},
-	} {
-		guarded := tc.guarded
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			localtest.RequireDynamoDB(t)
-			proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = proxy.Close() })
-			viaProxy := func(o *dynamodb.Options) {
-				o.BaseEndpoint = aws.String(proxy.URL())
-				if tc.noRetry {
-					o.RetryMaxAttempts = 1
+	eachLostReplyWay(t, func(t *testing.T, guarded bool, proxy *faultproxy.Proxy, viaProxy func(*dynamodb.Options)) {
+		e := newFakeEnv(t, batch.Config{}, viaProxy)
+		ctx := context.Background()
+		if err := e.coord.Create(ctx, e.spec("lost", 2)); err != nil {
+			t.Fatal(err)
+		}
+		var eff effects
+		lost := false
+		loseNext := func(m *sqsworker.Message) error {
+			// The next reply after the handler's is the count's (or
+			// the commit's, with the guard): lose it, once.
+			if !lost {
+				lost = true
+				if err := proxy.LoseReplies(1); err != nil {
+					t.Error(err)
 				}
 			}
-			e := newFakeEnv(t, batch.Config{}, viaProxy)
-			ctx := context.Background()
-			if err := e.coord.Create(ctx, e.spec("lost", 2)); err != nil {
-				t.Fatal(err)
-			}
-			var eff effects
-			lost := false
-			loseNext := func(m *sqsworker.Message) error {
-				// The next reply after the handler's is the count's (or
-				// the commit's, with the guard): lose it, once.
-				if !lost {
-					lost = true
-					if err := proxy.LoseReplies(1); err != nil {
-						t.Error(err)
-					}
-				}
-				return nil
-			}
-			h := e.coord.Middleware(eff.handler(loseNext))
-			if guarded {
-				store, err := idempotency.NewDynamoStore(ctx, localtest.NewDynamoDB(t, viaProxy), idempotency.StoreConfig{Table: e.table})
-				if err != nil {
-					t.Fatal(err)
-				}
-				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
-				h = e.coord.WithIdempotency(guard.Middleware)(eff.handler(loseNext))
-			}
-			msgs := receive(t, e.sqs, e.work, 2)
-			before := proxy.Stats()
-			if err := h.HandleMessage(ctx, msgs[0]); err != nil {
-				t.Fatalf("chunk 0: %v", err)
-			}
-			after := proxy.Stats()
-			if lostN := after.LostReplies - before.LostReplies; lostN != 1 {
-				t.Fatalf("%d replies lost, want 1", lostN)
-			}
-			if p := progress(t, e.coord, "lost"); p.Done != 1 {
-				t.Fatalf("done %d after one chunk whose reply was lost, want 1", p.Done)
-			}
-			if err := h.HandleMessage(ctx, again(msgs[0])); err != nil {
-				t.Fatal(err)
-			}
-			if err := h.HandleMessage(ctx, msgs[1]); err != nil {
-				t.Fatal(err)
-			}
-			p := progress(t, e.coord, "lost")
-			if p.Done != 2 || !p.Completed || p.Notified.IsZero() {
-				t.Errorf("progress %+v", p)
-			}
-			if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
-				t.Errorf("%d completion jobs, want 1", n)
-			}
-		})
-	}
+			return nil
+		}
+		h := e.coord.Middleware(eff.handler(loseNext))
+		if guarded {
+			h = withGuard(t, e.coord, localtest.NewDynamoDB(t, viaProxy), idempotency.StoreConfig{Table: e.table}, idempotency.Config{})(eff.handler(loseNext))
+		}
+		msgs := receive(t, e.sqs, e.work, 2)
+		before := proxy.Stats()
+		if err := h.HandleMessage(ctx, msgs[0]); err != nil {
+			t.Fatalf("chunk 0: %v", err)
+		}
+		after := proxy.Stats()
+		if lostN := after.LostReplies - before.LostReplies; lostN != 1 {
+			t.Fatalf("%d replies lost, want 1", lostN)
+		}
+		if p := progress(t, e.coord, "lost"); p.Done != 1 {
+			t.Fatalf("done %d after one chunk whose reply was lost, want 1", p.Done)
+		}
+		if err := h.HandleMessage(ctx, again(msgs[0])); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.HandleMessage(ctx, msgs[1]); err != nil {
+			t.Fatal(err)
+		}
+		p := progress(t, e.coord, "lost")
+		if p.Done != 2 || !p.Completed || p.Notified.IsZero() {
+			t.Errorf("progress %+v", p)
+		}
+		if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+			t.Errorf("%d completion jobs, want 1", n)
+		}
+	})
 }
 
 // A chunk failing for good is recorded as failed, with its error; replayed
@@ -450,13 +420,9 @@ func TestWithIdempotencyCommitsTogether(t *testing.T) {
 	if err := e.coord.Create(ctx, e.spec("atomic", 2)); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	guard := withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})
 	ready := false // the handler's business condition
-	h := e.coord.WithIdempotency(guard.Middleware)(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+	h := guard(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		_, i, _ := batch.ParseChunk(m)
 		writes := []ddbtypes.TransactWriteItem{{Update: &ddbtypes.Update{
 			TableName: &e.table, Key: keyOf("effect#" + strconv.Itoa(i)),
@@ -470,7 +436,7 @@ func TestWithIdempotencyCommitsTogether(t *testing.T) {
 		return idempotency.AddWrites(ctx, writes...)
 	}))
 	msgs := receive(t, e.sqs, e.work, 2)
-	err = h.HandleMessage(ctx, msgs[0])
+	err := h.HandleMessage(ctx, msgs[0])
 	var tce *idempotency.TransactionCanceledError
 	if !errors.As(err, &tce) {
 		t.Fatalf("the handler's condition failing: %v, want its TransactionCanceledError", err)
@@ -581,14 +547,10 @@ func TestWithIdempotencyFailedMeanwhile(t *testing.T) {
 	if err := e.coord.Create(ctx, e.spec("meanwhile", 1)); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	guard := withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})
 	broken := true
 	var eff effects
-	h := e.coord.WithIdempotency(guard.Middleware)(eff.handler(func(m *sqsworker.Message) error {
+	h := guard(eff.handler(func(m *sqsworker.Message) error {
 		if broken {
 			return sqsworker.Permanent(errors.New("bad input"))
 		}
@@ -602,7 +564,7 @@ func TestWithIdempotencyFailedMeanwhile(t *testing.T) {
 		t.Fatalf("progress %+v", p)
 	}
 	broken = false
-	err = h.HandleMessage(ctx, m) // a second copy, as a first delivery
+	err := h.HandleMessage(ctx, m) // a second copy, as a first delivery
 	if err == nil || sqsworker.IsUnavailable(err) {
 		t.Fatalf("a first delivery of a chunk recorded failed meanwhile: %v, want a failure", err)
 	}

@@ -110,165 +110,153 @@ func chunkRecord(t *testing.T, e *fakeEnv, id string, i int) (status, errText st
 // completion job is sent once.
 func TestFailedBeyondCap(t *testing.T) {
 	t.Parallel()
-	for _, guarded := range []bool{false, true} {
-		name := "own-transaction"
-		if guarded {
-			name = "with-idempotency"
+	eachWay(t, func(t *testing.T, guarded bool) {
+		const n, limit = 12, 3
+		e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
+		batch.SetFailedCap(e.coord, limit)
+		ctx := context.Background()
+		if err := e.coord.Create(ctx, e.spec("cap", n)); err != nil {
+			t.Fatal(err)
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			const n, limit = 12, 3
-			e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
-			batch.SetFailedCap(e.coord, limit)
-			ctx := context.Background()
-			if err := e.coord.Create(ctx, e.spec("cap", n)); err != nil {
-				t.Fatal(err)
+		var broken sync.Map // body -> error
+		var eff effects
+		fail := func(m *sqsworker.Message) error {
+			if err, ok := broken.Load(m.Body); ok {
+				return err.(error)
 			}
-			var broken sync.Map // body -> error
-			var eff effects
-			fail := func(m *sqsworker.Message) error {
-				if err, ok := broken.Load(m.Body); ok {
-					return err.(error)
-				}
-				return nil
+			return nil
+		}
+		h := e.coord.Middleware(eff.handler(fail))
+		if guarded {
+			h = withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(eff.handler(fail))
+		}
+		msgs := receive(t, e.sqs, e.work, n)
+		byIndex := make([]*sqsworker.Message, n)
+		for _, m := range msgs {
+			_, i, _ := batch.ParseChunk(m)
+			byIndex[i] = m
+		}
+		// Chunks 0 to 7 fail for good at once: half Permanent, half
+		// on their last attempt; each twice (a duplicate).
+		var wg sync.WaitGroup
+		for i := range 8 {
+			m := byIndex[i]
+			if i%2 == 0 {
+				broken.Store(m.Body, sqsworker.Permanent(errors.New("invalid row "+strconv.Itoa(i))))
+			} else {
+				broken.Store(m.Body, errors.New("upstream 503"))
+				m = again(again(m))
 			}
-			h := e.coord.Middleware(eff.handler(fail))
-			if guarded {
-				store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
-				h = e.coord.WithIdempotency(guard.Middleware)(eff.handler(fail))
-			}
-			msgs := receive(t, e.sqs, e.work, n)
-			byIndex := make([]*sqsworker.Message, n)
-			for _, m := range msgs {
-				_, i, _ := batch.ParseChunk(m)
-				byIndex[i] = m
-			}
-			// Chunks 0 to 7 fail for good at once: half Permanent, half
-			// on their last attempt; each twice (a duplicate).
-			var wg sync.WaitGroup
-			for i := range 8 {
-				m := byIndex[i]
-				if i%2 == 0 {
-					broken.Store(m.Body, sqsworker.Permanent(errors.New("invalid row "+strconv.Itoa(i))))
-				} else {
-					broken.Store(m.Body, errors.New("upstream 503"))
-					m = again(again(m))
-				}
-				for range 2 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						if err := h.HandleMessage(ctx, m); err == nil {
-							t.Errorf("chunk %d succeeded", i)
-						}
-					}()
-				}
-			}
-			wg.Wait()
-			p := checkProgress(t, e, "cap", 0, 8, limit)
-			if len(p.FailedChunks) != limit || p.FailedUnlisted != 5 {
-				t.Fatalf("8 failures, cap %d: %d listed, %d unlisted", limit, len(p.FailedChunks), p.FailedUnlisted)
-			}
-			for i := range 8 {
-				if status, text := chunkRecord(t, e, "cap", i); status != batch.StatusFailed || text == "" {
-					t.Fatalf("chunk %d's item: %q %q, want it failed with its error", i, status, text)
-				}
-			}
-			listed := failedSet(t, e, "cap")
-			var unlisted []int
-			for i := range 8 {
-				if !slices.Contains(listed, i) {
-					unlisted = append(unlisted, i)
-				}
-			}
-			// Fixed: every chunk succeeds from now on, but chunk 8.
-			broken.Clear()
-			run := func(i int, replayed bool) {
-				t.Helper()
-				m := byIndex[i]
-				if replayed {
-					m = replay(m)
-				}
-				if err := h.HandleMessage(ctx, m); err != nil {
-					t.Fatalf("chunk %d: %v", i, err)
-				}
-			}
-			run(unlisted[0], true) // an unlisted chunk, the set full
-			checkProgress(t, e, "cap", 1, 7, limit)
-			if got := failedSet(t, e, "cap"); !slices.Equal(got, listed) {
-				t.Fatalf("an unlisted chunk's recovery changed the set: %v, was %v", got, listed)
-			}
-			for _, i := range listed { // the listed ones: the set goes
-				run(i, true)
-			}
-			if p := checkProgress(t, e, "cap", 4, 4, limit); len(p.FailedChunks) != 0 || p.FailedUnlisted != 4 {
-				t.Fatalf("every listed chunk recovered: %+v", p)
-			}
-			run(unlisted[1], true) // an unlisted one, no set at all
-			checkProgress(t, e, "cap", 5, 3, limit)
-			// A new failure takes a freed place.
-			broken.Store(byIndex[8].Body, sqsworker.Permanent(errors.New("invalid row 8")))
-			if err := h.HandleMessage(ctx, byIndex[8]); err == nil {
-				t.Fatal("chunk 8 succeeded")
-			}
-			if p := checkProgress(t, e, "cap", 5, 4, limit); len(p.FailedChunks) != 1 || p.FailedChunks[0].Index != 8 || p.FailedUnlisted != 3 {
-				t.Fatalf("a new failure with room in the list: %+v", p)
-			}
-			broken.Clear()
-			// The rest at once, each twice, with the chunks never run.
-			// A copy that finds the other running (under the idempotency
-			// middleware) or holding the lease on sending the completion
-			// is put off (RetryAfter, no failure): it comes back once
-			// they are done, as SQS would deliver it again.
-			var rest []int
-			rest = append(rest, unlisted[2:]...)
-			rest = append(rest, 8, 9, 10, 11)
-			var mu sync.Mutex
-			var later []int
-			for _, i := range rest {
-				for range 2 {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						err := h.HandleMessage(ctx, replay(byIndex[i]))
-						var ra *sqsworker.RetryAfterError
-						switch {
-						case errors.As(err, &ra) && ra.Err == nil:
-							mu.Lock()
-							later = append(later, i)
-							mu.Unlock()
-						case err != nil:
-							t.Errorf("chunk %d: %v", i, err)
-						}
-					}()
-				}
-			}
-			wg.Wait()
-			for _, i := range later {
-				run(i, true)
-			}
-			p = checkProgress(t, e, "cap", n, 0, limit)
-			if !p.Completed || p.Notified.IsZero() || p.FailedUnlisted != 0 || len(p.FailedChunks) != 0 {
-				t.Fatalf("every chunk done: %+v", p)
-			}
-			if got := len(receive(t, e.sqs, e.callbacks, 10)); got != 1 {
-				t.Errorf("%d completion jobs, want 1", got)
-			}
-			if guarded {
-				// Under the idempotency middleware, each chunk's effect
-				// applied once.
-				for i := range n {
-					if got := eff.get("cap#" + strconv.Itoa(i)); got != 1 {
-						t.Errorf("chunk %d's effect applied %d times", i, got)
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := h.HandleMessage(ctx, m); err == nil {
+						t.Errorf("chunk %d succeeded", i)
 					}
+				}()
+			}
+		}
+		wg.Wait()
+		p := checkProgress(t, e, "cap", 0, 8, limit)
+		if len(p.FailedChunks) != limit || p.FailedUnlisted != 5 {
+			t.Fatalf("8 failures, cap %d: %d listed, %d unlisted", limit, len(p.FailedChunks), p.FailedUnlisted)
+		}
+		for i := range 8 {
+			if status, text := chunkRecord(t, e, "cap", i); status != batch.StatusFailed || text == "" {
+				t.Fatalf("chunk %d's item: %q %q, want it failed with its error", i, status, text)
+			}
+		}
+		listed := failedSet(t, e, "cap")
+		var unlisted []int
+		for i := range 8 {
+			if !slices.Contains(listed, i) {
+				unlisted = append(unlisted, i)
+			}
+		}
+		// Fixed: every chunk succeeds from now on, but chunk 8.
+		broken.Clear()
+		run := func(i int, replayed bool) {
+			t.Helper()
+			m := byIndex[i]
+			if replayed {
+				m = replay(m)
+			}
+			if err := h.HandleMessage(ctx, m); err != nil {
+				t.Fatalf("chunk %d: %v", i, err)
+			}
+		}
+		run(unlisted[0], true) // an unlisted chunk, the set full
+		checkProgress(t, e, "cap", 1, 7, limit)
+		if got := failedSet(t, e, "cap"); !slices.Equal(got, listed) {
+			t.Fatalf("an unlisted chunk's recovery changed the set: %v, was %v", got, listed)
+		}
+		for _, i := range listed { // the listed ones: the set goes
+			run(i, true)
+		}
+		if p := checkProgress(t, e, "cap", 4, 4, limit); len(p.FailedChunks) != 0 || p.FailedUnlisted != 4 {
+			t.Fatalf("every listed chunk recovered: %+v", p)
+		}
+		run(unlisted[1], true) // an unlisted one, no set at all
+		checkProgress(t, e, "cap", 5, 3, limit)
+		// A new failure takes a freed place.
+		broken.Store(byIndex[8].Body, sqsworker.Permanent(errors.New("invalid row 8")))
+		if err := h.HandleMessage(ctx, byIndex[8]); err == nil {
+			t.Fatal("chunk 8 succeeded")
+		}
+		if p := checkProgress(t, e, "cap", 5, 4, limit); len(p.FailedChunks) != 1 || p.FailedChunks[0].Index != 8 || p.FailedUnlisted != 3 {
+			t.Fatalf("a new failure with room in the list: %+v", p)
+		}
+		broken.Clear()
+		// The rest at once, each twice, with the chunks never run.
+		// A copy that finds the other running (under the idempotency
+		// middleware) or holding the lease on sending the completion
+		// is put off (RetryAfter, no failure): it comes back once
+		// they are done, as SQS would deliver it again.
+		var rest []int
+		rest = append(rest, unlisted[2:]...)
+		rest = append(rest, 8, 9, 10, 11)
+		var mu sync.Mutex
+		var later []int
+		for _, i := range rest {
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					err := h.HandleMessage(ctx, replay(byIndex[i]))
+					var ra *sqsworker.RetryAfterError
+					switch {
+					case errors.As(err, &ra) && ra.Err == nil:
+						mu.Lock()
+						later = append(later, i)
+						mu.Unlock()
+					case err != nil:
+						t.Errorf("chunk %d: %v", i, err)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		for _, i := range later {
+			run(i, true)
+		}
+		p = checkProgress(t, e, "cap", n, 0, limit)
+		if !p.Completed || p.Notified.IsZero() || p.FailedUnlisted != 0 || len(p.FailedChunks) != 0 {
+			t.Fatalf("every chunk done: %+v", p)
+		}
+		if got := len(receive(t, e.sqs, e.callbacks, 10)); got != 1 {
+			t.Errorf("%d completion jobs, want 1", got)
+		}
+		if guarded {
+			// Under the idempotency middleware, each chunk's effect
+			// applied once.
+			for i := range n {
+				if got := eff.get("cap#" + strconv.Itoa(i)); got != 1 {
+					t.Errorf("chunk %d's effect applied %d times", i, got)
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
 // The reply to a write on a batch whose list of failed chunks is full is
@@ -277,126 +265,99 @@ func TestFailedBeyondCap(t *testing.T) {
 // then its recovery, each count once.
 func TestUnlistedLostReply(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name             string
-		guarded, noRetry bool
-	}{
-		{name: "own-transaction"},
-		{name: "own-transaction-own-retry", noRetry: true},
-		{name: "with-idempotency", guarded: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			localtest.RequireDynamoDB(t)
-			proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = proxy.Close() })
-			// Armed, the next transaction whose update of the batch's
-			// item is the one named loses its reply.
-			var armed atomic.Value
-			armed.Store("")
-			isArmed := func(in any) bool {
-				tx, ok := in.(*dynamodb.TransactWriteItemsInput)
-				want := armed.Load().(string)
-				if !ok || want == "" {
-					return false
-				}
-				for _, w := range tx.TransactItems {
-					if w.Update != nil && aws.ToString(w.Update.UpdateExpression) == want {
-						return true
-					}
-				}
+	eachLostReplyWay(t, func(t *testing.T, guarded bool, proxy *faultproxy.Proxy, viaProxy func(*dynamodb.Options)) {
+		// Armed, the next transaction whose update of the batch's
+		// item is the one named loses its reply.
+		var armed atomic.Value
+		armed.Store("")
+		isArmed := func(in any) bool {
+			tx, ok := in.(*dynamodb.TransactWriteItemsInput)
+			want := armed.Load().(string)
+			if !ok || want == "" {
 				return false
 			}
-			viaProxy := func(o *dynamodb.Options) {
-				o.BaseEndpoint = aws.String(proxy.URL())
-				if tc.noRetry {
-					o.RetryMaxAttempts = 1
+			for _, w := range tx.TransactItems {
+				if w.Update != nil && aws.ToString(w.Update.UpdateExpression) == want {
+					return true
 				}
 			}
-			lose := beforeOp("TransactWriteItems", isArmed, func() {
-				armed.Store("")
-				if err := proxy.LoseReplies(1); err != nil {
-					t.Error(err)
-				}
-			})
-			e := newFakeEnv(t, batch.Config{}, viaProxy, lose)
-			batch.SetFailedCap(e.coord, 1)
-			ctx := context.Background()
-			if err := e.coord.Create(ctx, e.spec("lostcap", 3)); err != nil {
-				t.Fatal(err)
-			}
-			broken := map[string]bool{"chunk-0": true, "chunk-1": true}
-			var eff effects
-			fail := func(m *sqsworker.Message) error {
-				if broken[m.Body] {
-					return sqsworker.Permanent(errors.New("bad " + m.Body))
-				}
-				return nil
-			}
-			h := e.coord.Middleware(eff.handler(fail))
-			if tc.guarded {
-				store, err := idempotency.NewDynamoStore(ctx, localtest.NewDynamoDB(t, viaProxy, lose), idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
-				h = e.coord.WithIdempotency(guard.Middleware)(eff.handler(fail))
-			}
-			msgs := receive(t, e.sqs, e.work, 3)
-			slices.SortFunc(msgs, func(a, b *sqsworker.Message) int { return strings.Compare(a.Body, b.Body) })
-			if err := h.HandleMessage(ctx, msgs[0]); err == nil { // listed
-				t.Fatal("chunk 0 succeeded")
-			}
-			// Chunk 1 fails beyond the cap: the reply to the write
-			// that counts it, unlisted, is lost.
-			armed.Store("ADD #failed :one")
-			before := proxy.Stats().LostReplies
-			if err := h.HandleMessage(ctx, msgs[1]); err == nil {
-				t.Fatal("chunk 1 succeeded")
-			}
-			if got := proxy.Stats().LostReplies - before; got != 1 {
-				t.Fatalf("%d replies lost, want 1", got)
-			}
-			if p := checkProgress(t, e, "lostcap", 0, 2, 1); p.FailedUnlisted != 1 || p.FailedChunks[0].Index != 0 {
-				t.Fatalf("after chunk 1's failure: %+v", p)
-			}
-			// Chunk 1, fixed, is replayed: the reply to its count is
-			// lost.
-			clear(broken)
-			armed.Store("ADD #done :one, #failed :minus DELETE #set :idx")
-			before = proxy.Stats().LostReplies
-			if err := h.HandleMessage(ctx, replay(msgs[1])); err != nil {
-				t.Fatalf("chunk 1 replayed: %v", err)
-			}
-			if got := proxy.Stats().LostReplies - before; got != 1 {
-				t.Fatalf("%d replies lost, want 1", got)
-			}
-			if p := checkProgress(t, e, "lostcap", 1, 1, 1); p.FailedUnlisted != 0 || len(p.FailedChunks) != 1 {
-				t.Fatalf("after chunk 1's recovery: %+v", p)
-			}
-			if err := h.HandleMessage(ctx, replay(msgs[1])); err != nil { // and again
-				t.Fatal(err)
-			}
-			for _, m := range []*sqsworker.Message{replay(msgs[0]), msgs[2]} {
-				if err := h.HandleMessage(ctx, m); err != nil {
-					t.Fatal(err)
-				}
-			}
-			p := checkProgress(t, e, "lostcap", 3, 0, 1)
-			if !p.Completed || p.Notified.IsZero() {
-				t.Fatalf("every chunk done: %+v", p)
-			}
-			if got := len(receive(t, e.sqs, e.callbacks, 10)); got != 1 {
-				t.Errorf("%d completion jobs, want 1", got)
-			}
-			if got := eff.get("lostcap#1"); got != 1 {
-				t.Errorf("chunk 1's effect applied %d times", got)
+			return false
+		}
+		lose := beforeOp("TransactWriteItems", isArmed, func() {
+			armed.Store("")
+			if err := proxy.LoseReplies(1); err != nil {
+				t.Error(err)
 			}
 		})
-	}
+		e := newFakeEnv(t, batch.Config{}, viaProxy, lose)
+		batch.SetFailedCap(e.coord, 1)
+		ctx := context.Background()
+		if err := e.coord.Create(ctx, e.spec("lostcap", 3)); err != nil {
+			t.Fatal(err)
+		}
+		broken := map[string]bool{"chunk-0": true, "chunk-1": true}
+		var eff effects
+		fail := func(m *sqsworker.Message) error {
+			if broken[m.Body] {
+				return sqsworker.Permanent(errors.New("bad " + m.Body))
+			}
+			return nil
+		}
+		h := e.coord.Middleware(eff.handler(fail))
+		if guarded {
+			h = withGuard(t, e.coord, localtest.NewDynamoDB(t, viaProxy, lose), idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(eff.handler(fail))
+		}
+		msgs := receive(t, e.sqs, e.work, 3)
+		slices.SortFunc(msgs, func(a, b *sqsworker.Message) int { return strings.Compare(a.Body, b.Body) })
+		if err := h.HandleMessage(ctx, msgs[0]); err == nil { // listed
+			t.Fatal("chunk 0 succeeded")
+		}
+		// Chunk 1 fails beyond the cap: the reply to the write
+		// that counts it, unlisted, is lost.
+		armed.Store("ADD #failed :one")
+		before := proxy.Stats().LostReplies
+		if err := h.HandleMessage(ctx, msgs[1]); err == nil {
+			t.Fatal("chunk 1 succeeded")
+		}
+		if got := proxy.Stats().LostReplies - before; got != 1 {
+			t.Fatalf("%d replies lost, want 1", got)
+		}
+		if p := checkProgress(t, e, "lostcap", 0, 2, 1); p.FailedUnlisted != 1 || p.FailedChunks[0].Index != 0 {
+			t.Fatalf("after chunk 1's failure: %+v", p)
+		}
+		// Chunk 1, fixed, is replayed: the reply to its count is
+		// lost.
+		clear(broken)
+		armed.Store("ADD #done :one, #failed :minus DELETE #set :idx")
+		before = proxy.Stats().LostReplies
+		if err := h.HandleMessage(ctx, replay(msgs[1])); err != nil {
+			t.Fatalf("chunk 1 replayed: %v", err)
+		}
+		if got := proxy.Stats().LostReplies - before; got != 1 {
+			t.Fatalf("%d replies lost, want 1", got)
+		}
+		if p := checkProgress(t, e, "lostcap", 1, 1, 1); p.FailedUnlisted != 0 || len(p.FailedChunks) != 1 {
+			t.Fatalf("after chunk 1's recovery: %+v", p)
+		}
+		if err := h.HandleMessage(ctx, replay(msgs[1])); err != nil { // and again
+			t.Fatal(err)
+		}
+		for _, m := range []*sqsworker.Message{replay(msgs[0]), msgs[2]} {
+			if err := h.HandleMessage(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := checkProgress(t, e, "lostcap", 3, 0, 1)
+		if !p.Completed || p.Notified.IsZero() {
+			t.Fatalf("every chunk done: %+v", p)
+		}
+		if got := len(receive(t, e.sqs, e.callbacks, 10)); got != 1 {
+			t.Errorf("%d completion jobs, want 1", got)
+		}
+		if got := eff.get("lostcap#1"); got != 1 {
+			t.Errorf("chunk 1's effect applied %d times", got)
+		}
+	})
 }
 
 // A batch recorded before the list of failed chunks was bounded may list

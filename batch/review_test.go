@@ -18,8 +18,6 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/faultproxy"
-	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // beforeOp returns a client option that calls f before each request of the
@@ -45,12 +43,7 @@ func beforeOp(op string, match func(in any) bool, f func()) func(*dynamodb.Optio
 // holder and putting its chunk off until its own lease ends.
 func TestLostLeaseReply(t *testing.T) {
 	t.Parallel()
-	localtest.RequireDynamoDB(t)
-	proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
+	proxy := dynamoProxy(t)
 	var armed, lost atomic.Bool
 	isLease := func(in any) bool {
 		u, ok := in.(*dynamodb.UpdateItemInput)
@@ -75,7 +68,7 @@ func TestLostLeaseReply(t *testing.T) {
 	}
 	armed.Store(true)
 	before := proxy.Stats().LostReplies
-	err = h.HandleMessage(ctx, msgs[1])
+	err := h.HandleMessage(ctx, msgs[1])
 	if n := proxy.Stats().LostReplies - before; n != 1 {
 		t.Fatalf("%d replies lost, want 1", n)
 	}
@@ -156,48 +149,36 @@ func (c *conflicting) TransactWriteItems(ctx context.Context, in *dynamodb.Trans
 // as a failure that would bring the chunk closer to the dead-letter queue.
 func TestConflictIsNotAFailure(t *testing.T) {
 	t.Parallel()
-	for _, guarded := range []bool{false, true} {
-		name := "own-transaction"
-		if guarded {
-			name = "with-idempotency"
+	eachWay(t, func(t *testing.T, guarded bool) {
+		e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
+		ctx := context.Background()
+		if err := e.coord.Create(ctx, e.spec("hot", 1)); err != nil {
+			t.Fatal(err)
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
-			ctx := context.Background()
-			if err := e.coord.Create(ctx, e.spec("hot", 1)); err != nil {
-				t.Fatal(err)
-			}
-			db := &conflicting{Client: e.db}
-			coord, err := batch.New(ctx, db, e.sqs, batch.Config{Table: e.table, MaxReceiveCount: 3, Logger: quiet()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			h := coord.Middleware(new(effects).handler(nil))
-			if guarded {
-				store, err := idempotency.NewDynamoStore(ctx, db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet(), ClaimGrace: time.Millisecond})
-				h = coord.WithIdempotency(guard.Middleware)(new(effects).handler(nil))
-			}
-			m := again(again(receive(t, e.sqs, e.work, 1)[0])) // its last attempt
-			// The commit's retries last as long as the claim: a second.
-			rctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			err = h.HandleMessage(rctx, m)
-			if db.calls.Load() < 2 {
-				t.Fatalf("%d transactions, want the conflicts retried", db.calls.Load())
-			}
-			if err == nil || !sqsworker.IsUnavailable(err) {
-				t.Fatalf("a chunk whose count conflicted until its retries ran out: %v, want an Unavailable error", err)
-			}
-			if p := progress(t, e.coord, "hot"); p.Done != 0 || p.Failed != 0 {
-				t.Errorf("progress %+v, want the chunk pending", p)
-			}
-		})
-	}
+		db := &conflicting{Client: e.db}
+		coord, err := batch.New(ctx, db, e.sqs, batch.Config{Table: e.table, MaxReceiveCount: 3, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := coord.Middleware(new(effects).handler(nil))
+		if guarded {
+			h = withGuard(t, coord, db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{ClaimGrace: time.Millisecond})(new(effects).handler(nil))
+		}
+		m := again(again(receive(t, e.sqs, e.work, 1)[0])) // its last attempt
+		// The commit's retries last as long as the claim: a second.
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		err = h.HandleMessage(rctx, m)
+		if db.calls.Load() < 2 {
+			t.Fatalf("%d transactions, want the conflicts retried", db.calls.Load())
+		}
+		if err == nil || !sqsworker.IsUnavailable(err) {
+			t.Fatalf("a chunk whose count conflicted until its retries ran out: %v, want an Unavailable error", err)
+		}
+		if p := progress(t, e.coord, "hot"); p.Done != 0 || p.Failed != 0 {
+			t.Errorf("progress %+v, want the chunk pending", p)
+		}
+	})
 }
 
 // capacity is a client option that asks DynamoDB for the write capacity
@@ -386,55 +367,43 @@ func TestCreateRefusesBeforeRecording(t *testing.T) {
 // past total, where no completion is ever sent.
 func TestChunkOutOfRange(t *testing.T) {
 	t.Parallel()
-	for _, guarded := range []bool{false, true} {
-		name := "own-transaction"
-		if guarded {
-			name = "with-idempotency"
+	eachWay(t, func(t *testing.T, guarded bool) {
+		e := newFakeEnv(t, batch.Config{})
+		ctx := context.Background()
+		if err := e.coord.Create(ctx, e.spec("range", 2)); err != nil {
+			t.Fatal(err)
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			e := newFakeEnv(t, batch.Config{})
-			ctx := context.Background()
-			if err := e.coord.Create(ctx, e.spec("range", 2)); err != nil {
-				t.Fatal(err)
-			}
-			var eff effects
-			h := e.coord.Middleware(eff.handler(nil))
-			if guarded {
-				store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
-				h = e.coord.WithIdempotency(guard.Middleware)(eff.handler(nil))
-			}
-			msgs := receive(t, e.sqs, e.work, 2)
-			stray := &sqsworker.Message{ID: "stray", Body: "chunk-2", ReceiveCount: 1, MessageAttributes: map[string]sqsworker.MessageAttribute{
-				batch.Attribute:          {DataType: "String", StringValue: "range#2"},
-				idempotency.KeyAttribute: {DataType: "String", StringValue: batch.ChunkKey("range", 2)},
-			}}
-			err := h.HandleMessage(ctx, stray)
-			var perm *sqsworker.PermanentError
-			if !errors.As(err, &perm) || !strings.Contains(err.Error(), "2 chunks") {
-				t.Errorf("chunk 2 of a batch of 2: %v, want a Permanent error naming the batch's size", err)
-			}
-			if p := progress(t, e.coord, "range"); p.Done != 0 {
-				t.Fatalf("chunk 2 of a batch of 2 counted: %+v", p)
-			}
-			if err := h.HandleMessage(ctx, msgs[0]); err != nil {
-				t.Fatal(err)
-			}
-			if p := progress(t, e.coord, "range"); p.Done != 1 || p.Completed || !p.Notified.IsZero() {
-				t.Fatalf("after chunk 0: %+v", p)
-			}
-			if err := h.HandleMessage(ctx, msgs[1]); err != nil {
-				t.Fatal(err)
-			}
-			if p := progress(t, e.coord, "range"); p.Done != 2 || p.Notified.IsZero() {
-				t.Errorf("after chunk 1: %+v", p)
-			}
-		})
-	}
+		var eff effects
+		h := e.coord.Middleware(eff.handler(nil))
+		if guarded {
+			h = withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(eff.handler(nil))
+		}
+		msgs := receive(t, e.sqs, e.work, 2)
+		stray := &sqsworker.Message{ID: "stray", Body: "chunk-2", ReceiveCount: 1, MessageAttributes: map[string]sqsworker.MessageAttribute{
+			batch.Attribute:          {DataType: "String", StringValue: "range#2"},
+			idempotency.KeyAttribute: {DataType: "String", StringValue: batch.ChunkKey("range", 2)},
+		}}
+		err := h.HandleMessage(ctx, stray)
+		var perm *sqsworker.PermanentError
+		if !errors.As(err, &perm) || !strings.Contains(err.Error(), "2 chunks") {
+			t.Errorf("chunk 2 of a batch of 2: %v, want a Permanent error naming the batch's size", err)
+		}
+		if p := progress(t, e.coord, "range"); p.Done != 0 {
+			t.Fatalf("chunk 2 of a batch of 2 counted: %+v", p)
+		}
+		if err := h.HandleMessage(ctx, msgs[0]); err != nil {
+			t.Fatal(err)
+		}
+		if p := progress(t, e.coord, "range"); p.Done != 1 || p.Completed || !p.Notified.IsZero() {
+			t.Fatalf("after chunk 0: %+v", p)
+		}
+		if err := h.HandleMessage(ctx, msgs[1]); err != nil {
+			t.Fatal(err)
+		}
+		if p := progress(t, e.coord, "range"); p.Done != 2 || p.Notified.IsZero() {
+			t.Errorf("after chunk 1: %+v", p)
+		}
+	})
 }
 
 // A chunk failing Permanent but marked sqsworker.Unavailable (a dependency
@@ -470,12 +439,7 @@ func TestUnavailableIsNotRecordedFailed(t *testing.T) {
 // back, the chunks are counted once and the completion is sent once.
 func TestDynamoDBDown(t *testing.T) {
 	t.Parallel()
-	localtest.RequireDynamoDB(t)
-	proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
+	proxy := dynamoProxy(t)
 	e := newFakeEnv(t, batch.Config{MaxReceiveCount: 2}, func(o *dynamodb.Options) {
 		o.BaseEndpoint = aws.String(proxy.URL())
 		o.RetryMaxAttempts = 1
@@ -518,49 +482,37 @@ func TestDynamoDBDown(t *testing.T) {
 // Unavailable (DynamoDB is not down) and run again.
 func TestCountAfterContextEnds(t *testing.T) {
 	t.Parallel()
-	for _, guarded := range []bool{false, true} {
-		name := "own-transaction"
-		if guarded {
-			name = "with-idempotency"
+	eachWay(t, func(t *testing.T, guarded bool) {
+		e := newFakeEnv(t, batch.Config{})
+		ctx := context.Background()
+		if err := e.coord.Create(ctx, e.spec("late", 1)); err != nil {
+			t.Fatal(err)
 		}
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			e := newFakeEnv(t, batch.Config{})
-			ctx := context.Background()
-			if err := e.coord.Create(ctx, e.spec("late", 1)); err != nil {
-				t.Fatal(err)
-			}
-			rctx, cancel := context.WithCancel(ctx)
-			var eff effects
-			work := eff.handler(func(*sqsworker.Message) error {
-				cancel() // the context ends while the handler works on
-				return nil
-			})
-			h := e.coord.Middleware(work)
-			if guarded {
-				store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-				if err != nil {
-					t.Fatal(err)
-				}
-				guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
-				h = e.coord.WithIdempotency(guard.Middleware)(work)
-			}
-			m := receive(t, e.sqs, e.work, 1)[0]
-			err := h.HandleMessage(rctx, m)
-			if p := progress(t, e.coord, "late"); p.Done != 1 {
-				t.Fatalf("a chunk whose handler succeeded after its context ended: %v; progress %+v, want it counted", err, p)
-			}
-			if err := h.HandleMessage(ctx, again(m)); err != nil {
-				t.Fatal(err)
-			}
-			if n := eff.get("late#0"); n != 1 {
-				t.Errorf("the chunk ran %d times, want 1", n)
-			}
-			if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
-				t.Errorf("%d completion jobs, want 1", n)
-			}
+		rctx, cancel := context.WithCancel(ctx)
+		var eff effects
+		work := eff.handler(func(*sqsworker.Message) error {
+			cancel() // the context ends while the handler works on
+			return nil
 		})
-	}
+		h := e.coord.Middleware(work)
+		if guarded {
+			h = withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(work)
+		}
+		m := receive(t, e.sqs, e.work, 1)[0]
+		err := h.HandleMessage(rctx, m)
+		if p := progress(t, e.coord, "late"); p.Done != 1 {
+			t.Fatalf("a chunk whose handler succeeded after its context ended: %v; progress %+v, want it counted", err, p)
+		}
+		if err := h.HandleMessage(ctx, again(m)); err != nil {
+			t.Fatal(err)
+		}
+		if n := eff.get("late#0"); n != 1 {
+			t.Errorf("the chunk ran %d times, want 1", n)
+		}
+		if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
+			t.Errorf("%d completion jobs, want 1", n)
+		}
+	})
 }
 
 // With the idempotency middleware, a chunk recorded failed by another copy
@@ -575,13 +527,9 @@ func TestFailedMeanwhileOnLastAttempt(t *testing.T) {
 	if err := e.coord.Create(ctx, e.spec("race", 1)); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	guard, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	guard := withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})
 	first := true
-	h := e.coord.WithIdempotency(guard.Middleware)(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+	h := guard(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		if first {
 			first = false
 			// Another copy fails for good meanwhile, and is recorded.
@@ -601,7 +549,7 @@ func TestFailedMeanwhileOnLastAttempt(t *testing.T) {
 		return nil
 	}))
 	m := again(again(receive(t, e.sqs, e.work, 1)[0])) // its last attempt
-	err = h.HandleMessage(ctx, m)
+	err := h.HandleMessage(ctx, m)
 	var ra *sqsworker.RetryAfterError
 	if !errors.As(err, &ra) || ra.Err != nil {
 		t.Fatalf("a chunk recorded failed meanwhile, on its last attempt: %v, want a postponement", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/producer"
 	"github.com/sqsworker/sqsworker/sqstest"
@@ -173,4 +174,82 @@ func progress(t testing.TB, c *batch.Coordinator, id string) *batch.Progress {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// eachWay runs test as two parallel subtests: "own-transaction", where
+// Middleware counts the chunk in its own transaction (guarded false), and
+// "with-idempotency", where WithIdempotency commits the count with the
+// idempotency record (guarded true).
+func eachWay(t *testing.T, test func(t *testing.T, guarded bool)) {
+	t.Helper()
+	for _, guarded := range []bool{false, true} {
+		name := "own-transaction"
+		if guarded {
+			name = "with-idempotency"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			test(t, guarded)
+		})
+	}
+}
+
+// withGuard returns c.WithIdempotency over an idempotency guard whose store
+// is on db, with sc and cfg (its Logger quiet when nil; sc.Table as given).
+func withGuard(t testing.TB, c *batch.Coordinator, db idempotency.DynamoAPI, sc idempotency.StoreConfig, cfg idempotency.Config) sqsworker.Middleware {
+	t.Helper()
+	store, err := idempotency.NewDynamoStore(context.Background(), db, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quiet()
+	}
+	guard, err := idempotency.New(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.WithIdempotency(guard.Middleware)
+}
+
+// dynamoProxy returns a fault proxy in front of DynamoDB Local, closed when
+// the test ends; the test is skipped without DynamoDB Local.
+func dynamoProxy(t testing.TB) *faultproxy.Proxy {
+	t.Helper()
+	localtest.RequireDynamoDB(t)
+	proxy, err := faultproxy.ForEndpoint(localtest.DynamoDBEndpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	return proxy
+}
+
+// eachLostReplyWay runs test as three parallel subtests, each with a fault
+// proxy in front of DynamoDB Local and viaProxy, the client option that
+// sends through it: "own-transaction"; "own-transaction-own-retry", where
+// viaProxy also turns the SDK's retries off, so that the middleware's own
+// retry repeats the request with its token; and "with-idempotency"
+// (guarded true).
+func eachLostReplyWay(t *testing.T, test func(t *testing.T, guarded bool, proxy *faultproxy.Proxy, viaProxy func(*dynamodb.Options))) {
+	t.Helper()
+	for _, tc := range []struct {
+		name             string
+		guarded, noRetry bool
+	}{
+		{name: "own-transaction"},
+		{name: "own-transaction-own-retry", noRetry: true},
+		{name: "with-idempotency", guarded: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			proxy := dynamoProxy(t)
+			test(t, tc.guarded, proxy, func(o *dynamodb.Options) {
+				o.BaseEndpoint = aws.String(proxy.URL())
+				if tc.noRetry {
+					o.RetryMaxAttempts = 1
+				}
+			})
+		})
+	}
 }

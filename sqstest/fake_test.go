@@ -214,11 +214,7 @@ func TestFIFOSendRules(t *testing.T) {
 			in.MessageBody = aws.String("x")
 		}
 		_, err := f.SendMessage(context.Background(), in)
-		var ae smithy.APIError
-		if errors.As(err, &ae) {
-			return ae.ErrorCode()
-		}
-		return fmt.Sprint(err)
+		return errorCode(err)
 	}
 	if c := code(&sqs.SendMessageInput{MessageDeduplicationId: aws.String("d")}); c != "MissingParameter" {
 		t.Errorf("no group: %s", c)

@@ -81,12 +81,9 @@ func (f *Fake) StartMessageMoveTask(ctx context.Context, in *sqs.StartMessageMov
 }
 
 func (f *Fake) startMoveTask(in *sqs.StartMessageMoveTaskInput) (*sqs.StartMessageMoveTaskOutput, error) {
-	if aws.ToString(in.SourceArn) == "" {
-		return nil, missingParameter("SourceArn")
-	}
-	src := f.queueByARN(aws.ToString(in.SourceArn))
-	if src == nil {
-		return nil, &types.ResourceNotFoundException{Message: aws.String("The resource that you specified for the SourceArn parameter doesn't exist.")}
+	src, err := f.moveSource(in.SourceArn)
+	if err != nil {
+		return nil, err
 	}
 	isDLQ := false
 	for _, q := range f.queues {
@@ -154,6 +151,20 @@ func (f *Fake) startMoveTask(in *sqs.StartMessageMoveTaskInput) (*sqs.StartMessa
 	return &sqs.StartMessageMoveTaskOutput{TaskHandle: aws.String(t.handle)}, nil
 }
 
+// moveSource is the queue a move task's SourceArn names: MissingParameter
+// when arn is empty, *types.ResourceNotFoundException when no queue of f
+// has it. f.mu is held.
+func (f *Fake) moveSource(arn *string) (*queue, error) {
+	if aws.ToString(arn) == "" {
+		return nil, missingParameter("SourceArn")
+	}
+	src := f.queueByARN(aws.ToString(arn))
+	if src == nil {
+		return nil, &types.ResourceNotFoundException{Message: aws.String("The resource that you specified for the SourceArn parameter doesn't exist.")}
+	}
+	return src, nil
+}
+
 // ListMessageMoveTasks lists the most recent move tasks of a source queue,
 // newest first: MaxResults of them (1 to 10, default 1, as SQS). Only a
 // running task has a TaskHandle, and the Fake's tasks have all ended (see
@@ -166,11 +177,8 @@ func (f *Fake) ListMessageMoveTasks(ctx context.Context, in *sqs.ListMessageMove
 	defer loseReply(f, op, &out, &err)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if aws.ToString(in.SourceArn) == "" {
-		return nil, opError(op, missingParameter("SourceArn"))
-	}
-	if f.queueByARN(aws.ToString(in.SourceArn)) == nil {
-		return nil, opError(op, &types.ResourceNotFoundException{Message: aws.String("The resource that you specified for the SourceArn parameter doesn't exist.")})
+	if _, err := f.moveSource(in.SourceArn); err != nil {
+		return nil, opError(op, err)
 	}
 	n := 1
 	if in.MaxResults != nil {

@@ -3,6 +3,7 @@ package sqstest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -23,9 +24,7 @@ import (
 func TestMoveTaskBackToSource(t *testing.T) {
 	f, clock := newFake(t)
 	ctx := context.Background()
-	dlq := f.CreateQueue("dlq", nil)
-	src := f.CreateQueue("src", map[string]string{"VisibilityTimeout": "10",
-		"RedrivePolicy": `{"deadLetterTargetArn":"` + sqstest.QueueARN("dlq") + `","maxReceiveCount":1}`})
+	dlq, src := newRedrivePair(f, map[string]string{"VisibilityTimeout": "10"})
 	attrs := func(in *sqs.SendMessageInput) {
 		in.MessageAttributes = map[string]types.MessageAttributeValue{
 			"sqsworker.prior-attempts": {DataType: aws.String("Number"), StringValue: aws.String("7")},
@@ -87,8 +86,7 @@ func TestMoveTaskBackToSource(t *testing.T) {
 func TestMoveTaskInFlightAndWithoutSource(t *testing.T) {
 	f, clock := newFake(t)
 	ctx := context.Background()
-	dlq := f.CreateQueue("dlq", nil)
-	f.CreateQueue("src", map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"` + sqstest.QueueARN("dlq") + `","maxReceiveCount":1}`})
+	dlq, _ := newRedrivePair(f, nil)
 	other := f.CreateQueue("other", nil)
 	f.Send(dlq, "held")
 	f.Send(dlq, "direct")
@@ -123,16 +121,9 @@ func TestMoveTaskInFlightAndWithoutSource(t *testing.T) {
 func TestMoveTaskErrors(t *testing.T) {
 	f, _ := newFake(t)
 	ctx := context.Background()
-	f.CreateQueue("dlq", nil)
+	newRedrivePair(f, nil)
 	f.CreateQueue("dlq.fifo", map[string]string{"FifoQueue": "true"})
-	f.CreateQueue("src", map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"` + sqstest.QueueARN("dlq") + `","maxReceiveCount":1}`})
-	code := func(err error) string {
-		var api smithy.APIError
-		if errors.As(err, &api) {
-			return api.ErrorCode()
-		}
-		return ""
-	}
+	code := errorCode
 	for _, tc := range []struct {
 		in   sqs.StartMessageMoveTaskInput
 		want string
@@ -158,6 +149,26 @@ func TestMoveTaskErrors(t *testing.T) {
 	if n := f.Calls(sqstest.OpStartMessageMoveTask); n != 6 {
 		t.Errorf("%d StartMessageMoveTask calls counted, want 6", n)
 	}
+}
+
+// newRedrivePair creates the queue "dlq" and the queue "src", with attrs,
+// whose redrive policy moves a message to dlq after one receive.
+func newRedrivePair(f *sqstest.Fake, attrs map[string]string) (dlq, src string) {
+	dlq = f.CreateQueue("dlq", nil)
+	a := map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"` + sqstest.QueueARN("dlq") + `","maxReceiveCount":1}`}
+	for k, v := range attrs {
+		a[k] = v
+	}
+	return dlq, f.CreateQueue("src", a)
+}
+
+// errorCode is err's SQS error code, or its text when it has none.
+func errorCode(err error) string {
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		return ae.ErrorCode()
+	}
+	return fmt.Sprint(err)
 }
 
 func millis(t time.Time) string { return strconv.FormatInt(t.UnixMilli(), 10) }

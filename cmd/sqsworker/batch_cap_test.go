@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,9 +14,6 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
-	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/producer"
-	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // batch show, for a batch with more failed chunks than its item lists
@@ -27,26 +22,8 @@ import (
 func TestBatchShowUnlisted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := localtest.NewSQS(t)
-	db := localtest.NewDynamoDB(t)
-	table := localtest.UniqueName(t, false)
-	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table}); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, table)
-	chunks := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
-	callbacks := localtest.NewQueue(t, c, localtest.QueueOptions{})
-	coord, err := batch.New(ctx, db, c, batch.Config{Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := batch.Spec{ID: "report-8", QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: callbacks.URL, Body: "assemble"}}
-	for i := range 4 {
-		spec.Chunks = append(spec.Chunks, producer.Message{Body: "rows-" + strconv.Itoa(i)})
-	}
-	if err := coord.Create(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
+	c, db, table, coord := newBatchCoordinator(t, "")
+	createBatch(t, c, coord, "report-8", "rows-0", "rows-1", "rows-2", "rows-3")
 	// Chunk 0 fails for good, and is listed.
 	h := coord.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
 		return sqsworker.Permanent(errors.New("row 17: invalid date"))

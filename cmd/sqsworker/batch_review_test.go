@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 
 	"github.com/sqsworker/sqsworker/batch"
-	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/producer"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
@@ -20,18 +17,8 @@ import (
 func TestBatchShowTableKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := localtest.NewSQS(t)
-	db := localtest.NewDynamoDB(t)
-	table := localtest.UniqueName(t, false)
-	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table, KeyAttr: "pk"}); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, table)
+	c, _, table, coord := newBatchCoordinator(t, "pk")
 	chunks := localtest.NewQueue(t, c, localtest.QueueOptions{})
-	coord, err := batch.New(ctx, db, c, batch.Config{Table: table, KeyAttr: "pk", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	spec := batch.Spec{ID: "keyed", QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: chunks.URL, Body: "assemble"},
 		Chunks: []producer.Message{{Body: "a"}, {Body: "b"}}}
 	if err := coord.Create(ctx, spec); err != nil {
@@ -49,19 +36,9 @@ func TestBatchShowTableKey(t *testing.T) {
 func TestBatchShowOtherDLQ(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := localtest.NewSQS(t)
-	db := localtest.NewDynamoDB(t)
-	table := localtest.UniqueName(t, false)
-	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table}); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, table)
+	c, _, table, coord := newBatchCoordinator(t, "")
 	chunks := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
 	other := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
-	coord, err := batch.New(ctx, db, c, batch.Config{Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
 	spec := batch.Spec{ID: "elsewhere", QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: chunks.URL, Body: "assemble"},
 		Chunks: []producer.Message{{Body: "a"}}}
 	if err := coord.Create(ctx, spec); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -26,26 +27,8 @@ import (
 func TestBatchShow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	c := localtest.NewSQS(t)
-	db := localtest.NewDynamoDB(t)
-	table := localtest.UniqueName(t, false)
-	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table}); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, table)
-	chunks := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
-	callbacks := localtest.NewQueue(t, c, localtest.QueueOptions{})
-	coord, err := batch.New(ctx, db, c, batch.Config{Table: table, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := batch.Spec{ID: "report-7", QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: callbacks.URL, Body: "assemble"}}
-	for _, b := range []string{"ok", "broken", "dead", "waiting"} {
-		spec.Chunks = append(spec.Chunks, producer.Message{Body: b})
-	}
-	if err := coord.Create(ctx, spec); err != nil {
-		t.Fatal(err)
-	}
+	c, _, table, coord := newBatchCoordinator(t, "")
+	chunks, callbacks := createBatch(t, c, coord, "report-7", "ok", "broken", "dead", "waiting")
 	h := coord.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		switch m.Body {
 		case "broken":
@@ -75,14 +58,7 @@ func TestBatchShow(t *testing.T) {
 			// after its last receive.
 			f := sqsworker.Failure{Error: "upstream timeout", ErrorClass: "timeout", Attempts: 3, FailedAt: time.Now(),
 				SourceQueue: chunks.URL, MessageID: m.ID}
-			attrs, _ := f.AddTo(m.MessageAttributes)
-			sdk := map[string]types.MessageAttributeValue{}
-			for k, v := range attrs {
-				sdk[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: aws.String(v.StringValue)}
-			}
-			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &chunks.DLQURL, MessageBody: &m.Body, MessageAttributes: sdk}); err != nil {
-				t.Fatal(err)
-			}
+			sendDeadLettered(t, c, chunks.DLQURL, m.Body, f, m.MessageAttributes)
 		}
 	}
 
@@ -129,13 +105,7 @@ func TestBatchShow(t *testing.T) {
 // batch show's errors name the fix.
 func TestBatchShowErrors(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	db := localtest.NewDynamoDB(t)
-	table := localtest.UniqueName(t, false)
-	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table}); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, table)
+	table := batchTable(t, localtest.NewDynamoDB(t), "")
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -154,4 +124,49 @@ func TestBatchShowErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, code, stderr, tc.code, tc.want)
 		}
 	}
+}
+
+// batchTable creates an idempotency table of the test's own in DynamoDB
+// Local, its partition key keyAttr ("" for the default), deleted when the
+// test ends.
+func batchTable(t *testing.T, db *dynamodb.Client, keyAttr string) string {
+	t.Helper()
+	table := localtest.UniqueName(t, false)
+	if err := idempotency.CreateTable(context.Background(), db, idempotency.StoreConfig{Table: table, KeyAttr: keyAttr}); err != nil {
+		t.Fatal(err)
+	}
+	localtest.DeleteTableOnCleanup(t, db, table)
+	return table
+}
+
+// newBatchCoordinator returns a local SQS client, a DynamoDB Local client, a
+// table of the test's own (batchTable, its key keyAttr) and a batch
+// coordinator on them, its logs discarded.
+func newBatchCoordinator(t *testing.T, keyAttr string) (c *sqs.Client, db *dynamodb.Client, table string, coord *batch.Coordinator) {
+	t.Helper()
+	c = localtest.NewSQS(t)
+	db = localtest.NewDynamoDB(t)
+	table = batchTable(t, db, keyAttr)
+	coord, err := batch.New(context.Background(), db, c, batch.Config{Table: table, KeyAttr: keyAttr, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, db, table, coord
+}
+
+// createBatch creates batch id with coord: a chunk a body, sent to a new
+// queue whose dead-letter queue takes a chunk after 3 receives, and its
+// completion job ("assemble") to a new callbacks queue.
+func createBatch(t *testing.T, c *sqs.Client, coord *batch.Coordinator, id string, bodies ...string) (chunks, callbacks localtest.Queue) {
+	t.Helper()
+	chunks = localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	callbacks = localtest.NewQueue(t, c, localtest.QueueOptions{})
+	spec := batch.Spec{ID: id, QueueURL: chunks.URL, Callback: batch.Callback{QueueURL: callbacks.URL, Body: "assemble"}}
+	for _, b := range bodies {
+		spec.Chunks = append(spec.Chunks, producer.Message{Body: b})
+	}
+	if err := coord.Create(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	return chunks, callbacks
 }

@@ -160,8 +160,9 @@ func (d *deadLetterer) stop() {
 // pollWait is the worker's long-poll time in these tests.
 const pollWait = time.Second
 
-// newDLQ returns a queue with a dead-letter queue filled by the real worker
-// with jobs, then stopped.
+// newDLQ returns a queue with a dead-letter queue (after 2 receives unless
+// o says otherwise) filled by the real worker with jobs, then stopped; with
+// no jobs, the dead-letter queue is empty and no worker runs.
 func newDLQ(t *testing.T, o localtest.QueueOptions, jobs ...job) (*sqs.Client, localtest.Queue, map[string]string) {
 	t.Helper()
 	c := localtest.NewSQS(t)
@@ -169,12 +170,33 @@ func newDLQ(t *testing.T, o localtest.QueueOptions, jobs ...job) (*sqs.Client, l
 		o.MaxReceiveCount = 2
 	}
 	q := localtest.NewQueue(t, c, o)
+	if len(jobs) == 0 {
+		return c, q, nil
+	}
 	d := startDeadLetterer(t, c, q)
 	d.send(jobs...)
 	d.waitDeadLettered(len(jobs))
 	d.stop()
 	waitVisible(t, c, q.DLQURL, len(jobs))
 	return c, q, d.ids
+}
+
+// sendDeadLettered sends a message with body and attrs, and f's failure
+// metadata, to dlqURL, as the runtime dead-letters a job after its last
+// receive.
+func sendDeadLettered(t *testing.T, c *sqs.Client, dlqURL, body string, f sqsworker.Failure, attrs map[string]sqsworker.MessageAttribute) {
+	t.Helper()
+	attrs, ok := f.AddTo(attrs)
+	if !ok {
+		t.Fatalf("the failure metadata %+v does not fit in the attributes", f)
+	}
+	sdk := map[string]types.MessageAttributeValue{}
+	for k, v := range attrs {
+		sdk[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: aws.String(v.StringValue)}
+	}
+	if _, err := c.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(dlqURL), MessageBody: aws.String(body), MessageAttributes: sdk}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitVisible waits until a queue holds exactly n visible messages and none

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
@@ -23,19 +20,11 @@ import (
 // flags is a usage error.
 func TestDlqRedriveFresh(t *testing.T) {
 	t.Parallel()
-	c := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
 	dlqName := queueName(q.DLQURL)
-	attrs, _ := sqsworker.Failure{ErrorClass: "timeout", SourceQueue: q.URL}.AddTo(map[string]sqsworker.MessageAttribute{
+	sendDeadLettered(t, c, q.DLQURL, "waited", sqsworker.Failure{ErrorClass: "timeout", SourceQueue: q.URL}, map[string]sqsworker.MessageAttribute{
 		sqsworker.AttrPriorAttempts: {DataType: "Number", StringValue: "9"},
 	})
-	sdk := map[string]types.MessageAttributeValue{}
-	for k, v := range attrs {
-		sdk[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: aws.String(v.StringValue)}
-	}
-	if _, err := c.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(q.DLQURL), MessageBody: aws.String("waited"), MessageAttributes: sdk}); err != nil {
-		t.Fatal(err)
-	}
 	waitVisible(t, c, q.DLQURL, 1)
 
 	if _, stderr, code := runCLI(t, "", "dlq", "redrive", dlqName, "--fresh", "--keep-attempts"); code != 2 || !strings.Contains(stderr, "--fresh moves every message") {

@@ -22,8 +22,7 @@ import (
 // and a dry run moves nothing.
 func TestDlqReplayFilters(t *testing.T) {
 	t.Parallel()
-	c := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
 	d := startDeadLetterer(t, c, q)
 	perm := func(body, tenant, class string) job {
 		j := job{body: body, fail: classError{class, class + " failure"}, permanent: true}
@@ -264,8 +263,7 @@ func readAudit(t *testing.T, path string) []auditRecord {
 // and the audit line says so.
 func TestDlqReplayCountsReplays(t *testing.T) {
 	t.Parallel()
-	c := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
 	d := startDeadLetterer(t, c, q) // keeps failing the replayed copies
 	crowded := map[string]string{}
 	for i := range 9 {
@@ -324,8 +322,7 @@ func TestDlqReplayCountsReplays(t *testing.T) {
 // stops at its first message that stays, so that its order is kept.
 func TestDlqReplayFIFOKeepsGroupOrder(t *testing.T) {
 	t.Parallel()
-	c := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, MaxReceiveCount: 2})
+	c, q, _ := newDLQ(t, localtest.QueueOptions{FIFO: true})
 	d := startDeadLetterer(t, c, q)
 	var jobs []job
 	for g, n := range map[string]int{"g1": 6, "g2": 4} {

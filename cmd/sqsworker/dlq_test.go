@@ -24,8 +24,7 @@ import (
 // order, by failure time, is known).
 func TestDlqListAndShowGolden(t *testing.T) {
 	t.Parallel()
-	c := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
 	d := startDeadLetterer(t, c, q)
 	jobs := []job{
 		{body: `{"order":1,"customer":"c-1"}`, attrs: map[string]string{"job-id": "order-1", "tenant": "acme"},
@@ -129,8 +128,7 @@ func TestDlqListAndShowGolden(t *testing.T) {
 // record nothing.
 func TestDlqRedriveNotSupported(t *testing.T) {
 	t.Parallel()
-	c := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	_, q, _ := newDLQ(t, localtest.QueueOptions{})
 	dlqName := queueName(q.DLQURL)
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	for _, args := range [][]string{
@@ -160,8 +158,7 @@ func TestDlqRedriveNotSupported(t *testing.T) {
 // purge is recorded, before it is sent, with the caller.
 func TestDlqPurge(t *testing.T) {
 	t.Parallel()
-	c := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
 	name := queueName(q.DLQURL)
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 	fill := func() {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -29,15 +28,10 @@ func TestActionsOnLocalStack(t *testing.T) {
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
 	other := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	ids := localtest.Send(t, c, q.DLQURL, "", "dead 1", "dead 2", "dead 3")
-	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
-	auditLog, err := dlq.OpenAuditLog(auditPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = auditLog.Close() })
+	auditPath, recorder := newAuditLog(t, "actions-test")
 	_, base := newTestServer(t, Config{
 		SQS: c, Stats: statsOf(c, q), AllowActions: true, AuditFile: auditPath,
-		Audit:  dlq.Audit{Record: auditLog.Record, Caller: "actions-test"},
+		Audit:  recorder,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	token := csrfOf(t, base)
@@ -155,15 +149,10 @@ func TestTruncatedScanOnLocalStack(t *testing.T) {
 		bodyOf[id] = bodies[i]
 	}
 	localtest.Eventually(t, 30*time.Second, func() bool { v, _, _ := localtest.Depth(t, c, q.DLQURL); return v == 12 }, "the dead-letter queue does not show 12 messages")
-	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
-	auditLog, err := dlq.OpenAuditLog(auditPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = auditLog.Close() })
+	auditPath, recorder := newAuditLog(t, "truncation-test")
 	_, base := newTestServer(t, Config{
 		SQS: c, Stats: statsOf(c, q), AllowActions: true, AuditFile: auditPath, ScanMax: 5,
-		Audit: dlq.Audit{Record: auditLog.Record, Caller: "truncation-test"},
+		Audit: recorder,
 	})
 	hdr := map[string]string{"X-CSRF-Token": csrfOf(t, base), "Origin": base}
 	dlqName := name(q.DLQURL)

@@ -165,16 +165,11 @@ func TestBrowserReplay(t *testing.T) {
 	}
 	ids := deadLetter(t, c, q, jobs)
 
-	auditPath := filepath.Join(t.TempDir(), "audit.jsonl")
-	auditLog, err := dlq.OpenAuditLog(auditPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = auditLog.Close() })
+	auditPath, recorder := newAuditLog(t, "browser-test")
 	logs := &syncBuffer{}
 	s, err := New(Config{
 		Addr: "127.0.0.1:0", AllowActions: true, SQS: c, Stats: statsOf(c, q),
-		Audit: dlq.Audit{Record: auditLog.Record, Caller: "browser-test"}, AuditFile: auditPath,
+		Audit: recorder, AuditFile: auditPath,
 		SampleInterval: time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 	})
 	if err != nil {
@@ -217,27 +212,8 @@ func TestBrowserReplay(t *testing.T) {
 			return os.WriteFile(filepath.Join(shots, file), png, 0o644)
 		})
 	}
-	// until waits for a JavaScript condition on the page.
-	until := func(cond string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
-			_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(2*time.Minute), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
-			return err
-		})
-	}
-	// text reads an element's text into *dst.
-	text := func(sel string, dst *string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) (err error) {
-			*dst, err = chromedp.Text(chromedp.CSS(sel))(ctx, tgt)
-			return err
-		})
-	}
-	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
-			t.Fatalf("%s: %v\npage text:\n%s\nserver log:\n%s", step, err, page, logs.String())
-		}
-	}
+	p := &page{t: t, ctx: ctx, timeout: 2 * time.Minute, log: logs}
+	until, run, text := p.until, p.run, textOf
 
 	// The queues page: the dead-letter queue's depth, and charts once two
 	// readings are in.
@@ -418,6 +394,19 @@ func TestBrowserReplay(t *testing.T) {
 	}
 }
 
+// newAuditLog opens an audit log of the test's own, closed when the test
+// ends: its path, and the dlq.Audit that records to it as caller.
+func newAuditLog(t *testing.T, caller string) (string, dlq.Audit) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	log, err := dlq.OpenAuditLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = log.Close() })
+	return path, dlq.Audit{Record: log.Record, Caller: caller}
+}
+
 func readAuditFile(t *testing.T, path string) []dlq.AuditRecord {
 	t.Helper()
 	f, err := os.Open(path)
@@ -438,6 +427,44 @@ func readAuditFile(t *testing.T, path string) []dlq.AuditRecord {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// page drives a browser tab in a test: its steps fail the test with the
+// page's text.
+type page struct {
+	t       *testing.T
+	ctx     context.Context // the tab's
+	timeout time.Duration   // how long until waits for a condition
+	log     fmt.Stringer    // when set, a failed step prints it as the server's log
+}
+
+// until waits, up to p.timeout, for a JavaScript condition on the page.
+func (p *page) until(cond string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
+		_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(p.timeout), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
+		return err
+	})
+}
+
+// run does a step's actions, failing the test with the page's text (and
+// the server's log) when one fails.
+func (p *page) run(step string, actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	if err := chromedp.Do(p.ctx, actions...); err != nil {
+		text, _ := chromedp.Run(p.ctx, chromedp.Text(chromedp.CSS("body")))
+		if p.log != nil {
+			p.t.Fatalf("%s: %v\npage text:\n%s\nserver log:\n%s", step, err, text, p.log.String())
+		}
+		p.t.Fatalf("%s: %v\npage text:\n%s", step, err, text)
+	}
+}
+
+// textOf reads the text of the element sel into *dst.
+func textOf(sel string, dst *string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) (err error) {
+		*dst, err = chromedp.Text(chromedp.CSS(sel))(ctx, tgt)
+		return err
+	})
 }
 
 // startBrowser starts headless Chromium for a test, stopped when it ends.
@@ -492,12 +519,8 @@ func TestBrowserHostileFields(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(startBrowser(t, chromium), 2*time.Minute)
 	defer cancel()
-	wait := func(cond string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
-			_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
-			return err
-		})
-	}
+	p := &page{t: t, ctx: ctx, timeout: time.Minute}
+	wait, step := p.until, p.run
 	// clean checks that nothing of the payload became an element or ran,
 	// and that sel shows it as text.
 	clean := func(page, sel string) {
@@ -523,13 +546,6 @@ func TestBrowserHostileFields(t *testing.T) {
 		}
 		if got.Pwned || got.Elements != 0 || got.Scripts != 1 || !strings.Contains(got.Text, xss) {
 			t.Errorf("%s: script ran %v, %d elements and %d scripts from the data, %s shows %q", page, got.Pwned, got.Elements, got.Scripts-1, sel, got.Text)
-		}
-	}
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
-			t.Fatalf("%s: %v\npage text:\n%s", name, err, page)
 		}
 	}
 
@@ -654,19 +670,8 @@ func TestBrowserNavigationFromAnotherSite(t *testing.T) {
 	defer evil.Close()
 	ctx, cancel := context.WithTimeout(startBrowser(t, chromium), 2*time.Minute)
 	defer cancel()
-	poll := func(cond string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
-			_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
-			return err
-		})
-	}
-	step := func(name string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
-			t.Fatalf("%s: %v\npage text:\n%s", name, err, page)
-		}
-	}
+	p := &page{t: t, ctx: ctx, timeout: time.Minute}
+	poll, step := p.until, p.run
 	step("from another site", chromedp.Navigate(evil.URL), poll(`location.host.startsWith("localhost") && !!document.querySelector('#cross-site-note')`),
 		// Time for a listing the page would have asked for.
 		chromedp.Sleep(time.Second))
@@ -691,25 +696,8 @@ func TestBrowserTruncatedListing(t *testing.T) {
 	_, base := newTestServer(t, Config{SQS: f, AllowActions: true, ScanMax: 3})
 	ctx, cancel := context.WithTimeout(startBrowser(t, chromium), 3*time.Minute)
 	defer cancel()
-	until := func(cond string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) error {
-			_, err := chromedp.Poll[bool](cond, chromedp.WithPollingTimeout(time.Minute), chromedp.WithPollingInterval(100*time.Millisecond))(ctx, tgt)
-			return err
-		})
-	}
-	text := func(sel string, dst *string) chromedp.Action[chromedp.Void] {
-		return chromedp.Func(func(ctx context.Context, tgt *chromedp.Target) (err error) {
-			*dst, err = chromedp.Text(chromedp.CSS(sel))(ctx, tgt)
-			return err
-		})
-	}
-	run := func(step string, actions ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, actions...); err != nil {
-			page, _ := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("body")))
-			t.Fatalf("%s: %v\npage text:\n%s", step, err, page)
-		}
-	}
+	p := &page{t: t, ctx: ctx, timeout: time.Minute}
+	until, run, text := p.until, p.run, textOf
 
 	var notice, scope string
 	run("truncated listing",
