@@ -453,6 +453,38 @@ type plan struct {
 
 const planTTL = 15 * time.Minute
 
+// maxPlans is how many dry runs are kept for their confirmation at most:
+// the newest. A plan holds up to MaxScanMax message IDs.
+const maxPlans = 32
+
+// planGone is the answer to a confirmation of a plan not kept.
+var planGone = fmt.Sprintf("no such dry run, or it expired (a dry run is kept %s, and only the newest %d): run the dry run again",
+	shortDuration(planTTL), maxPlans)
+
+// keepPlan keeps p for its confirmation and returns its ID, after
+// forgetting the plans past planTTL and, beyond maxPlans, the oldest.
+func (s *Server) keepPlan(p *plan) string {
+	id := RandomToken()[:16]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, old := range s.plans {
+		if time.Since(old.created) > planTTL {
+			delete(s.plans, k)
+		}
+	}
+	for len(s.plans) >= maxPlans {
+		oldest := ""
+		for k, old := range s.plans {
+			if oldest == "" || old.created.Before(s.plans[oldest].created) {
+				oldest = k
+			}
+		}
+		delete(s.plans, oldest)
+	}
+	s.plans[id] = p
+	return id
+}
+
 type planRequest struct {
 	Queue  string       `json:"queue"`
 	Filter filterParams `json:"filter"`
@@ -558,16 +590,7 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 		out.Notice = planNotice(oq.q.Name, len(res.Messages), res.Scanned, res.Coverage.Approximate, limit)
 		p.notice = replayNotice(len(res.Messages), limit, res.Coverage.Approximate)
 	}
-	id := RandomToken()[:16]
-	s.mu.Lock()
-	for k, old := range s.plans {
-		if time.Since(old.created) > planTTL {
-			delete(s.plans, k)
-		}
-	}
-	s.plans[id] = p
-	s.mu.Unlock()
-	out.PlanID = id
+	out.PlanID = s.keepPlan(p)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -608,7 +631,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 	delete(s.plans, req.PlanID) // a plan is confirmed once
 	s.mu.Unlock()
 	if p == nil || time.Since(p.created) > planTTL {
-		s.fail(w, r, badRequest("no such dry run, or it expired: run the dry run again"))
+		s.fail(w, r, badRequest(planGone))
 		return
 	}
 	if len(p.ids) == 0 {

@@ -81,3 +81,25 @@ func TestQueuesKeptOncePerQueue(t *testing.T) {
 		t.Errorf("oldest failure %v after a complete listing of the emptied queue, want none", got)
 	}
 }
+
+// TestPlansBounded checks that the dry runs kept for their confirmation are
+// bounded in number, not only in age: past maxPlans the oldest go first, and
+// the newest stay confirmable.
+func TestPlansBounded(t *testing.T) {
+	s := newUnserved(t, Config{})
+	start := time.Now()
+	var ids []string
+	for i := range maxPlans + 10 {
+		ids = append(ids, s.keepPlan(&plan{queue: "jobs-dlq", ids: []string{"m"}, created: start.Add(time.Duration(i) * time.Millisecond)}))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.plans); n != maxPlans {
+		t.Errorf("%d plans kept after %d dry runs, want %d", n, len(ids), maxPlans)
+	}
+	for i, id := range ids {
+		if _, kept := s.plans[id]; kept != (i >= len(ids)-maxPlans) {
+			t.Errorf("dry run %d of %d kept: %v", i, len(ids), kept)
+		}
+	}
+}
