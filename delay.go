@@ -28,8 +28,9 @@ const (
 	// can hold: [Message.ReceiveCount] adds it, so that backoff and
 	// dead-letter decisions count every real attempt. The runtimes leave
 	// it out of dead-letter copies, and `sqsworker dlq replay` out of the
-	// copies it sends back; an SQS message move task keeps it, which is
-	// why `dlq redrive` looks for it first (see the dlq package).
+	// copies it sends back; an SQS message move task is not documented to
+	// drop it, which is why `dlq redrive` looks for it first (see the dlq
+	// package).
 	AttrPriorAttempts = "sqsworker.prior-attempts"
 	// MaxMessageDelay is the longest delay SQS gives a message when it is
 	// sent (DelaySeconds): 15 minutes.

@@ -33,11 +33,13 @@ type RedriveConfig struct {
 	// [Queue.StartRedrive] read before the task, to count those that
 	// carry [sqsworker.AttrPriorAttempts]. Default 0: none are read.
 	//
-	// A move task moves each message as it is, message attributes and
-	// all: a job that waited as a copy for a backoff longer than 12 hours
-	// carries the attempts of its earlier copies in that attribute, and
-	// redriven it comes back counting them (a long backoff, a high attempt
-	// number, a retry limit reached at its first failure). [Queue.Replay]
+	// SQS documents of a moved message only its new ID and enqueue time,
+	// no message attribute a move task drops; taking it that the task
+	// keeps them all (as sqstest's Fake does), a job that waited as a copy
+	// for a backoff longer than 12 hours carries the attempts of its
+	// earlier copies in that attribute, and redriven it comes back
+	// counting them (a long backoff, a high attempt number, a retry limit
+	// reached at its first failure). [Queue.Replay]
 	// leaves the attribute out. The sample is a [Queue.Scan] with a short
 	// visibility timeout ([SampleVisibility]), whose messages are all made
 	// visible again before the task starts, so that the task moves them:

@@ -43,7 +43,7 @@ func waitedJobs(t *testing.T, e *fakeEnv) {
 	redrive(t, e.f, e.orders, "plain", nil)
 }
 
-// A message move task keeps every message attribute (as SQS's does): a job
+// A message move task keeps every message attribute (the Fake's does; SQS documents none it drops): a job
 // that waited as a copy comes back counting its earlier attempts. The
 // redrive's sample finds it, and the redrive refuses to start, starting
 // nothing and recording nothing; the sample hides nothing from the task.

@@ -58,10 +58,11 @@ tasks, and prints what the task would move and where, starting nothing. With
 caller from sts:GetCallerIdentity), and returns at once with the task's
 handle; "redrive status" follows the task and "redrive cancel" stops it.
 
-A move task moves every message as it is, message attributes and all. A job
-that waited as a copy for a backoff longer than 12 hours carries the attempts
-of its earlier copies (sqsworker.prior-attempts), and moved back it would
-count them: a long backoff, a high attempt number, a retry limit reached at
+SQS documents of a moved message only its new ID and enqueue time, no
+message attribute the task drops: redrive takes it that the task keeps them
+all. A job that waited as a copy for a backoff longer than 12 hours carries
+the attempts of its earlier copies (sqsworker.prior-attempts), and moved
+back it would count them: a long backoff, a high attempt number, a retry limit reached at
 its first failure. So redrive first reads up to --sample messages (default
 100; 0: none) with a visibility timeout of 5s, makes them all visible again
 before the task starts, and when some carry the attribute it says so and,

@@ -22,29 +22,49 @@ import (
 	"github.com/sqsworker/sqsworker/dlq"
 )
 
-// openQueue is a dead-letter queue opened by a request, kept a minute,
-// with the lock that lets one operation at a time hold its messages.
-type openQueue struct {
-	q      *dlq.Queue
+// knownQueue is a dead-letter queue requests have opened, kept by its ARN
+// for as long as the server runs: one per queue, however a request names
+// it (name, URL, ARN), so that the queues kept grow with the queues of
+// the account, not with the texts asked, and one lock guards each queue.
+// Under Server.mu.
+type knownQueue struct {
+	q      *dlq.Queue // as last opened; opened again after openFor
 	opened time.Time
-	busy   chan struct{} // one token: held by a listing, a dry run or a replay
-	what   string        // what holds it, under Server.mu
+	named  bool // opened by a plain name, which then stands for it
+	lock   *queueLock
+	// oldest is the oldest failure its last complete listing saw; zero
+	// when it saw none.
+	oldest time.Time
+}
+
+// queueLock lets one operation at a time hold a queue's messages.
+type queueLock struct {
+	busy chan struct{} // one token: held by a listing, a dry run, a replay or a purge
+	what string        // what holds it, under Server.mu
+}
+
+// openQueue is a dead-letter queue as a request opened it, with the lock
+// of that queue.
+type openQueue struct {
+	q    *dlq.Queue
+	lock *queueLock
 }
 
 const openFor = time.Minute
 
-// open opens the dead-letter queue given by name or URL, or returns the
-// one opened in the last minute.
+// open opens the dead-letter queue given by name, URL or ARN, or returns
+// the one opened by it in the last minute.
 func (s *Server) open(ctx context.Context, nameOrURL string) (*openQueue, error) {
 	if nameOrURL == "" {
 		return nil, badRequest("no queue given")
 	}
 	s.mu.Lock()
-	oq := s.queues[nameOrURL]
-	s.mu.Unlock()
-	if oq != nil && time.Since(oq.opened) < openFor {
+	if k := s.knownAs(nameOrURL); k != nil && time.Since(k.opened) < openFor {
+		oq := &openQueue{q: k.q, lock: k.lock}
+		s.mu.Unlock()
 		return oq, nil
 	}
+	s.mu.Unlock()
 	q, err := dlq.Open(ctx, s.cfg.SQS, nameOrURL, dlq.Config{Force: s.cfg.Force, Logger: s.log})
 	if err != nil {
 		if errors.Is(err, dlq.ErrNotDeadLetterQueue) || errors.Is(err, dlq.ErrCannotCheck) {
@@ -52,41 +72,77 @@ func (s *Server) open(ctx context.Context, nameOrURL string) (*openQueue, error)
 		}
 		return nil, err
 	}
+	named := !strings.Contains(nameOrURL, "/") && !strings.HasPrefix(nameOrURL, "arn:")
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if old := s.queues[nameOrURL]; old != nil {
-		old.q, old.opened = q, time.Now() // keep its lock
-		return old, nil
+	k := s.queues[queueKey(q)]
+	if k == nil {
+		k = &knownQueue{lock: &queueLock{busy: make(chan struct{}, 1)}}
+		s.queues[queueKey(q)] = k
 	}
-	oq = &openQueue{q: q, opened: time.Now(), busy: make(chan struct{}, 1)}
-	s.queues[nameOrURL] = oq
-	return oq, nil
+	k.q, k.opened, k.named = q, time.Now(), k.named || named // keep its lock
+	return &openQueue{q: q, lock: k.lock}, nil
+}
+
+// queueKey is the key of q in Server.queues: its ARN, or its URL when SQS
+// gave no ARN.
+func queueKey(q *dlq.Queue) string {
+	if q.ARN != "" {
+		return q.ARN
+	}
+	return q.URL
+}
+
+// knownAs returns the queue kept that nameOrURL names: its URL, its ARN,
+// or, when it was opened by a plain name, that name (a plain name stands
+// for a queue of the server's own account; a queue opened by the URL of
+// another account's may have the same name). Nil when none is kept. Under
+// Server.mu.
+func (s *Server) knownAs(nameOrURL string) *knownQueue {
+	for _, k := range s.queues {
+		if k.q.URL == nameOrURL || k.q.ARN == nameOrURL || (k.named && k.q.Name == nameOrURL) {
+			return k
+		}
+	}
+	return nil
+}
+
+// at reports whether url is k's queue: its URL as last opened, or a URL
+// whose path ends in the account and name of its ARN (the queues page's
+// figures may name it by another URL than a request did).
+func (k *knownQueue) at(url string) bool {
+	if k.q.URL == url {
+		return true
+	}
+	arn, err := dlq.ParseARN(k.q.ARN)
+	return err == nil && strings.HasSuffix(url, "/"+arn.Account+"/"+arn.Name)
 }
 
 // hold takes the queue's lock, waiting for a listing or a dry run, not for
 // a replay.
 func (s *Server) hold(ctx context.Context, oq *openQueue, what string) (release func(), err error) {
+	l := oq.lock
 	for {
 		select {
-		case oq.busy <- struct{}{}:
+		case l.busy <- struct{}{}:
 			s.mu.Lock()
-			oq.what = what
+			l.what = what
 			s.mu.Unlock()
-			return func() { <-oq.busy }, nil
+			return func() { <-l.busy }, nil
 		default:
 		}
 		s.mu.Lock()
-		holder := oq.what
+		holder := l.what
 		s.mu.Unlock()
 		if holder == "replay" {
 			return nil, &httpError{http.StatusConflict, "a replay of this queue is under way: wait for its end"}
 		}
 		select {
-		case oq.busy <- struct{}{}:
+		case l.busy <- struct{}{}:
 			s.mu.Lock()
-			oq.what = what
+			l.what = what
 			s.mu.Unlock()
-			return func() { <-oq.busy }, nil
+			return func() { <-l.busy }, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):
@@ -265,10 +321,8 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	}
 	if res.Coverage.Complete {
 		s.mu.Lock()
-		if oldest.IsZero() {
-			delete(s.oldest, q.URL)
-		} else {
-			s.oldest[q.URL] = oldest
+		if k := s.queues[queueKey(q)]; k != nil {
+			k.oldest = oldest
 		}
 		s.mu.Unlock()
 	}
@@ -399,6 +453,38 @@ type plan struct {
 
 const planTTL = 15 * time.Minute
 
+// maxPlans is how many dry runs are kept for their confirmation at most:
+// the newest. A plan holds up to MaxScanMax message IDs.
+const maxPlans = 32
+
+// planGone is the answer to a confirmation of a plan not kept.
+var planGone = fmt.Sprintf("no such dry run, or it expired (a dry run is kept %s, and only the newest %d): run the dry run again",
+	shortDuration(planTTL), maxPlans)
+
+// keepPlan keeps p for its confirmation and returns its ID, after
+// forgetting the plans past planTTL and, beyond maxPlans, the oldest.
+func (s *Server) keepPlan(p *plan) string {
+	id := RandomToken()[:16]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, old := range s.plans {
+		if time.Since(old.created) > planTTL {
+			delete(s.plans, k)
+		}
+	}
+	for len(s.plans) >= maxPlans {
+		oldest := ""
+		for k, old := range s.plans {
+			if oldest == "" || old.created.Before(s.plans[oldest].created) {
+				oldest = k
+			}
+		}
+		delete(s.plans, oldest)
+	}
+	s.plans[id] = p
+	return id
+}
+
 type planRequest struct {
 	Queue  string       `json:"queue"`
 	Filter filterParams `json:"filter"`
@@ -504,16 +590,7 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 		out.Notice = planNotice(oq.q.Name, len(res.Messages), res.Scanned, res.Coverage.Approximate, limit)
 		p.notice = replayNotice(len(res.Messages), limit, res.Coverage.Approximate)
 	}
-	id := RandomToken()[:16]
-	s.mu.Lock()
-	for k, old := range s.plans {
-		if time.Since(old.created) > planTTL {
-			delete(s.plans, k)
-		}
-	}
-	s.plans[id] = p
-	s.mu.Unlock()
-	out.PlanID = id
+	out.PlanID = s.keepPlan(p)
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -554,7 +631,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 	delete(s.plans, req.PlanID) // a plan is confirmed once
 	s.mu.Unlock()
 	if p == nil || time.Since(p.created) > planTTL {
-		s.fail(w, r, badRequest("no such dry run, or it expired: run the dry run again"))
+		s.fail(w, r, badRequest(planGone))
 		return
 	}
 	if len(p.ids) == 0 {
@@ -689,7 +766,9 @@ func (s *Server) handlePurge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	delete(s.oldest, oq.q.URL)
+	if k := s.queues[queueKey(oq.q)]; k != nil {
+		k.oldest = time.Time{}
+	}
 	s.mu.Unlock()
 	s.log.Info("purged", "queue", oq.q.Name)
 	writeJSON(w, http.StatusOK, map[string]any{"queue": oq.q.Name, "purged": true})

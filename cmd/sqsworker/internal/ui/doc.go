@@ -21,7 +21,8 @@
 // most as many; a request may ask for more with max, up to [MaxScanMax].
 // When a listing or a dry run stops at its limit, its answer says so, with
 // the queue's approximate count and how to see more, and a replay of such
-// a dry run says that only its messages were acted on. The status of a
+// a dry run says that only its messages were acted on. A dry run is kept
+// for its confirmation 15 minutes, and only the newest 32. The status of a
 // replay under way is always kept; that of a finished one for
 // [Config.JobRetention], and only the newest [Config.MaxFinishedJobs],
 // after which it answers 410 Gone: the audit log is the lasting record.

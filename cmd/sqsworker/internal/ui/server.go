@@ -121,10 +121,9 @@ type Server struct {
 	now    func() time.Time // the clock of jobs and plans (tests set it before serving)
 
 	mu     sync.Mutex
-	queues map[string]*openQueue // by the name or URL asked
+	queues map[string]*knownQueue // by queue ARN (see queueKey)
 	plans  map[string]*plan
 	jobs   *jobs
-	oldest map[string]time.Time // oldest failure seen, by DLQ URL
 }
 
 // New checks cfg and makes a server. A non-loopback Addr without a Token
@@ -188,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 		cfg: cfg, loopback: loopback, csrf: RandomToken(), log: cfg.Logger, index: index,
 		static:  http.StripPrefix("/static/", http.FileServerFS(sub)),
 		sampler: newSampler(cfg.Stats, cfg.SampleInterval, cfg.SampleIdle, cfg.SampleWindow),
-		queues:  map[string]*openQueue{}, plans: map[string]*plan{}, oldest: map[string]time.Time{},
+		queues:  map[string]*knownQueue{}, plans: map[string]*plan{},
 		jobs: newJobs(cfg.JobRetention, cfg.MaxFinishedJobs), now: time.Now,
 	}
 	s.base, s.cancel = context.WithCancel(context.Background())
@@ -482,8 +481,14 @@ func (s *Server) handleQueues(w http.ResponseWriter, r *http.Request) {
 	snap := s.sampler.poll(ctx)
 	s.mu.Lock()
 	for i, q := range snap.Queues {
-		if q.DLQ != nil {
-			snap.Queues[i].OldestFailure = s.oldest[q.DLQ.URL]
+		if q.DLQ == nil {
+			continue
+		}
+		for _, k := range s.queues {
+			if k.at(q.DLQ.URL) {
+				snap.Queues[i].OldestFailure = k.oldest
+				break
+			}
 		}
 	}
 	s.mu.Unlock()
