@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 	"github.com/sqsworker/sqsworker/internal/fifoattempt"
 )
@@ -315,7 +316,7 @@ func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, dr
 				return nil, false, fmt.Errorf("dlq: receiving from %s: %w", s.q.Name, err)
 			}
 			s.failures++
-			if mayHaveReceived(err) {
+			if awserr.MayHaveReceived(err) {
 				s.lost++
 				s.lostUntil = later(s.lostUntil, s.q.now().Add(s.visibility))
 				s.q.log.Warn("dlq: a receive failed after SQS may have handed it messages: they stay hidden for the visibility timeout, and the scan waits for them",
@@ -390,18 +391,6 @@ func (s *scanner) receiveOnce(ctx context.Context, n int) (*sqs.ReceiveMessageOu
 		in.ReceiveRequestAttemptId = aws.String(s.attempt.For(int(in.MaxNumberOfMessages), s.q.now()))
 	}
 	return s.q.api.ReceiveMessage(rctx, in, append(s.q.opts, noRetry)...) // opts is full: append copies
-}
-
-// mayHaveReceived reports whether a failed receive may have been handed
-// messages by SQS: anything but an error response from SQS (4xx), which
-// hands out none.
-func mayHaveReceived(err error) bool {
-	var re interface{ HTTPStatusCode() int }
-	if errors.As(err, &re) {
-		code := re.HTTPStatusCode()
-		return code < 400 || code >= 500
-	}
-	return true
 }
 
 // waitForLost waits until the messages lost receives hid are visible again,

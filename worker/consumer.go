@@ -44,7 +44,7 @@ type consumer struct {
 	stopPoll   context.CancelFunc
 	pollsDone  chan struct{}  // closed once no receive is under way after stopping
 	stoppedAt  atomic.Int64   // when receiving stopped, in Unix nanoseconds
-	openUntil  atomic.Int64   // until when a receive given up on may be open at SQS, in Unix nanoseconds
+	openUntil  atomic.Int64   // until when a failed receive may be open at SQS, in Unix nanoseconds (see mayBeOpen)
 	reporter   sync.WaitGroup // the depth reporter
 	stopReport context.CancelFunc
 	handlerCtx context.Context // cancelled at the shutdown deadline
@@ -275,7 +275,7 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 			return // not hidden: the message comes back at the end of its lease
 		}
 		<-c.pollsDone
-		// A receive given up on (see receiveGrace) may still be open at SQS.
+		// A failed receive (see mayBeOpen) may still be open at SQS.
 		until := want
 		if open := time.Unix(0, c.openUntil.Load()); open.After(until) {
 			until = open
@@ -296,7 +296,7 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 // its last attempt (the SDK retries) then still held up to WaitTime at SQS,
 // and lastPollSlack for the way a request takes there. They end long
 // before, as a rule, and pollsDone says when they have. Once it has, a
-// receive given up on may still be open at SQS until openUntil: until then
+// failed receive may still be open at SQS until openUntil (mayBeOpen): until then
 // the worker counts as stopping with it under way.
 func (c *consumer) lastPollsEnd() (time.Time, bool) {
 	if c.pollCtx.Err() == nil {

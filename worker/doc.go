@@ -129,13 +129,14 @@
 // timeout that lasts until they have surely ended even at SQS (twice
 // WaitTime and 22s from the stop: a receive sent again by the SDK, or given
 // up on, may still be held there), and then, once they have, again with the
-// visibility asked for. A receive given up on (WaitTime and 20s after its
-// start) may stay open at SQS for WaitTime more after the receive loops have
-// returned: a change made until then, even after they returned, keeps the
-// message hidden until then. None of them takes the message again and
-// spends one of its receives. A crash loses nothing either: messages not deleted come
-// back after their visibility timeout (a message hidden that way, at most
-// twice WaitTime and 22s after the stop).
+// visibility asked for. A receive that failed in a way that may have
+// reached SQS (given up on WaitTime and 20s after its start, a network
+// error, a server fault) may stay open there for WaitTime more after the
+// receive loops have returned: a change made until then, even after they
+// returned, keeps the message hidden until then. None of them takes the
+// message again and spends one of its receives. A crash loses nothing
+// either: messages not deleted come back after their visibility timeout (a
+// message hidden that way, at most twice WaitTime and 22s after the stop).
 //
 // # Priority queues
 //

@@ -152,8 +152,8 @@ func (c *consumer) poll(hctx context.Context) {
 		}
 		if err != nil {
 			pool.release(qi, n)
-			if rctx.Err() == context.DeadlineExceeded {
-				c.givenUp()
+			if awserr.MayHaveReceived(err) {
+				c.mayBeOpen()
 			}
 			if c.pollCtx.Err() != nil {
 				return
@@ -230,11 +230,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	return ctxsleep.Sleep(ctx, d)
 }
 
-// givenUp notes a receive given up on after WaitTime and receiveGrace: its
-// long poll may still be open at SQS, and take a message made visible,
-// for up to WaitTime and lastPollSlack. A message released while stopping
-// stays hidden until then (see Retry).
-func (c *consumer) givenUp() {
+// mayBeOpen notes a receive that failed in a way that may have reached SQS
+// (a network error, a server fault, or a receive given up on after
+// WaitTime and receiveGrace): its long poll may still be open there, and
+// take a message made visible, for up to WaitTime and lastPollSlack. A
+// message released while stopping stays hidden until then (see Retry).
+func (c *consumer) mayBeOpen() {
 	until := time.Now().Add(c.cfg.WaitTime + lastPollSlack).UnixNano()
 	for {
 		old := c.openUntil.Load()

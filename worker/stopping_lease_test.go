@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,6 +165,9 @@ type lateReceives struct {
 	// on (its context ends).
 	gaveUp     chan struct{}
 	gaveUpOnce sync.Once
+	// fail, if set, is what the late receives return instead of reaching
+	// the queue.
+	fail error
 }
 
 func (l *lateReceives) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
@@ -170,6 +175,9 @@ func (l *lateReceives) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessag
 		l.once.Do(func() { close(l.entered) })
 		select {
 		case <-time.After(l.late):
+			if l.fail != nil {
+				return nil, l.fail
+			}
 		case <-ctx.Done():
 			if l.gaveUp != nil {
 				l.gaveUpOnce.Do(func() { close(l.gaveUp) })
@@ -219,7 +227,7 @@ func untilCancelled(ctx context.Context) error {
 func checkHiddenThenBack(t *testing.T, f *sqstest.Fake, url string) {
 	t.Helper()
 	if v, inFlight, _ := f.Depth(url); v != 0 || inFlight != 1 {
-		t.Errorf("right after the stop: %d visible, %d in flight; want the message hidden while the given-up receive may be open", v, inFlight)
+		t.Errorf("right after the stop: %d visible, %d in flight; want the message hidden while the failed receive may be open", v, inFlight)
 	}
 	localtest.Eventually(t, 30*time.Second, func() bool { v, _, _ := f.Depth(url); return v == 1 }, "the message does not come back")
 }
@@ -275,6 +283,20 @@ func TestFakeReleaseAfterLoopsReturnedReceiveGivenUp(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 			return ctx.Err()
 		})
+		checkHiddenThenBack(t, f, url)
+	})
+}
+
+// A last receive that fails on the network (here its connection reset
+// after 1s) may still be waiting at SQS: a message released at the shutdown
+// deadline stays hidden for WaitTime and 2s after the failure, not made
+// visible as soon as the receive loops have returned.
+func TestFakeShutdownDeadlineReleaseReceiveFailed(t *testing.T) {
+	eachHeartbeat(t, func(t *testing.T, f *sqstest.Fake, heartbeat bool) {
+		reset := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
+		api := &lateReceives{API: f, late: time.Second, entered: make(chan struct{}), fail: reset}
+		url := f.CreateQueue("receive-failed", map[string]string{"VisibilityTimeout": "4"})
+		stopBehindLateReceive(t, api, url, func() { f.Send(url, "m") }, heartbeat, untilCancelled)
 		checkHiddenThenBack(t, f, url)
 	})
 }

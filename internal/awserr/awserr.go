@@ -73,3 +73,17 @@ func IsQueueMissing(err error) bool {
 func IsCanceled(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
+
+// MayHaveReceived reports whether a receive that failed with err may have
+// been handed messages by SQS, or may still be waiting there in a long
+// poll: anything but an error response from SQS (4xx), which hands out
+// none. A network error, a timeout, a cancelled request or a server fault
+// may have reached SQS.
+func MayHaveReceived(err error) bool {
+	var re interface{ HTTPStatusCode() int }
+	if errors.As(err, &re) {
+		code := re.HTTPStatusCode()
+		return code < 400 || code >= 500
+	}
+	return true
+}

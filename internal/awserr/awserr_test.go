@@ -41,3 +41,32 @@ func TestClassification(t *testing.T) {
 		}
 	}
 }
+
+// statusErr is an error response with an HTTP status, as the SDK's
+// ResponseError is.
+type statusErr int
+
+func (e statusErr) Error() string       { return fmt.Sprintf("status %d", int(e)) }
+func (e statusErr) HTTPStatusCode() int { return int(e) }
+
+// Only an error response from SQS (4xx) says that a receive was handed
+// nothing and waits no more.
+func TestMayHaveReceived(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"throttled", fmt.Errorf("receive: %w", statusErr(400)), false},
+		{"denied", statusErr(403), false},
+		{"server fault", statusErr(500), true},
+		{"unavailable", fmt.Errorf("receive: %w", statusErr(503)), true},
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}, true},
+		{"deadline", context.DeadlineExceeded, true},
+		{"cancelled", fmt.Errorf("receive: %w", context.Canceled), true},
+	} {
+		if got := MayHaveReceived(c.err); got != c.want {
+			t.Errorf("%s: MayHaveReceived(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
