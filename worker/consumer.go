@@ -262,8 +262,7 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 		// the visibility asked for once they have.
 		hv := executor.VisibilityOf(j, time.Until(end))
 		hide = &hiding{job: j, until: time.Now().Add(hv), landed: make(chan error, 1)}
-		c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
-			Visibility: hv, Owner: hide})
+		c.changeOwned(j, hv, hide)
 	}
 	// The change waits for the receives; the lease, or the hide, keeps the
 	// message invisible meanwhile. Retry is called from handler goroutines,
@@ -283,10 +282,9 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 		vis := executor.VisibilityOf(j, time.Until(until))
 		if hide == nil {
 			c.change(j, vis)
-			return
+		} else {
+			c.changeOwned(j, vis, (*hidden)(hide))
 		}
-		c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
-			Visibility: vis, Owner: (*hidden)(hide)})
 	})
 }
 
@@ -336,10 +334,17 @@ type hidden hiding
 func (h *hidden) Valid(now time.Time) bool { return now.Before(h.until) }
 func (h *hidden) Acked(error)              {}
 
-// change queues the visibility change of a job's message.
+// change queues the visibility change of a job's message, retried while
+// its lease holds.
 func (c *consumer) change(j *executor.Job, vis time.Duration) {
+	c.changeOwned(j, vis, (*retrying)(j))
+}
+
+// changeOwned queues the visibility change of a job's message with owner
+// as its ackbatch.Owner.
+func (c *consumer) changeOwned(j *executor.Job, vis time.Duration, owner ackbatch.Owner) {
 	c.acks.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Visibility: vis,
-		Owner: (*retrying)(j)})
+		Owner: owner})
 }
 
 // deleting is a job as the ackbatch.Owner of its delete: retried while its
