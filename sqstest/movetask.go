@@ -128,9 +128,7 @@ func (f *Fake) startMoveTask(in *sqs.StartMessageMoveTaskInput) (*sqs.StartMessa
 			kept = append(kept, m)
 			continue
 		}
-		src.forgetAttempt(m.attempt)
-		delete(src.received, m.ordinal)
-		src.gone[m.ordinal] = 0
+		src.forgetMoved(m)
 		c := &message{
 			id: newMessageID(), ordinal: to.nextOrdinal(), body: m.body, md5Body: m.md5Body, attrs: m.attrs,
 			traceHeader: m.traceHeader, group: m.group, dedupID: m.dedupID, sent: now, visibleAt: now,
