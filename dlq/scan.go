@@ -354,11 +354,8 @@ func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, dr
 			// receive), and they may stand before unread ones. Hide them
 			// all again and go on.
 			s.comebacks++
-			at := s.q.now()
-			if err := s.change(ctx, s.held, s.visibility); err != nil {
+			if err := s.hideHeld(ctx, s.visibility); err != nil {
 				s.q.log.Warn("dlq: could not hide held messages again", "queue", s.q.URL, "error", err)
-			} else {
-				s.hiddenUntil = at.Add(s.visibility)
 			}
 			continue
 		case !s.lostUntil.IsZero():
@@ -399,11 +396,8 @@ func (s *scanner) receiveOnce(ctx context.Context, n int) (*sqs.ReceiveMessageOu
 func (s *scanner) waitForLost(ctx context.Context) error {
 	wait := s.lostUntil.Sub(s.q.now()) + lostMargin
 	if wait > 0 {
-		at := s.q.now()
-		if err := s.change(ctx, s.held, wait+s.visibility); err != nil {
+		if err := s.hideHeld(ctx, wait+s.visibility); err != nil {
 			s.q.log.Warn("dlq: could not keep held messages hidden while waiting for lost ones: they may be read twice", "queue", s.q.URL, "error", err)
-		} else if len(s.held) > 0 {
-			s.hiddenUntil = at.Add(wait + s.visibility)
 		}
 		s.q.log.Info("dlq: waiting for the messages a lost receive hid to become visible again", "queue", s.q.URL, "wait", wait.Round(time.Second))
 		if err := sleep(ctx, wait); err != nil {
@@ -430,11 +424,22 @@ func (s *scanner) keepHidden(ctx context.Context) {
 		return
 	}
 	d := min(max(s.visibility, 3*now.Sub(s.start)), 12*time.Hour)
-	if err := s.change(ctx, s.held, d); err != nil {
+	if err := s.hideHeld(ctx, d); err != nil {
 		s.q.log.Warn("dlq: could not keep held messages hidden: those whose visibility timeout runs out may be read twice", "queue", s.q.URL, "error", err)
-		return
 	}
-	s.hiddenUntil = now.Add(d)
+}
+
+// hideHeld hides the held messages for d from now, and notes when the
+// first of them may become visible again (for keepHidden).
+func (s *scanner) hideHeld(ctx context.Context, d time.Duration) error {
+	at := s.q.now()
+	if err := s.change(ctx, s.held, d); err != nil {
+		return err
+	}
+	if len(s.held) > 0 {
+		s.hiddenUntil = at.Add(d)
+	}
+	return nil
 }
 
 // hold keeps a message until release.

@@ -89,6 +89,7 @@ func (f *Fake) startMoveTask(in *sqs.StartMessageMoveTaskInput) (*sqs.StartMessa
 	for _, q := range f.queues {
 		if d, _ := f.redrive(q); d == src {
 			isDLQ = true
+			break
 		}
 	}
 	if !isDLQ {
@@ -128,9 +129,7 @@ func (f *Fake) startMoveTask(in *sqs.StartMessageMoveTaskInput) (*sqs.StartMessa
 			kept = append(kept, m)
 			continue
 		}
-		src.forgetAttempt(m.attempt)
-		delete(src.received, m.ordinal)
-		src.gone[m.ordinal] = 0
+		src.forgetMoved(m)
 		c := &message{
 			id: newMessageID(), ordinal: to.nextOrdinal(), body: m.body, md5Body: m.md5Body, attrs: m.attrs,
 			traceHeader: m.traceHeader, group: m.group, dedupID: m.dedupID, sent: now, visibleAt: now,
@@ -146,9 +145,29 @@ func (f *Fake) startMoveTask(in *sqs.StartMessageMoveTaskInput) (*sqs.StartMessa
 		t.status = "FAILED"
 		t.failure = fmt.Sprintf("%d message(s) have no destination: no DestinationArn, and no source queue SQS's redrive moved them from", stayed)
 	}
-	f.tasks = append(f.tasks, t)
+	f.keepTask(t)
 	f.notify()
 	return &sqs.StartMessageMoveTaskOutput{TaskHandle: aws.String(t.handle)}, nil
+}
+
+// maxListedTasks is the most move tasks ListMessageMoveTasks lists of a
+// source queue (its MaxResults).
+const maxListedTasks = 10
+
+// keepTask records t, forgetting the oldest task of its source when more
+// than maxListedTasks are recorded, which no listing shows. f.mu is held.
+func (f *Fake) keepTask(t *moveTask) {
+	f.tasks = append(f.tasks, t)
+	n := 0
+	for _, o := range f.tasks {
+		if o.source == t.source {
+			n++
+		}
+	}
+	if n > maxListedTasks {
+		i := slices.IndexFunc(f.tasks, func(o *moveTask) bool { return o.source == t.source })
+		f.tasks = slices.Delete(f.tasks, i, i+1)
+	}
 }
 
 // moveSource is the queue a move task's SourceArn names: MissingParameter
@@ -182,14 +201,17 @@ func (f *Fake) ListMessageMoveTasks(ctx context.Context, in *sqs.ListMessageMove
 	}
 	n := 1
 	if in.MaxResults != nil {
-		if *in.MaxResults < 1 || *in.MaxResults > 10 {
+		if *in.MaxResults < 1 || *in.MaxResults > maxListedTasks {
 			return nil, opError(op, invalidParameter("Value %d for parameter MaxResults is invalid. Reason: must be between 1 and 10.", *in.MaxResults))
 		}
 		n = int(*in.MaxResults)
 	}
 	out = &sqs.ListMessageMoveTasksOutput{}
 	for _, t := range slices.Backward(f.tasks) {
-		if t.source != aws.ToString(in.SourceArn) || len(out.Results) == n {
+		if len(out.Results) == n {
+			break
+		}
+		if t.source != aws.ToString(in.SourceArn) {
 			continue
 		}
 		r := types.ListMessageMoveTasksResultEntry{

@@ -250,9 +250,7 @@ func (q *queue) forgetAttempt(id string) {
 // attributes, receive count and, on standard queues, sent timestamp, as SQS's
 // redrive does. The caller removes m from q.msgs.
 func (f *Fake) moveToDLQ(q, dlq *queue, m *message, now time.Time) {
-	q.forgetAttempt(m.attempt)
-	delete(q.received, m.ordinal)
-	q.gone[m.ordinal] = 0
+	q.forgetMoved(m)
 	c := &message{
 		id: m.id, ordinal: dlq.nextOrdinal(), body: m.body, md5Body: m.md5Body, attrs: m.attrs, traceHeader: m.traceHeader,
 		group: m.group, dedupID: m.dedupID, sent: m.sent, visibleAt: now,
@@ -263,6 +261,15 @@ func (f *Fake) moveToDLQ(q, dlq *queue, m *message, now time.Time) {
 		c.sent = now // FIFO queues reset the enqueue time
 	}
 	dlq.msgs = append(dlq.msgs, c)
+}
+
+// forgetMoved forgets m, moved out of q: its receive, and any receipt
+// handle of it (none of them is the latest of a deleted message). The
+// caller removes m from q.msgs. f.mu is held.
+func (q *queue) forgetMoved(m *message) {
+	q.forgetAttempt(m.attempt)
+	delete(q.received, m.ordinal)
+	q.gone[m.ordinal] = 0
 }
 
 // attributeFilter says which system and message attributes a receive asked
