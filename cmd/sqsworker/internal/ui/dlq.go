@@ -122,13 +122,16 @@ func (k *knownQueue) at(url string) bool {
 // a replay.
 func (s *Server) hold(ctx context.Context, oq *openQueue, what string) (release func(), err error) {
 	l := oq.lock
+	held := func() (func(), error) {
+		s.mu.Lock()
+		l.what = what
+		s.mu.Unlock()
+		return func() { <-l.busy }, nil
+	}
 	for {
 		select {
 		case l.busy <- struct{}{}:
-			s.mu.Lock()
-			l.what = what
-			s.mu.Unlock()
-			return func() { <-l.busy }, nil
+			return held()
 		default:
 		}
 		s.mu.Lock()
@@ -139,10 +142,7 @@ func (s *Server) hold(ctx context.Context, oq *openQueue, what string) (release 
 		}
 		select {
 		case l.busy <- struct{}{}:
-			s.mu.Lock()
-			l.what = what
-			s.mu.Unlock()
-			return func() { <-l.busy }, nil
+			return held()
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(200 * time.Millisecond):

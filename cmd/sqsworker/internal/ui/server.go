@@ -118,7 +118,7 @@ type Server struct {
 	base   context.Context
 	cancel context.CancelFunc
 	jobsWG sync.WaitGroup
-	now    func() time.Time // the clock of jobs and plans (tests set it before serving)
+	now    func() time.Time // the clock of jobs (tests set it before serving); plans and opened queues use time.Now
 
 	mu     sync.Mutex
 	queues map[string]*knownQueue // by queue ARN (see queueKey)
