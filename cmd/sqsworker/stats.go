@@ -13,7 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/spf13/cobra"
 
+	"github.com/sqsworker/sqsworker/cmd/sqsworker/internal/brief"
 	"github.com/sqsworker/sqsworker/dlq"
+	"github.com/sqsworker/sqsworker/metrics"
 )
 
 func init() {
@@ -166,7 +168,7 @@ func (s *statsReader) readOne(ctx context.Context, arg, url string) (statsRow, e
 	}
 	at := out.Attributes
 	r := statsRow{
-		Queue:                    statsQueueName(url),
+		Queue:                    metrics.QueueName(url),
 		URL:                      url,
 		Visible:                  statsAtoi(at["ApproximateNumberOfMessages"]),
 		InFlight:                 statsAtoi(at["ApproximateNumberOfMessagesNotVisible"]),
@@ -239,7 +241,7 @@ func (a *app) printStats(rows []statsRow) error {
 		}
 		table[i] = []string{
 			r.Queue, strconv.Itoa(r.Visible), strconv.Itoa(r.InFlight), strconv.Itoa(r.Delayed),
-			statsSeconds(r.VisibilityTimeoutSeconds), fifo, dlq, maxReceive, depth,
+			brief.Duration(time.Duration(r.VisibilityTimeoutSeconds) * time.Second), fifo, dlq, maxReceive, depth,
 		}
 	}
 	return a.table([]string{"QUEUE", "VISIBLE", "IN FLIGHT", "DELAYED", "VISIBILITY", "FIFO", "DLQ", "MAX RECEIVES", "DLQ DEPTH"}, table)
@@ -280,23 +282,6 @@ func (s *statsReader) watch(ctx context.Context, interval time.Duration) error {
 		case <-t.C:
 		}
 	}
-}
-
-// statsQueueName returns the last element of a queue URL.
-func statsQueueName(url string) string {
-	return url[strings.LastIndexByte(url, '/')+1:]
-}
-
-// statsSeconds formats a number of seconds briefly: 30s, 5m, 1h30m.
-func statsSeconds(secs int) string {
-	s := (time.Duration(secs) * time.Second).String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
 }
 
 func statsAtoi(s string) int {

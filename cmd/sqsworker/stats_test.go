@@ -169,11 +169,3 @@ func TestStatsHelp(t *testing.T) {
 		}
 	}
 }
-
-func TestStatsSeconds(t *testing.T) {
-	for secs, want := range map[int]string{0: "0s", 30: "30s", 60: "1m", 90: "1m30s", 300: "5m", 3600: "1h", 5400: "1h30m", 43200: "12h", 3661: "1h1m1s"} {
-		if got := statsSeconds(secs); got != want {
-			t.Errorf("statsSeconds(%d) = %q, want %q", secs, got, want)
-		}
-	}
-}

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsworker/sqsworker/cmd/sqsworker/internal/brief"
 	"github.com/sqsworker/sqsworker/dlq"
 )
 
@@ -459,7 +460,7 @@ const maxPlans = 32
 
 // planGone is the answer to a confirmation of a plan not kept.
 var planGone = fmt.Sprintf("no such dry run, or it expired (a dry run is kept %s, and only the newest %d): run the dry run again",
-	shortDuration(planTTL), maxPlans)
+	brief.Duration(planTTL), maxPlans)
 
 // keepPlan keeps p for its confirmation and returns its ID, after
 // forgetting the plans past planTTL and, beyond maxPlans, the oldest.

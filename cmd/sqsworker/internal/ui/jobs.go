@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sqsworker/sqsworker/cmd/sqsworker/internal/brief"
 	"github.com/sqsworker/sqsworker/dlq"
 )
 
@@ -132,17 +133,5 @@ func (js *jobs) goneMessage(id, auditFile string) string {
 		where += " (the Audit log page shows it)"
 	}
 	return fmt.Sprintf("replay %s finished and was pruned: this server keeps a finished replay's status for %s, and only the newest %d; %s",
-		id, shortDuration(js.retention), js.max, where)
-}
-
-// shortDuration is d without its zero minutes and seconds: "1h", "1h30m".
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
+		id, brief.Duration(js.retention), js.max, where)
 }
