@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 	"github.com/sqsworker/sqsworker/internal/fifoattempt"
@@ -41,6 +42,9 @@ const (
 	// lostMargin is how long after a lost receive's messages become
 	// visible again the scan looks for them.
 	lostMargin = time.Second
+	// holdSlack keeps a hide clear of SQS's 12 hours: they are counted from
+	// when the receive was sent, SQS counts from when the change arrives.
+	holdSlack = time.Minute
 )
 
 // ScanConfig is what [Queue.Scan] reads. The zero value reads every message
@@ -259,8 +263,8 @@ func (q *Queue) verify(ctx context.Context, m *Message) {
 type scanner struct {
 	q          *Queue
 	visibility time.Duration
-	held       map[string]string // message ID -> receipt handle
-	seen       map[string]bool
+	held       map[string]heldMsg   // by message ID
+	seen       map[string]time.Time // message ID -> when its latest receive was sent
 	approx     int
 	complete   bool
 	lost       int
@@ -276,7 +280,7 @@ type scanner struct {
 }
 
 func (q *Queue) newScanner(ctx context.Context, visibility time.Duration) *scanner {
-	s := &scanner{q: q, visibility: visibility, held: map[string]string{}, seen: map[string]bool{}, approx: -1, start: q.now()}
+	s := &scanner{q: q, visibility: visibility, held: map[string]heldMsg{}, seen: map[string]time.Time{}, approx: -1, start: q.now()}
 	if c, err := q.Counts(ctx); err == nil {
 		s.approx = c.Visible + c.InFlight
 	} else {
@@ -337,11 +341,12 @@ func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, dr
 		}
 		for _, m := range out.Messages {
 			id := aws.ToString(m.MessageId)
-			if s.seen[id] {
-				s.held[id] = aws.ToString(m.ReceiptHandle)
+			_, again := s.seen[id]
+			s.seen[id] = sent
+			if again {
+				s.held[id] = heldMsg{receipt: aws.ToString(m.ReceiptHandle), at: sent}
 				continue
 			}
-			s.seen[id] = true
 			fresh = append(fresh, m)
 		}
 		switch {
@@ -354,7 +359,7 @@ func (s *scanner) receive(ctx context.Context, n int) (fresh []types.Message, dr
 			// receive), and they may stand before unread ones. Hide them
 			// all again and go on.
 			s.comebacks++
-			if err := s.hideHeld(ctx, s.visibility); err != nil {
+			if err := s.hideHeld(ctx, s.holdFor()); err != nil {
 				s.q.log.Warn("dlq: could not hide held messages again", "queue", s.q.URL, "error", err)
 			}
 			continue
@@ -423,27 +428,49 @@ func (s *scanner) keepHidden(ctx context.Context) {
 	if len(s.held) == 0 || s.hiddenUntil.IsZero() || s.hiddenUntil.Sub(now) > s.visibility/2 {
 		return
 	}
-	d := min(max(s.visibility, 3*now.Sub(s.start)), 12*time.Hour)
-	if err := s.hideHeld(ctx, d); err != nil {
+	if err := s.hideHeld(ctx, s.holdFor()); err != nil {
 		s.q.log.Warn("dlq: could not keep held messages hidden: those whose visibility timeout runs out may be read twice", "queue", s.q.URL, "error", err)
 	}
 }
 
-// hideHeld hides the held messages for d from now, and notes when the
-// first of them may become visible again (for keepHidden).
+// holdFor is how long keepHidden hides the held messages again: the
+// visibility timeout or three times as long as the scan has run, whichever
+// is longer, at most 12 hours.
+func (s *scanner) holdFor() time.Duration {
+	return min(max(s.visibility, 3*s.q.now().Sub(s.start)), sqsworker.MaxVisibilityTimeout)
+}
+
+// hideHeld hides the held messages for d from now, each within SQS's 12
+// hours from its receive, and notes when the first of them may become
+// visible again (for keepHidden). Messages whose 12 hours leave less than
+// the visibility timeout are left as they are: they come back, and are held
+// again under a new receive.
 func (s *scanner) hideHeld(ctx context.Context, d time.Duration) error {
-	at := s.q.now()
-	if err := s.change(ctx, s.held, d); err != nil {
+	until, err := s.change(ctx, s.held, d)
+	if err != nil {
 		return err
 	}
 	if len(s.held) > 0 {
-		s.hiddenUntil = at.Add(d)
+		s.hiddenUntil = until
 	}
 	return nil
 }
 
+// heldMsg is a message held until release: the receipt handle of its
+// latest receive, and when that receive was sent.
+type heldMsg struct {
+	receipt string
+	at      time.Time
+}
+
 // hold keeps a message until release.
-func (s *scanner) hold(id, receipt string) { s.held[id] = receipt }
+func (s *scanner) hold(id, receipt string) {
+	at, ok := s.seen[id]
+	if !ok { // not received by this scan: the earliest it may have been
+		at = s.start
+	}
+	s.held[id] = heldMsg{receipt: receipt, at: at}
+}
 
 // forget drops a message that was deleted.
 func (s *scanner) forget(id string) {
@@ -460,8 +487,8 @@ func (s *scanner) release(ctx context.Context) error {
 	if len(s.held) == 0 {
 		return nil
 	}
-	err := s.change(ctx, s.held, 0)
-	s.held = map[string]string{}
+	_, err := s.change(ctx, s.held, 0)
+	s.held = map[string]heldMsg{}
 	s.hiddenUntil = time.Time{}
 	if err != nil {
 		return fmt.Errorf("dlq: releasing messages of %s (they become visible again after the visibility timeout, %s): %w", s.q.Name, s.visibility, err)
@@ -469,18 +496,38 @@ func (s *scanner) release(ctx context.Context) error {
 	return nil
 }
 
-// change sets the visibility timeout of the messages given by ID and
-// receipt handle. Entries whose message is no longer held by this receipt
-// (deleted, or received again by someone else) are not errors.
-func (s *scanner) change(ctx context.Context, handles map[string]string, visibility time.Duration) error {
-	if len(handles) == 0 {
-		return nil
+// change sets the visibility timeout of the held messages given, ten per
+// ChangeMessageVisibilityBatch call. A visibility above 0 is kept within
+// 12 hours from each message's receive, less holdSlack (SQS refuses more);
+// a message that cannot be given the scan's visibility timeout that way is
+// left out. until is the earliest a message changed becomes visible again
+// (zero when none was). Entries whose message is no longer held by this
+// receipt (deleted, or received again by someone else) are not errors.
+func (s *scanner) change(ctx context.Context, held map[string]heldMsg, visibility time.Duration) (until time.Time, err error) {
+	now := s.q.now()
+	secs := make(map[string]int32, len(held))
+	for id, h := range held {
+		d := visibility
+		if d > 0 {
+			room := h.at.Add(sqsworker.MaxVisibilityTimeout - holdSlack).Sub(now)
+			if room < min(d, s.visibility) {
+				continue
+			}
+			d = min(d, room)
+		}
+		sec := int32(min((d+time.Second-1)/time.Second, sqsworker.MaxVisibilityTimeout/time.Second))
+		secs[id] = sec
+		if u := now.Add(time.Duration(sec) * time.Second); until.IsZero() || u.Before(until) {
+			until = u
+		}
+	}
+	if len(secs) == 0 {
+		return until, nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	secs := int32(min((visibility+time.Second-1)/time.Second, 12*3600))
-	ids := make([]string, 0, len(handles))
-	for id := range handles {
+	ids := make([]string, 0, len(secs))
+	for id := range secs {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
@@ -489,7 +536,7 @@ func (s *scanner) change(ctx context.Context, handles map[string]string, visibil
 		in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(s.q.URL)}
 		for i, id := range ids[start:min(start+10, len(ids))] {
 			in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{
-				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(handles[id]), VisibilityTimeout: secs,
+				Id: aws.String(strconv.Itoa(i)), ReceiptHandle: aws.String(held[id].receipt), VisibilityTimeout: secs[id],
 			})
 		}
 		out, err := s.q.api.ChangeMessageVisibilityBatch(ctx, in, s.q.opts...)
@@ -505,7 +552,7 @@ func (s *scanner) change(ctx context.Context, handles map[string]string, visibil
 			errs = append(errs, fmt.Errorf("%s: %s", aws.ToString(f.Code), aws.ToString(f.Message)))
 		}
 	}
-	return errors.Join(errs...)
+	return until, errors.Join(errs...)
 }
 
 // sleep waits for d, or until ctx ends.
