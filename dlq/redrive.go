@@ -137,13 +137,13 @@ func (q *Queue) PlanRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePla
 			p.Running = append(p.Running, t)
 		}
 	}
-	if c, err := q.Counts(ctx); err == nil {
-		p.Approximate = c.Visible + c.InFlight
+	err = q.sample(ctx, cfg, p)
+	if p.Approximate < 0 { // no sample read the counts
+		if c, cerr := q.Counts(ctx); cerr == nil {
+			p.Approximate = c.Visible + c.InFlight
+		}
 	}
-	if err := q.sample(ctx, cfg, p); err != nil {
-		return p, err
-	}
-	return p, nil
+	return p, err
 }
 
 // sample reads cfg.Sample messages and counts those that carry
@@ -163,7 +163,7 @@ func (q *Queue) sample(ctx context.Context, cfg RedriveConfig, p *RedrivePlan) e
 	}
 	res, err := q.Scan(ctx, ScanConfig{Max: cfg.Sample, Visibility: SampleVisibility})
 	if res != nil {
-		p.Sampled = res.Scanned
+		p.Sampled, p.Approximate = res.Scanned, res.Coverage.Approximate
 		for _, m := range res.Messages {
 			if _, ok := m.MessageAttributes[sqsworker.AttrPriorAttempts]; ok {
 				p.PriorAttempts++

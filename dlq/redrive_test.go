@@ -58,9 +58,16 @@ func TestRedriveRefusesPriorAttempts(t *testing.T) {
 	var recs []AuditRecord
 	audit := Audit{Record: func(_ context.Context, r AuditRecord) error { recs = append(recs, r); return nil }}
 
+	reads := e.f.Calls(sqstest.OpGetQueueAttributes)
 	p, err := q.PlanRedrive(ctx, RedriveConfig{Sample: 100})
-	if err != nil || p.Sampled != 2 || p.PriorAttempts != 1 || p.SampleNote != "" {
+	if err != nil || p.Sampled != 2 || p.PriorAttempts != 1 || p.SampleNote != "" || p.Approximate != 2 {
 		t.Fatalf("plan: %v, %+v", err, p)
+	}
+	if n := e.f.Calls(sqstest.OpGetQueueAttributes) - reads; n != 1 {
+		t.Errorf("the plan read the queue's attributes %d times, want once", n)
+	}
+	if p, err := q.PlanRedrive(ctx, RedriveConfig{}); err != nil || p.Sampled != 0 || p.Approximate != 2 {
+		t.Fatalf("plan without a sample: %v, %+v", err, p)
 	}
 	e.wantDLQDepth(t, "after the plan's sample", 2, 0)
 
