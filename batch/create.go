@@ -103,7 +103,6 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	// DynamoDB bills a write by the item's size, and one item takes about
 	// 1,000 units a second. The callback, up to maxCallbackSize, has an
 	// item of its own, read once, by the completion's sender.
-	expiry := num(now.Add(c.cfg.TTL).Unix())
 	item := c.batchItem(s, len(msgs), hash, now)
 	cb := c.callbackKey(s.ID)
 	cb[aKind] = str("callback")
@@ -111,7 +110,7 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	cb[aCbBody] = str(s.Callback.Body)
 	cb[aCbAttrs] = str(string(attrs))
 	cb[aCbGroup] = str(group)
-	cb[c.cfg.ExpiryAttr] = expiry
+	cb[c.cfg.ExpiryAttr] = item[c.cfg.ExpiryAttr] // both expire together
 	in := &dynamodb.TransactWriteItemsInput{
 		ClientRequestToken: aws.String(newToken()),
 		TransactItems: []types.TransactWriteItem{
