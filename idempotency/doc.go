@@ -20,8 +20,9 @@
 // TransactWriteItems with the handler's writes), a duplicate one (the
 // failed claim returns the old record, ReturnValuesOnConditionCheckFailure
 // ALL_OLD), and none with Config.CacheSize. Records expire after
-// StoreConfig.TTL; an expired record counts as absent even before DynamoDB's
-// TTL deletes it, which can take hours.
+// StoreConfig.TTL (an in-progress one never before its claim's lease ends,
+// however long the job runs); an expired record counts as absent even before
+// DynamoDB's TTL deletes it, which can take hours.
 //
 // # Transactional effects
 //

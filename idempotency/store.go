@@ -33,7 +33,8 @@ type Record struct {
 	Key    string
 	Status string
 	// Expiry is when the record stops counting, whatever DynamoDB's TTL
-	// has done with it yet.
+	// has done with it yet; for an in-progress record, never before its
+	// LeaseExpiry.
 	Expiry time.Time
 	// LeaseExpiry is when an in-progress claim may be taken over.
 	LeaseExpiry time.Time
@@ -105,7 +106,8 @@ type StoreConfig struct {
 	// fails as a reused key).
 	KeyPrefix string
 	// TTL is how long a completed record keeps duplicates away. Default
-	// 24h.
+	// 24h. An in-progress record lasts TTL from its claim too, and at
+	// least until its claim's lease ends, however long the job runs.
 	TTL time.Duration
 
 	// Attribute names. Defaults: "id", "status", "expiry" (epoch seconds,
@@ -290,7 +292,7 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 	token := newToken()
 	item := s.key(key)
 	item[s.cfg.StatusAttr] = str(StatusInProgress)
-	item[s.cfg.ExpiryAttr] = num(now.Add(s.cfg.TTL).Unix())
+	item[s.cfg.ExpiryAttr] = num(s.inProgressExpiry(now, leaseUntil))
 	item[s.cfg.LeaseAttr] = num(leaseUntil.UnixMilli())
 	item[s.cfg.TokenAttr] = str(token)
 	if payloadHash != "" {
@@ -420,15 +422,28 @@ func (s *DynamoStore) release(ctx context.Context, key, token string, opts ...fu
 	return s.holderErr("releasing", key, err)
 }
 
+// inProgressExpiry is the expiry, in epoch seconds, of an in-progress
+// record written at now whose lease ends at leaseUntil: StoreConfig.TTL from
+// now, and never before the lease ends, so that neither a claim (to which an
+// expired record counts as absent) nor DynamoDB's TTL takes the key from a
+// holder whose lease outlasts the TTL.
+func (s *DynamoStore) inProgressExpiry(now, leaseUntil time.Time) int64 {
+	return max(now.Add(s.cfg.TTL).Unix(), leaseUntil.Unix())
+}
+
 // ExtendLease moves the in-progress lease with one UpdateItem that only the
-// claim's holder can make.
+// claim's holder can make, and the record's expiry with it when the lease
+// would outlast it.
 func (s *DynamoStore) ExtendLease(ctx context.Context, key, token string, until time.Time) error {
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.cfg.Table, Key: s.key(key),
-		UpdateExpression:          aws.String("SET #l = :until"),
-		ConditionExpression:       aws.String("#t = :token AND #s = :inprogress"),
-		ExpressionAttributeNames:  s.namesFor("#l", "#t", "#s"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":until": num(until.UnixMilli()), ":token": str(token), ":inprogress": str(StatusInProgress)},
+		UpdateExpression:         aws.String("SET #l = :until, #e = :exp"),
+		ConditionExpression:      aws.String("#t = :token AND #s = :inprogress"),
+		ExpressionAttributeNames: s.namesFor("#l", "#e", "#t", "#s"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":until": num(until.UnixMilli()), ":exp": num(s.inProgressExpiry(s.now(), until)),
+			":token": str(token), ":inprogress": str(StatusInProgress),
+		},
 	}, s.opts...)
 	return s.holderErr("extending the lease of", key, err)
 }
