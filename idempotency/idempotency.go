@@ -248,8 +248,9 @@ func SetResult(ctx context.Context, result []byte) {
 //     runtimes do not count as a failure;
 //   - a key reused with another payload, or over MaxKeySize bytes, is a
 //     Permanent error naming the key or the limit;
-//   - when the store cannot be reached, next does not run and the message is
-//     retried; a DynamoStore's outages (network errors, timeouts, 5xx,
+//   - when the store cannot be reached, or has not answered the claim
+//     within 5s (SDK retries included), next does not run and the message
+//     is retried; a DynamoStore's outages (network errors, timeouts, 5xx,
 //     throttling) come back marked sqsworker.Unavailable, which the
 //     runtimes' circuit breaker counts and never dead-letters.
 //
@@ -310,7 +311,13 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	}
 	lease := visibility.FromContext(ctx)
 	leaseUntil := g.leaseUntil(ctx, lease, now)
-	token, existing, err := g.store.Claim(ctx, key, hash, leaseUntil)
+	// Bounded as every other request of the claim's: a DynamoDB that
+	// accepts the request and never answers would otherwise hold the
+	// message (kept invisible by its heartbeat) for as long, unseen by the
+	// circuit breaker.
+	cctx, cancelClaim := context.WithTimeout(ctx, attemptTimeout)
+	token, existing, err := g.store.Claim(cctx, key, hash, leaseUntil)
+	cancelClaim()
 	if err != nil {
 		g.storeErrors.Add(1)
 		if isConflict(err) {
