@@ -264,7 +264,8 @@ func SetResult(ctx context.Context, result []byte) {
 // claim's lease ends. When the claim is lost (another holder has the key, or
 // its lease ended without an extension), next's context is cancelled with a
 // cause matching ErrNotHolder: the job may run elsewhere. When it was lost
-// to an outage, next's error is returned marked sqsworker.Unavailable.
+// to an outage, next's error (or, if next went on and returned nil, the
+// refusal of its writes' commit) is returned marked sqsworker.Unavailable.
 //
 // Completing or releasing the claim, or committing next's writes with the
 // completion, is retried with backoff for up to 30s, never past the claim's
@@ -357,11 +358,8 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		herr = refused
 	}
 	if herr != nil {
-		if cause := context.Cause(hctx); errors.Is(cause, ErrNotHolder) && sqsworker.IsUnavailable(cause) && !sqsworker.IsUnavailable(herr) {
-			// The claim was lost to a store outage, and the handler
-			// stopped for it.
-			herr = fmt.Errorf("%w (%w)", herr, cause)
-		}
+		// The handler stopped for its claim's loss, perhaps.
+		herr = lostTo(hctx, herr)
 		g.release(fctx, deadline, key, token, log)
 		return herr
 	}
@@ -370,7 +368,12 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		result = nil
 	}
 	if len(writes) > 0 {
-		return g.commit(fctx, deadline, Commit{Key: key, Token: token, PayloadHash: hash, Result: result, Writes: writes}, size, log)
+		err := g.commit(fctx, deadline, Commit{Key: key, Token: token, PayloadHash: hash, Result: result, Writes: writes}, size, log)
+		if errors.Is(err, ErrNotHolder) {
+			// A handler that went on after its claim was lost.
+			err = lostTo(hctx, err)
+		}
+		return err
 	}
 	rec, err := g.complete(fctx, deadline, key, token, hash, result)
 	if err != nil && result != nil && !retryable(err) && !errors.Is(err, ErrNotHolder) {
@@ -387,6 +390,17 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	}
 	g.remember(rec)
 	return nil
+}
+
+// lostTo returns err, the failure of a job whose handler ran with hctx,
+// marked sqsworker.Unavailable when the job's claim was lost to a store
+// outage (hctx cancelled with such a cause, see keeper): the job is not at
+// fault, and must not be dead-lettered for it.
+func lostTo(hctx context.Context, err error) error {
+	if cause := context.Cause(hctx); errors.Is(cause, ErrNotHolder) && sqsworker.IsUnavailable(cause) && !sqsworker.IsUnavailable(err) {
+		return fmt.Errorf("%w (%w)", err, cause)
+	}
+	return err
 }
 
 // release releases the claim of a handler that failed, retrying until
