@@ -19,6 +19,9 @@ const (
 	// finishBudget bounds the attempts to complete or release a claim, which
 	// never go on past the claim's lease either.
 	finishBudget = 30 * time.Second
+	// lateFinish bounds the requests that finish a claim when its handler
+	// returned less than that before its context's deadline, or after it.
+	lateFinish = time.Second
 	// retryBase and retryCap shape the backoff between attempts.
 	retryBase = 100 * time.Millisecond
 	retryCap  = 2 * time.Second

@@ -270,7 +270,10 @@ func SetResult(ctx context.Context, result []byte) {
 // Completing or releasing the claim, or committing next's writes with the
 // completion, is retried with backoff for up to 30s, never past the claim's
 // lease: a claim left in progress would postpone its duplicates until its
-// lease ends, then let them run again. A completion without writes that
+// lease ends, then let them run again. Nor does it go past the deadline of
+// the handler's context, if it has one, or one second after next returned
+// if that is later: a Lambda function must report its batch before its own
+// deadline. A completion without writes that
 // still fails is logged, and the message acknowledged all the same (the
 // effect happened). A commit that still fails applied nothing, or applied
 // everything and completed the record; the claim is released (a completed
@@ -350,8 +353,8 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	writes, size, refused := p.seal()
 	held := k.stop()
 
-	fctx := context.WithoutCancel(ctx)
-	deadline := earliest(g.now().Add(finishBudget), held)
+	fctx, deadline, endFinish := g.finishing(ctx, held)
+	defer endFinish()
 	if herr == nil && refused != nil {
 		// The handler ignored AddWrites' refusal: completing without the
 		// writes would lose its effect for good.
@@ -390,6 +393,29 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	}
 	g.remember(rec)
 	return nil
+}
+
+// finishing returns the context and the deadline of the requests that
+// finish a claim (complete, commit, release) whose lease ends at held, for a
+// handler that ran with ctx: they outlive ctx's cancellation, are retried
+// for up to finishBudget and never past the lease, and end by ctx's
+// deadline, if it has one (Lambda stops a function at its own, shortly
+// after the handlers'), or lateFinish from now if that is later. Call the
+// function returned once they are done.
+func (g *Guard) finishing(ctx context.Context, held time.Time) (context.Context, time.Time, context.CancelFunc) {
+	now := g.now()
+	deadline := earliest(now.Add(finishBudget), held)
+	fctx := context.WithoutCancel(ctx)
+	d, ok := ctx.Deadline()
+	if !ok {
+		return fctx, deadline, func() {}
+	}
+	end := d
+	if late := now.Add(lateFinish); late.After(end) {
+		end = late
+	}
+	fctx, cancel := context.WithDeadline(fctx, end)
+	return fctx, earliest(deadline, end), cancel
 }
 
 // lostTo returns err, the failure of a job whose handler ran with hctx,
