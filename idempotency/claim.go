@@ -72,10 +72,15 @@ func (k *keeper) extendTo(until time.Time) {
 		k.mu.Unlock()
 		return
 	}
-	if w := until.Add(k.g.cfg.ClaimGrace); w.After(k.want) {
+	w := until.Add(k.g.cfg.ClaimGrace)
+	later := w.After(k.want)
+	if later {
 		k.want = w
 	}
 	k.mu.Unlock()
+	if !later {
+		return
+	}
 	select {
 	case k.wake <- struct{}{}:
 	default:

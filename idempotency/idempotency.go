@@ -345,6 +345,9 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	k := g.startKeeper(ctx, key, token, leaseUntil, cancel, log)
 	if lease != nil {
 		lease.OnExtend(k.extendTo)
+		// An extension made while the claim was being made, whose
+		// hook ran before there was one.
+		k.extendTo(lease.Deadline())
 	}
 	var result []byte
 	p := &pending{key: key}
