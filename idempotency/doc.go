@@ -88,5 +88,7 @@
 // contain the separator. Give each handler, and each tenant whose producers
 // pick their own keys, a store with a prefix of its own: two jobs with one
 // key under one prefix are one job. Keys are at most [MaxKeySize] (1 KiB)
-// bytes; a longer one fails its message as Permanent.
+// bytes of valid UTF-8 (encode binary keys, a digest's bytes say, as hex or
+// base64: DynamoDB would store each invalid byte as U+FFFD, two keys as
+// one); another fails its message as Permanent.
 package idempotency

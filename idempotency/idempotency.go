@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/smithy-go"
 
@@ -60,7 +61,9 @@ const (
 // Config configures the idempotency middleware. The zero value of each field
 // means its documented default.
 type Config struct {
-	// Key returns the idempotency key of a message. Default DefaultKey.
+	// Key returns the idempotency key of a message: valid UTF-8, at most
+	// MaxKeySize bytes (encode a digest as hex, for instance). Default
+	// DefaultKey.
 	Key func(*sqsworker.Message) string
 	// PayloadHash returns a digest of what the key stands for; the same
 	// key with another digest is a Permanent error. Default BodyHash;
@@ -246,8 +249,8 @@ func SetResult(ctx context.Context, result []byte) {
 //   - a duplicate of a key another holder is running is postponed until that
 //     claim's lease ends, with sqsworker.RetryAfter and a nil error, which the
 //     runtimes do not count as a failure;
-//   - a key reused with another payload, or over MaxKeySize bytes, is a
-//     Permanent error naming the key or the limit;
+//   - a key reused with another payload, over MaxKeySize bytes or not valid
+//     UTF-8, is a Permanent error naming the key or the limit;
 //   - when the store cannot be reached, or has not answered the claim
 //     within 5s (SDK retries included), next does not run and the message
 //     is retried; a DynamoStore's outages (network errors, timeouts, 5xx,
@@ -303,8 +306,13 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s has no idempotency key (set the %q attribute)", m.ID, KeyAttribute))
 	}
 	if len(key) > MaxKeySize {
-		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s: its idempotency key is %d bytes, over the limit of %d: use a shorter key (a digest of a long one, for instance)",
+		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s: its idempotency key is %d bytes, over the limit of %d: use a shorter key (the hex digest of a long one, for instance)",
 			m.ID, len(key), MaxKeySize))
+	}
+	if !utf8.ValidString(key) {
+		// DynamoDB would store every invalid byte as U+FFFD: two keys
+		// would share one record.
+		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s: its idempotency key is not valid UTF-8: encode binary keys (hex or base64)", m.ID))
 	}
 	now := g.now()
 	hash := g.cfg.PayloadHash(m)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/arn"
@@ -184,6 +185,9 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 	}
 	if strings.Contains(cfg.KeyPrefix, KeySeparator) {
 		errs = append(errs, fmt.Errorf("KeyPrefix %q contains the separator %q", cfg.KeyPrefix, KeySeparator))
+	}
+	if !utf8.ValidString(cfg.KeyPrefix) {
+		errs = append(errs, fmt.Errorf("KeyPrefix %q is not valid UTF-8 (DynamoDB would store it altered, as another prefix could be)", cfg.KeyPrefix))
 	}
 	if len(cfg.KeyPrefix) > MaxKeyPrefixSize {
 		errs = append(errs, fmt.Errorf("KeyPrefix of %d bytes is over %d (keys are up to %d bytes, and DynamoDB's partition keys up to 2048): use a shorter prefix",
