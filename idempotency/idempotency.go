@@ -24,14 +24,20 @@ import (
 // survives DLQ replays, SQS redrives and duplicate sends.
 const KeyAttribute = "idempotency-key"
 
-// DefaultKey returns the key of a message: its KeyAttribute; else, for a
-// message replayed from a dead-letter queue, the original message ID kept in
-// its failure metadata; else its message ID. Message IDs change when SQS's
-// own redrive moves a message, so producers that need duplicates of redriven
-// messages recognised must set KeyAttribute.
+// DefaultKey returns the key of a message: its KeyAttribute (a Binary one
+// as "binary:" and its bytes in hex); else, for a message replayed from a
+// dead-letter queue, the original message ID kept in its failure metadata;
+// else its message ID. Message IDs change when SQS's own redrive moves a
+// message, so producers that need duplicates of redriven messages
+// recognised must set KeyAttribute.
 func DefaultKey(m *sqsworker.Message) string {
-	if k, ok := m.Attribute(KeyAttribute); ok && k != "" {
-		return k
+	if a, ok := m.MessageAttributes[KeyAttribute]; ok {
+		if a.StringValue != "" {
+			return a.StringValue
+		}
+		if len(a.BinaryValue) > 0 {
+			return "binary:" + hex.EncodeToString(a.BinaryValue)
+		}
 	}
 	if f, ok := sqsworker.ParseFailure(m.MessageAttributes); ok && f.MessageID != "" {
 		return "message-id:" + f.MessageID
