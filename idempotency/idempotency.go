@@ -413,15 +413,18 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 }
 
 // finishing returns the context and the deadline of the requests that
-// finish a claim (complete, commit, release) whose lease ends at held, for a
-// handler that ran with ctx: they outlive ctx's cancellation, are retried
+// finish a claim (complete, commit, release) whose lease ends at held (zero:
+// no claim, writes committed alone), for a handler that ran with ctx: they outlive ctx's cancellation, are retried
 // for up to finishBudget and never past the lease, and end by ctx's
 // deadline, if it has one (Lambda stops a function at its own, shortly
 // after the handlers'), or lateFinish from now if that is later. Call the
 // function returned once they are done.
 func (g *Guard) finishing(ctx context.Context, held time.Time) (context.Context, time.Time, context.CancelFunc) {
 	now := g.now()
-	deadline := earliest(now.Add(finishBudget), held)
+	deadline := now.Add(finishBudget)
+	if !held.IsZero() {
+		deadline = earliest(deadline, held)
+	}
 	fctx := context.WithoutCancel(ctx)
 	d, ok := ctx.Deadline()
 	if !ok {
@@ -559,7 +562,9 @@ func (g *Guard) runUnclaimed(ctx context.Context, m *sqsworker.Message, next sqs
 		return nil
 	}
 	c := Commit{Writes: writes, ID: newToken(), At: g.now()}
-	_, err := g.commitRetried(context.WithoutCancel(ctx), g.now().Add(finishBudget), wc, c)
+	fctx, deadline, endFinish := g.finishing(ctx, time.Time{})
+	defer endFinish()
+	_, err := g.commitRetried(fctx, deadline, wc, c)
 	if err == nil {
 		g.committed.Add(1)
 	}

@@ -104,52 +104,65 @@ func TestLambdaTransactionalEffect(t *testing.T) {
 // the middleware's completion, retried, ends by the handler context's
 // deadline, so that the function reports its batch before its own
 // deadline (Lambda would stop it, and redeliver every record of the batch,
-// one receive nearer the dead-letter queue). The record whose effect
-// happened is not reported failed. Before, the completion was retried for
-// 30s past the deadline.
+// one receive nearer the dead-letter queue); the record whose effect
+// happened is not reported failed. The same for the writes of a handler
+// run without idempotency (Config.Disabled), committed alone: the record
+// is reported failed, its writes not committed. Before, the completion or
+// commit was retried for 30s past the deadline.
 func TestLambdaCompletionEndsByDeadline(t *testing.T) {
 	t.Parallel()
-	store, _, proxy := storeBehindProxy(t)
-	guard, err := idempotency.New(store, idempotency.Config{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var eff effects
-	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-		if err := proxy.Refuse(); err != nil {
-			return err
-		}
-		eff.add(m.ID)
-		return nil
-	}), guard.Middleware)
-	f := sqstest.NewFake()
-	url := f.CreateQueue("payments", nil)
-	fn, err := lambda.NewHandler(h, lambda.Config{Client: f, SafetyMargin: time.Second, Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Send(url, "charge 10 EUR", func(in *sqs.SendMessageInput) {
-		in.MessageAttributes = map[string]types.MessageAttributeValue{
-			idempotency.KeyAttribute: {DataType: aws.String("String"), StringValue: aws.String("payment-79")},
-		}
-	})
-	out, _ := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MessageAttributeNames: []string{"All"},
-		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	done := make(chan events.SQSEventResponse, 1)
-	go func() {
-		resp, _ := fn(ctx, sqstest.SQSEvent(sqstest.QueueARN("payments"), out.Messages))
-		done <- resp
-	}()
-	resp := wait(t, done, "end of the invocation")
-	if ctx.Err() != nil {
-		t.Error("the function returned after its deadline: Lambda would have stopped it")
-	}
-	if len(resp.BatchItemFailures) != 0 {
-		t.Errorf("resp %v, want the record whose effect happened reported done", resp)
-	}
-	if s := guard.Stats(); s.Claimed != 1 || s.StoreErrors == 0 {
-		t.Errorf("stats = %+v, want a claim whose completion failed", s)
+	for _, c := range []struct {
+		name     string
+		disabled bool
+		failed   int // records reported failed
+	}{{"completion", false, 0}, {"writes-without-claim", true, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			store, db, proxy := storeBehindProxy(t)
+			effects := newEffectsTable(t, db)
+			guard, err := idempotency.New(store, idempotency.Config{Disabled: c.disabled, Logger: quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				if err := proxy.Refuse(); err != nil {
+					return err
+				}
+				if c.disabled {
+					return idempotency.AddWrites(ctx, effectWrite(effects, m.ID))
+				}
+				return nil
+			}), guard.Middleware)
+			f := sqstest.NewFake()
+			url := f.CreateQueue("payments", nil)
+			fn, err := lambda.NewHandler(h, lambda.Config{Client: f, SafetyMargin: time.Second, Logger: quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Send(url, "charge 10 EUR", func(in *sqs.SendMessageInput) {
+				in.MessageAttributes = map[string]types.MessageAttributeValue{
+					idempotency.KeyAttribute: {DataType: aws.String("String"), StringValue: aws.String("payment-79")},
+				}
+			})
+			out, _ := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MessageAttributeNames: []string{"All"},
+				MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			done := make(chan events.SQSEventResponse, 1)
+			go func() {
+				resp, _ := fn(ctx, sqstest.SQSEvent(sqstest.QueueARN("payments"), out.Messages))
+				done <- resp
+			}()
+			resp := wait(t, done, "end of the invocation")
+			if ctx.Err() != nil {
+				t.Error("the function returned after its deadline: Lambda would have stopped it")
+			}
+			if len(resp.BatchItemFailures) != c.failed {
+				t.Errorf("resp %v, want %d records reported failed", resp, c.failed)
+			}
+			if s := guard.Stats(); s.StoreErrors == 0 {
+				t.Errorf("stats = %+v, want failed requests", s)
+			}
+		})
 	}
 }
