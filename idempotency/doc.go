@@ -67,7 +67,7 @@
 // ended without a successful extension) the handler's context is cancelled
 // with a cause matching [ErrNotHolder]: the job may run elsewhere and should
 // stop. Completing a claim is retried with backoff too, for up to 30s and
-// never past its lease (nor past the handler context's deadline, or a second
+// never past its lease (nor past the handler context's deadline, or 250ms
 // after the handler returned: a Lambda function must report in time), so
 // that a duplicate finds the key completed rather than in progress.
 //

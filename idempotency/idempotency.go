@@ -280,8 +280,8 @@ func SetResult(ctx context.Context, result []byte) {
 // completion, is retried with backoff for up to 30s, never past the claim's
 // lease: a claim left in progress would postpone its duplicates until its
 // lease ends, then let them run again. Nor does it go past the deadline of
-// the handler's context, if it has one, or one second after next returned
-// if that is later: a Lambda function must report its batch before its own
+// the handler's context, if it has one, or 250ms after next returned if
+// that is later: a Lambda function must report its batch before its own
 // deadline. A completion without writes that
 // still fails is logged, and the message acknowledged all the same (the
 // effect happened). A commit that still fails applied nothing, or applied

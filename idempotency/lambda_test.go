@@ -107,15 +107,17 @@ func TestLambdaTransactionalEffect(t *testing.T) {
 // one receive nearer the dead-letter queue); the record whose effect
 // happened is not reported failed. The same for the writes of a handler
 // run without idempotency (Config.Disabled), committed alone: the record
-// is reported failed, its writes not committed. Before, the completion or
-// commit was retried for 30s past the deadline.
+// is reported failed, its writes not committed. And for the release of a
+// handler cut short by the deadline: one attempt, briefly. Before, the
+// completion, commit or release was retried for 30s past the deadline.
 func TestLambdaCompletionEndsByDeadline(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name     string
 		disabled bool
-		failed   int // records reported failed
-	}{{"completion", false, 0}, {"writes-without-claim", true, 1}} {
+		cut      bool // the handler runs until its context ends
+		failed   int  // records reported failed
+	}{{"completion", false, false, 0}, {"writes-without-claim", true, false, 1}, {"release-of-cut-handler", false, true, 1}} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			store, db, proxy := storeBehindProxy(t)
@@ -128,6 +130,10 @@ func TestLambdaCompletionEndsByDeadline(t *testing.T) {
 				if err := proxy.Refuse(); err != nil {
 					return err
 				}
+				if c.cut {
+					<-ctx.Done()
+					return ctx.Err()
+				}
 				if c.disabled {
 					return idempotency.AddWrites(ctx, effectWrite(effects, m.ID))
 				}
@@ -135,7 +141,7 @@ func TestLambdaCompletionEndsByDeadline(t *testing.T) {
 			}), guard.Middleware)
 			f := sqstest.NewFake()
 			url := f.CreateQueue("payments", nil)
-			fn, err := lambda.NewHandler(h, lambda.Config{Client: f, SafetyMargin: time.Second, Logger: quiet()})
+			fn, err := lambda.NewHandler(h, lambda.Config{Client: f, SafetyMargin: 2 * time.Second, Logger: quiet()})
 			if err != nil {
 				t.Fatal(err)
 			}
