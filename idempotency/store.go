@@ -432,7 +432,12 @@ func (s *DynamoStore) release(ctx context.Context, key, token string, opts ...fu
 // expired record counts as absent) nor DynamoDB's TTL takes the key from a
 // holder whose lease outlasts the TTL.
 func (s *DynamoStore) inProgressExpiry(now, leaseUntil time.Time) int64 {
-	return max(now.Add(s.cfg.TTL).Unix(), leaseUntil.Unix())
+	return max(now.Add(s.cfg.TTL).Unix(), ceilUnix(leaseUntil))
+}
+
+// ceilUnix returns t in epoch seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	return t.Add(time.Second - time.Nanosecond).Unix()
 }
 
 // ExtendLease moves the in-progress lease with one UpdateItem that only the
