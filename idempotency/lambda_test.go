@@ -141,7 +141,7 @@ func TestLambdaCompletionEndsByDeadline(t *testing.T) {
 			}), guard.Middleware)
 			f := sqstest.NewFake()
 			url := f.CreateQueue("payments", nil)
-			fn, err := lambda.NewHandler(h, lambda.Config{Client: f, SafetyMargin: 2 * time.Second, Logger: quiet()})
+			fn, err := lambda.NewHandler(h, lambda.Config{Client: f, SafetyMargin: 4 * time.Second, Logger: quiet()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +152,7 @@ func TestLambdaCompletionEndsByDeadline(t *testing.T) {
 			})
 			out, _ := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MessageAttributeNames: []string{"All"},
 				MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 			defer cancel()
 			done := make(chan events.SQSEventResponse, 1)
 			go func() {
