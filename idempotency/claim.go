@@ -19,6 +19,12 @@ const (
 	// finishBudget bounds the attempts to complete or release a claim, which
 	// never go on past the claim's lease either.
 	finishBudget = 30 * time.Second
+	// lateFinish bounds the requests that finish a claim when its handler
+	// returned less than that before its context's deadline, or after it:
+	// an answer from a healthy DynamoDB, and not much of what is left of
+	// a Lambda invocation after its handlers' deadline (half its safety
+	// margin, at least 100ms).
+	lateFinish = 250 * time.Millisecond
 	// retryBase and retryCap shape the backoff between attempts.
 	retryBase = 100 * time.Millisecond
 	retryCap  = 2 * time.Second
@@ -69,10 +75,15 @@ func (k *keeper) extendTo(until time.Time) {
 		k.mu.Unlock()
 		return
 	}
-	if w := until.Add(k.g.cfg.ClaimGrace); w.After(k.want) {
+	w := until.Add(k.g.cfg.ClaimGrace)
+	later := w.After(k.want)
+	if later {
 		k.want = w
 	}
 	k.mu.Unlock()
+	if !later {
+		return
+	}
 	select {
 	case k.wake <- struct{}{}:
 	default:

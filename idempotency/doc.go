@@ -20,8 +20,9 @@
 // TransactWriteItems with the handler's writes), a duplicate one (the
 // failed claim returns the old record, ReturnValuesOnConditionCheckFailure
 // ALL_OLD), and none with Config.CacheSize. Records expire after
-// StoreConfig.TTL; an expired record counts as absent even before DynamoDB's
-// TTL deletes it, which can take hours.
+// StoreConfig.TTL (an in-progress one never before its claim's lease ends,
+// however long the job runs); an expired record counts as absent even before
+// DynamoDB's TTL deletes it, which can take hours.
 //
 // # Transactional effects
 //
@@ -66,8 +67,9 @@
 // ended without a successful extension) the handler's context is cancelled
 // with a cause matching [ErrNotHolder]: the job may run elsewhere and should
 // stop. Completing a claim is retried with backoff too, for up to 30s and
-// never past its lease, so that a duplicate finds the key completed rather
-// than in progress.
+// never past its lease (nor past the handler context's deadline, or 250ms
+// after the handler returned: a Lambda function must report in time), so
+// that a duplicate finds the key completed rather than in progress.
 //
 // A duplicate of a running job is postponed until the claim's lease, grace
 // included, ends; it is then acknowledged if the job completed.
@@ -86,5 +88,7 @@
 // contain the separator. Give each handler, and each tenant whose producers
 // pick their own keys, a store with a prefix of its own: two jobs with one
 // key under one prefix are one job. Keys are at most [MaxKeySize] (1 KiB)
-// bytes; a longer one fails its message as Permanent.
+// bytes of valid UTF-8 (encode binary keys, a digest's bytes say, as hex or
+// base64: DynamoDB would store each invalid byte as U+FFFD, two keys as
+// one); another fails its message as Permanent.
 package idempotency

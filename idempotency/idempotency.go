@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/smithy-go"
 
@@ -23,14 +24,20 @@ import (
 // survives DLQ replays, SQS redrives and duplicate sends.
 const KeyAttribute = "idempotency-key"
 
-// DefaultKey returns the key of a message: its KeyAttribute; else, for a
-// message replayed from a dead-letter queue, the original message ID kept in
-// its failure metadata; else its message ID. Message IDs change when SQS's
-// own redrive moves a message, so producers that need duplicates of redriven
-// messages recognised must set KeyAttribute.
+// DefaultKey returns the key of a message: its KeyAttribute (a Binary one
+// as "binary:" and its bytes in hex); else, for a message replayed from a
+// dead-letter queue, the original message ID kept in its failure metadata;
+// else its message ID. Message IDs change when SQS's own redrive moves a
+// message, so producers that need duplicates of redriven messages
+// recognised must set KeyAttribute.
 func DefaultKey(m *sqsworker.Message) string {
-	if k, ok := m.Attribute(KeyAttribute); ok && k != "" {
-		return k
+	if a, ok := m.MessageAttributes[KeyAttribute]; ok {
+		if a.StringValue != "" {
+			return a.StringValue
+		}
+		if len(a.BinaryValue) > 0 {
+			return "binary:" + hex.EncodeToString(a.BinaryValue)
+		}
 	}
 	if f, ok := sqsworker.ParseFailure(m.MessageAttributes); ok && f.MessageID != "" {
 		return "message-id:" + f.MessageID
@@ -60,7 +67,9 @@ const (
 // Config configures the idempotency middleware. The zero value of each field
 // means its documented default.
 type Config struct {
-	// Key returns the idempotency key of a message. Default DefaultKey.
+	// Key returns the idempotency key of a message: valid UTF-8, at most
+	// MaxKeySize bytes (encode a digest as hex, for instance). Default
+	// DefaultKey.
 	Key func(*sqsworker.Message) string
 	// PayloadHash returns a digest of what the key stands for; the same
 	// key with another digest is a Permanent error. Default BodyHash;
@@ -246,10 +255,11 @@ func SetResult(ctx context.Context, result []byte) {
 //   - a duplicate of a key another holder is running is postponed until that
 //     claim's lease ends, with sqsworker.RetryAfter and a nil error, which the
 //     runtimes do not count as a failure;
-//   - a key reused with another payload, or over MaxKeySize bytes, is a
-//     Permanent error naming the key or the limit;
-//   - when the store cannot be reached, next does not run and the message is
-//     retried; a DynamoStore's outages (network errors, timeouts, 5xx,
+//   - a key reused with another payload, over MaxKeySize bytes or not valid
+//     UTF-8, is a Permanent error naming the key or the limit;
+//   - when the store cannot be reached, or has not answered the claim
+//     within 5s (SDK retries included), next does not run and the message
+//     is retried; a DynamoStore's outages (network errors, timeouts, 5xx,
 //     throttling) come back marked sqsworker.Unavailable, which the
 //     runtimes' circuit breaker counts and never dead-letters.
 //
@@ -263,12 +273,16 @@ func SetResult(ctx context.Context, result []byte) {
 // claim's lease ends. When the claim is lost (another holder has the key, or
 // its lease ended without an extension), next's context is cancelled with a
 // cause matching ErrNotHolder: the job may run elsewhere. When it was lost
-// to an outage, next's error is returned marked sqsworker.Unavailable.
+// to an outage, next's error (or, if next went on and returned nil, the
+// refusal of its writes' commit) is returned marked sqsworker.Unavailable.
 //
 // Completing or releasing the claim, or committing next's writes with the
 // completion, is retried with backoff for up to 30s, never past the claim's
 // lease: a claim left in progress would postpone its duplicates until its
-// lease ends, then let them run again. A completion without writes that
+// lease ends, then let them run again. Nor does it go past the deadline of
+// the handler's context, if it has one, or 250ms after next returned if
+// that is later: a Lambda function must report its batch before its own
+// deadline. A completion without writes that
 // still fails is logged, and the message acknowledged all the same (the
 // effect happened). A commit that still fails applied nothing, or applied
 // everything and completed the record; the claim is released (a completed
@@ -298,8 +312,13 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s has no idempotency key (set the %q attribute)", m.ID, KeyAttribute))
 	}
 	if len(key) > MaxKeySize {
-		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s: its idempotency key is %d bytes, over the limit of %d: use a shorter key (a digest of a long one, for instance)",
+		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s: its idempotency key is %d bytes, over the limit of %d: use a shorter key (the hex digest of a long one, for instance)",
 			m.ID, len(key), MaxKeySize))
+	}
+	if !utf8.ValidString(key) {
+		// DynamoDB would store every invalid byte as U+FFFD: two keys
+		// would share one record.
+		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s: its idempotency key is not valid UTF-8: encode binary keys (hex or base64)", m.ID))
 	}
 	now := g.now()
 	hash := g.cfg.PayloadHash(m)
@@ -310,7 +329,13 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	}
 	lease := visibility.FromContext(ctx)
 	leaseUntil := g.leaseUntil(ctx, lease, now)
-	token, existing, err := g.store.Claim(ctx, key, hash, leaseUntil)
+	// Bounded as every other request of the claim's: a DynamoDB that
+	// accepts the request and never answers would otherwise hold the
+	// message (kept invisible by its heartbeat) for as long, unseen by the
+	// circuit breaker.
+	cctx, cancelClaim := context.WithTimeout(ctx, attemptTimeout)
+	token, existing, err := g.store.Claim(cctx, key, hash, leaseUntil)
+	cancelClaim()
 	if err != nil {
 		g.storeErrors.Add(1)
 		if isConflict(err) {
@@ -334,6 +359,9 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	k := g.startKeeper(ctx, key, token, leaseUntil, cancel, log)
 	if lease != nil {
 		lease.OnExtend(k.extendTo)
+		// An extension made while the claim was being made, whose
+		// hook ran before there was one.
+		k.extendTo(lease.Deadline())
 	}
 	var result []byte
 	p := &pending{key: key}
@@ -342,19 +370,16 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	writes, size, refused := p.seal()
 	held := k.stop()
 
-	fctx := context.WithoutCancel(ctx)
-	deadline := earliest(g.now().Add(finishBudget), held)
+	fctx, deadline, endFinish := g.finishing(ctx, held)
+	defer endFinish()
 	if herr == nil && refused != nil {
 		// The handler ignored AddWrites' refusal: completing without the
 		// writes would lose its effect for good.
 		herr = refused
 	}
 	if herr != nil {
-		if cause := context.Cause(hctx); errors.Is(cause, ErrNotHolder) && sqsworker.IsUnavailable(cause) && !sqsworker.IsUnavailable(herr) {
-			// The claim was lost to a store outage, and the handler
-			// stopped for it.
-			herr = fmt.Errorf("%w (%w)", herr, cause)
-		}
+		// The handler stopped for its claim's loss, perhaps.
+		herr = lostTo(hctx, herr)
 		g.release(fctx, deadline, key, token, log)
 		return herr
 	}
@@ -363,7 +388,12 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		result = nil
 	}
 	if len(writes) > 0 {
-		return g.commit(fctx, deadline, Commit{Key: key, Token: token, PayloadHash: hash, Result: result, Writes: writes}, size, log)
+		err := g.commit(fctx, deadline, Commit{Key: key, Token: token, PayloadHash: hash, Result: result, Writes: writes}, size, log)
+		if errors.Is(err, ErrNotHolder) {
+			// A handler that went on after its claim was lost.
+			err = lostTo(hctx, err)
+		}
+		return err
 	}
 	rec, err := g.complete(fctx, deadline, key, token, hash, result)
 	if err != nil && result != nil && !retryable(err) && !errors.Is(err, ErrNotHolder) {
@@ -380,6 +410,43 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	}
 	g.remember(rec)
 	return nil
+}
+
+// finishing returns the context and the deadline of the requests that
+// finish a claim (complete, commit, release) whose lease ends at held (zero:
+// no claim, writes committed alone), for a handler that ran with ctx: they outlive ctx's cancellation, are retried
+// for up to finishBudget and never past the lease, and end by ctx's
+// deadline, if it has one (Lambda stops a function at its own, shortly
+// after the handlers'), or lateFinish from now if that is later. Call the
+// function returned once they are done.
+func (g *Guard) finishing(ctx context.Context, held time.Time) (context.Context, time.Time, context.CancelFunc) {
+	now := g.now()
+	deadline := now.Add(finishBudget)
+	if !held.IsZero() {
+		deadline = earliest(deadline, held)
+	}
+	fctx := context.WithoutCancel(ctx)
+	d, ok := ctx.Deadline()
+	if !ok {
+		return fctx, deadline, func() {}
+	}
+	end := d
+	if late := now.Add(lateFinish); late.After(end) {
+		end = late
+	}
+	fctx, cancel := context.WithDeadline(fctx, end)
+	return fctx, earliest(deadline, end), cancel
+}
+
+// lostTo returns err, the failure of a job whose handler ran with hctx,
+// marked sqsworker.Unavailable when the job's claim was lost to a store
+// outage (hctx cancelled with such a cause, see keeper): the job is not at
+// fault, and must not be dead-lettered for it.
+func lostTo(hctx context.Context, err error) error {
+	if cause := context.Cause(hctx); errors.Is(cause, ErrNotHolder) && sqsworker.IsUnavailable(cause) && !sqsworker.IsUnavailable(err) {
+		return fmt.Errorf("%w (%w)", err, cause)
+	}
+	return err
 }
 
 // release releases the claim of a handler that failed, retrying until
@@ -495,7 +562,9 @@ func (g *Guard) runUnclaimed(ctx context.Context, m *sqsworker.Message, next sqs
 		return nil
 	}
 	c := Commit{Writes: writes, ID: newToken(), At: g.now()}
-	_, err := g.commitRetried(context.WithoutCancel(ctx), g.now().Add(finishBudget), wc, c)
+	fctx, deadline, endFinish := g.finishing(ctx, time.Time{})
+	defer endFinish()
+	_, err := g.commitRetried(fctx, deadline, wc, c)
 	if err == nil {
 		g.committed.Add(1)
 	}

@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -95,5 +97,78 @@ func TestLambdaTransactionalEffect(t *testing.T) {
 	}
 	if s := guard.Stats(); s.Committed != 1 || s.Duplicates != 1 {
 		t.Errorf("stats = %+v", s)
+	}
+}
+
+// DynamoDB refusing connections from the moment a Lambda handler returns:
+// the middleware's completion, retried, ends by the handler context's
+// deadline, so that the function reports its batch before its own
+// deadline (Lambda would stop it, and redeliver every record of the batch,
+// one receive nearer the dead-letter queue); the record whose effect
+// happened is not reported failed. The same for the writes of a handler
+// run without idempotency (Config.Disabled), committed alone: the record
+// is reported failed, its writes not committed. And for the release of a
+// handler cut short by the deadline: one attempt, briefly. Before, the
+// completion, commit or release was retried for 30s past the deadline.
+func TestLambdaCompletionEndsByDeadline(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		disabled bool
+		cut      bool // the handler runs until its context ends
+		failed   int  // records reported failed
+	}{{"completion", false, false, 0}, {"writes-without-claim", true, false, 1}, {"release-of-cut-handler", false, true, 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			store, db, proxy := storeBehindProxy(t)
+			effects := newEffectsTable(t, db)
+			guard, err := idempotency.New(store, idempotency.Config{Disabled: c.disabled, Logger: quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				if err := proxy.Refuse(); err != nil {
+					return err
+				}
+				if c.cut {
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				if c.disabled {
+					return idempotency.AddWrites(ctx, effectWrite(effects, m.ID))
+				}
+				return nil
+			}), guard.Middleware)
+			f := sqstest.NewFake()
+			url := f.CreateQueue("payments", nil)
+			fn, err := lambda.NewHandler(h, lambda.Config{Client: f, SafetyMargin: 4 * time.Second, Logger: quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.Send(url, "charge 10 EUR", func(in *sqs.SendMessageInput) {
+				in.MessageAttributes = map[string]types.MessageAttributeValue{
+					idempotency.KeyAttribute: {DataType: aws.String("String"), StringValue: aws.String("payment-79")},
+				}
+			})
+			out, _ := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MessageAttributeNames: []string{"All"},
+				MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+			defer cancel()
+			done := make(chan events.SQSEventResponse, 1)
+			go func() {
+				resp, _ := fn(ctx, sqstest.SQSEvent(sqstest.QueueARN("payments"), out.Messages))
+				done <- resp
+			}()
+			resp := wait(t, done, "end of the invocation")
+			if ctx.Err() != nil {
+				t.Error("the function returned after its deadline: Lambda would have stopped it")
+			}
+			if len(resp.BatchItemFailures) != c.failed {
+				t.Errorf("resp %v, want %d records reported failed", resp, c.failed)
+			}
+			if s := guard.Stats(); s.StoreErrors == 0 {
+				t.Errorf("stats = %+v, want failed requests", s)
+			}
+		})
 	}
 }

@@ -44,6 +44,14 @@ func wait[T any](t *testing.T, ch <-chan T, what string) T {
 // idempotency-key attribute and body as body.
 func leasedContext(t testing.TB, key, body string, vis time.Duration) (context.Context, *sqsworker.Message) {
 	t.Helper()
+	return leasedContextWith(t, key, body, visibility.Config{VisibilityTimeout: vis})
+}
+
+// leasedContextWith is leasedContext with the heartbeat's configuration
+// (its QueueURL is set, and its Logger discards).
+func leasedContextWith(t testing.TB, key, body string, hb visibility.Config) (context.Context, *sqsworker.Message) {
+	t.Helper()
+	vis := hb.VisibilityTimeout
 	f := sqstest.NewFake()
 	url := f.CreateQueue("leased", map[string]string{"VisibilityTimeout": strconv.Itoa(int(vis / time.Second))})
 	f.Send(url, body, func(in *sqs.SendMessageInput) {
@@ -58,8 +66,8 @@ func leasedContext(t testing.TB, key, body string, vis time.Duration) (context.C
 	}
 	receivedAt := time.Now()
 	m := sqsmsg.FromSDK(url, &out.Messages[0])
-	ext, err := visibility.New(f, visibility.Config{QueueURL: url, VisibilityTimeout: vis,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	hb.QueueURL, hb.Logger = url, slog.New(slog.NewTextHandler(io.Discard, nil))
+	ext, err := visibility.New(f, hb)
 	if err != nil {
 		t.Fatal(err)
 	}

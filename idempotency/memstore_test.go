@@ -129,7 +129,7 @@ func (s *MemStore) Claim(ctx context.Context, key, payloadHash string, leaseUnti
 		return "", copyRecord(&r), nil
 	}
 	token := newToken()
-	s.recs[key] = Record{Key: key, Status: StatusInProgress, Expiry: time.Unix(now.Add(s.ttl).Unix(), 0),
+	s.recs[key] = Record{Key: key, Status: StatusInProgress, Expiry: time.Unix(max(now.Add(s.ttl).Unix(), ceilUnix(leaseUntil)), 0),
 		LeaseExpiry: time.UnixMilli(leaseUntil.UnixMilli()), Token: token, PayloadHash: payloadHash}
 	return token, nil, nil
 }
@@ -186,6 +186,7 @@ func (s *MemStore) ExtendLease(ctx context.Context, key, token string, until tim
 		return fmt.Errorf("memstore: extending the lease of key %q: %w", key, ErrNotHolder)
 	}
 	r.LeaseExpiry = time.UnixMilli(until.UnixMilli())
+	r.Expiry = time.Unix(max(time.Now().Add(s.ttl).Unix(), ceilUnix(until)), 0)
 	s.recs[key] = r
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/arn"
@@ -33,7 +34,8 @@ type Record struct {
 	Key    string
 	Status string
 	// Expiry is when the record stops counting, whatever DynamoDB's TTL
-	// has done with it yet.
+	// has done with it yet; for an in-progress record, never before its
+	// LeaseExpiry.
 	Expiry time.Time
 	// LeaseExpiry is when an in-progress claim may be taken over.
 	LeaseExpiry time.Time
@@ -105,7 +107,8 @@ type StoreConfig struct {
 	// fails as a reused key).
 	KeyPrefix string
 	// TTL is how long a completed record keeps duplicates away. Default
-	// 24h.
+	// 24h. An in-progress record lasts TTL from its claim too, and at
+	// least until its claim's lease ends, however long the job runs.
 	TTL time.Duration
 
 	// Attribute names. Defaults: "id", "status", "expiry" (epoch seconds,
@@ -182,6 +185,9 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 	}
 	if strings.Contains(cfg.KeyPrefix, KeySeparator) {
 		errs = append(errs, fmt.Errorf("KeyPrefix %q contains the separator %q", cfg.KeyPrefix, KeySeparator))
+	}
+	if !utf8.ValidString(cfg.KeyPrefix) {
+		errs = append(errs, fmt.Errorf("KeyPrefix %q is not valid UTF-8 (DynamoDB would store it altered, as another prefix could be)", cfg.KeyPrefix))
 	}
 	if len(cfg.KeyPrefix) > MaxKeyPrefixSize {
 		errs = append(errs, fmt.Errorf("KeyPrefix of %d bytes is over %d (keys are up to %d bytes, and DynamoDB's partition keys up to 2048): use a shorter prefix",
@@ -290,7 +296,7 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 	token := newToken()
 	item := s.key(key)
 	item[s.cfg.StatusAttr] = str(StatusInProgress)
-	item[s.cfg.ExpiryAttr] = num(now.Add(s.cfg.TTL).Unix())
+	item[s.cfg.ExpiryAttr] = num(s.inProgressExpiry(now, leaseUntil))
 	item[s.cfg.LeaseAttr] = num(leaseUntil.UnixMilli())
 	item[s.cfg.TokenAttr] = str(token)
 	if payloadHash != "" {
@@ -420,15 +426,33 @@ func (s *DynamoStore) release(ctx context.Context, key, token string, opts ...fu
 	return s.holderErr("releasing", key, err)
 }
 
+// inProgressExpiry is the expiry, in epoch seconds, of an in-progress
+// record written at now whose lease ends at leaseUntil: StoreConfig.TTL from
+// now, and never before the lease ends, so that neither a claim (to which an
+// expired record counts as absent) nor DynamoDB's TTL takes the key from a
+// holder whose lease outlasts the TTL.
+func (s *DynamoStore) inProgressExpiry(now, leaseUntil time.Time) int64 {
+	return max(now.Add(s.cfg.TTL).Unix(), ceilUnix(leaseUntil))
+}
+
+// ceilUnix returns t in epoch seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	return t.Add(time.Second - time.Nanosecond).Unix()
+}
+
 // ExtendLease moves the in-progress lease with one UpdateItem that only the
-// claim's holder can make.
+// claim's holder can make, and the record's expiry with it when the lease
+// would outlast it.
 func (s *DynamoStore) ExtendLease(ctx context.Context, key, token string, until time.Time) error {
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.cfg.Table, Key: s.key(key),
-		UpdateExpression:          aws.String("SET #l = :until"),
-		ConditionExpression:       aws.String("#t = :token AND #s = :inprogress"),
-		ExpressionAttributeNames:  s.namesFor("#l", "#t", "#s"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":until": num(until.UnixMilli()), ":token": str(token), ":inprogress": str(StatusInProgress)},
+		UpdateExpression:         aws.String("SET #l = :until, #e = :exp"),
+		ConditionExpression:      aws.String("#t = :token AND #s = :inprogress"),
+		ExpressionAttributeNames: s.namesFor("#l", "#e", "#t", "#s"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":until": num(until.UnixMilli()), ":exp": num(s.inProgressExpiry(s.now(), until)),
+			":token": str(token), ":inprogress": str(StatusInProgress),
+		},
 	}, s.opts...)
 	return s.holderErr("extending the lease of", key, err)
 }

@@ -30,6 +30,7 @@ const (
 	refuse                    // close the connection without passing it on
 	swallow                   // hold it, unanswered, until the client gives up
 	dropResponse              // pass it on, then close the connection instead of answering
+	throttle                  // answer it with a ProvisionedThroughputExceededException, without passing it on
 )
 
 // faultProxy is an HTTP proxy on the loopback interface in front of DynamoDB
@@ -123,6 +124,13 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch f {
 	case refuse:
 		hangUp()
+		return
+	case throttle:
+		body := `{"__type":"com.amazonaws.dynamodb.v20120810#ProvisionedThroughputExceededException","message":"The level of configured provisioned throughput for the table was exceeded."}`
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, body)
 		return
 	case swallow:
 		select {
