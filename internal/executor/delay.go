@@ -54,8 +54,9 @@ import (
 // A copy is sent before its original is deleted: a crash, or a delete that
 // fails, between the two leaves both, and the job runs twice unless its
 // handler is idempotent. Copies keep the idempotency key (a copy of a
-// message without one gets "message-id:" and the first message's ID, which
-// is what the idempotency middleware's DefaultKey would have used, unless
+// message without one gets "message-id:" and the first message's ID — for a
+// replayed job, the ID its failure metadata names — which is what the
+// idempotency middleware's DefaultKey would have used, unless
 // the key would take an eleventh attribute or push the copy over the queue's
 // MaximumMessageSize), so the idempotency middleware runs the job once.
 
@@ -344,7 +345,7 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 	if addKey {
 		// What the idempotency middleware's DefaultKey gives the first
 		// message, so that its copies share its key.
-		attrs[idempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: "message-id:" + m.ID}
+		attrs[idempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: defaultKey(m)}
 		if sqsworker.MessageSize(m.Body, attrs) > sqsworker.MaxMessageSize {
 			delete(attrs, idempotencyKeyAttribute)
 			addKey = false
@@ -391,6 +392,18 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 	}
 	e.Counters.Requeued.Add(1)
 	return nil
+}
+
+// defaultKey is the idempotency key the idempotency middleware's DefaultKey
+// gives m, which has no idempotency-key attribute: "message-id:" and the ID
+// its failure metadata names (a replayed job's first message), else its
+// own. A copy gets it as its idempotency-key attribute, since the copy goes
+// without the failure metadata and has an ID of its own.
+func defaultKey(m *sqsworker.Message) string {
+	if f, ok := sqsworker.ParseFailure(m.MessageAttributes); ok && f.MessageID != "" {
+		return "message-id:" + f.MessageID
+	}
+	return "message-id:" + m.ID
 }
 
 // withoutDelayAttributes returns m, or a copy of it without the attributes
