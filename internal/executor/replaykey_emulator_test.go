@@ -48,8 +48,11 @@ func (a *refusedDelete) Delete(j *executor.Job) {
 	}
 }
 
-func (a *refusedDelete) Retry(j *executor.Job, _ time.Duration) { j.Done(); a.t.Error("retried, want a copy") }
-func (a *refusedDelete) Abandon(j *executor.Job)                 { j.Done(); a.t.Error("abandoned") }
+func (a *refusedDelete) Retry(j *executor.Job, _ time.Duration) {
+	j.Done()
+	a.t.Error("retried, want a copy")
+}
+func (a *refusedDelete) Abandon(j *executor.Job) { j.Done(); a.t.Error("abandoned") }
 
 // A replayed job (no idempotency-key attribute: the idempotency
 // middleware's DefaultKey is the first message's ID, from the failure
