@@ -251,13 +251,22 @@ func (e *Executor) visibilityRoom(m *sqsworker.Message) bool {
 }
 
 // fifoVisibilityRoom reports whether a FIFO queue's message may take a
-// visibility step: its copies cannot be delayed, so it waits by visibility
-// while its next receive is allowed at all (no spare receive for a crash),
-// and always with a maxReceiveCount of 1, which leaves no wait possible but
-// this one.
+// visibility step. With a maxReceiveCount of 3 or more, as on a standard
+// queue, while its next receive leaves a spare one (count+2 <=
+// maxReceiveCount): a fresh copy whose send fails, or a crash, then costs
+// that receive, not the job. With 2 there is no room for a spare: its
+// copies cannot be delayed, so one sent at every receive would come back at
+// once, for ever; it waits by visibility while its next receive is allowed
+// at all. With 1, always: no wait is possible but this one.
 func (e *Executor) fifoVisibilityRoom(m *sqsworker.Message) bool {
-	mrc := e.Policy.RedriveMaxReceiveCount
-	return mrc <= 1 || receives(m)+1 <= mrc
+	switch mrc := e.Policy.RedriveMaxReceiveCount; {
+	case mrc <= 1:
+		return true
+	case mrc == 2:
+		return receives(m)+1 <= mrc
+	default:
+		return receives(m)+2 <= mrc
+	}
 }
 
 // visibilityLeft is the longest visibility j's message may still be given.
