@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/queue"
 )
 
 // moveTimeout bounds the send and the delete of one message, which run to
@@ -164,6 +165,14 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 // the X-Ray trace header and, on FIFO queues, the message group; its
 // deduplication ID is the original message ID and its replay count. It gets
 // the Number attribute [AttrReplays]: 1, or one more than the message had.
+// A message without an idempotency-key attribute and without failure
+// metadata naming its original (one SQS's redrive moved, which keeps its
+// ID) gets idempotency-key "message-id:" and its ID, the key the idempotency
+// middleware's DefaultKey gave the job, so that a replay does not apply the
+// job's effect again (the one SQS moved and the runtime's dead-letter copy
+// of the same job, when the runtime stopped between that copy and its
+// delete, run once); it goes without when it has no attribute to spare or
+// SQS refuses the copy with it (the message's Note says so).
 // SQS allows 10 attributes: when the message already has 10, its failure
 // metadata is compacted into the one JSON attribute sqsworker.failure, and
 // when even that leaves no room the copy goes without the count (the
@@ -415,12 +424,41 @@ func copyAttributes(m *Message) (attrs map[string]types.MessageAttributeValue, r
 			note = fmt.Sprintf("failure metadata kept as the one attribute %s, to make room for %s", sqsworker.AttrFailure, AttrReplays)
 		}
 	}
+	if key, need := originalKey(m); need {
+		if len(attrs) < sqsworker.MaxMessageAttributes {
+			attrs[keyAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(key)}
+		} else {
+			note = joinNotes(note, fmt.Sprintf("%s not added: the message already has SQS's maximum of %d attributes, so the idempotency middleware's DefaultKey gives the copy its own new ID", keyAttribute, sqsworker.MaxMessageAttributes))
+		}
+	}
 	if !has && len(attrs) >= sqsworker.MaxMessageAttributes {
-		return attrs, 0, fmt.Sprintf("%s not added: the message already has SQS's maximum of %d attributes", AttrReplays, sqsworker.MaxMessageAttributes)
+		return attrs, 0, joinNotes(note, fmt.Sprintf("%s not added: the message already has SQS's maximum of %d attributes", AttrReplays, sqsworker.MaxMessageAttributes))
 	}
 	replays = m.Replays + 1
 	attrs[AttrReplays] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(replays))}
 	return attrs, replays, note
+}
+
+// keyAttribute is the idempotency middleware's KeyAttribute.
+const keyAttribute = "idempotency-key"
+
+// originalKey returns the key the idempotency middleware's DefaultKey gave
+// m's job in its source queue, "message-id:" and the message's ID, and
+// whether its copy needs it as an idempotency-key attribute: m has none,
+// and no failure metadata naming the message it was (a message SQS's
+// redrive moved, which keeps its ID). Without it, DefaultKey would give the
+// copy its own new ID, and a job whose effect was applied (its deletes
+// failed until SQS moved it), or that is in the dead-letter queue twice (a
+// runtime stopped between its dead-letter copy and the delete), would run
+// its effect again.
+func originalKey(m *Message) (string, bool) {
+	if _, ok := m.raw.MessageAttributes[keyAttribute]; ok {
+		return "", false
+	}
+	if m.HasFailure && m.Failure.MessageID != "" {
+		return "", false
+	}
+	return "message-id:" + m.ID, true
 }
 
 // compactFailure returns m's attributes with its failure metadata as the
@@ -477,6 +515,15 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 		in.MessageDeduplicationId = aws.String(dedup)
 	}
 	out, err := r.q.api.SendMessage(ctx, in, r.q.opts...)
+	if _, need := originalKey(m); err != nil && need && queue.IsInvalidParameter(err) {
+		if _, added := in.MessageAttributes[keyAttribute]; added {
+			// Perhaps over the queue's MaximumMessageSize, which the
+			// message fit without the key: the copy goes without.
+			delete(in.MessageAttributes, keyAttribute)
+			note = joinNotes(note, fmt.Sprintf("%s not added: SQS refused the copy with it (%v)", keyAttribute, err))
+			out, err = r.q.api.SendMessage(ctx, in, r.q.opts...)
+		}
+	}
 	if err != nil {
 		return "", 0, "", err
 	}

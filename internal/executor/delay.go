@@ -54,8 +54,9 @@ import (
 // A copy is sent before its original is deleted: a crash, or a delete that
 // fails, between the two leaves both, and the job runs twice unless its
 // handler is idempotent. Copies keep the idempotency key (a copy of a
-// message without one gets "message-id:" and the first message's ID, which
-// is what the idempotency middleware's DefaultKey would have used, unless
+// message without one gets "message-id:" and the first message's ID — for a
+// replayed job, the ID its failure metadata names — which is what the
+// idempotency middleware's DefaultKey would have used, unless
 // the key would take an eleventh attribute or push the copy over the queue's
 // MaximumMessageSize), so the idempotency middleware runs the job once.
 
@@ -250,13 +251,22 @@ func (e *Executor) visibilityRoom(m *sqsworker.Message) bool {
 }
 
 // fifoVisibilityRoom reports whether a FIFO queue's message may take a
-// visibility step: its copies cannot be delayed, so it waits by visibility
-// while its next receive is allowed at all (no spare receive for a crash),
-// and always with a maxReceiveCount of 1, which leaves no wait possible but
-// this one.
+// visibility step. With a maxReceiveCount of 3 or more, as on a standard
+// queue, while its next receive leaves a spare one (count+2 <=
+// maxReceiveCount): a fresh copy whose send fails, or a crash, then costs
+// that receive, not the job. With 2 there is no room for a spare: its
+// copies cannot be delayed, so one sent at every receive would come back at
+// once, for ever; it waits by visibility while its next receive is allowed
+// at all. With 1, always: no wait is possible but this one.
 func (e *Executor) fifoVisibilityRoom(m *sqsworker.Message) bool {
-	mrc := e.Policy.RedriveMaxReceiveCount
-	return mrc <= 1 || receives(m)+1 <= mrc
+	switch mrc := e.Policy.RedriveMaxReceiveCount; {
+	case mrc <= 1:
+		return true
+	case mrc == 2:
+		return receives(m)+1 <= mrc
+	default:
+		return receives(m)+2 <= mrc
+	}
 }
 
 // visibilityLeft is the longest visibility j's message may still be given.
@@ -344,7 +354,7 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 	if addKey {
 		// What the idempotency middleware's DefaultKey gives the first
 		// message, so that its copies share its key.
-		attrs[idempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: "message-id:" + m.ID}
+		attrs[idempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: defaultKey(m)}
 		if sqsworker.MessageSize(m.Body, attrs) > sqsworker.MaxMessageSize {
 			delete(attrs, idempotencyKeyAttribute)
 			addKey = false
@@ -391,6 +401,18 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 	}
 	e.Counters.Requeued.Add(1)
 	return nil
+}
+
+// defaultKey is the idempotency key the idempotency middleware's DefaultKey
+// gives m, which has no idempotency-key attribute: "message-id:" and the ID
+// its failure metadata names (a replayed job's first message), else its
+// own. A copy gets it as its idempotency-key attribute, since the copy goes
+// without the failure metadata and has an ID of its own.
+func defaultKey(m *sqsworker.Message) string {
+	if f, ok := sqsworker.ParseFailure(m.MessageAttributes); ok && f.MessageID != "" {
+		return "message-id:" + f.MessageID
+	}
+	return "message-id:" + m.ID
 }
 
 // withoutDelayAttributes returns m, or a copy of it without the attributes

@@ -56,6 +56,10 @@ type counting struct {
 	sendsBefore, failSends, loseSends int
 	// rec, if set, receives the runtimes' metrics.
 	rec *metrics.Memory
+	// sendVia, if set, carries the sends (through a test's fault proxy),
+	// and afterSend, if set, sees each one's error.
+	sendVia   *sqs.Client
+	afterSend func(error)
 }
 
 // recorder is what the runtimes record into: c.rec, or none.
@@ -94,7 +98,14 @@ func (c *counting) SendMessage(ctx context.Context, in *sqs.SendMessageInput, o 
 	if fail {
 		return nil, errors.New("connection refused")
 	}
-	out, err := c.Client.SendMessage(ctx, in, o...)
+	api := c.Client
+	if c.sendVia != nil {
+		api = c.sendVia
+	}
+	out, err := api.SendMessage(ctx, in, o...)
+	if c.afterSend != nil {
+		c.afterSend(err)
+	}
 	if lose && err == nil {
 		return nil, errors.New("connection reset: reply lost")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -51,7 +52,11 @@ type Mover struct {
 
 // Move sends a copy of m to the dead-letter queue: the same body, the same
 // message attributes plus failure metadata (see sqsworker.Failure), the same
-// X-Ray trace header, and on FIFO queues the same message group. The
+// X-Ray trace header, and on FIFO queues the same message group. A replayed
+// job without an idempotency-key (its failure metadata names the message it
+// was, which the idempotency middleware's DefaultKey keys it by) gets that
+// key as an idempotency-key attribute, when it fits beside the metadata:
+// the new metadata names m itself. The
 // deduplication ID of the copy is the original message ID, so that a move
 // retried after an unknown outcome does not make two copies.
 //
@@ -74,7 +79,13 @@ func (mv *Mover) Move(ctx context.Context, m *sqsworker.Message, cause error) (o
 	if mv.URL == "" {
 		return false, ErrNoDeadLetterQueue
 	}
-	attrs, ok := mv.failure(m, cause).AddWithin(m.Body, m.MessageAttributes, mv.MaxMessageSize)
+	f := mv.failure(m, cause)
+	attrs, ok := f.AddWithin(m.Body, m.MessageAttributes, mv.MaxMessageSize)
+	if withKey, need := keepKey(m); need {
+		if a, fits := f.AddWithin(m.Body, withKey, mv.MaxMessageSize); fits {
+			attrs, ok = a, true
+		}
+	}
 	err = mv.send(ctx, m, attrs)
 	if err != nil && ok && isInvalidParameter(err) {
 		first := err
@@ -87,6 +98,30 @@ func (mv *Mover) Move(ctx context.Context, m *sqsworker.Message, cause error) (o
 		return ok, fmt.Errorf("moving message %s to dead-letter queue %s: %w", m.ID, mv.URL, err)
 	}
 	return ok, nil
+}
+
+// keyAttribute is the idempotency middleware's KeyAttribute.
+const keyAttribute = "idempotency-key"
+
+// keepKey returns m's attributes with an idempotency-key attribute holding
+// the key the idempotency middleware's DefaultKey gives m, and whether m
+// needs one on its dead-letter copy: it has no idempotency-key, and its
+// failure metadata (a replayed job's) names another message, which is what
+// DefaultKey keys it by. The copy's new metadata names m itself, so without
+// the attribute its replay would get a key of its own, and run the job's
+// effect again beside m, should m be left by a crash between the copy and
+// its delete and then succeed.
+func keepKey(m *sqsworker.Message) (map[string]sqsworker.MessageAttribute, bool) {
+	if _, ok := m.MessageAttributes[keyAttribute]; ok {
+		return nil, false
+	}
+	f, ok := sqsworker.ParseFailure(m.MessageAttributes)
+	if !ok || f.MessageID == "" || f.MessageID == m.ID {
+		return nil, false
+	}
+	out := maps.Clone(m.MessageAttributes)
+	out[keyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: "message-id:" + f.MessageID}
+	return out, true
 }
 
 // failure returns the metadata Move adds to the copy of m.
