@@ -1,0 +1,176 @@
+package worker_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/visibility"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// lateExtensions is a client whose heartbeat extensions (the batch changes
+// whose every entry sets extension seconds), once armed, land late: as an
+// extension does that the SDK sends again after a throttle or a lost reply,
+// still under way when the worker changes the message's visibility itself.
+// A held extension lands as soon as a visibility change of another length
+// has landed (what the worker sends once the message is settled), or, at
+// the latest, when the call's own context ends: the client gives the call
+// up, and the request it sent last lands then.
+type lateExtensions struct {
+	worker.API
+	extension int32
+	armed     atomic.Bool
+
+	held        chan struct{} // closed once an extension is held
+	heldOnce    sync.Once
+	changed     chan struct{} // closed once another change landed while armed
+	changedOnce sync.Once
+	// after counts the held extensions that landed after another change.
+	after atomic.Int32
+}
+
+func newLateExtensions(api worker.API, extension time.Duration) *lateExtensions {
+	return &lateExtensions{API: api, extension: int32(extension / time.Second), held: make(chan struct{}), changed: make(chan struct{})}
+}
+
+func (l *lateExtensions) isExtension(in *sqs.ChangeMessageVisibilityBatchInput) bool {
+	for _, e := range in.Entries {
+		if e.VisibilityTimeout != l.extension {
+			return false
+		}
+	}
+	return len(in.Entries) > 0
+}
+
+func (l *lateExtensions) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	if !l.armed.Load() {
+		return l.API.ChangeMessageVisibilityBatch(ctx, in, opts...)
+	}
+	if l.isExtension(in) {
+		l.heldOnce.Do(func() { close(l.held) })
+		select {
+		case <-l.changed:
+			l.after.Add(1)
+		case <-ctx.Done():
+		}
+		return l.API.ChangeMessageVisibilityBatch(context.WithoutCancel(ctx), in, opts...)
+	}
+	out, err := l.API.ChangeMessageVisibilityBatch(ctx, in, opts...)
+	l.changedOnce.Do(func() { close(l.changed) })
+	return out, err
+}
+
+// lateHeartbeat is the heartbeat of the tests below, on a queue whose
+// visibility timeout is 4s: a round every 2s, each extending by 4s the
+// leases with 3s or less left, so that every round extends a message that
+// is being handled. An extension call may take up to 2s.
+var lateHeartbeat = visibility.Config{Threshold: 3 * time.Second, Interval: 2 * time.Second}
+
+// A message retried with a short backoff (1s) while a heartbeat extension
+// of it (60s) is still under way comes back after its backoff: the
+// extension, landing after the retry's visibility change, would hide it for
+// a minute. The worker's receives reach the queue 10s late, so that the
+// message is seen visible before one takes it.
+func TestFakeRetryNotUndoneByLateExtension(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := sqstest.NewFake()
+		url := f.CreateQueue("late-extension-retry", map[string]string{"VisibilityTimeout": "4"})
+		late := &lateReceives{API: f, late: 10 * time.Second, entered: make(chan struct{})}
+		api := newLateExtensions(late, time.Minute)
+		var calls atomic.Int32
+		failed := make(chan struct{})
+		hb := lateHeartbeat
+		hb.Extension = time.Minute
+		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 1, MaxMessages: 1, WaitTime: time.Second,
+			DisableDepth: true, Heartbeat: hb,
+			Backoff: sqsworker.BackoffFunc(func(int, error) time.Duration { return time.Second })},
+			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				if calls.Add(1) > 1 {
+					return nil
+				}
+				late.armed.Store(true)
+				api.armed.Store(true)
+				<-api.held // an extension of this message is under way
+				close(failed)
+				return errTransient
+			}))
+		f.Send(url, "m")
+		<-failed
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if v, fl, _ := f.Depth(url); v != 1 || fl != 0 {
+			t.Errorf("5s after a retry with a 1s backoff: %d visible, %d in flight; want the message visible (a late extension hid it again?)", v, fl)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		r.stop(time.Minute)
+		if n := calls.Load(); n != 2 {
+			t.Errorf("handler called %d times, want 2", n)
+		}
+		if s := r.w.Stats(); s.Retried != 1 || s.Succeeded != 1 || s.AckFailures != 0 || s.LeasesLost != 0 {
+			t.Errorf("stats %+v: want one retry, one success, no acknowledgement failure, no lost lease", s)
+		}
+		if n := api.after.Load(); n != 0 {
+			t.Errorf("%d extensions landed after the retry's visibility change", n)
+		}
+		if v, fl, _ := f.Depth(url); v+fl != 0 {
+			t.Errorf("after the stop: %d visible, %d in flight; want the message deleted", v, fl)
+		}
+	})
+}
+
+// A message released at the shutdown deadline, while a heartbeat extension
+// of it is still under way, is hidden until the worker's last receives
+// have surely ended (see TestFakeShutdownDeadlineReleaseLateLastReceive):
+// the extension, landing after that hide, would shorten it to one
+// extension, and a last receive reaching the queue late (6s, with 2s long
+// polls) would take the message again.
+func TestFakeStopHideNotShortenedByLateExtension(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := sqstest.NewFake()
+		url := f.CreateQueue("late-extension-hide", map[string]string{"VisibilityTimeout": "4"})
+		late := &lateReceives{API: f, late: 6 * time.Second, entered: make(chan struct{})}
+		api := newLateExtensions(late, 4*time.Second)
+		started := make(chan struct{}, 1)
+		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
+			DisableDepth: true, Heartbeat: lateHeartbeat},
+			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				started <- struct{}{}
+				return untilCancelled(ctx)
+			}))
+		f.Send(url, "m")
+		<-started
+		late.armed.Store(true)
+		<-late.entered // a receive is on its way, late
+		api.armed.Store(true)
+		<-api.held // and an extension of the message
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = r.w.Shutdown(ctx)
+		r.stop(time.Minute)
+		if s := r.w.Stats(); s.Received != 1 || s.Released != 1 || s.AckFailures != 0 {
+			t.Errorf("stats %+v: want the message received once (a late last receive took it again?), released once, no acknowledgement failure", s)
+		}
+		if n := api.after.Load(); n != 0 {
+			t.Errorf("%d extensions landed after the stop's hide", n)
+		}
+		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 1,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
+		if err != nil || len(out.Messages) != 1 {
+			t.Fatalf("after the stop: %d messages, %v; want the released one, visible at once", len(out.Messages), err)
+		}
+		if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+			t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
+		}
+	})
+}
