@@ -156,6 +156,10 @@ type Extender struct {
 	// growth. tracked counts them.
 	leases  *Lease
 	tracked int
+	// sent is signalled, with mu, when a batch call has returned and the
+	// counts of calls of its leases (Lease.calls) went down: Release
+	// waits on it.
+	sent sync.Cond
 
 	rounds, calls, extended, lost, expired atomic.Int64
 }
@@ -169,7 +173,9 @@ func New(api API, cfg Config) (*Extender, error) {
 		return nil, errors.New("visibility: nil SQS client")
 	}
 	cfg = cfg.withDefaults()
-	return &Extender{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, log: cfg.Logger.With("queue", cfg.QueueURL)}, nil
+	e := &Extender{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, log: cfg.Logger.With("queue", cfg.QueueURL)}
+	e.sent.L = &e.mu
+	return e, nil
 }
 
 // Config returns the configuration in effect, defaults filled in.
@@ -189,9 +195,12 @@ type Lease struct {
 	left   atomic.Int64
 	acking atomic.Bool // see Acknowledging
 
-	// guarded by e.mu; ended stands next to acking, in the padding before
-	// hooks, so that a Lease fits the 128-byte size class
-	ended      bool // released, lost or expired; whoever sets it cancels ctx
+	// guarded by e.mu; ended and calls stand next to acking, in the
+	// padding before hooks, so that a Lease fits the 128-byte size class
+	ended bool // released, lost or expired; whoever sets it cancels ctx
+	// calls counts the batch calls under way that extend the lease: one
+	// at most, unless rounds overlap (Round called while Run runs).
+	calls      uint8
 	hooks      []func(time.Time)
 	prev, next *Lease // in e.leases while tracked
 }
@@ -298,12 +307,25 @@ func (l *Lease) OnExtend(f func(until time.Time)) {
 // the context then keeps that cause, in place when Release returns, so that
 // errors.Is(context.Cause(ctx), ErrLeaseLost) after Release tells a lost
 // lease from a released one. Calling it more than once is harmless.
+//
+// No extension is sent for the message once Release is called, and one
+// already sent is waited for (at most Config.Interval, the longest an
+// extension call may take): a visibility change sent after Release returns
+// reaches SQS after every extension, which would otherwise undo it (a
+// shorter visibility, or a longer one), and Deadline counts an extension
+// that landed meanwhile. A lease being acknowledged (Acknowledging) is not
+// waited for: its delete was sent, and an extension landing after it fails.
 func (l *Lease) Release() {
 	l.e.mu.Lock()
 	first := !l.ended
 	if first {
 		l.ended = true
 		l.e.removeLocked(l)
+	}
+	if !l.acking.Load() {
+		for l.calls > 0 {
+			l.e.sent.Wait()
+		}
 	}
 	l.e.mu.Unlock()
 	if first {
@@ -495,6 +517,7 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 			expired = append(expired, l)
 		default:
 			sends = append(sends, pending{l, until})
+			l.calls++
 		}
 	}
 	e.mu.Unlock()
@@ -507,6 +530,16 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 	if len(sends) == 0 {
 		return
 	}
+	// Once the call and its results are done, Release may return: a change
+	// sent after it lands after this call's.
+	defer func() {
+		e.mu.Lock()
+		for _, p := range sends {
+			p.l.calls--
+		}
+		e.mu.Unlock()
+		e.sent.Broadcast()
+	}()
 	in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &e.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(sends))}
 	for i, p := range sends {
 		// until is after the deadline, itself after start, and whole
@@ -555,13 +588,20 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 	}
 }
 
+// extendedTo records a successful extension of l until until. A lease
+// released while its extension was under way records it too (Release waits
+// for it, and a change sent after depends on the deadline), but runs no hook.
 func (e *Extender) extendedTo(l *Lease, until time.Time) {
 	e.mu.Lock()
-	if l.ended || !until.After(l.deadline()) {
+	if !until.After(l.deadline()) {
 		e.mu.Unlock()
 		return
 	}
 	l.left.Store(int64(until.Sub(l.receivedAt)))
+	if l.ended {
+		e.mu.Unlock()
+		return
+	}
 	hooks := slices.Clone(l.hooks)
 	e.mu.Unlock()
 	if e.cfg.OnExtend != nil {

@@ -71,10 +71,11 @@ func (l *lateExtensions) ChangeMessageVisibilityBatch(ctx context.Context, in *s
 }
 
 // lateHeartbeat is the heartbeat of the tests below, on a queue whose
-// visibility timeout is 4s: a round every 2s, each extending by 4s the
+// visibility timeout is 4s: a round every 1.5s, each extending by 4s the
 // leases with 3s or less left, so that every round extends a message that
-// is being handled. An extension call may take up to 2s.
-var lateHeartbeat = visibility.Config{Threshold: 3 * time.Second, Interval: 2 * time.Second}
+// is being handled. An extension call may take up to 1.5s, and lands before
+// the lease ends.
+var lateHeartbeat = visibility.Config{Threshold: 3 * time.Second, Interval: 1500 * time.Millisecond}
 
 // A message retried with a short backoff (1s) while a heartbeat extension
 // of it (60s) is still under way comes back after its backoff: the
