@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -172,6 +173,63 @@ func TestFakeStopHideNotShortenedByLateExtension(t *testing.T) {
 		}
 		if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
 			t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
+		}
+	})
+}
+
+// A message received nearly 12 hours ago (about 11h59m30s), released at the
+// shutdown deadline, cannot be hidden until the last receives have surely
+// ended: SQS keeps a message invisible for at most 12 hours from its
+// receive. Its stop hide, cut to what the 12 hours leave less a minute's
+// slack (nothing), would make it visible at once, before its lease ends,
+// for the other loop's long poll under way to take; it keeps its lease
+// instead, and is released once the receives have ended: received once,
+// no acknowledgement failure, no lost lease.
+func TestFakeStopHideNearTwelveHours(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := sqstest.NewFake()
+		url := f.CreateQueue("stop-12h", map[string]string{"VisibilityTimeout": "30"})
+		started := make(chan time.Time, 1)
+		var until atomic.Int64 // the lease's end, from the heartbeat
+		r := start(t, f, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
+			DisableDepth: true, Heartbeat: visibility.Config{OnExtend: func(_ *sqsworker.Message, u time.Time) { until.Store(u.UnixNano()) }}},
+			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				started <- time.Now()
+				return untilCancelled(ctx)
+			}))
+		f.Send(url, "m")
+		received := <-started
+		time.Sleep(12*time.Hour - 45*time.Second - time.Since(received))
+		synctest.Wait()
+		// The heartbeat extends the lease by 30s once 15s or less are left.
+		if left := time.Until(time.Unix(0, until.Load())); left > 20*time.Second {
+			time.Sleep(left - 20*time.Second)
+			synctest.Wait()
+		}
+		left := time.Until(time.Unix(0, until.Load()))
+		if left <= 2*time.Second || left >= 26*time.Second {
+			t.Fatalf("the lease ends in %s; the test wants it to end after the last long polls (2s), before they have surely ended (26s)", left)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = r.w.Shutdown(ctx)
+		r.stop(time.Minute)
+		if s := r.w.Stats(); s.Received != 1 || s.Released != 1 || s.AckFailures != 0 || s.LeasesLost != 0 {
+			t.Errorf("stats %+v: want the message received once (a last long poll took it again?), released once, no acknowledgement failure, no lost lease", s)
+		}
+		if v, fl, _ := f.Depth(url); v != 1 || fl != 0 {
+			t.Errorf("after the stop: %d visible, %d in flight; want the message released once the receives ended", v, fl)
+		}
+		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url),
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
+		if err != nil || len(out.Messages) != 1 {
+			t.Fatalf("after the stop: %d messages, %v; want the released one", len(out.Messages), err)
+		}
+		if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+			t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
+		}
+		if logs := r.logs.String(); strings.Contains(logs, "lost") || strings.Contains(logs, "acknowledgement failed") {
+			t.Errorf("logs tell of a lost lease or a failed acknowledgement:\n%s", logs)
 		}
 	})
 }
