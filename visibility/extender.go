@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -496,6 +497,9 @@ func (e *Extender) expire(l *Lease) {
 type pending struct {
 	l     *Lease
 	until time.Time
+	// capped: shorter than Config.Extension, cut at the lease's
+	// MaxLifetime.
+	capped bool
 }
 
 // extend makes one batch call for the leases of batch still tracked. The
@@ -516,7 +520,7 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		case !until.After(l.deadline()):
 			expired = append(expired, l)
 		default:
-			sends = append(sends, pending{l, until})
+			sends = append(sends, pending{l, until, until.Sub(start) < e.cfg.Extension})
 			l.calls++
 		}
 	}
@@ -572,6 +576,14 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		case f.SenderFault && p.l.acknowledging():
 			// Deleted while this call was under way.
 			p.l.end(ErrReleased)
+		case f.SenderFault && p.capped && invalidParameter(f):
+			// SQS counts its 12 hours from its own receive, before the
+			// lease's receivedAt (a reply takes time; the Lambda adapter's
+			// is an estimate): an extension up to a MaxLifetime of 12
+			// hours can go past them, and SQS refuses it. The lease has
+			// reached its lifetime; the message stays invisible until its
+			// deadline, as it does when it expires.
+			e.expire(p.l)
 		case f.SenderFault:
 			// A message deleted while this call was under way fails here
 			// too; its lease was released, and end says so.
@@ -610,6 +622,14 @@ func (e *Extender) extendedTo(l *Lease, until time.Time) {
 	for _, h := range hooks {
 		h(until)
 	}
+}
+
+// invalidParameter reports whether a batch entry failed for an invalid
+// parameter: what SQS answers a visibility timeout that goes past the 12
+// hours it keeps a message invisible from its receive.
+func invalidParameter(f types.BatchResultErrorEntry) bool {
+	code := aws.ToString(f.Code)
+	return code == "InvalidParameterValue" || strings.HasSuffix(code, ".InvalidParameterValue")
 }
 
 // entryError turns a failed batch entry into the SDK's modeled error for its

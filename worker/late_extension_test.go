@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -230,6 +231,60 @@ func TestFakeStopHideNearTwelveHours(t *testing.T) {
 		}
 		if logs := r.logs.String(); strings.Contains(logs, "lost") || strings.Contains(logs, "acknowledgement failed") {
 			t.Errorf("logs tell of a lost lease or a failed acknowledgement:\n%s", logs)
+		}
+	})
+}
+
+// slowReplies is a client whose receives answer late: the queue handed the
+// messages reply before the worker has them, so that the worker's receive
+// time is later than the queue's.
+type slowReplies struct {
+	worker.API
+	reply time.Duration
+}
+
+func (s *slowReplies) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	out, err := s.API.ReceiveMessage(ctx, in, opts...)
+	if err == nil && len(out.Messages) > 0 {
+		time.Sleep(s.reply)
+	}
+	return out, err
+}
+
+// A message handled for 12 hours reaches SQS's limit: its last extension,
+// planned from the worker's receive time, which is later than the queue's
+// (here by a 2s reply), goes past the 12 hours at the queue, which refuses
+// it. That is the lease reaching its maximum lifetime, not a lost lease:
+// the handler's context ends with visibility.ErrMaxLifetime, the failure is
+// retried (at once: the 12 hours leave no backoff), and nothing is logged
+// as lost.
+func TestFakeExtensionRefusedAtTwelveHours(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := sqstest.NewFake()
+		url := f.CreateQueue("extension-12h", map[string]string{"VisibilityTimeout": "30"})
+		causes := make(chan error, 2)
+		r := start(t, &slowReplies{API: f, reply: 2 * time.Second}, worker.Config{QueueURL: url, Concurrency: 1, MaxMessages: 1,
+			WaitTime: 2 * time.Second, DisableDepth: true},
+			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				if m.ReceiveCount > 1 {
+					return nil
+				}
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return ctx.Err()
+			}))
+		f.Send(url, "m")
+		time.Sleep(12*time.Hour + time.Minute)
+		synctest.Wait()
+		r.stop(time.Minute)
+		if cause := <-causes; !errors.Is(cause, visibility.ErrMaxLifetime) {
+			t.Errorf("the handler's context ended with %v, want visibility.ErrMaxLifetime", cause)
+		}
+		if s := r.w.Stats(); s.Received != 2 || s.LeasesLost != 0 || s.Retried != 1 || s.Succeeded != 1 || s.AckFailures != 0 {
+			t.Errorf("stats %+v: want the message received twice, retried once, then handled, no lost lease, no acknowledgement failure", s)
+		}
+		if logs := r.logs.String(); strings.Contains(logs, "lost") {
+			t.Errorf("logs tell of a lost lease:\n%s", logs)
 		}
 	})
 }
