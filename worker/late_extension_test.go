@@ -16,6 +16,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/visibility"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -79,103 +80,165 @@ func (l *lateExtensions) ChangeMessageVisibilityBatch(ctx context.Context, in *s
 // the lease ends.
 var lateHeartbeat = visibility.Config{Threshold: 3 * time.Second, Interval: 1500 * time.Millisecond}
 
+// lateQueue is a queue the tests below run on: the Fake or the emulator.
+type lateQueue struct {
+	api  worker.API
+	url  string
+	send func()
+	// depth returns the queue's visible and in-flight counts.
+	depth func() (visible, inFlight int)
+	// receive receives what is visible, waiting up to 1s, with the
+	// ApproximateReceiveCount attribute.
+	receive func() []types.Message
+}
+
+func fakeLateQueue(t *testing.T, f *sqstest.Fake, name string) lateQueue {
+	url := f.CreateQueue(name, map[string]string{"VisibilityTimeout": "4"})
+	return lateQueue{api: f, url: url, send: func() { f.Send(url, "m") },
+		depth: func() (int, int) { v, fl, _ := f.Depth(url); return v, fl },
+		receive: func() []types.Message {
+			out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 1,
+				MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out.Messages
+		}}
+}
+
+func emulatorLateQueue(t *testing.T) lateQueue {
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 4 * time.Second})
+	return lateQueue{api: c, url: q.URL, send: func() { localtest.Send(t, c, q.URL, "", "m") },
+		depth: func() (int, int) { v, fl, _ := localtest.Depth(t, c, q.URL); return v, fl },
+		receive: func() []types.Message {
+			out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.URL), WaitTimeSeconds: 1,
+				MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return out.Messages
+		}}
+}
+
 // A message retried with a short backoff (1s) while a heartbeat extension
 // of it (60s) is still under way comes back after its backoff: the
 // extension, landing after the retry's visibility change, would hide it for
 // a minute. The worker's receives reach the queue 10s late, so that the
-// message is seen visible before one takes it.
+// test's own receive sees the message visible before one takes it. On the
+// emulator:
+// TestRetryNotUndoneByLateExtension.
 func TestFakeRetryNotUndoneByLateExtension(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := sqstest.NewFake()
-		url := f.CreateQueue("late-extension-retry", map[string]string{"VisibilityTimeout": "4"})
-		late := &lateReceives{API: f, late: 10 * time.Second, entered: make(chan struct{})}
-		api := newLateExtensions(late, time.Minute)
-		var calls atomic.Int32
-		failed := make(chan struct{})
-		hb := lateHeartbeat
-		hb.Extension = time.Minute
-		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 1, MaxMessages: 1, WaitTime: time.Second,
-			DisableDepth: true, Heartbeat: hb,
-			Backoff: sqsworker.BackoffFunc(func(int, error) time.Duration { return time.Second })},
-			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-				if calls.Add(1) > 1 {
-					return nil
-				}
-				late.armed.Store(true)
-				api.armed.Store(true)
-				<-api.held // an extension of this message is under way
-				close(failed)
-				return errTransient
-			}))
-		f.Send(url, "m")
-		<-failed
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
-		if v, fl, _ := f.Depth(url); v != 1 || fl != 0 {
-			t.Errorf("5s after a retry with a 1s backoff: %d visible, %d in flight; want the message visible (a late extension hid it again?)", v, fl)
-		}
-		time.Sleep(time.Minute)
-		synctest.Wait()
-		r.stop(time.Minute)
-		if n := calls.Load(); n != 2 {
-			t.Errorf("handler called %d times, want 2", n)
-		}
-		if s := r.w.Stats(); s.Retried != 1 || s.Succeeded != 1 || s.AckFailures != 0 || s.LeasesLost != 0 {
-			t.Errorf("stats %+v: want one retry, one success, no acknowledgement failure, no lost lease", s)
-		}
-		if n := api.after.Load(); n != 0 {
-			t.Errorf("%d extensions landed after the retry's visibility change", n)
-		}
-		if v, fl, _ := f.Depth(url); v+fl != 0 {
-			t.Errorf("after the stop: %d visible, %d in flight; want the message deleted", v, fl)
-		}
+		retryBehindLateExtension(t, fakeLateQueue(t, sqstest.NewFake(), "late-extension-retry"), time.Minute)
 	})
+}
+
+func TestRetryNotUndoneByLateExtension(t *testing.T) {
+	t.Parallel()
+	retryBehindLateExtension(t, emulatorLateQueue(t), 2*time.Minute)
+}
+
+func retryBehindLateExtension(t *testing.T, q lateQueue, stopAfter time.Duration) {
+	late := &lateReceives{API: q.api, late: 10 * time.Second, entered: make(chan struct{})}
+	api := newLateExtensions(late, time.Minute)
+	var calls atomic.Int32
+	failed, handled := make(chan struct{}), make(chan struct{})
+	hb := lateHeartbeat
+	hb.Extension = time.Minute
+	r := start(t, api, worker.Config{QueueURL: q.url, Concurrency: 1, MaxMessages: 1, WaitTime: time.Second,
+		DisableDepth: true, Heartbeat: hb,
+		Backoff: sqsworker.BackoffFunc(func(int, error) time.Duration { return time.Second })},
+		sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			if calls.Add(1) > 1 {
+				close(handled)
+				return nil
+			}
+			late.armed.Store(true)
+			api.armed.Store(true)
+			<-api.held // an extension of this message is under way
+			close(failed)
+			return errTransient
+		}))
+	q.send()
+	<-failed
+	// A receive of the test's own (the emulator's depth counts lag behind
+	// visibility timeouts), which hides the message for 4s again.
+	time.Sleep(5 * time.Second)
+	if got := q.receive(); len(got) != 1 {
+		t.Errorf("5s after a retry with a 1s backoff: %d messages received; want the message, visible (a late extension hid it again?)", len(got))
+	}
+	select {
+	case <-handled:
+	case <-time.After(stopAfter):
+		t.Errorf("the retried message was not handled again within %s", stopAfter)
+	}
+	r.stop(time.Minute)
+	if n := calls.Load(); n != 2 {
+		t.Errorf("handler called %d times, want 2", n)
+	}
+	if s := r.w.Stats(); s.Received != 2 || s.Retried != 1 || s.Succeeded != 1 || s.AckFailures != 0 || s.LeasesLost != 0 {
+		t.Errorf("stats %+v: want the message received twice, retried once, then handled; no acknowledgement failure, no lost lease", s)
+	}
+	if n := api.after.Load(); n != 0 {
+		t.Errorf("%d extensions landed after the retry's visibility change", n)
+	}
+	if v, fl := q.depth(); v+fl != 0 {
+		t.Errorf("after the stop: %d visible, %d in flight; want the message deleted", v, fl)
+	}
 }
 
 // A message released at the shutdown deadline, while a heartbeat extension
 // of it is still under way, is hidden until the worker's last receives
 // have surely ended (see TestFakeShutdownDeadlineReleaseLateLastReceive):
 // the extension, landing after that hide, would shorten it to one
-// extension, and a last receive reaching the queue late (6s, with 2s long
-// polls) would take the message again.
+// extension, and a last receive reaching the queue late (8s, with 2s long
+// polls) would take the message again. On the emulator:
+// TestStopHideNotShortenedByLateExtension.
 func TestFakeStopHideNotShortenedByLateExtension(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := sqstest.NewFake()
-		url := f.CreateQueue("late-extension-hide", map[string]string{"VisibilityTimeout": "4"})
-		late := &lateReceives{API: f, late: 6 * time.Second, entered: make(chan struct{})}
-		api := newLateExtensions(late, 4*time.Second)
-		started := make(chan struct{}, 1)
-		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
-			DisableDepth: true, Heartbeat: lateHeartbeat},
-			sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-				started <- struct{}{}
-				return untilCancelled(ctx)
-			}))
-		f.Send(url, "m")
-		<-started
-		late.armed.Store(true)
-		<-late.entered // a receive is on its way, late
-		api.armed.Store(true)
-		<-api.held // and an extension of the message
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		_ = r.w.Shutdown(ctx)
-		r.stop(time.Minute)
-		if s := r.w.Stats(); s.Received != 1 || s.Released != 1 || s.AckFailures != 0 {
-			t.Errorf("stats %+v: want the message received once (a late last receive took it again?), released once, no acknowledgement failure", s)
-		}
-		if n := api.after.Load(); n != 0 {
-			t.Errorf("%d extensions landed after the stop's hide", n)
-		}
-		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), WaitTimeSeconds: 1,
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount}})
-		if err != nil || len(out.Messages) != 1 {
-			t.Fatalf("after the stop: %d messages, %v; want the released one, visible at once", len(out.Messages), err)
-		}
-		if n := out.Messages[0].Attributes["ApproximateReceiveCount"]; n != "2" {
-			t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
-		}
+		stopBehindLateExtension(t, fakeLateQueue(t, sqstest.NewFake(), "late-extension-hide"))
 	})
+}
+
+func TestStopHideNotShortenedByLateExtension(t *testing.T) {
+	t.Parallel()
+	stopBehindLateExtension(t, emulatorLateQueue(t))
+}
+
+func stopBehindLateExtension(t *testing.T, q lateQueue) {
+	late := &lateReceives{API: q.api, late: 8 * time.Second, entered: make(chan struct{})}
+	api := newLateExtensions(late, 4*time.Second)
+	started := make(chan struct{}, 1)
+	r := start(t, api, worker.Config{QueueURL: q.url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
+		DisableDepth: true, Heartbeat: lateHeartbeat},
+		sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			started <- struct{}{}
+			return untilCancelled(ctx)
+		}))
+	q.send()
+	<-started
+	late.armed.Store(true)
+	<-late.entered // a receive is on its way, late
+	api.armed.Store(true)
+	<-api.held // and an extension of the message
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	_ = r.w.Shutdown(ctx)
+	r.stop(time.Minute)
+	if s := r.w.Stats(); s.Received != 1 || s.Released != 1 || s.AckFailures != 0 {
+		t.Errorf("stats %+v: want the message received once (a late last receive took it again?), released once, no acknowledgement failure", s)
+	}
+	if n := api.after.Load(); n != 0 {
+		t.Errorf("%d extensions landed after the stop's hide", n)
+	}
+	got := q.receive()
+	if len(got) != 1 {
+		t.Fatalf("after the stop: %d messages; want the released one, visible at once", len(got))
+	}
+	if n := got[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+		t.Errorf("ApproximateReceiveCount = %s on the next receive, want 2 (one by the worker)", n)
+	}
 }
 
 // A message received nearly 12 hours ago (about 11h59m30s), released at the
