@@ -500,6 +500,8 @@ type pending struct {
 	// capped: shorter than Config.Extension, cut at the lease's
 	// MaxLifetime.
 	capped bool
+	// counted: the call no longer counts in l.calls (see extend).
+	counted bool
 }
 
 // extend makes one batch call for the leases of batch still tracked. The
@@ -520,7 +522,7 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		case !until.After(l.deadline()):
 			expired = append(expired, l)
 		default:
-			sends = append(sends, pending{l, until, until.Sub(start) < e.cfg.Extension})
+			sends = append(sends, pending{l: l, until: until, capped: until.Sub(start) < e.cfg.Extension})
 			l.calls++
 		}
 	}
@@ -535,11 +537,14 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		return
 	}
 	// Once the call and its results are done, Release may return: a change
-	// sent after it lands after this call's.
+	// sent after it lands after this call's. A successful extension stops
+	// counting as soon as it is recorded, before its hooks run.
 	defer func() {
 		e.mu.Lock()
-		for _, p := range sends {
-			p.l.calls--
+		for i := range sends {
+			if !sends[i].counted {
+				sends[i].l.calls--
+			}
 		}
 		e.mu.Unlock()
 		e.sent.Broadcast()
@@ -572,7 +577,7 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		switch {
 		case !bad:
 			e.extended.Add(1)
-			e.extendedTo(p.l, p.until)
+			e.extendedTo(&sends[i])
 		case f.SenderFault && p.l.acknowledging():
 			// Deleted while this call was under way.
 			p.l.end(ErrReleased)
@@ -600,22 +605,29 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 	}
 }
 
-// extendedTo records a successful extension of l until until. A lease
-// released while its extension was under way records it too (Release waits
-// for it, and a change sent after depends on the deadline), but runs no hook.
-func (e *Extender) extendedTo(l *Lease, until time.Time) {
+// extendedTo records the successful extension p, and lets a Release that
+// waits for it return. A lease released while its extension was under way
+// records it too (a change sent after Release depends on the deadline), but
+// runs no hook.
+func (e *Extender) extendedTo(p *pending) {
+	l, until := p.l, p.until
 	e.mu.Lock()
-	if !until.After(l.deadline()) {
-		e.mu.Unlock()
-		return
+	p.counted = true
+	l.calls--
+	later := until.After(l.deadline())
+	if later {
+		l.left.Store(int64(until.Sub(l.receivedAt)))
 	}
-	l.left.Store(int64(until.Sub(l.receivedAt)))
-	if l.ended {
-		e.mu.Unlock()
-		return
+	ended := l.ended
+	var hooks []func(time.Time)
+	if later && !ended {
+		hooks = slices.Clone(l.hooks)
 	}
-	hooks := slices.Clone(l.hooks)
 	e.mu.Unlock()
+	e.sent.Broadcast()
+	if !later || ended {
+		return
+	}
 	if e.cfg.OnExtend != nil {
 		e.cfg.OnExtend(l.msg, until)
 	}

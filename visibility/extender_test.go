@@ -635,3 +635,56 @@ func TestReleaseWaitsForExtensionUnderWay(t *testing.T) {
 		})
 	}
 }
+
+// A lease's OnExtend hook may release the lease: Release does not wait for
+// the call that runs the hook, which no longer counts once the extension is
+// recorded.
+func TestReleaseFromOnExtendHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 30*time.Second, 1)
+		e, err := visibility.New(f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, lease := e.Track(context.Background(), msgs[0], time.Now())
+		lease.OnExtend(func(time.Time) { lease.Release() })
+		time.Sleep(20 * time.Second)
+		e.Round(context.Background())
+		if !errors.Is(context.Cause(ctx), visibility.ErrReleased) {
+			t.Errorf("cause = %v, want ErrReleased from the hook's Release", context.Cause(ctx))
+		}
+	})
+}
+
+// SQS counts its 12 hours from its own receive, before the receive time
+// the lease is tracked with (here by 2s): the last extension, planned up to
+// a MaxLifetime of 12 hours, goes past them, and the queue refuses it. The
+// lease then ends as having reached its lifetime, not as lost, with its
+// message still invisible.
+func TestExtensionRefusedPastTwelveHours(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 30*time.Second, 1)
+		var logs strings.Builder
+		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		time.Sleep(2 * time.Second)
+		ctx, lease := e.Track(context.Background(), msgs[0], time.Now())
+		<-ctx.Done()
+		stop() // the round that ended the lease has logged
+		if cause := context.Cause(ctx); !errors.Is(cause, visibility.ErrMaxLifetime) {
+			t.Errorf("cause = %v, want ErrMaxLifetime", cause)
+		}
+		if s := e.Stats(); s.Lost != 0 || s.Expired != 1 {
+			t.Errorf("stats %+v: want no lease lost, one expired", s)
+		}
+		if time.Until(lease.Deadline()) <= 0 {
+			t.Error("the lease ended after its message became visible")
+		}
+		if v, _, _ := f.Depth(url); v != 0 {
+			t.Error("message visible when its lease ended")
+		}
+		if strings.Contains(logs.String(), "lost") {
+			t.Errorf("logged as lost:\n%s", logs.String())
+		}
+	})
+}
