@@ -581,7 +581,7 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		case f.SenderFault && p.l.acknowledging():
 			// Deleted while this call was under way.
 			p.l.end(ErrReleased)
-		case f.SenderFault && p.capped && invalidParameter(f):
+		case f.SenderFault && p.capped && pastTwelveHours(f):
 			// SQS counts its 12 hours from its own receive, before the
 			// lease's receivedAt (a reply takes time; the Lambda adapter's
 			// is an estimate): an extension up to a MaxLifetime of 12
@@ -636,12 +636,15 @@ func (e *Extender) extendedTo(p *pending) {
 	}
 }
 
-// invalidParameter reports whether a batch entry failed for an invalid
-// parameter: what SQS answers a visibility timeout that goes past the 12
-// hours it keeps a message invisible from its receive.
-func invalidParameter(f types.BatchResultErrorEntry) bool {
+// pastTwelveHours reports whether a batch entry failed for its visibility
+// timeout, an invalid parameter: what SQS answers a visibility timeout that
+// goes past the 12 hours it keeps a message invisible from its receive. A
+// receipt handle of a deleted message is an invalid parameter too, but its
+// message names the ReceiptHandle parameter.
+func pastTwelveHours(f types.BatchResultErrorEntry) bool {
 	code := aws.ToString(f.Code)
-	return code == "InvalidParameterValue" || strings.HasSuffix(code, ".InvalidParameterValue")
+	return (code == "InvalidParameterValue" || strings.HasSuffix(code, ".InvalidParameterValue")) &&
+		strings.Contains(aws.ToString(f.Message), "VisibilityTimeout")
 }
 
 // entryError turns a failed batch entry into the SDK's modeled error for its
