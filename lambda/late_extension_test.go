@@ -30,7 +30,9 @@ type heldExtensions struct {
 
 	held, changed         chan struct{}
 	heldOnce, changedOnce sync.Once
-	after                 atomic.Int32 // extensions landed after another change
+	mu                    sync.Mutex
+	settled               map[string]bool // receipt handles given another change
+	after                 atomic.Int32    // extensions of those landed after it
 }
 
 func (h *heldExtensions) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
@@ -45,12 +47,24 @@ func (h *heldExtensions) ChangeMessageVisibilityBatch(ctx context.Context, in *s
 		h.heldOnce.Do(func() { close(h.held) })
 		select {
 		case <-h.changed:
-			h.after.Add(1)
 		case <-ctx.Done():
 		}
-		return h.Fake.ChangeMessageVisibilityBatch(context.WithoutCancel(ctx), in, opts...)
+		out, err := h.Fake.ChangeMessageVisibilityBatch(context.WithoutCancel(ctx), in, opts...)
+		h.mu.Lock()
+		for _, e := range in.Entries {
+			if h.settled[aws.ToString(e.ReceiptHandle)] {
+				h.after.Add(1)
+			}
+		}
+		h.mu.Unlock()
+		return out, err
 	}
 	out, err := h.Fake.ChangeMessageVisibilityBatch(ctx, in, opts...)
+	h.mu.Lock()
+	for _, e := range in.Entries {
+		h.settled[aws.ToString(e.ReceiptHandle)] = true
+	}
+	h.mu.Unlock()
 	h.changedOnce.Do(func() { close(h.changed) })
 	return out, err
 }
@@ -63,7 +77,8 @@ func (h *heldExtensions) ChangeMessageVisibilityBatch(ctx context.Context, in *s
 // not wait for the extension.
 func TestFailedRecordNotHiddenByLateExtension(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := &heldExtensions{Fake: newFake("4"), extension: 60, held: make(chan struct{}), changed: make(chan struct{})}
+		f := &heldExtensions{Fake: newFake("4"), extension: 60, held: make(chan struct{}), changed: make(chan struct{}),
+			settled: map[string]bool{}}
 		release := make(chan struct{})
 		h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 			if m.Body == "keep" { // the other invocation
@@ -79,7 +94,8 @@ func TestFailedRecordNotHiddenByLateExtension(t *testing.T) {
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		defer close(release)
-		wg.Go(func() { _, _ = fn(context.Background(), received(t, f.Fake, "orders", "keep")) })
+		keep := received(t, f.Fake, "orders", "keep")
+		wg.Go(func() { _, _ = fn(context.Background(), keep) })
 		ev := received(t, f.Fake, "orders", "fail")
 		resp, err := fn(context.Background(), ev)
 		if err != nil || len(resp.BatchItemFailures) != 1 {
