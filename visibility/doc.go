@@ -22,7 +22,12 @@
 // called once the message has been handled, cancels the context with
 // [ErrReleased] unless it was lost or expired first, so that the cause still
 // tells the two apart, and so that the context Track derived it from, which
-// outlives every message, keeps nothing of it. Transient
+// outlives every message, keeps nothing of it. Release also waits for an
+// extension of the message under way, so that a visibility change sent
+// after it is not undone by that extension landing later. An extension SQS
+// refuses because it goes past its 12 hours, counted from its own receive
+// (earlier than the one the lease was tracked with), ends the lease with
+// [ErrMaxLifetime]. Transient
 // errors (network, throttling, server faults) are retried in the following
 // rounds, while the lease lasts.
 //

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,6 +157,10 @@ type Extender struct {
 	// growth. tracked counts them.
 	leases  *Lease
 	tracked int
+	// sent is signalled, with mu, when a batch call has returned and the
+	// counts of calls of its leases (Lease.calls) went down: Release
+	// waits on it.
+	sent sync.Cond
 
 	rounds, calls, extended, lost, expired atomic.Int64
 }
@@ -169,7 +174,9 @@ func New(api API, cfg Config) (*Extender, error) {
 		return nil, errors.New("visibility: nil SQS client")
 	}
 	cfg = cfg.withDefaults()
-	return &Extender{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, log: cfg.Logger.With("queue", cfg.QueueURL)}, nil
+	e := &Extender{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, log: cfg.Logger.With("queue", cfg.QueueURL)}
+	e.sent.L = &e.mu
+	return e, nil
 }
 
 // Config returns the configuration in effect, defaults filled in.
@@ -189,9 +196,12 @@ type Lease struct {
 	left   atomic.Int64
 	acking atomic.Bool // see Acknowledging
 
-	// guarded by e.mu; ended stands next to acking, in the padding before
-	// hooks, so that a Lease fits the 128-byte size class
-	ended      bool // released, lost or expired; whoever sets it cancels ctx
+	// guarded by e.mu; ended and calls stand next to acking, in the
+	// padding before hooks, so that a Lease fits the 128-byte size class
+	ended bool // released, lost or expired; whoever sets it cancels ctx
+	// calls counts the batch calls under way that extend the lease: one
+	// at most, unless rounds overlap (Round called while Run runs).
+	calls      uint8
 	hooks      []func(time.Time)
 	prev, next *Lease // in e.leases while tracked
 }
@@ -298,12 +308,25 @@ func (l *Lease) OnExtend(f func(until time.Time)) {
 // the context then keeps that cause, in place when Release returns, so that
 // errors.Is(context.Cause(ctx), ErrLeaseLost) after Release tells a lost
 // lease from a released one. Calling it more than once is harmless.
+//
+// No extension is sent for the message once Release is called, and one
+// already sent is waited for (at most Config.Interval, the longest an
+// extension call may take): a visibility change sent after Release returns
+// reaches SQS after every extension, which would otherwise undo it (a
+// shorter visibility, or a longer one), and Deadline counts an extension
+// that landed meanwhile. A lease being acknowledged (Acknowledging) is not
+// waited for: its delete was sent, and an extension landing after it fails.
 func (l *Lease) Release() {
 	l.e.mu.Lock()
 	first := !l.ended
 	if first {
 		l.ended = true
 		l.e.removeLocked(l)
+	}
+	if !l.acking.Load() {
+		for l.calls > 0 {
+			l.e.sent.Wait()
+		}
 	}
 	l.e.mu.Unlock()
 	if first {
@@ -474,6 +497,11 @@ func (e *Extender) expire(l *Lease) {
 type pending struct {
 	l     *Lease
 	until time.Time
+	// capped: shorter than Config.Extension, cut at the lease's
+	// MaxLifetime.
+	capped bool
+	// counted: the call no longer counts in l.calls (see extend).
+	counted bool
 }
 
 // extend makes one batch call for the leases of batch still tracked. The
@@ -494,7 +522,8 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		case !until.After(l.deadline()):
 			expired = append(expired, l)
 		default:
-			sends = append(sends, pending{l, until})
+			sends = append(sends, pending{l: l, until: until, capped: until.Sub(start) < e.cfg.Extension})
+			l.calls++
 		}
 	}
 	e.mu.Unlock()
@@ -507,6 +536,19 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 	if len(sends) == 0 {
 		return
 	}
+	// Once the call and its results are done, Release may return: a change
+	// sent after it lands after this call's. A successful extension stops
+	// counting as soon as it is recorded, before its hooks run.
+	defer func() {
+		e.mu.Lock()
+		for i := range sends {
+			if !sends[i].counted {
+				sends[i].l.calls--
+			}
+		}
+		e.mu.Unlock()
+		e.sent.Broadcast()
+	}()
 	in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &e.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(sends))}
 	for i, p := range sends {
 		// until is after the deadline, itself after start, and whole
@@ -535,10 +577,18 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		switch {
 		case !bad:
 			e.extended.Add(1)
-			e.extendedTo(p.l, p.until)
+			e.extendedTo(&sends[i])
 		case f.SenderFault && p.l.acknowledging():
 			// Deleted while this call was under way.
 			p.l.end(ErrReleased)
+		case f.SenderFault && p.capped && pastTwelveHours(f):
+			// SQS counts its 12 hours from its own receive, before the
+			// lease's receivedAt (a reply takes time; the Lambda adapter's
+			// is an estimate): an extension up to a MaxLifetime of 12
+			// hours can go past them, and SQS refuses it. The lease has
+			// reached its lifetime; the message stays invisible until its
+			// deadline, as it does when it expires.
+			e.expire(p.l)
 		case f.SenderFault:
 			// A message deleted while this call was under way fails here
 			// too; its lease was released, and end says so.
@@ -555,21 +605,46 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 	}
 }
 
-func (e *Extender) extendedTo(l *Lease, until time.Time) {
+// extendedTo records the successful extension p, and lets a Release that
+// waits for it return. A lease released while its extension was under way
+// records it too (a change sent after Release depends on the deadline), but
+// runs no hook.
+func (e *Extender) extendedTo(p *pending) {
+	l, until := p.l, p.until
 	e.mu.Lock()
-	if l.ended || !until.After(l.deadline()) {
-		e.mu.Unlock()
+	p.counted = true
+	l.calls--
+	later := until.After(l.deadline())
+	if later {
+		l.left.Store(int64(until.Sub(l.receivedAt)))
+	}
+	ended := l.ended
+	var hooks []func(time.Time)
+	if later && !ended {
+		hooks = slices.Clone(l.hooks)
+	}
+	e.mu.Unlock()
+	e.sent.Broadcast()
+	if !later || ended {
 		return
 	}
-	l.left.Store(int64(until.Sub(l.receivedAt)))
-	hooks := slices.Clone(l.hooks)
-	e.mu.Unlock()
 	if e.cfg.OnExtend != nil {
 		e.cfg.OnExtend(l.msg, until)
 	}
 	for _, h := range hooks {
 		h(until)
 	}
+}
+
+// pastTwelveHours reports whether a batch entry failed for its visibility
+// timeout, an invalid parameter: what SQS answers a visibility timeout that
+// goes past the 12 hours it keeps a message invisible from its receive. A
+// receipt handle of a deleted message is an invalid parameter too, but its
+// message names the ReceiptHandle parameter.
+func pastTwelveHours(f types.BatchResultErrorEntry) bool {
+	code := aws.ToString(f.Code)
+	return (code == "InvalidParameterValue" || strings.HasSuffix(code, ".InvalidParameterValue")) &&
+		strings.Contains(aws.ToString(f.Message), "VisibilityTimeout")
 }
 
 // entryError turns a failed batch entry into the SDK's modeled error for its

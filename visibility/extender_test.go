@@ -572,3 +572,119 @@ func TestAcknowledgingLeaseEndsQuietly(t *testing.T) {
 		t.Errorf("cause %v, want ErrReleased", context.Cause(ctx))
 	}
 }
+
+// heldCalls is a client whose extension calls wait for release before they
+// reach the queue.
+type heldCalls struct {
+	visibility.API
+	entered chan struct{} // one value per call that waits
+	release chan struct{} // closed to let the calls through
+}
+
+func (h *heldCalls) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	h.entered <- struct{}{}
+	<-h.release
+	return h.API.ChangeMessageVisibilityBatch(ctx, in, opts...)
+}
+
+// Release returns only once an extension of the lease under way has
+// returned, so that a visibility change sent after it lands after the
+// extension, and the lease's Deadline counts the extension. A lease being
+// acknowledged, or one no call carries, is released at once.
+func TestReleaseWaitsForExtensionUnderWay(t *testing.T) {
+	for _, acking := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			f, url, msgs := setup(t, 30*time.Second, 3)
+			api := &heldCalls{API: f, entered: make(chan struct{}, 1), release: make(chan struct{})}
+			e, err := visibility.New(api, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, Logger: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			_, lease := e.Track(context.Background(), msgs[0], start)
+			_, other := e.Track(context.Background(), msgs[1], start)
+			other.Release() // before any round: not waited for
+			time.Sleep(20 * time.Second)
+			done := make(chan struct{})
+			go func() { e.Round(context.Background()); close(done) }()
+			<-api.entered
+			_, fresh := e.Track(context.Background(), msgs[2], time.Now())
+			fresh.Release() // carried by no call: not waited for
+			if acking {
+				lease.Acknowledging()
+			}
+			released := make(chan struct{})
+			go func() { lease.Release(); close(released) }()
+			synctest.Wait()
+			select {
+			case <-released:
+				if !acking {
+					t.Fatal("Release returned while an extension of the lease was under way")
+				}
+			default:
+				if acking {
+					t.Fatal("Release of a lease being acknowledged waits for its extension")
+				}
+			}
+			close(api.release)
+			<-released
+			<-done
+			if d := lease.Deadline().Sub(start); d != 50*time.Second {
+				t.Errorf("deadline %s after the receive, want 50s: the extension that landed during Release (20s+30s)", d)
+			}
+		})
+	}
+}
+
+// A lease's OnExtend hook may release the lease: Release does not wait for
+// the call that runs the hook, which no longer counts once the extension is
+// recorded.
+func TestReleaseFromOnExtendHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 30*time.Second, 1)
+		e, err := visibility.New(f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, lease := e.Track(context.Background(), msgs[0], time.Now())
+		lease.OnExtend(func(time.Time) { lease.Release() })
+		time.Sleep(20 * time.Second)
+		e.Round(context.Background())
+		if !errors.Is(context.Cause(ctx), visibility.ErrReleased) {
+			t.Errorf("cause = %v, want ErrReleased from the hook's Release", context.Cause(ctx))
+		}
+	})
+}
+
+// SQS counts its 12 hours from its own receive, before the receive time
+// the lease is tracked with (here by 2s): the last extension, planned up to
+// a MaxLifetime of 12 hours, goes past them, and the queue refuses it. The
+// lease then ends as having reached its lifetime, not as lost, with its
+// message still invisible.
+func TestExtensionRefusedPastTwelveHours(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 30*time.Second, 1)
+		var logs strings.Builder
+		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second,
+			Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		time.Sleep(2 * time.Second)
+		ctx, lease := e.Track(context.Background(), msgs[0], time.Now())
+		<-ctx.Done()
+		stop() // the round that ended the lease has logged
+		if cause := context.Cause(ctx); !errors.Is(cause, visibility.ErrMaxLifetime) {
+			t.Errorf("cause = %v, want ErrMaxLifetime", cause)
+		}
+		if s := e.Stats(); s.Lost != 0 || s.Expired != 1 {
+			t.Errorf("stats %+v: want no lease lost, one expired", s)
+		}
+		if time.Until(lease.Deadline()) <= 0 {
+			t.Error("the lease ended after its message became visible")
+		}
+		if v, _, _ := f.Depth(url); v != 0 {
+			t.Error("message visible when its lease ended")
+		}
+		if strings.Contains(logs.String(), "lost") {
+			t.Errorf("logged as lost:\n%s", logs.String())
+		}
+	})
+}

@@ -254,15 +254,26 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 	}
 	want := time.Now().Add(vis)
 	var hide *hiding
+	capped := false // the lease ends first, and SQS's 12 hours leave no longer hide
 	if !j.Held(end) {
 		// The lease may end first: a change sent after the receives would
 		// find its receipt handle expired and be dropped, and the message,
 		// visible at the end of its lease, would be taken by one of them.
 		// It is hidden until they have surely ended, at once, and given
 		// the visibility asked for once they have.
+		//
+		// A message received nearly 12 hours ago cannot be hidden that
+		// long: SQS would refuse it, and VisibilityOf cuts the hide to what
+		// the 12 hours leave (less a slack). Such a hide is sent only if it
+		// ends after the lease: one ending first would show the message
+		// early, to the receives under way.
 		hv := executor.VisibilityOf(j, time.Until(end))
-		hide = &hiding{job: j, until: time.Now().Add(hv), landed: make(chan error, 1)}
-		c.changeOwned(j, hv, hide)
+		if until := time.Now().Add(hv); hv > 0 && !j.Held(until) {
+			hide = &hiding{job: j, until: until, landed: make(chan error, 1)}
+			c.changeOwned(j, hv, hide)
+		} else {
+			capped = true
+		}
 	}
 	// The change waits for the receives; the lease, or the hide, keeps the
 	// message invisible meanwhile. Retry is called from handler goroutines,
@@ -274,6 +285,12 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 			return // not hidden: the message comes back at the end of its lease
 		}
 		<-c.pollsDone
+		if capped && !j.Held(time.Now().Add(c.margin)) {
+			// The lease ends (or ended) before a change could land: the
+			// message is visible at its end, as soon as SQS's 12 hours
+			// allow. Nothing is lost; nothing to send.
+			return
+		}
 		// A failed receive (see mayBeOpen) may still be open at SQS.
 		until := want
 		if open := time.Unix(0, c.openUntil.Load()); open.After(until) {

@@ -137,6 +137,11 @@
 // message again and spends one of its receives. A crash loses nothing
 // either: messages not deleted come back after their visibility timeout (a
 // message hidden that way, at most twice WaitTime and 22s after the stop).
+// A message received nearly 12 hours ago cannot be hidden past SQS's 12
+// hours: its hide is sent only when it ends after the lease, which holds it
+// otherwise. Every such change is sent after the message's lease has ended,
+// and after any heartbeat extension of it under way has returned, so that
+// a late extension does not undo it.
 //
 // # Priority queues
 //
