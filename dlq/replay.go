@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/queue"
 )
 
@@ -426,9 +427,9 @@ func copyAttributes(m *Message) (attrs map[string]types.MessageAttributeValue, r
 	}
 	if key, need := originalKey(m); need {
 		if len(attrs) < sqsworker.MaxMessageAttributes {
-			attrs[keyAttribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(key)}
+			attrs[jobkey.Attribute] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(key)}
 		} else {
-			note = joinNotes(note, fmt.Sprintf("%s not added: the message already has SQS's maximum of %d attributes, so the idempotency middleware's DefaultKey gives the copy its own new ID", keyAttribute, sqsworker.MaxMessageAttributes))
+			note = joinNotes(note, fmt.Sprintf("%s not added: the message already has SQS's maximum of %d attributes, so the idempotency middleware's DefaultKey gives the copy its own new ID", jobkey.Attribute, sqsworker.MaxMessageAttributes))
 		}
 	}
 	if !has && len(attrs) >= sqsworker.MaxMessageAttributes {
@@ -438,9 +439,6 @@ func copyAttributes(m *Message) (attrs map[string]types.MessageAttributeValue, r
 	attrs[AttrReplays] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.Itoa(replays))}
 	return attrs, replays, note
 }
-
-// keyAttribute is the idempotency middleware's KeyAttribute.
-const keyAttribute = "idempotency-key"
 
 // originalKey returns the key the idempotency middleware's DefaultKey gave
 // m's job in its source queue, "message-id:" and the message's ID, and
@@ -452,13 +450,13 @@ const keyAttribute = "idempotency-key"
 // runtime stopped between its dead-letter copy and the delete), would run
 // its effect again.
 func originalKey(m *Message) (string, bool) {
-	if _, ok := m.raw.MessageAttributes[keyAttribute]; ok {
+	if _, ok := m.raw.MessageAttributes[jobkey.Attribute]; ok {
 		return "", false
 	}
 	if m.HasFailure && m.Failure.MessageID != "" {
 		return "", false
 	}
-	return "message-id:" + m.ID, true
+	return jobkey.OfID(m.ID), true
 }
 
 // compactFailure returns m's attributes with its failure metadata as the
@@ -516,11 +514,11 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 	}
 	out, err := r.q.api.SendMessage(ctx, in, r.q.opts...)
 	if _, need := originalKey(m); err != nil && need && queue.IsInvalidParameter(err) {
-		if _, added := in.MessageAttributes[keyAttribute]; added {
+		if _, added := in.MessageAttributes[jobkey.Attribute]; added {
 			// Perhaps over the queue's MaximumMessageSize, which the
 			// message fit without the key: the copy goes without.
-			delete(in.MessageAttributes, keyAttribute)
-			note = joinNotes(note, fmt.Sprintf("%s not added: SQS refused the copy with it (%v)", keyAttribute, err))
+			delete(in.MessageAttributes, jobkey.Attribute)
+			note = joinNotes(note, fmt.Sprintf("%s not added: SQS refused the copy with it (%v)", jobkey.Attribute, err))
 			out, err = r.q.api.SendMessage(ctx, in, r.q.opts...)
 		}
 	}

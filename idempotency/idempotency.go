@@ -15,6 +15,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
@@ -22,7 +23,7 @@ import (
 // KeyAttribute is the message attribute the default key comes from. Producers
 // set it to a key of the job's own (an order ID, a payment intent), which
 // survives DLQ replays, SQS redrives and duplicate sends.
-const KeyAttribute = "idempotency-key"
+const KeyAttribute = jobkey.Attribute
 
 // DefaultKey returns the key of a message: its KeyAttribute (a Binary one
 // as "binary:" and its bytes in hex); else, for a message replayed from a
@@ -39,10 +40,7 @@ func DefaultKey(m *sqsworker.Message) string {
 			return "binary:" + hex.EncodeToString(a.BinaryValue)
 		}
 	}
-	if f, ok := sqsworker.ParseFailure(m.MessageAttributes); ok && f.MessageID != "" {
-		return "message-id:" + f.MessageID
-	}
-	return "message-id:" + m.ID
+	return jobkey.Default(m)
 }
 
 // BodyHash returns the hex SHA-256 of the message body: the default payload

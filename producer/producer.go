@@ -48,6 +48,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 )
@@ -102,7 +103,7 @@ const (
 
 // IdempotencyKeyAttribute is the message attribute Message.IdempotencyKey is
 // sent in; the idempotency middleware reads it.
-const IdempotencyKeyAttribute = "idempotency-key"
+const IdempotencyKeyAttribute = jobkey.Attribute
 
 // ErrEarlierMessageNotSent is the reason a message of a FIFO queue is not
 // sent by SendBatch: an earlier message of its group in the same call was

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/metrics"
@@ -124,9 +125,6 @@ type Requeue struct {
 }
 
 func (r Requeue) enabled() bool { return r.API != nil && r.URL != "" }
-
-// idempotencyKeyAttribute is the idempotency middleware's KeyAttribute.
-const idempotencyKeyAttribute = "idempotency-key"
 
 // Hold holds back j's message when its time (sqsworker.AttrNotBefore) has
 // not come, or sends it again first when it waited on this copy, as Run
@@ -349,14 +347,14 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 		return fmt.Errorf("the copy needs %d message attributes, over SQS's limit of %d: leave room for %s and %s",
 			len(attrs), sqsworker.MaxMessageAttributes, sqsworker.AttrNotBefore, sqsworker.AttrPriorAttempts)
 	}
-	_, hasKey := attrs[idempotencyKeyAttribute]
+	_, hasKey := attrs[jobkey.Attribute]
 	addKey := !hasKey && len(attrs) < sqsworker.MaxMessageAttributes
 	if addKey {
 		// What the idempotency middleware's DefaultKey gives the first
 		// message, so that its copies share its key.
-		attrs[idempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: defaultKey(m)}
+		attrs[jobkey.Attribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: jobkey.Default(m)}
 		if sqsworker.MessageSize(m.Body, attrs) > sqsworker.MaxMessageSize {
-			delete(attrs, idempotencyKeyAttribute)
+			delete(attrs, jobkey.Attribute)
 			addKey = false
 		}
 	}
@@ -393,7 +391,7 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 		// Perhaps over the queue's MaximumMessageSize, which the message
 		// fit without the key: the copy goes without rather than not at
 		// all, which would leave the job waiting on receives that run out.
-		delete(in.MessageAttributes, idempotencyKeyAttribute)
+		delete(in.MessageAttributes, jobkey.Attribute)
 		_, err = e.Requeue.API.SendMessage(ctx, in)
 	}
 	if err != nil {
@@ -401,18 +399,6 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 	}
 	e.Counters.Requeued.Add(1)
 	return nil
-}
-
-// defaultKey is the idempotency key the idempotency middleware's DefaultKey
-// gives m, which has no idempotency-key attribute: "message-id:" and the ID
-// its failure metadata names (a replayed job's first message), else its
-// own. A copy gets it as its idempotency-key attribute, since the copy goes
-// without the failure metadata and has an ID of its own.
-func defaultKey(m *sqsworker.Message) string {
-	if f, ok := sqsworker.ParseFailure(m.MessageAttributes); ok && f.MessageID != "" {
-		return "message-id:" + f.MessageID
-	}
-	return "message-id:" + m.ID
 }
 
 // withoutDelayAttributes returns m, or a copy of it without the attributes

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 )
 
@@ -100,9 +101,6 @@ func (mv *Mover) Move(ctx context.Context, m *sqsworker.Message, cause error) (o
 	return ok, nil
 }
 
-// keyAttribute is the idempotency middleware's KeyAttribute.
-const keyAttribute = "idempotency-key"
-
 // keepKey returns m's attributes with an idempotency-key attribute holding
 // the key the idempotency middleware's DefaultKey gives m, and whether m
 // needs one on its dead-letter copy: it has no idempotency-key, and its
@@ -112,7 +110,7 @@ const keyAttribute = "idempotency-key"
 // effect again beside m, should m be left by a crash between the copy and
 // its delete and then succeed.
 func keepKey(m *sqsworker.Message) (map[string]sqsworker.MessageAttribute, bool) {
-	if _, ok := m.MessageAttributes[keyAttribute]; ok {
+	if _, ok := m.MessageAttributes[jobkey.Attribute]; ok {
 		return nil, false
 	}
 	f, ok := sqsworker.ParseFailure(m.MessageAttributes)
@@ -120,7 +118,7 @@ func keepKey(m *sqsworker.Message) (map[string]sqsworker.MessageAttribute, bool)
 		return nil, false
 	}
 	out := maps.Clone(m.MessageAttributes)
-	out[keyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: "message-id:" + f.MessageID}
+	out[jobkey.Attribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: jobkey.OfID(f.MessageID)}
 	return out, true
 }
 

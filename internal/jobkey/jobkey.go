@@ -1,0 +1,25 @@
+// Package jobkey is the idempotency key a job keeps across its copies
+// (waiting copies, dead-letter copies, replays): the message attribute it
+// travels in, and the key of a job whose messages carry none. The
+// idempotency middleware, the producer, the runtimes and the dead-letter
+// tools all derive it here, so that every copy of a job gets the same one.
+package jobkey
+
+import "github.com/sqsworker/sqsworker"
+
+// Attribute is the message attribute that carries a job's idempotency key.
+const Attribute = "idempotency-key"
+
+// OfID returns the key of a job without an Attribute whose first message
+// had the ID id.
+func OfID(id string) string { return "message-id:" + id }
+
+// Default returns the key of m's job when m has no Attribute: OfID of the
+// message m's failure metadata names (a replayed job's first message), else
+// of m itself.
+func Default(m *sqsworker.Message) string {
+	if f, ok := sqsworker.ParseFailure(m.MessageAttributes); ok && f.MessageID != "" {
+		return OfID(f.MessageID)
+	}
+	return OfID(m.ID)
+}
