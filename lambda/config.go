@@ -33,9 +33,10 @@ type Config struct {
 	Backoff sqsworker.Backoff
 
 	// SafetyMargin is the time kept free at the end of an invocation: no
-	// record starts later than SafetyMargin before the deadline, and
-	// handlers' contexts end SafetyMargin/2 before it, leaving time to
-	// report. Default a tenth of the time left when the invocation starts,
+	// record starts later than SafetyMargin before the deadline,
+	// handlers' contexts end SafetyMargin/2 before it, and the function
+	// stops waiting for handlers that ignore their context SafetyMargin/4
+	// before it, leaving time to report. Default a tenth of the time left when the invocation starts,
 	// between 200ms and 5s.
 	SafetyMargin time.Duration
 

@@ -61,7 +61,16 @@
 // ErrDeadline, leaving time to report before Lambda stops the function. A
 // record cut short that way did not fail: it is made visible again at once,
 // never counted as an attempt toward the dead-letter queue. A dead-letter
-// move ends before the deadline too.
+// move ends before the deadline too, a quarter of the margin before it.
+//
+// A handler that ignores its context, still running then, is left to run:
+// the function stops waiting for it and answers with the outcomes of the
+// other records, so that Lambda does not time the invocation out and retry
+// the whole batch, the records that succeeded included. The record of such
+// a handler is reported failed, its visibility left alone (it comes back
+// after its visibility timeout, not while its handler may still run), and
+// what the handler returns later is ignored; the records that had not
+// started then are reported failed and made visible again at once.
 //
 // # Long records
 //

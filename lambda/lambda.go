@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -241,22 +242,45 @@ type record struct {
 	job executor.Job
 	st  *queueState
 
+	// mu guards what follows: a handler that ignores its context may
+	// settle its record after the invocation gave up on it.
+	mu         sync.Mutex
+	started    bool          // its handler was called, or its hold checked
+	settled    bool          // the executor settled it
+	givenUp    bool          // the invocation returned without its outcome
 	failed     bool          // reported in batchItemFailures
 	visibility time.Duration // the visibility to set when failed
 	keep       bool          // failed, but leave its visibility alone
 }
 
 // Delete: the record is done; Lambda deletes it once the function returns.
-func (r *record) Delete(j *executor.Job) { j.Done() }
-
-// Retry reports the record failed, to come back after vis.
-func (r *record) Retry(_ *executor.Job, vis time.Duration) {
-	r.failed, r.visibility = true, vis
-	r.keep = r.st == nil
+func (r *record) Delete(j *executor.Job) {
+	j.Done()
+	r.settle(false, 0, false)
 }
 
+// Retry reports the record failed, to come back after vis.
+func (r *record) Retry(_ *executor.Job, vis time.Duration) { r.settle(true, vis, r.st == nil) }
+
 // Abandon reports the record failed and leaves its visibility alone.
-func (r *record) Abandon(*executor.Job) { r.failed, r.keep = true, true }
+func (r *record) Abandon(*executor.Job) { r.settle(true, 0, true) }
+
+// settle records the record's outcome, unless the invocation gave up on it.
+func (r *record) settle(failed bool, vis time.Duration, keep bool) {
+	r.mu.Lock()
+	if !r.givenUp {
+		r.settled, r.failed, r.visibility, r.keep = true, failed, vis, keep
+	}
+	r.mu.Unlock()
+}
+
+// start marks the record started, unless the invocation gave up on it.
+func (r *record) start() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started = !r.givenUp
+	return r.started
+}
 
 // exec is the executor that settles the record.
 func (r *record) exec(a *adapter) *executor.Executor {
@@ -271,7 +295,75 @@ type invocation struct {
 	a      *adapter
 	stopAt time.Time // no record starts after
 	sem    chan struct{}
-	wg     sync.WaitGroup
+	// giveUp is closed when the invocation stops waiting for handlers
+	// (nil without a deadline): those still running ignore their context.
+	giveUp <-chan struct{}
+	// running counts the goroutines running records, plus one for the
+	// dispatch; the last to end closes done.
+	running atomic.Int64
+	done    chan struct{}
+}
+
+// acquire takes a slot of the invocation's concurrency, unless the
+// invocation gives up first.
+func (inv *invocation) acquire() bool {
+	select {
+	case inv.sem <- struct{}{}:
+		return true
+	case <-inv.giveUp:
+		return false
+	}
+}
+
+// runRecord runs rec on a goroutine of its own, in the slot acquire took.
+// It is small, and calls run directly, so that the goroutine's first stack
+// holds the handler's call: a stack grown for each record costs more than
+// the rest of the adapter.
+func (inv *invocation) runRecord(rec *record) {
+	defer inv.free()
+	inv.run(rec)
+}
+
+// free gives back a goroutine's slot, and ends it.
+func (inv *invocation) free() {
+	<-inv.sem
+	inv.exit()
+}
+
+// exit ends a goroutine of the invocation (or the dispatch).
+func (inv *invocation) exit() {
+	if inv.running.Add(-1) == 0 {
+		close(inv.done)
+	}
+}
+
+// wait waits for the records' goroutines to end, or gives up on them: a
+// record not settled then is reported failed, its visibility left alone if
+// its handler is still running (it ignores its context; SQS hands the
+// record out again after its visibility timeout), else made visible again
+// at once. Later outcomes of those records are ignored.
+func (inv *invocation) wait(recs []record, log *slog.Logger) {
+	select {
+	case <-inv.done:
+		return
+	case <-inv.giveUp:
+	}
+	for i := range recs {
+		rec := &recs[i]
+		rec.mu.Lock()
+		if !rec.settled {
+			rec.givenUp, rec.failed, rec.visibility = true, true, 0
+			rec.keep = rec.started || rec.st == nil
+			if rec.started {
+				log.Error("handler still running at the invocation's deadline: it ignores its context; reporting its record failed, to come back after its visibility timeout",
+					"message_id", rec.job.Msg.ID)
+			} else {
+				rec.exec(inv.a).Counters.Released.Add(1)
+			}
+		}
+		rec.mu.Unlock()
+		rec.job.Done()
+	}
 }
 
 func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
@@ -315,7 +407,8 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	if margin == 0 && hasDeadline {
 		margin = min(max(time.Until(deadline)/10, 200*time.Millisecond), 5*time.Second)
 	}
-	inv := &invocation{a: a, sem: make(chan struct{}, a.cfg.Concurrency)}
+	inv := &invocation{a: a, sem: make(chan struct{}, a.cfg.Concurrency), done: make(chan struct{})}
+	inv.running.Store(1) // the dispatch
 	hctx := ctx
 	var moveBy time.Time
 	if hasDeadline {
@@ -324,6 +417,12 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		var cancel context.CancelFunc
 		hctx, cancel = context.WithDeadlineCause(ctx, deadline.Add(-margin/2), ErrDeadline)
 		defer cancel()
+		// Handlers not ended by the time the moves must end ignore their
+		// context: the invocation stops waiting for them then, so that
+		// Lambda gets the outcome of the others.
+		gctx, cancelGiveUp := context.WithDeadline(context.WithoutCancel(ctx), moveBy)
+		defer cancelGiveUp()
+		inv.giveUp = gctx.Done()
 	}
 
 	// The heartbeats of this invocation's queues, shared with the
@@ -353,14 +452,15 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	} else {
 		for i := range recs {
 			rec := &recs[i]
-			inv.sem <- struct{}{}
-			inv.wg.Go(func() {
-				defer func() { <-inv.sem }()
-				inv.run(rec)
-			})
+			if !inv.acquire() {
+				break
+			}
+			inv.running.Add(1)
+			go inv.runRecord(rec)
 		}
 	}
-	inv.wg.Wait()
+	inv.exit() // the dispatch
+	inv.wait(recs, log)
 	for st := range states {
 		if st.ext != nil {
 			st.beat.leave()
@@ -408,18 +508,26 @@ func (inv *invocation) runGroups(recs []record) {
 	}
 	for _, g := range order {
 		group := groups[g]
-		inv.sem <- struct{}{}
-		inv.wg.Go(func() {
-			defer func() { <-inv.sem }()
-			for i, rec := range group {
-				if !inv.run(rec) {
-					for _, rest := range group[i+1:] {
-						rest.exec(inv.a).Release(&rest.job, rest)
-					}
-					return
-				}
+		if !inv.acquire() {
+			return
+		}
+		inv.running.Add(1)
+		go inv.runGroup(group)
+	}
+}
+
+// runGroup runs the records of one message group in order, on a goroutine
+// of its own, in the slot acquire took. Once a record is not done, the rest
+// of the group is released.
+func (inv *invocation) runGroup(group []*record) {
+	defer inv.free()
+	for i, rec := range group {
+		if !inv.run(rec) {
+			for _, rest := range group[i+1:] {
+				rest.exec(inv.a).Release(&rest.job, rest)
 			}
-		})
+			return
+		}
 	}
 }
 
@@ -427,6 +535,9 @@ func (inv *invocation) runGroups(recs []record) {
 // it (then it is released) or the circuit breaker is open (then it is
 // postponed to the next probe). It reports whether the record is done.
 func (inv *invocation) run(rec *record) bool {
+	if !rec.start() {
+		return false // given up
+	}
 	ex := rec.exec(inv.a)
 	if !inv.stopAt.IsZero() && !time.Now().Before(inv.stopAt) {
 		ex.Release(&rec.job, rec)

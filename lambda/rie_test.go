@@ -199,3 +199,32 @@ func BenchmarkRIEInvoke(b *testing.B) {
 		b.ReportMetric(float64(fi.Size())/(1<<20), "bootstrap-MiB")
 	}
 }
+
+// A handler that ignores its context does not hold the invocation past the
+// function's timeout: the function answers in time, with the stalled record
+// failed and its visibility left alone, so that the records whose handlers
+// succeeded are deleted rather than retried with the whole batch (and at
+// last dead-lettered by SQS, though they succeeded every time).
+func TestRealInvocationHandlerIgnoringContext(t *testing.T) {
+	sq := localtest.NewSQS(t)
+	rie := localtest.StartRIE(t, localtest.BuildBootstrap(t, examplePkg), "AWS_LAMBDA_FUNCTION_TIMEOUT=4")
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 60 * time.Second})
+	localtest.Send(t, sq, q.URL, "", "ok", "stall:1m", "ok")
+	msgs := receiveN(t, sq, q.URL, 3)
+	status, body := invoke(t, rie, sqstest.SQSEvent(q.ARN, msgs))
+	var resp events.SQSEventResponse
+	if err := json.Unmarshal(body, &resp); status != 200 || err != nil {
+		t.Fatalf("status %d, body %q: want the batch response before the function's timeout", status, body)
+	}
+	var failed []string
+	for _, f := range resp.BatchItemFailures {
+		failed = append(failed, f.ItemIdentifier)
+	}
+	if want := idsOf(msgs, "stall:1m"); !slices.Equal(failed, want) {
+		t.Errorf("batchItemFailures %v, want the stalled record only %v", failed, want)
+	}
+	// The stalled record's handler still runs: it is not made visible.
+	if v, _, _ := localtest.Depth(t, sq, q.URL); v != 0 {
+		t.Errorf("%d records visible, want none", v)
+	}
+}

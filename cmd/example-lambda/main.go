@@ -6,8 +6,10 @@
 //
 // The jobs it runs say in their body what to do, so that every outcome can be
 // seen: "ok", "fail" (a transient error), "permanent", "panic",
-// "retry-after:DURATION", "sleep:DURATION" (then succeed), and
-// "fail-until:N" (fail until the N-th attempt).
+// "retry-after:DURATION", "sleep:DURATION" (then succeed), "stall:DURATION"
+// (sleep ignoring the context, as a handler stuck in a call without a
+// timeout does, then succeed) and "fail-until:N" (fail until the N-th
+// attempt).
 package main
 
 import (
@@ -52,6 +54,13 @@ func handle(ctx context.Context, m *sqsworker.Message) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
+	case "stall":
+		d, err := time.ParseDuration(arg)
+		if err != nil {
+			return sqsworker.Permanent(fmt.Errorf("bad duration %q: %w", arg, err))
+		}
+		time.Sleep(d)
+		return nil
 	case "fail-until":
 		n, err := strconv.Atoi(arg)
 		if err != nil {
