@@ -40,8 +40,10 @@
 // The function returns an error only when it cannot work at all (an event
 // that is not an SQS event, an invalid heartbeat configuration): then no
 // handler ran and nothing is deleted. A queue whose attributes cannot be read
-// (throttled, denied, unreachable) does not stop the batch: the records run
-// with the attributes read before, or with Config's DeadLetterQueueURL and
+// (throttled, denied, unreachable: a read is given up after the safety
+// margin, at least a second, so that an SQS that swallows the function's
+// requests does not take the handlers' time) does not stop the batch: the
+// records run with the attributes read before, or with Config's DeadLetterQueueURL and
 // MaxReceiveCount alone and no heartbeat, and the read is tried again on the
 // next invocation.
 //

@@ -202,16 +202,23 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 
 // state returns the state of the queue at url, reading its attributes on
 // first use and again once they are QueueRefresh old. When they cannot be
-// read (throttled, denied, unreachable), it goes on with what it knew, or
-// with the configuration alone, and tries again on the next invocation.
-func (a *adapter) state(ctx context.Context, url string, log *slog.Logger) (*queueState, error) {
+// read (throttled, denied, unreachable) by readBy (if set), it goes on with
+// what it knew, or with the configuration alone, and tries again on the
+// next invocation.
+func (a *adapter) state(ctx context.Context, url string, readBy time.Time, log *slog.Logger) (*queueState, error) {
 	a.mu.Lock()
 	st, ok := a.queues[url]
 	a.mu.Unlock()
 	if ok && st.known && time.Since(st.loadedAt) < a.cfg.QueueRefresh {
 		return st, nil
 	}
-	info, err := queue.Load(ctx, a.cfg.Client, url)
+	rctx := ctx
+	if !readBy.IsZero() {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadline(ctx, readBy)
+		defer cancel()
+	}
+	info, err := queue.Load(rctx, a.cfg.Client, url)
 	if err != nil {
 		if ok && st.known {
 			log.Warn("re-reading the queue's attributes failed; going on with those read before", "queue", url, "error", err)
@@ -376,6 +383,23 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	if lc, ok := lambdacontext.FromContext(ctx); ok {
 		log = log.With("aws_request_id", lc.AwsRequestID)
 	}
+	// Deadlines: stop starting records at stopAt, end handlers at hardAt.
+	margin := a.cfg.SafetyMargin
+	deadline, hasDeadline := ctx.Deadline()
+	if margin == 0 && hasDeadline {
+		margin = min(max(deadline.Sub(start)/10, 200*time.Millisecond), 5*time.Second)
+	}
+	// A read of a queue's attributes takes no more than the margin (at
+	// least a second): an SQS that swallows the function's requests must
+	// not take the time of the handlers, which can run without them.
+	var readBy time.Time
+	if hasDeadline {
+		readBy = start.Add(max(margin, time.Second))
+		if stop := deadline.Add(-margin); stop.Before(readBy) {
+			readBy = stop
+		}
+	}
+
 	recs := make([]record, len(ev.Records))
 	states := map[*queueState]*slog.Logger{}
 	var lastARN, lastURL string // the records of a batch share their queue
@@ -393,7 +417,7 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		url, err := lastURL, lastErr
 		if err != nil {
 			log.Error("record's queue unknown: it can be reported failed but not retried with backoff nor dead-lettered", "message_id", r.MessageId, "error", err)
-		} else if rec.st, err = a.state(ctx, url, log); err != nil {
+		} else if rec.st, err = a.state(ctx, url, readBy, log); err != nil {
 			return resp, err // nothing ran, nothing is deleted
 		} else if _, seen := states[rec.st]; !seen {
 			states[rec.st] = log.With("queue", url)
@@ -401,12 +425,6 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		rec.job.Msg = NewMessage(r, url)
 	}
 
-	// Deadlines: stop starting records at stopAt, end handlers at hardAt.
-	margin := a.cfg.SafetyMargin
-	deadline, hasDeadline := ctx.Deadline()
-	if margin == 0 && hasDeadline {
-		margin = min(max(time.Until(deadline)/10, 200*time.Millisecond), 5*time.Second)
-	}
 	inv := &invocation{a: a, sem: make(chan struct{}, a.cfg.Concurrency), done: make(chan struct{})}
 	inv.running.Store(1) // the dispatch
 	hctx := ctx
