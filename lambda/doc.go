@@ -51,7 +51,7 @@
 //
 // The records of a standard queue run concurrently, at most
 // Config.Concurrency at once. On a FIFO queue the records of one message
-// group run in order and groups run in parallel; after a failure the rest of
+// group (of one queue) run in order and groups run in parallel; after a failure the rest of
 // that group is reported failed (and made visible again at once, behind the
 // failed one), while other groups go on.
 //

@@ -504,21 +504,35 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 
 func fifo(recs []record) bool {
 	for i := range recs {
-		if recs[i].job.Msg.GroupID != "" || (recs[i].st != nil && recs[i].st.info.FIFO) {
+		if recs[i].fifo() {
 			return true
 		}
 	}
 	return false
 }
 
-// runGroups handles FIFO records: each message group in order, groups in
-// parallel. Once a record is not done, the rest of its group is released.
+// fifo reports whether the record comes from a FIFO queue.
+func (r *record) fifo() bool {
+	return r.job.Msg.GroupID != "" || (r.st != nil && r.st.info.FIFO)
+}
+
+// group names a message group of one queue.
+type group struct{ queue, id string }
+
+// runGroups handles the records of an event with FIFO records: each
+// message group of a queue in order, groups in parallel. Once a record is
+// not done, the rest of its group is released. A record of a standard queue
+// (in an event that also holds FIFO records, which an event source mapping
+// never sends) is a group of its own.
 func (inv *invocation) runGroups(recs []record) {
-	var order []string
-	groups := map[string][]*record{}
+	var order []group
+	groups := map[group][]*record{}
 	for i := range recs {
 		r := &recs[i]
-		g := r.job.Msg.GroupID
+		g := group{queue: r.job.Msg.QueueURL, id: r.job.Msg.GroupID}
+		if !r.fifo() {
+			g.id = "\x00" + r.job.Msg.ID // no group ID has a NUL
+		}
 		if _, ok := groups[g]; !ok {
 			order = append(order, g)
 		}

@@ -5,6 +5,7 @@ package lambda_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -128,4 +129,36 @@ func without(ids []string, id string) []string {
 		}
 	}
 	return out
+}
+
+// An event whose records come from two queues (an event source mapping
+// sends one queue's; a function composing handlers may not): the message
+// groups of two FIFO queues are not one group because they share a name,
+// and the records of a standard queue run on their own, never in a group.
+func TestRecordsOfTwoQueues(t *testing.T) {
+	f := newFake("30")
+	f.CreateQueue("other.fifo", map[string]string{"FifoQueue": "true"})
+	var evs []events.SQSMessage
+	for _, s := range []struct{ queue, body string }{{"orders.fifo", "fail"}, {"other.fifo", "ok"}, {"orders", "fail"}, {"orders", "ok"}} {
+		url := sqstest.QueueURL(s.queue)
+		f.Send(url, s.body, func(in *sqs.SendMessageInput) {
+			if strings.HasSuffix(s.queue, ".fifo") {
+				in.MessageGroupId, in.MessageDeduplicationId = aws.String("g"), aws.String(s.body)
+			}
+		})
+		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+		if err != nil || len(out.Messages) != 1 {
+			t.Fatalf("received %d of 1 from %s: %v", len(out.Messages), s.queue, err)
+		}
+		evs = append(evs, sqstest.SQSEvent(sqstest.QueueARN(s.queue), out.Messages).Records...)
+	}
+	fn := newHandler(t, jobs, lambda.Config{Client: f, DisableHeartbeat: true})
+	resp, err := fn(context.Background(), events.SQSEvent{Records: evs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := failedIDs(resp), []string{evs[0].MessageId, evs[2].MessageId}; !slices.Equal(got, want) {
+		t.Errorf("failures %v, want the two failed records only %v", got, want)
+	}
 }
