@@ -21,16 +21,17 @@
 //     comes back then rather than after the queue's whole visibility timeout;
 //   - a Permanent failure, or a failure on the last attempt the queue's
 //     redrive policy allows, is copied to the dead-letter queue with the same
-//     failure metadata as the worker's (sqsworker.Failure) and reported as
-//     handled, so that Lambda deletes it; if the copy fails, it is reported
-//     failed and left to the redrive policy;
+//     failure metadata as the worker's (sqsworker.Failure), deleted at once
+//     (so that a function killed later in the batch does not leave it to be
+//     received again) and reported as handled; if the copy fails, it is
+//     reported failed and left to the redrive policy;
 //   - a panic is recovered into a *sqsworker.PanicError, a failure;
 //   - RetryAfter with a nil error postpones the record without counting it
 //     as a failure;
 //   - a record whose sqsworker.AttrNotBefore lies ahead (a job sent for
 //     later) is held back without running the handler or counting an
-//     attempt: reported failed with a new visibility timeout, or reported
-//     handled once a copy that waits took its place; a backoff or RetryAfter
+//     attempt: reported failed with a new visibility timeout, or deleted
+//     and reported handled once a copy that waits took its place; a backoff or RetryAfter
 //     longer than the visibility timeout can hold waits in such a copy too
 //     (see "Delays of any length" in package sqsworker).
 //

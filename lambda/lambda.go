@@ -13,8 +13,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
@@ -145,6 +147,7 @@ type adapter struct {
 // queueState is what the adapter knows of one queue.
 type queueState struct {
 	info     queue.Info
+	client   API
 	exec     *executor.Executor
 	ext      *visibility.Extender // nil without a heartbeat
 	beat     heartbeat            // runs ext's rounds for the invocations using it
@@ -163,7 +166,7 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 		maxReceive = info.MaxReceiveCount
 	}
 	log := a.cfg.Logger.With("queue", info.URL)
-	st := &queueState{info: info, loadedAt: time.Now(), known: known}
+	st := &queueState{info: info, client: a.cfg.Client, loadedAt: time.Now(), known: known}
 	st.exec = &executor.Executor{
 		Handler: a.h,
 		Policy: outcome.Policy{Backoff: a.cfg.Backoff, MaxReceiveCount: maxReceive,
@@ -261,9 +264,41 @@ type record struct {
 }
 
 // Delete: the record is done; Lambda deletes it once the function returns.
+// A record whose copy was sent (to the dead-letter queue, or to wait) is
+// deleted at once, as the worker deletes it: a function killed later in the
+// batch (out of memory, a crash) would leave both, and the original would be
+// received again, copied again, or run and succeed while its copy waits in
+// the dead-letter queue. Should that delete fail, Lambda's is still to come.
 func (r *record) Delete(j *executor.Job) {
+	if j.Copied && r.st != nil {
+		r.st.deleteNow(j)
+	}
 	j.Done()
 	r.settle(false, 0, false)
+}
+
+// deleteNow deletes j's message, by the time its moves must end.
+func (st *queueState) deleteNow(j *executor.Job) {
+	j.Acknowledging()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.Ctx), executor.DefaultMoveTimeout)
+	defer cancel()
+	if !j.MoveBy.IsZero() {
+		var cancelBy context.CancelFunc
+		ctx, cancelBy = context.WithDeadline(ctx, j.MoveBy)
+		defer cancelBy()
+	}
+	out, err := st.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &st.info.URL,
+		Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String("0"), ReceiptHandle: &j.Msg.ReceiptHandle}}})
+	if err == nil && len(out.Failed) > 0 {
+		err = fmt.Errorf("%s: %s", aws.ToString(out.Failed[0].Code), aws.ToString(out.Failed[0].Message))
+	}
+	if err != nil {
+		log := j.Log
+		if log == nil {
+			log = st.exec.Log
+		}
+		log.Warn("deleting a record whose copy was sent failed; Lambda deletes it when the function returns", "message_id", j.Msg.ID, "error", err)
+	}
 }
 
 // Retry reports the record failed, to come back after vis.

@@ -228,3 +228,27 @@ func TestRealInvocationHandlerIgnoringContext(t *testing.T) {
 		t.Errorf("%d records visible, want none", v)
 	}
 }
+
+// A function killed in the middle of a batch (here by a job that ends the
+// process, as an out-of-memory kill does) after it moved a record to the
+// dead-letter queue has deleted that record already: Lambda retries the
+// whole batch, and the record would be moved a second time (or run again,
+// and perhaps succeed, while its copy waits in the dead-letter queue).
+func TestRealInvocationKilledAfterDeadLetter(t *testing.T) {
+	sq := localtest.NewSQS(t)
+	rie := localtest.StartRIE(t, localtest.BuildBootstrap(t, examplePkg))
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 60 * time.Second})
+	localtest.Send(t, sq, q.URL, "", "permanent", "crash:2s")
+	msgs := receiveN(t, sq, q.URL, 2)
+	status, body := invoke(t, rie, sqstest.SQSEvent(q.ARN, msgs))
+	var resp events.SQSEventResponse
+	if json.Unmarshal(body, &resp) == nil && resp.BatchItemFailures != nil {
+		t.Fatalf("status %d, body %s: want the function killed", status, body)
+	}
+	if n := len(receiveN(t, sq, q.DLQURL, 1)); n != 1 {
+		t.Fatalf("dead-letter queue holds %d, want 1", n)
+	}
+	if v, inFlight, _ := localtest.Depth(t, sq, q.URL); v+inFlight != 1 {
+		t.Errorf("the queue holds %d records after the kill, want 1 (the crashed one): the dead-lettered record, not deleted, would be received again", v+inFlight)
+	}
+}

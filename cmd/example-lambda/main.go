@@ -8,8 +8,9 @@
 // seen: "ok", "fail" (a transient error), "permanent", "panic",
 // "retry-after:DURATION", "sleep:DURATION" (then succeed), "stall:DURATION"
 // (sleep ignoring the context, as a handler stuck in a call without a
-// timeout does, then succeed) and "fail-until:N" (fail until the N-th
-// attempt).
+// timeout does, then succeed), "crash:DURATION" (end the process after
+// DURATION, as an out-of-memory kill does, in the middle of the batch) and
+// "fail-until:N" (fail until the N-th attempt).
 package main
 
 import (
@@ -61,6 +62,13 @@ func handle(ctx context.Context, m *sqsworker.Message) error {
 		}
 		time.Sleep(d)
 		return nil
+	case "crash":
+		d, err := time.ParseDuration(arg)
+		if err != nil {
+			return sqsworker.Permanent(fmt.Errorf("bad duration %q: %w", arg, err))
+		}
+		time.Sleep(d)
+		os.Exit(137)
 	case "fail-until":
 		n, err := strconv.Atoi(arg)
 		if err != nil {

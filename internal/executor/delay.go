@@ -188,6 +188,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 		if e.Requeue.enabled() {
 			err := e.requeue(j, nb, m.PriorAttempts(), 0)
 			if err == nil {
+				j.Copied = true
 				ack.Delete(j)
 				return true, true
 			}
@@ -225,6 +226,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 			e.Counters.Held.Add(1)
 			e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 			log.Debug("message held back until its time", "step", "copy", "delay", delay)
+			j.Copied = true
 			ack.Delete(j)
 			return true, true
 		}
@@ -308,6 +310,7 @@ func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
 		retry(j, ack, delay)
 		return
 	}
+	j.Copied = true
 	ack.Delete(j)
 }
 

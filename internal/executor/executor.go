@@ -26,7 +26,8 @@ import (
 // Acker acknowledges messages the way one runtime does.
 type Acker interface {
 	// Delete acknowledges a message that is done: handled, or copied to
-	// the dead-letter queue. The message's lease is still held, so that
+	// the dead-letter queue or to wait (then j.Copied is set). The
+	// message's lease is still held, so that
 	// the heartbeat keeps it invisible until the delete lands: the acker
 	// calls j.Done once it has, or has failed for good.
 	Delete(j *Job)
@@ -67,6 +68,12 @@ type Job struct {
 	Log *slog.Logger
 	// Probe is true when the message runs as the circuit breaker's probe.
 	Probe bool
+	// Copied is set before Acker.Delete when a copy of the message was
+	// sent (to the dead-letter queue, or a waiting copy): until the
+	// original is deleted, both are in the queues, and a crash then
+	// leaves both. An acker that defers its deletes (the Lambda adapter,
+	// to the end of the invocation) deletes such a message at once.
+	Copied bool
 
 	// holdChecked is set by Executor.Hold: Run does not hold the message
 	// a second time (nor try its fresh copy again).
@@ -313,6 +320,7 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 		return false
 	case dec.Action == outcome.DeadLetter:
 		if e.deadLetter(j, err, class, log) {
+			j.Copied = true
 			ack.Delete(j)
 			return true
 		}
