@@ -277,7 +277,8 @@ func (e *Executor) Postpone(j *Job, ack Acker, delay time.Duration, cause error)
 	e.Counters.Postponed.Add(1)
 	e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 	j.log(e).Debug("message postponed", "message_id", j.Msg.ID, "retry_in", delay, "cause", cause)
-	retry(j, ack, delay)
+	m := j.Msg
+	e.postpone(j, ack, delay, receives(m)-1+m.PriorAttempts())
 }
 
 // settleFailure carries out the decision for a failed handler. It reports
@@ -289,7 +290,7 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 		c.Postponed.Add(1)
 		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 		j.log(e).Debug("message postponed", "message_id", m.ID, "attempt", m.ReceiveCount, "retry_in", dec.Delay)
-		e.later(j, ack, dec.Delay, m.ReceiveCount-1)
+		e.postpone(j, ack, dec.Delay, m.ReceiveCount-1)
 		return false
 	}
 	if cause := context.Cause(j.Ctx); cause != nil && e.stopped(cause) {
