@@ -268,7 +268,9 @@ func (e *Executor) Release(j *Job, ack Acker) {
 }
 
 // Postpone puts off a message that was not run, without counting an
-// attempt: it comes back after delay. cause says why, for the log.
+// attempt: it comes back after delay, by its visibility, or in a fresh copy
+// when it is on the last receive its redrive policy allows (see postpone).
+// cause says why, for the log.
 func (e *Executor) Postpone(j *Job, ack Acker, delay time.Duration, cause error) {
 	if !j.Held(time.Now()) {
 		abandon(j, ack)
