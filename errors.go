@@ -47,8 +47,12 @@ type RetryAfterError struct {
 // (12 hours) is carried out as a delay of any length (see [AttrNotBefore]). Use it when the failure says when to
 // try again, such as an HTTP 429 with a Retry-After header. With a nil err the
 // message is postponed rather than failed: the runtimes neither count it as a
-// failure nor move it to the dead-letter queue on its last attempt (SQS's
-// redrive policy still counts the receive).
+// failure nor move it to the dead-letter queue on its last attempt. SQS's
+// redrive policy still counts the receive: on the last receive it allows, a
+// message of a standard queue is postponed in a fresh copy instead (sent with
+// the delay, carrying the attempts made; the original deleted), so that its
+// next receive is not SQS's move to the dead-letter queue. A FIFO queue's
+// keeps its visibility, as a copy would go behind the rest of its group.
 func RetryAfter(d time.Duration, err error) error {
 	return &RetryAfterError{Delay: ClampLongDelay(d), Err: err}
 }

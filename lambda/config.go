@@ -33,9 +33,10 @@ type Config struct {
 	Backoff sqsworker.Backoff
 
 	// SafetyMargin is the time kept free at the end of an invocation: no
-	// record starts later than SafetyMargin before the deadline, and
-	// handlers' contexts end SafetyMargin/2 before it, leaving time to
-	// report. Default a tenth of the time left when the invocation starts,
+	// record starts later than SafetyMargin before the deadline,
+	// handlers' contexts end SafetyMargin/2 before it, and the function
+	// stops waiting for handlers that ignore their context SafetyMargin/4
+	// before it, leaving time to report. Default a tenth of the time left when the invocation starts,
 	// between 200ms and 5s.
 	SafetyMargin time.Duration
 
@@ -67,7 +68,10 @@ type Config struct {
 	// records of an invocation are not run but postponed, reported failed
 	// with a visibility timeout that reaches to the next probe, so that
 	// each costs one receive per probe interval instead of one per
-	// backoff; one record at a time runs as the probe.
+	// backoff; one record at a time runs as the probe. A record on the
+	// last receive the queue's redrive policy allows is postponed in a
+	// fresh copy instead (standard queues), so that SQS does not move it
+	// to the dead-letter queue on its next receive.
 	Breaker sqsworker.BreakerConfig
 
 	// BatchingWindow is the event source mapping's maximum batching

@@ -21,16 +21,17 @@
 //     comes back then rather than after the queue's whole visibility timeout;
 //   - a Permanent failure, or a failure on the last attempt the queue's
 //     redrive policy allows, is copied to the dead-letter queue with the same
-//     failure metadata as the worker's (sqsworker.Failure) and reported as
-//     handled, so that Lambda deletes it; if the copy fails, it is reported
-//     failed and left to the redrive policy;
+//     failure metadata as the worker's (sqsworker.Failure), deleted at once
+//     (so that a function killed later in the batch does not leave it to be
+//     received again) and reported as handled; if the copy fails, it is
+//     reported failed and left to the redrive policy;
 //   - a panic is recovered into a *sqsworker.PanicError, a failure;
 //   - RetryAfter with a nil error postpones the record without counting it
 //     as a failure;
 //   - a record whose sqsworker.AttrNotBefore lies ahead (a job sent for
 //     later) is held back without running the handler or counting an
-//     attempt: reported failed with a new visibility timeout, or reported
-//     handled once a copy that waits took its place; a backoff or RetryAfter
+//     attempt: reported failed with a new visibility timeout, or deleted
+//     and reported handled once a copy that waits took its place; a backoff or RetryAfter
 //     longer than the visibility timeout can hold waits in such a copy too
 //     (see "Delays of any length" in package sqsworker).
 //
@@ -40,8 +41,10 @@
 // The function returns an error only when it cannot work at all (an event
 // that is not an SQS event, an invalid heartbeat configuration): then no
 // handler ran and nothing is deleted. A queue whose attributes cannot be read
-// (throttled, denied, unreachable) does not stop the batch: the records run
-// with the attributes read before, or with Config's DeadLetterQueueURL and
+// (throttled, denied, unreachable: a read is given up after the safety
+// margin, at least a second, so that an SQS that swallows the function's
+// requests does not take the handlers' time) does not stop the batch: the
+// records run with the attributes read before, or with Config's DeadLetterQueueURL and
 // MaxReceiveCount alone and no heartbeat, and the read is tried again on the
 // next invocation.
 //
@@ -49,7 +52,7 @@
 //
 // The records of a standard queue run concurrently, at most
 // Config.Concurrency at once. On a FIFO queue the records of one message
-// group run in order and groups run in parallel; after a failure the rest of
+// group (of one queue) run in order and groups run in parallel; after a failure the rest of
 // that group is reported failed (and made visible again at once, behind the
 // failed one), while other groups go on.
 //
@@ -61,7 +64,16 @@
 // ErrDeadline, leaving time to report before Lambda stops the function. A
 // record cut short that way did not fail: it is made visible again at once,
 // never counted as an attempt toward the dead-letter queue. A dead-letter
-// move ends before the deadline too.
+// move ends before the deadline too, a quarter of the margin before it.
+//
+// A handler that ignores its context, still running then, is left to run:
+// the function stops waiting for it and answers with the outcomes of the
+// other records, so that Lambda does not time the invocation out and retry
+// the whole batch, the records that succeeded included. The record of such
+// a handler is reported failed, its visibility left alone (it comes back
+// after its visibility timeout, not while its handler may still run), and
+// what the handler returns later is ignored; the records that had not
+// started then are reported failed and made visible again at once.
 //
 // # Long records
 //

@@ -7,13 +7,16 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	awslambda "github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
@@ -144,6 +147,7 @@ type adapter struct {
 // queueState is what the adapter knows of one queue.
 type queueState struct {
 	info     queue.Info
+	client   API
 	exec     *executor.Executor
 	ext      *visibility.Extender // nil without a heartbeat
 	beat     heartbeat            // runs ext's rounds for the invocations using it
@@ -162,7 +166,7 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 		maxReceive = info.MaxReceiveCount
 	}
 	log := a.cfg.Logger.With("queue", info.URL)
-	st := &queueState{info: info, loadedAt: time.Now(), known: known}
+	st := &queueState{info: info, client: a.cfg.Client, loadedAt: time.Now(), known: known}
 	st.exec = &executor.Executor{
 		Handler: a.h,
 		Policy: outcome.Policy{Backoff: a.cfg.Backoff, MaxReceiveCount: maxReceive,
@@ -201,16 +205,23 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 
 // state returns the state of the queue at url, reading its attributes on
 // first use and again once they are QueueRefresh old. When they cannot be
-// read (throttled, denied, unreachable), it goes on with what it knew, or
-// with the configuration alone, and tries again on the next invocation.
-func (a *adapter) state(ctx context.Context, url string, log *slog.Logger) (*queueState, error) {
+// read (throttled, denied, unreachable) by readBy (if set), it goes on with
+// what it knew, or with the configuration alone, and tries again on the
+// next invocation.
+func (a *adapter) state(ctx context.Context, url string, readBy time.Time, log *slog.Logger) (*queueState, error) {
 	a.mu.Lock()
 	st, ok := a.queues[url]
 	a.mu.Unlock()
 	if ok && st.known && time.Since(st.loadedAt) < a.cfg.QueueRefresh {
 		return st, nil
 	}
-	info, err := queue.Load(ctx, a.cfg.Client, url)
+	rctx := ctx
+	if !readBy.IsZero() {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadline(ctx, readBy)
+		defer cancel()
+	}
+	info, err := queue.Load(rctx, a.cfg.Client, url)
 	if err != nil {
 		if ok && st.known {
 			log.Warn("re-reading the queue's attributes failed; going on with those read before", "queue", url, "error", err)
@@ -241,22 +252,77 @@ type record struct {
 	job executor.Job
 	st  *queueState
 
+	// mu guards what follows: a handler that ignores its context may
+	// settle its record after the invocation gave up on it.
+	mu         sync.Mutex
+	started    bool          // its handler was called, or its hold checked
+	settled    bool          // the executor settled it
+	givenUp    bool          // the invocation returned without its outcome
 	failed     bool          // reported in batchItemFailures
 	visibility time.Duration // the visibility to set when failed
 	keep       bool          // failed, but leave its visibility alone
 }
 
 // Delete: the record is done; Lambda deletes it once the function returns.
-func (r *record) Delete(j *executor.Job) { j.Done() }
-
-// Retry reports the record failed, to come back after vis.
-func (r *record) Retry(_ *executor.Job, vis time.Duration) {
-	r.failed, r.visibility = true, vis
-	r.keep = r.st == nil
+// A record whose copy was sent (to the dead-letter queue, or to wait) is
+// deleted at once, as the worker deletes it: a function killed later in the
+// batch (out of memory, a crash) would leave both, and the original would be
+// received again, copied again, or run and succeed while its copy waits in
+// the dead-letter queue. Should that delete fail, Lambda's is still to come.
+func (r *record) Delete(j *executor.Job) {
+	if j.Copied && r.st != nil {
+		r.st.deleteNow(j)
+	}
+	j.Done()
+	r.settle(false, 0, false)
 }
 
+// deleteNow deletes j's message, by the time its moves must end.
+func (st *queueState) deleteNow(j *executor.Job) {
+	j.Acknowledging()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.Ctx), executor.DefaultMoveTimeout)
+	defer cancel()
+	if !j.MoveBy.IsZero() {
+		var cancelBy context.CancelFunc
+		ctx, cancelBy = context.WithDeadline(ctx, j.MoveBy)
+		defer cancelBy()
+	}
+	out, err := st.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &st.info.URL,
+		Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String("0"), ReceiptHandle: &j.Msg.ReceiptHandle}}})
+	if err == nil && len(out.Failed) > 0 {
+		err = fmt.Errorf("%s: %s", aws.ToString(out.Failed[0].Code), aws.ToString(out.Failed[0].Message))
+	}
+	if err != nil {
+		log := j.Log
+		if log == nil {
+			log = st.exec.Log
+		}
+		log.Warn("deleting a record whose copy was sent failed; Lambda deletes it when the function returns", "message_id", j.Msg.ID, "error", err)
+	}
+}
+
+// Retry reports the record failed, to come back after vis.
+func (r *record) Retry(_ *executor.Job, vis time.Duration) { r.settle(true, vis, r.st == nil) }
+
 // Abandon reports the record failed and leaves its visibility alone.
-func (r *record) Abandon(*executor.Job) { r.failed, r.keep = true, true }
+func (r *record) Abandon(*executor.Job) { r.settle(true, 0, true) }
+
+// settle records the record's outcome, unless the invocation gave up on it.
+func (r *record) settle(failed bool, vis time.Duration, keep bool) {
+	r.mu.Lock()
+	if !r.givenUp {
+		r.settled, r.failed, r.visibility, r.keep = true, failed, vis, keep
+	}
+	r.mu.Unlock()
+}
+
+// start marks the record started, unless the invocation gave up on it.
+func (r *record) start() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.started = !r.givenUp
+	return r.started
+}
 
 // exec is the executor that settles the record.
 func (r *record) exec(a *adapter) *executor.Executor {
@@ -271,7 +337,75 @@ type invocation struct {
 	a      *adapter
 	stopAt time.Time // no record starts after
 	sem    chan struct{}
-	wg     sync.WaitGroup
+	// giveUp is closed when the invocation stops waiting for handlers
+	// (nil without a deadline): those still running ignore their context.
+	giveUp <-chan struct{}
+	// running counts the goroutines running records, plus one for the
+	// dispatch; the last to end closes done.
+	running atomic.Int64
+	done    chan struct{}
+}
+
+// acquire takes a slot of the invocation's concurrency, unless the
+// invocation gives up first.
+func (inv *invocation) acquire() bool {
+	select {
+	case inv.sem <- struct{}{}:
+		return true
+	case <-inv.giveUp:
+		return false
+	}
+}
+
+// runRecord runs rec on a goroutine of its own, in the slot acquire took.
+// It is small, and calls run directly, so that the goroutine's first stack
+// holds the handler's call: a stack grown for each record costs more than
+// the rest of the adapter.
+func (inv *invocation) runRecord(rec *record) {
+	defer inv.free()
+	inv.run(rec)
+}
+
+// free gives back a goroutine's slot, and ends it.
+func (inv *invocation) free() {
+	<-inv.sem
+	inv.exit()
+}
+
+// exit ends a goroutine of the invocation (or the dispatch).
+func (inv *invocation) exit() {
+	if inv.running.Add(-1) == 0 {
+		close(inv.done)
+	}
+}
+
+// wait waits for the records' goroutines to end, or gives up on them: a
+// record not settled then is reported failed, its visibility left alone if
+// its handler is still running (it ignores its context; SQS hands the
+// record out again after its visibility timeout), else made visible again
+// at once. Later outcomes of those records are ignored.
+func (inv *invocation) wait(recs []record, log *slog.Logger) {
+	select {
+	case <-inv.done:
+		return
+	case <-inv.giveUp:
+	}
+	for i := range recs {
+		rec := &recs[i]
+		rec.mu.Lock()
+		if !rec.settled {
+			rec.givenUp, rec.failed, rec.visibility = true, true, 0
+			rec.keep = rec.started || rec.st == nil
+			if rec.started {
+				log.Error("handler still running at the invocation's deadline: it ignores its context; reporting its record failed, to come back after its visibility timeout",
+					"message_id", rec.job.Msg.ID)
+			} else {
+				rec.exec(inv.a).Counters.Released.Add(1)
+			}
+		}
+		rec.mu.Unlock()
+		rec.job.Done()
+	}
 }
 
 func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
@@ -284,6 +418,23 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	if lc, ok := lambdacontext.FromContext(ctx); ok {
 		log = log.With("aws_request_id", lc.AwsRequestID)
 	}
+	// Deadlines: stop starting records at stopAt, end handlers at hardAt.
+	margin := a.cfg.SafetyMargin
+	deadline, hasDeadline := ctx.Deadline()
+	if margin == 0 && hasDeadline {
+		margin = min(max(deadline.Sub(start)/10, 200*time.Millisecond), 5*time.Second)
+	}
+	// A read of a queue's attributes takes no more than the margin (at
+	// least a second): an SQS that swallows the function's requests must
+	// not take the time of the handlers, which can run without them.
+	var readBy time.Time
+	if hasDeadline {
+		readBy = start.Add(max(margin, time.Second))
+		if stop := deadline.Add(-margin); stop.Before(readBy) {
+			readBy = stop
+		}
+	}
+
 	recs := make([]record, len(ev.Records))
 	states := map[*queueState]*slog.Logger{}
 	var lastARN, lastURL string // the records of a batch share their queue
@@ -301,7 +452,7 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		url, err := lastURL, lastErr
 		if err != nil {
 			log.Error("record's queue unknown: it can be reported failed but not retried with backoff nor dead-lettered", "message_id", r.MessageId, "error", err)
-		} else if rec.st, err = a.state(ctx, url, log); err != nil {
+		} else if rec.st, err = a.state(ctx, url, readBy, log); err != nil {
 			return resp, err // nothing ran, nothing is deleted
 		} else if _, seen := states[rec.st]; !seen {
 			states[rec.st] = log.With("queue", url)
@@ -309,13 +460,8 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		rec.job.Msg = NewMessage(r, url)
 	}
 
-	// Deadlines: stop starting records at stopAt, end handlers at hardAt.
-	margin := a.cfg.SafetyMargin
-	deadline, hasDeadline := ctx.Deadline()
-	if margin == 0 && hasDeadline {
-		margin = min(max(time.Until(deadline)/10, 200*time.Millisecond), 5*time.Second)
-	}
-	inv := &invocation{a: a, sem: make(chan struct{}, a.cfg.Concurrency)}
+	inv := &invocation{a: a, sem: make(chan struct{}, a.cfg.Concurrency), done: make(chan struct{})}
+	inv.running.Store(1) // the dispatch
 	hctx := ctx
 	var moveBy time.Time
 	if hasDeadline {
@@ -324,6 +470,12 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		var cancel context.CancelFunc
 		hctx, cancel = context.WithDeadlineCause(ctx, deadline.Add(-margin/2), ErrDeadline)
 		defer cancel()
+		// Handlers not ended by the time the moves must end ignore their
+		// context: the invocation stops waiting for them then, so that
+		// Lambda gets the outcome of the others.
+		gctx, cancelGiveUp := context.WithDeadline(context.WithoutCancel(ctx), moveBy)
+		defer cancelGiveUp()
+		inv.giveUp = gctx.Done()
 	}
 
 	// The heartbeats of this invocation's queues, shared with the
@@ -353,14 +505,15 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	} else {
 		for i := range recs {
 			rec := &recs[i]
-			inv.sem <- struct{}{}
-			inv.wg.Go(func() {
-				defer func() { <-inv.sem }()
-				inv.run(rec)
-			})
+			if !inv.acquire() {
+				break
+			}
+			inv.running.Add(1)
+			go inv.runRecord(rec)
 		}
 	}
-	inv.wg.Wait()
+	inv.exit() // the dispatch
+	inv.wait(recs, log)
 	for st := range states {
 		if st.ext != nil {
 			st.beat.leave()
@@ -386,21 +539,35 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 
 func fifo(recs []record) bool {
 	for i := range recs {
-		if recs[i].job.Msg.GroupID != "" || (recs[i].st != nil && recs[i].st.info.FIFO) {
+		if recs[i].fifo() {
 			return true
 		}
 	}
 	return false
 }
 
-// runGroups handles FIFO records: each message group in order, groups in
-// parallel. Once a record is not done, the rest of its group is released.
+// fifo reports whether the record comes from a FIFO queue.
+func (r *record) fifo() bool {
+	return r.job.Msg.GroupID != "" || (r.st != nil && r.st.info.FIFO)
+}
+
+// group names a message group of one queue.
+type group struct{ queue, id string }
+
+// runGroups handles the records of an event with FIFO records: each
+// message group of a queue in order, groups in parallel. Once a record is
+// not done, the rest of its group is released. A record of a standard queue
+// (in an event that also holds FIFO records, which an event source mapping
+// never sends) is a group of its own.
 func (inv *invocation) runGroups(recs []record) {
-	var order []string
-	groups := map[string][]*record{}
+	var order []group
+	groups := map[group][]*record{}
 	for i := range recs {
 		r := &recs[i]
-		g := r.job.Msg.GroupID
+		g := group{queue: r.job.Msg.QueueURL, id: r.job.Msg.GroupID}
+		if !r.fifo() {
+			g.id = "\x00" + r.job.Msg.ID // no group ID has a NUL
+		}
 		if _, ok := groups[g]; !ok {
 			order = append(order, g)
 		}
@@ -408,18 +575,26 @@ func (inv *invocation) runGroups(recs []record) {
 	}
 	for _, g := range order {
 		group := groups[g]
-		inv.sem <- struct{}{}
-		inv.wg.Go(func() {
-			defer func() { <-inv.sem }()
-			for i, rec := range group {
-				if !inv.run(rec) {
-					for _, rest := range group[i+1:] {
-						rest.exec(inv.a).Release(&rest.job, rest)
-					}
-					return
-				}
+		if !inv.acquire() {
+			return
+		}
+		inv.running.Add(1)
+		go inv.runGroup(group)
+	}
+}
+
+// runGroup runs the records of one message group in order, on a goroutine
+// of its own, in the slot acquire took. Once a record is not done, the rest
+// of the group is released.
+func (inv *invocation) runGroup(group []*record) {
+	defer inv.free()
+	for i, rec := range group {
+		if !inv.run(rec) {
+			for _, rest := range group[i+1:] {
+				rest.exec(inv.a).Release(&rest.job, rest)
 			}
-		})
+			return
+		}
 	}
 }
 
@@ -427,6 +602,9 @@ func (inv *invocation) runGroups(recs []record) {
 // it (then it is released) or the circuit breaker is open (then it is
 // postponed to the next probe). It reports whether the record is done.
 func (inv *invocation) run(rec *record) bool {
+	if !rec.start() {
+		return false // given up
+	}
 	ex := rec.exec(inv.a)
 	if !inv.stopAt.IsZero() && !time.Now().Before(inv.stopAt) {
 		ex.Release(&rec.job, rec)

@@ -199,3 +199,56 @@ func BenchmarkRIEInvoke(b *testing.B) {
 		b.ReportMetric(float64(fi.Size())/(1<<20), "bootstrap-MiB")
 	}
 }
+
+// A handler that ignores its context does not hold the invocation past the
+// function's timeout: the function answers in time, with the stalled record
+// failed and its visibility left alone, so that the records whose handlers
+// succeeded are deleted rather than retried with the whole batch (and at
+// last dead-lettered by SQS, though they succeeded every time).
+func TestRealInvocationHandlerIgnoringContext(t *testing.T) {
+	sq := localtest.NewSQS(t)
+	rie := localtest.StartRIE(t, localtest.BuildBootstrap(t, examplePkg), "AWS_LAMBDA_FUNCTION_TIMEOUT=4")
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 60 * time.Second})
+	localtest.Send(t, sq, q.URL, "", "ok", "stall:1m", "ok")
+	msgs := receiveN(t, sq, q.URL, 3)
+	status, body := invoke(t, rie, sqstest.SQSEvent(q.ARN, msgs))
+	var resp events.SQSEventResponse
+	if err := json.Unmarshal(body, &resp); status != 200 || err != nil {
+		t.Fatalf("status %d, body %q: want the batch response before the function's timeout", status, body)
+	}
+	var failed []string
+	for _, f := range resp.BatchItemFailures {
+		failed = append(failed, f.ItemIdentifier)
+	}
+	if want := idsOf(msgs, "stall:1m"); !slices.Equal(failed, want) {
+		t.Errorf("batchItemFailures %v, want the stalled record only %v", failed, want)
+	}
+	// The stalled record's handler still runs: it is not made visible.
+	if v, _, _ := localtest.Depth(t, sq, q.URL); v != 0 {
+		t.Errorf("%d records visible, want none", v)
+	}
+}
+
+// A function killed in the middle of a batch (here by a job that ends the
+// process, as an out-of-memory kill does) after it moved a record to the
+// dead-letter queue has deleted that record already: Lambda retries the
+// whole batch, and the record would be moved a second time (or run again,
+// and perhaps succeed, while its copy waits in the dead-letter queue).
+func TestRealInvocationKilledAfterDeadLetter(t *testing.T) {
+	sq := localtest.NewSQS(t)
+	rie := localtest.StartRIE(t, localtest.BuildBootstrap(t, examplePkg))
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 60 * time.Second})
+	localtest.Send(t, sq, q.URL, "", "permanent", "crash:2s")
+	msgs := receiveN(t, sq, q.URL, 2)
+	status, body := invoke(t, rie, sqstest.SQSEvent(q.ARN, msgs))
+	var resp events.SQSEventResponse
+	if json.Unmarshal(body, &resp) == nil && resp.BatchItemFailures != nil {
+		t.Fatalf("status %d, body %s: want the function killed", status, body)
+	}
+	if n := len(receiveN(t, sq, q.DLQURL, 1)); n != 1 {
+		t.Fatalf("dead-letter queue holds %d, want 1", n)
+	}
+	if v, inFlight, _ := localtest.Depth(t, sq, q.URL); v+inFlight != 1 {
+		t.Errorf("the queue holds %d records after the kill, want 1 (the crashed one): the dead-lettered record, not deleted, would be received again", v+inFlight)
+	}
+}

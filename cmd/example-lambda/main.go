@@ -6,7 +6,10 @@
 //
 // The jobs it runs say in their body what to do, so that every outcome can be
 // seen: "ok", "fail" (a transient error), "permanent", "panic",
-// "retry-after:DURATION", "sleep:DURATION" (then succeed), and
+// "retry-after:DURATION", "sleep:DURATION" (then succeed), "stall:DURATION"
+// (sleep ignoring the context, as a handler stuck in a call without a
+// timeout does, then succeed), "crash:DURATION" (end the process after
+// DURATION, as an out-of-memory kill does, in the middle of the batch) and
 // "fail-until:N" (fail until the N-th attempt).
 package main
 
@@ -52,6 +55,20 @@ func handle(ctx context.Context, m *sqsworker.Message) error {
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
+	case "stall":
+		d, err := time.ParseDuration(arg)
+		if err != nil {
+			return sqsworker.Permanent(fmt.Errorf("bad duration %q: %w", arg, err))
+		}
+		time.Sleep(d)
+		return nil
+	case "crash":
+		d, err := time.ParseDuration(arg)
+		if err != nil {
+			return sqsworker.Permanent(fmt.Errorf("bad duration %q: %w", arg, err))
+		}
+		time.Sleep(d)
+		os.Exit(137)
 	case "fail-until":
 		n, err := strconv.Atoi(arg)
 		if err != nil {

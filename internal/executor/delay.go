@@ -187,6 +187,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 		if e.Requeue.enabled() {
 			err := e.requeue(j, nb, m.PriorAttempts(), 0)
 			if err == nil {
+				j.Copied = true
 				ack.Delete(j)
 				return true, true
 			}
@@ -224,6 +225,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 			e.Counters.Held.Add(1)
 			e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 			log.Debug("message held back until its time", "step", "copy", "delay", delay)
+			j.Copied = true
 			ack.Delete(j)
 			return true, true
 		}
@@ -316,7 +318,35 @@ func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
 		retry(j, ack, delay)
 		return
 	}
+	j.Copied = true
 	ack.Delete(j)
+}
+
+// postpone makes j's message come back after delay without counting an
+// attempt (RetryAfter with a nil error, the circuit breaker's wait), prior
+// being the attempts made before this receive: as later does, unless the
+// message is on the last receive the redrive policy allows, whose next
+// receive is SQS's move to the dead-letter queue though no handler failed.
+// Then a copy waits instead, sent with the delay (up to a message delay; a
+// longer one is held on the copy), starting from a receive count of 0 and
+// carrying prior; should the copy fail, the message waits on its
+// visibility. FIFO queues keep the visibility: a copy would go behind the
+// rest of its group.
+func (e *Executor) postpone(j *Job, ack Acker, delay time.Duration, prior int) {
+	if mrc := e.Policy.RedriveMaxReceiveCount; mrc > 0 && receives(j.Msg) >= mrc && e.Requeue.enabled() && !e.Requeue.FIFO {
+		delay = sqsworker.ClampLongDelay(max(delay, 0))
+		s := steps()
+		err := e.requeue(j, s.Now().Add(delay), prior, min(delay, s.MessageDelay))
+		if err == nil {
+			j.Copied = true
+			ack.Delete(j)
+			return
+		}
+		e.requeueFailed()
+		j.log(e).Warn("sending the waiting copy of a message postponed on its last receive failed; SQS moves it to the dead-letter queue on its next receive",
+			"message_id", j.Msg.ID, "retry_in", delay, "error", err)
+	}
+	e.later(j, ack, delay, prior)
 }
 
 // requeueFailed counts a waiting copy that could not be sent.

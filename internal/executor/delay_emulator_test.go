@@ -312,6 +312,12 @@ func TestEmulatorDelaysOfAnyLength(t *testing.T) {
 					t.Errorf("%d messages dead-lettered", v+i+d)
 				}
 				want := executor.ExpectedCostWith(tc.d, tc.mrc, emuSteps.MessageDelay, emuSteps.Slack, emuSteps.Visibility)
+				if name == "lambda" {
+					// The adapter deletes each original whose copy it sent
+					// at once, and the event source mapping once more, in
+					// its delete of the batch.
+					want.Deletes += want.Sends - 1
+				}
 				if got := api.cost(); got != want {
 					t.Errorf("cost %+v (%d requests), the documentation's rules say %+v (%d)", got, got.Total(), want, want.Total())
 				}

@@ -26,7 +26,8 @@ import (
 // Acker acknowledges messages the way one runtime does.
 type Acker interface {
 	// Delete acknowledges a message that is done: handled, or copied to
-	// the dead-letter queue. The message's lease is still held, so that
+	// the dead-letter queue or to wait (then j.Copied is set). The
+	// message's lease is still held, so that
 	// the heartbeat keeps it invisible until the delete lands: the acker
 	// calls j.Done once it has, or has failed for good.
 	Delete(j *Job)
@@ -67,6 +68,12 @@ type Job struct {
 	Log *slog.Logger
 	// Probe is true when the message runs as the circuit breaker's probe.
 	Probe bool
+	// Copied is set before Acker.Delete when a copy of the message was
+	// sent (to the dead-letter queue, or a waiting copy): until the
+	// original is deleted, both are in the queues, and a crash then
+	// leaves both. An acker that defers its deletes (the Lambda adapter,
+	// to the end of the invocation) deletes such a message at once.
+	Copied bool
 
 	// holdChecked is set by Executor.Hold: Run does not hold the message
 	// a second time (nor try its fresh copy again).
@@ -261,7 +268,9 @@ func (e *Executor) Release(j *Job, ack Acker) {
 }
 
 // Postpone puts off a message that was not run, without counting an
-// attempt: it comes back after delay. cause says why, for the log.
+// attempt: it comes back after delay, by its visibility, or in a fresh copy
+// when it is on the last receive its redrive policy allows (see postpone).
+// cause says why, for the log.
 func (e *Executor) Postpone(j *Job, ack Acker, delay time.Duration, cause error) {
 	if !j.Held(time.Now()) {
 		abandon(j, ack)
@@ -270,7 +279,8 @@ func (e *Executor) Postpone(j *Job, ack Acker, delay time.Duration, cause error)
 	e.Counters.Postponed.Add(1)
 	e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 	j.log(e).Debug("message postponed", "message_id", j.Msg.ID, "retry_in", delay, "cause", cause)
-	retry(j, ack, delay)
+	m := j.Msg
+	e.postpone(j, ack, delay, receives(m)-1+m.PriorAttempts())
 }
 
 // settleFailure carries out the decision for a failed handler. It reports
@@ -282,7 +292,7 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 		c.Postponed.Add(1)
 		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
 		j.log(e).Debug("message postponed", "message_id", m.ID, "attempt", m.ReceiveCount, "retry_in", dec.Delay)
-		e.later(j, ack, dec.Delay, m.ReceiveCount-1)
+		e.postpone(j, ack, dec.Delay, m.ReceiveCount-1)
 		return false
 	}
 	if cause := context.Cause(j.Ctx); cause != nil && e.stopped(cause) {
@@ -313,6 +323,7 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 		return false
 	case dec.Action == outcome.DeadLetter:
 		if e.deadLetter(j, err, class, log) {
+			j.Copied = true
 			ack.Delete(j)
 			return true
 		}

@@ -1,0 +1,80 @@
+package lambda_test
+
+// Records whose copy was sent (to the dead-letter queue, or to wait) are
+// deleted at once, not at the end of the invocation.
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/sqstest"
+)
+
+// A record moved to the dead-letter queue is deleted as soon as its copy is
+// sent, as the worker deletes it, not when the function returns: a function
+// killed later in the batch (out of memory, a crash) would leave the
+// original to be received again, and moved a second time, or run again and
+// succeed while its copy waits in the dead-letter queue. Here the batch's
+// second record looks at the queue while it runs.
+func TestDeadLetteredRecordDeletedAtOnce(t *testing.T) {
+	f := newFake("300")
+	url := sqstest.QueueURL("orders")
+	inFlight := -1
+	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		switch m.Body {
+		case "permanent":
+			return sqsworker.Permanent(errors.New("malformed job"))
+		case "look":
+			_, inFlight, _ = f.Depth(url)
+		}
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true})
+	ev := received(t, f, "orders", "permanent", "look")
+	resp, err := fn(context.Background(), ev)
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("resp %v, err %v", resp, err)
+	}
+	if inFlight != 1 {
+		t.Errorf("%d records of the queue in flight while the batch went on, want 1: the dead-lettered one not deleted yet", inFlight)
+	}
+	if v, _, _ := f.Depth(sqstest.QueueURL("orders-dlq")); v != 1 {
+		t.Errorf("dead-letter queue holds %d, want 1", v)
+	}
+}
+
+// So is a record held for later whose waiting copy was sent.
+func TestRequeuedRecordDeletedAtOnce(t *testing.T) {
+	f := newFake("300")
+	url := sqstest.QueueURL("orders")
+	inFlight := -1
+	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		_, inFlight, _ = f.Depth(url)
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true})
+	later := map[string]sqsworker.MessageAttribute{sqsworker.AttrNotBefore: sqsworker.NotBeforeAttribute(time.Now().Add(5 * time.Minute))}
+	f.Send(url, "later", func(in *sqs.SendMessageInput) { in.MessageAttributes = sqsmsg.ToSDKAttributes(later) })
+	f.Send(url, "look")
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}, MessageAttributeNames: []string{"All"}})
+	if err != nil || len(out.Messages) != 2 || *out.Messages[0].Body != "later" {
+		t.Fatalf("received %d, %v; want the held record first", len(out.Messages), err)
+	}
+	ev := sqstest.SQSEvent(sqstest.QueueARN("orders"), out.Messages)
+	resp, err := fn(context.Background(), ev)
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("resp %v, err %v", resp, err)
+	}
+	if inFlight != 1 {
+		t.Errorf("%d records of the queue in flight while the batch went on, want 1: the held one, whose copy was sent, not deleted yet", inFlight)
+	}
+}
