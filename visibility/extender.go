@@ -316,16 +316,36 @@ func (l *Lease) OnExtend(f func(until time.Time)) {
 // shorter visibility, or a longer one), and Deadline counts an extension
 // that landed meanwhile. A lease being acknowledged (Acknowledging) is not
 // waited for: its delete was sent, and an extension landing after it fails.
-func (l *Lease) Release() {
+func (l *Lease) Release() { l.ReleaseBy(time.Time{}) }
+
+// ReleaseBy is Release, waiting for an extension already sent no later than
+// by (without limit if by is zero): a runtime that must be done by then (a
+// Lambda invocation, stopped at its deadline) lets such an extension land
+// after its own visibility change rather than miss its deadline.
+func (l *Lease) ReleaseBy(by time.Time) {
 	l.e.mu.Lock()
 	first := !l.ended
 	if first {
 		l.ended = true
 		l.e.removeLocked(l)
 	}
-	if !l.acking.Load() {
-		for l.calls > 0 {
-			l.e.sent.Wait()
+	if !l.acking.Load() && l.calls > 0 {
+		if by.IsZero() {
+			for l.calls > 0 {
+				l.e.sent.Wait()
+			}
+		} else {
+			// Wakes the wait at by; taking mu first, it cannot signal
+			// between a check of the time and the Wait that follows.
+			t := time.AfterFunc(time.Until(by), func() {
+				l.e.mu.Lock()
+				l.e.mu.Unlock()
+				l.e.sent.Broadcast()
+			})
+			for l.calls > 0 && time.Now().Before(by) {
+				l.e.sent.Wait()
+			}
+			t.Stop()
 		}
 	}
 	l.e.mu.Unlock()
