@@ -335,12 +335,12 @@ func (l *Lease) ReleaseBy(by time.Time) {
 				l.e.sent.Wait()
 			}
 		} else {
-			// Wakes the wait at by; taking mu first, it cannot signal
+			// Wakes the wait at by; holding mu, it cannot signal
 			// between a check of the time and the Wait that follows.
 			t := time.AfterFunc(time.Until(by), func() {
 				l.e.mu.Lock()
-				l.e.mu.Unlock()
 				l.e.sent.Broadcast()
+				l.e.mu.Unlock()
 			})
 			for l.calls > 0 && time.Now().Before(by) {
 				l.e.sent.Wait()
