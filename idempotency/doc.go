@@ -67,9 +67,10 @@
 // ended without a successful extension) the handler's context is cancelled
 // with a cause matching [ErrNotHolder]: the job may run elsewhere and should
 // stop. Completing a claim is retried with backoff too, for up to 30s and
-// never past its lease (nor past the handler context's deadline, or 250ms
-// after the handler returned: a Lambda function must report in time), so
-// that a duplicate finds the key completed rather than in progress.
+// never past its lease (nor, in a Lambda invocation, past its handlers'
+// deadline, or 250ms after the handler returned: a Lambda function must
+// report in time), so that a duplicate finds the key completed rather than
+// in progress.
 //
 // A duplicate of a running job is postponed until the claim's lease, grace
 // included, ends; it is then acknowledged if the job completed.

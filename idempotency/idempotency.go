@@ -16,6 +16,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/jobkey"
+	"github.com/sqsworker/sqsworker/internal/stopby"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
@@ -277,10 +278,12 @@ func SetResult(ctx context.Context, result []byte) {
 // Completing or releasing the claim, or committing next's writes with the
 // completion, is retried with backoff for up to 30s, never past the claim's
 // lease: a claim left in progress would postpone its duplicates until its
-// lease ends, then let them run again. Nor does it go past the deadline of
-// the handler's context, if it has one, or 250ms after next returned if
-// that is later: a Lambda function must report its batch before its own
-// deadline. A completion without writes that
+// lease ends, then let them run again. In a Lambda invocation (the lambda
+// package's handlers), nor does it go past the handlers' deadline, or 250ms
+// after next returned if that is later: a Lambda function must report its
+// batch before its own deadline. In the worker it outlives the handler
+// context's deadline, which bounds the handler, not the process. A
+// completion without writes that
 // still fails is logged, and the message acknowledged all the same (the
 // effect happened). A commit that still fails applied nothing, or applied
 // everything and completed the record; the claim is released (a completed
@@ -412,11 +415,14 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 
 // finishing returns the context and the deadline of the requests that
 // finish a claim (complete, commit, release) whose lease ends at held (zero:
-// no claim, writes committed alone), for a handler that ran with ctx: they outlive ctx's cancellation, are retried
-// for up to finishBudget and never past the lease, and end by ctx's
-// deadline, if it has one (Lambda stops a function at its own, shortly
-// after the handlers'), or lateFinish from now if that is later. Call the
-// function returned once they are done.
+// no claim, writes committed alone), for a handler that ran with ctx: they
+// outlive ctx's cancellation, are retried for up to finishBudget and never
+// past the lease, and, in a Lambda invocation, end by its handlers'
+// deadline (Lambda stops the function shortly after), or lateFinish from
+// now if that is later. Elsewhere ctx's deadline bounds the handler, not
+// the process: a worker's completion outlives it, so that a handler done
+// just in time does not leave its claim in progress. Call the function
+// returned once they are done.
 func (g *Guard) finishing(ctx context.Context, held time.Time) (context.Context, time.Time, context.CancelFunc) {
 	now := g.now()
 	deadline := now.Add(finishBudget)
@@ -424,7 +430,7 @@ func (g *Guard) finishing(ctx context.Context, held time.Time) (context.Context,
 		deadline = earliest(deadline, held)
 	}
 	fctx := context.WithoutCancel(ctx)
-	d, ok := ctx.Deadline()
+	d, ok := stopby.From(ctx)
 	if !ok {
 		return fctx, deadline, func() {}
 	}

@@ -31,7 +31,11 @@ const (
 	swallow                   // hold it, unanswered, until the client gives up
 	dropResponse              // pass it on, then close the connection instead of answering
 	throttle                  // answer it with a ProvisionedThroughputExceededException, without passing it on
+	slow                      // pass it on after slowDelay, as a DynamoDB slowed down (or its SDK retrying throttles) would
 )
+
+// slowDelay is how long a slow request waits before it is passed on.
+const slowDelay = 600 * time.Millisecond
 
 // faultProxy is an HTTP proxy on the loopback interface in front of DynamoDB
 // Local that injects faults by operation (PutItem, UpdateItem, …): a
@@ -132,6 +136,16 @@ func (p *faultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = io.WriteString(w, body)
 		return
+	case slow:
+		select {
+		case <-r.Context().Done():
+			hangUp()
+			return
+		case <-p.closing:
+			hangUp()
+			return
+		case <-time.After(slowDelay):
+		}
 	case swallow:
 		select {
 		case <-r.Context().Done():

@@ -25,6 +25,7 @@ import (
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
+	"github.com/sqsworker/sqsworker/internal/stopby"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
@@ -470,6 +471,9 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		var cancel context.CancelFunc
 		hctx, cancel = context.WithDeadlineCause(ctx, deadline.Add(-margin/2), ErrDeadline)
 		defer cancel()
+		// What finishes a job after its handler (the idempotency
+		// middleware's completion) ends by then too.
+		hctx = stopby.With(hctx, deadline.Add(-margin/2))
 		// Handlers not ended by the time the moves must end ignore their
 		// context: the invocation stops waiting for them then, so that
 		// Lambda gets the outcome of the others.

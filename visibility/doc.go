@@ -24,7 +24,8 @@
 // tells the two apart, and so that the context Track derived it from, which
 // outlives every message, keeps nothing of it. Release also waits for an
 // extension of the message under way, so that a visibility change sent
-// after it is not undone by that extension landing later. An extension SQS
+// after it is not undone by that extension landing later ([Lease.ReleaseBy]
+// bounds that wait, for a runtime with a deadline of its own). An extension SQS
 // refuses because it goes past its 12 hours, counted from its own receive
 // (earlier than the one the lease was tracked with), ends the lease with
 // [ErrMaxLifetime]. Transient

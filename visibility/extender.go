@@ -316,16 +316,36 @@ func (l *Lease) OnExtend(f func(until time.Time)) {
 // shorter visibility, or a longer one), and Deadline counts an extension
 // that landed meanwhile. A lease being acknowledged (Acknowledging) is not
 // waited for: its delete was sent, and an extension landing after it fails.
-func (l *Lease) Release() {
+func (l *Lease) Release() { l.ReleaseBy(time.Time{}) }
+
+// ReleaseBy is Release, waiting for an extension already sent no later than
+// by (without limit if by is zero): a runtime that must be done by then (a
+// Lambda invocation, stopped at its deadline) lets such an extension land
+// after its own visibility change rather than miss its deadline.
+func (l *Lease) ReleaseBy(by time.Time) {
 	l.e.mu.Lock()
 	first := !l.ended
 	if first {
 		l.ended = true
 		l.e.removeLocked(l)
 	}
-	if !l.acking.Load() {
-		for l.calls > 0 {
-			l.e.sent.Wait()
+	if !l.acking.Load() && l.calls > 0 {
+		if by.IsZero() {
+			for l.calls > 0 {
+				l.e.sent.Wait()
+			}
+		} else {
+			// Wakes the wait at by; holding mu, it cannot signal
+			// between a check of the time and the Wait that follows.
+			t := time.AfterFunc(time.Until(by), func() {
+				l.e.mu.Lock()
+				l.e.sent.Broadcast()
+				l.e.mu.Unlock()
+			})
+			for l.calls > 0 && time.Now().Before(by) {
+				l.e.sent.Wait()
+			}
+			t.Stop()
 		}
 	}
 	l.e.mu.Unlock()
@@ -537,9 +557,12 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		return
 	}
 	// Once the call and its results are done, Release may return: a change
-	// sent after it lands after this call's. A successful extension stops
-	// counting as soon as it is recorded, before its hooks run.
-	defer func() {
+	// sent after it lands after this call's. Every lease of the call stops
+	// counting it before any hook runs, so that a hook may release any
+	// lease.
+	settled := false
+	settle := func() {
+		settled = true
 		e.mu.Lock()
 		for i := range sends {
 			if !sends[i].counted {
@@ -548,6 +571,11 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		}
 		e.mu.Unlock()
 		e.sent.Broadcast()
+	}
+	defer func() {
+		if !settled {
+			settle()
+		}
 	}()
 	in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &e.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(sends))}
 	for i, p := range sends {
@@ -572,12 +600,15 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 	for _, f := range out.Failed {
 		failed[aws.ToString(f.Id)] = f
 	}
+	var hooks []func()
 	for i, p := range sends {
 		f, bad := failed[strconv.Itoa(i)]
 		switch {
 		case !bad:
 			e.extended.Add(1)
-			e.extendedTo(&sends[i])
+			if run := e.extendedTo(&sends[i]); run != nil {
+				hooks = append(hooks, run)
+			}
 		case f.SenderFault && p.l.acknowledging():
 			// Deleted while this call was under way.
 			p.l.end(ErrReleased)
@@ -603,13 +634,19 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 			}
 		}
 	}
+	settle()
+	for _, run := range hooks {
+		run()
+	}
 }
 
 // extendedTo records the successful extension p, and lets a Release that
-// waits for it return. A lease released while its extension was under way
+// waits for it return. It returns the function that runs the hooks of the
+// extension, nil if none: the call runs them once all its leases have
+// stopped counting it. A lease released while its extension was under way
 // records it too (a change sent after Release depends on the deadline), but
 // runs no hook.
-func (e *Extender) extendedTo(p *pending) {
+func (e *Extender) extendedTo(p *pending) func() {
 	l, until := p.l, p.until
 	e.mu.Lock()
 	p.counted = true
@@ -626,13 +663,15 @@ func (e *Extender) extendedTo(p *pending) {
 	e.mu.Unlock()
 	e.sent.Broadcast()
 	if !later || ended {
-		return
+		return nil
 	}
-	if e.cfg.OnExtend != nil {
-		e.cfg.OnExtend(l.msg, until)
-	}
-	for _, h := range hooks {
-		h(until)
+	return func() {
+		if e.cfg.OnExtend != nil {
+			e.cfg.OnExtend(l.msg, until)
+		}
+		for _, h := range hooks {
+			h(until)
+		}
 	}
 }
 

@@ -688,3 +688,57 @@ func TestExtensionRefusedPastTwelveHours(t *testing.T) {
 		}
 	})
 }
+
+// ReleaseBy waits for an extension of the lease under way no later than its
+// time, and the lease is released with the cause ErrReleased all the same.
+func TestReleaseByBoundsTheWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 30*time.Second, 1)
+		api := &heldCalls{API: f, entered: make(chan struct{}, 1), release: make(chan struct{})}
+		e, err := visibility.New(api, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, lease := e.Track(context.Background(), msgs[0], time.Now())
+		time.Sleep(20 * time.Second)
+		done := make(chan struct{})
+		go func() { e.Round(context.Background()); close(done) }()
+		<-api.entered
+		start := time.Now()
+		lease.ReleaseBy(start.Add(time.Second))
+		if waited := time.Since(start); waited != time.Second {
+			t.Errorf("ReleaseBy waited %s, want 1s", waited)
+		}
+		if !errors.Is(context.Cause(ctx), visibility.ErrReleased) {
+			t.Errorf("cause = %v, want ErrReleased", context.Cause(ctx))
+		}
+		close(api.release)
+		<-done
+	})
+}
+
+// A hook may release any lease, not only its own: every lease of the call
+// that runs the hooks no longer counts as under way by then. Here each
+// message's hook releases the other message's lease, both extended by one
+// call: whichever hook runs first must not wait for the call it runs in.
+func TestReleaseOfAnotherLeaseFromHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 30*time.Second, 2)
+		e, err := visibility.New(f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		ctxA, a := e.Track(context.Background(), msgs[0], now)
+		ctxB, b := e.Track(context.Background(), msgs[1], now)
+		a.OnExtend(func(time.Time) { b.Release() })
+		b.OnExtend(func(time.Time) { a.Release() })
+		time.Sleep(20 * time.Second)
+		e.Round(context.Background())
+		for _, ctx := range []context.Context{ctxA, ctxB} {
+			if !errors.Is(context.Cause(ctx), visibility.ErrReleased) {
+				t.Errorf("cause = %v, want ErrReleased", context.Cause(ctx))
+			}
+		}
+	})
+}

@@ -109,11 +109,12 @@ func (j *Job) Acknowledging() {
 	}
 }
 
-// Done stops extending the message's lease. It is safe to call more than
-// once, from any goroutine.
+// Done stops extending the message's lease, waiting for an extension under
+// way no later than MoveBy, if set (the Lambda invocation's deadline). It is
+// safe to call more than once, from any goroutine.
 func (j *Job) Done() {
 	if j.Lease != nil {
-		j.Lease.Release()
+		j.Lease.ReleaseBy(j.MoveBy)
 	}
 }
 

@@ -56,8 +56,9 @@ type Mover struct {
 // X-Ray trace header, and on FIFO queues the same message group. A replayed
 // job without an idempotency-key (its failure metadata names the message it
 // was, which the idempotency middleware's DefaultKey keys it by) gets that
-// key as an idempotency-key attribute, when it fits beside the metadata:
-// the new metadata names m itself. The
+// key as an idempotency-key attribute, when it fits beside the metadata
+// (the new metadata names m itself); a copy SQS refuses with the key as an
+// invalid parameter is sent again with the metadata alone. The
 // deduplication ID of the copy is the original message ID, so that a move
 // retried after an unknown outcome does not make two copies.
 //
@@ -82,12 +83,20 @@ func (mv *Mover) Move(ctx context.Context, m *sqsworker.Message, cause error) (o
 	}
 	f := mv.failure(m, cause)
 	attrs, ok := f.AddWithin(m.Body, m.MessageAttributes, mv.MaxMessageSize)
+	sent := false
 	if withKey, need := keepKey(m); need {
 		if a, fits := f.AddWithin(m.Body, withKey, mv.MaxMessageSize); fits {
-			attrs, ok = a, true
+			err = mv.send(ctx, m, a)
+			// SQS refuses a copy over a MaximumMessageSize the mover did
+			// not know of: the metadata may fit without the key.
+			if sent = err == nil || !isInvalidParameter(err); sent {
+				ok = true
+			}
 		}
 	}
-	err = mv.send(ctx, m, attrs)
+	if !sent {
+		err = mv.send(ctx, m, attrs)
+	}
 	if err != nil && ok && isInvalidParameter(err) {
 		first := err
 		if err = mv.send(ctx, m, withoutFailure(m.MessageAttributes)); err != nil {
