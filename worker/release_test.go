@@ -19,6 +19,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
@@ -267,5 +269,87 @@ func TestShutdownReleaseCopyFails(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// crashAfterCopy is a client whose deletes, once a copy has been sent, are
+// refused: as if the process died between the copy's send and the
+// original's delete.
+type crashAfterCopy struct {
+	worker.API
+	sent atomic.Bool
+}
+
+func (c *crashAfterCopy) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	out, err := c.API.SendMessage(ctx, in, opts...)
+	if err == nil {
+		c.sent.Store(true)
+	}
+	return out, err
+}
+
+func (c *crashAfterCopy) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	if c.sent.Load() {
+		return nil, errors.New("dial tcp: connection refused")
+	}
+	return c.API.DeleteMessageBatch(ctx, in, opts...)
+}
+
+// Should the original not be deleted once its copy was sent (the process
+// killed between the two), both are in the queue: the original, come back,
+// is moved to the dead-letter queue by SQS on its next receive (as it was
+// before the copies), and the copy runs the job once, as its second
+// attempt. The two share the job's key (idempotency.DefaultKey), so that
+// the idempotency middleware applies the job's effect once, should the
+// dead letter be replayed.
+func TestEmulatorShutdownReleaseCrashAfterCopy(t *testing.T) {
+	t.Parallel()
+	localtest.Require(t)
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 4 * time.Second})
+	api := &crashAfterCopy{API: c}
+	started := make(chan struct{}, 1)
+	r := start(t, api, worker.Config{QueueURL: q.URL, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
+		DisableDepth: true, Backoff: oneSecond}, failThenBlock(started, false))
+	localtest.Send(t, c, q.URL, "", "job")
+	select {
+	case <-started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the second attempt did not start")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = r.w.Shutdown(ctx)
+	r.stop(60 * time.Second)
+	if s := r.w.Stats(); s.Requeued != 1 {
+		t.Fatalf("stats %+v: want the copy sent", s)
+	}
+	var ran atomic.Int64
+	keys := make(chan string, 10)
+	attempts := make(chan int, 10)
+	r2 := start(t, c, worker.Config{QueueURL: q.URL, WaitTime: time.Second, DisableDepth: true},
+		sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+			ran.Add(1)
+			keys <- idempotency.DefaultKey(m)
+			attempts <- m.ReceiveCount
+			return nil
+		}))
+	localtest.Eventually(t, 90*time.Second, func() bool {
+		v, i, d := localtest.Depth(t, c, q.URL)
+		return ran.Load() >= 1 && v+i+d == 0
+	}, "the copy did not run, or the original stayed")
+	r2.stop(20 * time.Second)
+	if n := ran.Load(); n != 1 {
+		t.Errorf("the job ran %d times, want once (the copy)", n)
+	}
+	if a := <-attempts; a != 2 {
+		t.Errorf("the copy ran as attempt %d, want 2", a)
+	}
+	dead := localtest.ReceiveAll(t, c, q.DLQURL, 2*time.Second, 30*time.Second)
+	if len(dead) != 1 {
+		t.Fatalf("%d messages dead-lettered, want the original", len(dead))
+	}
+	if got, want := idempotency.DefaultKey(sqsmsg.FromSDK(q.DLQURL, &dead[0])), <-keys; got != want {
+		t.Errorf("the dead-lettered original's key is %q, the copy's %q: a replay would apply the job twice", got, want)
 	}
 }
