@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -351,5 +352,53 @@ func TestEmulatorShutdownReleaseCrashAfterCopy(t *testing.T) {
 	}
 	if got, want := idempotency.DefaultKey(sqsmsg.FromSDK(q.DLQURL, &dead[0])), <-keys; got != want {
 		t.Errorf("the dead-lettered original's key is %q, the copy's %q: a replay would apply the job twice", got, want)
+	}
+}
+
+// A message whose copy cannot be sent — ten message attributes already
+// (the copy needs sqsworker.AttrNotBefore and sqsworker.AttrPriorAttempts
+// too), or a body at SQS's size limit — is released by its visibility on
+// its last receive, as before the copies: not lost (on the emulator, SQS
+// moves it to the dead-letter queue on its next receive), the failed copy
+// counted.
+func TestShutdownReleaseCopyDoesNotFit(t *testing.T) {
+	t.Parallel()
+	tenAttrs := map[string]types.MessageAttributeValue{}
+	for i := range sqsworker.MaxMessageAttributes {
+		tenAttrs[fmt.Sprint("a", i)] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("v")}
+	}
+	big := strings.Repeat("x", sqsworker.MaxMessageSize-16)
+	for name, in := range map[string]sqs.SendMessageInput{
+		"ten-attributes": {MessageBody: aws.String("job"), MessageAttributes: tenAttrs},
+		"size-limit":     {MessageBody: aws.String(big)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			eachQueue(t, "release-nofit", func(t *testing.T, q relQueue) {
+				started := make(chan struct{}, 1)
+				r := start(t, q.api, worker.Config{QueueURL: q.url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
+					DisableDepth: true, Backoff: oneSecond}, failThenBlock(started, false))
+				in := in
+				in.QueueUrl = &q.url
+				if _, err := q.api.SendMessage(context.Background(), &in); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-started:
+				case <-time.After(60 * time.Second):
+					t.Fatal("the second attempt did not start")
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+				defer cancel()
+				_ = r.w.Shutdown(ctx)
+				r.stop(60 * time.Second)
+				if s := r.w.Stats(); s.Released != 1 || s.Requeued != 0 || s.RequeueFailures != 1 {
+					t.Errorf("stats %+v: want 1 release, its copy failed", s)
+				}
+				if n := q.count(q.url) + q.count(q.dlq); n != 1 {
+					t.Errorf("%d messages in the queue and its dead-letter queue, want the job", n)
+				}
+			})
+		})
 	}
 }
