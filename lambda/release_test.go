@@ -6,6 +6,7 @@ package lambda_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"sort"
 	"sync/atomic"
@@ -208,5 +209,46 @@ func TestEmulatorDeadlineReleaseOnLastReceive(t *testing.T) {
 	}
 	if v, i, d := localtest.Depth(t, sq, q.URL); v+i+d != 0 {
 		t.Errorf("%d messages left in the queue, want none", v+i+d)
+	}
+}
+
+// The example function under the Lambda Runtime Interface Emulator (a 20s
+// timeout): a record cut short at the invocation's deadline on its last
+// receive (maxReceiveCount 2) is not reported failed but waits in a fresh
+// copy, sent and its original deleted before the function answers; nothing
+// is dead-lettered.
+func TestRealInvocationDeadlineReleaseOnLastReceive(t *testing.T) {
+	sq := localtest.NewSQS(t)
+	rie := localtest.StartRIE(t, localtest.BuildBootstrap(t, examplePkg), "AWS_LAMBDA_FUNCTION_TIMEOUT=20")
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 60 * time.Second})
+	localtest.Send(t, sq, q.URL, "", "sleep:5m")
+	first := receiveN(t, sq, q.URL, 1)
+	if _, err := sq.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{QueueUrl: &q.URL, ReceiptHandle: first[0].ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	last := receiveN(t, sq, q.URL, 1)
+	if n := last[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+		t.Fatalf("receive count %s, want 2", n)
+	}
+	status, body := invoke(t, rie, sqstest.SQSEvent(q.ARN, last))
+	var resp events.SQSEventResponse
+	if err := json.Unmarshal(body, &resp); status != 200 || err != nil {
+		t.Fatalf("status %d, body %s", status, body)
+	}
+	if len(resp.BatchItemFailures) != 0 {
+		t.Errorf("failures %v, want none: the record's copy was sent and the original deleted", resp.BatchItemFailures)
+	}
+	again := receiveN(t, sq, q.URL, 1)
+	if n := again[0].Attributes["ApproximateReceiveCount"]; n != "1" {
+		t.Errorf("came back with receive count %s, want a fresh copy's 1", n)
+	}
+	if p := aws.ToString(again[0].MessageAttributes[sqsworker.AttrPriorAttempts].StringValue); p != "1" {
+		t.Errorf("prior attempts %q, want 1", p)
+	}
+	if v, i, d := localtest.Depth(t, sq, q.URL); v+i+d != 1 {
+		t.Errorf("the queue holds %d, want the copy alone", v+i+d)
+	}
+	if v, i, d := localtest.Depth(t, sq, q.DLQURL); v+i+d != 0 {
+		t.Errorf("%d messages dead-lettered, want none: no handler failed", v+i+d)
 	}
 }
