@@ -386,7 +386,11 @@ func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int,
 		least, by = l.CopyLimits(j)
 		delay = max(delay, least)
 	}
-	err := e.requeueBy(j, s.Now().Add(delay), prior, min(delay, s.MessageDelay), by)
+	// Its time in whole milliseconds, not rounded up to the next one
+	// (NotBeforeAttribute): a copy sent without a delay and received within
+	// the millisecond would be held back, and sent once more.
+	nb := s.Now().Add(delay).Truncate(time.Millisecond)
+	err := e.requeueBy(j, nb, prior, min(delay, s.MessageDelay), by)
 	if err == nil {
 		j.Copied = true
 		ack.Delete(j)
