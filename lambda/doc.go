@@ -66,6 +66,17 @@
 // never counted as an attempt toward the dead-letter queue. A dead-letter
 // move ends before the deadline too, a quarter of the margin before it.
 //
+// A record released either way on the last receive its redrive policy
+// allows would be moved to the dead-letter queue by SQS on its next
+// receive, though no handler failed: on a standard queue a fresh copy takes
+// its place, carrying the attempts made before, sent by the time the moves
+// must end, and the record is deleted at once (reported done). Should the
+// send fail, the record is made visible again as above. Records still
+// waiting for a slot when the function stops waiting for handlers (a
+// quarter of the margin before the deadline) are left no time for a copy:
+// they are made visible again. FIFO records keep the release: a copy would
+// go behind the rest of its group.
+//
 // A handler that ignores its context, still running then, is left to run:
 // the function stops waiting for it and answers with the outcomes of the
 // other records, so that Lambda does not time the invocation out and retry

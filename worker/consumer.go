@@ -305,6 +305,21 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 	})
 }
 
+// CopyLimits implements executor.CopyLimiter: while the worker stops, the
+// waiting copy of a message released or postponed on its last receive (see
+// executor.Executor.Release) is delayed until this worker's last receives
+// have surely ended, as Retry hides a released message, so that none of
+// them takes it; and its send ends within ackFlushGrace, so that an SQS
+// that does not answer cannot hold the stop up (the message is then
+// released by its visibility, as Retry does).
+func (c *consumer) CopyLimits(*executor.Job) (time.Duration, time.Time) {
+	end, ok := c.lastPollsEnd()
+	if !ok {
+		return 0, time.Time{}
+	}
+	return time.Until(end), time.Now().Add(ackFlushGrace)
+}
+
 // lastPollsEnd reports whether the worker is stopping with receives still
 // under way, and the latest they can end at SQS: a receive started before
 // receiving stopped is given up WaitTime and receiveGrace after its start,

@@ -137,6 +137,16 @@
 // message again and spends one of its receives. A crash loses nothing
 // either: messages not deleted come back after their visibility timeout (a
 // message hidden that way, at most twice WaitTime and 22s after the stop).
+//
+// A message released (cut short, or received while stopping) on the last
+// receive its redrive policy allows would be moved to the dead-letter
+// queue by SQS on its next receive, though no handler failed: on a
+// standard queue a fresh copy takes its place instead, carrying the
+// attempts made before (the release counts none), delayed until the last
+// polls have surely ended, and the original is deleted. Its send is given
+// up after 5s (an SQS that does not answer), and the message released as
+// above. FIFO queues keep the release: a copy would go behind the rest of
+// its group.
 // A message received nearly 12 hours ago cannot be hidden past SQS's 12
 // hours: its hide is sent only when it ends after the lease, which holds it
 // otherwise. Every such change is sent after the message's lease has ended,

@@ -205,7 +205,7 @@ type Stats struct {
 	Retried      int64 // failed messages given a backoff or RetryAfter delay
 	Postponed    int64 // messages put off by RetryAfter with a nil error (not failures)
 	DeadLettered int64 // messages moved to the dead-letter queue
-	Released     int64 // messages made visible at once, unprocessed (shutdown, FIFO)
+	Released     int64 // messages made visible at once, unprocessed (shutdown, FIFO), or on their last receive sent again as a fresh copy
 	Deleted      int64 // deletes SQS confirmed
 	AckFailures  int64 // deletes and visibility changes that failed for good
 	MoveFailures int64 // dead-letter moves that failed
@@ -217,7 +217,8 @@ type Stats struct {
 	BreakerOpens, BreakerProbes int64
 	// Held counts messages held back, without an attempt, until the time
 	// in their sqsworker.AttrNotBefore (not failures); Requeued the
-	// waiting copies sent (holds and backoffs above 12 hours);
+	// waiting copies sent (holds, backoffs above 12 hours, messages
+	// released or postponed on their last receive);
 	// RequeueFailures the copies that could not be sent.
 	Held, Requeued, RequeueFailures int64
 }

@@ -20,7 +20,7 @@ type Counters struct {
 	Retried      atomic.Int64 // failures given a delay
 	Postponed    atomic.Int64 // RetryAfter with a nil error
 	DeadLettered atomic.Int64 // moved to the dead-letter queue
-	Released     atomic.Int64 // made visible at once, unhandled
+	Released     atomic.Int64 // made visible at once, unhandled (on a last receive, as a copy)
 	Deleted      atomic.Int64 // deletes SQS confirmed
 	AckFailures  atomic.Int64 // deletes and visibility changes that failed for good
 	MoveFailures atomic.Int64 // dead-letter moves that failed
@@ -29,8 +29,8 @@ type Counters struct {
 	LeasesLost   atomic.Int64 // messages abandoned because their lease was lost
 	// Held counts messages held back, without an attempt, until the time
 	// in their sqsworker.AttrNotBefore; Requeued the waiting copies sent
-	// (holds and backoffs above 12 hours); RequeueFailures the copies that
-	// could not be sent.
+	// (holds, backoffs above 12 hours, releases and postponements on a
+	// last receive); RequeueFailures the copies that could not be sent.
 	Held, Requeued, RequeueFailures atomic.Int64
 	// BreakerOpens and BreakerProbes count the circuit breaker's openings
 	// and probes.

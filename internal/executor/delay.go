@@ -325,28 +325,81 @@ func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
 // postpone makes j's message come back after delay without counting an
 // attempt (RetryAfter with a nil error, the circuit breaker's wait), prior
 // being the attempts made before this receive: as later does, unless the
-// message is on the last receive the redrive policy allows, whose next
-// receive is SQS's move to the dead-letter queue though no handler failed.
-// Then a copy waits instead, sent with the delay (up to a message delay; a
-// longer one is held on the copy), starting from a receive count of 0 and
-// carrying prior; should the copy fail, the message waits on its
-// visibility. FIFO queues keep the visibility: a copy would go behind the
-// rest of its group.
+// message is on the last receive the redrive policy allows (see
+// waitInCopy).
 func (e *Executor) postpone(j *Job, ack Acker, delay time.Duration, prior int) {
-	if mrc := e.Policy.RedriveMaxReceiveCount; mrc > 0 && receives(j.Msg) >= mrc && e.Requeue.enabled() && !e.Requeue.FIFO {
-		delay = sqsworker.ClampLongDelay(max(delay, 0))
-		s := steps()
-		err := e.requeue(j, s.Now().Add(delay), prior, min(delay, s.MessageDelay))
-		if err == nil {
-			j.Copied = true
-			ack.Delete(j)
-			return
-		}
-		e.requeueFailed()
-		j.log(e).Warn("sending the waiting copy of a message postponed on its last receive failed; SQS moves it to the dead-letter queue on its next receive",
-			"message_id", j.Msg.ID, "retry_in", delay, "error", err)
+	if e.waitInCopy(j, ack, delay, prior, "postponed") {
+		return
 	}
 	e.later(j, ack, delay, prior)
+}
+
+// release makes j's message visible again at once without counting an
+// attempt (it was not run, or the runtime cut its handler short), prior
+// being the attempts made before this receive: by its visibility, unless
+// the message is on the last receive the redrive policy allows (see
+// waitInCopy).
+func (e *Executor) release(j *Job, ack Acker, prior int) {
+	if e.waitInCopy(j, ack, 0, prior, "released") {
+		return
+	}
+	retry(j, ack, 0)
+}
+
+// CopyLimiter is implemented by an Acker whose runtime bounds the waiting
+// copies the executor sends of the messages it postpones or releases (the
+// worker, while it stops).
+type CopyLimiter interface {
+	// CopyLimits returns the least delay a copy of j's message sent now
+	// must have, so that the runtime does not receive it again itself (its
+	// last receives while it stops), and the latest its send may end (zero
+	// for no bound beyond Executor.MoveTimeout and Job.MoveBy).
+	CopyLimits(j *Job) (minDelay time.Duration, by time.Time)
+}
+
+// waitInCopy makes j's message, postponed or released without an attempt,
+// wait in a fresh copy when it is on the last receive its redrive policy
+// allows: its next receive would be SQS's move to the dead-letter queue,
+// though no handler failed. The copy is sent with the delay (up to a
+// message delay; a longer one is held on the copy, at least what the
+// runtime's CopyLimits asks), starts from a receive count of 0 and carries
+// prior, so that this receive counts no attempt: its first receive has the
+// attempt number this one had. It reports whether the copy was sent and the
+// message deleted; if not (not on its last receive, a FIFO queue, no
+// requeue, a send that failed), the caller settles the message by its
+// visibility. FIFO queues keep the visibility: a copy would go behind the
+// rest of its group, so such a message is dead-lettered on its next
+// receive. A crash between the copy's send and the original's delete leaves
+// both: the original, come back, is moved to the dead-letter queue by SQS
+// (as it would have been without the copy), while the copy, keeping the
+// job's key (see requeue), runs it.
+func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int, what string) bool {
+	mrc := e.Policy.RedriveMaxReceiveCount
+	if mrc <= 0 || receives(j.Msg) < mrc || !e.Requeue.enabled() || e.Requeue.FIFO {
+		return false
+	}
+	delay = sqsworker.ClampLongDelay(max(delay, 0))
+	s := steps()
+	var by time.Time
+	if l, ok := ack.(CopyLimiter); ok {
+		var least time.Duration
+		least, by = l.CopyLimits(j)
+		delay = max(delay, least)
+	}
+	// Its time in whole milliseconds, not rounded up to the next one
+	// (NotBeforeAttribute): a copy sent without a delay and received within
+	// the millisecond would be held back, and sent once more.
+	nb := s.Now().Add(delay).Truncate(time.Millisecond)
+	err := e.requeueBy(j, nb, prior, min(delay, s.MessageDelay), by)
+	if err == nil {
+		j.Copied = true
+		ack.Delete(j)
+		return true
+	}
+	e.requeueFailed()
+	j.log(e).Warn("sending the waiting copy of a message "+what+" on its last receive failed; SQS moves it to the dead-letter queue on its next receive",
+		"message_id", j.Msg.ID, "retry_in", delay, "error", err)
+	return false
 }
 
 // requeueFailed counts a waiting copy that could not be sent.
@@ -358,6 +411,11 @@ func (e *Executor) requeueFailed() {
 // requeue sends a copy of j's message that waits until nb, with delay as its
 // message delay and prior as its earlier attempts.
 func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration) error {
+	return e.requeueBy(j, nb, prior, delay, time.Time{})
+}
+
+// requeueBy is requeue whose send ends by by, when set.
+func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duration, by time.Time) error {
 	m := j.Msg
 	attrs := maps.Clone(m.MessageAttributes)
 	if attrs == nil {
@@ -414,6 +472,11 @@ func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration)
 	if !j.MoveBy.IsZero() {
 		var cancelBy context.CancelFunc
 		ctx, cancelBy = context.WithDeadline(ctx, j.MoveBy)
+		defer cancelBy()
+	}
+	if !by.IsZero() {
+		var cancelBy context.CancelFunc
+		ctx, cancelBy = context.WithDeadline(ctx, by)
 		defer cancelBy()
 	}
 	_, err := e.Requeue.API.SendMessage(ctx, in)

@@ -257,15 +257,18 @@ func (e *Executor) inFlight(d int64) {
 	e.inFlightMu.Unlock()
 }
 
-// Release makes a message that was not handled, or was cut short by the
-// runtime, visible again at once, unless its lease was lost.
+// Release makes a message that was not handled visible again at once,
+// without counting an attempt, unless its lease was lost. On the last
+// receive its redrive policy allows, a fresh copy takes its place (see
+// waitInCopy).
 func (e *Executor) Release(j *Job, ack Acker) {
 	if !j.Held(time.Now()) {
 		abandon(j, ack)
 		return
 	}
 	e.Counters.Released.Add(1)
-	retry(j, ack, 0)
+	m := j.Msg
+	e.release(j, ack, receives(m)-1+m.PriorAttempts())
 }
 
 // Postpone puts off a message that was not run, without counting an
@@ -300,7 +303,7 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 		j.log(e).Warn("handler cut short by the runtime; releasing the message", "message_id", m.ID,
 			"attempt", m.ReceiveCount, "cause", cause, "error", err)
 		c.Released.Add(1)
-		retry(j, ack, 0)
+		e.release(j, ack, m.ReceiveCount-1)
 		return false
 	}
 	c.Failed.Add(1)

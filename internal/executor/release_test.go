@@ -1,0 +1,134 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+)
+
+// limiting is the sim's acker with CopyLimits: a runtime that wants copies
+// delayed by least (the worker while it stops).
+type limiting struct {
+	*sim
+	least time.Duration
+}
+
+func (l limiting) CopyLimits(*Job) (time.Duration, time.Time) { return l.least, time.Time{} }
+
+// receiveOne advances the sim's clock until its message is visible, and
+// receives it as a job.
+func (s *sim) receiveOne() *Job {
+	s.t.Helper()
+	for range 3600 {
+		out, err := s.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(s.url),
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"}})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		if len(out.Messages) == 1 {
+			s.receives++
+			return &Job{Msg: sqsmsg.FromSDK(s.url, &out.Messages[0]), ReceivedAt: s.clock.Now(), Ctx: context.Background()}
+		}
+		if v, _, _ := s.f.Depth(s.dlq); v > 0 {
+			s.t.Fatal("the job was dead-lettered")
+		}
+		s.clock.Advance(time.Second)
+	}
+	s.t.Fatal("the job did not come back within an hour")
+	return nil
+}
+
+// A job released without an attempt on receive after receive (maxReceiveCount
+// 2), after a first attempt that failed, is never dead-lettered: each
+// release on the last receive sends a fresh copy, delayed as the runtime's
+// CopyLimits asks, and the job runs at last once, never moved. Its
+// attempt number counts the failed attempt and the receives its releases
+// spent before a last one (as SQS counts them), never the releases on a
+// last receive. Before, SQS moved it to the dead-letter queue on the third
+// receive.
+func TestReleaseOnLastReceiveWaitsInACopy(t *testing.T) {
+	s := newSim(t, 2, func(m *sqsworker.Message) error {
+		if m.ReceiveCount == 1 {
+			return errors.New("the dependency failed")
+		}
+		return nil
+	})
+	s.send(0)
+	s.ex.Run(s.receiveOne(), s) // fails: back after its backoff
+	ack := limiting{sim: s, least: 30 * time.Second}
+	for i := range 5 {
+		j := s.receiveOne()
+		last := receives(j.Msg) == 2
+		before := s.ex.Counters.Requeued.Load()
+		s.ex.Release(j, ack)
+		if !last {
+			continue
+		}
+		if s.ex.Counters.Requeued.Load() != before+1 {
+			t.Fatalf("release %d, on the last receive: no copy sent", i)
+		}
+		if v, fl, d := s.f.Depth(s.url); v != 0 || fl != 0 || d != 1 {
+			t.Fatalf("release %d: %d visible, %d in flight, %d delayed; want the copy alone, delayed", i, v, fl, d)
+		}
+		s.clock.Advance(29 * time.Second)
+		if v, _, _ := s.f.Depth(s.url); v != 0 {
+			t.Fatalf("release %d: the copy visible before the 30s its runtime asked", i)
+		}
+	}
+	s.runUntilIdle(time.Hour)
+	if len(s.runs) != 2 {
+		t.Fatalf("%d runs, want 2 (the failed attempt, then the job)", len(s.runs))
+	}
+	if v, _, _ := s.f.Depth(s.dlq); v != 0 {
+		t.Errorf("%d dead-lettered, want none: no handler failed but the first", v)
+	}
+	// 1 failed, 2 receives spent by releases on a first receive, and
+	// this one.
+	if a := s.runs[1].attempt; a != 4 {
+		t.Errorf("the job ran as attempt %d, want 4", a)
+	}
+	if k := s.runs[1].key; k != "order-42" {
+		t.Errorf("the job ran under key %q, want its own order-42", k)
+	}
+	if n := s.ex.Counters.Released.Load(); n != 5 {
+		t.Errorf("%d releases counted, want 5", n)
+	}
+}
+
+// On its first receive with maxReceiveCount 1 (the only one allowed), a job
+// released unstarted waits in a copy that carries no prior attempt: it then
+// runs as attempt 1.
+func TestReleaseOnOnlyReceive(t *testing.T) {
+	s := newSim(t, 1, nil)
+	s.send(0)
+	s.ex.Release(s.receiveOne(), s)
+	s.runUntilIdle(time.Hour)
+	if len(s.runs) != 1 || s.runs[0].attempt != 1 {
+		t.Fatalf("runs %+v, want one, attempt 1", s.runs)
+	}
+	if v, _, _ := s.f.Depth(s.dlq); v != 0 {
+		t.Errorf("%d dead-lettered, want none", v)
+	}
+}
+
+// A FIFO queue keeps the release by visibility: a copy would go behind the
+// rest of its group.
+func TestReleaseOnLastReceiveFIFOKeepsTheVisibility(t *testing.T) {
+	s, _ := fifoSim(t, 1, 0)
+	s.ex.Release(s.receiveOne(), s)
+	if n := s.ex.Counters.Requeued.Load(); n != 0 {
+		t.Errorf("%d copies sent on a FIFO queue, want none", n)
+	}
+	if v, _, _ := s.f.Depth(s.url); v != 1 {
+		t.Errorf("%d visible, want the released message", v)
+	}
+}
