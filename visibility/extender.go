@@ -329,23 +329,13 @@ func (l *Lease) ReleaseBy(by time.Time) {
 		l.ended = true
 		l.e.removeLocked(l)
 	}
-	if !l.acking.Load() && l.calls > 0 {
+	if !l.acking.Load() {
 		if by.IsZero() {
 			for l.calls > 0 {
 				l.e.sent.Wait()
 			}
-		} else {
-			// Wakes the wait at by; holding mu, it cannot signal
-			// between a check of the time and the Wait that follows.
-			t := time.AfterFunc(time.Until(by), func() {
-				l.e.mu.Lock()
-				l.e.sent.Broadcast()
-				l.e.mu.Unlock()
-			})
-			for l.calls > 0 && time.Now().Before(by) {
-				l.e.sent.Wait()
-			}
-			t.Stop()
+		} else if l.calls > 0 {
+			l.waitCallsLocked(by)
 		}
 	}
 	l.e.mu.Unlock()
@@ -356,6 +346,28 @@ func (l *Lease) ReleaseBy(by time.Time) {
 	// Ended by a round, which cancels the context right after; or released
 	// before, and cancelled already.
 	<-l.ctx.Done()
+}
+
+// waitCallsLocked waits until no extension call of l is under way, or
+// until by (at once if by has passed). e.mu is held. It stands apart from
+// ReleaseBy, which most leases leave without waiting, so that the timer
+// and its closure do not weigh on that path.
+func (l *Lease) waitCallsLocked(by time.Time) {
+	wait := time.Until(by)
+	if wait <= 0 {
+		return
+	}
+	// Wakes the wait at by; holding mu, it cannot signal between a check
+	// of the time and the Wait that follows.
+	t := time.AfterFunc(wait, func() {
+		l.e.mu.Lock()
+		l.e.sent.Broadcast()
+		l.e.mu.Unlock()
+	})
+	for l.calls > 0 && time.Now().Before(by) {
+		l.e.sent.Wait()
+	}
+	t.Stop()
 }
 
 // Acknowledging marks the lease as being acknowledged: its delete has been
