@@ -54,20 +54,30 @@ func (a *refusedDelete) Retry(j *executor.Job, _ time.Duration) {
 }
 func (a *refusedDelete) Abandon(j *executor.Job) { j.Done(); a.t.Error("abandoned") }
 
-// A replayed job (no idempotency-key attribute: the idempotency
-// middleware's DefaultKey is the first message's ID, from the failure
-// metadata the replay keeps) fails with a "24-hour" backoff; its waiting
-// copy is sent through the test's fault proxy, which then refuses the
-// original's delete. The original comes back and succeeds; the copy comes
-// a "day" later. Under the idempotency middleware on DynamoDB Local the
-// effect is applied once: the copy carries the original's key. Before, the
-// copy was keyed by the replayed message's own ID, and the effect ran
-// twice.
-func TestEmulatorCopyOfAReplayedJobKeepsItsKey(t *testing.T) {
+// keyedReplay is a replayed job on the emulator, as `dlq replay` leaves
+// it: no idempotency-key attribute, so the idempotency middleware's
+// DefaultKey is the first message's ID, from the failure metadata the
+// replay keeps. Its handler runs under the middleware on DynamoDB Local and
+// records the key of each effect; its acker's delete meets SQS refusing
+// connections, as after a crash.
+type keyedReplay struct {
+	direct, proxied *sqs.Client
+	q               localtest.Queue
+	h               sqsworker.Handler
+	job             *executor.Job // received once
+	ack             *refusedDelete
+
+	mu      sync.Mutex
+	effects []string // the key of each effect
+}
+
+// newKeyedReplay sends the replayed job to a queue of maxReceive receives
+// and receives it. fail, if it returns an error, fails a delivery before its
+// effect.
+func newKeyedReplay(t *testing.T, maxReceive int, fail func(*sqsworker.Message) error) *keyedReplay {
+	t.Helper()
 	localtest.Require(t)
 	localtest.RequireDynamoDB(t)
-	useEmuSteps(t)
-	day := 2 * emuSteps.Visibility
 	ctx := context.Background()
 	db := localtest.NewDynamoDB(t)
 	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
@@ -88,47 +98,95 @@ func TestEmulatorCopyOfAReplayedJobKeepsItsKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = proxy.Close() })
-	direct := localtest.NewSQS(t)
-	proxied := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
-	q := localtest.NewQueue(t, direct, localtest.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 2 * time.Second})
-
-	var mu sync.Mutex
-	var effects []string
-	h := mw(sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
-		if m.ReceiveCount == 1 {
-			return sqsworker.RetryAfter(day, errors.New("webhook endpoint down"))
+	k := &keyedReplay{direct: localtest.NewSQS(t), proxied: localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })}
+	k.q = localtest.NewQueue(t, k.direct, localtest.QueueOptions{MaxReceiveCount: maxReceive, VisibilityTimeout: 2 * time.Second})
+	k.ack = &refusedDelete{t: t, api: k.proxied, proxy: proxy, url: k.q.URL}
+	k.h = mw(sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		if err := fail(m); err != nil {
+			return err
 		}
-		mu.Lock()
-		effects = append(effects, idempotency.DefaultKey(m))
-		mu.Unlock()
+		k.mu.Lock()
+		k.effects = append(k.effects, idempotency.DefaultKey(m))
+		k.mu.Unlock()
 		return nil
 	}))
 
-	// The replayed job, as `dlq replay` leaves it.
-	f := sqsworker.Failure{Error: "boom", ErrorClass: "error", Attempts: 3, SourceQueue: q.URL, MessageID: "first-message-id"}
+	f := sqsworker.Failure{Error: "boom", ErrorClass: "error", Attempts: 3, SourceQueue: k.q.URL, MessageID: "first-message-id"}
 	attrs, _ := f.AddTo(nil)
-	if _, err := direct.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String(`{"order":42}`),
+	if _, err := k.direct.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &k.q.URL, MessageBody: aws.String(`{"order":42}`),
 		MessageAttributes: sqsmsg.ToSDKAttributes(attrs)}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := direct.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &q.URL, WaitTimeSeconds: 5, MessageAttributeNames: []string{"All"},
+	out, err := k.direct.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &k.q.URL, WaitTimeSeconds: 5, MessageAttributeNames: []string{"All"},
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
 	if err != nil || len(out.Messages) != 1 {
 		t.Fatalf("receive: %v, %d messages", err, len(out.Messages))
 	}
-	ex := &executor.Executor{
-		Handler: h,
-		Policy: outcome.Policy{Backoff: sqsworker.ExponentialBackoff{}, MaxReceiveCount: 3, HasDLQ: true,
-			RedriveMaxReceiveCount: 3},
-		Mover:    &queue.Mover{API: direct, URL: q.DLQURL},
+	k.job = &executor.Job{Msg: sqsmsg.FromSDK(k.q.URL, &out.Messages[0]), ReceivedAt: time.Now(), Ctx: ctx}
+	return k
+}
+
+// executor returns the executor of the job's queue: maxReceive attempts,
+// dead-letter moves, and waiting copies sent through the proxy.
+func (k *keyedReplay) executor(maxReceive int) *executor.Executor {
+	return &executor.Executor{
+		Handler: k.h,
+		Policy: outcome.Policy{Backoff: sqsworker.ExponentialBackoff{}, MaxReceiveCount: maxReceive, HasDLQ: true,
+			RedriveMaxReceiveCount: maxReceive},
+		Mover:    &queue.Mover{API: k.direct, URL: k.q.DLQURL},
 		Counters: &executor.Counters{},
 		Metrics:  metrics.Nop{},
 		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Requeue:  executor.Requeue{API: proxied, URL: q.URL},
+		Requeue:  executor.Requeue{API: k.proxied, URL: k.q.URL},
 	}
-	ack := &refusedDelete{t: t, api: proxied, proxy: proxy, url: q.URL}
-	ex.Run(&executor.Job{Msg: sqsmsg.FromSDK(q.URL, &out.Messages[0]), ReceivedAt: time.Now(), Ctx: ctx}, ack)
-	if ack.err == nil {
+}
+
+// runOnce runs a worker on the queue until two deliveries ran and the queue
+// is empty (within the given time), and reports an error unless the effect
+// ran once.
+func (k *keyedReplay) runOnce(t *testing.T, within time.Duration, what string) {
+	t.Helper()
+	api := &counting{Client: k.direct}
+	var r ran
+	inner := r.handler(nil)
+	stop := runtimes["worker"](t, api, k.q, sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		_ = inner.HandleMessage(ctx, m)
+		return k.h.HandleMessage(ctx, m)
+	}))
+	localtest.Eventually(t, within, func() bool {
+		v, i, d := localtest.Depth(t, k.direct, k.q.URL)
+		return len(r.get()) >= 2 && v+i+d == 0
+	}, what)
+	time.Sleep(time.Second)
+	stop()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if len(k.effects) != 1 {
+		t.Errorf("the effect ran %d times (keys %q) for %d deliveries, want once", len(k.effects), k.effects, len(r.get()))
+	}
+}
+
+// A replayed job (no idempotency-key attribute: the idempotency
+// middleware's DefaultKey is the first message's ID, from the failure
+// metadata the replay keeps) fails with a "24-hour" backoff; its waiting
+// copy is sent through the test's fault proxy, which then refuses the
+// original's delete. The original comes back and succeeds; the copy comes
+// a "day" later. Under the idempotency middleware on DynamoDB Local the
+// effect is applied once: the copy carries the original's key. Before, the
+// copy was keyed by the replayed message's own ID, and the effect ran
+// twice.
+func TestEmulatorCopyOfAReplayedJobKeepsItsKey(t *testing.T) {
+	useEmuSteps(t)
+	day := 2 * emuSteps.Visibility
+	k := newKeyedReplay(t, 3, func(m *sqsworker.Message) error {
+		if m.ReceiveCount == 1 {
+			return sqsworker.RetryAfter(day, errors.New("webhook endpoint down"))
+		}
+		return nil
+	})
+	ex := k.executor(3)
+	ex.Run(k.job, k.ack)
+	if k.ack.err == nil {
 		t.Fatal("the original's delete went through the refusing proxy")
 	}
 	if n := ex.Counters.Requeued.Load(); n != 1 {
@@ -136,25 +194,8 @@ func TestEmulatorCopyOfAReplayedJobKeepsItsKey(t *testing.T) {
 	}
 
 	// A runtime goes on: the original comes back, then the copy.
-	api := &counting{Client: direct}
-	var r ran
-	inner := r.handler(nil)
-	stop := runtimes["worker"](t, api, q, sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-		_ = inner.HandleMessage(ctx, m)
-		return h.HandleMessage(ctx, m)
-	}))
-	localtest.Eventually(t, day+30*time.Second, func() bool {
-		v, i, d := localtest.Depth(t, direct, q.URL)
-		return len(r.get()) >= 2 && v+i+d == 0
-	}, "the original and its copy did not both run")
-	time.Sleep(time.Second)
-	stop()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(effects) != 1 {
-		t.Errorf("the effect ran %d times (keys %q) for %d deliveries, want once", len(effects), effects, len(r.get()))
-	}
-	if v, i, d := localtest.Depth(t, direct, q.DLQURL); v+i+d != 0 {
+	k.runOnce(t, day+30*time.Second, "the original and its copy did not both run")
+	if v, i, d := localtest.Depth(t, k.direct, k.q.DLQURL); v+i+d != 0 {
 		t.Errorf("%d messages dead-lettered", v+i+d)
 	}
 }
