@@ -108,6 +108,33 @@ func failThenBlock(started chan<- struct{}, ignore bool) sqsworker.Handler {
 	})
 }
 
+// stopAtSecondAttempt starts a worker with cfg (two handler goroutines,
+// one message per receive, long polls of 2s, a backoff of 1s) whose first
+// attempt of a job fails and whose second blocks (failThenBlock); send
+// sends the job. Once the second attempt has started, beforeStop runs, if
+// set, and the worker is stopped with a shutdown deadline of 300ms and
+// given stopWithin to return.
+func stopAtSecondAttempt(t *testing.T, api worker.API, cfg worker.Config, ignore bool, send, beforeStop func(), stopWithin time.Duration) *running {
+	t.Helper()
+	cfg.Concurrency, cfg.Pollers, cfg.MaxMessages, cfg.WaitTime, cfg.DisableDepth, cfg.Backoff = 2, 2, 1, 2*time.Second, true, oneSecond
+	started := make(chan struct{}, 1)
+	r := start(t, api, cfg, failThenBlock(started, ignore))
+	send()
+	select {
+	case <-started:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the second attempt did not start")
+	}
+	if beforeStop != nil {
+		beforeStop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_ = r.w.Shutdown(ctx)
+	r.stop(stopWithin)
+	return r
+}
+
 // oneSecond is a backoff of one second for every attempt.
 var oneSecond = sqsworker.BackoffFunc(func(int, error) time.Duration { return time.Second })
 
@@ -125,19 +152,8 @@ func TestShutdownReleaseOnLastReceive(t *testing.T) {
 			t.Run(fmt.Sprintf("heartbeat=%v/ignore-ctx=%v", heartbeat, ignore), func(t *testing.T) {
 				t.Parallel()
 				eachQueue(t, "release-last", func(t *testing.T, q relQueue) {
-					started := make(chan struct{}, 1)
-					r := start(t, q.api, worker.Config{QueueURL: q.url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
-						DisableHeartbeat: !heartbeat, DisableDepth: true, Backoff: oneSecond}, failThenBlock(started, ignore))
-					q.send(t, "job")
-					select {
-					case <-started:
-					case <-time.After(60 * time.Second):
-						t.Fatal("the second attempt did not start")
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-					defer cancel()
-					_ = r.w.Shutdown(ctx)
-					r.stop(30 * time.Second)
+					r := stopAtSecondAttempt(t, q.api, worker.Config{QueueURL: q.url, DisableHeartbeat: !heartbeat}, ignore,
+						func() { q.send(t, "job") }, nil, 30*time.Second)
 					if s := r.w.Stats(); s.Received != 2 || s.Released != 1 || s.Requeued != 1 || s.RequeueFailures != 0 || s.AckFailures != 0 {
 						t.Errorf("stats %+v: want 2 receives, 1 release in a copy, no failure", s)
 					}
@@ -246,21 +262,9 @@ func TestShutdownReleaseCopyFails(t *testing.T) {
 			t.Parallel()
 			eachQueue(t, "release-refused", func(t *testing.T, q relQueue) {
 				api := &refusingSends{API: q.api, hang: hang}
-				started := make(chan struct{}, 1)
-				r := start(t, api, worker.Config{QueueURL: q.url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
-					DisableDepth: true, Backoff: oneSecond}, failThenBlock(started, false))
-				q.send(t, "job")
-				select {
-				case <-started:
-				case <-time.After(60 * time.Second):
-					t.Fatal("the second attempt did not start")
-				}
-				api.armed.Store(true)
-				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-				defer cancel()
-				begin := time.Now()
-				_ = r.w.Shutdown(ctx)
-				r.stop(60 * time.Second)
+				var begin time.Time
+				r := stopAtSecondAttempt(t, api, worker.Config{QueueURL: q.url}, false, func() { q.send(t, "job") },
+					func() { api.armed.Store(true); begin = time.Now() }, 60*time.Second)
 				t.Logf("stopped in %s", time.Since(begin).Round(time.Millisecond))
 				if s := r.w.Stats(); s.Released != 1 || s.Requeued != 0 || s.RequeueFailures != 1 || api.sends.Load() != 1 {
 					t.Errorf("stats %+v, %d sends: want 1 release, its copy refused once", s, api.sends.Load())
@@ -309,19 +313,7 @@ func TestEmulatorShutdownReleaseCrashAfterCopy(t *testing.T) {
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 4 * time.Second})
 	api := &crashAfterCopy{API: c}
-	started := make(chan struct{}, 1)
-	r := start(t, api, worker.Config{QueueURL: q.URL, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
-		DisableDepth: true, Backoff: oneSecond}, failThenBlock(started, false))
-	localtest.Send(t, c, q.URL, "", "job")
-	select {
-	case <-started:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the second attempt did not start")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	_ = r.w.Shutdown(ctx)
-	r.stop(60 * time.Second)
+	r := stopAtSecondAttempt(t, api, worker.Config{QueueURL: q.URL}, false, func() { localtest.Send(t, c, q.URL, "", "job") }, nil, 60*time.Second)
 	if s := r.w.Stats(); s.Requeued != 1 {
 		t.Fatalf("stats %+v: want the copy sent", s)
 	}
@@ -375,23 +367,13 @@ func TestShutdownReleaseCopyDoesNotFit(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			eachQueue(t, "release-nofit", func(t *testing.T, q relQueue) {
-				started := make(chan struct{}, 1)
-				r := start(t, q.api, worker.Config{QueueURL: q.url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 2 * time.Second,
-					DisableDepth: true, Backoff: oneSecond}, failThenBlock(started, false))
 				in := in
 				in.QueueUrl = &q.url
-				if _, err := q.api.SendMessage(context.Background(), &in); err != nil {
-					t.Fatal(err)
-				}
-				select {
-				case <-started:
-				case <-time.After(60 * time.Second):
-					t.Fatal("the second attempt did not start")
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-				defer cancel()
-				_ = r.w.Shutdown(ctx)
-				r.stop(60 * time.Second)
+				r := stopAtSecondAttempt(t, q.api, worker.Config{QueueURL: q.url}, false, func() {
+					if _, err := q.api.SendMessage(context.Background(), &in); err != nil {
+						t.Fatal(err)
+					}
+				}, nil, 60*time.Second)
 				if s := r.w.Stats(); s.Released != 1 || s.Requeued != 0 || s.RequeueFailures != 1 {
 					t.Errorf("stats %+v: want 1 release, its copy failed", s)
 				}
