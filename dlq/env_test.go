@@ -95,26 +95,7 @@ func TestScanLostResponseOnEmulator(t *testing.T) {
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	sendDeadLetters(t, c, q.DLQURL, q.URL, 75)
-	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	var receives atomic.Int32
-	pc := localtest.NewSQS(t, func(o *sqs.Options) {
-		o.BaseEndpoint = aws.String(p.URL())
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("loseThirdReceive",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					if _, ok := in.Parameters.(*sqs.ReceiveMessageInput); ok && receives.Add(1) == 3 {
-						if err := p.LoseReplies(1); err != nil {
-							return middleware.InitializeOutput{}, middleware.Metadata{}, err
-						}
-					}
-					return next.HandleInitialize(ctx, in)
-				}), middleware.Before)
-		})
-	})
+	pc, p := losingClient(t, 3, func(in any) bool { _, ok := in.(*sqs.ReceiveMessageInput); return ok })
 	dq, err := Open(context.Background(), pc, q.DLQURL, Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -222,4 +203,32 @@ func TestPurgeAndRedriveOnEmulator(t *testing.T) {
 		!strings.Contains(s, `"caller":"arn:aws:iam::000000000000:user/op"`) || !strings.Contains(s, `"dlq":"`+jobs.DLQURL+`"`) {
 		t.Errorf("audit log: %s", s)
 	}
+}
+
+// losingClient returns an SQS client that sends through a fault proxy of
+// the test's own, and the proxy, which loses the reply to the nth request
+// whose input lose matches: SQS applies it, the client sees its connection
+// reset.
+func losingClient(t *testing.T, nth int32, lose func(in any) bool) (*sqs.Client, *faultproxy.Proxy) {
+	t.Helper()
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	var seen atomic.Int32
+	return localtest.NewSQS(t, func(o *sqs.Options) {
+		o.BaseEndpoint = aws.String(p.URL())
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("loseReply",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if lose(in.Parameters) && seen.Add(1) == nth {
+						if err := p.LoseReplies(1); err != nil {
+							return middleware.InitializeOutput{}, middleware.Metadata{}, err
+						}
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}), p
 }

@@ -3,18 +3,14 @@ package dlq
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -61,26 +57,7 @@ func TestReplayKeepsTheOriginalsKeyOnEmulator(t *testing.T) {
 		return false
 	}, "SQS's redrive did not move the job")
 
-	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	var sends atomic.Int32
-	pc := localtest.NewSQS(t, func(o *sqs.Options) {
-		o.BaseEndpoint = aws.String(p.URL())
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("loseFirstSend",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					if _, ok := in.Parameters.(*sqs.SendMessageInput); ok && sends.Add(1) == 1 {
-						if err := p.LoseReplies(1); err != nil {
-							return middleware.InitializeOutput{}, middleware.Metadata{}, err
-						}
-					}
-					return next.HandleInitialize(ctx, in)
-				}), middleware.Before)
-		})
-	})
+	pc, p := losingClient(t, 1, func(in any) bool { _, ok := in.(*sqs.SendMessageInput); return ok })
 	dq, err := Open(ctx, pc, q.DLQURL, Config{})
 	if err != nil {
 		t.Fatal(err)
