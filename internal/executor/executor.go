@@ -211,28 +211,42 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 	}
 	e.Breaker.Record(err, j.Probe)
 	e.inFlight(-1)
-	hd := metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName}
-	e.Metrics.Observe(metrics.HandlerDuration, end.Sub(start).Seconds(), hd)
-	e.Metrics.Observe(metrics.ReceiveToDoneLatency, end.Sub(j.ReceivedAt).Seconds(), e.Queue)
-	if !m.SentAt.IsZero() {
-		e.Metrics.Observe(metrics.EnqueueToDoneLatency, end.Sub(m.SentAt).Seconds(), e.Queue)
-	}
+	e.observe(j, start, end)
 
 	if !j.Held(end) {
-		c.LeasesLost.Add(1)
-		e.Metrics.Add(metrics.LeasesLost, 1, e.Queue)
-		j.log(e).Warn("lease lost while the handler ran; the message is left to SQS and may be handled again",
-			"message_id", m.ID, "attempt", m.ReceiveCount, "handler_error", err, "cause", context.Cause(j.Ctx))
-		abandon(j, ack)
+		e.leaseLost(j, err, ack)
 		return false
 	}
 	if err == nil {
 		c.Succeeded.Add(1)
-		e.Metrics.Add(metrics.MessagesSucceeded, 1, hd)
+		e.Metrics.Add(metrics.MessagesSucceeded, 1, metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName})
 		ack.Delete(j)
 		return true
 	}
 	return e.settleFailure(j, err, end.Sub(start), ack)
+}
+
+// observe records the handler's duration and the message's latencies. It
+// and leaseLost stand apart from Run, whose frame they would otherwise
+// enlarge: the handler's goroutine, fresh for each Lambda record, then
+// needs a larger stack to acknowledge the message, and growing it costs
+// more than the rest of the adapter.
+func (e *Executor) observe(j *Job, start, end time.Time) {
+	e.Metrics.Observe(metrics.HandlerDuration, end.Sub(start).Seconds(), metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName})
+	e.Metrics.Observe(metrics.ReceiveToDoneLatency, end.Sub(j.ReceivedAt).Seconds(), e.Queue)
+	if !j.Msg.SentAt.IsZero() {
+		e.Metrics.Observe(metrics.EnqueueToDoneLatency, end.Sub(j.Msg.SentAt).Seconds(), e.Queue)
+	}
+}
+
+// leaseLost leaves to SQS a message whose lease was lost while its handler
+// ran.
+func (e *Executor) leaseLost(j *Job, err error, ack Acker) {
+	e.Counters.LeasesLost.Add(1)
+	e.Metrics.Add(metrics.LeasesLost, 1, e.Queue)
+	j.log(e).Warn("lease lost while the handler ran; the message is left to SQS and may be handled again",
+		"message_id", j.Msg.ID, "attempt", j.Msg.ReceiveCount, "handler_error", err, "cause", context.Cause(j.Ctx))
+	abandon(j, ack)
 }
 
 func (e *Executor) stopped(cause error) bool {
