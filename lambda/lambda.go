@@ -345,16 +345,60 @@ type invocation struct {
 	// dispatch; the last to end closes done.
 	running atomic.Int64
 	done    chan struct{}
+	// acquired counts the slots acquire took: the dispatch's records (its
+	// groups, for an event with FIFO records), in their order. stopped is
+	// set when acquire took none at stopAt: the dispatch ended there, and
+	// the records it did not reach are wait's to release. The dispatch's
+	// goroutine alone sets both, before it calls wait.
+	acquired int
+	stopped  bool
 }
 
-// acquire takes a slot of the invocation's concurrency, unless the
-// invocation gives up first.
+// acquire takes a slot of the invocation's concurrency, unless the time to
+// start records (stopAt) ends first: then the dispatch stops, and wait
+// releases the records left.
 func (inv *invocation) acquire() bool {
 	select {
 	case inv.sem <- struct{}{}:
+		inv.acquired++
 		return true
-	case <-inv.giveUp:
+	default:
+	}
+	if inv.stopAt.IsZero() {
+		inv.sem <- struct{}{}
+		inv.acquired++
+		return true
+	}
+	stop := time.NewTimer(time.Until(inv.stopAt))
+	defer stop.Stop()
+	select {
+	case inv.sem <- struct{}{}:
+		inv.acquired++
+		return true
+	case <-stop.C:
+		inv.stopped = true
 		return false
+	}
+}
+
+// releaseWaiting releases the records the dispatch did not reach, as run
+// releases those whose turn comes after stopAt: through their executor, so
+// that a record on the last receive its redrive policy allows waits in a
+// fresh copy, sent by the time the moves must end (Job.MoveBy), rather than
+// being moved to the dead-letter queue by SQS on its next receive.
+func (inv *invocation) releaseWaiting(recs []record) {
+	var waiting []*record
+	if fifo(recs) {
+		for _, g := range groupsOf(recs)[inv.acquired:] {
+			waiting = append(waiting, g...)
+		}
+	} else {
+		for i := range recs[inv.acquired:] {
+			waiting = append(waiting, &recs[inv.acquired+i])
+		}
+	}
+	for _, rec := range waiting {
+		rec.exec(inv.a).Release(&rec.job, rec)
 	}
 }
 
@@ -386,6 +430,9 @@ func (inv *invocation) exit() {
 // record out again after its visibility timeout), else made visible again
 // at once. Later outcomes of those records are ignored.
 func (inv *invocation) wait(recs []record, log *slog.Logger) {
+	if inv.stopped {
+		inv.releaseWaiting(recs)
+	}
 	select {
 	case <-inv.done:
 		return
@@ -564,6 +611,18 @@ type group struct{ queue, id string }
 // (in an event that also holds FIFO records, which an event source mapping
 // never sends) is a group of its own.
 func (inv *invocation) runGroups(recs []record) {
+	for _, group := range groupsOf(recs) {
+		if !inv.acquire() {
+			return
+		}
+		inv.running.Add(1)
+		go inv.runGroup(group)
+	}
+}
+
+// groupsOf returns the message groups of recs, each in order, in the order
+// of their first records.
+func groupsOf(recs []record) [][]*record {
 	var order []group
 	groups := map[group][]*record{}
 	for i := range recs {
@@ -577,14 +636,11 @@ func (inv *invocation) runGroups(recs []record) {
 		}
 		groups[g] = append(groups[g], r)
 	}
-	for _, g := range order {
-		group := groups[g]
-		if !inv.acquire() {
-			return
-		}
-		inv.running.Add(1)
-		go inv.runGroup(group)
+	out := make([][]*record, len(order))
+	for i, g := range order {
+		out[i] = groups[g]
 	}
+	return out
 }
 
 // runGroup runs the records of one message group in order, on a goroutine
