@@ -80,8 +80,12 @@ type Config struct {
 	// the infra constructs set from the mapping), else 0.
 	BatchingWindow time.Duration
 
-	// QueueURL turns a record's eventSourceARN into its queue's URL.
-	// Default QueueURLFromARN.
+	// QueueURL turns a record's eventSourceARN into its queue's URL. A
+	// record whose ARN it cannot map still runs, but its queue is unknown:
+	// a failure is reported failed with its visibility left alone, never
+	// retried with backoff nor dead-lettered by the function (not even to
+	// DeadLetterQueueURL: the queue's own redrive policy applies), and an
+	// error naming the ARN is logged. Default QueueURLFromARN.
 	QueueURL func(eventSourceARN string) (string, error)
 
 	// Logger receives the adapter's logs, with the Lambda request ID.

@@ -136,8 +136,10 @@ type adapter struct {
 	cfg      Config
 	recorder metrics.Recorder
 	counts   executor.Counters
-	// unknown settles records whose queue is unknown: reported failed,
-	// never retried with backoff nor dead-lettered.
+	// unknown settles records whose queue is unknown: they run, and a
+	// failure is reported failed with its visibility left alone, never
+	// retried with backoff, never dead-lettered nor copied by the function
+	// (it has neither the queue's URL nor its redrive policy).
 	unknown *queueState
 
 	mu       sync.Mutex
@@ -165,6 +167,13 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 	}
 	if maxReceive == 0 {
 		maxReceive = info.MaxReceiveCount
+	}
+	if info.URL == "" {
+		// The state of the records whose queue is unknown (a.unknown):
+		// Config's dead-letter queue may not be theirs, and their copy
+		// would name no source queue to redrive to. Their failures are
+		// left to the queue's own redrive policy.
+		dlq, maxReceive = "", 0
 	}
 	log := a.cfg.Logger.With("queue", info.URL)
 	st := &queueState{info: info, client: a.cfg.Client, loadedAt: time.Now(), known: known}
@@ -499,7 +508,8 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 		url, err := lastURL, lastErr
 		if err != nil {
-			log.Error("record's queue unknown: it can be reported failed but not retried with backoff nor dead-lettered", "message_id", r.MessageId, "error", err)
+			log.Error("record's queue unknown: Config.QueueURL cannot map its eventSourceARN to a queue URL, so a failure of its handler is reported failed with its visibility left alone, never retried with backoff nor dead-lettered by the function (the queue's redrive policy applies); set Config.QueueURL to a function that maps this ARN",
+				"message_id", r.MessageId, "event_source_arn", r.EventSourceARN, "error", err)
 		} else if rec.st, err = a.state(ctx, url, readBy, log); err != nil {
 			return resp, err // nothing ran, nothing is deleted
 		} else if _, seen := states[rec.st]; !seen {
