@@ -394,7 +394,8 @@ func (inv *invocation) acquire() bool {
 // releases those whose turn comes after stopAt: through their executor, so
 // that a record on the last receive its redrive policy allows waits in a
 // fresh copy, sent by the time the moves must end (Job.MoveBy), rather than
-// being moved to the dead-letter queue by SQS on its next receive.
+// being moved to the dead-letter queue by SQS on its next receive. A record
+// whose time has not come is held back instead, as run holds it.
 func (inv *invocation) releaseWaiting(recs []record) {
 	var waiting []*record
 	if fifo(recs) {
@@ -407,7 +408,10 @@ func (inv *invocation) releaseWaiting(recs []record) {
 		}
 	}
 	for _, rec := range waiting {
-		rec.exec(inv.a).Release(&rec.job, rec)
+		ex := rec.exec(inv.a)
+		if held, _ := ex.Hold(&rec.job, rec); !held {
+			ex.Release(&rec.job, rec)
+		}
 	}
 }
 
@@ -668,20 +672,23 @@ func (inv *invocation) runGroup(group []*record) {
 	}
 }
 
-// run runs the record's handler, unless the deadline is too near to start
-// it (then it is released) or the circuit breaker is open (then it is
-// postponed to the next probe). It reports whether the record is done.
+// run runs the record's handler, unless its time has not come (then it is
+// held back, see Executor.Hold), the deadline is too near to start it (then
+// it is released) or the circuit breaker is open (then it is postponed to
+// the next probe). It reports whether the record is done.
 func (inv *invocation) run(rec *record) bool {
 	if !rec.start() {
 		return false // given up
 	}
 	ex := rec.exec(inv.a)
+	// Held first: a release would make a record held for later visible
+	// again at once, or on its last receive send a copy that runs now.
+	if held, gone := ex.Hold(&rec.job, rec); held {
+		return gone
+	}
 	if !inv.stopAt.IsZero() && !time.Now().Before(inv.stopAt) {
 		ex.Release(&rec.job, rec)
 		return false
-	}
-	if held, gone := ex.Hold(&rec.job, rec); held {
-		return gone
 	}
 	ok, probe, wait := ex.Breaker.Allow()
 	if !ok {
