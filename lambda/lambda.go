@@ -154,7 +154,7 @@ type queueState struct {
 	exec     *executor.Executor
 	ext      *visibility.Extender // nil without a heartbeat
 	beat     heartbeat            // runs ext's rounds for the invocations using it
-	loadedAt time.Time
+	loadedAt time.Time // guarded by the adapter's mu once st is shared
 	// known is false when the queue's attributes could not be read: the
 	// configuration stands in for them, and no heartbeat runs.
 	known bool
@@ -221,8 +221,9 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 func (a *adapter) state(ctx context.Context, url string, readBy time.Time, log *slog.Logger) (*queueState, error) {
 	a.mu.Lock()
 	st, ok := a.queues[url]
+	fresh := ok && st.known && time.Since(st.loadedAt) < a.cfg.QueueRefresh // loadedAt under a.mu
 	a.mu.Unlock()
-	if ok && st.known && time.Since(st.loadedAt) < a.cfg.QueueRefresh {
+	if fresh {
 		return st, nil
 	}
 	rctx := ctx
