@@ -154,7 +154,7 @@ type queueState struct {
 	exec     *executor.Executor
 	ext      *visibility.Extender // nil without a heartbeat
 	beat     heartbeat            // runs ext's rounds for the invocations using it
-	loadedAt time.Time // guarded by the adapter's mu once st is shared
+	loadedAt time.Time            // guarded by the adapter's mu once st is shared
 	// known is false when the queue's attributes could not be read: the
 	// configuration stands in for them, and no heartbeat runs.
 	known bool
