@@ -6,6 +6,7 @@ package lambda_test
 
 import (
 	"context"
+	"encoding/json"
 	"sort"
 	"sync/atomic"
 	"testing"
@@ -189,5 +190,55 @@ func TestEmulatorWaitingRecordsReleasedOnLastReceive(t *testing.T) {
 	}
 	if v, i, d := localtest.Depth(t, sq, q.URL); v+i+d != 0 {
 		t.Errorf("%d messages left in the queue, want none", v+i+d)
+	}
+}
+
+// The example function under the Lambda Runtime Interface Emulator (a 4s
+// timeout, the default Concurrency of 10): ten handlers that ignore their
+// context hold every slot, so that an eleventh record (an event source
+// mapping sends more than ten with a batching window), on its last receive
+// (maxReceiveCount 2), waits for a slot until the time to start records
+// ends. It is not reported failed but waits in a fresh copy, sent and its
+// original deleted before the function answers; nothing is dead-lettered.
+// Before, it was reported failed, visible at once, and dead-lettered by
+// SQS on its next receive.
+func TestRealInvocationWaitingRecordReleasedOnLastReceive(t *testing.T) {
+	sq := localtest.NewSQS(t)
+	rie := localtest.StartRIE(t, localtest.BuildBootstrap(t, examplePkg), "AWS_LAMBDA_FUNCTION_TIMEOUT=4")
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 120 * time.Second})
+	localtest.Send(t, sq, q.URL, "", "ok")
+	first := receiveN(t, sq, q.URL, 1)
+	if _, err := sq.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{QueueUrl: &q.URL, ReceiptHandle: first[0].ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	last := receiveN(t, sq, q.URL, 1)
+	stalls := make([]string, 10)
+	for i := range stalls {
+		stalls[i] = "stall:1m"
+	}
+	localtest.Send(t, sq, q.URL, "", stalls...)
+	stalled := receiveN(t, sq, q.URL, 10)
+	status, body := invoke(t, rie, sqstest.SQSEvent(q.ARN, append(stalled, last...)))
+	var resp events.SQSEventResponse
+	if err := json.Unmarshal(body, &resp); status != 200 || err != nil {
+		t.Fatalf("status %d, body %s", status, body)
+	}
+	for _, f := range resp.BatchItemFailures {
+		if f.ItemIdentifier == aws.ToString(last[0].MessageId) {
+			t.Errorf("the waiting record reported failed, want its copy sent and the original deleted")
+		}
+	}
+	if len(resp.BatchItemFailures) != 10 {
+		t.Errorf("%d failures, want the 10 stalled records", len(resp.BatchItemFailures))
+	}
+	again := receiveN(t, sq, q.URL, 1)
+	if aws.ToString(again[0].Body) != "ok" || again[0].Attributes["ApproximateReceiveCount"] != "1" {
+		t.Errorf("came back: %q with receive count %s, want the waiting record's fresh copy", aws.ToString(again[0].Body), again[0].Attributes["ApproximateReceiveCount"])
+	}
+	if p := aws.ToString(again[0].MessageAttributes[sqsworker.AttrPriorAttempts].StringValue); p != "1" {
+		t.Errorf("prior attempts %q, want 1", p)
+	}
+	if v, i, d := localtest.Depth(t, sq, q.DLQURL); v+i+d != 0 {
+		t.Errorf("%d messages dead-lettered, want none: no handler failed", v+i+d)
 	}
 }
