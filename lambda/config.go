@@ -36,8 +36,10 @@ type Config struct {
 	// record starts later than SafetyMargin before the deadline,
 	// handlers' contexts end SafetyMargin/2 before it, and the function
 	// stops waiting for handlers that ignore their context SafetyMargin/4
-	// before it, leaving time to report. Default a tenth of the time left when the invocation starts,
-	// between 200ms and 5s.
+	// before it, leaving time to report. A margin not shorter than the
+	// function's timeout leaves no time to start any record: each
+	// invocation logs that error. Default a tenth of the time left when
+	// the invocation starts, between 200ms and 5s.
 	SafetyMargin time.Duration
 
 	// DeadLetterQueueURL is where permanent failures and last attempts go.

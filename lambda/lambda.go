@@ -486,6 +486,10 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	if margin == 0 && hasDeadline {
 		margin = min(max(deadline.Sub(start)/10, 200*time.Millisecond), 5*time.Second)
 	}
+	if hasDeadline && !deadline.Add(-margin).After(start) {
+		log.Error("no time to start records: Config.SafetyMargin is not shorter than the time the invocation has, so every record is released without running, until SQS dead-letters it; set SafetyMargin well below the function's timeout (or leave it 0 for a tenth of it)",
+			"safety_margin", margin, "time_left", deadline.Sub(start).Round(time.Millisecond))
+	}
 	// A read of a queue's attributes takes no more than the margin (at
 	// least a second): an SQS that swallows the function's requests must
 	// not take the time of the handlers, which can run without them.
