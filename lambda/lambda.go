@@ -514,6 +514,9 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		if i == 0 || r.EventSourceARN != lastARN {
 			lastARN = r.EventSourceARN
 			lastURL, lastErr = a.cfg.QueueURL(lastARN)
+			if lastErr == nil && lastURL == "" {
+				lastErr = fmt.Errorf("lambda: Config.QueueURL returned an empty URL for %q", lastARN)
+			}
 		}
 		url, err := lastURL, lastErr
 		if err != nil {

@@ -122,3 +122,38 @@ func TestEmulatorUnknownQueueRecordNotDeadLettered(t *testing.T) {
 	checkUnknownLog(t, logs.String())
 	_, _ = sq.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &q.URL, ReceiptHandle: msgs[0].ReceiptHandle})
 }
+
+// A Config.QueueURL that returns an empty URL without an error leaves the
+// record's queue unknown too: not read, not dead-lettered, its visibility
+// left alone. Before, the adapter went on with an empty queue URL: a read
+// of its attributes that failed, and visibility changes and deletes sent
+// to no queue.
+func TestEmptyQueueURLIsUnknown(t *testing.T) {
+	f := newFake("300")
+	var logs logBuffer
+	fn := newHandler(t, jobs, lambda.Config{Client: f, DisableHeartbeat: true,
+		DeadLetterQueueURL: sqstest.QueueURL("orders-dlq"),
+		QueueURL:           func(string) (string, error) { return "", nil },
+		Logger:             slog.New(slog.NewTextHandler(&logs, nil))})
+	ev := received(t, f, "orders", "permanent", "fail")
+	ev.Records[0].EventSourceARN = "arn:aws:sqs:eu-west-1:orders"
+	ev.Records[1].EventSourceARN = "arn:aws:sqs:eu-west-1:orders"
+	reads := f.Calls(sqstest.OpGetQueueAttributes)
+	resp, err := fn(context.Background(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := failedIDs(resp); len(got) != 2 {
+		t.Errorf("failures %v, want both records", got)
+	}
+	if n := f.Calls(sqstest.OpGetQueueAttributes) - reads; n != 0 {
+		t.Errorf("%d reads of an empty queue URL's attributes, want none", n)
+	}
+	if n := f.Calls(sqstest.OpChangeMessageVisibilityBatch); n != 0 {
+		t.Errorf("%d visibility changes, want none", n)
+	}
+	if v, fl, d := f.Depth(sqstest.QueueURL("orders-dlq")); v+fl+d != 0 {
+		t.Errorf("%d messages dead-lettered by the function, want none", v+fl+d)
+	}
+	checkUnknownLog(t, logs.String())
+}
