@@ -438,11 +438,12 @@ func (inv *invocation) exit() {
 	}
 }
 
-// wait waits for the records' goroutines to end, or gives up on them: a
-// record not settled then is reported failed, its visibility left alone if
-// its handler is still running (it ignores its context; SQS hands the
-// record out again after its visibility timeout), else made visible again
-// at once. Later outcomes of those records are ignored.
+// wait releases the records the dispatch did not reach (see
+// releaseWaiting), then waits for the records' goroutines to end, or gives
+// up on them: a record not settled then is reported failed, its visibility
+// left alone if its handler is still running (it ignores its context; SQS
+// hands the record out again after its visibility timeout), else made
+// visible again at once. Later outcomes of those records are ignored.
 func (inv *invocation) wait(recs []record, log *slog.Logger) {
 	if inv.stopped {
 		inv.releaseWaiting(recs)
