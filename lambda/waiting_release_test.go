@@ -7,6 +7,7 @@ package lambda_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"testing"
@@ -240,5 +241,43 @@ func TestRealInvocationWaitingRecordReleasedOnLastReceive(t *testing.T) {
 	}
 	if v, i, d := localtest.Depth(t, sq, q.DLQURL); v+i+d != 0 {
 		t.Errorf("%d messages dead-lettered, want none: no handler failed", v+i+d)
+	}
+}
+
+// On a FIFO queue (Concurrency 1, group a's first record holding the only
+// slot, ignoring its context), the message groups still waiting for a slot
+// when the time to start records ends are released then, in order: none of
+// their records runs, each is reported failed and visible again at once.
+func TestWaitingGroupsReleasedFIFO(t *testing.T) {
+	f := newFake("300")
+	url := sqstest.QueueURL("orders.fifo")
+	for i, s := range []struct{ group, body string }{{"a", "stall"}, {"a", "a2"}, {"b", "b1"}, {"b", "b2"}, {"c", "c1"}} {
+		f.Send(url, s.body, func(in *sqs.SendMessageInput) {
+			in.MessageGroupId, in.MessageDeduplicationId = aws.String(s.group), aws.String(string(rune('0'+i)))
+		})
+	}
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil || len(out.Messages) != 5 {
+		t.Fatalf("received %d of 5: %v", len(out.Messages), err)
+	}
+	ev := sqstest.SQSEvent(sqstest.QueueARN("orders.fifo"), out.Messages)
+	var ran atomic.Int64
+	fn := newHandler(t, stallThenWaiting(t, &ran, nil), lambda.Config{Client: f, Concurrency: 1, SafetyMargin: 2 * time.Second, DisableHeartbeat: true})
+	resp := invokeBy(t, fn, ev, 4*time.Second)
+	if got := failedIDs(resp); len(got) != 5 {
+		t.Errorf("failures %v, want all 5: the stalled one, the one behind it, and the two groups released", got)
+	}
+	again, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	for _, m := range again.Messages {
+		bodies = append(bodies, aws.ToString(m.Body))
+	}
+	sort.Strings(bodies)
+	if want := []string{"b1", "b2", "c1"}; !slices.Equal(bodies, want) {
+		t.Errorf("visible again: %v, want groups b and c %v (group a waits behind its stalled record)", bodies, want)
 	}
 }
