@@ -36,8 +36,10 @@ type Config struct {
 	// record starts later than SafetyMargin before the deadline,
 	// handlers' contexts end SafetyMargin/2 before it, and the function
 	// stops waiting for handlers that ignore their context SafetyMargin/4
-	// before it, leaving time to report. Default a tenth of the time left when the invocation starts,
-	// between 200ms and 5s.
+	// before it, leaving time to report. A margin not shorter than the
+	// function's timeout leaves no time to start any record: each
+	// invocation logs that error. Default a tenth of the time left when
+	// the invocation starts, between 200ms and 5s.
 	SafetyMargin time.Duration
 
 	// DeadLetterQueueURL is where permanent failures and last attempts go.
@@ -80,8 +82,12 @@ type Config struct {
 	// the infra constructs set from the mapping), else 0.
 	BatchingWindow time.Duration
 
-	// QueueURL turns a record's eventSourceARN into its queue's URL.
-	// Default QueueURLFromARN.
+	// QueueURL turns a record's eventSourceARN into its queue's URL. A
+	// record whose ARN it cannot map still runs, but its queue is unknown:
+	// a failure is reported failed with its visibility left alone, never
+	// retried with backoff nor dead-lettered by the function (not even to
+	// DeadLetterQueueURL: the queue's own redrive policy applies), and an
+	// error naming the ARN is logged. Default QueueURLFromARN.
 	QueueURL func(eventSourceARN string) (string, error)
 
 	// Logger receives the adapter's logs, with the Lambda request ID.

@@ -72,10 +72,13 @@
 // its place, carrying the attempts made before, sent by the time the moves
 // must end, and the record is deleted at once (reported done). Should the
 // send fail, the record is made visible again as above. Records still
-// waiting for a slot when the function stops waiting for handlers (a
-// quarter of the margin before the deadline) are left no time for a copy:
-// they are made visible again. FIFO records keep the release: a copy would
-// go behind the rest of its group.
+// waiting for a slot of Config.Concurrency when the time to start records
+// ends are released then, the same way, while there is time for a copy. A
+// record held back for later (its sqsworker.AttrNotBefore ahead) is held
+// back as usual rather than released, so that no copy runs it before its
+// time.
+// FIFO records keep the release: a copy would go behind the rest of its
+// group.
 //
 // A handler that ignores its context, still running then, is left to run:
 // the function stops waiting for it and answers with the outcomes of the

@@ -136,8 +136,10 @@ type adapter struct {
 	cfg      Config
 	recorder metrics.Recorder
 	counts   executor.Counters
-	// unknown settles records whose queue is unknown: reported failed,
-	// never retried with backoff nor dead-lettered.
+	// unknown settles records whose queue is unknown: they run, and a
+	// failure is reported failed with its visibility left alone, never
+	// retried with backoff, never dead-lettered nor copied by the function
+	// (it has neither the queue's URL nor its redrive policy).
 	unknown *queueState
 
 	mu       sync.Mutex
@@ -152,7 +154,7 @@ type queueState struct {
 	exec     *executor.Executor
 	ext      *visibility.Extender // nil without a heartbeat
 	beat     heartbeat            // runs ext's rounds for the invocations using it
-	loadedAt time.Time
+	loadedAt time.Time            // guarded by the adapter's mu once st is shared
 	// known is false when the queue's attributes could not be read: the
 	// configuration stands in for them, and no heartbeat runs.
 	known bool
@@ -165,6 +167,13 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 	}
 	if maxReceive == 0 {
 		maxReceive = info.MaxReceiveCount
+	}
+	if info.URL == "" {
+		// The state of the records whose queue is unknown (a.unknown):
+		// Config's dead-letter queue may not be theirs, and their copy
+		// would name no source queue to redrive to. Their failures are
+		// left to the queue's own redrive policy.
+		dlq, maxReceive = "", 0
 	}
 	log := a.cfg.Logger.With("queue", info.URL)
 	st := &queueState{info: info, client: a.cfg.Client, loadedAt: time.Now(), known: known}
@@ -212,8 +221,9 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 func (a *adapter) state(ctx context.Context, url string, readBy time.Time, log *slog.Logger) (*queueState, error) {
 	a.mu.Lock()
 	st, ok := a.queues[url]
+	fresh := ok && st.known && time.Since(st.loadedAt) < a.cfg.QueueRefresh // loadedAt under a.mu
 	a.mu.Unlock()
-	if ok && st.known && time.Since(st.loadedAt) < a.cfg.QueueRefresh {
+	if fresh {
 		return st, nil
 	}
 	rctx := ctx
@@ -345,16 +355,64 @@ type invocation struct {
 	// dispatch; the last to end closes done.
 	running atomic.Int64
 	done    chan struct{}
+	// acquired counts the slots acquire took: the dispatch's records (its
+	// groups, for an event with FIFO records), in their order. stopped is
+	// set when acquire took none at stopAt: the dispatch ended there, and
+	// the records it did not reach are wait's to release. The dispatch's
+	// goroutine alone sets both, before it calls wait.
+	acquired int
+	stopped  bool
 }
 
-// acquire takes a slot of the invocation's concurrency, unless the
-// invocation gives up first.
+// acquire takes a slot of the invocation's concurrency, unless the time to
+// start records (stopAt) ends first: then the dispatch stops, and wait
+// releases the records left.
 func (inv *invocation) acquire() bool {
 	select {
 	case inv.sem <- struct{}{}:
+		inv.acquired++
 		return true
-	case <-inv.giveUp:
+	default:
+	}
+	if inv.stopAt.IsZero() {
+		inv.sem <- struct{}{}
+		inv.acquired++
+		return true
+	}
+	stop := time.NewTimer(time.Until(inv.stopAt))
+	defer stop.Stop()
+	select {
+	case inv.sem <- struct{}{}:
+		inv.acquired++
+		return true
+	case <-stop.C:
+		inv.stopped = true
 		return false
+	}
+}
+
+// releaseWaiting releases the records the dispatch did not reach, as run
+// releases those whose turn comes after stopAt: through their executor, so
+// that a record on the last receive its redrive policy allows waits in a
+// fresh copy, sent by the time the moves must end (Job.MoveBy), rather than
+// being moved to the dead-letter queue by SQS on its next receive. A record
+// whose time has not come is held back instead, as run holds it.
+func (inv *invocation) releaseWaiting(recs []record) {
+	var waiting []*record
+	if fifo(recs) {
+		for _, g := range groupsOf(recs)[inv.acquired:] {
+			waiting = append(waiting, g...)
+		}
+	} else {
+		for i := range recs[inv.acquired:] {
+			waiting = append(waiting, &recs[inv.acquired+i])
+		}
+	}
+	for _, rec := range waiting {
+		ex := rec.exec(inv.a)
+		if held, _ := ex.Hold(&rec.job, rec); !held {
+			ex.Release(&rec.job, rec)
+		}
 	}
 }
 
@@ -380,12 +438,16 @@ func (inv *invocation) exit() {
 	}
 }
 
-// wait waits for the records' goroutines to end, or gives up on them: a
-// record not settled then is reported failed, its visibility left alone if
-// its handler is still running (it ignores its context; SQS hands the
-// record out again after its visibility timeout), else made visible again
-// at once. Later outcomes of those records are ignored.
+// wait releases the records the dispatch did not reach (see
+// releaseWaiting), then waits for the records' goroutines to end, or gives
+// up on them: a record not settled then is reported failed, its visibility
+// left alone if its handler is still running (it ignores its context; SQS
+// hands the record out again after its visibility timeout), else made
+// visible again at once. Later outcomes of those records are ignored.
 func (inv *invocation) wait(recs []record, log *slog.Logger) {
+	if inv.stopped {
+		inv.releaseWaiting(recs)
+	}
 	select {
 	case <-inv.done:
 		return
@@ -425,6 +487,10 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	if margin == 0 && hasDeadline {
 		margin = min(max(deadline.Sub(start)/10, 200*time.Millisecond), 5*time.Second)
 	}
+	if hasDeadline && !deadline.Add(-margin).After(start) {
+		log.Error("no time to start records: Config.SafetyMargin is not shorter than the time the invocation has, so every record is released without running, until SQS dead-letters it; set SafetyMargin well below the function's timeout (or leave it 0 for a tenth of it)",
+			"safety_margin", margin, "time_left", deadline.Sub(start).Round(time.Millisecond))
+	}
 	// A read of a queue's attributes takes no more than the margin (at
 	// least a second): an SQS that swallows the function's requests must
 	// not take the time of the handlers, which can run without them.
@@ -449,10 +515,14 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		if i == 0 || r.EventSourceARN != lastARN {
 			lastARN = r.EventSourceARN
 			lastURL, lastErr = a.cfg.QueueURL(lastARN)
+			if lastErr == nil && lastURL == "" {
+				lastErr = fmt.Errorf("lambda: Config.QueueURL returned an empty URL for %q", lastARN)
+			}
 		}
 		url, err := lastURL, lastErr
 		if err != nil {
-			log.Error("record's queue unknown: it can be reported failed but not retried with backoff nor dead-lettered", "message_id", r.MessageId, "error", err)
+			log.Error("record's queue unknown: Config.QueueURL cannot map its eventSourceARN to a queue URL, so a failure of its handler is reported failed with its visibility left alone, never retried with backoff nor dead-lettered by the function (the queue's redrive policy applies); set Config.QueueURL to a function that maps this ARN",
+				"message_id", r.MessageId, "event_source_arn", r.EventSourceARN, "error", err)
 		} else if rec.st, err = a.state(ctx, url, readBy, log); err != nil {
 			return resp, err // nothing ran, nothing is deleted
 		} else if _, seen := states[rec.st]; !seen {
@@ -564,6 +634,18 @@ type group struct{ queue, id string }
 // (in an event that also holds FIFO records, which an event source mapping
 // never sends) is a group of its own.
 func (inv *invocation) runGroups(recs []record) {
+	for _, group := range groupsOf(recs) {
+		if !inv.acquire() {
+			return
+		}
+		inv.running.Add(1)
+		go inv.runGroup(group)
+	}
+}
+
+// groupsOf returns the message groups of recs, each in order, in the order
+// of their first records.
+func groupsOf(recs []record) [][]*record {
 	var order []group
 	groups := map[group][]*record{}
 	for i := range recs {
@@ -577,14 +659,11 @@ func (inv *invocation) runGroups(recs []record) {
 		}
 		groups[g] = append(groups[g], r)
 	}
-	for _, g := range order {
-		group := groups[g]
-		if !inv.acquire() {
-			return
-		}
-		inv.running.Add(1)
-		go inv.runGroup(group)
+	out := make([][]*record, len(order))
+	for i, g := range order {
+		out[i] = groups[g]
 	}
+	return out
 }
 
 // runGroup runs the records of one message group in order, on a goroutine
@@ -602,20 +681,23 @@ func (inv *invocation) runGroup(group []*record) {
 	}
 }
 
-// run runs the record's handler, unless the deadline is too near to start
-// it (then it is released) or the circuit breaker is open (then it is
-// postponed to the next probe). It reports whether the record is done.
+// run runs the record's handler, unless its time has not come (then it is
+// held back, see Executor.Hold), the deadline is too near to start it (then
+// it is released) or the circuit breaker is open (then it is postponed to
+// the next probe). It reports whether the record is done.
 func (inv *invocation) run(rec *record) bool {
 	if !rec.start() {
 		return false // given up
 	}
 	ex := rec.exec(inv.a)
+	// Held first: a release would make a record held for later visible
+	// again at once, or on its last receive send a copy that runs now.
+	if held, gone := ex.Hold(&rec.job, rec); held {
+		return gone
+	}
 	if !inv.stopAt.IsZero() && !time.Now().Before(inv.stopAt) {
 		ex.Release(&rec.job, rec)
 		return false
-	}
-	if held, gone := ex.Hold(&rec.job, rec); held {
-		return gone
 	}
 	ok, probe, wait := ex.Breaker.Allow()
 	if !ok {
