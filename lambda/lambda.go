@@ -409,10 +409,7 @@ func (inv *invocation) releaseWaiting(recs []record) {
 		}
 	}
 	for _, rec := range waiting {
-		ex := rec.exec(inv.a)
-		if held, _ := ex.Hold(&rec.job, rec); !held {
-			ex.Release(&rec.job, rec)
-		}
+		rec.exec(inv.a).Release(&rec.job, rec) // which holds back a record whose time has not come
 	}
 }
 
@@ -690,8 +687,7 @@ func (inv *invocation) run(rec *record) bool {
 		return false // given up
 	}
 	ex := rec.exec(inv.a)
-	// Held first: a release would make a record held for later visible
-	// again at once, or on its last receive send a copy that runs now.
+	// Held first, as Release would hold it too.
 	if held, gone := ex.Hold(&rec.job, rec); held {
 		return gone
 	}

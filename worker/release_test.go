@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -227,6 +228,47 @@ func TestReceivedWhileStoppingOnLastReceive(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A job whose time has not come, received by one of the last long polls of
+// a stopping worker on the last receive its redrive policy allows, is held
+// back until its time, not released: released, its copy was timed for the
+// release and ran the job an hour early.
+func TestHeldJobReceivedWhileStopping(t *testing.T) {
+	t.Parallel()
+	eachQueue(t, "stopping-held", func(t *testing.T, q relQueue) {
+		nb := time.Now().Add(time.Hour)
+		if _, err := q.api.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: &q.url, MessageBody: aws.String("later"),
+			MessageAttributes: map[string]types.MessageAttributeValue{sqsworker.AttrNotBefore: {DataType: aws.String("Number"),
+				StringValue: aws.String(strconv.FormatInt(nb.UnixMilli(), 10))}}}); err != nil {
+			t.Fatal(err)
+		}
+		visible := q.firstAttempt(t)
+		r := start(t, q.api, worker.Config{QueueURL: q.url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 5 * time.Second, DisableDepth: true},
+			sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+				t.Errorf("handler ran for %s an hour before its time", m.ID)
+				return nil
+			}))
+		time.Sleep(500 * time.Millisecond) // both loops in their long polls
+		stopped := make(chan struct{})
+		go func() {
+			defer close(stopped)
+			_ = r.w.Shutdown(context.Background())
+		}()
+		localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "the worker does not stop")
+		visible() // taken by one of the last long polls, its last receive
+		<-stopped
+		r.stop(30 * time.Second)
+		if s := r.w.Stats(); s.Received != 1 || s.Held != 1 || s.Released != 0 {
+			t.Errorf("stats %+v: want the message received once and held back, not released", s)
+		}
+		if n := q.count(q.dlq); n != 0 {
+			t.Errorf("%d messages dead-lettered by the stop, want none", n)
+		}
+		if n := q.count(q.url); n != 1 {
+			t.Errorf("%d messages in the queue, want the job, waiting for its time", n)
+		}
+	})
 }
 
 // refusingSends is a client whose SendMessage, once armed, is refused (or

@@ -274,8 +274,15 @@ func (e *Executor) inFlight(d int64) {
 // Release makes a message that was not handled visible again at once,
 // without counting an attempt, unless its lease was lost. On the last
 // receive its redrive policy allows, a fresh copy takes its place (see
-// waitInCopy).
+// waitInCopy). A message whose time has not come (see Hold), unless the
+// runtime checked already, is held back instead: released, it would be
+// visible at once, or its copy would run now.
 func (e *Executor) Release(j *Job, ack Acker) {
+	if !j.holdChecked {
+		if held, _ := e.Hold(j, ack); held {
+			return
+		}
+	}
 	if !j.Held(time.Now()) {
 		abandon(j, ack)
 		return

@@ -132,3 +132,32 @@ func TestReleaseOnLastReceiveFIFOKeepsTheVisibility(t *testing.T) {
 		t.Errorf("%d visible, want the released message", v)
 	}
 }
+
+// A job whose time has not come, released unstarted (a worker stopping, a
+// FIFO group's rest behind a failed message) on the only receive its
+// redrive policy allows, is held back rather than released: it runs at its
+// time, as attempt 1, never dead-lettered. Before, the release's copy was
+// timed for the release, and the job ran 25 minutes early.
+func TestReleaseOfAHeldJobKeepsItsTime(t *testing.T) {
+	s := newSim(t, 1, nil)
+	s.runtime = true
+	nb := s.send(40 * time.Minute)
+	j := s.receiveOne() // after the longest message delay, 15 minutes
+	if !s.clock.Now().Before(nb) {
+		t.Fatalf("received at %s, not before its time %s", s.clock.Now(), nb)
+	}
+	s.ex.Release(j, s)
+	s.runUntilIdle(time.Hour)
+	if len(s.runs) != 1 {
+		t.Fatalf("%d runs, want 1", len(s.runs))
+	}
+	if r := s.runs[0]; r.at.Before(nb) || r.attempt != 1 {
+		t.Errorf("ran at %s as attempt %d; want at its time %s or after, attempt 1", r.at, r.attempt, nb)
+	}
+	if v, _, _ := s.f.Depth(s.dlq); v != 0 {
+		t.Errorf("%d dead-lettered, want none", v)
+	}
+	if n := s.ex.Counters.Released.Load(); n != 0 {
+		t.Errorf("%d releases counted, want 0: the job was held", n)
+	}
+}
