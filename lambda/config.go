@@ -38,8 +38,9 @@ type Config struct {
 	// stops waiting for handlers that ignore their context SafetyMargin/4
 	// before it, leaving time to report. A margin not shorter than the
 	// function's timeout leaves no time to start any record: each
-	// invocation logs that error. Default a tenth of the time left when
-	// the invocation starts, between 200ms and 5s.
+	// invocation logs that error. At least MinSafetyMargin (200ms).
+	// Default a tenth of the time left when the invocation starts,
+	// between 200ms and 5s.
 	SafetyMargin time.Duration
 
 	// DeadLetterQueueURL is where permanent failures and last attempts go.
@@ -122,7 +123,10 @@ const BatchingWindowEnv = "SQSWORKER_BATCHING_WINDOW"
 
 // Defaults of the Config fields.
 const (
-	DefaultConcurrency  = 10
+	DefaultConcurrency = 10
+	// MinSafetyMargin is the shortest Config.SafetyMargin: the time to
+	// report failed records after the handlers' deadline.
+	MinSafetyMargin     = 200 * time.Millisecond
 	DefaultQueueRefresh = 5 * time.Minute
 )
 
@@ -134,6 +138,8 @@ func (c *Config) validate() error {
 	}
 	if c.SafetyMargin < 0 {
 		bad("SafetyMargin %s is negative", c.SafetyMargin)
+	} else if c.SafetyMargin > 0 && c.SafetyMargin < MinSafetyMargin {
+		bad("SafetyMargin %s is under %s: the failed records' visibility changes, sent after the handlers' deadline (SafetyMargin/2 before the invocation's), would not land before it; set at least %s, or 0 for a tenth of the time left", c.SafetyMargin, MinSafetyMargin, MinSafetyMargin)
 	}
 	if c.QueueRefresh < 0 {
 		bad("QueueRefresh %s is negative", c.QueueRefresh)

@@ -330,6 +330,11 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("error %v does not name %q", err, want)
 		}
 	}
+	_, err = lambda.NewHandler(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }),
+		lambda.Config{SafetyMargin: 50 * time.Millisecond})
+	if err == nil || !strings.Contains(err.Error(), "SafetyMargin 50ms is under 200ms") {
+		t.Errorf("a SafetyMargin of 50ms: error %v, want one naming it and the least", err)
+	}
 }
 
 func TestQueueURLFromARN(t *testing.T) {
