@@ -431,9 +431,27 @@ func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duratio
 	if prior > 0 {
 		attrs[sqsworker.AttrPriorAttempts] = sqsworker.MessageAttribute{DataType: "Number", StringValue: strconv.Itoa(prior)}
 	}
-	if len(attrs) > sqsworker.MaxMessageAttributes {
-		return fmt.Errorf("the copy needs %d message attributes, over SQS's limit of %d: leave room for %s and %s",
-			len(attrs), sqsworker.MaxMessageAttributes, sqsworker.AttrNotBefore, sqsworker.AttrPriorAttempts)
+	// A copy that does not fit (ten attributes of the job's own, or a body
+	// near SQS's size limit) goes without what it can spare rather than not
+	// at all, which would leave the job to the dead-letter queue though no
+	// handler failed: its time, when its message delay covers it; then its
+	// prior attempts, so that its count of attempts starts again.
+	if fits := func() bool {
+		return len(attrs) <= sqsworker.MaxMessageAttributes && sqsworker.MessageSize(m.Body, attrs) <= sqsworker.MaxMessageSize
+	}; !fits() {
+		if !e.Requeue.FIFO && !nb.After(steps().Now().Add(delay)) {
+			delete(attrs, sqsworker.AttrNotBefore)
+		}
+		if _, ok := attrs[sqsworker.AttrPriorAttempts]; ok && !fits() {
+			delete(attrs, sqsworker.AttrPriorAttempts)
+			j.log(e).Warn("no room in the waiting copy for its prior attempts (the job's own message attributes, or its body, take it): its count of attempts starts again",
+				"message_id", m.ID, "prior_attempts", prior)
+		}
+		if !fits() {
+			return fmt.Errorf("the copy needs %d message attributes and %d bytes, over SQS's limits of %d and %d: leave room for %s and %s",
+				len(attrs), sqsworker.MessageSize(m.Body, attrs), sqsworker.MaxMessageAttributes, sqsworker.MaxMessageSize,
+				sqsworker.AttrNotBefore, sqsworker.AttrPriorAttempts)
+		}
 	}
 	_, hasKey := attrs[jobkey.Attribute]
 	addKey := !hasKey && len(attrs) < sqsworker.MaxMessageAttributes
