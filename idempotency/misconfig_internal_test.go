@@ -8,8 +8,8 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"testing"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"

@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -103,4 +104,29 @@ func TestMissingTableWaitsNotDeadLettered(t *testing.T) {
 		t.Errorf("%d errors logged, want one naming table %s and the fix:\n%s", n, table, out)
 	}
 	t.Logf("worker %+v; idempotency %+v", w.Stats(), guard.Stats())
+}
+
+// The table recreated with another partition key under a running store,
+// on DynamoDB Local: the claim's ValidationException is the table's
+// configuration, not the job's: Unavailable, matching ErrMisconfigured,
+// saying what the key must be; the handler does not run.
+func TestWrongKeySchemaIsMisconfiguration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := localtest.NewDynamoDB(t)
+	store := newStore(t, db, idempotency.StoreConfig{})
+	table := store.Config().Table
+	if _, err := db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &table}); err != nil {
+		t.Fatal(err)
+	}
+	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table, KeyAttr: "pk"}); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	ran := false
+	err := g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { ran = true; return nil })).
+		HandleMessage(ctx, msg("schema", "payload"))
+	if !sqsworker.IsUnavailable(err) || !errors.Is(err, idempotency.ErrMisconfigured) || !strings.Contains(err.Error(), `partition key must be the string attribute "id"`) || ran {
+		t.Errorf("claim on a table keyed by another attribute: %v (ran %v); want Unavailable, ErrMisconfigured, naming the key", err, ran)
+	}
 }
