@@ -19,7 +19,10 @@ type UnavailableError struct {
 // until a probe succeeds, so that an outage does not spend the messages'
 // receive counts; and a message that failed this way is never moved to the
 // dead-letter queue by the runtime's own hand, even on its last attempt or
-// when err is also Permanent. Unavailable(nil) returns nil.
+// when err is also Permanent; on the last receive its redrive policy allows,
+// a standard queue's message waits in a fresh copy (the worker's requeue)
+// rather than be moved by SQS on its next receive. Unavailable(nil) returns
+// nil.
 func Unavailable(err error) error {
 	if err == nil {
 		return nil

@@ -16,6 +16,7 @@ import (
 // Actions recorded in [AuditRecord.Action].
 const (
 	ActionReplay        = "replay"         // one message moved by a replay
+	ActionDropDuplicate = "drop-duplicate" // a copy of a job the replay moved, deleted
 	ActionRedrive       = "redrive"        // an SQS message move task started
 	ActionRedriveCancel = "redrive-cancel" // an SQS message move task cancelled
 	ActionPurge         = "purge"          // a purge requested (recorded before it is sent)

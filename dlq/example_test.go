@@ -143,3 +143,42 @@ func ExampleFilter() {
 	// <nil>
 	// error-class in ("upstream-unavailable", "rate-limited") and attr tenant="acme" and failed at or after 2026-11-29T13:00:00Z and json order.customer="c-42"
 }
+
+// A runtime's dead-letter send whose reply was lost is sent again by the
+// SDK: the dead-letter queue holds two copies of one job. A scan marks the
+// second; a replay moves the job once and deletes the other copy.
+func ExampleQueue_Replay_duplicateCopies() {
+	ctx := context.Background()
+	f, ordersURL, dlqURL := newQueues()
+	attrs, _ := sqsworker.Failure{
+		Error: "invalid-order: boom", ErrorClass: "invalid-order", Attempts: 1,
+		FailedAt: time.Date(2026, 11, 29, 14, 1, 0, 0, time.UTC), SourceQueue: ordersURL, MessageID: "order-1",
+	}.AddTo(map[string]sqsworker.MessageAttribute{"tenant": {DataType: "String", StringValue: "acme"}})
+	sdk := map[string]types.MessageAttributeValue{}
+	for k, v := range attrs {
+		sdk[k] = types.MessageAttributeValue{DataType: aws.String(v.DataType), StringValue: aws.String(v.StringValue)}
+	}
+	f.Send(dlqURL, `{"order":1}`, func(in *sqs.SendMessageInput) { in.MessageAttributes = sdk }) // the SDK's second send
+
+	q, err := dlq.Open(ctx, f, "orders-dlq", dlq.Config{})
+	if err != nil {
+		panic(err)
+	}
+	scan, err := q.Scan(ctx, dlq.ScanConfig{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(scan.Messages), "messages,", scan.Duplicates, "duplicate")
+	res, err := q.Replay(ctx, dlq.ReplayConfig{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("moved", res.Moved, "dropped", res.Duplicates, "of", res.Dropped[0].OriginalMessageID)
+	visible, _, _ := f.Depth(ordersURL)
+	left, _, _ := f.Depth(dlqURL)
+	fmt.Println("orders:", visible, "orders-dlq:", left)
+	// Output:
+	// 4 messages, 1 duplicate
+	// moved 3 dropped 1 of order-1
+	// orders: 3 orders-dlq: 0
+}

@@ -44,6 +44,14 @@ type Message struct {
 	// dead-letter queue can set: a replay never takes its destination from
 	// unverified metadata.
 	Unverified string
+	// DuplicateOf is the ID of a message read before this one, by the same
+	// scan or replay, that is a copy of the same message of the source
+	// queue: the same original message ID and source queue in the failure
+	// metadata, the same body and the same message attributes but the
+	// failure metadata (such copies arise when the reply to a runtime's
+	// dead-letter send is lost and the SDK sends it again). Empty
+	// otherwise. A replay moves one copy of a job and deletes the others.
+	DuplicateOf string
 
 	raw types.Message
 }

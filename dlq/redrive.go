@@ -84,6 +84,10 @@ type RedrivePlan struct {
 	// carry [sqsworker.AttrPriorAttempts], which a move task keeps.
 	Sampled       int `json:"sampled"`
 	PriorAttempts int `json:"priorAttempts"`
+	// Duplicates is the number of sampled messages that are copies of a
+	// job read before them in the sample (see [Message.DuplicateOf]): a
+	// move task moves every copy, where [Queue.Replay] moves one.
+	Duplicates int `json:"duplicates,omitempty"`
 	// SampleNote says why no sample was read, or how it fell short; empty
 	// when it read what it was asked to, or when none was asked for.
 	SampleNote string `json:"sampleNote,omitempty"`
@@ -163,7 +167,7 @@ func (q *Queue) sample(ctx context.Context, cfg RedriveConfig, p *RedrivePlan) e
 	}
 	res, err := q.Scan(ctx, ScanConfig{Max: cfg.Sample, Visibility: SampleVisibility})
 	if res != nil {
-		p.Sampled, p.Approximate = res.Scanned, res.Coverage.Approximate
+		p.Sampled, p.Approximate, p.Duplicates = res.Scanned, res.Coverage.Approximate, res.Duplicates
 		for _, m := range res.Messages {
 			if _, ok := m.MessageAttributes[sqsworker.AttrPriorAttempts]; ok {
 				p.PriorAttempts++

@@ -95,6 +95,11 @@ type ReplayResult struct {
 	// FailedAgain counts copies this replay sent that failed again and came
 	// back while it ran: they are not replayed twice.
 	FailedAgain int `json:"failedAgain,omitempty"`
+	// Duplicates counts matching messages deleted (in a dry run, to be
+	// deleted) without being replayed, as copies of a job this run
+	// replayed (see [Message.DuplicateOf]): the job runs once. They are
+	// listed in Dropped.
+	Duplicates int `json:"duplicates,omitempty"`
 	// LimitHit is true when the replay stopped at ReplayConfig.Limit.
 	LimitHit bool `json:"limitReached,omitempty"`
 	// Interrupted is true when ctx ended the replay.
@@ -106,6 +111,24 @@ type ReplayResult struct {
 	Messages []ReplayedMessage `json:"messages"`
 	// Stayed are the matching messages refused a destination, and why.
 	Stayed []StayedMessage `json:"stayed,omitempty"`
+	// Dropped are the duplicate copies of replayed jobs that the replay
+	// deleted (in a dry run, would delete), and those whose delete failed
+	// (their Note says so; they stay).
+	Dropped []DroppedMessage `json:"dropped,omitempty"`
+}
+
+// DroppedMessage is a copy of a job a replay moved, deleted rather than
+// replayed a second time.
+type DroppedMessage struct {
+	// MessageID is its ID in the dead-letter queue.
+	MessageID string `json:"messageId"`
+	// OriginalMessageID is its ID in the queue it failed in.
+	OriginalMessageID string `json:"originalMessageId"`
+	// DuplicateOf is the ID in the dead-letter queue of the copy that was
+	// replayed.
+	DuplicateOf string `json:"duplicateOf"`
+	// Note says what went wrong: the delete failed, the copy stays.
+	Note string `json:"note,omitempty"`
 }
 
 // ReplayedMessage is a message a replay moved, or would move.
@@ -182,6 +205,14 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 // On a FIFO queue a group is replayed in order, up to its first message
 // that stays. A copy that fails again and comes back while the replay runs
 // is not replayed a second time.
+//
+// A matching message that is a copy of the same job as one the run moved
+// (see [Message.DuplicateOf]: the same original message ID, source queue,
+// body and attributes, as the SDK's retry of a runtime's dead-letter send
+// whose reply was lost leaves) is deleted instead of replayed, recorded in
+// cfg.Audit as [ActionDropDuplicate], and counted in
+// ReplayResult.Duplicates: the job runs once, and leaves no copy behind.
+// Messages that differ in any of these are never taken for one job.
 func (q *Queue) Replay(ctx context.Context, cfg ReplayConfig) (*ReplayResult, error) {
 	return q.replay(ctx, cfg, false)
 }
@@ -206,7 +237,7 @@ func (q *Queue) replay(ctx context.Context, cfg ReplayConfig, dryRun bool) (*Rep
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("dlq: Replay: %w", errors.Join(errs...))
 	}
-	r := &replayer{q: q, cfg: cfg, dryRun: dryRun, blocked: map[string]bool{}, sent: map[string]bool{}}
+	r := &replayer{q: q, cfg: cfg, dryRun: dryRun, blocked: map[string]bool{}, sent: map[string]bool{}, replayed: map[string]string{}}
 	r.res.DryRun, r.res.DLQ, r.res.Filter = dryRun, q.URL, cfg.Filter.String()
 	if cfg.Limit > 0 {
 		r.res.Filter += fmt.Sprintf(" (limit %d)", cfg.Limit)
@@ -255,7 +286,10 @@ type replayer struct {
 	s       *scanner
 	blocked map[string]bool // FIFO groups stopped at a message that stays
 	sent    map[string]bool // IDs of the copies this run sent
-	res     ReplayResult
+	// replayed maps the identity (jobIdentity) of each job this run
+	// moved (or, in a dry run, would move) to the ID of its message.
+	replayed map[string]string
+	res      ReplayResult
 }
 
 // run scans the dead-letter queue, moving (or, in a dry run, noting) the
@@ -316,7 +350,17 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 			r.blocked[group] = true // later messages of the group must stay behind it
 		}
 	}
-	if (r.cfg.Limit > 0 && r.res.Matched >= r.cfg.Limit) || (r.q.FIFO && r.blocked[group]) || !r.cfg.Filter.Match(m) {
+	if !r.cfg.Filter.Match(m) {
+		stay()
+		return nil
+	}
+	identity, hasIdentity := jobIdentity(m)
+	if first, dup := r.replayed[identity]; hasIdentity && dup {
+		// Its job was moved: even past the limit, this copy goes.
+		m.DuplicateOf = first
+		return r.drop(ctx, m)
+	}
+	if (r.cfg.Limit > 0 && r.res.Matched >= r.cfg.Limit) || (r.q.FIFO && r.blocked[group]) {
 		stay()
 		return nil
 	}
@@ -345,6 +389,9 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		_, rm.Replays, rm.Note = copyAttributes(m)
 		r.s.hold(m.ID, m.ReceiptHandle)
 		r.res.Messages = append(r.res.Messages, rm)
+		if hasIdentity {
+			r.replayed[identity] = m.ID
+		}
 		return nil
 	}
 	if err := r.wait(ctx); err != nil {
@@ -363,6 +410,9 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	}
 	rm.NewMessageID, rm.Replays, rm.Note = newID, replays, note
 	r.sent[newID] = true
+	if hasIdentity {
+		r.replayed[identity] = m.ID
+	}
 	deleted := true
 	if _, err := r.q.api.DeleteMessage(mctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}, r.q.opts...); err != nil {
 		deleted = false
@@ -381,6 +431,40 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		DLQMessageID: m.ID, NewMessageID: newID, Replays: rm.Replays, Filter: r.res.Filter, Deleted: deleted, Note: rm.Note,
 	}); err != nil {
 		return fmt.Errorf("dlq: message %s was moved to %s as %s, but the audit record failed: %w", m.ID, dest.Name, newID, err)
+	}
+	return nil
+}
+
+// drop deletes m, a copy of a job this run replayed (m.DuplicateOf), from
+// the dead-letter queue, or in a dry run notes that it would. A copy whose
+// delete fails stays, noted in ReplayResult.Dropped.
+func (r *replayer) drop(ctx context.Context, m *Message) error {
+	dm := DroppedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), DuplicateOf: m.DuplicateOf}
+	if r.dryRun {
+		r.s.hold(m.ID, m.ReceiptHandle)
+		r.res.Duplicates++
+		r.res.Dropped = append(r.res.Dropped, dm)
+		return nil
+	}
+	// The delete runs to its end even if ctx is cancelled now.
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	defer cancel()
+	if _, err := r.q.api.DeleteMessage(mctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}, r.q.opts...); err != nil {
+		r.s.hold(m.ID, m.ReceiptHandle)
+		dm.Note = fmt.Sprintf("a copy of a replayed job, not deleted: %v", err)
+		r.res.Dropped = append(r.res.Dropped, dm)
+		r.q.log.Warn("dlq: a duplicate copy of a replayed job could not be deleted from the dead-letter queue",
+			"queue", r.q.URL, "message", m.ID, "duplicate_of", m.DuplicateOf, "error", err)
+		return nil
+	}
+	r.s.forget(m.ID)
+	r.res.Duplicates++
+	r.res.Dropped = append(r.res.Dropped, dm)
+	if err := r.cfg.Audit.record(ctx, AuditRecord{
+		Action: ActionDropDuplicate, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
+		Filter: r.res.Filter, Deleted: true, Note: "a copy of the job replayed from message " + m.DuplicateOf,
+	}); err != nil {
+		return fmt.Errorf("dlq: message %s, a copy of the replayed message %s, was deleted, but the audit record failed: %w", m.ID, m.DuplicateOf, err)
 	}
 	return nil
 }

@@ -77,6 +77,9 @@ type ScanResult struct {
 	Messages []*Message
 	// Scanned is the number of messages read, matching or not.
 	Scanned int
+	// Duplicates counts the messages listed that are copies of the same
+	// job as a message read before them (see [Message.DuplicateOf]).
+	Duplicates int
 	// Truncated is true when the scan stopped at ScanConfig.Max.
 	Truncated bool
 	// Coverage says how much of the queue the scan saw.
@@ -160,6 +163,8 @@ func validateVisibility(d time.Duration) error {
 // that matches [ErrInterrupted] and ctx's error, with what it read.
 //
 // Each message with failure metadata is checked: see [Message.Unverified].
+// A message that is a copy of the same job as one read before it is marked:
+// see [Message.DuplicateOf].
 func (q *Queue) Scan(ctx context.Context, cfg ScanConfig) (res *ScanResult, err error) {
 	if cfg.Visibility == 0 {
 		cfg.Visibility = DefaultVisibility
@@ -179,6 +184,7 @@ func (q *Queue) Scan(ctx context.Context, cfg ScanConfig) (res *ScanResult, err 
 	}
 	s := q.newScanner(ctx, cfg.Visibility)
 	res = &ScanResult{}
+	seen := map[string]string{} // jobIdentity: ID of the first copy read
 	defer func() {
 		if rerr := s.release(ctx); rerr != nil {
 			err = errors.Join(err, rerr)
@@ -214,7 +220,11 @@ func (q *Queue) Scan(ctx context.Context, cfg ScanConfig) (res *ScanResult, err 
 			}
 			res.Scanned++
 			q.verify(ctx, m)
+			dup := markDuplicate(seen, m)
 			if cfg.Filter.Match(m) {
+				if dup {
+					res.Duplicates++
+				}
 				res.Messages = append(res.Messages, m)
 				stop = cfg.Until != nil && cfg.Until(m)
 			}

@@ -51,6 +51,15 @@
 // never dead-letters a message for them. A claim whose outcome is unknown is
 // deleted as a best effort, so that the retry need not wait for its lease.
 //
+// It marks so too the requests DynamoDB refuses for the store's
+// configuration, an operator's to fix rather than the job's
+// (ErrMisconfigured): the table missing (ResourceNotFoundException), access
+// denied (AccessDeniedException), credentials refused, a ValidationException
+// of a request on the record alone (the table keyed by another attribute).
+// Every job would fail the same way; they wait behind the circuit breaker,
+// and the middleware logs one error naming the table and the fix until a
+// claim succeeds again.
+//
 // # Leases
 //
 // A claim holds for a lease: a worker that dies mid-job leaves an in-progress

@@ -156,6 +156,11 @@ type Guard struct {
 
 	claimed, duplicates, cacheHits, inProgress, payloadChanged,
 	missing, released, storeErrors, lostClaims, committed, cancelled atomic.Int64
+
+	// misconfigured is true from a request refused for the store's
+	// configuration (ErrMisconfigured) until the next successful claim:
+	// the error is logged once, not for every job.
+	misconfigured atomic.Bool
 }
 
 // New validates cfg and returns a Guard over store.
@@ -260,7 +265,10 @@ func SetResult(ctx context.Context, result []byte) {
 //     within 5s (SDK retries included), next does not run and the message
 //     is retried; a DynamoStore's outages (network errors, timeouts, 5xx,
 //     throttling) come back marked sqsworker.Unavailable, which the
-//     runtimes' circuit breaker counts and never dead-letters.
+//     runtimes' circuit breaker counts and never dead-letters; so do the
+//     requests DynamoDB refuses for the store's configuration (the table
+//     missing, access denied, a key schema that does not fit: see
+//     ErrMisconfigured), logged once as an error saying what to fix.
 //
 // next's context carries the key (KeyFromContext) and collects its writes
 // (AddWrites).
@@ -345,8 +353,10 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 			g.inProgress.Add(1)
 			return sqsworker.RetryAfter(time.Second, nil)
 		}
+		g.noteMisconfigured(err)
 		return err
 	}
+	g.noteUsable()
 	if existing != nil {
 		return g.duplicate(ctx, m, key, hash, existing, now, false)
 	}
@@ -411,6 +421,24 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	}
 	g.remember(rec)
 	return nil
+}
+
+// noteMisconfigured logs err, when it matches ErrMisconfigured, as an error
+// naming the problem and its fix, once until a claim succeeds again: every
+// job fails the same way meanwhile.
+func (g *Guard) noteMisconfigured(err error) {
+	if !errors.Is(err, ErrMisconfigured) || g.misconfigured.Swap(true) {
+		return
+	}
+	g.cfg.Logger.Error("idempotency store misconfigured: jobs fail as a dependency down (the circuit breaker opens, nothing is dead-lettered for it) until it is fixed",
+		"error", err)
+}
+
+// noteUsable logs that the store answers again after a misconfiguration.
+func (g *Guard) noteUsable() {
+	if g.misconfigured.Load() && g.misconfigured.Swap(false) {
+		g.cfg.Logger.Info("idempotency store answers again: jobs run")
+	}
 }
 
 // finishing returns the context and the deadline of the requests that
@@ -486,6 +514,11 @@ func (g *Guard) commit(ctx context.Context, deadline time.Time, c Commit, size i
 	}
 	var cancelled *TransactionCanceledError
 	switch {
+	case errors.Is(err, ErrMisconfigured):
+		// Marked Unavailable by the store: the job waits for the fix.
+		g.noteMisconfigured(err)
+		g.release(ctx, deadline, c.Key, c.Token, log)
+		return err
 	case err == nil:
 		g.committed.Add(1)
 		g.remember(rec)

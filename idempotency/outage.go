@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"syscall"
@@ -83,4 +84,50 @@ func isOutage(err error) bool {
 func isConflict(err error) bool {
 	var api smithy.APIError
 	return errors.As(err, &api) && api.ErrorCode() == "TransactionConflictException"
+}
+
+// ErrMisconfigured matches the errors of store requests that DynamoDB
+// refused for the store's configuration, not for the job: the table does
+// not exist, the credentials may not use it or are not accepted, or its key
+// schema does not fit the store. A DynamoStore returns them marked
+// sqsworker.Unavailable, so that the runtimes' circuit breaker opens and
+// the jobs wait (rather than spend their receives and be dead-lettered)
+// until an operator fixes the table; the error says what to fix.
+var ErrMisconfigured = errors.New("DynamoDB refused the request for the store's configuration, not for the job")
+
+// credentialCodes are the error codes of requests whose credentials
+// DynamoDB does not accept.
+var credentialCodes = map[string]bool{
+	"UnrecognizedClientException":         true,
+	"InvalidSignatureException":           true,
+	"MissingAuthenticationTokenException": true,
+	"IncompleteSignatureException":        true,
+	"ExpiredTokenException":               true,
+	"InvalidClientTokenId":                true,
+}
+
+// misconfiguration returns what an operator should fix when err, the
+// failure of a request about the records of table, is DynamoDB refusing
+// it for the store's configuration: the table missing (ResourceNotFound),
+// access denied, the credentials refused, or, when validation is true (a
+// request on a record alone, whose key and attributes the store made and
+// checked), a ValidationException, which then means the table's key schema
+// does not fit. It returns "" for any other error.
+func misconfiguration(err error, table, keyAttr string, validation bool) string {
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return ""
+	}
+	code := api.ErrorCode()
+	switch {
+	case code == "ResourceNotFoundException":
+		return fmt.Sprintf("table %s does not exist (in the client's region and account): create it (idempotency.CreateTable, or the infrastructure code) or correct StoreConfig.Table; with the handler's writes (AddWrites), their tables must exist too", table)
+	case code == "AccessDeniedException":
+		return fmt.Sprintf("the credentials may not write to table %s: grant the role dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem and dynamodb:DescribeTable on it (and, with the handler's writes, the actions of those writes on their tables)", table)
+	case credentialCodes[code]:
+		return fmt.Sprintf("DynamoDB does not accept the credentials of the requests to table %s (%s): check the role or the keys the process runs with, and the client's region", table, code)
+	case validation && code == "ValidationException":
+		return fmt.Sprintf("table %s does not fit the store: its partition key must be the string attribute %q (StoreConfig.KeyAttr), with no sort key; recreate the table (idempotency.CreateTable) or correct StoreConfig", table, keyAttr)
+	}
+	return ""
 }

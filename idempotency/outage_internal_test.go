@@ -94,7 +94,8 @@ func (f failingAPI) DescribeTable(context.Context, *dynamodb.DescribeTableInput,
 }
 
 // Every store request returns its outages marked sqsworker.Unavailable, and
-// its other failures plain.
+// its other failures plain (but those of the store's configuration: see
+// TestStoreMarksMisconfiguration).
 func TestStoreMarksOutages(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
@@ -103,7 +104,7 @@ func TestStoreMarksOutages(t *testing.T) {
 	}{
 		{httpErr(400, &types.ProvisionedThroughputExceededException{}), true},
 		{cancelled("None", "ThrottlingError"), true},
-		{httpErr(400, &smithy.GenericAPIError{Code: "ValidationException"}), false},
+		{httpErr(400, &smithy.GenericAPIError{Code: "SerializationException"}), false},
 	} {
 		s, err := NewDynamoStore(ctx, failingAPI{c.err}, StoreConfig{Table: "t"})
 		if err != nil {

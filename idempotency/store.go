@@ -216,6 +216,9 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 		if errors.As(err, &missing) {
 			return nil, fmt.Errorf("idempotency: table %s does not exist: %w", cfg.Table, err)
 		}
+		if fix := misconfiguration(err, cfg.Table, cfg.KeyAttr, false); fix != "" {
+			return nil, fmt.Errorf("idempotency: describing table %s: %w: %s: %w", cfg.Table, ErrMisconfigured, fix, err)
+		}
 		return nil, fmt.Errorf("idempotency: describing table %s: %w", cfg.Table, err)
 	}
 	if err := checkKey(out.Table, cfg.KeyAttr); err != nil {
@@ -403,6 +406,11 @@ func (s *DynamoStore) completeRecord(ctx context.Context, key, token, payloadHas
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	}, s.opts...)
+	if err != nil && len(result) > 0 && isValidation(err) {
+		// The item with its result may be too large: the caller tries
+		// again without it.
+		return nil, s.failAs("completing", key, err, false)
+	}
 	if err != nil {
 		return nil, s.holderErr("completing", key, err)
 	}
@@ -472,7 +480,22 @@ func (s *DynamoStore) holderErr(op, key string, err error) error {
 // sqsworker.Unavailable when it means DynamoDB is unreachable, throttled or
 // failing (see isOutage), so that the runtimes' circuit breaker counts it
 // and the message is never dead-lettered for it.
+//
+// A request DynamoDB refused for the store's configuration (see
+// ErrMisconfigured) is marked sqsworker.Unavailable too, and says what to
+// fix: it is no fault of the job, and every job would fail the same way
+// until an operator fixes the table.
 func (s *DynamoStore) fail(op, key string, err error) error {
+	return s.failAs(op, key, err, true)
+}
+
+// failAs is fail; validation says whether a ValidationException means the
+// table does not fit the store (a request on a record alone), rather than
+// a fault of what the handler gave (its result, its writes).
+func (s *DynamoStore) failAs(op, key string, err error, validation bool) error {
+	if fix := misconfiguration(err, s.cfg.Table, s.cfg.KeyAttr, validation); fix != "" {
+		return sqsworker.Unavailable(fmt.Errorf("idempotency: %s key %q: %w: %s: %w", op, key, ErrMisconfigured, fix, err))
+	}
 	err = fmt.Errorf("idempotency: %s key %q: %w", op, key, err)
 	if isOutage(err) {
 		return sqsworker.Unavailable(err)
@@ -540,7 +563,7 @@ func (s *DynamoStore) commitErr(c Commit, err error, rec *Record) (*Record, erro
 			return nil, fmt.Errorf("idempotency: committing key %q with %d writes: DynamoDB refused the transaction (the writes must be on distinct items, at most %d, about 4 MB in all with the record, in the idempotency table's account and region, with valid expressions): %w",
 				c.Key, n, MaxWrites, err)
 		}
-		return nil, s.fail("committing the writes of", c.Key, err)
+		return nil, s.failAs("committing the writes of", c.Key, err, n == 0)
 	}
 	reasons := tce.CancellationReasons
 	if c.Key != "" && len(reasons) == n+1 {

@@ -120,3 +120,74 @@ func TestBreakerSixtySecondOutage(t *testing.T) {
 	dep.check(t, bodies)
 	t.Logf("stats %+v", r.w.Stats())
 }
+
+// A dependency down with a redrive policy of maxReceiveCount 2, on the
+// fake and on the emulator: the breaker alone cannot keep the messages'
+// receive counts below 2 (the first failures and every probe spend one),
+// so a message failing for a dependency on its last receive waits in a
+// fresh copy instead of being moved by SQS on the next. Nothing is
+// dead-lettered; every message is handled once the dependency is back.
+func TestUnavailableOnLastReceiveNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, api worker.API, url string, depth func(string) int, dlq string, send func(bodies []string)) {
+		dep := newDependency()
+		dep.down.Store(true)
+		bodies := make([]string, 6)
+		for i := range bodies {
+			bodies[i] = fmt.Sprint("job ", i)
+		}
+		r := start(t, api, worker.Config{QueueURL: url, Concurrency: 2, WaitTime: time.Second,
+			Backoff: sqsworker.ExponentialBackoff{Base: 100 * time.Millisecond, Cap: 500 * time.Millisecond},
+			Breaker: sqsworker.BreakerConfig{Threshold: 3, ProbeInterval: 300 * time.Millisecond, MaxProbeInterval: 600 * time.Millisecond}},
+			sqsworker.HandlerFunc(dep.handle))
+		send(bodies)
+		// Three failed attempts per message: past maxReceiveCount (or
+		// some messages dead-lettered, which never come back).
+		localtest.Eventually(t, 120*time.Second, func() bool {
+			if depth(dlq) > 0 {
+				return true
+			}
+			dep.mu.Lock()
+			defer dep.mu.Unlock()
+			for _, b := range bodies {
+				if dep.attempts[b] < 3 {
+					return false
+				}
+			}
+			return true
+		}, "the messages were not tried three times: %+v", r.w.Stats())
+		if n := depth(dlq); n != 0 {
+			t.Fatalf("%d messages dead-lettered during the outage, want none", n)
+		}
+		dep.down.Store(false)
+		localtest.Eventually(t, 120*time.Second, func() bool { return depth(url) == 0 }, "not drained: %+v", r.w.Stats())
+		if n := depth(dlq); n != 0 {
+			t.Errorf("%d messages dead-lettered during the outage, want none", n)
+		}
+		dep.check(t, bodies)
+		if s := r.w.Stats(); s.Requeued == 0 {
+			t.Errorf("no message waited in a copy: %+v", s)
+		}
+	}
+	t.Run("fake", func(t *testing.T) {
+		t.Parallel()
+		f := sqstest.NewFake()
+		dlq := f.CreateQueue("dlq", nil)
+		url := f.CreateQueue("q", map[string]string{"VisibilityTimeout": "2",
+			"RedrivePolicy": `{"deadLetterTargetArn":"` + sqstest.QueueARN("dlq") + `","maxReceiveCount":2}`})
+		run(t, f, url, func(u string) int { v, fl, d := f.Depth(u); return v + fl + d }, dlq, func(bodies []string) {
+			for _, b := range bodies {
+				f.Send(url, b)
+			}
+		})
+	})
+	t.Run("emulator", func(t *testing.T) {
+		t.Parallel()
+		localtest.Require(t)
+		c := localtest.NewSQS(t)
+		q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second, MaxReceiveCount: 2})
+		run(t, c, q.URL, func(u string) int { v, fl, d := localtest.Depth(t, c, u); return v + fl + d }, q.DLQURL, func(bodies []string) {
+			localtest.Send(t, c, q.URL, "", bodies...)
+		})
+	})
+}

@@ -116,7 +116,7 @@ filters of replay select what is listed.
 				if err := a.printJSON(out); err != nil {
 					return err
 				}
-			} else if err := a.table(listHeader(p.body), listRows(ms, p.body)); err != nil {
+			} else if err := a.table(listHeader(p.body, res.Duplicates > 0), listRows(ms, p.body, res.Duplicates > 0)); err != nil {
 				return err
 			}
 			if filter.String() == "all messages" {
@@ -128,6 +128,9 @@ filters of replay select what is listed.
 			}
 			if n := countUnverified(ms); n > 0 {
 				fmt.Fprintf(a.err, "%d message(s) carry failure metadata that could not be verified (METADATA unverified; dlq show says why): replay never takes their destination from it\n", n)
+			}
+			if res.Duplicates > 0 {
+				fmt.Fprintf(a.err, "%d message(s) are duplicate copies of a job listed before them (DUPLICATE OF: the same original message ID, source queue, body and attributes; a dead-letter send whose reply was lost, sent again): dlq replay moves one copy per job and deletes the others\n", res.Duplicates)
 			}
 			if res.Truncated {
 				fmt.Fprintf(a.err, "stopped at --max %d: the queue may hold more\n", p.max)
@@ -258,6 +261,7 @@ type messageJSON struct {
 	Metadata      string                   `json:"metadata"`
 	Unverified    string                   `json:"unverified,omitempty"`
 	RedriveSource string                   `json:"redriveSource,omitempty"`
+	DuplicateOf   string                   `json:"duplicateOf,omitempty"`
 	Replays       int                      `json:"replays"`
 	Attributes    map[string]attributeJSON `json:"attributes"`
 	Body          *string                  `json:"body,omitempty"`
@@ -277,6 +281,7 @@ func toMessageJSON(m *dlq.Message, body bool) messageJSON {
 		Metadata:          metadataState(m),
 		Unverified:        m.Unverified,
 		RedriveSource:     m.RedriveSource,
+		DuplicateOf:       m.DuplicateOf,
 		Replays:           m.Replays,
 		Attributes:        map[string]attributeJSON{},
 	}
@@ -307,15 +312,20 @@ func metadataState(m *dlq.Message) string {
 	return "unverified"
 }
 
-func listHeader(body bool) []string {
+// listHeader is the header of dlq ls's table: with a DUPLICATE OF column
+// when dups (some messages listed are copies of a job listed before them).
+func listHeader(body, dups bool) []string {
 	h := []string{"MESSAGE ID", "FAILED AT", "ERROR CLASS", "ATTEMPTS", "FIRST RECEIVED", "SOURCE", "METADATA", "ORIGINAL ID", "ATTRIBUTES", "ERROR"}
+	if dups {
+		h = append(h, "DUPLICATE OF")
+	}
 	if body {
 		h = append(h, "BODY")
 	}
 	return h
 }
 
-func listRows(ms []*dlq.Message, body bool) [][]string {
+func listRows(ms []*dlq.Message, body, dups bool) [][]string {
 	rows := make([][]string, 0, len(ms))
 	for _, m := range ms {
 		f := m.Failure
@@ -326,6 +336,9 @@ func listRows(ms []*dlq.Message, body bool) [][]string {
 		r := []string{
 			m.ID, fmtTime(f.FailedAt), orDash(f.ErrorClass), attemptsText(m), fmtTime(f.FirstReceived),
 			orDash(queueName(f.SourceQueue)), meta, m.OriginalID(), attributesText(m.MessageAttributes), orDash(oneLine(f.Error, 60)),
+		}
+		if dups {
+			r = append(r, orDash(m.DuplicateOf))
 		}
 		if body {
 			r = append(r, oneLine(m.Body, 60))
@@ -346,6 +359,9 @@ func (a *app) showMessage(m *dlq.Message, body bool) error {
 	}
 	if m.RedriveSource != "" {
 		line("Moved by SQS from", m.RedriveSource)
+	}
+	if m.DuplicateOf != "" {
+		line("Duplicate of", m.DuplicateOf+" (a copy of the same job: dlq replay moves one copy and deletes the others)")
 	}
 	if !m.HasFailure {
 		line("Failure", "no sqsworker failure metadata")

@@ -214,6 +214,11 @@ func (d *dlqCmd) printSample(p *dlq.RedrivePlan) {
 			"a move task keeps it, and they would come back counting their earlier attempts; use --fresh to move them without it\n",
 			p.PriorAttempts, p.Sampled, sqsworker.AttrPriorAttempts)
 	}
+	if p.Duplicates > 0 {
+		fmt.Fprintf(w, "warning: %d of the %d message(s) read are duplicate copies of a job read before them (a dead-letter send whose reply was lost, sent again): "+
+			"a move task moves every copy, and the job runs once per copy unless its handler is idempotent; dlq replay moves one copy per job and deletes the others\n",
+			p.Duplicates, p.Sampled)
+	}
 }
 
 func (d *dlqCmd) newRedriveStatusCmd() *cobra.Command {

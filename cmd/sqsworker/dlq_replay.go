@@ -64,11 +64,16 @@ Messages are received with a visibility timeout of --visibility; those left
 in place are all made visible again at once when the replay ends. On a FIFO
 queue a group is replayed in order, up to its first message that stays. A
 copy that fails again and comes back while the replay runs is not replayed
-a second time. What was read is compared with the queue's approximate count.
+a second time. A message that is a copy of a job the replay moved already
+(the same original message ID, source queue, body and attributes: a
+dead-letter send whose reply was lost, sent again by the SDK) is deleted
+instead of replayed, and counted as a dropped duplicate: the job runs once.
+What was read is compared with the queue's approximate count.
 With --yes, each moved message is appended as one JSON line to the audit log
 (--audit; "-" for standard error; created readable by you only, never through
 a symbolic link): time, caller (sts:GetCallerIdentity), dead-letter queue,
-destination, original, dead-letter and new message IDs, replay count, filter.`,
+destination, original, dead-letter and new message IDs, replay count, filter;
+a dropped duplicate as action drop-duplicate.`,
 		Example: `  # what would move: the messages that failed with one class in the last 2 hours
   sqsworker dlq replay orders-dlq --error-class upstream-unavailable --since "2h ago"
 
@@ -218,6 +223,19 @@ func (d *dlqCmd) printReplay(q *dlq.Queue, res *dlq.ReplayResult, o replayOption
 	}
 	if res.FailedAgain > 0 {
 		fmt.Fprintf(w, "%d message(s) replayed by this run failed again and came back to the dead-letter queue: not replayed twice\n", res.FailedAgain)
+	}
+	for _, m := range res.Dropped {
+		if m.Note != "" {
+			fmt.Fprintf(w, "duplicate: message %s (original %s), a copy of the job of message %s: %s\n", m.MessageID, m.OriginalMessageID, m.DuplicateOf, m.Note)
+		}
+	}
+	if res.Duplicates > 0 {
+		verb := "dropped"
+		if res.DryRun {
+			verb = "would drop"
+		}
+		fmt.Fprintf(w, "%s %d duplicate copy(ies) of replayed jobs (the same original message ID, source queue, body and attributes; a dead-letter send whose reply was lost, sent again): each job is replayed once\n",
+			verb, res.Duplicates)
 	}
 	d.coverage(res.Coverage)
 	if res.DryRun {

@@ -340,11 +340,16 @@ func (e *Executor) settleFailure(j *Job, err error, took time.Duration, ack Acke
 	case e.Breaker.IsDependencyFailure(err):
 		// A dependency is down, not the message: never dead-letter it,
 		// and while the breaker is open keep it away until the next probe.
+		// On the last receive its redrive policy allows, SQS would move
+		// it on the next: it waits in a fresh copy instead, this attempt
+		// not counted (see waitInCopy).
 		delay := max(dec.Delay, e.Breaker.Pause())
 		c.Retried.Add(1)
 		e.Metrics.Add(metrics.MessagesRetried, 1, e.Queue)
 		log.Warn("dependency unavailable; retrying", "error", err, "retry_in", delay)
-		retry(j, ack, delay)
+		if !e.waitInCopy(j, ack, delay, m.ReceiveCount-1, "failed for a dependency down") {
+			retry(j, ack, delay)
+		}
 		return false
 	case dec.Action == outcome.DeadLetter:
 		if e.deadLetter(j, err, class, log) {

@@ -1,0 +1,132 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// logBuffer collects the log lines of handlers running at once.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// The idempotency table deleted under a running worker (an operator's
+// mistake, not the jobs'), on the emulators, with a redrive policy of
+// maxReceiveCount 2: every claim fails as Unavailable, the circuit breaker
+// opens, no message is dead-lettered however often the jobs are tried, one
+// error names the table and the fix; once the table is created again every
+// job runs, once.
+func TestMissingTableWaitsNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sq := localtest.NewSQS(t)
+	db := localtest.NewDynamoDB(t)
+	store := newStore(t, db, idempotency.StoreConfig{})
+	table := store.Config().Table
+	if _, err := db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &table}); err != nil {
+		t.Fatal(err)
+	}
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second, MaxReceiveCount: 2})
+	var logs logBuffer
+	guard, err := idempotency.New(store, idempotency.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eff effects
+	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		k, _ := m.Attribute(idempotency.KeyAttribute)
+		eff.add(k)
+		return nil
+	}), guard.Middleware)
+	keys := make([]string, 6)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("job-%d", i)
+	}
+	sendKeyed(t, sq, q.URL, keys)
+	w := runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 2,
+		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second},
+		Breaker: sqsworker.BreakerConfig{Threshold: 3, ProbeInterval: 500 * time.Millisecond, MaxProbeInterval: time.Second}}, h)
+	// Twice as many refused claims as jobs: without the breaker's pause
+	// and the runtime's care on the last receive, the jobs' receive counts
+	// would have passed maxReceiveCount.
+	localtest.Eventually(t, 120*time.Second, func() bool { return guard.Stats().StoreErrors >= int64(2*len(keys)) },
+		"claims not tried: %+v", guard.Stats())
+	if v, f, d := localtest.Depth(t, sq, q.DLQURL); v+f+d != 0 {
+		t.Errorf("while the table was missing: %d messages dead-lettered", v+f+d)
+	}
+	if s := w.Stats(); s.BreakerOpens == 0 || s.Succeeded != 0 {
+		t.Errorf("while the table was missing: worker %+v; want the breaker opened, nothing succeeded", s)
+	}
+	if got := eff.snapshot(); len(got) != 0 {
+		t.Errorf("handlers ran without a claim: %v", got)
+	}
+	if err := idempotency.CreateTable(ctx, db, store.Config()); err != nil {
+		t.Fatal(err)
+	}
+	localtest.Eventually(t, 120*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained after the table was created: %+v", w.Stats())
+	got := eff.snapshot()
+	for _, k := range keys {
+		if got[k] != 1 {
+			t.Errorf("%s: %d effects, want 1", k, got[k])
+		}
+	}
+	if v, f, d := localtest.Depth(t, sq, q.DLQURL); v+f+d != 0 {
+		t.Errorf("%d messages dead-lettered", v+f+d)
+	}
+	out := logs.String()
+	if n := strings.Count(out, "level=ERROR"); n != 1 || !strings.Contains(out, table) || !strings.Contains(out, "create it") {
+		t.Errorf("%d errors logged, want one naming table %s and the fix:\n%s", n, table, out)
+	}
+	t.Logf("worker %+v; idempotency %+v", w.Stats(), guard.Stats())
+}
+
+// The table recreated with another partition key under a running store,
+// on DynamoDB Local: the claim's ValidationException is the table's
+// configuration, not the job's: Unavailable, matching ErrMisconfigured,
+// saying what the key must be; the handler does not run.
+func TestWrongKeySchemaIsMisconfiguration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := localtest.NewDynamoDB(t)
+	store := newStore(t, db, idempotency.StoreConfig{})
+	table := store.Config().Table
+	if _, err := db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &table}); err != nil {
+		t.Fatal(err)
+	}
+	if err := idempotency.CreateTable(ctx, db, idempotency.StoreConfig{Table: table, KeyAttr: "pk"}); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	ran := false
+	err := g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { ran = true; return nil })).
+		HandleMessage(ctx, msg("schema", "payload"))
+	if !sqsworker.IsUnavailable(err) || !errors.Is(err, idempotency.ErrMisconfigured) || !strings.Contains(err.Error(), `partition key must be the string attribute "id"`) || ran {
+		t.Errorf("claim on a table keyed by another attribute: %v (ran %v); want Unavailable, ErrMisconfigured, naming the key", err, ran)
+	}
+}
