@@ -87,6 +87,12 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 				return sqsworker.Unavailable(err)
 			}
 			if !r.added || !errors.As(err, &tce) {
+				if r.added {
+					// The handler succeeded, and the guard's commit
+					// failed after it: inner recorded nothing, and a
+					// last failure must be recorded all the same.
+					c.recordFailure(ctx, id, i, m, err)
+				}
 				return err
 			}
 			// The guard's commit was cancelled by a condition: ours are
@@ -110,6 +116,10 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 				c.cfg.Logger.Info("batch: chunk already counted by another delivery; its writes were not applied again",
 					"batch", id, "chunk", i, "message_id", m.ID)
 			default:
+				// A condition of the handler's own writes failed: the
+				// chunk failed, for good on its last attempt (or when
+				// made Permanent around the guard).
+				c.recordFailure(ctx, id, i, m, err)
 				return err
 			}
 		}
@@ -312,7 +322,8 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 }
 
 // recordFailure records chunk i of batch id as failed when err is its last
-// failure: Permanent, or on the attempt Config.MaxReceiveCount. A chunk
+// failure: Permanent, or on the attempt Config.MaxReceiveCount. err is the
+// handler's, or the guard's commit's after the handler succeeded. A chunk
 // counted or failed already is left as it is. Errors are logged: the
 // message's own error is what matters to the runtime.
 func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sqsworker.Message, err error) {
