@@ -565,9 +565,12 @@ func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[s
 }
 
 // releaseLease ends the lease of token on sending the completion of batch
-// id, as a best effort, so that the retry need not wait for it.
+// id, as a best effort, so that the retry need not wait for it. It takes
+// at most Config.NotifyLease, after which the lease has ended anyway.
 func (c *Coordinator) releaseLease(ctx context.Context, id, token string) {
-	_, _ = c.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.NotifyLease)
+	defer cancel()
+	_, _ = c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &c.cfg.Table, Key: c.batchKey(id),
 		UpdateExpression:          aws.String("REMOVE #u, #tok, #c"),
 		ConditionExpression:       aws.String("#tok = :tok"),
@@ -578,13 +581,17 @@ func (c *Coordinator) releaseLease(ctx context.Context, id, token string) {
 
 // markSent marks the completion of batch id sent, retrying for a while: a
 // completion sent but not marked is sent again by a later duplicate of a
-// chunk.
+// chunk. It goes on when the run's context has ended, for at most
+// Config.NotifyLease: past the lease another chunk may send the completion
+// again anyway, and a DynamoDB that takes requests without answering them
+// must not hold the run (and a worker's shutdown) for the whole outage.
 func (c *Coordinator) markSent(ctx context.Context, id, token, msgID string) {
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.NotifyLease)
+	defer cancel()
 	var err error
 	for attempt := range 6 {
-		if attempt > 0 {
-			_ = sleep(ctx, txBackoff(attempt))
+		if attempt > 0 && sleep(ctx, txBackoff(attempt)) != nil {
+			break
 		}
 		_, err = c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: &c.cfg.Table, Key: c.batchKey(id),
