@@ -33,7 +33,12 @@ import (
 // count left undone would run the chunk again).
 // It may sit anywhere in a chain, inside or outside the idempotency
 // middleware; to commit the count together with the idempotency record and
-// the handler's AddWrites, use WithIdempotency instead.
+// the handler's AddWrites, use WithIdempotency instead. Inside the
+// idempotency middleware, a chunk whose handler added writes
+// (idempotency.AddWrites) fails for good, naming that fix: the writes
+// commit only after the count, which would stand, the batch completed,
+// when they are refused, and the chunk's retry would find it counted and
+// never apply them.
 //
 // A chunk already counted, when it is delivered again, is acknowledged
 // without running next (one consistent GetItem, for redeliveries only).
@@ -151,6 +156,11 @@ func (c *Coordinator) inner(next sqsworker.Handler) sqsworker.Handler {
 			prior = status
 		}
 		if err := next.HandleMessage(ctx, m); err != nil {
+			c.recordFailure(ctx, id, i, m, err)
+			return err
+		}
+		if !r.viaGuard && idempotency.WritesAdded(ctx) > 0 {
+			err := sqsworker.Permanent(fmt.Errorf("batch: chunk %d of batch %q: its handler added writes (idempotency.AddWrites), which the idempotency middleware around the batch middleware commits after the chunk is counted: a refused commit would leave the chunk counted without its effect; use Coordinator.WithIdempotency(guard.Middleware) in place of guard.Middleware around Coordinator.Middleware", i, id))
 			c.recordFailure(ctx, id, i, m, err)
 			return err
 		}
