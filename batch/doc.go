@@ -41,6 +41,7 @@
 //
 //   - Counting is exactly once per chunk index, whatever the deliveries.
 //   - The completion job is sent at least once, and more than once only
+//     when SQS's reply to its send is lost (the SDK sends it again), or
 //     when a consumer dies (or loses DynamoDB) between SQS accepting the
 //     completion and the update marking it sent: a window of one request.
 //     On a FIFO callback queue its deduplication ID (derived from the batch
