@@ -20,6 +20,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/stopby"
 	"github.com/sqsworker/sqsworker/producer"
 )
 
@@ -344,7 +345,11 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 	postponed := errors.As(err, &wait) && wait.Err == nil // not a failure
 	// The runtimes never dead-letter a message for an Unavailable error,
 	// Permanent or not: it is retried.
-	final := !sqsworker.IsUnavailable(err) && !postponed &&
+	// A run the runtime cut short because it stops (its shutdown, a
+	// Lambda deadline) is released, not dead-lettered: on its last
+	// receive it waits in a fresh copy.
+	stopping := errors.Is(context.Cause(ctx), stopby.ErrStopping)
+	final := !sqsworker.IsUnavailable(err) && !postponed && !stopping &&
 		(errors.As(err, &perm) || (c.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= c.cfg.MaxReceiveCount))
 	if !final {
 		return

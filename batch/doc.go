@@ -56,7 +56,10 @@
 // attempt (Config.MaxReceiveCount), is recorded as failed, with its error
 // class and text, in an item of its own; so is one whose handler succeeded
 // but whose writes the idempotency middleware's commit refused (a condition
-// of its own, [Coordinator.WithIdempotency]). The batch's item counts it,
+// of its own, [Coordinator.WithIdempotency]). A run the runtime cut short
+// because it stops (a worker's shutdown, a Lambda invocation's deadline) is
+// not: its message is released, not dead-lettered, and the chunk stays
+// pending. The batch's item counts it,
 // exactly however many fail, and lists its index while the list has room:
 // at most [MaxFailedIndexes], so that the item, which every count rewrites,
 // stays small. [Coordinator.Get] reads the listed chunks with their errors,
