@@ -136,7 +136,8 @@ type Config struct {
 	ExpiryAttr string
 	// TTL is how long a batch and its chunk items are kept after the batch
 	// is created: longer than the batch may take, dead-letter replays
-	// included. Default 14 days, SQS's longest message retention.
+	// included; Create refuses a chunk delayed as long. Default 14 days,
+	// SQS's longest message retention.
 	TTL time.Duration
 	// MaxReceiveCount, when set, is the attempt after whose failure SQS (or
 	// the runtime) dead-letters a chunk: the queue's maxReceiveCount. A
@@ -147,7 +148,8 @@ type Config struct {
 	// NotifyLease is how long the consumer that sends a batch's completion
 	// job holds the right to send it: another consumer sends it only once
 	// the lease has ended without the send being marked done. It must
-	// cover one SendMessage and one UpdateItem. Default 30s.
+	// cover one SendMessage and one UpdateItem. It also bounds the marking
+	// of the send once the chunk's run has ended. Default 30s.
 	NotifyLease time.Duration
 	// Logger receives what the middleware could not do. Message bodies are
 	// never logged. Default slog.Default().

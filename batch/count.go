@@ -20,6 +20,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/stopby"
 	"github.com/sqsworker/sqsworker/producer"
 )
 
@@ -33,7 +34,12 @@ import (
 // count left undone would run the chunk again).
 // It may sit anywhere in a chain, inside or outside the idempotency
 // middleware; to commit the count together with the idempotency record and
-// the handler's AddWrites, use WithIdempotency instead.
+// the handler's AddWrites, use WithIdempotency instead. Inside the
+// idempotency middleware, a chunk whose handler added writes
+// (idempotency.AddWrites) fails for good, naming that fix: the writes
+// commit only after the count, which would stand, the batch completed,
+// when they are refused, and the chunk's retry would find it counted and
+// never apply them.
 //
 // A chunk already counted, when it is delivered again, is acknowledged
 // without running next (one consistent GetItem, for redeliveries only).
@@ -87,6 +93,12 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 				return sqsworker.Unavailable(err)
 			}
 			if !r.added || !errors.As(err, &tce) {
+				if r.added {
+					// The handler succeeded, and the guard's commit
+					// failed after it: inner recorded nothing, and a
+					// last failure must be recorded all the same.
+					c.recordFailure(ctx, id, i, m, err)
+				}
 				return err
 			}
 			// The guard's commit was cancelled by a condition: ours are
@@ -110,6 +122,10 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 				c.cfg.Logger.Info("batch: chunk already counted by another delivery; its writes were not applied again",
 					"batch", id, "chunk", i, "message_id", m.ID)
 			default:
+				// A condition of the handler's own writes failed: the
+				// chunk failed, for good on its last attempt (or when
+				// made Permanent around the guard).
+				c.recordFailure(ctx, id, i, m, err)
 				return err
 			}
 		}
@@ -141,6 +157,11 @@ func (c *Coordinator) inner(next sqsworker.Handler) sqsworker.Handler {
 			prior = status
 		}
 		if err := next.HandleMessage(ctx, m); err != nil {
+			c.recordFailure(ctx, id, i, m, err)
+			return err
+		}
+		if !r.viaGuard && idempotency.WritesAdded(ctx) > 0 {
+			err := sqsworker.Permanent(fmt.Errorf("batch: chunk %d of batch %q: its handler added writes (idempotency.AddWrites), which the idempotency middleware around the batch middleware commits after the chunk is counted: a refused commit would leave the chunk counted without its effect; use Coordinator.WithIdempotency(guard.Middleware) in place of guard.Middleware around Coordinator.Middleware", i, id))
 			c.recordFailure(ctx, id, i, m, err)
 			return err
 		}
@@ -312,7 +333,8 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 }
 
 // recordFailure records chunk i of batch id as failed when err is its last
-// failure: Permanent, or on the attempt Config.MaxReceiveCount. A chunk
+// failure: Permanent, or on the attempt Config.MaxReceiveCount. err is the
+// handler's, or the guard's commit's after the handler succeeded. A chunk
 // counted or failed already is left as it is. Errors are logged: the
 // message's own error is what matters to the runtime.
 func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sqsworker.Message, err error) {
@@ -323,7 +345,11 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 	postponed := errors.As(err, &wait) && wait.Err == nil // not a failure
 	// The runtimes never dead-letter a message for an Unavailable error,
 	// Permanent or not: it is retried.
-	final := !sqsworker.IsUnavailable(err) && !postponed &&
+	// A run the runtime cut short because it stops (its shutdown, a
+	// Lambda deadline) is released, not dead-lettered: on its last
+	// receive it waits in a fresh copy.
+	stopping := errors.Is(context.Cause(ctx), stopby.ErrStopping)
+	final := !sqsworker.IsUnavailable(err) && !postponed && !stopping &&
 		(errors.As(err, &perm) || (c.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= c.cfg.MaxReceiveCount))
 	if !final {
 		return
@@ -554,9 +580,12 @@ func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[s
 }
 
 // releaseLease ends the lease of token on sending the completion of batch
-// id, as a best effort, so that the retry need not wait for it.
+// id, as a best effort, so that the retry need not wait for it. It takes
+// at most Config.NotifyLease, after which the lease has ended anyway.
 func (c *Coordinator) releaseLease(ctx context.Context, id, token string) {
-	_, _ = c.db.UpdateItem(context.WithoutCancel(ctx), &dynamodb.UpdateItemInput{
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.NotifyLease)
+	defer cancel()
+	_, _ = c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &c.cfg.Table, Key: c.batchKey(id),
 		UpdateExpression:          aws.String("REMOVE #u, #tok, #c"),
 		ConditionExpression:       aws.String("#tok = :tok"),
@@ -567,13 +596,17 @@ func (c *Coordinator) releaseLease(ctx context.Context, id, token string) {
 
 // markSent marks the completion of batch id sent, retrying for a while: a
 // completion sent but not marked is sent again by a later duplicate of a
-// chunk.
+// chunk. It goes on when the run's context has ended, for at most
+// Config.NotifyLease: past the lease another chunk may send the completion
+// again anyway, and a DynamoDB that takes requests without answering them
+// must not hold the run (and a worker's shutdown) for the whole outage.
 func (c *Coordinator) markSent(ctx context.Context, id, token, msgID string) {
-	ctx = context.WithoutCancel(ctx)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.NotifyLease)
+	defer cancel()
 	var err error
 	for attempt := range 6 {
-		if attempt > 0 {
-			_ = sleep(ctx, txBackoff(attempt))
+		if attempt > 0 && sleep(ctx, txBackoff(attempt)) != nil {
+			break
 		}
 		_, err = c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: &c.cfg.Table, Key: c.batchKey(id),

@@ -35,7 +35,8 @@ type Spec struct {
 	// marking them: leave IdempotencyKey empty, and use at most eight
 	// attributes of your own. On a FIFO queue without content-based
 	// deduplication, a chunk without a DeduplicationID gets one derived
-	// from its key.
+	// from its key. A chunk's Delay or NotBefore must be less than
+	// Config.TTL, after which the batch expires.
 	Chunks []producer.Message
 	// Callback is the completion job, sent once every chunk has succeeded.
 	Callback Callback
@@ -226,6 +227,7 @@ func (c *Coordinator) chunks(s Spec) ([]producer.Message, error) {
 		errs = append(errs, fmt.Errorf("batch: the callback: %w", err))
 	}
 	fifo := strings.HasSuffix(s.QueueURL, ".fifo")
+	now := c.now()
 	msgs := make([]producer.Message, len(s.Chunks))
 	bad := 0
 	for i, m := range s.Chunks {
@@ -248,6 +250,11 @@ func (c *Coordinator) chunks(s Spec) ([]producer.Message, error) {
 			}
 			if verr := producer.Validate(m, fifo); !fifo && m.DeduplicationID != "" {
 				err = errors.New("it has a deduplication ID, which a standard queue refuses")
+			} else if d := delayOf(m, now); verr == nil && d >= c.cfg.TTL {
+				// It would run once DynamoDB's TTL may have deleted
+				// the batch: a chunk of an unknown batch, failed for
+				// good, and the batch never complete.
+				err = fmt.Errorf("it is delayed %s, not less than the batch's Config.TTL of %s, after which the batch expires: delay it less, or raise Config.TTL", d.Round(time.Second), c.cfg.TTL)
 			} else if verr != nil {
 				err = verr
 				if n := len(a) + 1; n > sqsworker.MaxMessageAttributes {
@@ -270,6 +277,15 @@ func (c *Coordinator) chunks(s Spec) ([]producer.Message, error) {
 		return nil, errors.Join(errs...)
 	}
 	return msgs, nil
+}
+
+// delayOf returns how long after now m is to run: its Delay, or its
+// NotBefore.
+func delayOf(m producer.Message, now time.Time) time.Duration {
+	if !m.NotBefore.IsZero() {
+		return m.NotBefore.Sub(now)
+	}
+	return m.Delay
 }
 
 func hasAttr(attrs map[string]sqsworker.MessageAttribute, name string) bool {

@@ -41,6 +41,7 @@
 //
 //   - Counting is exactly once per chunk index, whatever the deliveries.
 //   - The completion job is sent at least once, and more than once only
+//     when SQS's reply to its send is lost (the SDK sends it again), or
 //     when a consumer dies (or loses DynamoDB) between SQS accepting the
 //     completion and the update marking it sent: a window of one request.
 //     On a FIFO callback queue its deduplication ID (derived from the batch
@@ -53,7 +54,12 @@
 //
 // A chunk whose handler fails with sqsworker.Permanent, or fails its last
 // attempt (Config.MaxReceiveCount), is recorded as failed, with its error
-// class and text, in an item of its own. The batch's item counts it,
+// class and text, in an item of its own; so is one whose handler succeeded
+// but whose writes the idempotency middleware's commit refused (a condition
+// of its own, [Coordinator.WithIdempotency]). A run the runtime cut short
+// because it stops (a worker's shutdown, a Lambda invocation's deadline) is
+// not: its message is released, not dead-lettered, and the chunk stays
+// pending. The batch's item counts it,
 // exactly however many fail, and lists its index while the list has room:
 // at most [MaxFailedIndexes], so that the item, which every count rewrites,
 // stays small. [Coordinator.Get] reads the listed chunks with their errors,

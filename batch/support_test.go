@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -23,6 +24,7 @@ import (
 	"github.com/sqsworker/sqsworker/producer"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/worker"
 )
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -251,5 +253,52 @@ func eachLostReplyWay(t *testing.T, test func(t *testing.T, guarded bool, proxy 
 				}
 			})
 		})
+	}
+}
+
+// emulatorEnv is a batch on the local SQS, counted in DynamoDB Local: its
+// chunks' queue dead-letters a chunk after maxReceive receives.
+type emulatorEnv struct {
+	sqs              *sqs.Client
+	chunks, callback localtest.Queue
+	fakeEnv
+}
+
+func newEmulatorEnv(t *testing.T, maxReceive int) *emulatorEnv {
+	t.Helper()
+	client := localtest.NewSQS(t)
+	db := localtest.NewDynamoDB(t)
+	e := &emulatorEnv{sqs: client}
+	e.db, e.table = db, newTable(t, db)
+	e.chunks = localtest.NewQueue(t, client, localtest.QueueOptions{MaxReceiveCount: maxReceive, VisibilityTimeout: 5 * time.Second})
+	e.callback = localtest.NewQueue(t, client, localtest.QueueOptions{})
+	e.work, e.callbacks = e.chunks.URL, e.callback.URL
+	c, err := batch.New(context.Background(), db, client, batch.Config{Table: e.table, MaxReceiveCount: maxReceive, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.coord = c
+	return e
+}
+
+// runWorker runs a worker with h on e's chunks until cond holds (checked
+// every 100ms, for up to two minutes), then stops it.
+func (e *emulatorEnv) runWorker(t *testing.T, h sqsworker.Handler, what string, cond func() bool) {
+	t.Helper()
+	w, err := worker.New(e.sqs, worker.Config{
+		QueueURL: e.work, Concurrency: 4, WaitTime: time.Second, DisableDepth: true,
+		Backoff: sqsworker.ExponentialBackoff{Base: time.Second, Cap: time.Second},
+		Logger:  quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx, h) }()
+	localtest.Eventually(t, 2*time.Minute, cond, "%s", what)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

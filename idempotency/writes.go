@@ -470,3 +470,17 @@ const (
 	reasonConditionFailed = "ConditionalCheckFailed"
 	reasonValidation      = "ValidationError"
 )
+
+// WritesAdded returns how many writes have been added (AddWrites) to the
+// commit of the handler run with ctx so far: 0 outside a handler run by the
+// middleware. A middleware inside the idempotency middleware that must not
+// act on a job whose writes may yet be refused at the commit checks it.
+func WritesAdded(ctx context.Context) int {
+	p, ok := ctx.Value(pendingKey{}).(*pending)
+	if !ok {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.writes)
+}

@@ -42,7 +42,7 @@ var _ API = (*sqs.Client)(nil)
 
 // ErrDeadline is the cause of a handler context cancelled because the
 // invocation's deadline is near.
-var ErrDeadline = errors.New("lambda: invocation deadline near")
+var ErrDeadline = stopby.Cause("lambda: invocation deadline near")
 
 // HandlerFunc is the function Lambda invokes with an SQS event.
 type HandlerFunc func(context.Context, events.SQSEvent) (events.SQSEventResponse, error)

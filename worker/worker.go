@@ -17,6 +17,7 @@ import (
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
+	"github.com/sqsworker/sqsworker/internal/stopby"
 	"github.com/sqsworker/sqsworker/visibility"
 )
 
@@ -44,7 +45,7 @@ var (
 	// ErrShutdown is the cause of a handler context cancelled because the
 	// shutdown deadline passed. Its message is released for another
 	// consumer at once.
-	ErrShutdown = errors.New("worker: shutdown deadline passed")
+	ErrShutdown = stopby.Cause("worker: shutdown deadline passed")
 )
 
 // Worker consumes one SQS queue, running a handler for each message. Create

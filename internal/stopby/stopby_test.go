@@ -2,6 +2,8 @@ package stopby
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -15,5 +17,22 @@ func TestWithFrom(t *testing.T) {
 	defer cancel()
 	if got, ok := From(ctx); !ok || !got.Equal(at) {
 		t.Errorf("From = %v, %v, want %v", got, ok, at)
+	}
+}
+
+func TestCause(t *testing.T) {
+	c := Cause("worker: stopping")
+	if c.Error() != "worker: stopping" || !errors.Is(c, ErrStopping) || !errors.Is(fmt.Errorf("wrapped: %w", c), ErrStopping) {
+		t.Errorf("Cause: %v, matching ErrStopping %v", c, errors.Is(c, ErrStopping))
+	}
+	if errors.Is(errors.New("worker: stopping"), ErrStopping) || errors.Is(c, context.Canceled) {
+		t.Error("ErrStopping matched by another error, or Cause matches another error")
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(c)
+	child, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	if !errors.Is(context.Cause(child), ErrStopping) {
+		t.Errorf("the cause of a child context: %v", context.Cause(child))
 	}
 }
