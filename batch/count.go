@@ -24,6 +24,16 @@ import (
 	"github.com/sqsworker/sqsworker/producer"
 )
 
+// ErrGuardOutside is the cause, marked sqsworker.Unavailable, of a chunk
+// whose handler added writes (idempotency.AddWrites) under Middleware
+// wrapped in the idempotency middleware: that middleware commits the writes
+// after the chunk is counted, so a refused commit would leave the chunk
+// counted without its effect. The chunk waits, never dead-lettered nor
+// recorded failed, until the handler is composed with
+// Coordinator.WithIdempotency(guard.Middleware) in place of guard.Middleware
+// around Coordinator.Middleware.
+var ErrGuardOutside = errors.New("its handler added writes (idempotency.AddWrites) under the idempotency middleware around Coordinator.Middleware, which would count the chunk before they commit: use Coordinator.WithIdempotency(guard.Middleware) in its place")
+
 // Middleware counts the chunks whose handler, next, succeeded, records the
 // chunks that failed for good, and sends each batch's completion job once
 // all its chunks are counted (see the package documentation). Messages
@@ -161,9 +171,10 @@ func (c *Coordinator) inner(next sqsworker.Handler) sqsworker.Handler {
 			return err
 		}
 		if !r.viaGuard && idempotency.WritesAdded(ctx) > 0 {
-			err := sqsworker.Permanent(fmt.Errorf("batch: chunk %d of batch %q: its handler added writes (idempotency.AddWrites), which the idempotency middleware around the batch middleware commits after the chunk is counted: a refused commit would leave the chunk counted without its effect; use Coordinator.WithIdempotency(guard.Middleware) in place of guard.Middleware around Coordinator.Middleware", i, id))
-			c.recordFailure(ctx, id, i, m, err)
-			return err
+			// The composition is wrong, not the chunk: it waits, as for a
+			// dependency down (the circuit breaker), never dead-lettered
+			// nor recorded failed, until a fixed deployment runs it.
+			return sqsworker.Unavailable(fmt.Errorf("batch: chunk %d of batch %q: %w", i, id, ErrGuardOutside))
 		}
 		if r.viaGuard {
 			err := idempotency.AddWrites(ctx, c.countWrites(id, i, prior == StatusFailed)...)

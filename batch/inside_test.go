@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
@@ -25,9 +25,10 @@ import (
 // apply. Before, the first run counted the chunk and sent the completion
 // although its effect was refused, and the retry found the chunk counted
 // and never applied it: a batch completed with an effect lost. Now such a
-// chunk fails for good, naming the fix (WithIdempotency), and is recorded
-// failed: never counted without its effect. With WithIdempotency the same
-// handler is counted with its effect, once.
+// chunk is Unavailable (ErrGuardOutside, naming the fix, WithIdempotency):
+// never counted without its effect, nor recorded failed, nor dead-lettered;
+// it waits as for a dependency down. With WithIdempotency the same handler
+// is counted with its effect, once.
 func TestMiddlewareInsideGuard(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, batch.Config{})
@@ -55,16 +56,16 @@ func TestMiddlewareInsideGuard(t *testing.T) {
 	h := guard.Middleware(e.coord.Middleware(work))
 	m := receive(t, e.sqs, e.work, 1)[0]
 	err = h.HandleMessage(ctx, m)
-	var perm *sqsworker.PermanentError
-	if !errors.As(err, &perm) || !strings.Contains(err.Error(), "WithIdempotency") {
-		t.Errorf("Middleware inside the guard, a handler adding writes: %v, want a Permanent error naming WithIdempotency", err)
+	var un *sqsworker.UnavailableError
+	if !errors.As(err, &un) || !errors.Is(err, batch.ErrGuardOutside) || !strings.Contains(err.Error(), "WithIdempotency") {
+		t.Errorf("Middleware inside the guard, a handler adding writes: %v, want Unavailable, ErrGuardOutside, naming WithIdempotency", err)
 	}
 	p := progress(t, e.coord, "inside")
 	if p.Done != 0 || p.Completed || !p.Notified.IsZero() {
 		t.Errorf("after its effect was refused: %+v, want the chunk not counted", p)
 	}
-	if p.Failed != 1 || len(p.FailedChunks) != 1 || !strings.Contains(p.FailedChunks[0].Error, "WithIdempotency") {
-		t.Errorf("after its effect was refused: %+v, want the chunk recorded failed with the fix", p)
+	if p.Failed != 0 {
+		t.Errorf("after its effect was refused: %+v, want the chunk not recorded failed: it waits", p)
 	}
 	if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.table, Item: map[string]ddbtypes.AttributeValue{
 		"id": &ddbtypes.AttributeValueMemberS{Value: "effect#inside"}, "n": &ddbtypes.AttributeValueMemberN{Value: "0"},
@@ -98,13 +99,14 @@ func TestMiddlewareInsideGuard(t *testing.T) {
 	}
 }
 
-// The same in a worker on the local SQS: the chunk is dead-lettered at once
-// with the fix as its reason, recorded failed, never counted, and no
-// completion job is sent. Before, the chunk was counted and the completion
-// sent, its effect refused and never applied.
+// The same on the emulators, under a worker (maxReceiveCount 2): the chunk
+// is tried past the last receive its redrive policy allows, never
+// dead-lettered, counted or recorded failed; a worker with the handler
+// composed as it should be then counts it with its effect, once, and sends
+// the batch's completion.
 func TestEmulatorMiddlewareInsideGuard(t *testing.T) {
 	t.Parallel()
-	e := newEmulatorEnv(t, 3)
+	e := newEmulatorEnv(t, 2)
 	ctx := context.Background()
 	if err := e.coord.Create(ctx, e.spec("inside", 1)); err != nil {
 		t.Fatal(err)
@@ -117,32 +119,35 @@ func TestEmulatorMiddlewareInsideGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := guard.Middleware(e.coord.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+	var attempts atomic.Int64
+	work := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		attempts.Add(1)
 		return idempotency.AddWrites(ctx, ddbtypes.TransactWriteItem{Update: &ddbtypes.Update{
 			TableName: &e.table, Key: keyOf("effect#inside"),
 			UpdateExpression: aws.String("ADD n :one"), ExpressionAttributeValues: vals(":one", "N:1"),
-			ConditionExpression: aws.String("attribute_exists(id)"), // refused: the item is made later
 		}})
-	})))
-	e.runWorker(t, h, "the chunk dead-lettered", func() bool {
-		visible, inFlight, delayed := localtest.Depth(t, e.sqs, e.chunks.DLQURL)
-		return visible+inFlight+delayed == 1
 	})
-	dead := localtest.ReceiveAll(t, e.sqs, e.chunks.DLQURL, time.Second, time.Minute)
-	if len(dead) != 1 {
-		t.Fatalf("%d dead-lettered messages, want 1", len(dead))
-	}
-	if f, ok := sqsworker.ParseFailure(sqsmsg.FromSDK(e.chunks.DLQURL, &dead[0]).MessageAttributes); !ok || !strings.Contains(f.Error, "WithIdempotency") || f.Attempts != 1 {
-		t.Errorf("dead-lettered with %+v, want the fix as its reason on its first attempt", f)
+	e.runWorker(t, guard.Middleware(e.coord.Middleware(work)), "the chunk tried three times", func() bool { return attempts.Load() >= 3 })
+	if visible, inFlight, delayed := localtest.Depth(t, e.sqs, e.chunks.DLQURL); visible+inFlight+delayed != 0 {
+		t.Fatalf("%d dead-lettered, want none: the composition is wrong, not the chunk", visible+inFlight+delayed)
 	}
 	p := progress(t, e.coord, "inside")
-	if p.Done != 0 || p.Failed != 1 || !p.Notified.IsZero() {
-		t.Errorf("progress %+v, want the chunk failed, not counted", p)
+	if p.Done != 0 || p.Failed != 0 || !p.Notified.IsZero() {
+		t.Errorf("progress %+v, want the chunk neither counted nor failed", p)
 	}
 	if got := item(t, e.db, e.table, "effect#inside"); got != nil {
 		t.Errorf("effect applied: %v", got)
 	}
-	if msgs := localtest.ReceiveAll(t, e.sqs, e.callbacks, time.Second, time.Minute); len(msgs) != 0 {
-		t.Errorf("%d completion jobs", len(msgs))
+	// Deployed again, composed as it should be.
+	fixed := withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(work)
+	e.runWorker(t, fixed, "the chunk counted", func() bool { return progress(t, e.coord, "inside").Done == 1 })
+	if got := item(t, e.db, e.table, "effect#inside")["n"]; got != "1" {
+		t.Errorf("effect applied %s times, want 1", got)
+	}
+	if msgs := localtest.ReceiveAll(t, e.sqs, e.callbacks, time.Second, time.Minute); len(msgs) != 1 {
+		t.Errorf("%d completion jobs, want 1", len(msgs))
+	}
+	if visible, inFlight, delayed := localtest.Depth(t, e.sqs, e.chunks.DLQURL); visible+inFlight+delayed != 0 {
+		t.Errorf("%d dead-lettered, want none", visible+inFlight+delayed)
 	}
 }
