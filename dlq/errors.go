@@ -34,6 +34,14 @@ var ErrUnsupported = errors.New("not supported by this SQS endpoint")
 // released the messages it held.
 var ErrInterrupted = errors.New("interrupted")
 
+// ErrSharedDestination is matched (with errors.Is) by the error of
+// [Queue.PlanRedrive] and [Queue.StartRedrive] when [RedriveConfig.To] is
+// one of several source queues of the dead-letter queue: a message move
+// task moves every message, and would move the other sources' dead letters
+// to a queue whose handler is not theirs. [Queue.Replay] with that
+// destination moves only the messages that failed there.
+var ErrSharedDestination = errors.New("the destination is one of several sources of the dead-letter queue")
+
 // ErrPriorAttempts is matched (with errors.Is) by the error of
 // [Queue.StartRedrive] when messages of the dead-letter queue carry
 // [sqsworker.AttrPriorAttempts], which a message move task would keep: the

@@ -398,6 +398,11 @@ func (q *Queue) load(ctx context.Context, u string) (Target, *RedrivePolicy, err
 	return t, nil, nil
 }
 
+// sameQueue reports whether a and b are the same queue.
+func sameQueue(a, b Target) bool {
+	return a.URL == b.URL || (a.ARN != "" && a.ARN == b.ARN)
+}
+
 // checkTarget refuses a destination that is this queue or of another type.
 func (q *Queue) checkTarget(t Target) error {
 	if t.URL == q.URL || (t.ARN != "" && t.ARN == q.ARN) {

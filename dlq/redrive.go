@@ -3,6 +3,8 @@ package dlq
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -126,6 +128,9 @@ func (q *Queue) PlanRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePla
 		if err != nil {
 			return nil, fmt.Errorf("dlq: destination: %w", err)
 		}
+		if err := q.checkShared(ctx, t); err != nil {
+			return nil, err
+		}
 		p.Destination = &t
 	}
 	tasks, err := q.Redrives(ctx)
@@ -144,6 +149,35 @@ func (q *Queue) PlanRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePla
 		}
 	}
 	return p, err
+}
+
+// checkShared refuses a move task to t when t is one of several source
+// queues of q: the task moves every message, the other sources' too.
+func (q *Queue) checkShared(ctx context.Context, t Target) error {
+	if q.SourcesFrom == SourcesUnknown {
+		return nil
+	}
+	if _, reason, err := q.source(ctx, t.URL); err != nil {
+		return fmt.Errorf("dlq: destination: %w", err)
+	} else if reason != "" {
+		return nil // not a source: the operator's own choice
+	}
+	ta, tn, _ := queueKey(t.URL)
+	var names, others []string
+	for _, s := range q.Sources {
+		names = append(names, queueName(s))
+		if a, n, _ := queueKey(s); s != t.URL && (a != ta || n != tn) {
+			others = append(others, queueName(s))
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	sort.Strings(others)
+	return fmt.Errorf("dlq: destination %s is one of the %d source queues of %s (%s): a message move task moves every message, and would move the dead letters of %s there too (%w); "+
+		"redrive without a destination, which sends each message back to the queue SQS moved it from, or replay with this destination, which moves only the messages that failed in %s",
+		t.Name, len(names), q.Name, strings.Join(names, ", "), strings.Join(others, ", "), ErrSharedDestination, t.Name)
 }
 
 // sample reads cfg.Sample messages and counts those that carry

@@ -89,6 +89,12 @@ type ReplayResult struct {
 	// they name does not send its dead letters to this queue (or does not
 	// exist): see Stayed.
 	Refused int `json:"refused,omitempty"`
+	// OtherSource counts matching messages that stay because To is one of
+	// the source queues of this dead-letter queue and they failed in
+	// another one (a dead-letter queue shared by several sources): sent to
+	// To, they would run under a handler that is not theirs. See Stayed;
+	// a replay without To sends each back to its own source.
+	OtherSource int `json:"otherSource,omitempty"`
 	// NotDeleted counts messages copied whose original could not be
 	// deleted: they are in both queues.
 	NotDeleted int `json:"notDeleted,omitempty"`
@@ -217,6 +223,13 @@ func (q *Queue) replay(ctx context.Context, cfg ReplayConfig, dryRun bool) (*Rep
 			return nil, fmt.Errorf("dlq: destination: %w", err)
 		}
 		r.to = &to
+		// A destination that is one of the sources of a shared dead-letter
+		// queue takes only that source's messages.
+		_, reason, err := q.source(ctx, to.URL)
+		if err != nil {
+			return nil, fmt.Errorf("dlq: destination: %w", err)
+		}
+		r.toFeeds = reason == ""
 	}
 	batch := 10
 	if cfg.PerSecond > 0 {
@@ -251,6 +264,7 @@ type replayer struct {
 	cfg     ReplayConfig
 	dryRun  bool
 	to      *Target
+	toFeeds bool          // to is a source queue of this dead-letter queue
 	pace    *rate.Limiter // nil: no limit
 	s       *scanner
 	blocked map[string]bool // FIFO groups stopped at a message that stays
@@ -389,10 +403,24 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 // if that sends its dead letters to this queue. ok is false when m stays,
 // counted in NoSource or Refused.
 func (r *replayer) destination(ctx context.Context, m *Message) (Target, bool, error) {
-	if r.to != nil {
-		return *r.to, true, nil
-	}
 	ref, _ := m.claimedSource()
+	if r.to != nil {
+		if !r.toFeeds || ref == "" {
+			return *r.to, true, nil
+		}
+		src, reason, err := r.q.source(ctx, ref)
+		if err != nil {
+			return Target{}, false, fmt.Errorf("dlq: message %s: checking its source queue: %w; nothing was moved for it", m.ID, err)
+		}
+		if reason != "" || sameQueue(src, *r.to) {
+			return *r.to, true, nil // not one of this queue's sources, or To itself
+		}
+		r.res.OtherSource++
+		r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: fmt.Sprintf(
+			"it failed in %s, which sends its dead letters to %s too, not in %s (the destination), whose handler is not its own: replay it without a destination, which sends it back to %s",
+			src.Name, r.q.Name, r.to.Name, src.Name)})
+		return Target{}, false, nil
+	}
 	if ref == "" {
 		r.res.NoSource++
 		return Target{}, false, nil

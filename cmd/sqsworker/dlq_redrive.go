@@ -79,7 +79,9 @@ SQS's redrive moves all the messages, keeps no sqsworker replay count, and
 sends a message back only to the queue SQS's own redrive moved it from: the
 copies sqsworker's runtimes dead-letter (with failure metadata) are not such
 messages, give them --to or use "sqsworker dlq replay", which chooses messages
-by error class, attributes, time or body. Endpoints without message move tasks
+by error class, attributes, time or body. A move task moves every message:
+--to one of the source queues of a dead-letter queue that several queues
+share is refused, as it would move the others' dead letters there too. Endpoints without message move tasks
 (such as the fauxqs and ElasticMQ emulators) are reported as such, with exit
 code 1: use "dlq replay" there.
 

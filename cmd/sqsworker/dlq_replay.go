@@ -45,7 +45,10 @@ policies where the endpoint lacks it): the queue SQS's own redrive moved it
 from (DeadLetterQueueSourceArn, which only SQS sets), else the source queue in
 its failure metadata. That metadata is message attributes, which whoever sends
 a message can set: a message naming another queue stays, and is listed with
-the reason; give --to to send it elsewhere.
+the reason; give --to to send it elsewhere. With --to one of the source
+queues of a dead-letter queue that several queues share, only the messages
+that failed in that queue go there: the others stay, listed with the reason
+(their handler is another queue's), for a replay without --to.
 
 The copy keeps the body, every message attribute (the failure metadata stays
 as history; the runtimes replace it if the message fails again), the
@@ -168,6 +171,9 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	case res.NotDeleted > 0:
 		return fmt.Errorf("%d message(s) were copied but could not be deleted from %s: they are in both queues (see the audit log)",
 			res.NotDeleted, q.Name)
+	case res.OtherSource > 0:
+		return fmt.Errorf("%d matching message(s) stay in %s: they failed in another of its source queues than --to %s (see above); replay them without --to, which sends each back to its own",
+			res.OtherSource, q.Name, queueName(cfg.To))
 	case res.Refused > 0:
 		return fmt.Errorf("%d matching message(s) stay in %s: their source queue does not send its dead letters there (see above); give --to to send them to a queue of your choice",
 			res.Refused, q.Name)

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+)
+
+// newSecondSource creates another source queue of dlqARN, deleted when the
+// test ends, and returns its URL.
+func newSecondSource(t *testing.T, c *sqs.Client, dlqARN string) string {
+	t.Helper()
+	name := localtest.UniqueName(t, false)
+	out, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(name), Attributes: map[string]string{
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":2}`, dlqARN),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := aws.ToString(out.QueueUrl)
+	t.Cleanup(func() { _, _ = c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(u)}) })
+	return u
+}
+
+// A dead-letter queue shared by two sources, replayed with --to one of
+// them: only that source's dead letters go there; the other's stay, each
+// listed with where it belongs, and the command fails naming the fix. A
+// replay without --to then sends them back to their own source.
+func TestDlqSharedDLQReplayToOneSource(t *testing.T) {
+	t.Parallel()
+	c, orders, _ := newDLQ(t, localtest.QueueOptions{})
+	payments := newSecondSource(t, c, orders.DLQARN)
+	fail := func(src, id string) sqsworker.Failure {
+		return sqsworker.Failure{ErrorClass: "c", Error: "boom", SourceQueue: src, MessageID: id, FailedAt: time.Now().UTC()}
+	}
+	sendDeadLettered(t, c, orders.DLQURL, "order", fail(orders.URL, "o-1"), nil)
+	sendDeadLettered(t, c, orders.DLQURL, "payment", fail(payments, "p-1"), nil)
+	waitVisible(t, c, orders.DLQURL, 2)
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+
+	stdout, stderr, code := runCLI(t, "", "dlq", "replay", queueName(orders.DLQURL), "--to", queueName(orders.URL), "--yes", "--audit", audit)
+	want := fmt.Sprintf("it failed in %s, which sends its dead letters to %s too, not in %s (the destination)",
+		queueName(payments), queueName(orders.DLQURL), queueName(orders.URL))
+	if code != 1 || !strings.Contains(stderr, want) ||
+		!strings.Contains(stderr, "1 matching message(s) stay in "+queueName(orders.DLQURL)+": they failed in another of its source queues than --to") ||
+		!strings.Contains(stderr, "replay them without --to") {
+		t.Errorf("replay --to %s: exit %d\nstdout: %s\nstderr: %s", queueName(orders.URL), code, stdout, stderr)
+	}
+	if got := bodies(drain(t, c, orders.URL, time.Second)); fmt.Sprint(got) != "[order]" {
+		t.Errorf("%s received %v, want only its own job", queueName(orders.URL), got)
+	}
+	waitVisible(t, c, orders.DLQURL, 1)
+	if n := len(readAudit(t, audit)); n != 1 {
+		t.Errorf("%d audit line(s), want 1", n)
+	}
+
+	if _, stderr, code := runCLI(t, "", "dlq", "replay", queueName(orders.DLQURL), "--yes", "--audit", audit); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, stderr)
+	}
+	if got := bodies(drain(t, c, payments, time.Second)); fmt.Sprint(got) != "[payment]" {
+		t.Errorf("%s received %v", queueName(payments), got)
+	}
+}
