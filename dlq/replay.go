@@ -183,7 +183,10 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 // SQS allows 10 attributes: when the message already has 10, its failure
 // metadata is compacted into the one JSON attribute sqsworker.failure, and
 // when even that leaves no room the copy goes without the count (the
-// message's Note says which).
+// message's Note says which). A copy that SQS refuses as invalid (a
+// message of the queue's largest size has no room for what its copy adds)
+// is sent again without the count, then without the idempotency-key the
+// replay added.
 //
 // On a FIFO queue a group is replayed in order, up to its first message
 // that stays. A copy that fails again and comes back while the replay runs
@@ -541,10 +544,20 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 		in.MessageDeduplicationId = aws.String(dedup)
 	}
 	out, err := r.q.api.SendMessage(ctx, in, r.q.opts...)
+	// Refused, perhaps over the queue's MaximumMessageSize, which the
+	// message fit without what its copy adds: the copy goes without its
+	// replay count, then without the key, which matters more.
+	if _, ok := in.MessageAttributes[AttrReplays]; ok && err != nil && queue.IsInvalidParameter(err) {
+		delete(in.MessageAttributes, AttrReplays)
+		replays = 0
+		if dest.FIFO {
+			in.MessageDeduplicationId = aws.String(m.OriginalID() + "-" + m.ID)
+		}
+		note = joinNotes(note, fmt.Sprintf("%s left out: SQS refused the copy with it (%v)", AttrReplays, err))
+		out, err = r.q.api.SendMessage(ctx, in, r.q.opts...)
+	}
 	if _, need := originalKey(m); err != nil && need && queue.IsInvalidParameter(err) {
 		if _, added := in.MessageAttributes[jobkey.Attribute]; added {
-			// Perhaps over the queue's MaximumMessageSize, which the
-			// message fit without the key: the copy goes without.
 			delete(in.MessageAttributes, jobkey.Attribute)
 			note = joinNotes(note, fmt.Sprintf("%s not added: SQS refused the copy with it (%v)", jobkey.Attribute, err))
 			out, err = r.q.api.SendMessage(ctx, in, r.q.opts...)

@@ -58,8 +58,9 @@ It gets the Number attribute sqsworker.replays: 1, or one more than the
 message had. SQS allows 10 attributes: when the message already has 10, its
 failure metadata is kept as the one JSON attribute sqsworker.failure instead
 of one attribute per field (the form the runtimes use when room is short),
-and when even that leaves no room the copy goes without the count. The audit
-log says which.
+and when even that leaves no room the copy goes without the count. A message
+of the largest size SQS takes (1 MiB, attributes included) has no room for
+the count either: its copy goes without. The audit log says which.
 ` + filterHelp + `
   --limit N             move at most N messages
 

@@ -70,3 +70,33 @@ func TestDlqSharedDLQReplayToOneSource(t *testing.T) {
 		t.Errorf("%s received %v", queueName(payments), got)
 	}
 }
+
+// A dead-letter message of SQS's largest size, 1 MiB with its attributes,
+// is replayed without the replay count its copy has no room for (the
+// output says so), instead of stopping the replay with SQS's refusal and
+// staying in the dead-letter queue for ever.
+func TestDlqReplayFullSizeMessage(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	f := sqsworker.Failure{ErrorClass: "c", Error: "boom", SourceQueue: q.URL, MessageID: "m-1", FailedAt: time.Now().UTC()}
+	attrs, _ := f.AddTo(map[string]sqsworker.MessageAttribute{})
+	body := strings.Repeat("x", sqsworker.MaxMessageSize-sqsworker.MessageSize("", attrs))
+	sendDeadLettered(t, c, q.DLQURL, body, f, nil)
+	waitVisible(t, c, q.DLQURL, 1)
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	stdout, stderr, code := runCLI(t, "", "dlq", "replay", queueName(q.DLQURL), "--yes", "--audit", audit)
+	if code != 0 || !strings.Contains(stderr, "moved 1 message(s)") {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	got := drain(t, c, q.URL, time.Second)
+	if len(got) != 1 || got[0].body != body || got[0].failure.MessageID != "m-1" {
+		t.Fatalf("the source queue received %d message(s)", len(got))
+	}
+	if _, ok := got[0].attrs["sqsworker.replays"]; ok {
+		t.Errorf("the copy has a replay count: %v", got[0].attrs["sqsworker.replays"])
+	}
+	if lines := readAudit(t, audit); len(lines) != 1 || lines[0].Replays != 0 || !strings.Contains(lines[0].Note, "sqsworker.replays left out: SQS refused the copy with it") {
+		t.Errorf("audit: %+v", lines)
+	}
+	waitVisible(t, c, q.DLQURL, 0)
+}
