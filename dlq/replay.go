@@ -95,6 +95,11 @@ type ReplayResult struct {
 	// To, they would run under a handler that is not theirs. See Stayed;
 	// a replay without To sends each back to its own source.
 	OtherSource int `json:"otherSource,omitempty"`
+	// Unsent counts matching messages that stay because SQS refused their
+	// copy as invalid, even without what a copy adds (larger than the
+	// destination's MaximumMessageSize, say): see Stayed. The replay goes
+	// on with the others.
+	Unsent int `json:"unsent,omitempty"`
 	// NotDeleted counts messages copied whose original could not be
 	// deleted: they are in both queues.
 	NotDeleted int `json:"notDeleted,omitempty"`
@@ -373,6 +378,16 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
 	newID, replays, note, err := r.send(mctx, m, dest)
+	if err != nil && queue.IsInvalidParameter(err) {
+		// This message's own refusal: the others may go.
+		r.res.Matched--
+		r.res.Unsent++
+		r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: fmt.Sprintf(
+			"SQS refused its copy to %s (%v): a message larger than the queue's MaximumMessageSize, say; raise the MaximumMessageSize of %s, or replay it to a queue that takes it",
+			dest.Name, err, dest.Name)})
+		stay()
+		return nil
+	}
 	if err != nil {
 		r.res.Matched--
 		stay()

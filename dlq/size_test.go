@@ -47,3 +47,29 @@ func TestReplayFullSizeMessage(t *testing.T) {
 	}
 	e.wantDLQDepth(t, "after the replay", 0, 0)
 }
+
+// A message whose copy SQS refuses whatever is left out (larger than the
+// destination's MaximumMessageSize) stays, with
+// the reason and the fix, and the replay goes on with the others. Before,
+// the replay stopped at it: every message after it stayed in the
+// dead-letter queue, on every run.
+func TestReplayRefusedCopyStays(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newFakeEnv()
+	small := e.f.CreateQueue("small", map[string]string{"MaximumMessageSize": "1024"})
+	fail := sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders, FailedAt: time.Now()}
+	big := deadLetter(e.f, e.ordersDLQ, fail, strings.Repeat("x", 1000))
+	deadLetter(e.f, e.ordersDLQ, fail, "small")
+	q := openOrdersDLQ(t, e.f)
+	res, err := q.Replay(ctx, ReplayConfig{To: "small"})
+	if err != nil || res.Moved != 1 || res.Unsent != 1 || res.Matched != 1 || len(res.Stayed) != 1 || res.Stayed[0].MessageID != big ||
+		!strings.Contains(res.Stayed[0].Reason, "SQS refused its copy to small (") ||
+		!strings.Contains(res.Stayed[0].Reason, "raise the MaximumMessageSize of small, or replay it to a queue that takes it") {
+		t.Fatalf("replay: %v, %+v", err, res)
+	}
+	if got := receiveJobs(t, e.f, small); len(got) != 1 || got["small"] == nil {
+		t.Errorf("small holds %v", got)
+	}
+	e.wantDLQDepth(t, "after the replay", 1, 0)
+}

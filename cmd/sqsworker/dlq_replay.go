@@ -60,7 +60,9 @@ failure metadata is kept as the one JSON attribute sqsworker.failure instead
 of one attribute per field (the form the runtimes use when room is short),
 and when even that leaves no room the copy goes without the count. A message
 of the largest size SQS takes (1 MiB, attributes included) has no room for
-the count either: its copy goes without. The audit log says which.
+the count either: its copy goes without. The audit log says which. A message
+whose copy SQS refuses all the same (larger than the destination's
+MaximumMessageSize) stays, listed with the reason, and the replay goes on.
 ` + filterHelp + `
   --limit N             move at most N messages
 
@@ -175,6 +177,8 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	case res.OtherSource > 0:
 		return fmt.Errorf("%d matching message(s) stay in %s: they failed in another of its source queues than --to %s (see above); replay them without --to, which sends each back to its own",
 			res.OtherSource, q.Name, queueName(cfg.To))
+	case res.Unsent > 0:
+		return fmt.Errorf("%d matching message(s) stay in %s: SQS refused their copies (see above)", res.Unsent, q.Name)
 	case res.Refused > 0:
 		return fmt.Errorf("%d matching message(s) stay in %s: their source queue does not send its dead letters there (see above); give --to to send them to a queue of your choice",
 			res.Refused, q.Name)

@@ -100,3 +100,34 @@ func TestDlqReplayFullSizeMessage(t *testing.T) {
 	}
 	waitVisible(t, c, q.DLQURL, 0)
 }
+
+// A message larger than its source queue's MaximumMessageSize (the limit
+// was lowered after it failed, or its failure metadata took it over)
+// stays, listed with the reason and the fix, and the replay moves the
+// others; the command exits 1. Before, the replay stopped at it.
+func TestDlqReplayRefusedCopyStays(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	f := sqsworker.Failure{ErrorClass: "c", Error: "boom", SourceQueue: q.URL, MessageID: "m-1", FailedAt: time.Now().UTC()}
+	sendDeadLettered(t, c, q.DLQURL, strings.Repeat("x", 1000), f, nil)
+	f.MessageID = "m-2"
+	sendDeadLettered(t, c, q.DLQURL, "small", f, nil)
+	waitVisible(t, c, q.DLQURL, 2)
+	if _, err := c.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(q.URL),
+		Attributes: map[string]string{"MaximumMessageSize": "1024"}}); err != nil {
+		t.Fatal(err)
+	}
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	stdout, stderr, code := runCLI(t, "", "dlq", "replay", queueName(q.DLQURL), "--yes", "--audit", audit)
+	if code != 1 || !strings.Contains(stderr, "(original m-1): SQS refused its copy to "+queueName(q.URL)) ||
+		!strings.Contains(stderr, "raise the MaximumMessageSize of "+queueName(q.URL)) ||
+		!strings.Contains(stderr, "1 matching message(s) stay in "+queueName(q.DLQURL)+": SQS refused their copies") {
+		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if got := bodies(drain(t, c, q.URL, time.Second)); fmt.Sprint(got) != "[small]" {
+		t.Errorf("the source queue received %v", got)
+	}
+	if got := drain(t, c, q.DLQURL, time.Second); len(got) != 1 || got[0].failure.MessageID != "m-1" {
+		t.Errorf("the dead-letter queue holds %d message(s)", len(got))
+	}
+}
