@@ -323,7 +323,7 @@ func TestReplayOnlyToSources(t *testing.T) {
 				t.Fatalf("plan: %v, %+v", err, plan)
 			}
 			res, err := q.Replay(context.Background(), cfg)
-			if err != nil || res.Moved != 2 || res.Refused != 1 || res.NoSource != 1 || len(audit) != 2 {
+			if err != nil || res.Moved != 2 || res.Refused != 1 || res.NoSource != 1 || len(audit) != 4 {
 				t.Fatalf("replay: %v, %+v", err, res)
 			}
 			for _, m := range res.Messages {
@@ -347,8 +347,9 @@ func TestReplayOnlyToSources(t *testing.T) {
 	}
 }
 
-// Every moved message is recorded with its caller; a record that fails
-// stops the replay before the next message.
+// Every message is recorded with its caller before its copy is sent and
+// once it is moved; a record that fails stops the replay before the next
+// message, and a replay-start record that fails moves nothing.
 func TestReplayAudit(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv()
@@ -362,21 +363,35 @@ func TestReplayAudit(t *testing.T) {
 		CallerNote: "sts:GetCallerIdentity failed: no STS here",
 		Record: func(_ context.Context, r AuditRecord) error {
 			recs = append(recs, r)
-			if len(recs) == 2 {
+			if len(recs) == 4 {
 				return fail
 			}
 			return nil
 		},
 	}})
-	if !errors.Is(err, fail) || res.Moved != 2 || len(recs) != 2 || !strings.Contains(err.Error(), "was moved to orders as") {
+	if !errors.Is(err, fail) || res.Moved != 2 || len(recs) != 4 || !strings.Contains(err.Error(), "was moved to orders as") {
 		t.Fatalf("%v, %+v", err, res)
 	}
-	for _, r := range recs {
-		if r.Action != ActionReplay || r.Caller != UnknownCaller || r.CallerNote != "sts:GetCallerIdentity failed: no STS here" ||
-			r.DLQ != e.ordersDLQ || r.Destination != e.orders || !r.Deleted || r.Replays != 1 || r.NewMessageID == "" ||
+	for i, r := range recs {
+		if r.Caller != UnknownCaller || r.CallerNote != "sts:GetCallerIdentity failed: no STS here" ||
+			r.DLQ != e.ordersDLQ || r.Destination != e.orders ||
 			!strings.HasPrefix(r.OriginalMessageID, "orig-") || r.Filter != `error-class="c"` || time.Since(r.Time) > time.Minute {
 			t.Errorf("record %+v", r)
 		}
+		if i%2 == 0 && (r.Action != ActionReplayStart || r.Deleted || r.NewMessageID != "" || r.DLQMessageID != recs[i+1].DLQMessageID) {
+			t.Errorf("replay-start record %+v", r)
+		}
+		if i%2 == 1 && (r.Action != ActionReplay || !r.Deleted || r.Replays != 1 || r.NewMessageID == "") {
+			t.Errorf("replay record %+v", r)
+		}
+	}
+	e.wantDLQDepth(t, "orders-dlq", 1, 0)
+	res, err = q.Replay(context.Background(), ReplayConfig{Audit: Audit{Record: func(context.Context, AuditRecord) error { return fail }}})
+	if !errors.Is(err, fail) || res.Moved != 0 || res.Matched != 0 || !strings.Contains(err.Error(), "was not moved: the audit record failed") {
+		t.Fatalf("replay-start record failing: %v, %+v", err, res)
+	}
+	if v, _, _ := e.f.Depth(e.orders); v != 2 {
+		t.Errorf("orders holds %d", v)
 	}
 	e.wantDLQDepth(t, "orders-dlq", 1, 0)
 }

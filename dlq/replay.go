@@ -47,7 +47,8 @@ type ReplayConfig struct {
 	// [DefaultVisibility]. Those that stay are made visible again at once
 	// when the replay ends.
 	Visibility time.Duration
-	// Audit records each moved message (not in a dry run).
+	// Audit records each message before it is copied and once it is moved
+	// (not in a dry run).
 	Audit Audit
 	// Progress, when set, is called after each message read.
 	Progress func(Progress)
@@ -163,8 +164,11 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 
 // Replay moves the messages that pass cfg.Filter back to their source
 // queue, or to cfg.To, and records each in cfg.Audit. For each message it
-// sends the copy first, then deletes the original: an interruption loses
-// nothing, at worst a message is in both queues (counted in NotDeleted).
+// records that it starts ([ActionReplayStart]), sends the copy, then
+// deletes the original and records the move ([ActionReplay]): an
+// interruption loses nothing, at worst a message is in both queues
+// (counted in NotDeleted), and a crash between the send and the delete
+// leaves its replay-start record.
 // When ctx ends it stops between two messages and returns an error that
 // matches [ErrInterrupted], with the result so far.
 //
@@ -373,6 +377,16 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		r.res.Matched--
 		stay()
 		return r.interrupted(ctx)
+	}
+	// Recorded first: a crash between the send and the delete leaves its
+	// trace.
+	if err := r.cfg.Audit.record(ctx, AuditRecord{
+		Action: ActionReplayStart, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
+		DLQMessageID: m.ID, Filter: r.res.Filter,
+	}); err != nil {
+		r.res.Matched--
+		stay()
+		return fmt.Errorf("dlq: message %s was not moved: the audit record failed: %w", m.ID, err)
 	}
 	// The send and the delete run to their end even if ctx is cancelled now.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)

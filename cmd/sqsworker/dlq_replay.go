@@ -74,7 +74,13 @@ a second time. What was read is compared with the queue's approximate count.
 With --yes, each moved message is appended as one JSON line to the audit log
 (--audit; "-" for standard error; created readable by you only, never through
 a symbolic link): time, caller (sts:GetCallerIdentity), dead-letter queue,
-destination, original, dead-letter and new message IDs, replay count, filter.`,
+destination, original, dead-letter and new message IDs, replay count, filter.
+A line with the action "replay-start" comes before each copy is sent: one
+without its "replay" line (same dead-letter message ID) is a message whose
+replay was killed between the send and the delete. Its copy may have been
+sent, and its original is back in the dead-letter queue: a rerun sends it
+again, with the same idempotency key, so that a handler keyed by it runs the
+job once.`,
 		Example: `  # what would move: the messages that failed with one class in the last 2 hours
   sqsworker dlq replay orders-dlq --error-class upstream-unavailable --since "2h ago"
 

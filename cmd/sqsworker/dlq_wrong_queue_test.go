@@ -59,7 +59,7 @@ func TestDlqSharedDLQReplayToOneSource(t *testing.T) {
 		t.Errorf("%s received %v, want only its own job", queueName(orders.URL), got)
 	}
 	waitVisible(t, c, orders.DLQURL, 1)
-	if n := len(readAudit(t, audit)); n != 1 {
+	if n := len(readMoves(t, audit)); n != 1 {
 		t.Errorf("%d audit line(s), want 1", n)
 	}
 
@@ -95,7 +95,7 @@ func TestDlqReplayFullSizeMessage(t *testing.T) {
 	if _, ok := got[0].attrs["sqsworker.replays"]; ok {
 		t.Errorf("the copy has a replay count: %v", got[0].attrs["sqsworker.replays"])
 	}
-	if lines := readAudit(t, audit); len(lines) != 1 || lines[0].Replays != 0 || !strings.Contains(lines[0].Note, "sqsworker.replays left out: SQS refused the copy with it") {
+	if lines := readMoves(t, audit); len(lines) != 1 || lines[0].Replays != 0 || !strings.Contains(lines[0].Note, "sqsworker.replays left out: SQS refused the copy with it") {
 		t.Errorf("audit: %+v", lines)
 	}
 	waitVisible(t, c, q.DLQURL, 0)

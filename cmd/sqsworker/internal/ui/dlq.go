@@ -797,7 +797,9 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 }
 
 // readAudit returns the last n records of an audit log file, newest first,
-// and the number of lines that were not records.
+// and the number of lines that were not records. A replay-start record
+// followed by its replay record is left out: only one whose message's
+// replay was stopped half-way (a crash) is shown.
 func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -817,6 +819,9 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 			skipped++
 			continue
 		}
+		if rec.Action == dlq.ActionReplay {
+			recs = dropStart(recs, rec)
+		}
 		recs = append(recs, rec)
 		if len(recs) > 2*n {
 			recs = append(recs[:0], recs[len(recs)-n:]...)
@@ -833,6 +838,17 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 		recs = []dlq.AuditRecord{}
 	}
 	return recs, skipped, nil
+}
+
+// dropStart removes from recs the replay-start record of the message that
+// rec, a replay record, moved: the last one with its queue and ID.
+func dropStart(recs []dlq.AuditRecord, rec dlq.AuditRecord) []dlq.AuditRecord {
+	for i := len(recs) - 1; i >= 0; i-- {
+		if r := recs[i]; r.Action == dlq.ActionReplayStart && r.DLQ == rec.DLQ && r.DLQMessageID == rec.DLQMessageID {
+			return slices.Delete(recs, i, i+1)
+		}
+	}
+	return recs
 }
 
 // httpError is an error with the status it is answered with.
