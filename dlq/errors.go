@@ -77,6 +77,10 @@ type NotDeadLetterError struct {
 	Queue string
 	// Reason says why, in a sentence without a capital or a full stop.
 	Reason string
+	// DeadLetterQueue is the name of the queue's own dead-letter queue,
+	// from its redrive policy: most likely the queue that was meant. Empty
+	// when it has none.
+	DeadLetterQueue string
 }
 
 // Error describes the refusal.

@@ -198,9 +198,10 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 		FIFO: a["FifoQueue"] == "true" || queue.IsFIFOURL(u),
 		api:  api, opts: opts, log: log, now: time.Now, targets: map[string]targetEntry{},
 	}
+	var ownDLQ string // the name of the queue's own dead-letter queue
 	refuse := func(reason string) error {
 		if !cfg.Force {
-			return &NotDeadLetterError{Queue: u, Reason: reason}
+			return &NotDeadLetterError{Queue: u, Reason: reason, DeadLetterQueue: ownDLQ}
 		}
 		q.Notes = append(q.Notes, "opened with force although "+reason)
 		log.Warn("dlq: opened with force a queue that does not look like a dead-letter queue", "queue", u, "reason", reason)
@@ -216,6 +217,7 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 		if arn, err := ParseARN(target); err == nil {
 			target = arn.Name
 		}
+		ownDLQ = target
 		if err := refuse(fmt.Sprintf("it has a redrive policy of its own (its messages go to %s after %d receives): it is a source queue", target, p.MaxReceiveCount)); err != nil {
 			return nil, err
 		}

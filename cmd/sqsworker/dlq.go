@@ -86,6 +86,11 @@ func (d *dlqCmd) open(ctx context.Context, nameOrURL string) (*dlq.Queue, error)
 	// that failed) go to standard error; its notes are printed below.
 	log := slog.New(slog.NewTextHandler(d.a.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	q, err := dlq.Open(ctx, c, nameOrURL, dlq.Config{Force: d.force, Logger: log})
+	if nd := (*dlq.NotDeadLetterError)(nil); errors.As(err, &nd) && nd.DeadLetterQueue != "" {
+		// Most likely the source queue was given for its dead-letter queue.
+		return nil, fmt.Errorf("%w; did you mean its dead-letter queue, %s? (give --force to act on %s itself anyway)",
+			err, nd.DeadLetterQueue, queueName(nd.Queue))
+	}
 	if errors.Is(err, dlq.ErrNotDeadLetterQueue) || errors.Is(err, dlq.ErrCannotCheck) {
 		return nil, fmt.Errorf("%w (give --force to act on it anyway)", err)
 	}

@@ -131,3 +131,31 @@ func TestDlqReplayRefusedCopyStays(t *testing.T) {
 		t.Errorf("the dead-letter queue holds %d message(s)", len(got))
 	}
 }
+
+// A source queue given for its dead-letter queue (purge orders instead of
+// orders-dlq): refused before anything is received or purged, and the
+// error names the dead-letter queue that was most likely meant, not only
+// --force, which would purge the live queue.
+func TestDlqSourceQueueGivenForItsDLQ(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	localtest.Send(t, c, q.URL, "", "live 1", "live 2")
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	want := fmt.Sprintf("did you mean its dead-letter queue, %s? (give --force to act on %s itself anyway)", queueName(q.DLQURL), queueName(q.URL))
+	for _, args := range [][]string{
+		{"dlq", "purge", queueName(q.URL)},
+		{"dlq", "purge", q.URL, "--yes", "--audit", audit},
+		{"dlq", "replay", queueName(q.URL), "--yes", "--audit", audit},
+		{"dlq", "redrive", queueName(q.URL), "--yes", "--audit", audit},
+		{"dlq", "ls", queueName(q.URL)},
+	} {
+		stdout, stderr, code := runCLI(t, queueName(q.URL)+"\n", args...)
+		if code != 1 || stdout != "" || !strings.Contains(stderr, "it has a redrive policy of its own") || !strings.Contains(stderr, want) {
+			t.Errorf("%v: exit %d\nstdout: %s\nstderr: %s", args, code, stdout, stderr)
+		}
+	}
+	waitVisible(t, c, q.URL, 2)
+	if lines := readAudit(t, audit); len(lines) != 0 {
+		t.Errorf("audit: %+v", lines)
+	}
+}
