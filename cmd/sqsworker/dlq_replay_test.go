@@ -394,12 +394,12 @@ func cliEnv() []string {
 }
 
 // waitMoved waits until a replay running in the background has moved a
-// message: its first audit line.
+// message: its first replay record (not a replay-start).
 func waitMoved(t *testing.T, audit string, out *lockedBuffer) {
 	t.Helper()
 	localtest.Eventually(t, 60*time.Second, func() bool {
 		b, _ := os.ReadFile(audit)
-		return strings.Contains(string(b), "\n")
+		return strings.Contains(string(b), `"action":"replay",`)
 	}, "the replay moved nothing:\n%s", out.String())
 }
 
