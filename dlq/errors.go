@@ -34,6 +34,12 @@ var ErrUnsupported = errors.New("not supported by this SQS endpoint")
 // released the messages it held.
 var ErrInterrupted = errors.New("interrupted")
 
+// ErrDeadLetterDestination is matched (with errors.Is) by the error of
+// [Queue.Target], and so of a replay or redrive, for a destination that is
+// itself a dead-letter queue: messages sent there would not run.
+// [Config.Force] lets it through.
+var ErrDeadLetterDestination = errors.New("the destination is a dead-letter queue")
+
 // ErrSharedDestination is matched (with errors.Is) by the error of
 // [Queue.PlanRedrive] and [Queue.StartRedrive] when [RedriveConfig.To] is
 // one of several source queues of the dead-letter queue: a message move

@@ -121,7 +121,7 @@ A dead-letter queue named "status" or "cancel" must be given by URL.`,
 			if to != "" {
 				t, err := q.Target(ctx, to)
 				if err != nil {
-					return fmt.Errorf("--to: %w", err)
+					return toError(err)
 				}
 				cfg.To = t.URL
 			}

@@ -48,7 +48,9 @@ a message can set: a message naming another queue stays, and is listed with
 the reason; give --to to send it elsewhere. With --to one of the source
 queues of a dead-letter queue that several queues share, only the messages
 that failed in that queue go there: the others stay, listed with the reason
-(their handler is another queue's), for a replay without --to.
+(their handler is another queue's), for a replay without --to. A --to queue
+that is itself a dead-letter queue, where messages would not run, is refused
+unless --force.
 
 The copy keeps the body, every message attribute (the failure metadata stays
 as history; the runtimes replace it if the message fails again), the
@@ -98,7 +100,7 @@ job once.`,
 	f := cmd.Flags()
 	f.IntVar(&o.limit, "limit", 0, "move at most this many messages (0: no limit)")
 	f.Float64Var(&o.rate, "rate", 0, "move at most this many messages per second (0: no limit)")
-	f.StringVar(&o.to, "to", "", "send the messages to this queue instead of their source queue")
+	f.StringVar(&o.to, "to", "", "send the messages to this queue instead of their source queue (not a dead-letter queue, unless --force)")
 	f.DurationVar(&o.visibility, "visibility", defaultPeekVisibility, "visibility timeout of the messages while the replay holds them (whole seconds, 1s to 12h)")
 	o.audit.add(cmd, "move the messages (without it: a dry run)")
 	return cmd
@@ -137,7 +139,7 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	if o.to != "" {
 		to, err := q.Target(ctx, o.to)
 		if err != nil {
-			return fmt.Errorf("--to: %w", err)
+			return toError(err)
 		}
 		cfg.To = to.URL
 	}

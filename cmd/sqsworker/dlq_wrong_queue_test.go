@@ -159,3 +159,36 @@ func TestDlqSourceQueueGivenForItsDLQ(t *testing.T) {
 		t.Errorf("audit: %+v", lines)
 	}
 }
+
+// --to another pipeline's dead-letter queue (billing-dlq typed for
+// billing): refused before anything moves, naming the queue meant; the
+// messages would sit there, not run. --force sends them all the same.
+func TestDlqReplayToADeadLetterQueue(t *testing.T) {
+	t.Parallel()
+	c, orders, _ := newDLQ(t, localtest.QueueOptions{})
+	billing := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	f := sqsworker.Failure{ErrorClass: "c", Error: "boom", SourceQueue: orders.URL, MessageID: "m-1", FailedAt: time.Now().UTC()}
+	sendDeadLettered(t, c, orders.DLQURL, "job", f, nil)
+	waitVisible(t, c, orders.DLQURL, 1)
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	want := fmt.Sprintf("--to: destination %s is a dead-letter queue (%s sends its dead letters there): messages sent to it would not run; give its source queue, %s, instead",
+		queueName(billing.DLQURL), queueName(billing.URL), queueName(billing.URL))
+	for _, args := range [][]string{
+		{"dlq", "replay", queueName(orders.DLQURL), "--to", queueName(billing.DLQURL), "--yes", "--audit", audit},
+		{"dlq", "replay", queueName(orders.DLQURL), "--to", billing.DLQURL},
+		{"dlq", "redrive", queueName(orders.DLQURL), "--to", queueName(billing.DLQURL)},
+	} {
+		stdout, stderr, code := runCLI(t, "", args...)
+		if code != 1 || stdout != "" || !strings.Contains(stderr, want) || !strings.Contains(stderr, "give --force to send them there anyway") {
+			t.Errorf("%v: exit %d\nstdout: %s\nstderr: %s", args, code, stdout, stderr)
+		}
+	}
+	waitVisible(t, c, orders.DLQURL, 1)
+	if lines := readAudit(t, audit); len(lines) != 0 {
+		t.Errorf("audit: %+v", lines)
+	}
+	if _, stderr, code := runCLI(t, "", "dlq", "replay", queueName(orders.DLQURL), "--to", queueName(billing.DLQURL), "--force", "--yes", "--audit", audit); code != 0 {
+		t.Fatalf("--force: exit %d\n%s", code, stderr)
+	}
+	waitVisible(t, c, billing.DLQURL, 1)
+}
