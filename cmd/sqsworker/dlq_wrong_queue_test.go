@@ -192,3 +192,27 @@ func TestDlqReplayToADeadLetterQueue(t *testing.T) {
 	}
 	waitVisible(t, c, billing.DLQURL, 1)
 }
+
+// queue create with --dlq naming a live source queue (orders, for
+// orders-dlq): refused before the new queue is created, naming the
+// queue's own dead-letter queue. Before, the new queue's failed jobs went
+// to the live queue, to run again under its handler, never dead-lettered.
+func TestQueueCreateRefusesASourceQueueAsDLQ(t *testing.T) {
+	t.Parallel()
+	c, orders, _ := newDLQ(t, localtest.QueueOptions{})
+	name := localtest.UniqueName(t, false)
+	deleteQueuesOnCleanup(t, c, name)
+	stdout, stderr, code := runCLI(t, "", "queue", "create", name, "--dlq", queueName(orders.URL))
+	want := fmt.Sprintf("--dlq %s is not a dead-letter queue: it has a redrive policy of its own (its messages go to %s after 2 receives)",
+		queueName(orders.URL), queueName(orders.DLQURL))
+	if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "the failed jobs of "+name+" would run there again") {
+		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	if _, err := c.GetQueueUrl(context.Background(), &sqs.GetQueueUrlInput{QueueName: aws.String(name)}); err == nil {
+		t.Errorf("queue %s was created", name)
+	}
+	// Its dead-letter queue is taken, as a shared one.
+	if _, stderr, code := runCLI(t, "", "queue", "create", name, "--dlq", queueName(orders.DLQURL)); code != 0 {
+		t.Errorf("--dlq %s: exit %d\n%s", queueName(orders.DLQURL), code, stderr)
+	}
+}
