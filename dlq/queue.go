@@ -240,10 +240,11 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 	return q, nil
 }
 
-// resolveURL turns a queue name, URL or ARN into its URL.
+// resolveURL turns a queue name, URL or ARN into its URL, without the
+// trailing slash a URL copied from a console may have.
 func resolveURL(ctx context.Context, api API, opts []func(*sqs.Options), nameOrURL string) (string, error) {
 	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
-		return nameOrURL, nil
+		return strings.TrimRight(nameOrURL, "/"), nil
 	}
 	in := &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)}
 	if strings.HasPrefix(nameOrURL, "arn:") {

@@ -71,3 +71,16 @@ func TestDestinationIsADeadLetterQueue(t *testing.T) {
 		})
 	}
 }
+
+// A queue URL with a trailing slash is the queue: Open and Target name it.
+func TestQueueURLWithTrailingSlash(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	q, err := Open(context.Background(), e.f, e.ordersDLQ+"/", Config{})
+	if err != nil || q.Name != "orders-dlq" || q.URL != e.ordersDLQ {
+		t.Fatalf("Open: %v, %+v", err, q)
+	}
+	if to, err := q.Target(context.Background(), e.orders+"/"); err != nil || to.Name != "orders" {
+		t.Errorf("Target: %v, %+v", err, to)
+	}
+}

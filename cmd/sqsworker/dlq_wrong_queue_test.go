@@ -216,3 +216,18 @@ func TestQueueCreateRefusesASourceQueueAsDLQ(t *testing.T) {
 		t.Errorf("--dlq %s: exit %d\n%s", queueName(orders.DLQURL), code, stderr)
 	}
 }
+
+// Queue URLs given with a trailing slash (pasted from a console) are the
+// same queues: the errors name them, not an empty name.
+func TestDlqQueueURLWithTrailingSlash(t *testing.T) {
+	t.Parallel()
+	_, q, _ := newDLQ(t, localtest.QueueOptions{})
+	stdout, stderr, code := runCLI(t, "", "dlq", "replay", q.DLQURL+"/", "--to", q.DLQURL+"/")
+	if code != 1 || !strings.Contains(stderr, "--to: destination "+queueName(q.DLQURL)+" is the dead-letter queue itself") {
+		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	stdout, stderr, code = runCLI(t, "", "dlq", "purge", q.URL+"/", "--yes")
+	if code != 1 || !strings.Contains(stderr, queueName(q.URL)+" is not a dead-letter queue") {
+		t.Errorf("purge: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}
