@@ -17,6 +17,7 @@ import (
 const (
 	ActionReplayStart   = "replay-start"   // one message about to be copied by a replay (see below)
 	ActionReplay        = "replay"         // one message moved by a replay
+	ActionReplayFailed  = "replay-failed"  // one message whose copy a replay could not send (see Note)
 	ActionRedrive       = "redrive"        // an SQS message move task started
 	ActionRedriveCancel = "redrive-cancel" // an SQS message move task cancelled
 	ActionPurge         = "purge"          // a purge requested (recorded before it is sent)
@@ -24,12 +25,13 @@ const (
 )
 
 // A replay records each message twice: [ActionReplayStart] before it sends
-// the copy, [ActionReplay] once the copy is sent and the original deleted
-// (or not: [AuditRecord.Deleted]). A replay-start without its replay
-// record (same DLQ and DLQMessageID) is a message whose replay was stopped
-// between the two (a crash, kill -9): its copy may have been sent, and its
-// original may still be in the dead-letter queue, to be replayed again
-// under the same idempotency key.
+// the copy, then [ActionReplay] once the copy is sent and the original
+// deleted (or not: [AuditRecord.Deleted]), or [ActionReplayFailed] when
+// the copy could not be sent. A replay-start without either (same DLQ and
+// DLQMessageID) is a message whose replay was stopped between the two (a
+// crash, kill -9): its copy may have been sent, and its original may still
+// be in the dead-letter queue, to be replayed again under the same
+// idempotency key.
 
 // UnknownCaller is the caller recorded when none was given (see
 // [Audit.Caller]).

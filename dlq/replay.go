@@ -392,20 +392,29 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
 	newID, replays, note, err := r.send(mctx, m, dest)
-	if err != nil && queue.IsInvalidParameter(err) {
-		// This message's own refusal: the others may go.
+	if err != nil {
 		r.res.Matched--
+		stay()
+		refused := queue.IsInvalidParameter(err)
+		what := "the send failed (it may have been applied)"
+		if refused {
+			what = "SQS refused it"
+		}
+		if aerr := r.cfg.Audit.record(ctx, AuditRecord{
+			Action: ActionReplayFailed, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
+			DLQMessageID: m.ID, Filter: r.res.Filter, Note: fmt.Sprintf("not copied: %s: %v", what, err),
+		}); aerr != nil {
+			return fmt.Errorf("dlq: message %s was not moved, and the audit record failed: %w", m.ID, errors.Join(err, aerr))
+		}
+		if !refused {
+			return fmt.Errorf("dlq: sending the copy of message %s to %s: %w; it stays in %s", m.ID, dest.Name, err, r.q.Name)
+		}
+		// This message's own refusal: the others may go.
 		r.res.Unsent++
 		r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: fmt.Sprintf(
 			"SQS refused its copy to %s (%v): a message larger than the queue's MaximumMessageSize, say; raise the MaximumMessageSize of %s, or replay it to a queue that takes it",
 			dest.Name, err, dest.Name)})
-		stay()
 		return nil
-	}
-	if err != nil {
-		r.res.Matched--
-		stay()
-		return fmt.Errorf("dlq: sending the copy of message %s to %s: %w; it stays in %s", m.ID, dest.Name, err, r.q.Name)
 	}
 	rm.NewMessageID, rm.Replays, rm.Note = newID, replays, note
 	r.sent[newID] = true

@@ -62,7 +62,11 @@ func TestReplayRefusedCopyStays(t *testing.T) {
 	big := deadLetter(e.f, e.ordersDLQ, fail, strings.Repeat("x", 1000))
 	deadLetter(e.f, e.ordersDLQ, fail, "small")
 	q := openOrdersDLQ(t, e.f)
-	res, err := q.Replay(ctx, ReplayConfig{To: "small"})
+	var recs []AuditRecord
+	res, err := q.Replay(ctx, ReplayConfig{To: "small", Audit: Audit{Record: func(_ context.Context, r AuditRecord) error {
+		recs = append(recs, r)
+		return nil
+	}}})
 	if err != nil || res.Moved != 1 || res.Unsent != 1 || res.Matched != 1 || len(res.Stayed) != 1 || res.Stayed[0].MessageID != big ||
 		!strings.Contains(res.Stayed[0].Reason, "SQS refused its copy to small (") ||
 		!strings.Contains(res.Stayed[0].Reason, "raise the MaximumMessageSize of small, or replay it to a queue that takes it") {
@@ -72,4 +76,9 @@ func TestReplayRefusedCopyStays(t *testing.T) {
 		t.Errorf("small holds %v", got)
 	}
 	e.wantDLQDepth(t, "after the replay", 1, 0)
+	// Its replay-start record is followed by a replay-failed one.
+	if len(recs) != 4 || recs[0].Action != ActionReplayStart || recs[0].DLQMessageID != big || recs[1].Action != ActionReplayFailed ||
+		recs[1].DLQMessageID != big || !strings.Contains(recs[1].Note, "not copied: SQS refused it: ") || recs[3].Action != ActionReplay {
+		t.Errorf("audit: %+v", recs)
+	}
 }

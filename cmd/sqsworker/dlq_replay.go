@@ -77,9 +77,10 @@ With --yes, each moved message is appended as one JSON line to the audit log
 (--audit; "-" for standard error; created readable by you only, never through
 a symbolic link): time, caller (sts:GetCallerIdentity), dead-letter queue,
 destination, original, dead-letter and new message IDs, replay count, filter.
-A line with the action "replay-start" comes before each copy is sent: one
-without its "replay" line (same dead-letter message ID) is a message whose
-replay was killed between the send and the delete. Its copy may have been
+A line with the action "replay-start" comes before each copy is sent, and a
+"replay-failed" line after a copy that could not be sent: a replay-start
+without its "replay" or "replay-failed" line (same dead-letter message ID) is
+a message whose replay was killed between the send and the delete. Its copy may have been
 sent, and its original is back in the dead-letter queue: a rerun sends it
 again, with the same idempotency key, so that a handler keyed by it runs the
 job once.`,

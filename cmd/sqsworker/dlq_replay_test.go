@@ -237,8 +237,8 @@ func TestDlqReplayMovesCopies(t *testing.T) {
 }
 
 // readMoves returns the replay records of an audit log, after checking
-// that each follows its replay-start record and that every other record is
-// a replay-start.
+// that each, and each replay-failed record, follows its replay-start
+// record, and that every other record is a replay-start.
 func readMoves(t *testing.T, path string) []auditRecord {
 	t.Helper()
 	var moves []auditRecord
@@ -247,6 +247,11 @@ func readMoves(t *testing.T, path string) []auditRecord {
 		switch r.Action {
 		case dlq.ActionReplayStart:
 			started[r.DLQMessageID] = true
+		case dlq.ActionReplayFailed:
+			if !started[r.DLQMessageID] {
+				t.Errorf("audit: replay-failed record without its replay-start: %+v", r)
+			}
+			delete(started, r.DLQMessageID)
 		case dlq.ActionReplay:
 			if !started[r.DLQMessageID] {
 				t.Errorf("audit: replay record without its replay-start: %+v", r)

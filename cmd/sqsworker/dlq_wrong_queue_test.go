@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
@@ -129,6 +130,15 @@ func TestDlqReplayRefusedCopyStays(t *testing.T) {
 	}
 	if got := drain(t, c, q.DLQURL, time.Second); len(got) != 1 || got[0].failure.MessageID != "m-1" {
 		t.Errorf("the dead-letter queue holds %d message(s)", len(got))
+	}
+	failed := 0
+	for _, r := range readAudit(t, audit) {
+		if r.Action == dlq.ActionReplayFailed && r.OriginalMessageID == "m-1" && strings.Contains(r.Note, "not copied: SQS refused it: ") {
+			failed++
+		}
+	}
+	if moves := readMoves(t, audit); len(moves) != 1 || moves[0].OriginalMessageID != "m-2" || failed != 1 {
+		t.Errorf("audit: %+v", readAudit(t, audit))
 	}
 }
 

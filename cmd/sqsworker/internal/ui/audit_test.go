@@ -10,8 +10,9 @@ import (
 )
 
 // TestReadAuditPairsReplayStarts checks that the audit page leaves out the
-// replay-start record of each message a replay moved, and shows the one of
-// a replay stopped half-way (killed between its send and its delete).
+// replay-start record of each message a replay moved or failed to copy,
+// and shows the one of a replay stopped half-way (killed between its send
+// and its delete).
 func TestReadAuditPairsReplayStarts(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	var lines []byte
@@ -21,6 +22,8 @@ func TestReadAuditPairsReplayStarts(t *testing.T) {
 		{Action: dlq.ActionReplayStart, DLQ: "q", DLQMessageID: "b"},
 		{Action: dlq.ActionReplayStart, DLQ: "q", DLQMessageID: "b"},
 		{Action: dlq.ActionReplay, DLQ: "q", DLQMessageID: "b", NewMessageID: "b2", Deleted: true},
+		{Action: dlq.ActionReplayStart, DLQ: "q", DLQMessageID: "c"},
+		{Action: dlq.ActionReplayFailed, DLQ: "q", DLQMessageID: "c", Note: "not copied"},
 	} {
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -32,11 +35,11 @@ func TestReadAuditPairsReplayStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, skipped, err := readAudit(path, 10)
-	if err != nil || skipped != 0 || len(recs) != 3 {
+	if err != nil || skipped != 0 || len(recs) != 4 {
 		t.Fatalf("%v, %d skipped, %+v", err, skipped, recs)
 	}
 	for i, want := range []struct{ action, id string }{
-		{dlq.ActionReplay, "b"}, {dlq.ActionReplayStart, "b"}, {dlq.ActionReplay, "a"},
+		{dlq.ActionReplayFailed, "c"}, {dlq.ActionReplay, "b"}, {dlq.ActionReplayStart, "b"}, {dlq.ActionReplay, "a"},
 	} {
 		if recs[i].Action != want.action || recs[i].DLQMessageID != want.id {
 			t.Errorf("record %d: %+v, want %s of %s", i, recs[i], want.action, want.id)

@@ -798,8 +798,8 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 
 // readAudit returns the last n records of an audit log file, newest first,
 // and the number of lines that were not records. A replay-start record
-// followed by its replay record is left out: only one whose message's
-// replay was stopped half-way (a crash) is shown.
+// followed by its replay or replay-failed record is left out: only one
+// whose message's replay was stopped half-way (a crash) is shown.
 func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -819,7 +819,7 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 			skipped++
 			continue
 		}
-		if rec.Action == dlq.ActionReplay {
+		if rec.Action == dlq.ActionReplay || rec.Action == dlq.ActionReplayFailed {
 			recs = dropStart(recs, rec)
 		}
 		recs = append(recs, rec)
@@ -841,7 +841,8 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 }
 
 // dropStart removes from recs the replay-start record of the message that
-// rec, a replay record, moved: the last one with its queue and ID.
+// rec, a replay or replay-failed record, is about: the last one with its
+// queue and ID.
 func dropStart(recs []dlq.AuditRecord, rec dlq.AuditRecord) []dlq.AuditRecord {
 	for i := len(recs) - 1; i >= 0; i-- {
 		if r := recs[i]; r.Action == dlq.ActionReplayStart && r.DLQ == rec.DLQ && r.DLQMessageID == rec.DLQMessageID {
