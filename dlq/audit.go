@@ -18,7 +18,9 @@ const (
 	ActionReplayStart   = "replay-start"   // one message about to be copied by a replay (see below)
 	ActionReplay        = "replay"         // one message moved by a replay
 	ActionReplayFailed  = "replay-failed"  // one message whose copy a replay could not send (see Note)
+	ActionRedriveStart  = "redrive-start"  // an SQS message move task about to be started
 	ActionRedrive       = "redrive"        // an SQS message move task started
+	ActionRedriveFailed = "redrive-failed" // an SQS message move task not started, or whose reply was lost (see Note)
 	ActionRedriveCancel = "redrive-cancel" // an SQS message move task cancelled
 	ActionPurge         = "purge"          // a purge requested (recorded before it is sent)
 	ActionPurgeFailed   = "purge-failed"   // a purge that SQS refused
@@ -41,7 +43,8 @@ const UnknownCaller = "unknown"
 // and who asked.
 type Audit struct {
 	// Record is called with each record: for a replay, before each message
-	// is copied and after it is moved; for a purge, before it is sent. An error ends the operation
+	// is copied and after it is moved; for a redrive, before and after the
+	// task is started; for a purge, before it is sent. An error ends the operation
 	// (a replay stops before the next message; a purge is not sent).
 	// Default nil: nothing is recorded. [AuditLog.Record] is one.
 	Record func(context.Context, AuditRecord) error

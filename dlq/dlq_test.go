@@ -473,8 +473,8 @@ func (m *taskFake) CancelMessageMoveTask(context.Context, *sqs.CancelMessageMove
 	return &sqs.CancelMessageMoveTaskOutput{ApproximateNumberOfMessagesMoved: 3}, nil
 }
 
-// A redrive's plan starts nothing; the redrive and its cancellation are
-// recorded.
+// A redrive's plan starts nothing; the redrive (before and after it
+// starts) and its cancellation are recorded.
 func TestRedriveAudited(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv()
@@ -495,9 +495,10 @@ func TestRedriveAudited(t *testing.T) {
 	if _, err := CancelRedrive(context.Background(), api, "task-1", audit); err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 2 || recs[0].Action != ActionRedrive || recs[0].TaskHandle != "task-1" || recs[0].Caller != "arn:aws:iam::000000000000:user/op" ||
-		recs[0].ApproximateMessages != 1 || recs[0].PerSecond != 5 || recs[0].Destination != sqstest.QueueARN("lonely") ||
-		recs[1].Action != ActionRedriveCancel || recs[1].TaskHandle != "task-1" {
+	if len(recs) != 3 || recs[0].Action != ActionRedriveStart || recs[0].TaskHandle != "" || recs[0].Destination != sqstest.QueueARN("lonely") ||
+		recs[1].Action != ActionRedrive || recs[1].TaskHandle != "task-1" || recs[1].Caller != "arn:aws:iam::000000000000:user/op" ||
+		recs[1].ApproximateMessages != 1 || recs[1].PerSecond != 5 || recs[1].Destination != sqstest.QueueARN("lonely") ||
+		recs[2].Action != ActionRedriveCancel || recs[2].TaskHandle != "task-1" {
 		t.Errorf("records %+v", recs)
 	}
 	if _, err := q.PlanRedrive(context.Background(), RedriveConfig{PerSecond: 501}); err == nil || !strings.Contains(err.Error(), "rate 501") {

@@ -2,6 +2,7 @@ package dlq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
@@ -220,7 +222,10 @@ func (q *Queue) sample(ctx context.Context, cfg RedriveConfig, p *RedrivePlan) e
 
 // StartRedrive starts an SQS message move task that moves every message of
 // the dead-letter queue back to its source queue (or to cfg.To), after the
-// checks of [Queue.PlanRedrive], and records it in cfg.Audit. It returns at
+// checks of [Queue.PlanRedrive], and records it in cfg.Audit: before the
+// call ([ActionRedriveStart]), then once started ([ActionRedrive], with the
+// task's handle) or not ([ActionRedriveFailed]; a call whose reply was
+// lost may have started the task). It returns at
 // once with the task's handle; [Queue.Redrives] follows the task and
 // [CancelRedrive] stops it.
 func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePlan, error) {
@@ -242,15 +247,33 @@ func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePl
 	if cfg.PerSecond > 0 {
 		in.MaxNumberOfMessagesPerSecond = aws.Int32(int32(cfg.PerSecond))
 	}
+	rec := AuditRecord{
+		Action: ActionRedriveStart, DLQ: q.URL, Destination: aws.ToString(in.DestinationArn),
+		ApproximateMessages: max(p.Approximate, 0), PerSecond: cfg.PerSecond,
+	}
+	// Recorded first: a task whose reply is lost, or a crash, leaves its
+	// trace.
+	if err := cfg.Audit.record(ctx, rec); err != nil {
+		return p, fmt.Errorf("dlq: not started: the audit record failed: %w", err)
+	}
 	out, err := mt.StartMessageMoveTask(ctx, in, q.opts...)
 	if err != nil {
-		return p, moveTaskError("StartMessageMoveTask", err)
+		err = moveTaskError("StartMessageMoveTask", err)
+		rec.Action, rec.Note = ActionRedriveFailed, "not started: "+err.Error()
+		var api smithy.APIError
+		if !errors.As(err, &api) {
+			// No answer: the task may have started, its reply lost.
+			err = fmt.Errorf("%w; the task may have started all the same, its reply lost: ListMessageMoveTasks shows it", err)
+			rec.Note = "may have started: " + err.Error()
+		}
+		if aerr := cfg.Audit.record(ctx, rec); aerr != nil {
+			err = errors.Join(err, fmt.Errorf("dlq: the audit record of the failure failed: %w", aerr))
+		}
+		return p, err
 	}
 	p.TaskHandle = aws.ToString(out.TaskHandle)
-	if err := cfg.Audit.record(ctx, AuditRecord{
-		Action: ActionRedrive, DLQ: q.URL, Destination: aws.ToString(in.DestinationArn), TaskHandle: p.TaskHandle,
-		ApproximateMessages: max(p.Approximate, 0), PerSecond: cfg.PerSecond,
-	}); err != nil {
+	rec.Action, rec.TaskHandle = ActionRedrive, p.TaskHandle
+	if err := cfg.Audit.record(ctx, rec); err != nil {
 		return p, fmt.Errorf("dlq: message move task %s started, but the audit record failed: %w", p.TaskHandle, err)
 	}
 	return p, nil

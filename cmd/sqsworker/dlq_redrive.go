@@ -55,8 +55,11 @@ QUEUE, at up to --rate messages per second (0: as fast as SQS chooses).
 Without --yes it is a dry run: it checks that the endpoint has message move
 tasks, and prints what the task would move and where, starting nothing. With
 --yes it starts the task, appends it to the audit log (--audit, with the
-caller from sts:GetCallerIdentity), and returns at once with the task's
-handle; "redrive status" follows the task and "redrive cancel" stops it.
+caller from sts:GetCallerIdentity: a "redrive-start" line before the call,
+then "redrive" with the task's handle, or "redrive-failed"; a call whose
+reply was lost may have started the task, which "redrive status" shows), and
+returns at once with the task's handle; "redrive status" follows the task and
+"redrive cancel" stops it.
 
 SQS documents of a moved message only its new ID and enqueue time, no
 message attribute the task drops: redrive takes it that the task keeps them

@@ -24,6 +24,8 @@ func TestReadAuditPairsReplayStarts(t *testing.T) {
 		{Action: dlq.ActionReplay, DLQ: "q", DLQMessageID: "b", NewMessageID: "b2", Deleted: true},
 		{Action: dlq.ActionReplayStart, DLQ: "q", DLQMessageID: "c"},
 		{Action: dlq.ActionReplayFailed, DLQ: "q", DLQMessageID: "c", Note: "not copied"},
+		{Action: dlq.ActionRedriveStart, DLQ: "q"},
+		{Action: dlq.ActionRedrive, DLQ: "q", TaskHandle: "h"},
 	} {
 		b, err := json.Marshal(r)
 		if err != nil {
@@ -35,11 +37,11 @@ func TestReadAuditPairsReplayStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	recs, skipped, err := readAudit(path, 10)
-	if err != nil || skipped != 0 || len(recs) != 4 {
+	if err != nil || skipped != 0 || len(recs) != 5 {
 		t.Fatalf("%v, %d skipped, %+v", err, skipped, recs)
 	}
 	for i, want := range []struct{ action, id string }{
-		{dlq.ActionReplayFailed, "c"}, {dlq.ActionReplay, "b"}, {dlq.ActionReplayStart, "b"}, {dlq.ActionReplay, "a"},
+		{dlq.ActionRedrive, ""}, {dlq.ActionReplayFailed, "c"}, {dlq.ActionReplay, "b"}, {dlq.ActionReplayStart, "b"}, {dlq.ActionReplay, "a"},
 	} {
 		if recs[i].Action != want.action || recs[i].DLQMessageID != want.id {
 			t.Errorf("record %d: %+v, want %s of %s", i, recs[i], want.action, want.id)

@@ -797,9 +797,10 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 }
 
 // readAudit returns the last n records of an audit log file, newest first,
-// and the number of lines that were not records. A replay-start record
-// followed by its replay or replay-failed record is left out: only one
-// whose message's replay was stopped half-way (a crash) is shown.
+// and the number of lines that were not records. A replay-start or
+// redrive-start record followed by the record of its outcome is left out:
+// only one whose replay or redrive was stopped half-way (a crash) is
+// shown.
 func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -819,7 +820,8 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 			skipped++
 			continue
 		}
-		if rec.Action == dlq.ActionReplay || rec.Action == dlq.ActionReplayFailed {
+		switch rec.Action {
+		case dlq.ActionReplay, dlq.ActionReplayFailed, dlq.ActionRedrive, dlq.ActionRedriveFailed:
 			recs = dropStart(recs, rec)
 		}
 		recs = append(recs, rec)
@@ -840,12 +842,16 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 	return recs, skipped, nil
 }
 
-// dropStart removes from recs the replay-start record of the message that
-// rec, a replay or replay-failed record, is about: the last one with its
-// queue and ID.
+// dropStart removes from recs the start record of what rec (a replay,
+// redrive, or failed one) is about: the last replay-start with its queue
+// and message ID, or redrive-start with its queue.
 func dropStart(recs []dlq.AuditRecord, rec dlq.AuditRecord) []dlq.AuditRecord {
+	start := dlq.ActionReplayStart
+	if rec.Action == dlq.ActionRedrive || rec.Action == dlq.ActionRedriveFailed {
+		start = dlq.ActionRedriveStart
+	}
 	for i := len(recs) - 1; i >= 0; i-- {
-		if r := recs[i]; r.Action == dlq.ActionReplayStart && r.DLQ == rec.DLQ && r.DLQMessageID == rec.DLQMessageID {
+		if r := recs[i]; r.Action == start && r.DLQ == rec.DLQ && r.DLQMessageID == rec.DLQMessageID {
 			return slices.Delete(recs, i, i+1)
 		}
 	}
