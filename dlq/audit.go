@@ -15,13 +15,26 @@ import (
 
 // Actions recorded in [AuditRecord.Action].
 const (
+	ActionReplayStart   = "replay-start"   // one message about to be copied by a replay (see below)
 	ActionReplay        = "replay"         // one message moved by a replay
 	ActionDropDuplicate = "drop-duplicate" // a copy of a job the replay moved, deleted
+	ActionReplayFailed  = "replay-failed"  // one message whose copy a replay could not send (see Note)
+	ActionRedriveStart  = "redrive-start"  // an SQS message move task about to be started
 	ActionRedrive       = "redrive"        // an SQS message move task started
+	ActionRedriveFailed = "redrive-failed" // an SQS message move task not started, or whose reply was lost (see Note)
 	ActionRedriveCancel = "redrive-cancel" // an SQS message move task cancelled
 	ActionPurge         = "purge"          // a purge requested (recorded before it is sent)
 	ActionPurgeFailed   = "purge-failed"   // a purge that SQS refused
 )
+
+// A replay records each message twice: [ActionReplayStart] before it sends
+// the copy, then [ActionReplay] once the copy is sent and the original
+// deleted (or not: [AuditRecord.Deleted]), or [ActionReplayFailed] when
+// the copy could not be sent. A replay-start without either (same DLQ and
+// DLQMessageID) is a message whose replay was stopped between the two (a
+// crash, kill -9): its copy may have been sent, and its original may still
+// be in the dead-letter queue, to be replayed again under the same
+// idempotency key.
 
 // UnknownCaller is the caller recorded when none was given (see
 // [Audit.Caller]).
@@ -30,8 +43,9 @@ const UnknownCaller = "unknown"
 // Audit is where an operation that changes a queue records what it did,
 // and who asked.
 type Audit struct {
-	// Record is called with each record: for a replay, after each message
-	// is moved; for a purge, before it is sent. An error ends the operation
+	// Record is called with each record: for a replay, before each message
+	// is copied and after it is moved; for a redrive, before and after the
+	// task is started; for a purge, before it is sent. An error ends the operation
 	// (a replay stops before the next message; a purge is not sent).
 	// Default nil: nothing is recorded. [AuditLog.Record] is one.
 	Record func(context.Context, AuditRecord) error

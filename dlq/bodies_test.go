@@ -27,7 +27,9 @@ func TestGivenClientSendsCopiedBodies(t *testing.T) {
 	c := sdkhttptest.SQS(rec)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	q, err := dlq.Open(ctx, c, base+"orders-dlq", dlq.Config{})
+	// Force: the canned ListDeadLetterSourceQueues answers for every queue,
+	// so that the destination below looks like a dead-letter queue too.
+	q, err := dlq.Open(ctx, c, base+"orders-dlq", dlq.Config{Force: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -323,7 +323,7 @@ func TestReplayOnlyToSources(t *testing.T) {
 				t.Fatalf("plan: %v, %+v", err, plan)
 			}
 			res, err := q.Replay(context.Background(), cfg)
-			if err != nil || res.Moved != 2 || res.Refused != 1 || res.NoSource != 1 || len(audit) != 2 {
+			if err != nil || res.Moved != 2 || res.Refused != 1 || res.NoSource != 1 || len(audit) != 4 {
 				t.Fatalf("replay: %v, %+v", err, res)
 			}
 			for _, m := range res.Messages {
@@ -347,8 +347,9 @@ func TestReplayOnlyToSources(t *testing.T) {
 	}
 }
 
-// Every moved message is recorded with its caller; a record that fails
-// stops the replay before the next message.
+// Every message is recorded with its caller before its copy is sent and
+// once it is moved; a record that fails stops the replay before the next
+// message, and a replay-start record that fails moves nothing.
 func TestReplayAudit(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv()
@@ -362,21 +363,35 @@ func TestReplayAudit(t *testing.T) {
 		CallerNote: "sts:GetCallerIdentity failed: no STS here",
 		Record: func(_ context.Context, r AuditRecord) error {
 			recs = append(recs, r)
-			if len(recs) == 2 {
+			if len(recs) == 4 {
 				return fail
 			}
 			return nil
 		},
 	}})
-	if !errors.Is(err, fail) || res.Moved != 2 || len(recs) != 2 || !strings.Contains(err.Error(), "was moved to orders as") {
+	if !errors.Is(err, fail) || res.Moved != 2 || len(recs) != 4 || !strings.Contains(err.Error(), "was moved to orders as") {
 		t.Fatalf("%v, %+v", err, res)
 	}
-	for _, r := range recs {
-		if r.Action != ActionReplay || r.Caller != UnknownCaller || r.CallerNote != "sts:GetCallerIdentity failed: no STS here" ||
-			r.DLQ != e.ordersDLQ || r.Destination != e.orders || !r.Deleted || r.Replays != 1 || r.NewMessageID == "" ||
+	for i, r := range recs {
+		if r.Caller != UnknownCaller || r.CallerNote != "sts:GetCallerIdentity failed: no STS here" ||
+			r.DLQ != e.ordersDLQ || r.Destination != e.orders ||
 			!strings.HasPrefix(r.OriginalMessageID, "orig-") || r.Filter != `error-class="c"` || time.Since(r.Time) > time.Minute {
 			t.Errorf("record %+v", r)
 		}
+		if i%2 == 0 && (r.Action != ActionReplayStart || r.Deleted || r.NewMessageID != "" || r.DLQMessageID != recs[i+1].DLQMessageID) {
+			t.Errorf("replay-start record %+v", r)
+		}
+		if i%2 == 1 && (r.Action != ActionReplay || !r.Deleted || r.Replays != 1 || r.NewMessageID == "") {
+			t.Errorf("replay record %+v", r)
+		}
+	}
+	e.wantDLQDepth(t, "orders-dlq", 1, 0)
+	res, err = q.Replay(context.Background(), ReplayConfig{Audit: Audit{Record: func(context.Context, AuditRecord) error { return fail }}})
+	if !errors.Is(err, fail) || res.Moved != 0 || res.Matched != 0 || !strings.Contains(err.Error(), "was not moved: the audit record failed") {
+		t.Fatalf("replay-start record failing: %v, %+v", err, res)
+	}
+	if v, _, _ := e.f.Depth(e.orders); v != 2 {
+		t.Errorf("orders holds %d", v)
 	}
 	e.wantDLQDepth(t, "orders-dlq", 1, 0)
 }
@@ -458,8 +473,8 @@ func (m *taskFake) CancelMessageMoveTask(context.Context, *sqs.CancelMessageMove
 	return &sqs.CancelMessageMoveTaskOutput{ApproximateNumberOfMessagesMoved: 3}, nil
 }
 
-// A redrive's plan starts nothing; the redrive and its cancellation are
-// recorded.
+// A redrive's plan starts nothing; the redrive (before and after it
+// starts) and its cancellation are recorded.
 func TestRedriveAudited(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv()
@@ -480,9 +495,10 @@ func TestRedriveAudited(t *testing.T) {
 	if _, err := CancelRedrive(context.Background(), api, "task-1", audit); err != nil {
 		t.Fatal(err)
 	}
-	if len(recs) != 2 || recs[0].Action != ActionRedrive || recs[0].TaskHandle != "task-1" || recs[0].Caller != "arn:aws:iam::000000000000:user/op" ||
-		recs[0].ApproximateMessages != 1 || recs[0].PerSecond != 5 || recs[0].Destination != sqstest.QueueARN("lonely") ||
-		recs[1].Action != ActionRedriveCancel || recs[1].TaskHandle != "task-1" {
+	if len(recs) != 3 || recs[0].Action != ActionRedriveStart || recs[0].TaskHandle != "" || recs[0].Destination != sqstest.QueueARN("lonely") ||
+		recs[1].Action != ActionRedrive || recs[1].TaskHandle != "task-1" || recs[1].Caller != "arn:aws:iam::000000000000:user/op" ||
+		recs[1].ApproximateMessages != 1 || recs[1].PerSecond != 5 || recs[1].Destination != sqstest.QueueARN("lonely") ||
+		recs[2].Action != ActionRedriveCancel || recs[2].TaskHandle != "task-1" {
 		t.Errorf("records %+v", recs)
 	}
 	if _, err := q.PlanRedrive(context.Background(), RedriveConfig{PerSecond: 501}); err == nil || !strings.Contains(err.Error(), "rate 501") {

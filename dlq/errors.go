@@ -34,6 +34,20 @@ var ErrUnsupported = errors.New("not supported by this SQS endpoint")
 // released the messages it held.
 var ErrInterrupted = errors.New("interrupted")
 
+// ErrDeadLetterDestination is matched (with errors.Is) by the error of
+// [Queue.Target], and so of a replay or redrive, for a destination that is
+// itself a dead-letter queue: messages sent there would not run.
+// [Config.Force] lets it through.
+var ErrDeadLetterDestination = errors.New("the destination is a dead-letter queue")
+
+// ErrSharedDestination is matched (with errors.Is) by the error of
+// [Queue.PlanRedrive] and [Queue.StartRedrive] when [RedriveConfig.To] is
+// one of several source queues of the dead-letter queue: a message move
+// task moves every message, and would move the other sources' dead letters
+// to a queue whose handler is not theirs. [Queue.Replay] with that
+// destination moves only the messages that failed there.
+var ErrSharedDestination = errors.New("the destination is one of several sources of the dead-letter queue")
+
 // ErrPriorAttempts is matched (with errors.Is) by the error of
 // [Queue.StartRedrive] when messages of the dead-letter queue carry
 // [sqsworker.AttrPriorAttempts], which a message move task would keep: the
@@ -69,6 +83,10 @@ type NotDeadLetterError struct {
 	Queue string
 	// Reason says why, in a sentence without a capital or a full stop.
 	Reason string
+	// DeadLetterQueue is the name of the queue's own dead-letter queue,
+	// from its redrive policy: most likely the queue that was meant. Empty
+	// when it has none.
+	DeadLetterQueue string
 }
 
 // Error describes the refusal.

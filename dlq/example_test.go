@@ -121,7 +121,9 @@ func ExampleQueue_Replay() {
 	// Output:
 	// would move order-0 to true
 	// would move order-2 to true
+	// audit: replay-start order-0 by arn:aws:iam::000000000000:role/nightly-replay
 	// audit: replay order-0 by arn:aws:iam::000000000000:role/nightly-replay
+	// audit: replay-start order-2 by arn:aws:iam::000000000000:role/nightly-replay
 	// audit: replay order-2 by arn:aws:iam::000000000000:role/nightly-replay
 	// moved 2 of 3 scanned; filter: error-class="upstream-unavailable"
 	// orders holds 2

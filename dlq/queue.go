@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +34,8 @@ type Config struct {
 	// dead-letter queue), or when that cannot be checked. The checks still
 	// run: [Queue.Notes] says what they found. Default false: such a queue
 	// is refused with a [*NotDeadLetterError], before any message is
-	// received from it.
+	// received from it. Force also lets [Queue.Target] take a destination
+	// that is a dead-letter queue.
 	Force bool
 	// Logger receives what the package notes on the way (a fallback used, a
 	// receive whose response was lost), never a message body. Default: no
@@ -95,6 +97,9 @@ type Queue struct {
 	opts []func(*sqs.Options) // given to every call of api: sdkhttp.SQSOptions
 	log  *slog.Logger
 	now  func() time.Time // the clock of scans: time.Now, a fake's in tests
+
+	force  bool                // Config.Force
+	listed map[string][]string // by dead-letter queue ARN, the other sources ListQueues found
 
 	mu      sync.Mutex
 	targets map[string]targetEntry // checked source queues, by key
@@ -196,11 +201,12 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 	q := &Queue{
 		URL: u, ARN: a["QueueArn"], Name: queueName(u),
 		FIFO: a["FifoQueue"] == "true" || queue.IsFIFOURL(u),
-		api:  api, opts: opts, log: log, now: time.Now, targets: map[string]targetEntry{},
+		api:  api, opts: opts, log: log, now: time.Now, targets: map[string]targetEntry{}, force: cfg.Force,
 	}
+	var ownDLQ string // the name of the queue's own dead-letter queue
 	refuse := func(reason string) error {
 		if !cfg.Force {
-			return &NotDeadLetterError{Queue: u, Reason: reason}
+			return &NotDeadLetterError{Queue: u, Reason: reason, DeadLetterQueue: ownDLQ}
 		}
 		q.Notes = append(q.Notes, "opened with force although "+reason)
 		log.Warn("dlq: opened with force a queue that does not look like a dead-letter queue", "queue", u, "reason", reason)
@@ -216,6 +222,7 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 		if arn, err := ParseARN(target); err == nil {
 			target = arn.Name
 		}
+		ownDLQ = target
 		if err := refuse(fmt.Sprintf("it has a redrive policy of its own (its messages go to %s after %d receives): it is a source queue", target, p.MaxReceiveCount)); err != nil {
 			return nil, err
 		}
@@ -233,10 +240,11 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 	return q, nil
 }
 
-// resolveURL turns a queue name, URL or ARN into its URL.
+// resolveURL turns a queue name, URL or ARN into its URL, without the
+// trailing slash a URL copied from a console may have.
 func resolveURL(ctx context.Context, api API, opts []func(*sqs.Options), nameOrURL string) (string, error) {
 	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
-		return nameOrURL, nil
+		return strings.TrimRight(nameOrURL, "/"), nil
 	}
 	in := &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)}
 	if strings.HasPrefix(nameOrURL, "arn:") {
@@ -313,39 +321,66 @@ func (q *Queue) findSourcesByListing(ctx context.Context) error {
 		in.NextToken = out.NextToken
 	}
 	var srcs []string
+	q.listed = map[string][]string{}
 	for _, u := range urls {
 		if u == q.URL {
 			continue
 		}
-		names, err := q.redrivePolicyOf(ctx, u)
+		target, err := q.redriveTargetOf(ctx, u)
 		switch {
 		case IsQueueMissing(err):
 			continue // deleted since it was listed
 		case err != nil:
 			return err
-		case names:
+		case target == "":
+		case target == q.ARN:
 			srcs = append(srcs, u)
+		default:
+			q.listed[target] = append(q.listed[target], u)
 		}
 	}
 	q.Sources, q.SourcesFrom = srcs, SourcesFound
 	return nil
 }
 
-// redrivePolicyOf reports whether the redrive policy of the queue at u names
-// q.
-func (q *Queue) redrivePolicyOf(ctx context.Context, u string) (bool, error) {
+// redriveTargetOf returns the ARN of the dead-letter queue that the redrive
+// policy of the queue at u names, "" for none.
+func (q *Queue) redriveTargetOf(ctx context.Context, u string) (string, error) {
 	out, err := q.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy},
 	}, q.opts...)
 	if err != nil {
-		return false, fmt.Errorf("reading the redrive policy of %s: %w", queueName(u), err)
+		return "", fmt.Errorf("reading the redrive policy of %s: %w", queueName(u), err)
 	}
 	rp := out.Attributes["RedrivePolicy"]
 	if rp == "" {
-		return false, nil
+		return "", nil
 	}
 	p, err := ParseRedrivePolicy(rp)
-	return err == nil && p.DeadLetterTargetARN == q.ARN, nil
+	if err != nil {
+		return "", nil
+	}
+	return p.DeadLetterTargetARN, nil
+}
+
+// deadLetterSources returns the queues that send their dead letters to t,
+// where Open could list them: none for a queue that is not a dead-letter
+// queue, or when they cannot be known (a listing that fails is logged and
+// taken as none, as t need not be one the caller may list).
+func (q *Queue) deadLetterSources(ctx context.Context, t Target) []string {
+	switch q.SourcesFrom {
+	case SourcesFound:
+		return q.listed[t.ARN]
+	case SourcesListed:
+		out, err := q.api.(SourceLister).ListDeadLetterSourceQueues(ctx,
+			&sqs.ListDeadLetterSourceQueuesInput{QueueUrl: aws.String(t.URL), MaxResults: aws.Int32(10)}, q.opts...)
+		if err != nil {
+			q.log.Warn("dlq: cannot tell whether the destination is a dead-letter queue", "queue", t.URL, "error", err)
+			return nil
+		}
+		return out.QueueUrls
+	}
+	return nil
 }
 
 func (q *Queue) note(format string, args ...any) {
@@ -356,8 +391,11 @@ func (q *Queue) note(format string, args ...any) {
 
 // Target resolves a queue given by name, URL or ARN as a destination for
 // this queue's messages: it must exist, be of the same type (standard or
-// FIFO) and not be this queue. Any queue may be a destination given this
-// way; the sources a message names are checked by the replay itself.
+// FIFO), not be this queue, and not be a dead-letter queue, where that can
+// be known (an error that matches [ErrDeadLetterDestination], unless
+// [Config.Force] opened this queue): messages sent there would not run.
+// Any other queue may be a destination given this way; the sources a
+// message names are checked by the replay itself.
 func (q *Queue) Target(ctx context.Context, nameOrURL string) (Target, error) {
 	u, err := resolveURL(ctx, q.api, q.opts, nameOrURL)
 	if err != nil {
@@ -372,6 +410,19 @@ func (q *Queue) Target(ctx context.Context, nameOrURL string) (Target, error) {
 	}
 	if err := q.checkTarget(t); err != nil {
 		return Target{}, err
+	}
+	if srcs := q.deadLetterSources(ctx, t); len(srcs) > 0 && !q.force {
+		names := make([]string, len(srcs))
+		for i, s := range srcs {
+			names[i] = queueName(s)
+		}
+		sort.Strings(names)
+		verb := "sends"
+		if len(names) > 1 {
+			verb = "send"
+		}
+		return Target{}, fmt.Errorf("destination %s is a dead-letter queue (%s %s its dead letters there): messages sent to it would not run; give its source queue, %s, instead: %w",
+			t.Name, strings.Join(names, ", "), verb, names[0], ErrDeadLetterDestination)
 	}
 	return t, nil
 }
@@ -396,6 +447,11 @@ func (q *Queue) load(ctx context.Context, u string) (Target, *RedrivePolicy, err
 		}
 	}
 	return t, nil, nil
+}
+
+// sameQueue reports whether a and b are the same queue.
+func sameQueue(a, b Target) bool {
+	return a.URL == b.URL || (a.ARN != "" && a.ARN == b.ARN)
 }
 
 // checkTarget refuses a destination that is this queue or of another type.

@@ -2,11 +2,15 @@ package dlq
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
@@ -130,6 +134,9 @@ func (q *Queue) PlanRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePla
 		if err != nil {
 			return nil, fmt.Errorf("dlq: destination: %w", err)
 		}
+		if err := q.checkShared(ctx, t); err != nil {
+			return nil, err
+		}
 		p.Destination = &t
 	}
 	tasks, err := q.Redrives(ctx)
@@ -148,6 +155,35 @@ func (q *Queue) PlanRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePla
 		}
 	}
 	return p, err
+}
+
+// checkShared refuses a move task to t when t is one of several source
+// queues of q: the task moves every message, the other sources' too.
+func (q *Queue) checkShared(ctx context.Context, t Target) error {
+	if q.SourcesFrom == SourcesUnknown {
+		return nil
+	}
+	if _, reason, err := q.source(ctx, t.URL); err != nil {
+		return fmt.Errorf("dlq: destination: %w", err)
+	} else if reason != "" {
+		return nil // not a source: the operator's own choice
+	}
+	ta, tn, _ := queueKey(t.URL)
+	var names, others []string
+	for _, s := range q.Sources {
+		names = append(names, queueName(s))
+		if a, n, _ := queueKey(s); s != t.URL && (a != ta || n != tn) {
+			others = append(others, queueName(s))
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	sort.Strings(names)
+	sort.Strings(others)
+	return fmt.Errorf("dlq: destination %s is one of the %d source queues of %s (%s): a message move task moves every message, and would move the dead letters of %s there too (%w); "+
+		"redrive without a destination, which sends each message back to the queue SQS moved it from, or replay with this destination, which moves only the messages that failed in %s",
+		t.Name, len(names), q.Name, strings.Join(names, ", "), strings.Join(others, ", "), ErrSharedDestination, t.Name)
 }
 
 // sample reads cfg.Sample messages and counts those that carry
@@ -190,7 +226,10 @@ func (q *Queue) sample(ctx context.Context, cfg RedriveConfig, p *RedrivePlan) e
 
 // StartRedrive starts an SQS message move task that moves every message of
 // the dead-letter queue back to its source queue (or to cfg.To), after the
-// checks of [Queue.PlanRedrive], and records it in cfg.Audit. It returns at
+// checks of [Queue.PlanRedrive], and records it in cfg.Audit: before the
+// call ([ActionRedriveStart]), then once started ([ActionRedrive], with the
+// task's handle) or not ([ActionRedriveFailed]; a call whose reply was
+// lost may have started the task). It returns at
 // once with the task's handle; [Queue.Redrives] follows the task and
 // [CancelRedrive] stops it.
 func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePlan, error) {
@@ -212,15 +251,33 @@ func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePl
 	if cfg.PerSecond > 0 {
 		in.MaxNumberOfMessagesPerSecond = aws.Int32(int32(cfg.PerSecond))
 	}
+	rec := AuditRecord{
+		Action: ActionRedriveStart, DLQ: q.URL, Destination: aws.ToString(in.DestinationArn),
+		ApproximateMessages: max(p.Approximate, 0), PerSecond: cfg.PerSecond,
+	}
+	// Recorded first: a task whose reply is lost, or a crash, leaves its
+	// trace.
+	if err := cfg.Audit.record(ctx, rec); err != nil {
+		return p, fmt.Errorf("dlq: not started: the audit record failed: %w", err)
+	}
 	out, err := mt.StartMessageMoveTask(ctx, in, q.opts...)
 	if err != nil {
-		return p, moveTaskError("StartMessageMoveTask", err)
+		err = moveTaskError("StartMessageMoveTask", err)
+		rec.Action, rec.Note = ActionRedriveFailed, "not started: "+err.Error()
+		var api smithy.APIError
+		if !errors.As(err, &api) {
+			// No answer: the task may have started, its reply lost.
+			err = fmt.Errorf("%w; the task may have started all the same, its reply lost: ListMessageMoveTasks shows it", err)
+			rec.Note = "may have started: " + err.Error()
+		}
+		if aerr := cfg.Audit.record(ctx, rec); aerr != nil {
+			err = errors.Join(err, fmt.Errorf("dlq: the audit record of the failure failed: %w", aerr))
+		}
+		return p, err
 	}
 	p.TaskHandle = aws.ToString(out.TaskHandle)
-	if err := cfg.Audit.record(ctx, AuditRecord{
-		Action: ActionRedrive, DLQ: q.URL, Destination: aws.ToString(in.DestinationArn), TaskHandle: p.TaskHandle,
-		ApproximateMessages: max(p.Approximate, 0), PerSecond: cfg.PerSecond,
-	}); err != nil {
+	rec.Action, rec.TaskHandle = ActionRedrive, p.TaskHandle
+	if err := cfg.Audit.record(ctx, rec); err != nil {
 		return p, fmt.Errorf("dlq: message move task %s started, but the audit record failed: %w", p.TaskHandle, err)
 	}
 	return p, nil

@@ -3,12 +3,15 @@ package dlq
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
@@ -83,7 +86,7 @@ func TestRedriveRefusesPriorAttempts(t *testing.T) {
 	e.wantDLQDepth(t, "after the refusal", 2, 0)
 
 	p, err = q.StartRedrive(ctx, RedriveConfig{Sample: 100, KeepAttempts: true, Audit: audit})
-	if err != nil || p.TaskHandle == "" || p.PriorAttempts != 1 || len(recs) != 1 {
+	if err != nil || p.TaskHandle == "" || p.PriorAttempts != 1 || len(recs) != 2 {
 		t.Fatalf("start with KeepAttempts: %v, %+v, %d record(s)", err, p, len(recs))
 	}
 	e.wantDLQDepth(t, "after the move", 0, 0)
@@ -162,5 +165,48 @@ func TestRedriveNoSampleWhileTaskRuns(t *testing.T) {
 	}
 	if n := e.f.Calls(sqstest.OpReceiveMessage) - before; n != 0 {
 		t.Errorf("%d receive(s) while a move task runs", n)
+	}
+}
+
+// lostStart is taskFake whose StartMessageMoveTask starts the task but
+// loses its reply: the caller gets a reset connection.
+type lostStart struct{ *taskFake }
+
+func (l *lostStart) StartMessageMoveTask(ctx context.Context, in *sqs.StartMessageMoveTaskInput, opts ...func(*sqs.Options)) (*sqs.StartMessageMoveTaskOutput, error) {
+	if _, err := l.taskFake.StartMessageMoveTask(ctx, in, opts...); err != nil {
+		return nil, err
+	}
+	return nil, &smithy.OperationError{ServiceID: "SQS", OperationName: "StartMessageMoveTask",
+		Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}
+}
+
+// A redrive is recorded before its task is started: one whose reply is
+// lost (the task started, the caller cannot know) leaves a redrive-start
+// record and a redrive-failed one that says it may have started, and its
+// error says where to look. Before, the audit log had no record of a task
+// that ran.
+func TestRedriveRecordedBeforeItStarts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newFakeEnv()
+	deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, "job")
+	api := &lostStart{&taskFake{Fake: e.f}}
+	q := openOrdersDLQ(t, api)
+	var recs []AuditRecord
+	audit := Audit{Record: func(_ context.Context, r AuditRecord) error { recs = append(recs, r); return nil }}
+	_, err := q.StartRedrive(ctx, RedriveConfig{To: "lonely", Audit: audit})
+	if err == nil || !strings.Contains(err.Error(), "the task may have started all the same, its reply lost: ListMessageMoveTasks shows it") {
+		t.Errorf("start: %v", err)
+	}
+	if len(api.started) != 1 || len(recs) != 2 || recs[0].Action != ActionRedriveStart || recs[0].DLQ != e.ordersDLQ ||
+		recs[0].Destination != sqstest.QueueARN("lonely") || recs[1].Action != ActionRedriveFailed ||
+		!strings.Contains(recs[1].Note, "may have started") {
+		t.Errorf("%d task(s) started; records %+v", len(api.started), recs)
+	}
+	// A record that fails starts nothing.
+	fail := errors.New("disk full")
+	_, err = q.StartRedrive(ctx, RedriveConfig{Audit: Audit{Record: func(context.Context, AuditRecord) error { return fail }}})
+	if !errors.Is(err, fail) || len(api.started) != 1 {
+		t.Errorf("start with a failing record: %v, %d task(s) started", err, len(api.started))
 	}
 }

@@ -47,7 +47,8 @@ type ReplayConfig struct {
 	// [DefaultVisibility]. Those that stay are made visible again at once
 	// when the replay ends.
 	Visibility time.Duration
-	// Audit records each moved message (not in a dry run).
+	// Audit records each message before it is copied and once it is moved
+	// (not in a dry run).
 	Audit Audit
 	// Progress, when set, is called after each message read.
 	Progress func(Progress)
@@ -89,6 +90,17 @@ type ReplayResult struct {
 	// they name does not send its dead letters to this queue (or does not
 	// exist): see Stayed.
 	Refused int `json:"refused,omitempty"`
+	// OtherSource counts matching messages that stay because To is one of
+	// the source queues of this dead-letter queue and they failed in
+	// another one (a dead-letter queue shared by several sources): sent to
+	// To, they would run under a handler that is not theirs. See Stayed;
+	// a replay without To sends each back to its own source.
+	OtherSource int `json:"otherSource,omitempty"`
+	// Unsent counts matching messages that stay because SQS refused their
+	// copy as invalid, even without what a copy adds (larger than the
+	// destination's MaximumMessageSize, say): see Stayed. The replay goes
+	// on with the others.
+	Unsent int `json:"unsent,omitempty"`
 	// NotDeleted counts messages copied whose original could not be
 	// deleted: they are in both queues.
 	NotDeleted int `json:"notDeleted,omitempty"`
@@ -175,8 +187,11 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 
 // Replay moves the messages that pass cfg.Filter back to their source
 // queue, or to cfg.To, and records each in cfg.Audit. For each message it
-// sends the copy first, then deletes the original: an interruption loses
-// nothing, at worst a message is in both queues (counted in NotDeleted).
+// records that it starts ([ActionReplayStart]), sends the copy, then
+// deletes the original and records the move ([ActionReplay]): an
+// interruption loses nothing, at worst a message is in both queues
+// (counted in NotDeleted), and a crash between the send and the delete
+// leaves its replay-start record.
 // When ctx ends it stops between two messages and returns an error that
 // matches [ErrInterrupted], with the result so far.
 //
@@ -200,7 +215,10 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 // SQS allows 10 attributes: when the message already has 10, its failure
 // metadata is compacted into the one JSON attribute sqsworker.failure, and
 // when even that leaves no room the copy goes without the count (the
-// message's Note says which).
+// message's Note says which). A copy that SQS refuses as invalid (a
+// message of the queue's largest size has no room for what its copy adds)
+// is sent again without the count, then without the idempotency-key the
+// replay added.
 //
 // On a FIFO queue a group is replayed in order, up to its first message
 // that stays. A copy that fails again and comes back while the replay runs
@@ -248,6 +266,13 @@ func (q *Queue) replay(ctx context.Context, cfg ReplayConfig, dryRun bool) (*Rep
 			return nil, fmt.Errorf("dlq: destination: %w", err)
 		}
 		r.to = &to
+		// A destination that is one of the sources of a shared dead-letter
+		// queue takes only that source's messages.
+		_, reason, err := q.source(ctx, to.URL)
+		if err != nil {
+			return nil, fmt.Errorf("dlq: destination: %w", err)
+		}
+		r.toFeeds = reason == ""
 	}
 	batch := 10
 	if cfg.PerSecond > 0 {
@@ -282,6 +307,7 @@ type replayer struct {
 	cfg     ReplayConfig
 	dryRun  bool
 	to      *Target
+	toFeeds bool          // to is a source queue of this dead-letter queue
 	pace    *rate.Limiter // nil: no limit
 	s       *scanner
 	blocked map[string]bool // FIFO groups stopped at a message that stays
@@ -399,6 +425,16 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		stay()
 		return r.interrupted(ctx)
 	}
+	// Recorded first: a crash between the send and the delete leaves its
+	// trace.
+	if err := r.cfg.Audit.record(ctx, AuditRecord{
+		Action: ActionReplayStart, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
+		DLQMessageID: m.ID, Filter: r.res.Filter,
+	}); err != nil {
+		r.res.Matched--
+		stay()
+		return fmt.Errorf("dlq: message %s was not moved: the audit record failed: %w", m.ID, err)
+	}
 	// The send and the delete run to their end even if ctx is cancelled now.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
@@ -406,7 +442,26 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	if err != nil {
 		r.res.Matched--
 		stay()
-		return fmt.Errorf("dlq: sending the copy of message %s to %s: %w; it stays in %s", m.ID, dest.Name, err, r.q.Name)
+		refused := queue.IsInvalidParameter(err)
+		what := "the send failed (it may have been applied)"
+		if refused {
+			what = "SQS refused it"
+		}
+		if aerr := r.cfg.Audit.record(ctx, AuditRecord{
+			Action: ActionReplayFailed, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
+			DLQMessageID: m.ID, Filter: r.res.Filter, Note: fmt.Sprintf("not copied: %s: %v", what, err),
+		}); aerr != nil {
+			return fmt.Errorf("dlq: message %s was not moved, and the audit record failed: %w", m.ID, errors.Join(err, aerr))
+		}
+		if !refused {
+			return fmt.Errorf("dlq: sending the copy of message %s to %s: %w; it stays in %s", m.ID, dest.Name, err, r.q.Name)
+		}
+		// This message's own refusal: the others may go.
+		r.res.Unsent++
+		r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: fmt.Sprintf(
+			"SQS refused its copy to %s (%v): a message larger than the queue's MaximumMessageSize, say; raise the MaximumMessageSize of %s, or replay it to a queue that takes it",
+			dest.Name, err, dest.Name)})
+		return nil
 	}
 	rm.NewMessageID, rm.Replays, rm.Note = newID, replays, note
 	r.sent[newID] = true
@@ -473,10 +528,24 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 // if that sends its dead letters to this queue. ok is false when m stays,
 // counted in NoSource or Refused.
 func (r *replayer) destination(ctx context.Context, m *Message) (Target, bool, error) {
-	if r.to != nil {
-		return *r.to, true, nil
-	}
 	ref, _ := m.claimedSource()
+	if r.to != nil {
+		if !r.toFeeds || ref == "" {
+			return *r.to, true, nil
+		}
+		src, reason, err := r.q.source(ctx, ref)
+		if err != nil {
+			return Target{}, false, fmt.Errorf("dlq: message %s: checking its source queue: %w; nothing was moved for it", m.ID, err)
+		}
+		if reason != "" || sameQueue(src, *r.to) {
+			return *r.to, true, nil // not one of this queue's sources, or To itself
+		}
+		r.res.OtherSource++
+		r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: fmt.Sprintf(
+			"it failed in %s, which sends its dead letters to %s too, not in %s (the destination), whose handler is not its own: replay it without a destination, which sends it back to %s",
+			src.Name, r.q.Name, r.to.Name, src.Name)})
+		return Target{}, false, nil
+	}
 	if ref == "" {
 		r.res.NoSource++
 		return Target{}, false, nil
@@ -597,10 +666,20 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 		in.MessageDeduplicationId = aws.String(dedup)
 	}
 	out, err := r.q.api.SendMessage(ctx, in, r.q.opts...)
+	// Refused, perhaps over the queue's MaximumMessageSize, which the
+	// message fit without what its copy adds: the copy goes without its
+	// replay count, then without the key, which matters more.
+	if _, ok := in.MessageAttributes[AttrReplays]; ok && err != nil && queue.IsInvalidParameter(err) {
+		delete(in.MessageAttributes, AttrReplays)
+		replays = 0
+		if dest.FIFO {
+			in.MessageDeduplicationId = aws.String(m.OriginalID() + "-" + m.ID)
+		}
+		note = joinNotes(note, fmt.Sprintf("%s left out: SQS refused the copy with it (%v)", AttrReplays, err))
+		out, err = r.q.api.SendMessage(ctx, in, r.q.opts...)
+	}
 	if _, need := originalKey(m); err != nil && need && queue.IsInvalidParameter(err) {
 		if _, added := in.MessageAttributes[jobkey.Attribute]; added {
-			// Perhaps over the queue's MaximumMessageSize, which the
-			// message fit without the key: the copy goes without.
 			delete(in.MessageAttributes, jobkey.Attribute)
 			note = joinNotes(note, fmt.Sprintf("%s not added: SQS refused the copy with it (%v)", jobkey.Attribute, err))
 			out, err = r.q.api.SendMessage(ctx, in, r.q.opts...)

@@ -70,7 +70,7 @@ Queues are given by name or URL.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 	}
 	cmd.PersistentFlags().BoolVar(&d.force, "force", false,
-		"act on the queue even if it does not look like a dead-letter queue (it has a redrive policy of its own, or no queue names it as its dead-letter queue)")
+		"act on the queue even if it does not look like a dead-letter queue (it has a redrive policy of its own, or no queue names it as its dead-letter queue); send to a --to queue that is a dead-letter queue")
 	cmd.AddCommand(d.newListCmd(), d.newShowCmd(), d.newReplayCmd(), d.newRedriveCmd(), d.newPurgeCmd())
 	return cmd
 }
@@ -86,6 +86,11 @@ func (d *dlqCmd) open(ctx context.Context, nameOrURL string) (*dlq.Queue, error)
 	// that failed) go to standard error; its notes are printed below.
 	log := slog.New(slog.NewTextHandler(d.a.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	q, err := dlq.Open(ctx, c, nameOrURL, dlq.Config{Force: d.force, Logger: log})
+	if nd := (*dlq.NotDeadLetterError)(nil); errors.As(err, &nd) && nd.DeadLetterQueue != "" {
+		// Most likely the source queue was given for its dead-letter queue.
+		return nil, fmt.Errorf("%w; did you mean its dead-letter queue, %s? (give --force to act on %s itself anyway)",
+			err, nd.DeadLetterQueue, queueName(nd.Queue))
+	}
 	if errors.Is(err, dlq.ErrNotDeadLetterQueue) || errors.Is(err, dlq.ErrCannotCheck) {
 		return nil, fmt.Errorf("%w (give --force to act on it anyway)", err)
 	}
@@ -100,6 +105,14 @@ func (d *dlqCmd) open(ctx context.Context, nameOrURL string) (*dlq.Queue, error)
 		fmt.Fprintf(d.a.err, "%s: %s\n", kind, n)
 	}
 	return q, nil
+}
+
+// toError is the error of a --to queue that is refused.
+func toError(err error) error {
+	if errors.Is(err, dlq.ErrDeadLetterDestination) {
+		return fmt.Errorf("--to: %w (or give --force to send them there anyway)", err)
+	}
+	return fmt.Errorf("--to: %w", err)
 }
 
 // coverage prints how a read fell short of the queue's count, if it did.

@@ -54,7 +54,7 @@ func TestDlqAuditCaller(t *testing.T) {
 			if d := time.Since(start); d > identityTimeout+30*time.Second {
 				t.Errorf("the replay took %s", d)
 			}
-			lines := readAudit(t, audit)
+			lines := readMoves(t, audit)
 			if len(lines) != 1 || lines[0].Caller != tc.caller || (tc.note == "") != (lines[0].CallerNote == "") || !strings.Contains(lines[0].CallerNote, tc.note) {
 				t.Errorf("audit %+v", lines)
 			}

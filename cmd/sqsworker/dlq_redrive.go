@@ -55,8 +55,11 @@ QUEUE, at up to --rate messages per second (0: as fast as SQS chooses).
 Without --yes it is a dry run: it checks that the endpoint has message move
 tasks, and prints what the task would move and where, starting nothing. With
 --yes it starts the task, appends it to the audit log (--audit, with the
-caller from sts:GetCallerIdentity), and returns at once with the task's
-handle; "redrive status" follows the task and "redrive cancel" stops it.
+caller from sts:GetCallerIdentity: a "redrive-start" line before the call,
+then "redrive" with the task's handle, or "redrive-failed"; a call whose
+reply was lost may have started the task, which "redrive status" shows), and
+returns at once with the task's handle; "redrive status" follows the task and
+"redrive cancel" stops it.
 
 SQS documents of a moved message only its new ID and enqueue time, no
 message attribute the task drops: redrive takes it that the task keeps them
@@ -79,7 +82,9 @@ SQS's redrive moves all the messages, keeps no sqsworker replay count, and
 sends a message back only to the queue SQS's own redrive moved it from: the
 copies sqsworker's runtimes dead-letter (with failure metadata) are not such
 messages, give them --to or use "sqsworker dlq replay", which chooses messages
-by error class, attributes, time or body. Endpoints without message move tasks
+by error class, attributes, time or body. A move task moves every message:
+--to one of the source queues of a dead-letter queue that several queues
+share is refused, as it would move the others' dead letters there too. Endpoints without message move tasks
 (such as the fauxqs and ElasticMQ emulators) are reported as such, with exit
 code 1: use "dlq replay" there.
 
@@ -119,7 +124,7 @@ A dead-letter queue named "status" or "cancel" must be given by URL.`,
 			if to != "" {
 				t, err := q.Target(ctx, to)
 				if err != nil {
-					return fmt.Errorf("--to: %w", err)
+					return toError(err)
 				}
 				cfg.To = t.URL
 			}

@@ -47,7 +47,7 @@ func TestDlqRedriveFresh(t *testing.T) {
 	if _, ok := got[0].MessageAttributes[sqsworker.AttrPriorAttempts]; ok {
 		t.Errorf("the redriven job carries %s: it would count its earlier attempts", sqsworker.AttrPriorAttempts)
 	}
-	if lines := readAudit(t, audit); len(lines) != 1 {
+	if lines := readMoves(t, audit); len(lines) != 1 {
 		t.Errorf("%d audit line(s), want 1", len(lines))
 	}
 }

@@ -45,7 +45,12 @@ policies where the endpoint lacks it): the queue SQS's own redrive moved it
 from (DeadLetterQueueSourceArn, which only SQS sets), else the source queue in
 its failure metadata. That metadata is message attributes, which whoever sends
 a message can set: a message naming another queue stays, and is listed with
-the reason; give --to to send it elsewhere.
+the reason; give --to to send it elsewhere. With --to one of the source
+queues of a dead-letter queue that several queues share, only the messages
+that failed in that queue go there: the others stay, listed with the reason
+(their handler is another queue's), for a replay without --to. A --to queue
+that is itself a dead-letter queue, where messages would not run, is refused
+unless --force.
 
 The copy keeps the body, every message attribute (the failure metadata stays
 as history; the runtimes replace it if the message fails again), the
@@ -55,8 +60,11 @@ It gets the Number attribute sqsworker.replays: 1, or one more than the
 message had. SQS allows 10 attributes: when the message already has 10, its
 failure metadata is kept as the one JSON attribute sqsworker.failure instead
 of one attribute per field (the form the runtimes use when room is short),
-and when even that leaves no room the copy goes without the count. The audit
-log says which.
+and when even that leaves no room the copy goes without the count. A message
+of the largest size SQS takes (1 MiB, attributes included) has no room for
+the count either: its copy goes without. The audit log says which. A message
+whose copy SQS refuses all the same (larger than the destination's
+MaximumMessageSize) stays, listed with the reason, and the replay goes on.
 ` + filterHelp + `
   --limit N             move at most N messages
 
@@ -73,7 +81,14 @@ With --yes, each moved message is appended as one JSON line to the audit log
 (--audit; "-" for standard error; created readable by you only, never through
 a symbolic link): time, caller (sts:GetCallerIdentity), dead-letter queue,
 destination, original, dead-letter and new message IDs, replay count, filter;
-a dropped duplicate as action drop-duplicate.`,
+a dropped duplicate as action drop-duplicate.
+A line with the action "replay-start" comes before each copy is sent, and a
+"replay-failed" line after a copy that could not be sent: a replay-start
+without its "replay" or "replay-failed" line (same dead-letter message ID) is
+a message whose replay was killed between the send and the delete. Its copy may have been
+sent, and its original is back in the dead-letter queue: a rerun sends it
+again, with the same idempotency key, so that a handler keyed by it runs the
+job once.`,
 		Example: `  # what would move: the messages that failed with one class in the last 2 hours
   sqsworker dlq replay orders-dlq --error-class upstream-unavailable --since "2h ago"
 
@@ -91,7 +106,7 @@ a dropped duplicate as action drop-duplicate.`,
 	f := cmd.Flags()
 	f.IntVar(&o.limit, "limit", 0, "move at most this many messages (0: no limit)")
 	f.Float64Var(&o.rate, "rate", 0, "move at most this many messages per second (0: no limit)")
-	f.StringVar(&o.to, "to", "", "send the messages to this queue instead of their source queue")
+	f.StringVar(&o.to, "to", "", "send the messages to this queue instead of their source queue (not a dead-letter queue, unless --force)")
 	f.DurationVar(&o.visibility, "visibility", defaultPeekVisibility, "visibility timeout of the messages while the replay holds them (whole seconds, 1s to 12h)")
 	o.audit.add(cmd, "move the messages (without it: a dry run)")
 	return cmd
@@ -130,7 +145,7 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	if o.to != "" {
 		to, err := q.Target(ctx, o.to)
 		if err != nil {
-			return fmt.Errorf("--to: %w", err)
+			return toError(err)
 		}
 		cfg.To = to.URL
 	}
@@ -173,6 +188,11 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	case res.NotDeleted > 0:
 		return fmt.Errorf("%d message(s) were copied but could not be deleted from %s: they are in both queues (see the audit log)",
 			res.NotDeleted, q.Name)
+	case res.OtherSource > 0:
+		return fmt.Errorf("%d matching message(s) stay in %s: they failed in another of its source queues than --to %s (see above); replay them without --to, which sends each back to its own",
+			res.OtherSource, q.Name, queueName(cfg.To))
+	case res.Unsent > 0:
+		return fmt.Errorf("%d matching message(s) stay in %s: SQS refused their copies (see above)", res.Unsent, q.Name)
 	case res.Refused > 0:
 		return fmt.Errorf("%d matching message(s) stay in %s: their source queue does not send its dead letters there (see above); give --to to send them to a queue of your choice",
 			res.Refused, q.Name)

@@ -215,7 +215,7 @@ func TestDlqReplayMovesCopies(t *testing.T) {
 	if got := bodies(rest); strings.Join(got, " ") != `{"job":1} {"job":3}` {
 		t.Errorf("dead-letter queue holds %v", got)
 	}
-	lines := readAudit(t, audit)
+	lines := readMoves(t, audit)
 	if len(lines) != 3 {
 		t.Fatalf("%d audit lines, want 3", len(lines))
 	}
@@ -234,6 +234,35 @@ func TestDlqReplayMovesCopies(t *testing.T) {
 			t.Errorf("audit line names original %s, not one sent", l.OriginalMessageID)
 		}
 	}
+}
+
+// readMoves returns the replay records of an audit log, after checking
+// that each, and each replay-failed record, follows its replay-start
+// record, and that every other record is a replay-start.
+func readMoves(t *testing.T, path string) []auditRecord {
+	t.Helper()
+	var moves []auditRecord
+	started := map[string]bool{}
+	for _, r := range readAudit(t, path) {
+		switch r.Action {
+		case dlq.ActionReplayStart:
+			started[r.DLQMessageID] = true
+		case dlq.ActionReplayFailed:
+			if !started[r.DLQMessageID] {
+				t.Errorf("audit: replay-failed record without its replay-start: %+v", r)
+			}
+			delete(started, r.DLQMessageID)
+		case dlq.ActionReplay:
+			if !started[r.DLQMessageID] {
+				t.Errorf("audit: replay record without its replay-start: %+v", r)
+			}
+			delete(started, r.DLQMessageID)
+			moves = append(moves, r)
+		default:
+			t.Errorf("audit: record %+v", r)
+		}
+	}
+	return moves
 }
 
 func readAudit(t *testing.T, path string) []auditRecord {
@@ -306,7 +335,7 @@ func TestDlqReplayCountsReplays(t *testing.T) {
 		}
 	}
 	d.stop()
-	lines := readAudit(t, audit)
+	lines := readMoves(t, audit)
 	if len(lines) != 4 {
 		t.Fatalf("%d audit lines", len(lines))
 	}
@@ -370,12 +399,12 @@ func cliEnv() []string {
 }
 
 // waitMoved waits until a replay running in the background has moved a
-// message: its first audit line.
+// message: its first replay record (not a replay-start).
 func waitMoved(t *testing.T, audit string, out *lockedBuffer) {
 	t.Helper()
 	localtest.Eventually(t, 60*time.Second, func() bool {
 		b, _ := os.ReadFile(audit)
-		return strings.Contains(string(b), "\n")
+		return strings.Contains(string(b), `"action":"replay",`)
 	}, "the replay moved nothing:\n%s", out.String())
 }
 
@@ -458,8 +487,22 @@ func TestDlqReplayKilledLosesNothing(t *testing.T) {
 			t.Errorf("message %s: %d in the DLQ, %d copies", id, inDLQ[id], copied[id])
 		}
 	}
+	// Every copy has its replay-start record, even one whose replay was
+	// killed before its delete.
+	recs := readAudit(t, audit)
+	started := map[string]bool{}
+	for _, r := range recs {
+		if r.Action == dlq.ActionReplayStart {
+			started[r.OriginalMessageID] = true
+		}
+	}
+	for id := range copied {
+		if !started[id] {
+			t.Errorf("message %s was copied, and the audit log does not say so", id)
+		}
+	}
 	t.Logf("killed after 1s: %d copied, %d still in the DLQ, %d in both (duplicates); %d audit lines",
-		len(copied), len(inDLQ), dups, len(readAudit(t, audit)))
+		len(copied), len(inDLQ), dups, len(recs))
 	if len(copied) == 0 || len(copied) == len(ids) {
 		t.Errorf("%d of %d copied: the replay was not killed half-way\n%s", len(copied), len(ids), out.String())
 	}
@@ -508,7 +551,7 @@ func TestDlqReplayInterruptStopsCleanly(t *testing.T) {
 			t.Errorf("message %s: %d in the DLQ, %d copies", id, inDLQ[id], copied[id])
 		}
 	}
-	if n := len(readAudit(t, audit)); n != len(copied) || n == 0 || n == len(ids) {
+	if n := len(readMoves(t, audit)); n != len(copied) || n == 0 || n == len(ids) {
 		t.Errorf("%d audit lines, %d copies, of %d", n, len(copied), len(ids))
 	}
 	if !strings.Contains(stderr.String(), fmt.Sprintf("interrupted: %d message(s) moved", len(copied))) {

@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	"github.com/spf13/cobra"
+
+	"github.com/sqsworker/sqsworker/dlq"
 )
 
 func init() {
@@ -61,7 +63,9 @@ func (a *app) newQueueCreateCmd() *cobra.Command {
 exists), and give the queue a redrive policy that moves a message there after
 --max-receives receives (5 by default): the worker dead-letters a message at
 that attempt with failure metadata, and the policy stays as the safety net
-for crashes.
+for crashes. An existing --dlq queue may be shared with other queues, but not
+be a source queue itself (with a redrive policy of its own): the failed jobs
+would run there again, so it is refused.
 
 A FIFO queue's name ends in .fifo (--fifo says so too); its dead-letter queue
 is a FIFO queue as well. A queue that exists already with the same settings
@@ -182,10 +186,23 @@ func (a *app) createQueue(ctx context.Context, name string, f queueCreateFlags, 
 		d.FIFO = fifo
 		done = append(done, d)
 		out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-			QueueUrl: aws.String(d.URL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn},
+			QueueUrl: aws.String(d.URL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn, types.QueueAttributeNameRedrivePolicy},
 		})
 		if err != nil {
 			return a.queueError(f.dlq, err)
+		}
+		if rp := out.Attributes[string(types.QueueAttributeNameRedrivePolicy)]; rp != "" {
+			// An existing live queue: the failed jobs would run there.
+			p, err := dlq.ParseRedrivePolicy(rp)
+			if err != nil {
+				return fmt.Errorf("--dlq %s: %w", f.dlq, err)
+			}
+			target := p.DeadLetterTargetARN
+			if arn, err := dlq.ParseARN(target); err == nil {
+				target = arn.Name
+			}
+			return fmt.Errorf("--dlq %s is not a dead-letter queue: it has a redrive policy of its own (its messages go to %s after %d receives): it is a source queue, and the failed jobs of %s would run there again; give its dead-letter queue, %s, or a new name. %s was not created",
+				f.dlq, target, p.MaxReceiveCount, name, target, name)
 		}
 		policy, err := json.Marshal(map[string]any{"deadLetterTargetArn": out.Attributes["QueueArn"], "maxReceiveCount": f.maxReceives})
 		if err != nil {

@@ -797,7 +797,10 @@ func (s *Server) handleAudit(w http.ResponseWriter, r *http.Request) {
 }
 
 // readAudit returns the last n records of an audit log file, newest first,
-// and the number of lines that were not records.
+// and the number of lines that were not records. A replay-start or
+// redrive-start record followed by the record of its outcome is left out:
+// only one whose replay or redrive was stopped half-way (a crash) is
+// shown.
 func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -817,6 +820,10 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 			skipped++
 			continue
 		}
+		switch rec.Action {
+		case dlq.ActionReplay, dlq.ActionReplayFailed, dlq.ActionRedrive, dlq.ActionRedriveFailed:
+			recs = dropStart(recs, rec)
+		}
 		recs = append(recs, rec)
 		if len(recs) > 2*n {
 			recs = append(recs[:0], recs[len(recs)-n:]...)
@@ -833,6 +840,22 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 		recs = []dlq.AuditRecord{}
 	}
 	return recs, skipped, nil
+}
+
+// dropStart removes from recs the start record of what rec (a replay,
+// redrive, or failed one) is about: the last replay-start with its queue
+// and message ID, or redrive-start with its queue.
+func dropStart(recs []dlq.AuditRecord, rec dlq.AuditRecord) []dlq.AuditRecord {
+	start := dlq.ActionReplayStart
+	if rec.Action == dlq.ActionRedrive || rec.Action == dlq.ActionRedriveFailed {
+		start = dlq.ActionRedriveStart
+	}
+	for i := len(recs) - 1; i >= 0; i-- {
+		if r := recs[i]; r.Action == start && r.DLQ == rec.DLQ && r.DLQMessageID == rec.DLQMessageID {
+			return slices.Delete(recs, i, i+1)
+		}
+	}
+	return recs
 }
 
 // httpError is an error with the status it is answered with.

@@ -203,7 +203,13 @@ func TestPrunedJobAnswersGone(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	if len(records) != 2 || records[0].DLQMessageID != l.Messages[0].ID || records[1].DLQMessageID != l.Messages[1].ID {
+	var moves []dlq.AuditRecord
+	for _, r := range records {
+		if r.Action == dlq.ActionReplay {
+			moves = append(moves, r)
+		}
+	}
+	if len(records) != 4 || len(moves) != 2 || moves[0].DLQMessageID != l.Messages[0].ID || moves[1].DLQMessageID != l.Messages[1].ID {
 		t.Errorf("audit records: %+v", records)
 	}
 	if v, _, _ := f.Depth(src); v != 2 {
