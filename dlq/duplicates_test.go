@@ -109,8 +109,11 @@ func TestReplayDropsDuplicateCopies(t *testing.T) {
 			t.Errorf("dropped %+v, want copies %v of %s", d, copies[1:], copies[0])
 		}
 	}
-	drops := 0
+	drops, starts := 0, 0
 	for _, r := range audit {
+		if r.Action == ActionReplayStart {
+			starts++
+		}
 		if r.Action == ActionDropDuplicate {
 			drops++
 			if !r.Deleted || !strings.Contains(r.Note, copies[0]) {
@@ -118,8 +121,9 @@ func TestReplayDropsDuplicateCopies(t *testing.T) {
 			}
 		}
 	}
-	if drops != 2 || len(audit) != 6 {
-		t.Errorf("%d audit records, %d of dropped duplicates; want 6 and 2", len(audit), drops)
+	// Each of the four moves recorded before its send and after it.
+	if drops != 2 || starts != 4 || len(audit) != 10 {
+		t.Errorf("%d audit records, %d of dropped duplicates, %d replay starts; want 10, 2 and 4", len(audit), drops, starts)
 	}
 	e.wantDLQDepth(t, "after the replay", 1, 0) // the one naming billing
 	if v, _, _ := e.f.Depth(e.orders); v != 4 {
