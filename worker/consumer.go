@@ -44,6 +44,7 @@ type consumer struct {
 	stopPoll   context.CancelFunc
 	pollsDone  chan struct{}  // closed once no receive is under way after stopping
 	stoppedAt  atomic.Int64   // when receiving stopped, in Unix nanoseconds
+	releaseBy  atomic.Int64   // while stopping, the latest a lease's release waits (ReleaseBy), in Unix nanoseconds; 0 if none
 	openUntil  atomic.Int64   // until when a failed receive may be open at SQS, in Unix nanoseconds (see mayBeOpen)
 	reporter   sync.WaitGroup // the depth reporter
 	stopReport context.CancelFunc
@@ -190,6 +191,9 @@ func (c *consumer) consume(ctx context.Context) error {
 // released at once.
 func (c *consumer) stop(ctx context.Context) {
 	c.w.ready.Store(false)
+	if d, ok := ctx.Deadline(); ok {
+		c.releaseBy.Store(d.UnixNano())
+	}
 	c.stoppedAt.Store(time.Now().UnixNano()) // before stopPoll: Retry reads it once pollCtx is done
 	c.stopPoll()
 	done := make(chan struct{})
@@ -204,6 +208,9 @@ func (c *consumer) stop(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 		c.log.Warn("shutdown deadline passed; cancelling running handlers", "in_flight", c.w.counts.InFlight.Load())
+		if now := time.Now().UnixNano(); c.releaseBy.Load() == 0 || c.releaseBy.Load() > now {
+			c.releaseBy.Store(now) // ctx was cancelled before its deadline, or had none
+		}
 		c.hardStop(ErrShutdown)
 		<-done
 	}
@@ -303,6 +310,20 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 			c.changeOwned(j, vis, (*hidden)(hide))
 		}
 	})
+}
+
+// ReleaseBy implements executor.ReleaseLimiter: while the worker stops, the
+// release of a message's lease waits for a heartbeat extension under way no
+// later than the shutdown deadline, and not at all once it has passed (the
+// handlers cut short then), so that an extension SQS does not answer, which
+// the heartbeat gives up only after its Interval, holds up neither the stop
+// nor the final flush of the acknowledgements. A release that started
+// waiting before the stop is not cut short.
+func (c *consumer) ReleaseBy(*executor.Job) time.Time {
+	if n := c.releaseBy.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // CopyLimits implements executor.CopyLimiter: while the worker stops, the
