@@ -192,7 +192,7 @@ func (c *consumer) consume(ctx context.Context) error {
 func (c *consumer) stop(ctx context.Context) {
 	c.w.ready.Store(false)
 	if d, ok := ctx.Deadline(); ok {
-		c.releaseBy.Store(d.UnixNano())
+		c.releaseBy.Store(d.Add(ackFlushGrace).UnixNano())
 	}
 	c.stoppedAt.Store(time.Now().UnixNano()) // before stopPoll: Retry reads it once pollCtx is done
 	c.stopPoll()
@@ -208,8 +208,8 @@ func (c *consumer) stop(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 		c.log.Warn("shutdown deadline passed; cancelling running handlers", "in_flight", c.w.counts.InFlight.Load())
-		if now := time.Now().UnixNano(); c.releaseBy.Load() == 0 || c.releaseBy.Load() > now {
-			c.releaseBy.Store(now) // ctx was cancelled before its deadline, or had none
+		if by := time.Now().Add(ackFlushGrace).UnixNano(); c.releaseBy.Load() == 0 || c.releaseBy.Load() > by {
+			c.releaseBy.Store(by) // ctx was cancelled before its deadline, or had none
 		}
 		c.hardStop(ErrShutdown)
 		<-done
@@ -314,11 +314,13 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 
 // ReleaseBy implements executor.ReleaseLimiter: while the worker stops, the
 // release of a message's lease waits for a heartbeat extension under way no
-// later than the shutdown deadline, and not at all once it has passed (the
-// handlers cut short then), so that an extension SQS does not answer, which
-// the heartbeat gives up only after its Interval, holds up neither the stop
-// nor the final flush of the acknowledgements. A release that started
-// waiting before the stop is not cut short.
+// later than ackFlushGrace past the shutdown deadline (the handlers cut
+// short then wait that long at most), so that an extension SQS does not
+// answer, which the heartbeat gives up only after its Interval, does not
+// hold the stop up for an Interval past the deadline. An extension SQS
+// answers lands within the grace, before the message's visibility change,
+// which it would otherwise undo. A release that started waiting before the
+// stop keeps its wait.
 func (c *consumer) ReleaseBy(*executor.Job) time.Time {
 	if n := c.releaseBy.Load(); n != 0 {
 		return time.Unix(0, n)

@@ -20,7 +20,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/visibility"
@@ -86,22 +88,22 @@ func emulatorStopQueue(t *testing.T, o localtest.QueueOptions) stopQueue {
 var hungHeartbeat = visibility.Config{Threshold: 50 * time.Second, Interval: 30 * time.Second, Extension: 10 * time.Minute}
 
 // A handler cut short at the shutdown deadline while a heartbeat extension
-// of its message hangs is released without waiting for that extension:
-// the stop ends within seconds of the deadline, not when the heartbeat
-// gives the call up (its Interval, 30s). The messages handled are
-// deleted, among them one whose handler returned during the stop; the cut
-// message is made visible again. Before, Run returned only once the
-// extension call was given up, some 30s after the deadline. On the
-// emulator: TestShutdownNotHeldByHungExtension.
+// of its message hangs is released once the ack flush grace (5s) has
+// passed, without waiting for the heartbeat to give the call up (its
+// Interval, 30s): the stop ends some 5s after the deadline. The messages
+// handled are deleted, among them one whose handler returned during the
+// stop; the cut message is made visible again. Before, Run returned only
+// once the extension call was given up, some 30s after the deadline. On
+// the emulator: TestShutdownNotHeldByHungExtension.
 func TestFakeShutdownNotHeldByHungExtension(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		shutdownBehindHungExtension(t, fakeStopQueue("hung-extension", map[string]string{"VisibilityTimeout": "60"}), 5*time.Second)
+		shutdownBehindHungExtension(t, fakeStopQueue("hung-extension", map[string]string{"VisibilityTimeout": "60"}), 10*time.Second)
 	})
 }
 
 func TestShutdownNotHeldByHungExtension(t *testing.T) {
 	t.Parallel()
-	shutdownBehindHungExtension(t, emulatorStopQueue(t, localtest.QueueOptions{VisibilityTimeout: 60 * time.Second}), 15*time.Second)
+	shutdownBehindHungExtension(t, emulatorStopQueue(t, localtest.QueueOptions{VisibilityTimeout: 60 * time.Second}), 18*time.Second)
 }
 
 // shutdownBehindHungExtension runs the test above on q: Run must return
@@ -268,12 +270,41 @@ func TestStoppingCopiesShareOneBound(t *testing.T) {
 // copiesWhileStopping runs the test above on q through api: the stop must
 // end within within of the messages' release to the last long poll.
 func copiesWhileStopping(t *testing.T, q relQueue, api *hungSends, hang bool, within time.Duration) {
-	const n = 10
-	for i := range n {
+	took, s := stopWithCopies(t, q, api, hang)
+	if hang {
+		if took > within {
+			t.Errorf("the stop took %s, want within %s: one bound of a hanging send, not one per copy", took.Round(time.Millisecond), within)
+		}
+		if s.Requeued != 0 || s.RequeueFailures != copies || api.sends.Load() != copies {
+			t.Errorf("stats %+v, %d sends: want each copy sent once and given up", s, api.sends.Load())
+		}
+	} else if s.Requeued != copies || s.RequeueFailures != 0 {
+		t.Errorf("stats %+v: want the %d copies sent", s, copies)
+	}
+	// Released by visibility, or replaced by copies: in the queue either way.
+	if got := q.count(q.url); got != copies {
+		t.Errorf("%d messages in the queue after the stop, want %d", got, copies)
+	}
+}
+
+// copies is the number of messages the tests of copies sent while stopping
+// release: one receive's worth.
+const copies = 10
+
+// stopWithCopies sends copies messages to q and takes their first
+// attempts, starts a worker on q through api, stops it and, once it polls
+// no more, makes the messages visible for its last long poll to take, on
+// their last receive; api's sends are armed then if arm is set. It returns
+// how long the stop took from then, and the worker's stats, once it has
+// checked that the messages were all received and released while stopping,
+// none run nor dead-lettered.
+func stopWithCopies(t *testing.T, q relQueue, api *hungSends, arm bool) (time.Duration, worker.Stats) {
+	t.Helper()
+	for i := range copies {
 		q.send(t, fmt.Sprint("job-", i))
 	}
-	visible := q.firstAttempts(t, n)
-	r := start(t, api, worker.Config{QueueURL: q.url, Concurrency: n, Pollers: 1, MaxMessages: n, WaitTime: 5 * time.Second, DisableDepth: true},
+	visible := q.firstAttempts(t, copies)
+	r := start(t, api, worker.Config{QueueURL: q.url, Concurrency: copies, Pollers: 1, MaxMessages: copies, WaitTime: 5 * time.Second, DisableDepth: true},
 		sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 			t.Errorf("handler ran for %s while the worker was stopping", m.ID)
 			return nil
@@ -282,7 +313,7 @@ func copiesWhileStopping(t *testing.T, q relQueue, api *hungSends, hang bool, wi
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.w.Shutdown(context.Background()) }()
 	localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "the worker does not stop")
-	api.armed.Store(hang)
+	api.armed.Store(arm)
 	begin := time.Now()
 	visible() // taken by the last long poll
 	select {
@@ -297,24 +328,67 @@ func copiesWhileStopping(t *testing.T, q relQueue, api *hungSends, hang bool, wi
 	t.Logf("stopped %s after the messages were made visible", took.Round(time.Millisecond))
 	r.stop(10 * time.Second)
 	s := r.w.Stats()
-	if s.Received != n || s.Released != n || s.DeadLettered != 0 || s.AckFailures != 0 {
-		t.Fatalf("stats %+v: want the %d messages received by the last long poll and released", s, n)
-	}
-	if hang {
-		if took > within {
-			t.Errorf("the stop took %s, want within %s: one bound of a hanging send, not one per copy", took.Round(time.Millisecond), within)
-		}
-		if s.Requeued != 0 || s.RequeueFailures != n || api.sends.Load() != n {
-			t.Errorf("stats %+v, %d sends: want each copy sent once and given up", s, api.sends.Load())
-		}
-	} else if s.Requeued != n || s.RequeueFailures != 0 {
-		t.Errorf("stats %+v: want the %d copies sent", s, n)
-	}
-	// Released by visibility, or replaced by copies: in the queue either way.
-	if got := q.count(q.url); got != n {
-		t.Errorf("%d messages in the queue after the stop, want %d", got, n)
+	if s.Received != copies || s.Released != copies || s.DeadLettered != 0 || s.AckFailures != 0 {
+		t.Fatalf("stats %+v: want the %d messages received by the last long poll and released", s, copies)
 	}
 	if got := q.count(q.dlq); got != 0 {
 		t.Errorf("%d messages dead-lettered by the stop, want none", got)
+	}
+	return took, s
+}
+
+// Should SQS take the copies sent while stopping but their replies be lost
+// (the test's fault proxy resets the connection as SQS answers, ten
+// times), the SDK sends them again: the jobs wait in twenty copies, their
+// originals deleted, and the copies of a job carry its key
+// (idempotency.DefaultKey), so that the idempotency middleware applies its
+// effect once. The stop is not held up.
+func TestEmulatorStoppingCopiesLostReplies(t *testing.T) {
+	t.Parallel()
+	q := emuRelQueue(t)
+	proxy, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	via := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
+	api := &hungSends{API: q.api, hang: func(ctx context.Context, in *sqs.SendMessageInput) error {
+		_, err := via.SendMessage(ctx, in)
+		return err
+	}}
+	if err := proxy.LoseReplies(copies); err != nil {
+		t.Fatal(err)
+	}
+	took, s := stopWithCopies(t, q, api, true)
+	if took > 25*time.Second {
+		t.Errorf("the stop took %s", took.Round(time.Millisecond))
+	}
+	if lost := proxy.Stats().LostReplies; s.Requeued != copies || s.RequeueFailures != 0 || lost != copies {
+		t.Fatalf("stats %+v, %d replies lost: want the %d copies sent, every first reply lost", s, lost, copies)
+	}
+	// The copies wait until the stopped worker's last polls have surely
+	// ended (some 30s).
+	var got []types.Message
+	localtest.Eventually(t, 2*time.Minute, func() bool {
+		out, err := q.api.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.url, MaxNumberOfMessages: 10,
+			WaitTimeSeconds: 1, VisibilityTimeout: 300, MessageAttributeNames: []string{"All"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, out.Messages...)
+		return len(got) >= 2*copies
+	}, "%d copies received, want %d", len(got), 2*copies)
+	time.Sleep(2 * time.Second)
+	if v, fl, d := localtest.Depth(t, q.api.(*sqs.Client), q.url); v+fl+d != len(got) {
+		t.Errorf("%d copies received, %d in the queue: more copies than expected", len(got), v+fl+d)
+	}
+	keys := map[string]int{}
+	for i := range got {
+		keys[idempotency.DefaultKey(sqsmsg.FromSDK(q.url, &got[i]))]++
+	}
+	// Every lost reply made a copy more; a copy sent again may lose its
+	// reply again, so that a job may have three, and another one.
+	if len(got) != 2*copies || len(keys) != copies {
+		t.Errorf("%d copies with %d keys (%v), want %d, one key per job", len(got), len(keys), keys, 2*copies)
 	}
 }
