@@ -163,8 +163,13 @@ func (c *consumer) release(jobs []*executor.Job) {
 // last receive their redrive policy allows wait in fresh copies (see
 // executor.Executor.Release), whose sends then go at once rather than one
 // after another, so that an SQS that does not answer holds the stop up by
-// one send's bound (CopyLimits), not one per message.
+// one send's bound (CopyLimits), not one per message. FIFO queues send no
+// such copies: their messages are released in order, from the loop.
 func (c *consumer) releaseAll(jobs []*executor.Job) {
+	if c.info.FIFO || len(jobs) == 1 {
+		c.release(jobs)
+		return
+	}
 	var wg sync.WaitGroup
 	for _, j := range jobs {
 		wg.Go(func() { c.exec.Release(j, c) })
