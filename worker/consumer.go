@@ -44,6 +44,7 @@ type consumer struct {
 	stopPoll   context.CancelFunc
 	pollsDone  chan struct{}  // closed once no receive is under way after stopping
 	stoppedAt  atomic.Int64   // when receiving stopped, in Unix nanoseconds
+	releaseBy  atomic.Int64   // while stopping, the latest a lease's release waits (ReleaseBy), in Unix nanoseconds; 0 if none
 	openUntil  atomic.Int64   // until when a failed receive may be open at SQS, in Unix nanoseconds (see mayBeOpen)
 	reporter   sync.WaitGroup // the depth reporter
 	stopReport context.CancelFunc
@@ -190,6 +191,9 @@ func (c *consumer) consume(ctx context.Context) error {
 // released at once.
 func (c *consumer) stop(ctx context.Context) {
 	c.w.ready.Store(false)
+	if d, ok := ctx.Deadline(); ok {
+		c.releaseBy.Store(d.Add(ackFlushGrace).UnixNano())
+	}
 	c.stoppedAt.Store(time.Now().UnixNano()) // before stopPoll: Retry reads it once pollCtx is done
 	c.stopPoll()
 	done := make(chan struct{})
@@ -204,6 +208,9 @@ func (c *consumer) stop(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 		c.log.Warn("shutdown deadline passed; cancelling running handlers", "in_flight", c.w.counts.InFlight.Load())
+		if by := time.Now().Add(ackFlushGrace).UnixNano(); c.releaseBy.Load() == 0 || c.releaseBy.Load() > by {
+			c.releaseBy.Store(by) // ctx was cancelled before its deadline, or had none
+		}
 		c.hardStop(ErrShutdown)
 		<-done
 	}
@@ -303,6 +310,22 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 			c.changeOwned(j, vis, (*hidden)(hide))
 		}
 	})
+}
+
+// ReleaseBy implements executor.ReleaseLimiter: while the worker stops, the
+// release of a message's lease waits for a heartbeat extension under way no
+// later than ackFlushGrace past the shutdown deadline (the handlers cut
+// short then wait that long at most), so that an extension SQS does not
+// answer, which the heartbeat gives up only after its Interval, does not
+// hold the stop up for an Interval past the deadline. An extension SQS
+// answers lands within the grace, before the message's visibility change,
+// which it would otherwise undo. A release that started waiting before the
+// stop keeps its wait.
+func (c *consumer) ReleaseBy(*executor.Job) time.Time {
+	if n := c.releaseBy.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
 }
 
 // CopyLimits implements executor.CopyLimiter: while the worker stops, the

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -42,7 +43,7 @@ func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bo
 		if probe {
 			c.exec.Breaker.Abort()
 		}
-		c.release(jobsOf(rs)) // not before the last long polls end: see Retry
+		c.releaseAll(jobsOf(rs)) // not before the last long polls end: see Retry
 		return
 	}
 	var buf [MaxMessagesPerReceive]task
@@ -154,5 +155,25 @@ func (c *consumer) release(jobs []*executor.Job) {
 	for _, j := range jobs {
 		c.exec.Release(j, c)
 	}
+	c.releaseSlots(len(jobs))
+}
+
+// releaseAll releases jobs received while the worker stops, as release
+// does, each on a goroutine of its own, which it waits for: those on the
+// last receive their redrive policy allows wait in fresh copies (see
+// executor.Executor.Release), whose sends then go at once rather than one
+// after another, so that an SQS that does not answer holds the stop up by
+// one send's bound (CopyLimits), not one per message. FIFO queues send no
+// such copies: their messages are released in order, from the loop.
+func (c *consumer) releaseAll(jobs []*executor.Job) {
+	if c.info.FIFO || len(jobs) == 1 {
+		c.release(jobs)
+		return
+	}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() { c.exec.Release(j, c) })
+	}
+	wg.Wait()
 	c.releaseSlots(len(jobs))
 }

@@ -145,13 +145,19 @@
 // attempts made before (the release counts none), delayed until the last
 // polls have surely ended, and the original is deleted. Its send is given
 // up after 5s (an SQS that does not answer), and the message released as
-// above. FIFO queues keep the release: a copy would go behind the rest of
-// its group.
+// above; the copies of the messages one receive brings while stopping are
+// sent at once, not one after another, so that such an SQS holds the stop
+// up by those 5s once, not once per message. FIFO queues keep the release:
+// a copy would go behind the rest of its group.
 // A message received nearly 12 hours ago cannot be hidden past SQS's 12
 // hours: its hide is sent only when it ends after the lease, which holds it
 // otherwise. Every such change is sent after the message's lease has ended,
 // and after any heartbeat extension of it under way has returned, so that
-// a late extension does not undo it.
+// a late extension does not undo it; while stopping, that wait ends 5s
+// past the shutdown deadline at the latest, as the heartbeat gives an
+// extension that SQS does not answer up only after its Interval: a message
+// whose extension still lands after its release then comes back when the
+// extension ends, not at once.
 //
 // # Priority queues
 //

@@ -118,15 +118,41 @@ func (j *Job) Done() {
 	}
 }
 
+// ReleaseLimiter is implemented by an Acker whose runtime bounds how long
+// ending a message's lease waits for a heartbeat extension of it under way
+// (the worker, while it stops).
+type ReleaseLimiter interface {
+	// ReleaseBy returns the latest the end of j's lease may wait for an
+	// extension under way (at once if it has passed; zero for no bound
+	// beyond Job.MoveBy). Such an extension may then land after the
+	// message's visibility change: the message comes back when the
+	// extension ends rather than at once.
+	ReleaseBy(j *Job) time.Time
+}
+
+// done is j.Done, bounded also by ack's ReleaseBy, if ack has one.
+func done(j *Job, ack Acker) {
+	if j.Lease == nil {
+		return
+	}
+	by := j.MoveBy
+	if l, ok := ack.(ReleaseLimiter); ok {
+		if b := l.ReleaseBy(j); !b.IsZero() && (by.IsZero() || b.Before(by)) {
+			by = b
+		}
+	}
+	j.Lease.ReleaseBy(by)
+}
+
 // retry ends the lease, then asks ack to make the message visible after vis.
 func retry(j *Job, ack Acker, vis time.Duration) {
-	j.Done()
+	done(j, ack)
 	ack.Retry(j, vis)
 }
 
 // abandon ends the lease and leaves the message to SQS.
 func abandon(j *Job, ack Acker) {
-	j.Done()
+	done(j, ack)
 	ack.Abandon(j)
 }
 
