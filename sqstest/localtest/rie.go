@@ -73,7 +73,10 @@ const RIEFunctionTimeout = 30
 //     starts it again (a new cold start);
 //   - the handler runs past the timeout: 200, the text (not JSON) "Task
 //     timed out after 30.00 seconds"; the RIE kills the process and the
-//     next invoke starts it again.
+//     next invoke starts it again. An invoke that comes while the RIE
+//     ends that reset may be refused before the function starts (502,
+//     Sandbox.Failure, ErrGateCanceled in its log); Invoke sends it again,
+//     up to four times.
 //
 // Every response is Content-Type text/plain. The RIE crashes (a nil
 // dereference in rapidcore.(*Server).Invoke, after "ReserveFailed:
@@ -247,7 +250,18 @@ func (r *RIE) Invoke(ctx context.Context, payload []byte) (status int, body []by
 	go func() {
 		defer func() { <-r.invoking }()
 		var res result
-		res.status, res.body, res.err = r.post(payload)
+		for try := 0; ; try++ {
+			res.status, res.body, res.err = r.post(payload)
+			// The RIE resets its runtime after a timeout or a crash; an
+			// invoke that comes while the reset ends is refused at its
+			// gate (ErrGateCanceled) before the function is started, and
+			// the RIE resets again. The invoke never reached the function:
+			// it is sent again, as Lambda would have run it.
+			if res.err != nil || res.status != http.StatusBadGateway || !bytes.Contains(res.body, []byte("ErrGateCanceled")) || try == 4 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 		done <- res
 	}()
 	select {
