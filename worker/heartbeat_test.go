@@ -115,7 +115,10 @@ func TestHeartbeatLostLeaseCancelsHandler(t *testing.T) {
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 4 * time.Second})
 	causes := make(chan error, 1)
 	stolen := make(chan string, 1)
-	r := start(t, c, worker.Config{QueueURL: q.URL}, sqsworker.HandlerFunc(
+	// Concurrency 1: while the handler holds the only slot, the worker has
+	// no receive under way, which would take the message made visible
+	// below before the competitor does.
+	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 1}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error {
 			// Before the first beat, the message expires and another
 			// consumer receives it: this receipt handle is dead.
