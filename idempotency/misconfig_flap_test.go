@@ -33,9 +33,9 @@ func TestMissingWritesTableLoggedOnce(t *testing.T) {
 	}
 	h := guard.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		return idempotency.AddWrites(ctx, types.TransactWriteItem{Update: &types.Update{
-			TableName:        aws.String(missing),
-			Key:              map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: m.ID}},
-			UpdateExpression: aws.String("ADD applied :one"),
+			TableName:                 aws.String(missing),
+			Key:                       map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: m.ID}},
+			UpdateExpression:          aws.String("ADD applied :one"),
 			ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}},
 		}})
 	}))
