@@ -491,8 +491,13 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 }
 
 // drop deletes m, a copy of a job this run replayed (m.DuplicateOf), from
-// the dead-letter queue, or in a dry run notes that it would. A copy whose
-// delete fails stays, noted in ReplayResult.Dropped.
+// the dead-letter queue, or in a dry run notes that it would. It is
+// recorded before the delete ([ActionReplayStart], its Note saying that the
+// copy is dropped), as every message a replay takes from the queue: an
+// audit record that fails leaves it there, and a crash between the delete
+// and its [ActionDropDuplicate] record leaves a trace. A copy whose delete
+// fails stays, noted in ReplayResult.Dropped and recorded as
+// [ActionReplayFailed].
 func (r *replayer) drop(ctx context.Context, m *Message) error {
 	dm := DroppedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), DuplicateOf: m.DuplicateOf}
 	if r.dryRun {
@@ -500,6 +505,14 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 		r.res.Duplicates++
 		r.res.Dropped = append(r.res.Dropped, dm)
 		return nil
+	}
+	what := "a copy of the job replayed from message " + m.DuplicateOf
+	if err := r.cfg.Audit.record(ctx, AuditRecord{
+		Action: ActionReplayStart, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
+		Filter: r.res.Filter, Note: "to be deleted: " + what,
+	}); err != nil {
+		r.s.hold(m.ID, m.ReceiptHandle)
+		return fmt.Errorf("dlq: message %s, a copy of the replayed message %s, was not deleted: the audit record failed: %w", m.ID, m.DuplicateOf, err)
 	}
 	// The delete runs to its end even if ctx is cancelled now.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
@@ -510,6 +523,12 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 		r.res.Dropped = append(r.res.Dropped, dm)
 		r.q.log.Warn("dlq: a duplicate copy of a replayed job could not be deleted from the dead-letter queue",
 			"queue", r.q.URL, "message", m.ID, "duplicate_of", m.DuplicateOf, "error", err)
+		if aerr := r.cfg.Audit.record(ctx, AuditRecord{
+			Action: ActionReplayFailed, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
+			Filter: r.res.Filter, Note: fmt.Sprintf("not deleted: %s; it stays: %v", what, err),
+		}); aerr != nil {
+			return fmt.Errorf("dlq: message %s, a copy of the replayed message %s, was not deleted, and the audit record failed: %w", m.ID, m.DuplicateOf, errors.Join(err, aerr))
+		}
 		return nil
 	}
 	r.s.forget(m.ID)
@@ -517,7 +536,7 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 	r.res.Dropped = append(r.res.Dropped, dm)
 	if err := r.cfg.Audit.record(ctx, AuditRecord{
 		Action: ActionDropDuplicate, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
-		Filter: r.res.Filter, Deleted: true, Note: "a copy of the job replayed from message " + m.DuplicateOf,
+		Filter: r.res.Filter, Deleted: true, Note: what,
 	}); err != nil {
 		return fmt.Errorf("dlq: message %s, a copy of the replayed message %s, was deleted, but the audit record failed: %w", m.ID, m.DuplicateOf, err)
 	}

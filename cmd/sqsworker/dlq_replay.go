@@ -82,13 +82,14 @@ With --yes, each moved message is appended as one JSON line to the audit log
 a symbolic link): time, caller (sts:GetCallerIdentity), dead-letter queue,
 destination, original, dead-letter and new message IDs, replay count, filter;
 a dropped duplicate as action drop-duplicate.
-A line with the action "replay-start" comes before each copy is sent, and a
-"replay-failed" line after a copy that could not be sent: a replay-start
-without its "replay" or "replay-failed" line (same dead-letter message ID) is
-a message whose replay was killed between the send and the delete. Its copy may have been
-sent, and its original is back in the dead-letter queue: a rerun sends it
-again, with the same idempotency key, so that a handler keyed by it runs the
-job once.`,
+A line with the action "replay-start" comes before each copy is sent (and
+before each duplicate is deleted: its note says so), and a "replay-failed"
+line after a copy that could not be sent (or a duplicate not deleted): a
+replay-start without its "replay", "drop-duplicate" or "replay-failed" line
+(same dead-letter message ID) is a message whose replay was killed between
+the two. Its copy may have been sent, and its original is back in the
+dead-letter queue: a rerun sends it again, with the same idempotency key, so
+that a handler keyed by it runs the job once.`,
 		Example: `  # what would move: the messages that failed with one class in the last 2 hours
   sqsworker dlq replay orders-dlq --error-class upstream-unavailable --since "2h ago"
 

@@ -821,7 +821,7 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 			continue
 		}
 		switch rec.Action {
-		case dlq.ActionReplay, dlq.ActionReplayFailed, dlq.ActionRedrive, dlq.ActionRedriveFailed:
+		case dlq.ActionReplay, dlq.ActionReplayFailed, dlq.ActionDropDuplicate, dlq.ActionRedrive, dlq.ActionRedriveFailed:
 			recs = dropStart(recs, rec)
 		}
 		recs = append(recs, rec)
@@ -843,7 +843,7 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 }
 
 // dropStart removes from recs the start record of what rec (a replay,
-// redrive, or failed one) is about: the last replay-start with its queue
+// dropped duplicate, redrive, or failed one) is about: the last replay-start with its queue
 // and message ID, or redrive-start with its queue.
 func dropStart(recs []dlq.AuditRecord, rec dlq.AuditRecord) []dlq.AuditRecord {
 	start := dlq.ActionReplayStart
