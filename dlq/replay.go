@@ -230,7 +230,12 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 // whose reply was lost leaves) is deleted instead of replayed, recorded in
 // cfg.Audit as [ActionDropDuplicate], and counted in
 // ReplayResult.Duplicates: the job runs once, and leaves no copy behind.
-// Messages that differ in any of these are never taken for one job.
+// Messages that differ in any of these are never taken for one job. Only
+// the copies the run reads are known to it: one read in the same receive
+// as the limit's last message goes too, but a run stopped by cfg.Limit (or
+// ctx) reads no further, and a copy it did not read stays, as one whose job
+// an earlier run moved does; a later replay sends it under the job's
+// idempotency key, so that a handler keyed by it applies the job once.
 func (q *Queue) Replay(ctx context.Context, cfg ReplayConfig) (*ReplayResult, error) {
 	return q.replay(ctx, cfg, false)
 }
@@ -382,7 +387,8 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	}
 	identity, hasIdentity := jobIdentity(m)
 	if first, dup := r.replayed[identity]; hasIdentity && dup {
-		// Its job was moved: even past the limit, this copy goes.
+		// Its job was moved: even past the limit (a copy read in the same
+		// receive), this copy goes.
 		m.DuplicateOf = first
 		return r.drop(ctx, m)
 	}

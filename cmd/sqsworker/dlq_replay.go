@@ -76,6 +76,8 @@ a second time. A message that is a copy of a job the replay moved already
 (the same original message ID, source queue, body and attributes: a
 dead-letter send whose reply was lost, sent again by the SDK) is deleted
 instead of replayed, and counted as a dropped duplicate: the job runs once.
+A copy the replay did not read (it stopped at --limit first) stays; a later
+replay sends it under the job's idempotency key.
 What was read is compared with the queue's approximate count.
 With --yes, each moved message is appended as one JSON line to the audit log
 (--audit; "-" for standard error; created readable by you only, never through
