@@ -50,3 +50,38 @@ func TestMissingWritesTableLoggedOnce(t *testing.T) {
 		t.Errorf("after 4 commits on a missing table: %d errors logged, want one and no note that the store answers again:\n%s", n, out)
 	}
 }
+
+// On DynamoDB Local, the ValidationExceptions a job causes are the job's,
+// not the store's configuration: a write of the handler's that DynamoDB
+// refuses as invalid fails the job (not Unavailable: it reaches the
+// dead-letter queue after its receives, rather than wait forever behind
+// the breaker), and a result too large for the record is left out.
+func TestJobValidationNotMisconfiguration(t *testing.T) {
+	t.Parallel()
+	db := localtest.NewDynamoDB(t)
+	store := newStore(t, db, idempotency.StoreConfig{})
+	effects := newStore(t, db, idempotency.StoreConfig{}).Config().Table // another table of the same key
+	guard, err := idempotency.New(store, idempotency.Config{Logger: slog.New(slog.DiscardHandler), MaxResultSize: 400 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := guard.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		return idempotency.AddWrites(ctx, types.TransactWriteItem{Update: &types.Update{
+			TableName:                 aws.String(effects),
+			Key:                       map[string]types.AttributeValue{store.Config().KeyAttr: &types.AttributeValueMemberS{Value: m.ID}},
+			UpdateExpression:          aws.String("ADD applied :one"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberS{Value: "not a number"}},
+		}})
+	}))
+	err = bad.HandleMessage(context.Background(), msg("bad-write", "b"))
+	if err == nil || sqsworker.IsUnavailable(err) || errors.Is(err, idempotency.ErrMisconfigured) {
+		t.Errorf("a job whose write DynamoDB refuses as invalid: %v; want a failure of the job, not Unavailable", err)
+	}
+	big := guard.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		idempotency.SetResult(ctx, make([]byte, 400<<10))
+		return nil
+	}))
+	if err := big.HandleMessage(context.Background(), msg("big-result", "b")); err != nil {
+		t.Errorf("a job whose result is too large for the record: %v; want done, without the result", err)
+	}
+}
