@@ -3,6 +3,7 @@ package dlq
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,4 +107,25 @@ func TestDropDuplicateDeleteFailsRecorded(t *testing.T) {
 		t.Errorf("records of the duplicate: %v; want [%s %s]", got, ActionReplayStart, ActionReplayFailed)
 	}
 	e.wantDLQDepth(t, "after the replay", 1, 0)
+}
+
+// Two copies of a job whose copy SQS refuses (larger than the
+// destination's MaximumMessageSize): neither is dropped, as no copy of the
+// job was sent; both stay, each with its reason, and the job is not lost.
+func TestDuplicatesOfRefusedCopyStay(t *testing.T) {
+	e := newFakeEnv()
+	e.f.CreateQueue("small", map[string]string{"MaximumMessageSize": "1024"})
+	fl := sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders, MessageID: "orig-1", FailedAt: time.Now()}
+	deadLetterKeyed(e, fl, strings.Repeat("x", 1000), "order-1")
+	deadLetterKeyed(e, fl, strings.Repeat("x", 1000), "order-1")
+	q := openOrdersDLQ(t, e.f)
+	plan, err := q.Plan(context.Background(), ReplayConfig{To: "small"})
+	if err != nil || plan.Duplicates != 1 {
+		t.Fatalf("plan: %v, %+v", err, plan)
+	}
+	res, err := q.Replay(context.Background(), ReplayConfig{To: "small"})
+	if err != nil || res.Moved != 0 || res.Unsent != 2 || res.Duplicates != 0 || len(res.Dropped) != 0 {
+		t.Errorf("replay: %v, moved %d, %d unsent, %d duplicates dropped %v; want 0, 2, 0", err, res.Moved, res.Unsent, res.Duplicates, res.Dropped)
+	}
+	e.wantDLQDepth(t, "after the replay", 2, 0)
 }
