@@ -453,7 +453,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		if refused {
 			what = "SQS refused it"
 		}
-		if aerr := r.cfg.Audit.record(ctx, AuditRecord{
+		if aerr := r.cfg.Audit.record(mctx, AuditRecord{
 			Action: ActionReplayFailed, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
 			DLQMessageID: m.ID, Filter: r.res.Filter, Note: fmt.Sprintf("not copied: %s: %v", what, err),
 		}); aerr != nil {
@@ -487,7 +487,8 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		r.res.Moved++
 	}
 	r.res.Messages = append(r.res.Messages, rm)
-	if err := r.cfg.Audit.record(ctx, AuditRecord{
+	// Recorded as the move ran: to its end, even if ctx is cancelled now.
+	if err := r.cfg.Audit.record(mctx, AuditRecord{
 		Action: ActionReplay, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
 		DLQMessageID: m.ID, NewMessageID: newID, Replays: rm.Replays, Filter: r.res.Filter, Deleted: deleted, Note: rm.Note,
 	}); err != nil {
@@ -529,7 +530,7 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 		r.res.Dropped = append(r.res.Dropped, dm)
 		r.q.log.Warn("dlq: a duplicate copy of a replayed job could not be deleted from the dead-letter queue",
 			"queue", r.q.URL, "message", m.ID, "duplicate_of", m.DuplicateOf, "error", err)
-		if aerr := r.cfg.Audit.record(ctx, AuditRecord{
+		if aerr := r.cfg.Audit.record(mctx, AuditRecord{
 			Action: ActionReplayFailed, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
 			Filter: r.res.Filter, Note: fmt.Sprintf("not deleted: %s; it stays: %v", what, err),
 		}); aerr != nil {
@@ -540,7 +541,7 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 	r.s.forget(m.ID)
 	r.res.Duplicates++
 	r.res.Dropped = append(r.res.Dropped, dm)
-	if err := r.cfg.Audit.record(ctx, AuditRecord{
+	if err := r.cfg.Audit.record(mctx, AuditRecord{
 		Action: ActionDropDuplicate, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
 		Filter: r.res.Filter, Deleted: true, Note: what,
 	}); err != nil {
