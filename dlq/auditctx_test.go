@@ -52,3 +52,41 @@ func TestReplayInterruptedMidSendRecordsMove(t *testing.T) {
 	}
 	e.wantDLQDepth(t, "after the replay", 0, 0)
 }
+
+// cancelOnStart cancels the redrive's context once SQS started its move
+// task: an operator's Ctrl-C while the reply is on its way.
+type cancelOnStart struct {
+	*taskFake
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnStart) StartMessageMoveTask(ctx context.Context, in *sqs.StartMessageMoveTaskInput, opts ...func(*sqs.Options)) (*sqs.StartMessageMoveTaskOutput, error) {
+	out, err := c.taskFake.StartMessageMoveTask(ctx, in, opts...)
+	c.cancel()
+	return out, err
+}
+
+// A redrive whose context ends once its task started records the task all
+// the same: before, an Audit.Record that honours its context refused the
+// redrive record of a task that runs.
+func TestRedriveInterruptedRecordsTask(t *testing.T) {
+	e := newFakeEnv()
+	deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, "job")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	q := openOrdersDLQ(t, &cancelOnStart{taskFake: &taskFake{Fake: e.f}, cancel: cancel})
+	var got []string
+	p, err := q.StartRedrive(ctx, RedriveConfig{To: "lonely", Audit: Audit{Record: func(ctx context.Context, r AuditRecord) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		got = append(got, r.Action)
+		return nil
+	}}})
+	if err != nil || p == nil || p.TaskHandle == "" {
+		t.Errorf("start: %v, %+v; want the task started", err, p)
+	}
+	if len(got) != 2 || got[0] != ActionRedriveStart || got[1] != ActionRedrive {
+		t.Errorf("records: %v; want [%s %s]", got, ActionRedriveStart, ActionRedrive)
+	}
+}
