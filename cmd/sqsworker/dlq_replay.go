@@ -185,12 +185,21 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	if err := d.printReplay(q, res, o); err != nil {
 		return errors.Join(runErr, err)
 	}
+	undeleted := 0 // duplicate copies whose delete failed
+	for _, m := range res.Dropped {
+		if m.Note != "" {
+			undeleted++
+		}
+	}
 	switch {
 	case runErr != nil:
 		return runErr
 	case res.NotDeleted > 0:
 		return fmt.Errorf("%d message(s) were copied but could not be deleted from %s: they are in both queues (see the audit log)",
 			res.NotDeleted, q.Name)
+	case undeleted > 0:
+		return fmt.Errorf("%d duplicate copy(ies) of replayed jobs could not be deleted from %s: they stay, and a later replay sends their jobs again, under the same idempotency key (see above and the audit log)",
+			undeleted, q.Name)
 	case res.OtherSource > 0:
 		return fmt.Errorf("%d matching message(s) stay in %s: they failed in another of its source queues than --to %s (see above); replay them without --to, which sends each back to its own",
 			res.OtherSource, q.Name, queueName(cfg.To))
