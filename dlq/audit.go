@@ -15,10 +15,10 @@ import (
 
 // Actions recorded in [AuditRecord.Action].
 const (
-	ActionReplayStart   = "replay-start"   // one message about to be copied by a replay (see below)
+	ActionReplayStart   = "replay-start"   // one message about to be copied, or deleted as a duplicate, by a replay (see below)
 	ActionReplay        = "replay"         // one message moved by a replay
 	ActionDropDuplicate = "drop-duplicate" // a copy of a job the replay moved, deleted
-	ActionReplayFailed  = "replay-failed"  // one message whose copy a replay could not send (see Note)
+	ActionReplayFailed  = "replay-failed"  // one message whose copy a replay could not send, or a duplicate it could not delete (see Note)
 	ActionRedriveStart  = "redrive-start"  // an SQS message move task about to be started
 	ActionRedrive       = "redrive"        // an SQS message move task started
 	ActionRedriveFailed = "redrive-failed" // an SQS message move task not started, or whose reply was lost (see Note)
@@ -30,11 +30,15 @@ const (
 // A replay records each message twice: [ActionReplayStart] before it sends
 // the copy, then [ActionReplay] once the copy is sent and the original
 // deleted (or not: [AuditRecord.Deleted]), or [ActionReplayFailed] when
-// the copy could not be sent. A replay-start without either (same DLQ and
-// DLQMessageID) is a message whose replay was stopped between the two (a
-// crash, kill -9): its copy may have been sent, and its original may still
-// be in the dead-letter queue, to be replayed again under the same
-// idempotency key.
+// the copy could not be sent. A duplicate copy of a job the replay moved
+// is recorded twice as well: [ActionReplayStart] (its Note says it is to be
+// deleted) before it is deleted, then [ActionDropDuplicate], or
+// [ActionReplayFailed] when the delete failed. A replay-start without any
+// of these (same DLQ and DLQMessageID) is a message whose replay was
+// stopped between the two (a crash, kill -9): its copy may have been sent,
+// and its original may still be in the dead-letter queue, to be replayed
+// again under the same idempotency key; or, a duplicate, it may have been
+// deleted.
 
 // UnknownCaller is the caller recorded when none was given (see
 // [Audit.Caller]).

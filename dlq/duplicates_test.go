@@ -121,9 +121,10 @@ func TestReplayDropsDuplicateCopies(t *testing.T) {
 			}
 		}
 	}
-	// Each of the four moves recorded before its send and after it.
-	if drops != 2 || starts != 4 || len(audit) != 10 {
-		t.Errorf("%d audit records, %d of dropped duplicates, %d replay starts; want 10, 2 and 4", len(audit), drops, starts)
+	// Each of the four moves recorded before its send and after it, each
+	// of the two drops before its delete and after it.
+	if drops != 2 || starts != 6 || len(audit) != 12 {
+		t.Errorf("%d audit records, %d of dropped duplicates, %d replay starts; want 12, 2 and 6", len(audit), drops, starts)
 	}
 	e.wantDLQDepth(t, "after the replay", 1, 0) // the one naming billing
 	if v, _, _ := e.f.Depth(e.orders); v != 4 {

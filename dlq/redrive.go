@@ -261,6 +261,10 @@ func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePl
 		return p, fmt.Errorf("dlq: not started: the audit record failed: %w", err)
 	}
 	out, err := mt.StartMessageMoveTask(ctx, in, q.opts...)
+	// The outcome is recorded even if ctx ended meanwhile: the task may
+	// run.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	defer cancel()
 	if err != nil {
 		err = moveTaskError("StartMessageMoveTask", err)
 		rec.Action, rec.Note = ActionRedriveFailed, "not started: "+err.Error()
@@ -270,14 +274,14 @@ func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePl
 			err = fmt.Errorf("%w; the task may have started all the same, its reply lost: ListMessageMoveTasks shows it", err)
 			rec.Note = "may have started: " + err.Error()
 		}
-		if aerr := cfg.Audit.record(ctx, rec); aerr != nil {
+		if aerr := cfg.Audit.record(actx, rec); aerr != nil {
 			err = errors.Join(err, fmt.Errorf("dlq: the audit record of the failure failed: %w", aerr))
 		}
 		return p, err
 	}
 	p.TaskHandle = aws.ToString(out.TaskHandle)
 	rec.Action, rec.TaskHandle = ActionRedrive, p.TaskHandle
-	if err := cfg.Audit.record(ctx, rec); err != nil {
+	if err := cfg.Audit.record(actx, rec); err != nil {
 		return p, fmt.Errorf("dlq: message move task %s started, but the audit record failed: %w", p.TaskHandle, err)
 	}
 	return p, nil

@@ -230,7 +230,12 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 // whose reply was lost leaves) is deleted instead of replayed, recorded in
 // cfg.Audit as [ActionDropDuplicate], and counted in
 // ReplayResult.Duplicates: the job runs once, and leaves no copy behind.
-// Messages that differ in any of these are never taken for one job.
+// Messages that differ in any of these are never taken for one job. Only
+// the copies the run reads are known to it: one read in the same receive
+// as the limit's last message goes too, but a run stopped by cfg.Limit (or
+// ctx) reads no further, and a copy it did not read stays, as one whose job
+// an earlier run moved does; a later replay sends it under the job's
+// idempotency key, so that a handler keyed by it applies the job once.
 func (q *Queue) Replay(ctx context.Context, cfg ReplayConfig) (*ReplayResult, error) {
 	return q.replay(ctx, cfg, false)
 }
@@ -382,7 +387,8 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	}
 	identity, hasIdentity := jobIdentity(m)
 	if first, dup := r.replayed[identity]; hasIdentity && dup {
-		// Its job was moved: even past the limit, this copy goes.
+		// Its job was moved: even past the limit (a copy read in the same
+		// receive), this copy goes.
 		m.DuplicateOf = first
 		return r.drop(ctx, m)
 	}
@@ -447,7 +453,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		if refused {
 			what = "SQS refused it"
 		}
-		if aerr := r.cfg.Audit.record(ctx, AuditRecord{
+		if aerr := r.cfg.Audit.record(mctx, AuditRecord{
 			Action: ActionReplayFailed, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
 			DLQMessageID: m.ID, Filter: r.res.Filter, Note: fmt.Sprintf("not copied: %s: %v", what, err),
 		}); aerr != nil {
@@ -481,7 +487,8 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		r.res.Moved++
 	}
 	r.res.Messages = append(r.res.Messages, rm)
-	if err := r.cfg.Audit.record(ctx, AuditRecord{
+	// Recorded as the move ran: to its end, even if ctx is cancelled now.
+	if err := r.cfg.Audit.record(mctx, AuditRecord{
 		Action: ActionReplay, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
 		DLQMessageID: m.ID, NewMessageID: newID, Replays: rm.Replays, Filter: r.res.Filter, Deleted: deleted, Note: rm.Note,
 	}); err != nil {
@@ -491,8 +498,13 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 }
 
 // drop deletes m, a copy of a job this run replayed (m.DuplicateOf), from
-// the dead-letter queue, or in a dry run notes that it would. A copy whose
-// delete fails stays, noted in ReplayResult.Dropped.
+// the dead-letter queue, or in a dry run notes that it would. It is
+// recorded before the delete ([ActionReplayStart], its Note saying that the
+// copy is dropped), as every message a replay takes from the queue: an
+// audit record that fails leaves it there, and a crash between the delete
+// and its [ActionDropDuplicate] record leaves a trace. A copy whose delete
+// fails stays, noted in ReplayResult.Dropped and recorded as
+// [ActionReplayFailed].
 func (r *replayer) drop(ctx context.Context, m *Message) error {
 	dm := DroppedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), DuplicateOf: m.DuplicateOf}
 	if r.dryRun {
@@ -500,6 +512,14 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 		r.res.Duplicates++
 		r.res.Dropped = append(r.res.Dropped, dm)
 		return nil
+	}
+	what := "a copy of the job replayed from message " + m.DuplicateOf
+	if err := r.cfg.Audit.record(ctx, AuditRecord{
+		Action: ActionReplayStart, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
+		Filter: r.res.Filter, Note: "to be deleted: " + what,
+	}); err != nil {
+		r.s.hold(m.ID, m.ReceiptHandle)
+		return fmt.Errorf("dlq: message %s, a copy of the replayed message %s, was not deleted: the audit record failed: %w", m.ID, m.DuplicateOf, err)
 	}
 	// The delete runs to its end even if ctx is cancelled now.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
@@ -510,14 +530,20 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 		r.res.Dropped = append(r.res.Dropped, dm)
 		r.q.log.Warn("dlq: a duplicate copy of a replayed job could not be deleted from the dead-letter queue",
 			"queue", r.q.URL, "message", m.ID, "duplicate_of", m.DuplicateOf, "error", err)
+		if aerr := r.cfg.Audit.record(mctx, AuditRecord{
+			Action: ActionReplayFailed, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
+			Filter: r.res.Filter, Note: fmt.Sprintf("not deleted: %s; it stays: %v", what, err),
+		}); aerr != nil {
+			return fmt.Errorf("dlq: message %s, a copy of the replayed message %s, was not deleted, and the audit record failed: %w", m.ID, m.DuplicateOf, errors.Join(err, aerr))
+		}
 		return nil
 	}
 	r.s.forget(m.ID)
 	r.res.Duplicates++
 	r.res.Dropped = append(r.res.Dropped, dm)
-	if err := r.cfg.Audit.record(ctx, AuditRecord{
+	if err := r.cfg.Audit.record(mctx, AuditRecord{
 		Action: ActionDropDuplicate, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
-		Filter: r.res.Filter, Deleted: true, Note: "a copy of the job replayed from message " + m.DuplicateOf,
+		Filter: r.res.Filter, Deleted: true, Note: what,
 	}); err != nil {
 		return fmt.Errorf("dlq: message %s, a copy of the replayed message %s, was deleted, but the audit record failed: %w", m.ID, m.DuplicateOf, err)
 	}

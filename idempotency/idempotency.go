@@ -157,10 +157,13 @@ type Guard struct {
 	claimed, duplicates, cacheHits, inProgress, payloadChanged,
 	missing, released, storeErrors, lostClaims, committed, cancelled atomic.Int64
 
-	// misconfigured is true from a request refused for the store's
-	// configuration (ErrMisconfigured) until the next successful claim:
-	// the error is logged once, not for every job.
-	misconfigured atomic.Bool
+	// misconfigured is true, for claims and for commits of the handlers'
+	// writes each (misClaim, misCommit), from a request refused for the
+	// store's configuration (ErrMisconfigured) until the next successful
+	// request of the same kind: the error is logged once, not for every
+	// job. The two are apart: claims that succeed say nothing of commits
+	// refused on the writes' tables.
+	misconfigured [2]atomic.Bool
 }
 
 // New validates cfg and returns a Guard over store.
@@ -353,10 +356,10 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 			g.inProgress.Add(1)
 			return sqsworker.RetryAfter(time.Second, nil)
 		}
-		g.noteMisconfigured(err)
+		g.noteMisconfigured(misClaim, err)
 		return err
 	}
-	g.noteUsable()
+	g.noteUsable(misClaim)
 	if existing != nil {
 		return g.duplicate(ctx, m, key, hash, existing, now, false)
 	}
@@ -423,20 +426,29 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	return nil
 }
 
-// noteMisconfigured logs err, when it matches ErrMisconfigured, as an error
-// naming the problem and its fix, once until a claim succeeds again: every
-// job fails the same way meanwhile.
-func (g *Guard) noteMisconfigured(err error) {
-	if !errors.Is(err, ErrMisconfigured) || g.misconfigured.Swap(true) {
+// Kinds of requests whose misconfiguration is noted apart (see
+// Guard.misconfigured).
+const (
+	misClaim  = 0 // claims
+	misCommit = 1 // commits of the handlers' writes
+)
+
+// noteMisconfigured logs err, the failure of a request of kind (misClaim,
+// misCommit), when it matches ErrMisconfigured, as an error naming the
+// problem and its fix, once until a request of that kind succeeds again:
+// every job fails the same way meanwhile.
+func (g *Guard) noteMisconfigured(kind int, err error) {
+	if !errors.Is(err, ErrMisconfigured) || g.misconfigured[kind].Swap(true) {
 		return
 	}
 	g.cfg.Logger.Error("idempotency store misconfigured: jobs fail as a dependency down (the circuit breaker opens, nothing is dead-lettered for it) until it is fixed",
 		"error", err)
 }
 
-// noteUsable logs that the store answers again after a misconfiguration.
-func (g *Guard) noteUsable() {
-	if g.misconfigured.Load() && g.misconfigured.Swap(false) {
+// noteUsable logs that requests of kind (misClaim, misCommit) succeed again
+// after a misconfiguration.
+func (g *Guard) noteUsable(kind int) {
+	if g.misconfigured[kind].Load() && g.misconfigured[kind].Swap(false) {
 		g.cfg.Logger.Info("idempotency store answers again: jobs run")
 	}
 }
@@ -516,11 +528,12 @@ func (g *Guard) commit(ctx context.Context, deadline time.Time, c Commit, size i
 	switch {
 	case errors.Is(err, ErrMisconfigured):
 		// Marked Unavailable by the store: the job waits for the fix.
-		g.noteMisconfigured(err)
+		g.noteMisconfigured(misCommit, err)
 		g.release(ctx, deadline, c.Key, c.Token, log)
 		return err
 	case err == nil:
 		g.committed.Add(1)
+		g.noteUsable(misCommit)
 		g.remember(rec)
 		return nil
 	case errors.Is(err, ErrNotHolder):

@@ -76,19 +76,22 @@ a second time. A message that is a copy of a job the replay moved already
 (the same original message ID, source queue, body and attributes: a
 dead-letter send whose reply was lost, sent again by the SDK) is deleted
 instead of replayed, and counted as a dropped duplicate: the job runs once.
+A copy the replay did not read (it stopped at --limit first) stays; a later
+replay sends it under the job's idempotency key.
 What was read is compared with the queue's approximate count.
 With --yes, each moved message is appended as one JSON line to the audit log
 (--audit; "-" for standard error; created readable by you only, never through
 a symbolic link): time, caller (sts:GetCallerIdentity), dead-letter queue,
 destination, original, dead-letter and new message IDs, replay count, filter;
 a dropped duplicate as action drop-duplicate.
-A line with the action "replay-start" comes before each copy is sent, and a
-"replay-failed" line after a copy that could not be sent: a replay-start
-without its "replay" or "replay-failed" line (same dead-letter message ID) is
-a message whose replay was killed between the send and the delete. Its copy may have been
-sent, and its original is back in the dead-letter queue: a rerun sends it
-again, with the same idempotency key, so that a handler keyed by it runs the
-job once.`,
+A line with the action "replay-start" comes before each copy is sent (and
+before each duplicate is deleted: its note says so), and a "replay-failed"
+line after a copy that could not be sent (or a duplicate not deleted): a
+replay-start without its "replay", "drop-duplicate" or "replay-failed" line
+(same dead-letter message ID) is a message whose replay was killed between
+the two. Its copy may have been sent, and its original is back in the
+dead-letter queue: a rerun sends it again, with the same idempotency key, so
+that a handler keyed by it runs the job once.`,
 		Example: `  # what would move: the messages that failed with one class in the last 2 hours
   sqsworker dlq replay orders-dlq --error-class upstream-unavailable --since "2h ago"
 
@@ -182,12 +185,21 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	if err := d.printReplay(q, res, o); err != nil {
 		return errors.Join(runErr, err)
 	}
+	undeleted := 0 // duplicate copies whose delete failed
+	for _, m := range res.Dropped {
+		if m.Note != "" {
+			undeleted++
+		}
+	}
 	switch {
 	case runErr != nil:
 		return runErr
 	case res.NotDeleted > 0:
 		return fmt.Errorf("%d message(s) were copied but could not be deleted from %s: they are in both queues (see the audit log)",
 			res.NotDeleted, q.Name)
+	case undeleted > 0:
+		return fmt.Errorf("%d duplicate copy(ies) of replayed jobs could not be deleted from %s: they stay, and a later replay sends their jobs again, under the same idempotency key (see above and the audit log)",
+			undeleted, q.Name)
 	case res.OtherSource > 0:
 		return fmt.Errorf("%d matching message(s) stay in %s: they failed in another of its source queues than --to %s (see above); replay them without --to, which sends each back to its own",
 			res.OtherSource, q.Name, queueName(cfg.To))

@@ -54,7 +54,8 @@ by name or URL, or every queue whose name starts with --prefix (ListQueues):
                 queue's approximate count; the page can read more, up to
                 10000 at once (dlq ls --max has no bound).
   Replay        a dry run first (what would move where), then an explicit
-                confirm, which moves exactly the messages the dry run showed;
+                confirm, which moves exactly the messages the dry run showed
+                (and deletes the duplicate copies of their jobs it found);
                 the filtered set or the selected messages, to their source
                 queue or another. A dry run stopped at --scan-max says so:
                 only its messages move. A finished replay's status is kept

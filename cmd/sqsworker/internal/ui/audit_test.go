@@ -48,3 +48,38 @@ func TestReadAuditPairsReplayStarts(t *testing.T) {
 		}
 	}
 }
+
+// A duplicate a replay dropped is recorded as a replay-start before its
+// delete and a drop-duplicate after (or replay-failed when the delete
+// failed): the page shows the outcome only, as for a moved message.
+func TestReadAuditPairsDropStarts(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	var lines []byte
+	for _, r := range []dlq.AuditRecord{
+		{Action: dlq.ActionReplayStart, DLQ: "q", DLQMessageID: "a"},
+		{Action: dlq.ActionReplay, DLQ: "q", DLQMessageID: "a", NewMessageID: "a2", Deleted: true},
+		{Action: dlq.ActionReplayStart, DLQ: "q", DLQMessageID: "b", Note: "to be deleted"},
+		{Action: dlq.ActionDropDuplicate, DLQ: "q", DLQMessageID: "b", Deleted: true},
+		{Action: dlq.ActionReplayStart, DLQ: "q", DLQMessageID: "c", Note: "to be deleted"},
+	} {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(append(lines, b...), '\n')
+	}
+	if err := os.WriteFile(path, lines, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := readAudit(path, 10)
+	if err != nil || len(recs) != 3 {
+		t.Fatalf("%v, %+v; want 3 records", err, recs)
+	}
+	for i, want := range []struct{ action, id string }{
+		{dlq.ActionReplayStart, "c"}, {dlq.ActionDropDuplicate, "b"}, {dlq.ActionReplay, "a"},
+	} {
+		if recs[i].Action != want.action || recs[i].DLQMessageID != want.id {
+			t.Errorf("record %d: %+v, want %s of %s", i, recs[i], want.action, want.id)
+		}
+	}
+}

@@ -442,10 +442,13 @@ func (s *Server) handleMessage(w http.ResponseWriter, r *http.Request) {
 
 // plan is a dry run kept for the replay that confirms it.
 type plan struct {
-	queue   string
-	filter  dlq.Filter
-	to      string
+	queue  string
+	filter dlq.Filter
+	to     string
+	// ids are the dead-letter IDs of the messages the dry run would move,
+	// then of the duplicate copies of their jobs it would delete.
 	ids     []string
+	moves   int // how many of ids are to move
 	created time.Time
 	// notice says, when the dry run stopped at its limit, that only its
 	// messages are acted on.
@@ -586,6 +589,14 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 	for _, m := range res.Messages {
 		p.ids = append(p.ids, m.MessageID)
 	}
+	p.moves = len(p.ids)
+	// The copies of their jobs that the dry run would delete: the replay
+	// deletes them too (or moves one, should it read it before the copy
+	// planned; one copy per job all the same), rather than leave them to
+	// be replayed again.
+	for _, d := range res.Dropped {
+		p.ids = append(p.ids, d.MessageID)
+	}
 	out := planResponse{Result: res, Warnings: warnings, Max: limit, MaxScanMax: MaxScanMax}
 	if res.LimitHit {
 		out.Notice = planNotice(oq.q.Name, len(res.Messages), res.Scanned, res.Coverage.Approximate, limit)
@@ -635,7 +646,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, badRequest(planGone))
 		return
 	}
-	if len(p.ids) == 0 {
+	if p.moves == 0 {
 		s.fail(w, r, badRequest("the dry run moves nothing"))
 		return
 	}
@@ -654,7 +665,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 	f := p.filter
 	f.IDs = p.ids
 	audit := s.auditFor(r)
-	j := &job{Queue: oq.q.Name, Total: len(p.ids), Notice: p.notice}
+	j := &job{Queue: oq.q.Name, Total: p.moves, Notice: p.notice}
 	// Under mu, which Serve holds to cancel base: a replay starts before
 	// Serve waits for the replays, or not at all.
 	s.mu.Lock()
@@ -669,7 +680,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 	s.jobsWG.Add(1)
 	s.mu.Unlock()
 	// The filter is not logged: its text condition may quote a body.
-	s.log.Info("replay started", "queue", oq.q.Name, "messages", len(p.ids), "job", j.ID)
+	s.log.Info("replay started", "queue", oq.q.Name, "messages", p.moves, "job", j.ID)
 	go func() {
 		defer s.jobsWG.Done()
 		res, err := oq.q.Replay(s.base, dlq.ReplayConfig{
@@ -821,7 +832,7 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 			continue
 		}
 		switch rec.Action {
-		case dlq.ActionReplay, dlq.ActionReplayFailed, dlq.ActionRedrive, dlq.ActionRedriveFailed:
+		case dlq.ActionReplay, dlq.ActionReplayFailed, dlq.ActionDropDuplicate, dlq.ActionRedrive, dlq.ActionRedriveFailed:
 			recs = dropStart(recs, rec)
 		}
 		recs = append(recs, rec)
@@ -843,7 +854,7 @@ func readAudit(path string, n int) ([]dlq.AuditRecord, int, error) {
 }
 
 // dropStart removes from recs the start record of what rec (a replay,
-// redrive, or failed one) is about: the last replay-start with its queue
+// dropped duplicate, redrive, or failed one) is about: the last replay-start with its queue
 // and message ID, or redrive-start with its queue.
 func dropStart(recs []dlq.AuditRecord, rec dlq.AuditRecord) []dlq.AuditRecord {
 	start := dlq.ActionReplayStart

@@ -329,6 +329,7 @@ async function planReplay(selectedOnly, to) {
       el("table", { id: "plan-table" }, el("thead", {}, el("tr", {}, el("th", {}, "Original ID"), el("th", {}, "Error class"), el("th", {}, "Failed at"), el("th", {}, "Destination"))), el("tbody", {}, rows)),
       stayed.length ? el("div", {}, el("p", { class: "err" }, `${stayed.length} would stay:`), el("ul", {}, stayed)) : null,
       res.noSource ? el("p", { class: "err" }, `${res.noSource} have no source queue: give a destination.`) : null,
+      res.duplicates ? el("p", { class: "muted", id: "plan-duplicates" }, `${res.duplicates} duplicate copy(ies) of these jobs would be deleted (the same original message ID, source queue, body and attributes): each job is replayed once.`) : null,
       el("div", { class: "bar" }, confirm, el("button", { type: "button", onclick: () => fill(box) }, "Cancel")),
       el("div", { id: "replay-progress" })));
   } catch (e) {
@@ -353,6 +354,7 @@ async function runReplay(planId, total) {
         fill(document.getElementById("last-result"), el("div", { class: "panel plan" }, el("span", { class: j.error ? "err" : "ok", id: "replay-result" },
           `Moved ${r.moved} message(s) to ${[...new Set((r.messages || []).map((m) => queueName(m.destination)))].join(", ") || "–"}` +
           (r.notDeleted ? `; ${r.notDeleted} copied but not deleted (in both queues)` : "") +
+          (r.duplicates ? `; ${r.duplicates} duplicate copy(ies) deleted` : "") +
           (j.error ? ": " + j.error : ". Recorded in the audit log.")),
           j.notice ? el("p", { class: "warn", id: "replay-notice" }, j.notice) : null));
         dq.selected.clear();
