@@ -390,7 +390,7 @@ func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int,
 	// (NotBeforeAttribute): a copy sent without a delay and received within
 	// the millisecond would be held back, and sent once more.
 	nb := s.Now().Add(delay).Truncate(time.Millisecond)
-	err := e.requeueBy(j, nb, prior, min(delay, s.MessageDelay), by)
+	err := e.requeueBy(j, nb, prior, min(delay, s.MessageDelay), by, true)
 	if err == nil {
 		j.Copied = true
 		ack.Delete(j)
@@ -411,11 +411,13 @@ func (e *Executor) requeueFailed() {
 // requeue sends a copy of j's message that waits until nb, with delay as its
 // message delay and prior as its earlier attempts.
 func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration) error {
-	return e.requeueBy(j, nb, prior, delay, time.Time{})
+	return e.requeueBy(j, nb, prior, delay, time.Time{}, false)
 }
 
-// requeueBy is requeue whose send ends by by, when set.
-func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duration, by time.Time) error {
+// requeueBy is requeue whose send ends by by, when set. restart allows a
+// copy without room for its prior attempts to go without them: for a
+// message that made no attempt on this receive (see waitInCopy).
+func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duration, by time.Time, restart bool) error {
 	m := j.Msg
 	attrs := maps.Clone(m.MessageAttributes)
 	if attrs == nil {
@@ -434,31 +436,50 @@ func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duratio
 	// A copy that does not fit (ten attributes of the job's own, or a body
 	// near SQS's size limit) goes without what it can spare rather than not
 	// at all, which would leave the job to the dead-letter queue though no
-	// handler failed: its time, when its message delay covers it; then its
-	// prior attempts, so that its count of attempts starts again.
-	if fits := func() bool {
-		return len(attrs) <= sqsworker.MaxMessageAttributes && sqsworker.MessageSize(m.Body, attrs) <= sqsworker.MaxMessageSize
-	}; !fits() {
+	// handler failed: its time, when its message delay covers it; then, if
+	// restart allows (no attempt was made on this receive), its prior
+	// attempts, so that its count of attempts starts again. The job's key
+	// comes before them: a copy without it gets its own message ID as its
+	// key, and a duplicate (a send retried, an original not deleted)
+	// applies the job twice. A failed attempt's copy (restart false) keeps
+	// its prior attempts or is not sent: without them, a job failing for
+	// good would start again at every copy, never dead-lettered.
+	_, hasKey := attrs[jobkey.Attribute]
+	key := sqsworker.MessageAttribute{DataType: "String", StringValue: jobkey.Default(m)}
+	fits := func(withKey bool) bool {
+		n, size := len(attrs), sqsworker.MessageSize(m.Body, attrs)
+		if withKey && !hasKey {
+			n, size = n+1, size+len(jobkey.Attribute)+len(key.DataType)+len(key.StringValue)
+		}
+		return n <= sqsworker.MaxMessageAttributes && size <= sqsworker.MaxMessageSize
+	}
+	if !fits(true) {
 		if !e.Requeue.FIFO && !nb.After(steps().Now().Add(delay)) {
 			delete(attrs, sqsworker.AttrNotBefore)
 		}
-		if _, ok := attrs[sqsworker.AttrPriorAttempts]; ok && !fits() {
+		if pa, ok := attrs[sqsworker.AttrPriorAttempts]; ok && restart && !fits(true) {
+			fitted := fits(false)
 			delete(attrs, sqsworker.AttrPriorAttempts)
-			j.log(e).Warn("no room in the waiting copy for its prior attempts (the job's own message attributes, or its body, take it): its count of attempts starts again",
-				"message_id", m.ID, "prior_attempts", prior)
+			if fitted && !fits(true) {
+				// No room for the key either way: the attempts stay.
+				attrs[sqsworker.AttrPriorAttempts] = pa
+			}
 		}
-		if !fits() {
+		if !fits(false) {
 			return fmt.Errorf("the copy needs %d message attributes and %d bytes, over SQS's limits of %d and %d: leave room for %s and %s",
 				len(attrs), sqsworker.MessageSize(m.Body, attrs), sqsworker.MaxMessageAttributes, sqsworker.MaxMessageSize,
 				sqsworker.AttrNotBefore, sqsworker.AttrPriorAttempts)
 		}
+		if _, ok := attrs[sqsworker.AttrPriorAttempts]; !ok && prior > 0 {
+			j.log(e).Warn("no room in the waiting copy for its prior attempts (the job's own message attributes, or its body, take it): its count of attempts starts again",
+				"message_id", m.ID, "prior_attempts", prior)
+		}
 	}
-	_, hasKey := attrs[jobkey.Attribute]
 	addKey := !hasKey && len(attrs) < sqsworker.MaxMessageAttributes
 	if addKey {
 		// What the idempotency middleware's DefaultKey gives the first
 		// message, so that its copies share its key.
-		attrs[jobkey.Attribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: jobkey.Default(m)}
+		attrs[jobkey.Attribute] = key
 		if sqsworker.MessageSize(m.Body, attrs) > sqsworker.MaxMessageSize {
 			delete(attrs, jobkey.Attribute)
 			addKey = false
