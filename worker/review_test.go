@@ -3,14 +3,18 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
@@ -63,4 +67,111 @@ func TestShutdownReleaseCopyWithoutRoomKeepsTheKey(t *testing.T) {
 			t.Errorf("the copy's key is %q, want the job's %q", got, want)
 		}
 	})
+}
+
+// held is the number of jobs whose time has not come that the stopping
+// worker's last long poll takes, in the test below.
+const held = 3
+
+// Jobs whose time has not come (ten minutes ahead: a hold by a copy, at
+// any receive count) that one of the stopping worker's last long polls
+// takes are held back in copies whose sends, as the copies of released
+// messages, are given up after the stop's bound (5s) when SQS takes them
+// and never answers: the jobs are then held by their visibility, none
+// lost, none run, none dead-lettered. Before, the hold's copies were bound
+// by the executor's MoveTimeout alone (30s), which the stop waited for.
+// When the sends pass, the copies take the originals' place.
+func TestStoppingHoldCopiesShareTheStopBound(t *testing.T) {
+	t.Parallel()
+	for _, hang := range []bool{true, false} {
+		t.Run(fmt.Sprint("hang=", hang), func(t *testing.T) {
+			t.Parallel()
+			t.Run("fake", func(t *testing.T) {
+				t.Parallel()
+				synctest.Test(t, func(t *testing.T) {
+					q := fakeRelQueue(t, "stopping-hold-copies")
+					api := &hungSends{API: q.api, hang: func(ctx context.Context, _ *sqs.SendMessageInput) error {
+						<-ctx.Done()
+						return ctx.Err()
+					}}
+					holdCopiesWhileStopping(t, q, api, hang, 10*time.Second)
+				})
+			})
+			t.Run("emulator", func(t *testing.T) {
+				t.Parallel()
+				q := emuRelQueue(t)
+				proxy, err := faultproxy.ForEndpoint(localtest.Endpoint())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = proxy.Close() })
+				if err := proxy.Blackhole(); err != nil {
+					t.Fatal(err)
+				}
+				via := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
+				api := &hungSends{API: q.api, hang: func(ctx context.Context, in *sqs.SendMessageInput) error {
+					_, err := via.SendMessage(ctx, in)
+					return err
+				}}
+				holdCopiesWhileStopping(t, q, api, hang, 20*time.Second)
+			})
+		})
+	}
+}
+
+// holdCopiesWhileStopping runs the test above on q through api: the stop
+// must end within within of the jobs' release to the last long poll.
+func holdCopiesWhileStopping(t *testing.T, q relQueue, api *hungSends, hang bool, within time.Duration) {
+	t.Helper()
+	nb := strconv.FormatInt(time.Now().Add(10*time.Minute).UnixMilli(), 10)
+	for i := range held {
+		if _, err := q.api.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: &q.url, MessageBody: aws.String(fmt.Sprint("later-", i)),
+			MessageAttributes: map[string]types.MessageAttributeValue{sqsworker.AttrNotBefore: {DataType: aws.String("Number"), StringValue: &nb}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	visible := q.firstAttempts(t, held)
+	r := start(t, api, worker.Config{QueueURL: q.url, Concurrency: held, Pollers: 1, MaxMessages: held, WaitTime: 5 * time.Second, DisableDepth: true},
+		sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+			t.Errorf("handler ran for %s ten minutes before its time", m.ID)
+			return nil
+		}))
+	time.Sleep(500 * time.Millisecond) // the loop in its long poll
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.w.Shutdown(context.Background()) }()
+	localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "the worker does not stop")
+	api.armed.Store(hang)
+	begin := time.Now()
+	visible() // taken by the last long poll
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Shutdown did not return")
+	}
+	took := time.Since(begin)
+	t.Logf("stopped %s after the jobs were made visible", took.Round(time.Millisecond))
+	r.stop(10 * time.Second)
+	s := r.w.Stats()
+	if s.Received != held || s.Held != held || s.Released != 0 || s.DeadLettered != 0 || s.AckFailures != 0 {
+		t.Errorf("stats %+v: want the %d jobs received by the last long poll and held", s, held)
+	}
+	if hang {
+		if took > within {
+			t.Errorf("the stop took %s, want within %s: the hold's copies were not bound by the stop", took.Round(time.Millisecond), within)
+		}
+		if s.Requeued != 0 || s.RequeueFailures != held || api.sends.Load() != held {
+			t.Errorf("stats %+v, %d sends: want each copy sent once and given up", s, api.sends.Load())
+		}
+	} else if s.Requeued != held || s.RequeueFailures != 0 {
+		t.Errorf("stats %+v: want the %d copies sent", s, held)
+	}
+	if got := q.count(q.url); got != held {
+		t.Errorf("%d messages in the queue after the stop, want %d", got, held)
+	}
+	if got := q.count(q.dlq); got != 0 {
+		t.Errorf("%d messages dead-lettered, want none", got)
+	}
 }

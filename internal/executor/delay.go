@@ -185,7 +185,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 		// from a receive count of 0. Without one, the job runs on this
 		// copy rather than wait for ever.
 		if e.Requeue.enabled() {
-			err := e.requeue(j, nb, m.PriorAttempts(), 0)
+			err := e.requeue(j, ack, nb, m.PriorAttempts(), 0)
 			if err == nil {
 				j.Copied = true
 				ack.Delete(j)
@@ -220,7 +220,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 	}
 	if e.Requeue.enabled() {
 		delay := min(max(wait, 0), s.MessageDelay)
-		err := e.requeue(j, nb, m.PriorAttempts(), delay)
+		err := e.requeue(j, ack, nb, m.PriorAttempts(), delay)
 		if err == nil {
 			e.Counters.Held.Add(1)
 			e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
@@ -311,7 +311,7 @@ func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
 	nb := now.Add(delay)
 	// A delay the visibility left cannot hold may still be short (the
 	// handler ran nearly 12 hours): the copy is delayed by no more.
-	if err := e.requeue(j, nb, prior, min(delay, s.MessageDelay)); err != nil {
+	if err := e.requeue(j, ack, nb, prior, min(delay, s.MessageDelay)); err != nil {
 		e.requeueFailed()
 		j.log(e).Warn("sending the waiting copy for a long backoff failed; retrying after the longest visibility timeout instead",
 			"message_id", j.Msg.ID, "retry_in", delay, "error", err)
@@ -409,9 +409,20 @@ func (e *Executor) requeueFailed() {
 }
 
 // requeue sends a copy of j's message that waits until nb, with delay as its
-// message delay and prior as its earlier attempts.
-func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration) error {
-	return e.requeueBy(j, nb, prior, delay, time.Time{}, false)
+// message delay and prior as its earlier attempts, within what ack's
+// CopyLimits asks, if it has them (the worker while it stops): delayed by
+// at least its least delay (up to a message delay), its send ending by its
+// bound.
+func (e *Executor) requeue(j *Job, ack Acker, nb time.Time, prior int, delay time.Duration) error {
+	var by time.Time
+	if l, ok := ack.(CopyLimiter); ok {
+		var least time.Duration
+		least, by = l.CopyLimits(j)
+		if !e.Requeue.FIFO {
+			delay = max(delay, min(least, steps().MessageDelay))
+		}
+	}
+	return e.requeueBy(j, nb, prior, delay, by, false)
 }
 
 // requeueBy is requeue whose send ends by by, when set. restart allows a
