@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
+	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -174,4 +176,52 @@ func holdCopiesWhileStopping(t *testing.T, q relQueue, api *hungSends, hang bool
 	if got := q.count(q.dlq); got != 0 {
 		t.Errorf("%d messages dead-lettered, want none", got)
 	}
+}
+
+// In a FIFO group, a message whose time has not come (ten minutes ahead)
+// received behind one that fails, and released with the rest of its group,
+// is released, not held back: held, it stayed in flight for ten minutes,
+// and SQS hands out no message of a group with one in flight, so that the
+// failed message, at the group's head, came back ten minutes late rather
+// than after its backoff (1s). On sqstest.Fake, which, as SQS, hands out
+// several messages of one group in one receive (the emulator hands out
+// one, so that no message comes behind another in a receive).
+func TestFIFOHeldMessageBehindAFailureDoesNotLockTheGroup(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := sqstest.NewFake()
+		url := f.CreateQueue("held-behind.fifo", map[string]string{"FifoQueue": "true", "VisibilityTimeout": "30"})
+		nb := strconv.FormatInt(time.Now().Add(10*time.Minute).UnixMilli(), 10)
+		for i, body := range []string{"first", "later"} {
+			f.Send(url, body, func(in *sqs.SendMessageInput) {
+				in.MessageGroupId, in.MessageDeduplicationId = aws.String("g"), aws.String(fmt.Sprint(i))
+				if body == "later" {
+					in.MessageAttributes = map[string]types.MessageAttributeValue{sqsworker.AttrNotBefore: {DataType: aws.String("Number"), StringValue: &nb}}
+				}
+			})
+		}
+		start0 := time.Now()
+		var mu sync.Mutex
+		runs := map[string][]time.Duration{}
+		r := start(t, f, worker.Config{QueueURL: url, Concurrency: 2, MaxMessages: 10, WaitTime: time.Second, DisableDepth: true, Backoff: oneSecond},
+			sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+				mu.Lock()
+				defer mu.Unlock()
+				runs[m.Body] = append(runs[m.Body], time.Since(start0))
+				if m.Body == "first" && len(runs[m.Body]) == 1 {
+					return errTransient
+				}
+				return nil
+			}))
+		time.Sleep(11 * time.Minute)
+		r.stop(10 * time.Second)
+		mu.Lock()
+		defer mu.Unlock()
+		if f := runs["first"]; len(f) != 2 || f[1] > time.Minute {
+			t.Errorf("first ran at %v, want twice, the second within a minute (its backoff 1s)", f)
+		}
+		if l := runs["later"]; len(l) != 1 || l[0] < 10*time.Minute {
+			t.Errorf("later ran at %v, want once, at its time (10m)", l)
+		}
+	})
 }
