@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -223,5 +224,45 @@ func TestFIFOHeldMessageBehindAFailureDoesNotLockTheGroup(t *testing.T) {
 		if l := runs["later"]; len(l) != 1 || l[0] < 10*time.Minute {
 			t.Errorf("later ran at %v, want once, at its time (10m)", l)
 		}
+	})
+}
+
+// A job at the size limit of a queue whose MaximumMessageSize is below
+// SQS's 1 MiB (64 KiB), cut short at the shutdown deadline on its last
+// receive, still waits in a copy: SQS refuses the copy with its time and
+// prior attempts, and it goes without them, its attempts starting again,
+// rather than not at all (then SQS moved the job to the dead-letter queue
+// on its next receive, though no handler failed there).
+func TestShutdownReleaseCopyAtASmallQueueLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 64 << 10
+	small := func(t *testing.T, q relQueue) {
+		body := strings.Repeat("x", limit-16)
+		r := stopAtSecondAttempt(t, q.api, worker.Config{QueueURL: q.url}, false, func() {
+			if _, err := q.api.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: &q.url, MessageBody: &body}); err != nil {
+				t.Fatal(err)
+			}
+		}, nil, 60*time.Second)
+		if s := r.w.Stats(); s.Released != 1 || s.Requeued != 1 || s.RequeueFailures != 0 {
+			t.Errorf("stats %+v: want 1 release, in a copy", s)
+		}
+		q.runCopyAs(t, 1)
+	}
+	t.Run("fake", func(t *testing.T) {
+		t.Parallel()
+		f := sqstest.NewFake()
+		dlq := f.CreateQueue("release-small-dlq", nil)
+		url := f.CreateQueue("release-small", map[string]string{"VisibilityTimeout": "30", "MaximumMessageSize": strconv.Itoa(limit),
+			"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":2}`, sqstest.QueueARN("release-small-dlq"))})
+		small(t, relQueue{api: f, url: url, dlq: dlq, count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }})
+	})
+	t.Run("emulator", func(t *testing.T) {
+		t.Parallel()
+		q := emuRelQueue(t)
+		if _, err := q.api.(*sqs.Client).SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: &q.url,
+			Attributes: map[string]string{"MaximumMessageSize": strconv.Itoa(limit)}}); err != nil {
+			t.Fatal(err)
+		}
+		small(t, q)
 	})
 }

@@ -464,8 +464,10 @@ func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duratio
 		}
 		return n <= sqsworker.MaxMessageAttributes && size <= sqsworker.MaxMessageSize
 	}
+	// The copy's time may go when its message delay covers it.
+	nbSpare := !e.Requeue.FIFO && !nb.After(steps().Now().Add(delay))
 	if !fits(true) {
-		if !e.Requeue.FIFO && !nb.After(steps().Now().Add(delay)) {
+		if nbSpare {
 			delete(attrs, sqsworker.AttrNotBefore)
 		}
 		if pa, ok := attrs[sqsworker.AttrPriorAttempts]; ok && restart && !fits(true) {
@@ -530,12 +532,39 @@ func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duratio
 		defer cancelBy()
 	}
 	_, err := e.Requeue.API.SendMessage(ctx, in)
-	if err != nil && addKey && queue.IsInvalidParameter(err) {
-		// Perhaps over the queue's MaximumMessageSize, which the message
-		// fit without the key: the copy goes without rather than not at
-		// all, which would leave the job waiting on receives that run out.
-		delete(in.MessageAttributes, jobkey.Attribute)
-		_, err = e.Requeue.API.SendMessage(ctx, in)
+	if err != nil && queue.IsInvalidParameter(err) {
+		// Perhaps over the queue's MaximumMessageSize (below SQS's limit),
+		// which the message fit without what the copy adds: the copy goes
+		// without what it can spare, in the order above (its time when its
+		// delay covers it and, if restart allows, its prior attempts; then
+		// the key it was given), rather than not at all, which would leave
+		// the job waiting on receives that run out.
+		var spare [][]string
+		if restart {
+			spare = append(spare, []string{sqsworker.AttrPriorAttempts})
+			if nbSpare {
+				spare[0] = append(spare[0], sqsworker.AttrNotBefore)
+			}
+		}
+		if addKey {
+			spare = append(spare, []string{jobkey.Attribute})
+		}
+		for _, names := range spare {
+			n := len(in.MessageAttributes)
+			for _, name := range names {
+				delete(in.MessageAttributes, name)
+			}
+			if len(in.MessageAttributes) == n {
+				continue
+			}
+			if _, err = e.Requeue.API.SendMessage(ctx, in); err == nil || !queue.IsInvalidParameter(err) {
+				break
+			}
+		}
+		if _, kept := in.MessageAttributes[sqsworker.AttrPriorAttempts]; err == nil && !kept && prior > 0 {
+			j.log(e).Warn("no room in the waiting copy for its prior attempts (the queue's MaximumMessageSize): its count of attempts starts again",
+				"message_id", m.ID, "prior_attempts", prior)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("sending a waiting copy of message %s to %s: %w", m.ID, e.Requeue.URL, err)
