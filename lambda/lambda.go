@@ -398,17 +398,19 @@ func (inv *invocation) acquire() bool {
 // being moved to the dead-letter queue by SQS on its next receive. A record
 // whose time has not come is held back instead, as run holds it.
 func (inv *invocation) releaseWaiting(recs []record) {
-	var waiting []*record
 	if fifo(recs) {
 		for _, g := range groupsOf(recs)[inv.acquired:] {
-			waiting = append(waiting, g...)
+			// The group's head is held back if its time has not come; the
+			// records behind it are released (see ReleaseBehind).
+			g[0].exec(inv.a).Release(&g[0].job, g[0])
+			for _, rec := range g[1:] {
+				rec.exec(inv.a).ReleaseBehind(&rec.job, rec)
+			}
 		}
-	} else {
-		for i := range recs[inv.acquired:] {
-			waiting = append(waiting, &recs[inv.acquired+i])
-		}
+		return
 	}
-	for _, rec := range waiting {
+	for i := range recs[inv.acquired:] {
+		rec := &recs[inv.acquired+i]
 		rec.exec(inv.a).Release(&rec.job, rec) // which holds back a record whose time has not come
 	}
 }
@@ -671,7 +673,7 @@ func (inv *invocation) runGroup(group []*record) {
 	for i, rec := range group {
 		if !inv.run(rec) {
 			for _, rest := range group[i+1:] {
-				rest.exec(inv.a).Release(&rest.job, rest)
+				rest.exec(inv.a).ReleaseBehind(&rest.job, rest) // not held: see ReleaseBehind
 			}
 			return
 		}

@@ -116,16 +116,16 @@ func (c *consumer) runGroup(group []*executor.Job) {
 		// gone; with heartbeats, when it was lost.
 		late := c.ext == nil && i > 0 && c.vis > 0 && time.Since(j.ReceivedAt) > c.vis/2
 		if c.pollCtx.Err() != nil {
-			c.release(group[i:])
+			c.release(group[i:], false)
 			return
 		}
 		// Nor does a group go on while the circuit breaker is open.
 		if late || j.Ctx.Err() != nil || (i > 0 && c.exec.Breaker.State() != breaker.Closed) {
-			c.release(group[i:])
+			c.release(group[i:], false)
 			return
 		}
 		if !c.run(j) {
-			c.release(group[i+1:])
+			c.release(group[i+1:], true)
 			return
 		}
 	}
@@ -150,10 +150,23 @@ func groupByID(jobs []*executor.Job) [][]*executor.Job {
 // release makes unhandled messages visible again and frees their handler
 // slots: at once, or, while the worker stops, not before its last long
 // polls have ended (see Retry). Messages whose lease was lost are left
-// alone.
-func (c *consumer) release(jobs []*executor.Job) {
+// alone. On a FIFO queue, a message behind another of its group in jobs,
+// or behind one not done (behind), is released even when its time has not
+// come (see executor.Executor.ReleaseBehind).
+func (c *consumer) release(jobs []*executor.Job, behind bool) {
+	var ahead map[string]bool // FIFO groups with a message released before
 	for _, j := range jobs {
+		if c.info.FIFO && (behind || ahead[j.Msg.GroupID]) {
+			c.exec.ReleaseBehind(j, c)
+			continue
+		}
 		c.exec.Release(j, c)
+		if c.info.FIFO {
+			if ahead == nil {
+				ahead = map[string]bool{}
+			}
+			ahead[j.Msg.GroupID] = true
+		}
 	}
 	c.releaseSlots(len(jobs))
 }
@@ -167,7 +180,7 @@ func (c *consumer) release(jobs []*executor.Job) {
 // such copies: their messages are released in order, from the loop.
 func (c *consumer) releaseAll(jobs []*executor.Job) {
 	if c.info.FIFO || len(jobs) == 1 {
-		c.release(jobs)
+		c.release(jobs, false)
 		return
 	}
 	var wg sync.WaitGroup

@@ -185,7 +185,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 		// from a receive count of 0. Without one, the job runs on this
 		// copy rather than wait for ever.
 		if e.Requeue.enabled() {
-			err := e.requeue(j, nb, m.PriorAttempts(), 0)
+			err := e.requeue(j, ack, nb, m.PriorAttempts(), 0)
 			if err == nil {
 				j.Copied = true
 				ack.Delete(j)
@@ -220,7 +220,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 	}
 	if e.Requeue.enabled() {
 		delay := min(max(wait, 0), s.MessageDelay)
-		err := e.requeue(j, nb, m.PriorAttempts(), delay)
+		err := e.requeue(j, ack, nb, m.PriorAttempts(), delay)
 		if err == nil {
 			e.Counters.Held.Add(1)
 			e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
@@ -311,7 +311,7 @@ func (e *Executor) later(j *Job, ack Acker, delay time.Duration, prior int) {
 	nb := now.Add(delay)
 	// A delay the visibility left cannot hold may still be short (the
 	// handler ran nearly 12 hours): the copy is delayed by no more.
-	if err := e.requeue(j, nb, prior, min(delay, s.MessageDelay)); err != nil {
+	if err := e.requeue(j, ack, nb, prior, min(delay, s.MessageDelay)); err != nil {
 		e.requeueFailed()
 		j.log(e).Warn("sending the waiting copy for a long backoff failed; retrying after the longest visibility timeout instead",
 			"message_id", j.Msg.ID, "retry_in", delay, "error", err)
@@ -409,9 +409,20 @@ func (e *Executor) requeueFailed() {
 }
 
 // requeue sends a copy of j's message that waits until nb, with delay as its
-// message delay and prior as its earlier attempts.
-func (e *Executor) requeue(j *Job, nb time.Time, prior int, delay time.Duration) error {
-	return e.requeueBy(j, nb, prior, delay, time.Time{}, false)
+// message delay and prior as its earlier attempts, within what ack's
+// CopyLimits asks, if it has them (the worker while it stops): delayed by
+// at least its least delay (up to a message delay), its send ending by its
+// bound.
+func (e *Executor) requeue(j *Job, ack Acker, nb time.Time, prior int, delay time.Duration) error {
+	var by time.Time
+	if l, ok := ack.(CopyLimiter); ok {
+		var least time.Duration
+		least, by = l.CopyLimits(j)
+		if !e.Requeue.FIFO {
+			delay = max(delay, min(least, steps().MessageDelay))
+		}
+	}
+	return e.requeueBy(j, nb, prior, delay, by, false)
 }
 
 // requeueBy is requeue whose send ends by by, when set. restart allows a
@@ -453,8 +464,10 @@ func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duratio
 		}
 		return n <= sqsworker.MaxMessageAttributes && size <= sqsworker.MaxMessageSize
 	}
+	// The copy's time may go when its message delay covers it.
+	nbSpare := !e.Requeue.FIFO && !nb.After(steps().Now().Add(delay))
 	if !fits(true) {
-		if !e.Requeue.FIFO && !nb.After(steps().Now().Add(delay)) {
+		if nbSpare {
 			delete(attrs, sqsworker.AttrNotBefore)
 		}
 		if pa, ok := attrs[sqsworker.AttrPriorAttempts]; ok && restart && !fits(true) {
@@ -519,12 +532,39 @@ func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duratio
 		defer cancelBy()
 	}
 	_, err := e.Requeue.API.SendMessage(ctx, in)
-	if err != nil && addKey && queue.IsInvalidParameter(err) {
-		// Perhaps over the queue's MaximumMessageSize, which the message
-		// fit without the key: the copy goes without rather than not at
-		// all, which would leave the job waiting on receives that run out.
-		delete(in.MessageAttributes, jobkey.Attribute)
-		_, err = e.Requeue.API.SendMessage(ctx, in)
+	if err != nil && queue.IsInvalidParameter(err) {
+		// Perhaps over the queue's MaximumMessageSize (below SQS's limit),
+		// which the message fit without what the copy adds: the copy goes
+		// without what it can spare, in the order above (its time when its
+		// delay covers it and, if restart allows, its prior attempts; then
+		// the key it was given), rather than not at all, which would leave
+		// the job waiting on receives that run out.
+		var spare [][]string
+		if restart {
+			spare = append(spare, []string{sqsworker.AttrPriorAttempts})
+			if nbSpare {
+				spare[0] = append(spare[0], sqsworker.AttrNotBefore)
+			}
+		}
+		if addKey {
+			spare = append(spare, []string{jobkey.Attribute})
+		}
+		for _, names := range spare {
+			n := len(in.MessageAttributes)
+			for _, name := range names {
+				delete(in.MessageAttributes, name)
+			}
+			if len(in.MessageAttributes) == n {
+				continue
+			}
+			if _, err = e.Requeue.API.SendMessage(ctx, in); err == nil || !queue.IsInvalidParameter(err) {
+				break
+			}
+		}
+		if _, kept := in.MessageAttributes[sqsworker.AttrPriorAttempts]; err == nil && !kept && prior > 0 {
+			j.log(e).Warn("no room in the waiting copy for its prior attempts (the queue's MaximumMessageSize): its count of attempts starts again",
+				"message_id", m.ID, "prior_attempts", prior)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("sending a waiting copy of message %s to %s: %w", m.ID, e.Requeue.URL, err)

@@ -539,3 +539,49 @@ func TestEmulatorDelayAtTheSizeLimit(t *testing.T) {
 		}
 	}
 }
+
+// A job failing for good with a backoff over the visibility's reach (a
+// "day"), whose waiting copy has no room for its prior attempts (nine
+// message attributes of its own), is dead-lettered after its third attempt
+// (maxReceiveCount 3) through the worker on the emulator: it waits by its
+// visibility, whose receives count, rather than in copies that start its
+// attempts again. Before, every copy ran as attempt 1, and the job was
+// never dead-lettered.
+func TestEmulatorLongBackoffWithoutRoomIsDeadLettered(t *testing.T) {
+	localtest.Require(t)
+	useEmuSteps(t)
+	day := 2 * emuSteps.Visibility
+	api := &counting{Client: localtest.NewSQS(t)}
+	q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: 3})
+	var r ran
+	stop := runtimes["worker"](t, api, q, r.handler(func(int) error {
+		return sqsworker.RetryAfter(day, errors.New("webhook endpoint down"))
+	}))
+	attrs := map[string]types.MessageAttributeValue{}
+	for i := range 9 {
+		attrs[fmt.Sprint("own-", i)] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("v")}
+	}
+	if _, err := api.Client.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String("job"),
+		MessageAttributes: attrs}); err != nil {
+		t.Fatal(err)
+	}
+	localtest.Eventually(t, 3*day+30*time.Second, func() bool {
+		v, i, d := localtest.Depth(t, api.Client, q.DLQURL)
+		return v+i+d > 0 || len(r.get()) > 4
+	}, "the job was not dead-lettered: %d attempts", len(r.get()))
+	time.Sleep(time.Second)
+	stop()
+	var attempts []int
+	for _, run := range r.get() {
+		attempts = append(attempts, run.attempt)
+	}
+	if len(attempts) != 3 || attempts[2] != 3 {
+		t.Errorf("attempts %v, want 1, 2, 3: the copies started the count again", attempts)
+	}
+	if msgs := localtest.ReceiveAll(t, api.Client, q.DLQURL, 2*time.Second, 30*time.Second); len(msgs) != 1 {
+		t.Errorf("%d messages dead-lettered, want the job", len(msgs))
+	}
+	if v, i, d := localtest.Depth(t, api.Client, q.URL); v+i+d != 0 {
+		t.Errorf("%d messages left in the queue", v+i+d)
+	}
+}

@@ -159,11 +159,20 @@ func (s *sim) send(delay time.Duration) time.Time {
 // moved by limit.
 func (s *sim) runUntilIdle(limit time.Duration) {
 	s.t.Helper()
+	if !s.runUntil(limit) {
+		s.t.Fatalf("the queue still holds messages after %s", limit)
+	}
+}
+
+// runUntil is runUntilIdle, reporting whether the queue emptied rather
+// than failing the test.
+func (s *sim) runUntil(limit time.Duration) bool {
+	s.t.Helper()
 	end := s.clock.Now().Add(limit)
 	for s.clock.Now().Before(end) {
 		visible, inFlight, delayed := s.f.Depth(s.url)
 		if visible+inFlight+delayed == 0 {
-			return
+			return true
 		}
 		if visible == 0 {
 			s.clock.Advance(time.Second)
@@ -193,7 +202,7 @@ func (s *sim) runUntilIdle(limit time.Duration) {
 			s.ex.Run(j, s)
 		}
 	}
-	s.t.Fatalf("the queue still holds messages after %s", limit)
+	return false
 }
 
 // The acker: each acknowledgement one request.

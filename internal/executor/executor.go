@@ -318,6 +318,18 @@ func (e *Executor) Release(j *Job, ack Acker) {
 	e.release(j, ack, receives(m)-1+m.PriorAttempts())
 }
 
+// ReleaseBehind is Release for a FIFO queue's message that waits behind
+// another of its group that is not done (failed, or released itself): it
+// is released whatever its time, not held back. Held, it would stay in
+// flight, and SQS hands out no message of a group with one in flight: the
+// message at the group's head would come back only when this one's hold
+// ended, not after its own delay. It is held back when it comes back at
+// the group's head.
+func (e *Executor) ReleaseBehind(j *Job, ack Acker) {
+	j.holdChecked = true
+	e.Release(j, ack)
+}
+
 // Postpone puts off a message that was not run, without counting an
 // attempt: it comes back after delay, by its visibility, or in a fresh copy
 // when it is on the last receive its redrive policy allows (see postpone).
