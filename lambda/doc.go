@@ -73,7 +73,9 @@
 // must end, and the record is deleted at once (reported done). Should the
 // send fail, the record is made visible again as above. Records still
 // waiting for a slot of Config.Concurrency when the time to start records
-// ends are released then, the same way, while there is time for a copy. A
+// ends are released then, the same way, while there is time for a copy,
+// their copies sent together (up to 32 at a time) rather than one after
+// another, so that an SQS slow to answer still takes them all. A
 // record held back for later (its sqsworker.AttrNotBefore ahead) is held
 // back as usual rather than released, so that no copy runs it before its
 // time.
