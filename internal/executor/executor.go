@@ -302,9 +302,13 @@ func (e *Executor) inFlight(d int64) {
 // receive its redrive policy allows, a fresh copy takes its place (see
 // waitInCopy). A message whose time has not come (see Hold), unless the
 // runtime checked already, is held back instead: released, it would be
-// visible at once, or its copy would run now.
+// visible at once, or its copy would run now. On a FIFO queue, only when
+// the hold would send a copy (its receives running out, see
+// fifoVisibilityRoom): held back by visibility, it would lock its group,
+// the messages before it (released or retrying with the rest of the group)
+// included, until its time; released, it is held when its turn comes.
 func (e *Executor) Release(j *Job, ack Acker) {
-	if !j.holdChecked {
+	if !j.holdChecked && (!e.Requeue.FIFO || !e.fifoVisibilityRoom(j.Msg)) {
 		if held, _ := e.Hold(j, ack); held {
 			return
 		}
