@@ -80,3 +80,56 @@ func TestFIFORestNotHeldBehindFailedRecord(t *testing.T) {
 		}
 	})
 }
+
+// A FIFO group the dispatch did not reach before the time to start records
+// ended, whose first record's time is an hour ahead, is released with that
+// record held back (by visibility, as its run would hold it: nothing of its
+// group is before it), and the rest of the group behind it released.
+// Received again at once, the group gives nothing: it waits for its first
+// record's time.
+func TestWaitingFIFOGroupHeadStillHeld(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFake("300")
+		url := sqstest.QueueURL("orders.fifo")
+		for i, s := range []struct{ group, body string }{{"a", "stall"}, {"b", "b-later"}, {"b", "b2"}} {
+			f.Send(url, s.body, func(in *sqs.SendMessageInput) {
+				in.MessageGroupId, in.MessageDeduplicationId = aws.String(s.group), aws.String(strconv.Itoa(i))
+				if s.body == "b-later" {
+					in.MessageAttributes = notBefore(time.Now().Add(time.Hour))
+				}
+			})
+		}
+		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}, MessageAttributeNames: []string{"All"}})
+		if err != nil || len(out.Messages) != 3 {
+			t.Fatalf("received %d of 3: %v", len(out.Messages), err)
+		}
+		release := make(chan struct{})
+		h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+			if m.Body == "stall" {
+				<-release
+				return nil
+			}
+			t.Errorf("record %q ran", m.Body)
+			return nil
+		})
+		fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, SafetyMargin: 2 * time.Second, DisableHeartbeat: true})
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+		_, err = fn(ctx, sqstest.SQSEvent(sqstest.QueueARN("orders.fifo"), out.Messages))
+		cancel()
+		close(release)
+		synctest.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range again.Messages {
+			if g := aws.ToString(m.Body); g == "b-later" || g == "b2" {
+				t.Errorf("%q received again at once: its group's first record, due in an hour, was not held back", g)
+			}
+		}
+	})
+}

@@ -409,8 +409,9 @@ func (inv *invocation) releaseWaiting(recs []record) {
 	}
 	if fifo(recs) {
 		for _, g := range groupsOf(recs)[inv.acquired:] {
-			for _, rec := range g {
-				release(rec)
+			release(g[0])
+			for _, rec := range g[1:] {
+				rec.exec(inv.a).ReleaseBehind(&rec.job, rec)
 			}
 		}
 		return
@@ -688,7 +689,7 @@ func (inv *invocation) runGroup(group []*record) {
 	for i, rec := range group {
 		if !inv.run(rec) {
 			for _, rest := range group[i+1:] {
-				rest.exec(inv.a).Release(&rest.job, rest)
+				rest.exec(inv.a).ReleaseBehind(&rest.job, rest)
 			}
 			return
 		}

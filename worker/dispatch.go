@@ -125,7 +125,7 @@ func (c *consumer) runGroup(group []*executor.Job) {
 			return
 		}
 		if !c.run(j) {
-			c.release(group[i+1:])
+			c.releaseAfter(group[i+1:], true)
 			return
 		}
 	}
@@ -151,8 +151,21 @@ func groupByID(jobs []*executor.Job) [][]*executor.Job {
 // slots: at once, or, while the worker stops, not before its last long
 // polls have ended (see Retry). Messages whose lease was lost are left
 // alone.
-func (c *consumer) release(jobs []*executor.Job) {
+func (c *consumer) release(jobs []*executor.Job) { c.releaseAfter(jobs, false) }
+
+// releaseAfter is release. On a FIFO queue, a message behind another of its
+// group that is not done (one before it in jobs, or every one when behind
+// is set: they follow a message that failed) is released with
+// executor.Executor.ReleaseBehind, not held back in flight, which would
+// lock its group.
+func (c *consumer) releaseAfter(jobs []*executor.Job, behind bool) {
+	seen := map[string]bool{}
 	for _, j := range jobs {
+		if c.info.FIFO && (behind || seen[j.Msg.GroupID]) {
+			c.exec.ReleaseBehind(j, c)
+			continue
+		}
+		seen[j.Msg.GroupID] = true
 		c.exec.Release(j, c)
 	}
 	c.releaseSlots(len(jobs))

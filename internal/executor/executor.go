@@ -302,13 +302,19 @@ func (e *Executor) inFlight(d int64) {
 // receive its redrive policy allows, a fresh copy takes its place (see
 // waitInCopy). A message whose time has not come (see Hold), unless the
 // runtime checked already, is held back instead: released, it would be
-// visible at once, or its copy would run now. On a FIFO queue, only when
-// the hold would send a copy (its receives running out, see
-// fifoVisibilityRoom): held back by visibility, it would lock its group,
-// the messages before it (released or retrying with the rest of the group)
-// included, until its time; released, it is held when its turn comes.
-func (e *Executor) Release(j *Job, ack Acker) {
-	if !j.holdChecked && (!e.Requeue.FIFO || !e.fifoVisibilityRoom(j.Msg)) {
+// visible at once, or its copy would run now.
+func (e *Executor) Release(j *Job, ack Acker) { e.releaseUnrun(j, ack, false) }
+
+// ReleaseBehind is Release for a FIFO message behind one of its group that
+// is not done (failed, or released itself): a message whose time has not
+// come is held back only when the hold would send a copy (its receives
+// running out, see fifoVisibilityRoom), not by visibility. Held back in
+// flight, it would lock its group, and the message before it would wait
+// until the later one's time; released, it is held when its turn comes.
+func (e *Executor) ReleaseBehind(j *Job, ack Acker) { e.releaseUnrun(j, ack, true) }
+
+func (e *Executor) releaseUnrun(j *Job, ack Acker, behind bool) {
+	if !j.holdChecked && (!behind || !e.Requeue.FIFO || !e.fifoVisibilityRoom(j.Msg)) {
 		if held, _ := e.Hold(j, ack); held {
 			return
 		}
