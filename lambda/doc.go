@@ -54,7 +54,9 @@
 // Config.Concurrency at once. On a FIFO queue the records of one message
 // group (of one queue) run in order and groups run in parallel; after a failure the rest of
 // that group is reported failed (and made visible again at once, behind the
-// failed one), while other groups go on.
+// failed one, even a record whose time has not come: held back in flight,
+// it would lock its group, the failed record's retry included, until that
+// time; it is held when its turn comes), while other groups go on.
 //
 // # Deadline
 //
