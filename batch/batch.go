@@ -352,3 +352,16 @@ type SpecMismatchError struct {
 func (e *SpecMismatchError) Error() string {
 	return fmt.Sprintf("batch: batch %q already exists with other chunks or another callback: creating it again must repeat the same spec; give a new batch its own ID", e.ID)
 }
+
+// ReusedIDError is the error of Create for the ID of a batch that expired
+// (Config.TTL) and left items of its chunks in the table: the new batch's
+// chunks would be taken for counted already, and it would never complete.
+type ReusedIDError struct {
+	ID, Table string
+	// Chunk is the index of a chunk whose item remains.
+	Chunk int
+}
+
+func (e *ReusedIDError) Error() string {
+	return fmt.Sprintf("batch: batch ID %q was used by a batch that expired, whose chunk items (chunk %d's, at least) remain in table %s until their own expiry: a new batch of that ID would take its chunks for counted already and never complete; give the new batch a new ID", e.ID, e.Chunk, e.Table)
+}

@@ -495,7 +495,7 @@ func TestRequestCost(t *testing.T) {
 	if err := e.coord.Create(ctx, e.spec("cost", n)); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := counter.ByOperation(), map[string]int{"TransactWriteItems": 1, "UpdateItem": 1}; !equalCounts(got, want) {
+	if got, want := counter.ByOperation(), map[string]int{"BatchGetItem": 1, "TransactWriteItems": 1, "UpdateItem": 1}; !equalCounts(got, want) {
 		t.Errorf("Create: %v, want %v", got, want)
 	}
 	if c := e.sqs.Calls("SendMessageBatch"); c != 3 {

@@ -23,6 +23,7 @@ func TestGivenClientsSendCopiedBodies(t *testing.T) {
 		"TransactWriteItems": `{}`,
 		"UpdateItem":         `{}`,
 		"GetItem":            `{}`,
+		"BatchGetItem":       `{"Responses":{}}`,
 		"SendMessageBatch":   `{"Successful":[{"Id":"0","MessageId":"c-0"}]}`,
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -44,7 +45,7 @@ func TestGivenClientsSendCopiedBodies(t *testing.T) {
 	}
 	ops := rec.CheckCopied(t)
 	t.Logf("calls: %v", ops)
-	for _, op := range []string{"DescribeTable", "GetQueueAttributes", "TransactWriteItems", "SendMessageBatch", "UpdateItem", "GetItem"} {
+	for _, op := range []string{"DescribeTable", "GetQueueAttributes", "BatchGetItem", "TransactWriteItems", "SendMessageBatch", "UpdateItem", "GetItem"} {
 		if !slices.Contains(ops, op) {
 			t.Errorf("no %s call among %v", op, ops)
 		}

@@ -41,7 +41,11 @@ var ErrGuardOutside = errors.New("its handler added writes (idempotency.AddWrite
 //
 // It counts a chunk with a transaction of its own, after next returned nil,
 // even when the run's context ended meanwhile (the effect is applied: a
-// count left undone would run the chunk again).
+// count left undone would run the chunk again), for up to 30s; in a Lambda
+// invocation no later than its handlers' deadline (a little later when the
+// handler returned after it), so that a DynamoDB that does not answer
+// leaves the adapter time to release the chunk rather than have SQS
+// dead-letter it.
 // It may sit anywhere in a chain, inside or outside the idempotency
 // middleware; to commit the count together with the idempotency record and
 // the handler's AddWrites, use WithIdempotency instead. Inside the
@@ -288,8 +292,9 @@ const countBudget = 30 * time.Second
 func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bool) error {
 	// The handler succeeded: its effect is applied, so count it even if
 	// the run's context has ended meanwhile (a handler that ignored it),
-	// rather than fail the chunk and run it again. countBudget bounds it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), countBudget)
+	// rather than fail the chunk and run it again. countBudget bounds it,
+	// and in a Lambda invocation its handlers' deadline (see finishing).
+	ctx, cancel := finishing(ctx, countBudget)
 	defer cancel()
 	// A request and its token go together: DynamoDB refuses a token
 	// repeated with other parameters.
@@ -377,7 +382,7 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 	// The runtime's own outcome does not wait on this: the failure is
 	// the message's; its record is retried a little (it conflicts with
 	// the counts of other chunks on the batch's item), then logged.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), countBudget)
+	rctx, cancel := finishing(ctx, countBudget)
 	defer cancel()
 	listed := true // the chunk's index goes into the batch's failed_chunks
 	in := c.failureWrites(id, i, item, listed)
@@ -594,7 +599,7 @@ func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[s
 // id, as a best effort, so that the retry need not wait for it. It takes
 // at most Config.NotifyLease, after which the lease has ended anyway.
 func (c *Coordinator) releaseLease(ctx context.Context, id, token string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.NotifyLease)
+	ctx, cancel := finishing(ctx, c.cfg.NotifyLease)
 	defer cancel()
 	_, _ = c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &c.cfg.Table, Key: c.batchKey(id),
@@ -608,11 +613,12 @@ func (c *Coordinator) releaseLease(ctx context.Context, id, token string) {
 // markSent marks the completion of batch id sent, retrying for a while: a
 // completion sent but not marked is sent again by a later duplicate of a
 // chunk. It goes on when the run's context has ended, for at most
-// Config.NotifyLease: past the lease another chunk may send the completion
+// Config.NotifyLease (in a Lambda invocation, no later than its handlers'
+// deadline, see finishing): past the lease another chunk may send the completion
 // again anyway, and a DynamoDB that takes requests without answering them
 // must not hold the run (and a worker's shutdown) for the whole outage.
 func (c *Coordinator) markSent(ctx context.Context, id, token, msgID string) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.NotifyLease)
+	ctx, cancel := finishing(ctx, c.cfg.NotifyLease)
 	defer cancel()
 	var err error
 	for attempt := range 6 {
@@ -635,6 +641,33 @@ func (c *Coordinator) markSent(ctx context.Context, id, token, msgID string) {
 		c.cfg.Logger.Error("batch: the completion job was sent, but marking it sent failed: a later duplicate of a chunk may send it again (its idempotency key makes the callback run once)",
 			"batch", id, "completion_message_id", msgID, "error", err)
 	}
+}
+
+// lateFinish is the least time finishing gives a request that starts after
+// a Lambda invocation's handlers' deadline, as the idempotency middleware
+// does.
+const lateFinish = 250 * time.Millisecond
+
+// finishing returns the context of the requests that finish a chunk's run
+// (its count, its failure's record, the completion's marking): ctx without
+// its cancellation, bounded by budget and, in a Lambda invocation, by the
+// time the work after a handler must end (stopby), or lateFinish from now
+// if that is later. Past it the function answers without the chunk's
+// outcome: its record, reported failed with its visibility left alone,
+// would come back after its visibility timeout, and on its last receive be
+// dead-lettered by SQS; ended in time, the run's error has the adapter
+// release the chunk (in a fresh copy on its last receive).
+func finishing(ctx context.Context, budget time.Duration) (context.Context, context.CancelFunc) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
+	d, ok := stopby.From(ctx)
+	if !ok {
+		return fctx, cancel
+	}
+	if late := time.Now().Add(lateFinish); late.After(d) {
+		d = late
+	}
+	bctx, cancelBy := context.WithDeadline(fctx, d)
+	return bctx, func() { cancelBy(); cancel() }
 }
 
 // newToken returns a random token of 32 hex characters: a ClientRequestToken

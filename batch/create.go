@@ -26,7 +26,9 @@ import (
 type Spec struct {
 	// ID names the batch: 1 to MaxIDLength bytes of letters, digits and
 	// _ . : / = + @ - (see CheckID). Required. Creating a batch again with
-	// its ID repeats the same spec.
+	// its ID repeats the same spec. The ID of an expired batch whose chunk
+	// items remain is refused (*ReusedIDError): give each batch an ID of
+	// its own.
 	ID string
 	// QueueURL is the queue the chunks are sent to. Required.
 	QueueURL string
@@ -76,7 +78,11 @@ const maxCreateAttempts = 5
 // spec it sends the chunks again unless the first call marked them sent
 // (a chunk sent twice is counted once, and its second delivery is a
 // duplicate for the idempotency middleware); with another spec it returns a
-// *SpecMismatchError and sends nothing. An error sending chunks says how
+// *SpecMismatchError and sends nothing. Before recording a batch, Create
+// reads its item and its chunks' items (one BatchGetItem per 100 chunks,
+// stopping at the batch's item when it is there): the ID of an expired
+// batch whose chunk items remain is a *ReusedIDError, and nothing is
+// recorded or sent. An error sending chunks says how
 // many may not have been sent: call Create again with the same spec.
 func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	msgs, err := c.chunks(s)
@@ -104,6 +110,9 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	// DynamoDB bills a write by the item's size, and one item takes about
 	// 1,000 units a second. The callback, up to maxCallbackSize, has an
 	// item of its own, read once, by the completion's sender.
+	if err := c.checkReused(ctx, s.ID, len(msgs), now); err != nil {
+		return err
+	}
 	item := c.batchItem(s, len(msgs), hash, now)
 	cb := c.callbackKey(s.ID)
 	cb[aKind] = str("callback")
@@ -179,6 +188,59 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	}, c.dbOpts...)
 	if err != nil {
 		return c.dynamoErr(fmt.Sprintf("marking the chunks of batch %q sent (they were: calling Create again sends them again, harmlessly)", s.ID), err)
+	}
+	return nil
+}
+
+// checkReused returns a *ReusedIDError when batch id, of n chunks, is not
+// in the table (or has expired, its item not yet deleted) while the item of
+// one of its chunks is: the leftover of an expired batch of the same ID,
+// which would take the new batch's chunk for counted already. It reads the
+// batch's item and its chunks' items, up to 100 a request, and stops at the
+// batch's item when it is there: Create called again for a batch that
+// exists goes on.
+func (c *Coordinator) checkReused(ctx context.Context, id string, n int, now time.Time) error {
+	keys := make([]map[string]types.AttributeValue, 0, n+1)
+	keys = append(keys, c.batchKey(id))
+	for i := range n {
+		keys = append(keys, c.chunkKey(id, i))
+	}
+	batchKey := KeyPrefix + "#" + id
+	prefix := batchKey + "#chunk#"
+	leftover := -1
+	for len(keys) > 0 {
+		page := keys[:min(len(keys), 100)]
+		keys = keys[len(page):]
+		req := map[string]types.KeysAndAttributes{c.cfg.Table: {Keys: page, ConsistentRead: aws.Bool(true),
+			ProjectionExpression:     aws.String("#k, #x"),
+			ExpressionAttributeNames: map[string]string{"#k": c.cfg.KeyAttr, "#x": c.cfg.ExpiryAttr}}}
+		for attempt := 0; len(req) > 0; attempt++ {
+			if attempt > 0 {
+				if err := sleep(ctx, txBackoff(attempt)); err != nil {
+					return fmt.Errorf("batch: checking that batch ID %q is not that of an expired batch: %w", id, err)
+				}
+			}
+			res, err := c.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req}, c.dbOpts...)
+			if err != nil {
+				return c.dynamoErr(fmt.Sprintf("checking that batch ID %q is not that of an expired batch", id), err)
+			}
+			for _, it := range res.Responses[c.cfg.Table] {
+				k := getStr(it, c.cfg.KeyAttr)
+				if k == batchKey {
+					if _, ok := it[c.cfg.ExpiryAttr]; !ok || getNum(it, c.cfg.ExpiryAttr) >= now.Unix() {
+						return nil // the batch is there: Create again
+					}
+					continue
+				}
+				if i, err := strconv.Atoi(strings.TrimPrefix(k, prefix)); err == nil && (leftover < 0 || i < leftover) {
+					leftover = i
+				}
+			}
+			req = res.UnprocessedKeys
+		}
+	}
+	if leftover >= 0 {
+		return &ReusedIDError{ID: id, Table: c.cfg.Table, Chunk: leftover}
 	}
 	return nil
 }

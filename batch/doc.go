@@ -9,7 +9,10 @@
 // batch again with the same ID and the same spec (after a crash, say)
 // sends its chunks again unless they were all sent, harmlessly, since a
 // chunk is counted once however often it arrives; with another spec it is
-// a [*SpecMismatchError].
+// a [*SpecMismatchError]. The ID of a batch that expired is refused, with
+// a [*ReusedIDError], while items of its counted or failed chunks remain
+// (they expire Config.TTL after their count): the new batch's chunks would
+// be taken for counted, and it would never complete.
 //
 // On the consumer side, [Coordinator.Middleware] counts each chunk whose
 // handler succeeded exactly once, in a DynamoDB transaction that puts a
@@ -88,7 +91,9 @@
 // # Cost
 //
 // Create reads the MaximumMessageSize of the chunks' queue and of the
-// callback queue (two GetQueueAttributes), writes the batch and its
+// callback queue (two GetQueueAttributes), reads the batch's item and its
+// chunks' items for the leftovers of an expired batch (one consistent
+// BatchGetItem per 100 chunks), writes the batch and its
 // completion job (one TransactWriteItems of two items), sends its chunks ten per SendMessageBatch, and marks them
 // sent (one UpdateItem). Each chunk costs one TransactWriteItems of two
 // items (or two more items in the idempotency record's transaction) and

@@ -54,9 +54,9 @@
 // Config.Concurrency at once. On a FIFO queue the records of one message
 // group (of one queue) run in order and groups run in parallel; after a failure the rest of
 // that group is reported failed (and made visible again at once, behind the
-// failed one, even a record whose time has not come: held back, it would
-// keep the failed one from coming back until its hold ended), while other
-// groups go on.
+// failed one, even a record whose time has not come: held back in flight,
+// it would lock its group, the failed record's retry included, until that
+// time; it is held when its turn comes), while other groups go on.
 //
 // # Deadline
 //
@@ -75,7 +75,9 @@
 // must end, and the record is deleted at once (reported done). Should the
 // send fail, the record is made visible again as above. Records still
 // waiting for a slot of Config.Concurrency when the time to start records
-// ends are released then, the same way, while there is time for a copy. A
+// ends are released then, the same way, while there is time for a copy,
+// their copies sent together (up to 32 at a time) rather than one after
+// another, so that an SQS slow to answer still takes them all. A
 // record held back for later (its sqsworker.AttrNotBefore ahead) is held
 // back as usual rather than released, so that no copy runs it before its
 // time.

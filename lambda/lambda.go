@@ -397,23 +397,39 @@ func (inv *invocation) acquire() bool {
 // fresh copy, sent by the time the moves must end (Job.MoveBy), rather than
 // being moved to the dead-letter queue by SQS on its next receive. A record
 // whose time has not come is held back instead, as run holds it.
+//
+// The records of a standard queue are released up to releaseSends at a
+// time: their copies' sends go together, so that an SQS slow to answer
+// still takes every copy by MoveBy, rather than the first few, in turn,
+// the rest then visible again and dead-lettered by SQS on their next
+// receive. A FIFO queue's are released in order: they send no such copies.
 func (inv *invocation) releaseWaiting(recs []record) {
+	release := func(rec *record) {
+		rec.exec(inv.a).Release(&rec.job, rec) // which holds back a record whose time has not come
+	}
 	if fifo(recs) {
 		for _, g := range groupsOf(recs)[inv.acquired:] {
-			// The group's head is held back if its time has not come; the
-			// records behind it are released (see ReleaseBehind).
-			g[0].exec(inv.a).Release(&g[0].job, g[0])
+			release(g[0])
 			for _, rec := range g[1:] {
 				rec.exec(inv.a).ReleaseBehind(&rec.job, rec)
 			}
 		}
 		return
 	}
-	for i := range recs[inv.acquired:] {
-		rec := &recs[inv.acquired+i]
-		rec.exec(inv.a).Release(&rec.job, rec) // which holds back a record whose time has not come
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, releaseSends)
+	for i := inv.acquired; i < len(recs); i++ {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			release(&recs[i])
+		})
 	}
+	wg.Wait()
 }
+
+// releaseSends bounds the records releaseWaiting releases at a time.
+const releaseSends = 32
 
 // runRecord runs rec on a goroutine of its own, in the slot acquire took.
 // It is small, and calls run directly, so that the goroutine's first stack
@@ -673,7 +689,7 @@ func (inv *invocation) runGroup(group []*record) {
 	for i, rec := range group {
 		if !inv.run(rec) {
 			for _, rest := range group[i+1:] {
-				rest.exec(inv.a).ReleaseBehind(&rest.job, rest) // not held: see ReleaseBehind
+				rest.exec(inv.a).ReleaseBehind(&rest.job, rest)
 			}
 			return
 		}

@@ -91,12 +91,10 @@
 // On a FIFO queue (its name ends in .fifo) the messages of one message group
 // run one after another, in order, and different groups run in parallel. After
 // a failure, the messages of that group received behind the failed one are
-// released at once (visibility 0), so that they come back after it, in order;
-// other groups go on. Such a message is released even when its time
-// (sqsworker.AttrNotBefore) has not come: held back, it would stay in flight,
-// and SQS hands out no message of a group with one in flight, so that the
-// failed message would come back only when the hold ended. It is held back
-// once it comes back at the head of its group. The messages of a group received together are kept
+// released at once (visibility 0), so that they come back after it, in order,
+// even one whose time has not come (held back in flight, it would lock its
+// group, the failed message's retry included, until that time; it is held
+// when its turn comes); other groups go on. The messages of a group received together are kept
 // invisible by the heartbeat while they wait; with heartbeats off, a message
 // still waiting when half of its visibility timeout has passed is released
 // with the rest of its group rather than started late.

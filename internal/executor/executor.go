@@ -303,8 +303,18 @@ func (e *Executor) inFlight(d int64) {
 // waitInCopy). A message whose time has not come (see Hold), unless the
 // runtime checked already, is held back instead: released, it would be
 // visible at once, or its copy would run now.
-func (e *Executor) Release(j *Job, ack Acker) {
-	if !j.holdChecked {
+func (e *Executor) Release(j *Job, ack Acker) { e.releaseUnrun(j, ack, false) }
+
+// ReleaseBehind is Release for a FIFO message behind one of its group that
+// is not done (failed, or released itself): a message whose time has not
+// come is held back only when the hold would send a copy (its receives
+// running out, see fifoVisibilityRoom), not by visibility. Held back in
+// flight, it would lock its group, and the message before it would wait
+// until the later one's time; released, it is held when its turn comes.
+func (e *Executor) ReleaseBehind(j *Job, ack Acker) { e.releaseUnrun(j, ack, true) }
+
+func (e *Executor) releaseUnrun(j *Job, ack Acker, behind bool) {
+	if !j.holdChecked && (!behind || !e.Requeue.FIFO || !e.fifoVisibilityRoom(j.Msg)) {
 		if held, _ := e.Hold(j, ack); held {
 			return
 		}
@@ -316,18 +326,6 @@ func (e *Executor) Release(j *Job, ack Acker) {
 	e.Counters.Released.Add(1)
 	m := j.Msg
 	e.release(j, ack, receives(m)-1+m.PriorAttempts())
-}
-
-// ReleaseBehind is Release for a FIFO queue's message that waits behind
-// another of its group that is not done (failed, or released itself): it
-// is released whatever its time, not held back. Held, it would stay in
-// flight, and SQS hands out no message of a group with one in flight: the
-// message at the group's head would come back only when this one's hold
-// ended, not after its own delay. It is held back when it comes back at
-// the group's head.
-func (e *Executor) ReleaseBehind(j *Job, ack Acker) {
-	j.holdChecked = true
-	e.Release(j, ack)
 }
 
 // Postpone puts off a message that was not run, without counting an
