@@ -16,7 +16,6 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -85,41 +84,7 @@ const held = 3
 // by the executor's MoveTimeout alone (30s), which the stop waited for.
 // When the sends pass, the copies take the originals' place.
 func TestStoppingHoldCopiesShareTheStopBound(t *testing.T) {
-	t.Parallel()
-	for _, hang := range []bool{true, false} {
-		t.Run(fmt.Sprint("hang=", hang), func(t *testing.T) {
-			t.Parallel()
-			t.Run("fake", func(t *testing.T) {
-				t.Parallel()
-				synctest.Test(t, func(t *testing.T) {
-					q := fakeRelQueue(t, "stopping-hold-copies")
-					api := &hungSends{API: q.api, hang: func(ctx context.Context, _ *sqs.SendMessageInput) error {
-						<-ctx.Done()
-						return ctx.Err()
-					}}
-					holdCopiesWhileStopping(t, q, api, hang, 10*time.Second)
-				})
-			})
-			t.Run("emulator", func(t *testing.T) {
-				t.Parallel()
-				q := emuRelQueue(t)
-				proxy, err := faultproxy.ForEndpoint(localtest.Endpoint())
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = proxy.Close() })
-				if err := proxy.Blackhole(); err != nil {
-					t.Fatal(err)
-				}
-				via := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
-				api := &hungSends{API: q.api, hang: func(ctx context.Context, in *sqs.SendMessageInput) error {
-					_, err := via.SendMessage(ctx, in)
-					return err
-				}}
-				holdCopiesWhileStopping(t, q, api, hang, 20*time.Second)
-			})
-		})
-	}
+	eachHungSends(t, "stopping-hold-copies", 10*time.Second, 20*time.Second, holdCopiesWhileStopping)
 }
 
 // holdCopiesWhileStopping runs the test above on q through api: the stop

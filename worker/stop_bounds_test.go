@@ -230,6 +230,15 @@ func (q relQueue) firstAttempts(t *testing.T, n int) (release func()) {
 // the stop up some 50s. On the emulator, the sends go through a fault
 // proxy that swallows them (faultproxy.Blackhole).
 func TestStoppingCopiesShareOneBound(t *testing.T) {
+	eachHungSends(t, "stopping-copies", 10*time.Second, 25*time.Second, copiesWhileStopping)
+}
+
+// eachHungSends runs test with sends that pass, and with sends that hang
+// until their context ends: on the fake (in a synctest bubble, the stop
+// within fakeWithin) and on the emulator, whose sends go through a fault
+// proxy that swallows them (the stop within emuWithin).
+func eachHungSends(t *testing.T, name string, fakeWithin, emuWithin time.Duration,
+	test func(t *testing.T, q relQueue, api *hungSends, hang bool, within time.Duration)) {
 	t.Parallel()
 	for _, hang := range []bool{true, false} {
 		t.Run(fmt.Sprint("hang=", hang), func(t *testing.T) {
@@ -237,12 +246,12 @@ func TestStoppingCopiesShareOneBound(t *testing.T) {
 			t.Run("fake", func(t *testing.T) {
 				t.Parallel()
 				synctest.Test(t, func(t *testing.T) {
-					q := fakeRelQueue(t, "stopping-copies")
+					q := fakeRelQueue(t, name)
 					api := &hungSends{API: q.api, hang: func(ctx context.Context, _ *sqs.SendMessageInput) error {
 						<-ctx.Done()
 						return ctx.Err()
 					}}
-					copiesWhileStopping(t, q, api, hang, 10*time.Second)
+					test(t, q, api, hang, fakeWithin)
 				})
 			})
 			t.Run("emulator", func(t *testing.T) {
@@ -261,7 +270,7 @@ func TestStoppingCopiesShareOneBound(t *testing.T) {
 					_, err := via.SendMessage(ctx, in)
 					return err
 				}}
-				copiesWhileStopping(t, q, api, hang, 25*time.Second)
+				test(t, q, api, hang, emuWithin)
 			})
 		})
 	}
