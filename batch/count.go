@@ -643,28 +643,19 @@ func (c *Coordinator) markSent(ctx context.Context, id, token, msgID string) {
 	}
 }
 
-// lateFinish is the least time finishing gives a request that starts after
-// a Lambda invocation's handlers' deadline, as the idempotency middleware
-// does.
-const lateFinish = 250 * time.Millisecond
-
 // finishing returns the context of the requests that finish a chunk's run
 // (its count, its failure's record, the completion's marking): ctx without
 // its cancellation, bounded by budget and, in a Lambda invocation, by the
-// time the work after a handler must end (stopby), or lateFinish from now
-// if that is later. Past it the function answers without the chunk's
-// outcome: its record, reported failed with its visibility left alone,
+// time the work after a handler must end (stopby.End). Past it the
+// function answers without the chunk's outcome: its record, reported failed with its visibility left alone,
 // would come back after its visibility timeout, and on its last receive be
 // dead-lettered by SQS; ended in time, the run's error has the adapter
 // release the chunk (in a fresh copy on its last receive).
 func finishing(ctx context.Context, budget time.Duration) (context.Context, context.CancelFunc) {
 	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), budget)
-	d, ok := stopby.From(ctx)
+	d, ok := stopby.End(ctx, time.Now())
 	if !ok {
 		return fctx, cancel
-	}
-	if late := time.Now().Add(lateFinish); late.After(d) {
-		d = late
 	}
 	bctx, cancelBy := context.WithDeadline(fctx, d)
 	return bctx, func() { cancelBy(); cancel() }

@@ -19,12 +19,6 @@ const (
 	// finishBudget bounds the attempts to complete or release a claim, which
 	// never go on past the claim's lease either.
 	finishBudget = 30 * time.Second
-	// lateFinish bounds the requests that finish a claim when its handler
-	// returned less than that before its context's deadline, or after it:
-	// an answer from a healthy DynamoDB, and not much of what is left of
-	// a Lambda invocation after its handlers' deadline (half its safety
-	// margin, at least 100ms).
-	lateFinish = 250 * time.Millisecond
 	// retryBase and retryCap shape the backoff between attempts.
 	retryBase = 100 * time.Millisecond
 	retryCap  = 2 * time.Second

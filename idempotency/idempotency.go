@@ -458,8 +458,8 @@ func (g *Guard) noteUsable(kind int) {
 // no claim, writes committed alone), for a handler that ran with ctx: they
 // outlive ctx's cancellation, are retried for up to finishBudget and never
 // past the lease, and, in a Lambda invocation, end by its handlers'
-// deadline (Lambda stops the function shortly after), or lateFinish from
-// now if that is later. Elsewhere ctx's deadline bounds the handler, not
+// deadline (Lambda stops the function shortly after), or stopby.Late
+// from now if that is later. Elsewhere ctx's deadline bounds the handler, not
 // the process: a worker's completion outlives it, so that a handler done
 // just in time does not leave its claim in progress. Call the function
 // returned once they are done.
@@ -470,13 +470,9 @@ func (g *Guard) finishing(ctx context.Context, held time.Time) (context.Context,
 		deadline = earliest(deadline, held)
 	}
 	fctx := context.WithoutCancel(ctx)
-	d, ok := stopby.From(ctx)
+	end, ok := stopby.End(ctx, now)
 	if !ok {
 		return fctx, deadline, func() {}
-	}
-	end := d
-	if late := now.Add(lateFinish); late.After(end) {
-		end = late
 	}
 	fctx, cancel := context.WithDeadline(fctx, end)
 	return fctx, earliest(deadline, end), cancel

@@ -45,3 +45,24 @@ func From(ctx context.Context) (time.Time, bool) {
 	t, ok := ctx.Value(key{}).(time.Time)
 	return t, ok
 }
+
+// Late is the least time End gives the work after a handler that returned
+// shortly before the time its context carries, or after it: an answer from
+// a healthy dependency, and not much of what is left of a Lambda
+// invocation after its handlers' deadline (half its safety margin, at
+// least 100ms).
+const Late = 250 * time.Millisecond
+
+// End returns when the work after a handler that ran with ctx must end, as
+// of now: the time ctx carries, or Late after now if that is later. ok is
+// false when ctx carries none: the process does not stop then.
+func End(ctx context.Context, now time.Time) (end time.Time, ok bool) {
+	end, ok = From(ctx)
+	if !ok {
+		return time.Time{}, false
+	}
+	if late := now.Add(Late); late.After(end) {
+		end = late
+	}
+	return end, true
+}

@@ -36,3 +36,19 @@ func TestCause(t *testing.T) {
 		t.Errorf("the cause of a child context: %v", context.Cause(child))
 	}
 }
+
+// End gives the time the context carries, or Late from now when that is
+// later, and nothing without one.
+func TestEnd(t *testing.T) {
+	now := time.Now()
+	if _, ok := End(context.Background(), now); ok {
+		t.Error("End of a context carrying no time: ok")
+	}
+	at := now.Add(time.Second)
+	if got, ok := End(With(context.Background(), at), now); !ok || !got.Equal(at) {
+		t.Errorf("End a second ahead = %v, %v, want %v", got, ok, at)
+	}
+	if got, ok := End(With(context.Background(), now.Add(-time.Second)), now); !ok || !got.Equal(now.Add(Late)) {
+		t.Errorf("End a second past = %v, %v, want Late from now", got, ok)
+	}
+}
