@@ -6,8 +6,6 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -74,24 +72,7 @@ func TestDlqReplayKilledAfterDroppingDuplicate(t *testing.T) {
 	sendDeadLettered(t, c, q.DLQURL, "job", f, nil)
 	waitVisible(t, c, q.DLQURL, 2)
 	proxy, held := applyingProxy(t, 2)
-	audit := filepath.Join(t.TempDir(), "audit.jsonl")
-	cmd := exec.Command(buildCLI(t), "dlq", "replay", q.DLQURL, "--yes", "--visibility", "2s", "--audit", audit)
-	cmd.Env = append(cliEnv(), "AWS_ENDPOINT_URL_SQS="+proxy)
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-held:
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("the replay did not delete twice:\n%s", out.String())
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	audit, out := killReplay(t, q.DLQURL, proxy, held, "did not delete twice")
 
 	recs := readAudit(t, audit)
 	var actions []string

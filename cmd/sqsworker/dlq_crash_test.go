@@ -75,24 +75,7 @@ func TestDlqReplayKilledBetweenSendAndDelete(t *testing.T) {
 	sendDeadLettered(t, c, q.DLQURL, "job", f, nil)
 	waitVisible(t, c, q.DLQURL, 1)
 	proxy, held := holdingProxy(t)
-	audit := filepath.Join(t.TempDir(), "audit.jsonl")
-	cmd := exec.Command(buildCLI(t), "dlq", "replay", q.DLQURL, "--yes", "--visibility", "2s", "--audit", audit)
-	cmd.Env = append(cliEnv(), "AWS_ENDPOINT_URL_SQS="+proxy)
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-held:
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("the replay deleted nothing:\n%s", out.String())
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
+	audit, out := killReplay(t, q.DLQURL, proxy, held, "deleted nothing")
 
 	recs := readAudit(t, audit)
 	if len(recs) != 1 || recs[0].Action != dlq.ActionReplayStart || recs[0].DLQ != q.DLQURL || recs[0].Destination != q.URL ||
@@ -130,4 +113,32 @@ func TestDlqReplayKilledBetweenSendAndDelete(t *testing.T) {
 		t.Errorf("%d replay-start and %d replay record(s) for %d copies", starts, moves, len(copies))
 	}
 	waitVisible(t, c, q.DLQURL, 0)
+}
+
+// killReplay runs `sqsworker dlq replay dlqURL --yes` through the proxy at
+// proxy, and kills it (SIGKILL) once held is closed: the proxy holds the
+// request it waits for. It returns the audit log's path and the command's
+// output; the test fails, saying what the replay did not do, when held is
+// not closed within a minute.
+func killReplay(t *testing.T, dlqURL, proxy string, held <-chan struct{}, didNot string) (audit string, out *lockedBuffer) {
+	t.Helper()
+	audit = filepath.Join(t.TempDir(), "audit.jsonl")
+	cmd := exec.Command(buildCLI(t), "dlq", "replay", dlqURL, "--yes", "--visibility", "2s", "--audit", audit)
+	cmd.Env = append(cliEnv(), "AWS_ENDPOINT_URL_SQS="+proxy)
+	out = &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the replay %s:\n%s", didNot, out.String())
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	return audit, out
 }
