@@ -143,7 +143,10 @@ type Config struct {
 	// the runtime) dead-letters a chunk: the queue's maxReceiveCount. A
 	// chunk failing that attempt is recorded as failed. Default 0: only
 	// sqsworker.Permanent failures are recorded, and the chunks SQS
-	// dead-lettered are found with DeadLetters.
+	// dead-lettered are found with DeadLetters. It also tells the chunk
+	// that completes a batch that it is on its last receive (see
+	// "Completion" in the package documentation); unset, the queue's
+	// redrive policy is read for that.
 	MaxReceiveCount int
 	// NotifyLease is how long the consumer that sends a batch's completion
 	// job holds the right to send it: another consumer sends it only once
@@ -177,6 +180,9 @@ type Coordinator struct {
 	// failedCap is the most indexes the batch's failed_chunks set
 	// holds: MaxFailedIndexes, smaller in tests.
 	failedCap int
+	// redrive is the maxReceiveCount of the chunks' queues, when
+	// cfg.MaxReceiveCount is not set (see lastReceive).
+	redrive redrive
 }
 
 // New validates cfg and checks that the table exists with the expected

@@ -143,7 +143,7 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 				return err
 			}
 		}
-		return c.notify(ctx, id, i)
+		return c.notify(ctx, id, i, m)
 	})
 }
 
@@ -473,8 +473,9 @@ func (c *Coordinator) failureWrites(id string, i int, chunk map[string]types.Att
 
 // notify sends the completion job of batch id when every chunk is counted
 // and it has not been sent: it takes the lease on sending it, sends it and
-// marks it sent. Chunk i is the chunk whose run this is.
-func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
+// marks it sent. Chunk i, message m, is the chunk whose run this is: on the
+// last receive its redrive policy allows, a copy of it does (see handOff).
+func (c *Coordinator) notify(ctx context.Context, id string, i int, m *sqsworker.Message) error {
 	out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &c.cfg.Table, Key: c.batchKey(id), ConsistentRead: aws.Bool(true),
 		ProjectionExpression:     aws.String("#t, #d, #n, #u, #c"),
@@ -495,7 +496,13 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int) error {
 	}
 	now := c.now()
 	if until := time.UnixMilli(getNum(out.Item, aNotifyTill)); until.After(now) {
-		return c.held(out.Item, i, until.Sub(now))
+		if err := c.held(out.Item, i, until.Sub(now)); err == nil || !c.lastReceive(ctx, m) || !c.handOff(ctx, id, i, m) {
+			return err
+		}
+		return nil
+	}
+	if c.lastReceive(ctx, m) && c.handOff(ctx, id, i, m) {
+		return nil
 	}
 	token := newToken()
 	up, err := c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{

@@ -419,7 +419,8 @@ func specHash(s Spec, msgs []producer.Message) string {
 }
 
 // queueAttributesAPI is the optional part of the SQS client that Create
-// calls to check the queues before it records a batch.
+// calls to check the queues before it records a batch, and that reads the
+// redrive policy of a chunks' queue (see lastReceive).
 type queueAttributesAPI interface {
 	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
 }

@@ -40,6 +40,21 @@
 // sqsworker.RetryAfter and a nil error: not a failure, so its waits never
 // dead-letter it).
 //
+// A chunk on the last receive its queue's redrive policy allows
+// (Config.MaxReceiveCount, or else the queue's RedrivePolicy, read once
+// when a completion is due) would not be redelivered after a crash: SQS
+// would move it to the dead-letter queue, a chunk that did not fail, and
+// the completion would wait for an operator's replay. Such a chunk hands
+// the completion to a copy of its message (same body and attributes, one
+// prior attempt, so that the copy checks the chunk's status rather than
+// running its handler) and is acknowledged; the copy sends the completion
+// with receives to spare. A crash between the copy's send and the
+// original's delete leaves the original to SQS's redrive (the copy still
+// sends the completion). With neither MaxReceiveCount nor a readable
+// redrive policy, with a maxReceiveCount of 1 (a copy's receive would be
+// its last too), or no room for the copy's attribute, the chunk sends the
+// completion itself.
+//
 // What holds where:
 //
 //   - Counting is exactly once per chunk index, whatever the deliveries.
@@ -100,7 +115,9 @@
 // one consistent GetItem of the batch; a redelivered chunk, one GetItem of
 // its chunk item more. The completion costs one UpdateItem (lease), one
 // consistent GetItem (the completion job), one SendMessage and one
-// UpdateItem (sent). The completion job is kept in an item of its own
+// UpdateItem (sent); without Config.MaxReceiveCount, one GetQueueAttributes
+// per chunks' queue and process; on the chunk's last receive, one
+// SendMessage (its copy) and the copy's run more. The completion job is kept in an item of its own
 // ("batch#<ID>#callback"), and the batch's item lists at most
 // MaxFailedIndexes failed chunks, so that the batch's item, which every
 // chunk's count updates, stays small (under 2 KB without failures, under

@@ -38,6 +38,13 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if k := os.Getenv(envKillAt); k != "" {
+		if err := runKilledSender(k); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(envWorker) != "" {
 		if err := runWorker(); err != nil {
 			fmt.Fprintln(os.Stderr, "worker:", err)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // ErrPurgeInProgress is matched (with errors.Is) by the error of
@@ -26,6 +29,11 @@ type PurgeConfig struct {
 // Purge deletes every message of the dead-letter queue with SQS's
 // PurgeQueue: there is no undo. It needs a client that implements
 // [Purger]. SQS may take up to 60 seconds to delete the messages.
+//
+// When the reply to PurgeQueue is lost, SQS has purged the queue and the
+// SDK's retry of the request is answered PurgeQueueInProgress: that purge
+// is this one, and Purge returns nil (with a warning in the log). Only a
+// first attempt answered PurgeQueueInProgress is [ErrPurgeInProgress].
 func (q *Queue) Purge(ctx context.Context, cfg PurgeConfig) error {
 	p, ok := q.api.(Purger)
 	if !ok {
@@ -42,10 +50,18 @@ func (q *Queue) Purge(ctx context.Context, cfg PurgeConfig) error {
 	if err := cfg.Audit.record(ctx, rec); err != nil {
 		return fmt.Errorf("dlq: not purged: the audit record failed: %w", err)
 	}
-	if _, err := p.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(q.URL)}, q.opts...); err != nil {
-		var inProgress *types.PurgeQueueInProgress
-		var api smithy.APIError
-		if errors.As(err, &inProgress) || (errors.As(err, &api) && api.ErrorCode() == "AWS.SimpleQueueService.PurgeQueueInProgress") {
+	var attempts atomic.Int32
+	opts := append(slices.Clip(q.opts), countAttempts(&attempts))
+	if _, err := p.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(q.URL)}, opts...); err != nil {
+		if isPurgeInProgress(err) && attempts.Load() > 1 {
+			// An earlier attempt of this request was sent and its reply
+			// lost (or failed after SQS applied it): the purge under way is
+			// this one.
+			q.log.Warn("dlq: a retry of PurgeQueue was told a purge is under way: the reply to an earlier attempt was lost, the queue is being purged",
+				"queue", q.Name, "attempts", attempts.Load())
+			return nil
+		}
+		if isPurgeInProgress(err) {
 			err = fmt.Errorf("%s: %w", q.Name, ErrPurgeInProgress)
 		} else if u := unsupported("PurgeQueue", "", err); u != nil {
 			err = u
@@ -59,4 +75,27 @@ func (q *Queue) Purge(ctx context.Context, cfg PurgeConfig) error {
 		return err
 	}
 	return nil
+}
+
+// isPurgeInProgress reports whether err is SQS's PurgeQueueInProgress.
+func isPurgeInProgress(err error) bool {
+	var inProgress *types.PurgeQueueInProgress
+	var api smithy.APIError
+	return errors.As(err, &inProgress) || (errors.As(err, &api) && api.ErrorCode() == "AWS.SimpleQueueService.PurgeQueueInProgress")
+}
+
+// countAttempts is an option of an SQS call that counts the attempts the
+// SDK's retryer sends of it into n.
+func countAttempts(n *atomic.Int32) func(*sqs.Options) {
+	return func(o *sqs.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			// The end of the finalize step is inside the retry loop: once per
+			// attempt.
+			return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("dlqCountAttempts",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					n.Add(1)
+					return next.HandleFinalize(ctx, in)
+				}), middleware.After)
+		})
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -164,6 +166,14 @@ type Guard struct {
 	// job. The two are apart: claims that succeed say nothing of commits
 	// refused on the writes' tables.
 	misconfigured [2]atomic.Bool
+
+	// misTablesMu guards misTables: the tables of the handlers' writes
+	// whose commits were refused for their configuration
+	// (WritesTableError), until a commit with a write on them succeeds.
+	// Each is logged once: jobs writing to other tables (other tenants')
+	// succeed meanwhile, and say nothing of these.
+	misTablesMu sync.Mutex
+	misTables   map[string]bool
 }
 
 // New validates cfg and returns a Guard over store.
@@ -453,6 +463,52 @@ func (g *Guard) noteUsable(kind int) {
 	}
 }
 
+// noteMisconfiguredWrites is noteMisconfigured for a commit: a refusal of
+// tables of the handler's writes (WritesTableError) is logged once per
+// table, until a commit with a write on it succeeds; any other, once for
+// all commits.
+func (g *Guard) noteMisconfiguredWrites(err error) {
+	var wt *WritesTableError
+	if !errors.As(err, &wt) {
+		g.noteMisconfigured(misCommit, err)
+		return
+	}
+	g.misTablesMu.Lock()
+	known := true
+	for _, t := range wt.Tables {
+		if !g.misTables[t] {
+			known = false
+			if g.misTables == nil {
+				g.misTables = map[string]bool{}
+			}
+			g.misTables[t] = true
+		}
+	}
+	g.misTablesMu.Unlock()
+	if known {
+		return
+	}
+	g.cfg.Logger.Error("table of the handlers' writes misconfigured: the jobs that write to it fail as a dependency down (nothing is dead-lettered for it) until it is fixed; jobs writing to other tables run",
+		"tables", strings.Join(wt.Tables, ", "), "error", err)
+}
+
+// noteTablesUsable logs that commits with writes on tables succeed again,
+// for those that were refused for their configuration.
+func (g *Guard) noteTablesUsable(tables []string) {
+	g.misTablesMu.Lock()
+	var back []string
+	for _, t := range tables {
+		if g.misTables[t] {
+			delete(g.misTables, t)
+			back = append(back, t)
+		}
+	}
+	g.misTablesMu.Unlock()
+	if len(back) > 0 {
+		g.cfg.Logger.Info("table of the handlers' writes answers again: the jobs that write to it run", "tables", strings.Join(back, ", "))
+	}
+}
+
 // finishing returns the context and the deadline of the requests that
 // finish a claim (complete, commit, release) whose lease ends at held (zero:
 // no claim, writes committed alone), for a handler that ran with ctx: they
@@ -524,12 +580,13 @@ func (g *Guard) commit(ctx context.Context, deadline time.Time, c Commit, size i
 	switch {
 	case errors.Is(err, ErrMisconfigured):
 		// Marked Unavailable by the store: the job waits for the fix.
-		g.noteMisconfigured(misCommit, err)
+		g.noteMisconfiguredWrites(err)
 		g.release(ctx, deadline, c.Key, c.Token, log)
 		return err
 	case err == nil:
 		g.committed.Add(1)
 		g.noteUsable(misCommit)
+		g.noteTablesUsable(writeTables(c.Writes))
 		g.remember(rec)
 		return nil
 	case errors.Is(err, ErrNotHolder):

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -130,4 +131,85 @@ func misconfiguration(err error, table, keyAttr string, validation bool) string 
 		return fmt.Sprintf("table %s does not fit the store: its partition key must be the string attribute %q (StoreConfig.KeyAttr), with no sort key; recreate the table (idempotency.CreateTable) or correct StoreConfig", table, keyAttr)
 	}
 	return ""
+}
+
+// WritesTableError is the error (wrapped, marked sqsworker.Unavailable and
+// matching ErrMisconfigured) of a commit that DynamoDB refused because a
+// table of the handler's writes (AddWrites) is missing or may not be
+// written to, while the idempotency table answered the claim: the
+// configuration of that table (a tenant's, say), not the job nor the store.
+type WritesTableError struct {
+	// Tables are the tables of the handler's writes the refusal concerns:
+	// the one DynamoDB's message names, else every table of the writes.
+	Tables []string
+	// Err is the commit's error.
+	Err error
+}
+
+func (e *WritesTableError) Error() string { return e.Err.Error() }
+
+// Unwrap returns Err.
+func (e *WritesTableError) Unwrap() error { return e.Err }
+
+// writesMisconfiguration returns what an operator should fix, and the
+// tables it concerns, when err, the failure of a commit of the record of
+// table with writes on the tables writes, is DynamoDB refusing a table of
+// the writes: missing (ResourceNotFound) or denied (AccessDenied). The
+// idempotency table answered the claim; the refused table is the one
+// DynamoDB's message names, if it names one, else one of the writes'. It
+// returns "" when err is no such refusal, when there are no writes, or when
+// the message names the idempotency table.
+func writesMisconfiguration(err error, table string, writes []string) (fix string, tables []string) {
+	var api smithy.APIError
+	if len(writes) == 0 || !errors.As(err, &api) {
+		return "", nil
+	}
+	code := api.ErrorCode()
+	if code != "ResourceNotFoundException" && code != "AccessDeniedException" {
+		return "", nil
+	}
+	msg := api.ErrorMessage()
+	for _, t := range writes {
+		if mentions(msg, t) {
+			tables = append(tables, t)
+		}
+	}
+	if len(tables) == 0 {
+		if mentions(msg, table) {
+			return "", nil
+		}
+		tables = writes
+	}
+	which := "table " + tables[0] + " of the handler's writes (AddWrites)"
+	if len(tables) > 1 {
+		which = "one of the tables of the handler's writes (AddWrites), " + strings.Join(tables, ", ") + ","
+	}
+	if code == "ResourceNotFoundException" {
+		return fmt.Sprintf("%s does not exist (in the client's region and account): create it, or correct the table name the handler gives (the idempotency table %s answered the claim)", which, table), tables
+	}
+	return fmt.Sprintf("the credentials may not write to %s: grant the role the actions of those writes (dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:ConditionCheckItem) on it (the idempotency table %s answered the claim)", which, table), tables
+}
+
+// mentions reports whether msg names table: as a word of its own (a
+// table's name or ARN, ended by a character no table name has).
+func mentions(msg, table string) bool {
+	if table == "" {
+		return false
+	}
+	for i := 0; ; {
+		j := strings.Index(msg[i:], table)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(table)
+		if (start == 0 || !tableNameByte(msg[start-1])) && (end == len(msg) || !tableNameByte(msg[end])) {
+			return true
+		}
+		i = start + 1
+	}
+}
+
+// tableNameByte reports whether b may be part of a table's name.
+func tableNameByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-' || b == '.'
 }

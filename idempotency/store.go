@@ -563,6 +563,10 @@ func (s *DynamoStore) commitErr(c Commit, err error, rec *Record) (*Record, erro
 			return nil, fmt.Errorf("idempotency: committing key %q with %d writes: DynamoDB refused the transaction (the writes must be on distinct items, at most %d, about 4 MB in all with the record, in the idempotency table's account and region, with valid expressions): %w",
 				c.Key, n, MaxWrites, err)
 		}
+		if fix, tables := writesMisconfiguration(err, s.cfg.Table, writeTables(c.Writes)); fix != "" {
+			return nil, sqsworker.Unavailable(&WritesTableError{Tables: tables,
+				Err: fmt.Errorf("idempotency: committing the writes of key %q: %w: %s: %w", c.Key, ErrMisconfigured, fix, err)})
+		}
 		return nil, s.failAs("committing the writes of", c.Key, err, n == 0)
 	}
 	reasons := tce.CancellationReasons

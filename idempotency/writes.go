@@ -239,6 +239,17 @@ func checkWrite(i int, w *types.TransactWriteItem) (int, error) {
 	return size, nil
 }
 
+// writeTables returns the tables of writes, each once, in order.
+func writeTables(writes []types.TransactWriteItem) []string {
+	var tables []string
+	for i := range writes {
+		if _, t, _ := describe(&writes[i]); t != "" && !slices.Contains(tables, t) {
+			tables = append(tables, t)
+		}
+	}
+	return tables
+}
+
 // describe returns the kind of write w is, its table, and its key (nil for
 // a Put, whose key is among its attributes).
 func describe(w *types.TransactWriteItem) (kind, table string, key map[string]types.AttributeValue) {

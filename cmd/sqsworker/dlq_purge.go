@@ -26,7 +26,9 @@ when the name typed matches; anything else, or no input, refuses with exit
 code 1. The purge is appended to the audit log (--audit) before it is sent,
 with the caller (sts:GetCallerIdentity) and the approximate number of
 messages. SQS allows one purge per queue every 60 seconds and may take that
-long to delete the messages.`,
+long to delete the messages. When the reply to the purge is lost and the
+retry of it is told a purge is under way, the purge is this one: it is
+reported done, with a warning.`,
 		Example: `  sqsworker dlq purge orders-dlq          # asks you to type "orders-dlq"
   sqsworker dlq purge orders-dlq --yes    # in scripts`,
 		Args: exactArgs(1, "DLQ"),

@@ -188,7 +188,8 @@ func TestDlqPurge(t *testing.T) {
 	}
 	waitVisible(t, c, q.DLQURL, 0)
 	fill()
-	// fauxqs allows a purge a minute too: wait for the next one.
+	// SQS allows one purge a minute (the emulator has no such rule): wait
+	// for the next one.
 	localtest.Eventually(t, 90*time.Second, func() bool {
 		stdout, stderr, code = runCLI(t, "", "-o", "json", "dlq", "purge", q.DLQURL, "--yes", "--audit", audit)
 		return code == 0 || !strings.Contains(stderr, "purged less than 60 seconds ago")

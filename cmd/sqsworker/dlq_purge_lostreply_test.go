@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/sqsworker/sqsworker/dlq"
+	"github.com/sqsworker/sqsworker/internal/faultproxy"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+)
+
+// purgeLimitingProxy forwards SQS calls to the local endpoint, and answers
+// a PurgeQueue of a queue purged less than 60 seconds ago as SQS does
+// (403 PurgeQueueInProgress), which the emulator does not. It returns the
+// proxy's address, host:port on the loopback interface.
+func purgeLimitingProxy(t *testing.T) string {
+	t.Helper()
+	target := localtest.Endpoint()
+	var mu sync.Mutex
+	purged := map[string]time.Time{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.PurgeQueue" {
+			var in struct{ QueueUrl string }
+			_ = json.Unmarshal(body, &in)
+			mu.Lock()
+			last, seen := purged[in.QueueUrl]
+			if !seen || time.Since(last) >= 60*time.Second {
+				purged[in.QueueUrl] = time.Now()
+			}
+			mu.Unlock()
+			if seen && time.Since(last) < 60*time.Second {
+				w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+				w.Header().Set("X-Amzn-Query-Error", "AWS.SimpleQueueService.PurgeQueueInProgress;Sender")
+				w.WriteHeader(http.StatusForbidden)
+				_, _ = io.WriteString(w, `{"__type":"com.amazonaws.sqs#PurgeQueueInProgress","message":"Only one PurgeQueue operation on the queue is allowed every 60 seconds."}`)
+				return
+			}
+		}
+		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		req.Header = r.Header.Clone()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		maps.Copy(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.Listener.Addr().String()
+}
+
+// The reply to PurgeQueue is lost: SQS purged the queue, the SDK retries
+// the request and SQS answers PurgeQueueInProgress (one purge a minute).
+// The purge the operator asked for was done: the command says so and exits
+// 0, and the audit log holds the purge and no refusal. (It said "not
+// purged: purged less than 60 seconds ago", exited 1 and recorded a
+// purge-failed, of a queue it had purged.) A second purge the operator asks
+// for within the minute is refused, and says why.
+func TestDlqPurgeLostReply(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	localtest.Send(t, c, q.DLQURL, "", "a", "b", "c")
+	waitVisible(t, c, q.DLQURL, 3)
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+
+	p, err := faultproxy.New(purgeLimitingProxy(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	var purges atomic.Int32
+	losePurgeReply := func(o *sqs.Options) {
+		o.BaseEndpoint = aws.String(p.URL())
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("losePurgeReply",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if _, ok := in.Parameters.(*sqs.PurgeQueueInput); ok && purges.Add(1) == 1 {
+						if err := p.LoseReplies(1); err != nil {
+							return middleware.InitializeOutput{}, middleware.Metadata{}, err
+						}
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+	purge := func() (code int, stdout, stderr string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cli := startCLIWith(t, ctx, strings.NewReader(""), []rootOption{withSQSOptions(losePurgeReply)},
+			"dlq", "purge", q.DLQURL, "--yes", "--audit", audit)
+		code = cli.wait(t)
+		return code, cli.stdout.String(), cli.stderr.String()
+	}
+
+	code, stdout, stderr := purge()
+	if st := p.Stats(); st.LostReplies != 1 {
+		t.Fatalf("the proxy lost %d replies, want 1", st.LostReplies)
+	}
+	waitVisible(t, c, q.DLQURL, 0)
+	if code != 0 || !strings.Contains(stdout, "purged "+queueName(q.DLQURL)) || strings.Contains(stderr, "not purged") ||
+		!strings.Contains(stderr, "the queue is being purged") {
+		t.Errorf("a purge whose reply was lost: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	var actions []string
+	for _, l := range readAudit(t, audit) {
+		actions = append(actions, l.Action)
+	}
+	if len(actions) != 1 || actions[0] != dlq.ActionPurge {
+		t.Errorf("audit actions %q, want one %q", actions, dlq.ActionPurge)
+	}
+
+	// The operator purges again within the minute: refused, and said so.
+	localtest.Send(t, c, q.DLQURL, "", "d")
+	waitVisible(t, c, q.DLQURL, 1)
+	code, stdout, stderr = purge()
+	if code != 1 || stdout != "" || !strings.Contains(stderr, "not purged") || !strings.Contains(stderr, "purged less than 60 seconds ago") {
+		t.Errorf("a second purge within the minute: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	waitVisible(t, c, q.DLQURL, 1)
+}
