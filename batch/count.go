@@ -474,7 +474,7 @@ func (c *Coordinator) failureWrites(id string, i int, chunk map[string]types.Att
 // notify sends the completion job of batch id when every chunk is counted
 // and it has not been sent: it takes the lease on sending it, sends it and
 // marks it sent. Chunk i, message m, is the chunk whose run this is: on the
-// last receive its redrive policy allows, a copy of it does (see handOff).
+// last receive its redrive policy allows, a copy of it does (see lastReceive).
 func (c *Coordinator) notify(ctx context.Context, id string, i int, m *sqsworker.Message) error {
 	out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &c.cfg.Table, Key: c.batchKey(id), ConsistentRead: aws.Bool(true),
@@ -496,13 +496,20 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int, m *sqsworker
 	}
 	now := c.now()
 	if until := time.UnixMilli(getNum(out.Item, aNotifyTill)); until.After(now) {
-		if err := c.held(out.Item, i, until.Sub(now)); err == nil || !c.lastReceive(ctx, m) || !c.handOff(ctx, id, i, m) {
-			return err
-		}
-		return nil
+		// On the last receive, the runtime postpones it in a copy.
+		return c.held(out.Item, i, until.Sub(now))
 	}
-	if c.lastReceive(ctx, m) && c.handOff(ctx, id, i, m) {
-		return nil
+	if c.lastReceive(ctx, m) && !strings.HasSuffix(m.QueueURL, ".fifo") {
+		// A crash from here to the completion's mark would leave the
+		// chunk to SQS's move to the dead-letter queue: postponed
+		// instead, the runtime hands it to a fresh copy of its message
+		// (keeping the job's key), which finds it counted and sends the
+		// completion with receives to spare. A FIFO queue's runtime
+		// makes no such copy (it would go behind the rest of its group):
+		// there the chunk sends the completion itself.
+		c.cfg.Logger.Info("batch: the chunk that completes the batch is on its last receive: a copy of it sends the completion",
+			"batch", id, "chunk", i, "message_id", m.ID)
+		return sqsworker.RetryAfter(0, nil)
 	}
 	token := newToken()
 	up, err := c.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{

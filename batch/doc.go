@@ -44,16 +44,17 @@
 // (Config.MaxReceiveCount, or else the queue's RedrivePolicy, read once
 // when a completion is due) would not be redelivered after a crash: SQS
 // would move it to the dead-letter queue, a chunk that did not fail, and
-// the completion would wait for an operator's replay. Such a chunk hands
-// the completion to a copy of its message (same body and attributes, one
-// prior attempt, so that the copy checks the chunk's status rather than
-// running its handler) and is acknowledged; the copy sends the completion
-// with receives to spare. A crash between the copy's send and the
-// original's delete leaves the original to SQS's redrive (the copy still
-// sends the completion). With neither MaxReceiveCount nor a readable
-// redrive policy, with a maxReceiveCount of 1 (a copy's receive would be
-// its last too), or no room for the copy's attribute, the chunk sends the
-// completion itself.
+// the completion would wait for an operator's replay. Such a chunk is
+// postponed instead (sqsworker.RetryAfter with a nil error), which the
+// runtime carries out on a last receive with a fresh copy of its message,
+// keeping the job's key and its attempts; the copy finds the chunk counted
+// and sends the completion with receives to spare. A crash between the
+// copy's send and the original's delete leaves the original to SQS's
+// redrive (the copy still sends the completion). With neither
+// MaxReceiveCount nor a readable redrive policy, with a maxReceiveCount of
+// 1 (a copy's receive would be its last too), or on a FIFO queue (whose
+// runtime makes no copy: it would go behind the rest of its group), the
+// chunk sends the completion itself.
 //
 // What holds where:
 //

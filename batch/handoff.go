@@ -2,10 +2,7 @@ package batch
 
 import (
 	"context"
-	"fmt"
-	"maps"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -14,7 +11,6 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/queue"
-	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 )
 
 // The completion's sender on its last receive.
@@ -23,8 +19,9 @@ import (
 // send is marked, so that a crash in between redelivers it. On the last
 // receive the queue's redrive policy allows there is no redelivery: SQS
 // moves the message to the dead-letter queue on its next receive, a chunk
-// that did not fail, and the completion is never sent. Such a chunk hands
-// the completion to a copy of its message first (see handOff).
+// that did not fail, and the completion is never sent. Such a chunk is
+// postponed instead, which the runtime carries out with a fresh copy of its
+// message (see notify).
 
 // redrive caches the maxReceiveCount of the chunks' queues, read when a
 // completion is due.
@@ -83,42 +80,4 @@ func (c *Coordinator) redriveMax(ctx context.Context, url string) int {
 	c.redrive.max[url] = n
 	c.redrive.mu.Unlock()
 	return n
-}
-
-// handOff sends a copy of m, a counted chunk on its last receive whose
-// completion is due, to its queue: the copy, found counted, sends the
-// completion with receives of its own to spare, and m is acknowledged. The
-// copy carries one prior attempt (sqsworker.AttrPriorAttempts), so that it
-// checks the chunk's status instead of running the handler again. It
-// reports false when the copy could not be made (no room for the
-// attribute, or the send failed): m then sends the completion itself, as on
-// any receive.
-func (c *Coordinator) handOff(ctx context.Context, id string, i int, m *sqsworker.Message) bool {
-	attrs := maps.Clone(m.MessageAttributes)
-	if attrs == nil {
-		attrs = map[string]sqsworker.MessageAttribute{}
-	}
-	for name := range attrs {
-		if sqsworker.IsFailureAttribute(name) {
-			delete(attrs, name)
-		}
-	}
-	attrs[sqsworker.AttrPriorAttempts] = sqsworker.MessageAttribute{DataType: "Number", StringValue: "1"}
-	log := c.cfg.Logger.With("batch", id, "chunk", i, "message_id", m.ID)
-	if len(attrs) > 10 {
-		log.Warn("batch: the chunk that completes the batch is on its last receive and has no room for the attribute of a copy; it sends the completion itself (a crash before the send is marked leaves the completion to a replay from the dead-letter queue)")
-		return false
-	}
-	in := &sqs.SendMessageInput{QueueUrl: aws.String(m.QueueURL), MessageBody: aws.String(m.Body), MessageAttributes: sqsmsg.ToSDKAttributes(attrs)}
-	if strings.HasSuffix(m.QueueURL, ".fifo") {
-		in.MessageGroupId = aws.String(m.GroupID)
-		in.MessageDeduplicationId = aws.String(m.ID)
-	}
-	if _, err := c.sqs.SendMessage(ctx, in, c.sqsOpts...); err != nil {
-		log.Warn("batch: the chunk that completes the batch is on its last receive and its copy could not be sent; it sends the completion itself",
-			"error", fmt.Errorf("sending to %s: %w", m.QueueURL, err))
-		return false
-	}
-	log.Info("batch: the chunk that completes the batch is on its last receive: a copy of it sends the completion")
-	return true
 }
