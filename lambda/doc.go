@@ -72,8 +72,10 @@
 // allows would be moved to the dead-letter queue by SQS on its next
 // receive, though no handler failed: on a standard queue a fresh copy takes
 // its place, carrying the attempts made before, sent by the time the moves
-// must end, and the record is deleted at once (reported done). Should the
-// send fail, the record is made visible again as above. Records still
+// must end, and the record is deleted at once (reported done). A send that
+// fails is sent again, with capped, jittered backoff, until then (or the
+// end of the record's lease, with the heartbeat); given up, the record is
+// made visible again as above. So is a record postponed on that receive. Records still
 // waiting for a slot of Config.Concurrency when the time to start records
 // ends are released then, the same way, while there is time for a copy,
 // their copies sent together (up to 32 at a time) rather than one after

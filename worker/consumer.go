@@ -332,15 +332,22 @@ func (c *consumer) ReleaseBy(*executor.Job) time.Time {
 // waiting copy of a message released or postponed on its last receive (see
 // executor.Executor.Release) is delayed until this worker's last receives
 // have surely ended, as Retry hides a released message, so that none of
-// them takes it; and its send ends within ackFlushGrace, so that an SQS
-// that does not answer cannot hold the stop up (the message is then
-// released by its visibility, as Retry does).
+// them takes it; and its sends, tried again while they fail, end within
+// ackFlushGrace of the first that asked, so that an SQS that does not
+// answer cannot hold the stop up (the message is then released by its
+// visibility, as Retry does). Once the last receives have ended, the
+// sends are still bound: the heartbeat goes on extending the message's
+// lease while the worker stops, and the retries would go on with it.
 func (c *consumer) CopyLimits(*executor.Job) (time.Duration, time.Time) {
-	end, ok := c.lastPollsEnd()
-	if !ok {
+	if c.pollCtx.Err() == nil {
 		return 0, time.Time{}
 	}
-	return time.Until(end), time.Now().Add(ackFlushGrace)
+	by := time.Now().Add(ackFlushGrace)
+	end, ok := c.lastPollsEnd()
+	if !ok {
+		return 0, by
+	}
+	return time.Until(end), by
 }
 
 // lastPollsEnd reports whether the worker is stopping with receives still

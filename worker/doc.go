@@ -145,12 +145,23 @@
 // queue by SQS on its next receive, though no handler failed: on a
 // standard queue a fresh copy takes its place instead, carrying the
 // attempts made before (the release counts none), delayed until the last
-// polls have surely ended, and the original is deleted. Its send is given
-// up after 5s (an SQS that does not answer), and the message released as
-// above; the copies of the messages one receive brings while stopping are
-// sent at once, not one after another, so that such an SQS holds the stop
-// up by those 5s once, not once per message. FIFO queues keep the release:
-// a copy would go behind the rest of its group.
+// polls have surely ended, and the original is deleted. A send that fails
+// is sent again, with backoff, until 5s after the first (an SQS that does
+// not answer, or refuses), then given up, and the message released as
+// above; a send under way at the shutdown deadline is cut 5s after it. The
+// copies of the messages one receive brings while stopping are sent at
+// once, not one after another, so that such an SQS holds the stop up by
+// those 5s once, not once per message. FIFO queues keep the release: a
+// copy would go behind the rest of its group.
+//
+// So does a message postponed without an attempt (RetryAfter with a nil
+// error, a dependency down: sqsworker.Unavailable) or held back until its
+// time on that receive. While the worker runs, such a copy's send is sent
+// again, with capped, jittered backoff, for as long as the worker holds
+// the message: its visibility timeout, moved on by the heartbeat, less a
+// second for the original's delete. The handler slot stays taken
+// meanwhile. Given up, the message is left to its visibility, and the log
+// says that SQS will dead-letter it.
 // A message received nearly 12 hours ago cannot be hidden past SQS's 12
 // hours: its hide is sent only when it ends after the lease, which holds it
 // otherwise. Every such change is sent after the message's lease has ended,

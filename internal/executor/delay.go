@@ -220,7 +220,10 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 	}
 	if e.Requeue.enabled() {
 		delay := min(max(wait, 0), s.MessageDelay)
-		err := e.requeue(j, ack, nb, m.PriorAttempts(), delay)
+		// On its last receive, kept by visibility it would be moved to
+		// the dead-letter queue when it comes back: its copy is sent
+		// again while the message is held.
+		err := e.requeueHeld(j, ack, nb, m.PriorAttempts(), delay, e.onLastReceive(j))
 		if err == nil {
 			e.Counters.Held.Add(1)
 			e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
@@ -230,7 +233,13 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 			return true, true
 		}
 		e.requeueFailed()
-		log.Warn("sending the waiting copy of a message failed; keeping the message, to try again when it comes back", "error", err)
+		if e.onLastReceive(j) {
+			log.Error("sending the waiting copy of a message held back on its last receive failed while the message was held; "+
+				"SQS moves it to the dead-letter queue when it comes back, though no handler failed: replay it once SQS takes sends again (sqsworker dlq replay)",
+				"error", err)
+		} else {
+			log.Warn("sending the waiting copy of a message failed; keeping the message, to try again when it comes back", "error", err)
+		}
 	}
 	// No copy: wait on this one, until its time or as long as SQS allows.
 	vis := max(min(wait, visibilityLeft(j, s, now)), time.Second)
@@ -380,24 +389,22 @@ func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int,
 	}
 	delay = sqsworker.ClampLongDelay(max(delay, 0))
 	s := steps()
-	var by time.Time
-	if l, ok := ack.(CopyLimiter); ok {
-		var least time.Duration
-		least, by = l.CopyLimits(j)
-		delay = max(delay, least)
-	}
-	// Its time in whole milliseconds, not rounded up to the next one
-	// (NotBeforeAttribute): a copy sent without a delay and received within
-	// the millisecond would be held back, and sent once more.
-	nb := s.Now().Add(delay).Truncate(time.Millisecond)
-	err := e.requeueBy(j, nb, prior, min(delay, s.MessageDelay), by, true)
+	err := e.sendCopy(j, ack, true, func(ctx context.Context, least time.Duration, by time.Time) error {
+		d := max(delay, least)
+		// Its time in whole milliseconds, not rounded up to the next one
+		// (NotBeforeAttribute): a copy sent without a delay and received
+		// within the millisecond would be held back, and sent once more.
+		nb := s.Now().Add(d).Truncate(time.Millisecond)
+		return e.requeueBy(ctx, j, nb, prior, min(d, s.MessageDelay), by, true)
+	})
 	if err == nil {
 		j.Copied = true
 		ack.Delete(j)
 		return true
 	}
 	e.requeueFailed()
-	j.log(e).Warn("sending the waiting copy of a message "+what+" on its last receive failed; SQS moves it to the dead-letter queue on its next receive",
+	j.log(e).Error("sending the waiting copy of a message "+what+" on its last receive failed while the message was held; "+
+		"SQS moves it to the dead-letter queue on its next receive, though no handler failed: replay it once SQS takes sends again (sqsworker dlq replay)",
 		"message_id", j.Msg.ID, "retry_in", delay, "error", err)
 	return false
 }
@@ -414,21 +421,27 @@ func (e *Executor) requeueFailed() {
 // at least its least delay (up to a message delay), its send ending by its
 // bound.
 func (e *Executor) requeue(j *Job, ack Acker, nb time.Time, prior int, delay time.Duration) error {
-	var by time.Time
-	if l, ok := ack.(CopyLimiter); ok {
-		var least time.Duration
-		least, by = l.CopyLimits(j)
-		if !e.Requeue.FIFO {
-			delay = max(delay, min(least, steps().MessageDelay))
-		}
-	}
-	return e.requeueBy(j, nb, prior, delay, by, false)
+	return e.requeueHeld(j, ack, nb, prior, delay, false)
 }
 
-// requeueBy is requeue whose send ends by by, when set. restart allows a
-// copy without room for its prior attempts to go without them: for a
-// message that made no attempt on this receive (see waitInCopy).
-func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duration, by time.Time, restart bool) error {
+// requeueHeld is requeue, whose sends, when persist is set (a message on
+// its last receive, whose copy no attempt made), are tried again while the
+// runtime holds the message (see sendCopy).
+func (e *Executor) requeueHeld(j *Job, ack Acker, nb time.Time, prior int, delay time.Duration, persist bool) error {
+	return e.sendCopy(j, ack, persist, func(ctx context.Context, least time.Duration, by time.Time) error {
+		d := delay
+		if !e.Requeue.FIFO {
+			d = max(d, min(least, steps().MessageDelay))
+		}
+		return e.requeueBy(ctx, j, nb, prior, d, by, false)
+	})
+}
+
+// requeueBy is requeue whose send, under ctx, ends by by, when set.
+// restart allows a copy without room for its prior attempts to go without
+// them: for a message that made no attempt on this receive (see
+// waitInCopy).
+func (e *Executor) requeueBy(ctx context.Context, j *Job, nb time.Time, prior int, delay time.Duration, by time.Time, restart bool) error {
 	m := j.Msg
 	attrs := maps.Clone(m.MessageAttributes)
 	if attrs == nil {
@@ -479,8 +492,8 @@ func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duratio
 			}
 		}
 		if !fits(false) {
-			return fmt.Errorf("the copy needs %d message attributes and %d bytes, over SQS's limits of %d and %d: leave room for %s and %s",
-				len(attrs), sqsworker.MessageSize(m.Body, attrs), sqsworker.MaxMessageAttributes, sqsworker.MaxMessageSize,
+			return fmt.Errorf("%w: it needs %d message attributes and %d bytes, over SQS's limits of %d and %d: leave room for %s and %s",
+				errCopyTooLarge, len(attrs), sqsworker.MessageSize(m.Body, attrs), sqsworker.MaxMessageAttributes, sqsworker.MaxMessageSize,
 				sqsworker.AttrNotBefore, sqsworker.AttrPriorAttempts)
 		}
 		if _, ok := attrs[sqsworker.AttrPriorAttempts]; !ok && prior > 0 {
@@ -519,7 +532,7 @@ func (e *Executor) requeueBy(j *Job, nb time.Time, prior int, delay time.Duratio
 	if timeout <= 0 {
 		timeout = DefaultMoveTimeout
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.Ctx), timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if !j.MoveBy.IsZero() {
 		var cancelBy context.CancelFunc

@@ -1,0 +1,220 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/sqsworker/sqsworker/internal/awserr"
+	"github.com/sqsworker/sqsworker/internal/ctxsleep"
+)
+
+// The waiting copy of a message on the last receive its redrive policy
+// allows (released or postponed without an attempt, or held back until its
+// time) is what keeps the job out of the dead-letter queue: should its send
+// fail, the message's next receive is SQS's move there, though no handler
+// failed. Such a send is tried again, on the goroutine that settles the
+// message (the worker's handler slot stays taken meanwhile), while the
+// runtime still holds the message:
+//
+//   - its lease: until its visibility timeout ends (the heartbeat, when on,
+//     moving it on), less copyAckReserve for the original's delete;
+//   - the runtime's stop bound (CopyLimiter, the worker while it stops),
+//     taken when the runtime first gives one and kept;
+//   - Job.MoveBy (the Lambda invocation's deadline less part of its safety
+//     margin);
+//   - without any of these, Executor.MoveTimeout from the first send.
+//
+// The retries wait copyBackoffFirst, doubling up to copyBackoffCap, of
+// which up to half is left out at random, so that the copies of messages
+// that failed together are not sent again together. Errors that no retry
+// mends (access denied, a queue that does not exist, a copy over SQS's
+// limits) end the retries at once.
+//
+// Every send of a copy carries the job's key (see requeueBy): a send that
+// SQS carried out but whose reply was lost, then sent again, leaves two
+// copies that the idempotency middleware runs once.
+const (
+	copyBackoffFirst = 200 * time.Millisecond
+	copyBackoffCap   = 5 * time.Second
+	copyAckReserve   = time.Second
+)
+
+// errCopyTooLarge marks a copy that SQS's limits cannot take: sending it
+// again does not help.
+var errCopyTooLarge = errors.New("the waiting copy is over SQS's limits")
+
+// copyGivenUp is the error of a waiting copy whose sends were given up.
+type copyGivenUp struct {
+	err   error
+	sends int
+	took  time.Duration
+	// bound says what ended the retries; empty when the error itself did.
+	bound string
+}
+
+func (g *copyGivenUp) Error() string {
+	if g.bound == "" {
+		return fmt.Sprintf("%v (not sent again: no retry mends it)", g.err)
+	}
+	return fmt.Sprintf("%v (%d sends in %s, until %s)", g.err, g.sends, g.took.Round(time.Millisecond), g.bound)
+}
+
+func (g *copyGivenUp) Unwrap() error { return g.err }
+
+// sendCopy sends a waiting copy of j's message with send, which is given
+// the context of the send (see sendContext), the least delay the runtime's
+// CopyLimits asks (0 without) and the latest its send may end (zero for no
+// bound but the executor's own). The first send is bound by the runtime's
+// stop bound alone, as every copy's; when
+// persist is set (the message is on its last receive), a send that fails
+// is tried again while the runtime holds the message (see above). It
+// returns the last send's error, as a *copyGivenUp when persist is set.
+func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx context.Context, least time.Duration, by time.Time) error) error {
+	start := time.Now()
+	var stopBy time.Time // the runtime's stop bound, once it gave one
+	for n := 1; ; n++ {
+		var least time.Duration
+		if l, ok := ack.(CopyLimiter); ok {
+			var by time.Time
+			least, by = l.CopyLimits(j)
+			if stopBy.IsZero() {
+				stopBy = by
+			}
+		}
+		by := stopBy
+		if n > 1 {
+			by, _ = e.copyEnd(j, stopBy, start)
+		}
+		ctx, done := sendContext(j, ack)
+		err := send(ctx, least, by)
+		if b := done(); stopBy.IsZero() {
+			stopBy = b
+		}
+		if err == nil {
+			if n > 1 {
+				j.log(e).Info("waiting copy sent after failed sends", "message_id", j.Msg.ID, "sends", n, "took", time.Since(start).Round(time.Millisecond))
+			}
+			return nil
+		}
+		if !persist {
+			return err
+		}
+		if awserr.IsFatal(err) || errors.Is(err, errCopyTooLarge) {
+			return &copyGivenUp{err: err, sends: n, took: time.Since(start)}
+		}
+		// A wait that would pass the bound is cut to half the time left,
+		// for a last send in the other half.
+		end, bound := e.copyEnd(j, stopBy, start)
+		left := time.Until(end)
+		if left < 2*copyBackoffFirst {
+			return &copyGivenUp{err: err, sends: n, took: time.Since(start), bound: bound}
+		}
+		d := min(copyBackoff(n), left/2)
+		if n == 1 {
+			j.log(e).Warn("sending the waiting copy of a message on its last receive failed; sending it again while the message is held",
+				"message_id", j.Msg.ID, "until", end, "error", err)
+		}
+		// Woken early when the job's context ends (the runtime stops, the
+		// invocation's deadline nears, the lease is lost), so that the
+		// bounds are read again; once it has ended, by the backoff alone.
+		wake := j.Ctx
+		if wake.Err() != nil {
+			wake = context.Background()
+		}
+		ctxsleep.Sleep(wake, d)
+	}
+}
+
+// sendContext returns the context of one send of j's copy, and the
+// function that ends it once the send has returned. The send outlives
+// j.Ctx; but should j.Ctx end while it is under way (the worker's shutdown
+// deadline) and the runtime then give a stop bound (CopyLimits), the send
+// is cut there, so that a send that hangs, started before the runtime
+// began to stop, does not hold the stop up for the whole MoveTimeout.
+// done returns that stop bound, if the runtime gave one.
+func sendContext(j *Job, ack Acker) (ctx context.Context, done func() (stopBy time.Time)) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(j.Ctx))
+	l, ok := ack.(CopyLimiter)
+	if !ok {
+		return ctx, func() time.Time { cancel(); return time.Time{} }
+	}
+	var (
+		watch sync.WaitGroup
+		by    time.Time // set by the watch, read once it is over
+	)
+	watch.Add(1)
+	unwatch := context.AfterFunc(j.Ctx, func() {
+		defer watch.Done()
+		if _, by = l.CopyLimits(j); by.IsZero() {
+			return
+		}
+		t := time.NewTimer(time.Until(by))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	return ctx, func() time.Time {
+		cancel()
+		if unwatch() {
+			watch.Done() // it never started
+		}
+		watch.Wait()
+		return by
+	}
+}
+
+// copyEnd returns the latest a retried send of j's copy may end, and what
+// sets it (see sendCopy): the earliest of the end of its lease less
+// copyAckReserve, the runtime's stop bound stopBy, and j.MoveBy; without
+// any, the executor's MoveTimeout from start. A lease lost ends it now.
+func (e *Executor) copyEnd(j *Job, stopBy, start time.Time) (time.Time, string) {
+	var end time.Time
+	var bound string
+	earliest := func(t time.Time, what string) {
+		if !t.IsZero() && (end.IsZero() || t.Before(end)) {
+			end, bound = t, what
+		}
+	}
+	switch {
+	case j.Lease != nil && !j.Held(time.Now()):
+		earliest(time.Now(), "the message's lease was lost")
+	case j.Lease != nil:
+		earliest(j.Lease.Deadline().Add(-copyAckReserve), "the message's lease ends (its visibility timeout, not extended further)")
+	case !j.LeaseEnd.IsZero():
+		earliest(j.LeaseEnd.Add(-copyAckReserve), "the message's lease ends (its visibility timeout)")
+	}
+	earliest(stopBy, "the runtime's stop bound")
+	earliest(j.MoveBy, "the invocation's deadline")
+	if end.IsZero() {
+		timeout := e.MoveTimeout
+		if timeout <= 0 {
+			timeout = DefaultMoveTimeout
+		}
+		end, bound = start.Add(timeout), "the move timeout"
+	}
+	return end, bound
+}
+
+// copyBackoff is the wait after the nth failed send of a waiting copy:
+// copyBackoffFirst doubling up to copyBackoffCap, less up to half of it.
+func copyBackoff(n int) time.Duration {
+	d := copyBackoffCap
+	if n <= 5 { // 200ms << 5 is past the cap
+		d = min(copyBackoffFirst<<(n-1), copyBackoffCap)
+	}
+	return d - rand.N(d/2+1)
+}
+
+// onLastReceive reports whether m is on the last receive its redrive policy
+// allows: its next receive is SQS's move to the dead-letter queue.
+func (e *Executor) onLastReceive(j *Job) bool {
+	mrc := e.Policy.RedriveMaxReceiveCount
+	return mrc > 0 && receives(j.Msg) >= mrc
+}

@@ -1,0 +1,169 @@
+package lambda_test
+
+// The waiting copy of a record postponed without an attempt on the last
+// receive its redrive policy allows, when its send fails for a while: the
+// adapter tries it again until the time the invocation's moves must end.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/faultproxy"
+	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+)
+
+// countedSends is a fake that counts its SendMessage calls.
+type countedSends struct {
+	*sqstest.Fake
+	n atomic.Int64
+}
+
+func (c *countedSends) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	c.n.Add(1)
+	return c.Fake.SendMessage(ctx, in, opts...)
+}
+
+// A record whose dependency is down (Unavailable), or that its handler
+// postpones (RetryAfter with a nil error), on the last receive its redrive
+// policy allows waits in a fresh copy whose send SQS refuses three times:
+// the send is tried again within the invocation, the copy takes the
+// record's place, and nothing is dead-lettered. Before, the copy was
+// given up after one send, the record reported failed, and SQS moved it to
+// the dead-letter queue on its next receive though no handler failed.
+func TestLastReceiveCopyRetriedWithinTheInvocation(t *testing.T) {
+	for name, result := range map[string]error{
+		"unavailable": sqsworker.Unavailable(errors.New("the dependency is down")),
+		"postponed":   sqsworker.RetryAfter(time.Second, nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := &countedSends{Fake: newFake("30")}
+			h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return result })
+			fn := newHandler(t, h, lambda.Config{Client: f, DisableHeartbeat: true})
+			ev := lastAttempt(t, f.Fake, "orders", "job")
+			f.FailNext(sqstest.OpSendMessage, errors.New("dial tcp: connection refused"), 3)
+			resp := invokeBy(t, fn, ev, 20*time.Second)
+			if got := failedIDs(resp); len(got) != 0 {
+				t.Errorf("failures %v, want none: the record waits in its copy", got)
+			}
+			if n := f.n.Load(); n != 4 {
+				t.Errorf("%d sends, want the copy sent on its fourth", n)
+			}
+			if n := receiveAgain(t, f.Fake, "orders"); n != "1" {
+				t.Errorf("the job came back with receive count %q, want a fresh copy's 1", n)
+			}
+			if v, _, _ := f.Depth(sqstest.QueueURL("orders-dlq")); v != 0 {
+				t.Errorf("%d messages dead-lettered, want none: no handler failed", v)
+			}
+		})
+	}
+}
+
+// The sends end by the time the invocation's moves must end: with SQS
+// refusing every send, the copy is sent again until then, and given up;
+// the function returns before its deadline and reports the record failed.
+func TestLastReceiveCopyRetriedUntilTheDeadline(t *testing.T) {
+	f := &countedSends{Fake: newFake("30")}
+	h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+		return sqsworker.Unavailable(errors.New("the dependency is down"))
+	})
+	fn := newHandler(t, h, lambda.Config{Client: f, DisableHeartbeat: true})
+	ev := lastAttempt(t, f.Fake, "orders", "job")
+	f.FailNext(sqstest.OpSendMessage, errors.New("dial tcp: connection refused"), 1<<20)
+	resp := invokeBy(t, fn, ev, 3*time.Second)
+	if got := failedIDs(resp); len(got) != 1 {
+		t.Errorf("failures %v, want the record's", got)
+	}
+	if n := f.n.Load(); n < 2 {
+		t.Errorf("%d sends, want the copy sent again until the deadline", n)
+	}
+}
+
+// On the emulator, the function's SQS client going through a fault proxy:
+// a record whose dependency is down on the last receive its redrive policy
+// allows (2) waits in a fresh copy while SQS refuses connections for 3s,
+// from the handler's start: the copy is sent once SQS answers, within the
+// invocation (15s), the record's original deleted, and the job, back as
+// the copy, runs once and is done; nothing is dead-lettered. Before, the
+// copy was given up after the SDK's retries, and SQS moved the record to
+// the dead-letter queue on its next receive.
+func TestEmulatorLastReceiveCopyRetried(t *testing.T) {
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 30 * time.Second})
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	via := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
+	var (
+		mu   sync.Mutex
+		back *time.Timer
+	)
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if back != nil {
+			back.Stop()
+		}
+	})
+	var calls, ran atomic.Int64
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		if calls.Add(1) == 1 {
+			if err := p.Refuse(); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			back = time.AfterFunc(3*time.Second, func() {
+				if err := p.Pass(); err != nil {
+					t.Error(err)
+				}
+			})
+			mu.Unlock()
+			return sqsworker.Unavailable(errors.New("the dependency is down"))
+		}
+		ran.Add(1)
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: via})
+	localtest.Send(t, sq, q.URL, "", "job")
+	first := receiveN(t, sq, q.URL, 1)
+	if _, err := sq.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{QueueUrl: &q.URL, ReceiptHandle: first[0].ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	last := receiveN(t, sq, q.URL, 1)
+	if n := last[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+		t.Fatalf("receive count %s, want 2", n)
+	}
+	if resp := invokeBy(t, fn, sqstest.SQSEvent(q.ARN, last), 15*time.Second); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v, want none: the record waits in its copy", failedIDs(resp))
+	}
+	again := receiveN(t, sq, q.URL, 1) // or dead-lettered by SQS on this receive
+	if n := again[0].Attributes["ApproximateReceiveCount"]; n != "1" {
+		t.Errorf("came back with receive count %s, want a fresh copy's 1", n)
+	}
+	if resp := invokeBy(t, fn, sqstest.SQSEvent(q.ARN, again), 15*time.Second); len(resp.BatchItemFailures) != 0 {
+		t.Errorf("failures %v, want none", failedIDs(resp))
+	}
+	if _, err := sq.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &q.URL, ReceiptHandle: again[0].ReceiptHandle}); err != nil {
+		t.Fatal(err) // as the event source mapping does
+	}
+	if ran.Load() != 1 {
+		t.Errorf("the job ran %d times, want once", ran.Load())
+	}
+	if v, i, d := localtest.Depth(t, sq, q.DLQURL); v+i+d != 0 {
+		t.Errorf("%d messages dead-lettered, want none: no handler failed", v+i+d)
+	}
+	if v, i, d := localtest.Depth(t, sq, q.URL); v+i+d != 0 {
+		t.Errorf("%d messages left in the queue, want none", v+i+d)
+	}
+}
