@@ -34,7 +34,11 @@ type redrive struct {
 // its queue's redrive policy allows: Config.MaxReceiveCount when set, else
 // the queue's redrive policy, read once. When neither is known it reports
 // false; with a maxReceiveCount of 1 too: every receive is the last, a
-// copy's as well, and handing off would go on for ever.
+// copy's as well, and handing off would go on for ever. A receive past
+// the count reports false: SQS would have moved the message instead, so
+// no redrive policy acts at that count (the runtime dead-letters, failures
+// only, as Config.MaxReceiveCount allows), and the runtime makes no copy
+// of a chunk put off there: it would come back, put off again, for ever.
 func (c *Coordinator) lastReceive(ctx context.Context, m *sqsworker.Message) bool {
 	n, err := strconv.Atoi(m.Attributes[sqsworker.AttrReceiveCount])
 	if err != nil {
@@ -44,7 +48,7 @@ func (c *Coordinator) lastReceive(ctx context.Context, m *sqsworker.Message) boo
 	if mrc == 0 {
 		mrc = c.redriveMax(ctx, m.QueueURL)
 	}
-	return mrc > 1 && n >= mrc
+	return mrc > 1 && n == mrc
 }
 
 // redriveMax returns the maxReceiveCount of the queue at url, 0 when it has
