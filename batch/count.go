@@ -499,14 +499,16 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int, m *sqsworker
 		// On the last receive, the runtime postpones it in a copy.
 		return c.held(out.Item, i, until.Sub(now))
 	}
-	if c.lastReceive(ctx, m) && !strings.HasSuffix(m.QueueURL, ".fifo") {
+	if c.lastReceive(ctx, m) && !strings.HasSuffix(m.QueueURL, ".fifo") && copyRoom(m) {
 		// A crash from here to the completion's mark would leave the
 		// chunk to SQS's move to the dead-letter queue: postponed
 		// instead, the runtime hands it to a fresh copy of its message
 		// (keeping the job's key), which finds it counted and sends the
 		// completion with receives to spare. A FIFO queue's runtime
 		// makes no such copy (it would go behind the rest of its group):
-		// there the chunk sends the completion itself.
+		// there the chunk sends the completion itself; so it does when
+		// the copy would have no room for its prior attempts (see
+		// copyRoom).
 		c.cfg.Logger.Info("batch: the chunk that completes the batch is on its last receive: a copy of it sends the completion",
 			"batch", id, "chunk", i, "message_id", m.ID)
 		return sqsworker.RetryAfter(0, nil)

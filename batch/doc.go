@@ -52,9 +52,12 @@
 // copy's send and the original's delete leaves the original to SQS's
 // redrive (the copy still sends the completion). With neither
 // MaxReceiveCount nor a readable redrive policy, with a maxReceiveCount of
-// 1 (a copy's receive would be its last too), or on a FIFO queue (whose
-// runtime makes no copy: it would go behind the rest of its group), the
-// chunk sends the completion itself.
+// 1 (a copy's receive would be its last too), on a FIFO queue (whose
+// runtime makes no copy: it would go behind the rest of its group), or
+// when the copy would have no room for its attempts (eight attributes of
+// the chunk's own, or a body near SQS's size limit: without them, the copy
+// would run the chunk's handler again), the chunk sends the completion
+// itself.
 //
 // What holds where:
 //

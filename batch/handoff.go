@@ -10,6 +10,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/queue"
 )
 
@@ -34,7 +35,11 @@ type redrive struct {
 // its queue's redrive policy allows: Config.MaxReceiveCount when set, else
 // the queue's redrive policy, read once. When neither is known it reports
 // false; with a maxReceiveCount of 1 too: every receive is the last, a
-// copy's as well, and handing off would go on for ever.
+// copy's as well, and handing off would go on for ever. A receive past
+// the count reports false: SQS would have moved the message instead, so
+// no redrive policy acts at that count (the runtime dead-letters, failures
+// only, as Config.MaxReceiveCount allows), and the runtime makes no copy
+// of a chunk put off there: it would come back, put off again, for ever.
 func (c *Coordinator) lastReceive(ctx context.Context, m *sqsworker.Message) bool {
 	n, err := strconv.Atoi(m.Attributes[sqsworker.AttrReceiveCount])
 	if err != nil {
@@ -44,7 +49,7 @@ func (c *Coordinator) lastReceive(ctx context.Context, m *sqsworker.Message) boo
 	if mrc == 0 {
 		mrc = c.redriveMax(ctx, m.QueueURL)
 	}
-	return mrc > 1 && n >= mrc
+	return mrc > 1 && n == mrc
 }
 
 // redriveMax returns the maxReceiveCount of the queue at url, 0 when it has
@@ -80,4 +85,25 @@ func (c *Coordinator) redriveMax(ctx context.Context, url string) int {
 	c.redrive.max[url] = n
 	c.redrive.mu.Unlock()
 	return n
+}
+
+// copyRoom reports whether the runtime's copy of m, a chunk postponed on
+// its last receive, has room for its prior attempts
+// (sqsworker.AttrPriorAttempts) within SQS's limits, its job key kept. The
+// runtime drops them when it has not, to send the copy all the same, which
+// would then look like a chunk's first delivery: it would run the chunk's
+// handler again rather than find the chunk counted. Without room, the
+// chunk sends the completion itself.
+func copyRoom(m *sqsworker.Message) bool {
+	attrs := make(map[string]sqsworker.MessageAttribute, len(m.MessageAttributes)+2)
+	for name, v := range m.MessageAttributes {
+		if !sqsworker.IsFailureAttribute(name) && name != sqsworker.AttrNotBefore {
+			attrs[name] = v
+		}
+	}
+	attrs[sqsworker.AttrPriorAttempts] = sqsworker.MessageAttribute{DataType: "Number", StringValue: strconv.Itoa(max(m.ReceiveCount, 1))}
+	if _, ok := attrs[jobkey.Attribute]; !ok {
+		attrs[jobkey.Attribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: jobkey.Default(m)}
+	}
+	return len(attrs) <= sqsworker.MaxMessageAttributes && sqsworker.MessageSize(m.Body, attrs) <= sqsworker.MaxMessageSize
 }

@@ -350,6 +350,14 @@ func (c *consumer) CopyLimits(*executor.Job) (time.Duration, time.Time) {
 	return time.Until(end), by
 }
 
+// The executor finds the stop's bounds on copies by a type assertion: one
+// method short, the worker would silently go without them.
+var _ executor.CopyLimiter = (*consumer)(nil)
+
+// CopyStopping implements executor.CopyLimiter: a copy waiting to be sent
+// again reads the bounds of CopyLimits as soon as receiving stops.
+func (c *consumer) CopyStopping() <-chan struct{} { return c.pollCtx.Done() }
+
 // lastPollsEnd reports whether the worker is stopping with receives still
 // under way, and the latest they can end at SQS: a receive started before
 // receiving stopped is given up WaitTime and receiveGrace after its start,

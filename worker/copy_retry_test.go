@@ -318,3 +318,58 @@ func TestEmulatorStopWhileCopySendHangs(t *testing.T) {
 		t.Errorf("%d messages in the queue and its dead-letter queue, want the job", n)
 	}
 }
+
+// A worker told to stop while the waiting copy of a message on its last
+// receive (its dependency down) waits to be sent again, SQS refusing its
+// sends, stops within the bound its stop gives the copy's sends
+// (ackFlushGrace, 5s), its shutdown deadline a minute away: the wait
+// between two sends wakes when the stop begins. The message is released
+// by its visibility, not lost nor dead-lettered. Before, the wait ran to
+// its end (up to 5s), and only then was the stop's bound read: the stop
+// took the rest of the wait and 5s more. On the fake, in a synctest bubble,
+// the stop beginning some 5 sends in, while a wait of 2.5s to 5s is under
+// way.
+func TestStoppingWakesTheCopyRetryWait(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		q := fakeRelQueue(t, "stopping-wakes-copy-wait")
+		api := &hungSends{API: q.api, hang: func(context.Context, *sqs.SendMessageInput) error {
+			return errors.New("dial tcp: connection refused")
+		}}
+		var calls atomic.Int64
+		r := start(t, api, worker.Config{QueueURL: q.url, WaitTime: time.Second, DisableDepth: true, Backoff: oneSecond},
+			sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+				if calls.Add(1) == 1 {
+					return errors.New("the first attempt fails")
+				}
+				api.armed.Store(true)
+				return sqsworker.Unavailable(errors.New("the dependency is down"))
+			}))
+		q.send(t, "job")
+		for api.sends.Load() < 6 {
+			if calls.Load() > 2 {
+				t.Fatalf("the job ran %d times", calls.Load())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// The sixth send failed: the seventh waits 2.5s to 5s.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		begin := time.Now()
+		if err := r.w.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		took := time.Since(begin)
+		t.Logf("stopped %s after Shutdown", took)
+		if took > 6500*time.Millisecond {
+			t.Errorf("the stop took %s, want within some 5s: the copy's wait between sends did not wake when the stop began", took)
+		}
+		r.stop(10 * time.Second)
+		if s := r.w.Stats(); s.Requeued != 0 || s.RequeueFailures != 1 || s.DeadLettered != 0 {
+			t.Errorf("stats %+v: want the copy given up once, nothing dead-lettered", s)
+		}
+		if n, d := q.count(q.url), q.count(q.dlq); n != 1 || d != 0 {
+			t.Errorf("%d messages in the queue, %d dead-lettered; want the job in the queue", n, d)
+		}
+	})
+}

@@ -160,7 +160,8 @@
 // again, with capped, jittered backoff, for as long as the worker holds
 // the message: its visibility timeout, moved on by the heartbeat, less a
 // second for the original's delete. The handler slot stays taken
-// meanwhile. Given up, the message is left to its visibility, and the log
+// meanwhile. Should the worker begin to stop, a wait between two sends
+// ends then, and the sends are bound as above (5s from then). Given up, the message is left to its visibility, and the log
 // says that SQS will dead-letter it.
 // A message received nearly 12 hours ago cannot be hidden past SQS's 12
 // hours: its hide is sent only when it ends after the lease, which holds it

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker/internal/awserr"
-	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 )
 
 // The waiting copy of a message on the last receive its redrive policy
@@ -76,6 +75,7 @@ func (g *copyGivenUp) Unwrap() error { return g.err }
 func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx context.Context, least time.Duration, by time.Time) error) error {
 	start := time.Now()
 	var stopBy time.Time // the runtime's stop bound, once it gave one
+	stopSeen := false    // a wait was woken by the runtime's stop
 	for n := 1; ; n++ {
 		var least time.Duration
 		if l, ok := ack.(CopyLimiter); ok {
@@ -118,14 +118,35 @@ func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx conte
 			j.log(e).Warn("sending the waiting copy of a message on its last receive failed; sending it again while the message is held",
 				"message_id", j.Msg.ID, "until", end, "error", err)
 		}
-		// Woken early when the job's context ends (the runtime stops, the
-		// invocation's deadline nears, the lease is lost), so that the
-		// bounds are read again; once it has ended, by the backoff alone.
-		wake := j.Ctx
-		if wake.Err() != nil {
-			wake = context.Background()
+		// Woken early when the job's context ends (the runtime's
+		// shutdown deadline, the invocation's deadline nears, the lease
+		// is lost) or the runtime begins to stop, so that the bounds are
+		// read again; each once, then by the backoff alone.
+		var ended, stopping <-chan struct{}
+		if j.Ctx.Err() == nil {
+			ended = j.Ctx.Done()
 		}
-		ctxsleep.Sleep(wake, d)
+		if l, ok := ack.(CopyLimiter); ok && stopBy.IsZero() && !stopSeen {
+			stopping = l.CopyStopping()
+		}
+		if w := copyWait(d, ended, stopping); w != nil && w == stopping {
+			stopSeen = true
+		}
+	}
+}
+
+// copyWait waits d, or until ended or stopping is closed, and returns the
+// channel that ended the wait (nil for d).
+func copyWait(d time.Duration, ended, stopping <-chan struct{}) <-chan struct{} {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ended:
+		return ended
+	case <-stopping:
+		return stopping
 	}
 }
 

@@ -364,6 +364,10 @@ type CopyLimiter interface {
 	// last receives while it stops), and the latest its send may end (zero
 	// for no bound beyond Executor.MoveTimeout and Job.MoveBy).
 	CopyLimits(j *Job) (minDelay time.Duration, by time.Time)
+	// CopyStopping returns a channel closed once the runtime begins to
+	// stop, from when CopyLimits gives a bound: a copy waiting to be sent
+	// again wakes on it, to read that bound at once (nil for never).
+	CopyStopping() <-chan struct{}
 }
 
 // waitInCopy makes j's message, postponed or released without an attempt,

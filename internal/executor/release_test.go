@@ -22,6 +22,7 @@ type limiting struct {
 }
 
 func (l limiting) CopyLimits(*Job) (time.Duration, time.Time) { return l.least, time.Time{} }
+func (limiting) CopyStopping() <-chan struct{}                { return nil }
 
 // receiveOne advances the sim's clock until its message is visible, and
 // receives it as a job.
