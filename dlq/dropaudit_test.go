@@ -47,6 +47,7 @@ func TestDropDuplicateRecordedBeforeDelete(t *testing.T) {
 // drop-duplicate; a delete that fails closes its replay-start with
 // replay-failed, and the copy stays.
 func TestDropDuplicateAuditPairs(t *testing.T) {
+	t.Parallel()
 	e := newFakeEnv()
 	fl := sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders, MessageID: "orig-1", FailedAt: time.Now()}
 	deadLetterKeyed(e, fl, "job 1", "order-1")
@@ -88,6 +89,7 @@ func (f *failDelete) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInp
 // A duplicate whose delete fails stays, listed with a note, and its
 // replay-start is closed by a replay-failed record.
 func TestDropDuplicateDeleteFailsRecorded(t *testing.T) {
+	t.Parallel()
 	e := newFakeEnv()
 	fl := sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders, MessageID: "orig-1", FailedAt: time.Now()}
 	deadLetterKeyed(e, fl, "job 1", "order-1")
@@ -113,6 +115,7 @@ func TestDropDuplicateDeleteFailsRecorded(t *testing.T) {
 // destination's MaximumMessageSize): neither is dropped, as no copy of the
 // job was sent; both stay, each with its reason, and the job is not lost.
 func TestDuplicatesOfRefusedCopyStay(t *testing.T) {
+	t.Parallel()
 	e := newFakeEnv()
 	e.f.CreateQueue("small", map[string]string{"MaximumMessageSize": "1024"})
 	fl := sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders, MessageID: "orig-1", FailedAt: time.Now()}

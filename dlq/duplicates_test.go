@@ -54,6 +54,7 @@ func duplicateFixture(e *fakeEnv) []string {
 // read, and nothing else: messages that differ in their original message
 // ID, body, idempotency key or source queue are other jobs.
 func TestScanMarksDuplicates(t *testing.T) {
+	t.Parallel()
 	e := newFakeEnv()
 	copies := duplicateFixture(e)
 	q := openOrdersDLQ(t, e.f)
@@ -81,6 +82,7 @@ func TestScanMarksDuplicates(t *testing.T) {
 // billing stays: billing does not send its dead letters to orders-dlq). The
 // dry run before it says the same and changes nothing.
 func TestReplayDropsDuplicateCopies(t *testing.T) {
+	t.Parallel()
 	e := newFakeEnv()
 	copies := duplicateFixture(e)
 	q := openOrdersDLQ(t, e.f)

@@ -222,6 +222,7 @@ func effect(id string) types.TransactWriteItem {
 // table and then grants it: nothing dead-lettered under a redrive policy
 // of maxReceiveCount 2, the breaker opens, every job runs once after.
 func TestFakeDeniedTableWaitsNotDeadLettered(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	dlqURL := f.CreateQueue("dlq", nil)
 	url := f.CreateQueue("q", map[string]string{"VisibilityTimeout": "2",

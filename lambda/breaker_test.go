@@ -20,6 +20,7 @@ import (
 // as failures; one record runs as the probe, and once probes succeed the
 // records run again. Nothing is dead-lettered.
 func TestBreakerPostponesRecords(t *testing.T) {
+	t.Parallel()
 	f := newFake("30")
 	var down atomic.Bool
 	var calls atomic.Int64

@@ -60,6 +60,7 @@ func (s *slowExtends) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.
 // rounds run one at a time, so no record is sent a second extension while
 // one is under way, and every record is still extended.
 func TestConcurrentInvocationsExtendEachRecordOnce(t *testing.T) {
+	t.Parallel()
 	f := &slowExtends{Fake: newFake("2"), delay: 250 * time.Millisecond,
 		inFlight: map[string]int{}, calls: map[string]int{}, doubled: map[string]int{}}
 	fn := newHandler(t, jobs, lambda.Config{Client: f, Concurrency: 1})

@@ -69,8 +69,10 @@ func blockerThenHeld(t *testing.T, ran *atomic.Int64) sqsworker.Handler {
 // the job was receivable at once, an hour early, and ran as its third
 // attempt.
 func TestHeldRecordReleasedKeepsItsTime(t *testing.T) {
+	t.Parallel()
 	for _, blocker := range []string{"slow", "stall"} {
 		t.Run(blocker, func(t *testing.T) {
+			t.Parallel()
 			clock := sqstest.NewClock(time.Now())
 			f := newFake("300")
 			f.Now = clock.Now
@@ -145,6 +147,7 @@ func TestHeldRecordReleasedKeepsItsTime(t *testing.T) {
 // again at once: its copy waits, keeping the job's time. Before, the copy
 // was visible at once, with the time of the release.
 func TestEmulatorHeldRecordReleasedKeepsItsTime(t *testing.T) {
+	t.Parallel()
 	sq := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 120 * time.Second})
 	nb := time.Now().Add(time.Hour).Truncate(time.Millisecond)

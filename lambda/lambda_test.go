@@ -213,6 +213,7 @@ func TestAllFailedIsNotAnError(t *testing.T) {
 // visible at once; running ones are cancelled with ErrDeadline, and released
 // at once too: the adapter cut them short, they did not fail.
 func TestDeadlineAwareness(t *testing.T) {
+	t.Parallel()
 	f := newFake("300")
 	var causes []error
 	var mu sync.Mutex
@@ -276,6 +277,7 @@ func TestConcurrencyBound(t *testing.T) {
 // The heartbeat keeps a record that outlives the visibility timeout
 // invisible.
 func TestHeartbeatExtendsLongRecords(t *testing.T) {
+	t.Parallel()
 	f := newFake("2")
 	url := sqstest.QueueURL("orders")
 	stolen := make(chan int, 1)

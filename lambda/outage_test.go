@@ -37,6 +37,7 @@ func (h hangingAttributes) GetQueueAttributes(ctx context.Context, in *sqs.GetQu
 // Lambda would time out every invocation of the batch until SQS
 // dead-lettered records no handler ever saw.
 func TestHangingAttributeReadDoesNotTakeInvocation(t *testing.T) {
+	t.Parallel()
 	f := newFake("30")
 	var ran atomic.Int64
 	h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { ran.Add(1); return nil })

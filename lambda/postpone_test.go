@@ -48,6 +48,7 @@ func receiveAgain(t *testing.T, f *sqstest.Fake, name string) string {
 // dead-letter queue, though no handler failed. Before, the record went to
 // the dead-letter queue on its next receive.
 func TestBreakerPostponementOnLastReceive(t *testing.T) {
+	t.Parallel()
 	f := newFake("30")
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 		if m.Body == "down" {
@@ -83,6 +84,7 @@ func TestBreakerPostponementOnLastReceive(t *testing.T) {
 // So is a record whose handler postpones it (RetryAfter with a nil error:
 // not a failure) on that receive.
 func TestRetryAfterNilOnLastReceive(t *testing.T) {
+	t.Parallel()
 	f := newFake("30")
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 		if m.ReceiveCount >= 3 {
@@ -108,6 +110,7 @@ func TestRetryAfterNilOnLastReceive(t *testing.T) {
 // on its last receive comes back as a fresh copy, and runs once the
 // dependency is back; nothing is dead-lettered.
 func TestEmulatorBreakerPostponementOnLastReceive(t *testing.T) {
+	t.Parallel()
 	sq := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 30 * time.Second})
 	var down atomic.Bool

@@ -63,6 +63,7 @@ func sortByBody(ev events.SQSEvent) {
 // each runs as its third attempt, once. Before, both were released by
 // their visibility and dead-lettered on their next receive.
 func TestDeadlineReleaseOnLastReceive(t *testing.T) {
+	t.Parallel()
 	f := newFake("300")
 	url := sqstest.QueueURL("orders")
 	ev := lastAttempt(t, f, "orders", "slow")
@@ -145,6 +146,7 @@ func TestDeadlineReleaseCopyRefused(t *testing.T) {
 // fresh copies and run as second attempts; nothing is dead-lettered. Before,
 // both went to the dead-letter queue.
 func TestEmulatorDeadlineReleaseOnLastReceive(t *testing.T) {
+	t.Parallel()
 	sq := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 30 * time.Second})
 	var ran atomic.Int64

@@ -24,6 +24,7 @@ import (
 // (1s). On sqstest.Fake, which, as SQS, hands out several messages of one
 // group in one receive (the emulator hands out one).
 func TestFIFOHeldRecordBehindAFailureDoesNotLockTheGroup(t *testing.T) {
+	t.Parallel()
 	f := newFake("300")
 	url := sqstest.QueueURL("orders.fifo")
 	nb := strconv.FormatInt(time.Now().Add(10*time.Minute).UnixMilli(), 10)

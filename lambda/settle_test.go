@@ -53,6 +53,7 @@ func lastAttempt(t *testing.T, f *sqstest.Fake, name, body string) events.SQSEve
 // must not be dead-lettered. There, a fresh copy takes its place (see
 // TestDeadlineReleaseOnLastReceive): visible at once, the original deleted.
 func TestDeadlineCutRecordIsNotDeadLettered(t *testing.T) {
+	t.Parallel()
 	f := newFake("300")
 	ev := lastAttempt(t, f, "orders", "sleep:1m")
 	fn := newHandler(t, jobs, lambda.Config{Client: f, SafetyMargin: time.Second, DisableHeartbeat: true})
@@ -83,6 +84,7 @@ func (h hangingSend) SendMessage(ctx context.Context, in *sqs.SendMessageInput, 
 // fixed timeout that may outlast it: the function returns its response in
 // time.
 func TestDeadLetterMoveBoundedByDeadline(t *testing.T) {
+	t.Parallel()
 	f := newFake("300")
 	ev := received(t, f, "orders", "permanent")
 	fn := newHandler(t, jobs, lambda.Config{Client: hangingSend{f}, SafetyMargin: time.Second, DisableHeartbeat: true})

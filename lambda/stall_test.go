@@ -72,6 +72,7 @@ func invokeBy(t *testing.T, fn lambda.HandlerFunc, ev events.SQSEvent, d time.Du
 // visibility left alone (its handler still runs), the records never started
 // are reported failed and visible again at once, and the others succeed.
 func TestHandlerIgnoringContextDoesNotHoldInvocation(t *testing.T) {
+	t.Parallel()
 	f := newFake("300")
 	fn := newHandler(t, stalling(t), lambda.Config{Client: f, Concurrency: 1, SafetyMargin: time.Second, DisableHeartbeat: true})
 	ev := received(t, f, "orders", "ok", "stall", "ok", "ok")
@@ -101,6 +102,7 @@ func TestHandlerIgnoringContextDoesNotHoldInvocation(t *testing.T) {
 // On a FIFO queue, the records of a group behind a stalled one are reported
 // failed too, and the other groups go on.
 func TestHandlerIgnoringContextFIFO(t *testing.T) {
+	t.Parallel()
 	f := newFake("300")
 	url := sqstest.QueueURL("orders.fifo")
 	for i, s := range []struct{ group, body string }{{"a", "ok"}, {"a", "stall"}, {"a", "ok"}, {"b", "ok"}, {"b", "ok"}} {

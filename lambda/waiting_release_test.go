@@ -68,6 +68,7 @@ func stallFirst(ev events.SQSEvent) {
 // once: SQS moved them to the dead-letter queue on their next receive,
 // though no handler failed.
 func TestWaitingRecordsReleasedOnLastReceive(t *testing.T) {
+	t.Parallel()
 	f := newFake("300")
 	url := sqstest.QueueURL("orders")
 	var ev events.SQSEvent
@@ -126,6 +127,7 @@ func TestWaitingRecordsReleasedOnLastReceive(t *testing.T) {
 // dead-lettered. Before, they were made visible at the function's last
 // moment and dead-lettered on their next receive.
 func TestEmulatorWaitingRecordsReleasedOnLastReceive(t *testing.T) {
+	t.Parallel()
 	sq := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 120 * time.Second})
 	var ran atomic.Int64
@@ -249,6 +251,7 @@ func TestRealInvocationWaitingRecordReleasedOnLastReceive(t *testing.T) {
 // when the time to start records ends are released then, in order: none of
 // their records runs, each is reported failed and visible again at once.
 func TestWaitingGroupsReleasedFIFO(t *testing.T) {
+	t.Parallel()
 	f := newFake("300")
 	url := sqstest.QueueURL("orders.fifo")
 	for i, s := range []struct{ group, body string }{{"a", "stall"}, {"a", "a2"}, {"b", "b1"}, {"b", "b2"}, {"c", "c1"}} {

@@ -116,6 +116,7 @@ func (s *laggingSends) SendMessage(ctx context.Context, in *sqs.SendMessageInput
 // failed and none is dead-lettered on its next receive. Before, two copies
 // at most were sent, one after the other, and the rest were dead-lettered.
 func TestEmulatorWaitingRecordsCopiesSentTogether(t *testing.T) {
+	t.Parallel()
 	sq := localtest.NewSQS(t)
 	client := &laggingSends{Client: sq, lag: time.Second}
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 120 * time.Second})

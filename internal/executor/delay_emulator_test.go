@@ -40,9 +40,39 @@ var (
 	thirty   = 20500 * time.Millisecond
 )
 
+// emuStepsUsers counts the tests running with emuSteps: the first sets
+// them, the last restores what was there before, so that the emulator tests,
+// which all use the same steps, run in parallel with one another.
+var emuStepsUsers struct {
+	sync.Mutex
+	n       int
+	restore func()
+}
+
 // useEmuSteps sets the scaled limits, process-wide, until t (a top-level
-// test, whose parallel subtests end before its cleanup) ends.
-func useEmuSteps(t *testing.T) { t.Cleanup(executor.SetStepsForTest(emuSteps)) }
+// test, whose parallel subtests end before its cleanup) and every other
+// test using them have ended. A parallel test calls it after t.Parallel,
+// so that it runs only beside tests with the same steps: the tests that
+// set steps of their own (SetStepsForTest) are not parallel, and run
+// before the parallel ones start.
+func useEmuSteps(t *testing.T) {
+	t.Helper()
+	emuStepsUsers.Lock()
+	defer emuStepsUsers.Unlock()
+	if emuStepsUsers.n == 0 {
+		emuStepsUsers.restore = executor.SetStepsForTest(emuSteps)
+	}
+	emuStepsUsers.n++
+	t.Cleanup(func() {
+		emuStepsUsers.Lock()
+		defer emuStepsUsers.Unlock()
+		emuStepsUsers.n--
+		if emuStepsUsers.n == 0 {
+			emuStepsUsers.restore()
+			emuStepsUsers.restore = nil
+		}
+	})
+}
 
 // counting is an SQS client that counts what a message costs: the messages
 // receives brought, and the entries of sends, deletes and visibility
@@ -285,6 +315,7 @@ func esmPoll(ctx context.Context, t *testing.T, api *counting, q localtest.Queue
 // receives than that), at the cost the documentation states.
 func TestEmulatorDelaysOfAnyLength(t *testing.T) {
 	localtest.Require(t)
+	t.Parallel()
 	useEmuSteps(t)
 	for name, start := range runtimes {
 		for _, tc := range []struct {
@@ -333,6 +364,7 @@ func TestEmulatorDelaysOfAnyLength(t *testing.T) {
 // (maxReceiveCount 2).
 func TestEmulatorDelayFaults(t *testing.T) {
 	localtest.Require(t)
+	t.Parallel()
 	useEmuSteps(t)
 	for _, fault := range []string{"send fails", "reply lost"} {
 		t.Run(fault, func(t *testing.T) {
@@ -387,6 +419,7 @@ func TestEmulatorDelayFaults(t *testing.T) {
 // Attempts 3, when that fails too.
 func TestEmulatorLongBackoff(t *testing.T) {
 	localtest.Require(t)
+	t.Parallel()
 	useEmuSteps(t)
 	day := 2 * emuSteps.Visibility
 	for _, tc := range []struct {
@@ -449,6 +482,7 @@ func TestEmulatorLongBackoff(t *testing.T) {
 func TestEmulatorDelayDuplicateRunsOnceUnderIdempotency(t *testing.T) {
 	localtest.Require(t)
 	localtest.RequireDynamoDB(t)
+	t.Parallel()
 	useEmuSteps(t)
 	db := localtest.NewDynamoDB(t)
 	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
@@ -499,6 +533,7 @@ func TestEmulatorDelayDuplicateRunsOnceUnderIdempotency(t *testing.T) {
 // a copy at each step).
 func TestEmulatorDelayAtTheSizeLimit(t *testing.T) {
 	localtest.Require(t)
+	t.Parallel()
 	useEmuSteps(t)
 	for name, start := range runtimes {
 		for _, limit := range []int{sqsworker.MaxMessageSize, 64 << 10} {
@@ -549,6 +584,7 @@ func TestEmulatorDelayAtTheSizeLimit(t *testing.T) {
 // never dead-lettered.
 func TestEmulatorLongBackoffWithoutRoomIsDeadLettered(t *testing.T) {
 	localtest.Require(t)
+	t.Parallel()
 	useEmuSteps(t)
 	day := 2 * emuSteps.Visibility
 	api := &counting{Client: localtest.NewSQS(t)}

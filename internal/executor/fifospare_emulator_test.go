@@ -26,6 +26,7 @@ import (
 // allows, and the refused send had the job dead-lettered without running.
 func TestEmulatorFIFOHoldSurvivesARefusedCopy(t *testing.T) {
 	localtest.Require(t)
+	t.Parallel()
 	useEmuSteps(t)
 	proxy, err := faultproxy.ForEndpoint(localtest.Endpoint())
 	if err != nil {

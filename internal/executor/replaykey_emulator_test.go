@@ -176,6 +176,7 @@ func (k *keyedReplay) runOnce(t *testing.T, within time.Duration, what string) {
 // copy was keyed by the replayed message's own ID, and the effect ran
 // twice.
 func TestEmulatorCopyOfAReplayedJobKeepsItsKey(t *testing.T) {
+	t.Parallel()
 	useEmuSteps(t)
 	day := 2 * emuSteps.Visibility
 	k := newKeyedReplay(t, 3, func(m *sqsworker.Message) error {

@@ -23,6 +23,7 @@ import (
 // without the queue's name and done with it; the audit log and its
 // endpoint have both.
 func TestActionsOnLocalStack(t *testing.T) {
+	t.Parallel()
 	localtest.Require(t)
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
@@ -135,6 +136,7 @@ func TestActionsOnLocalStack(t *testing.T) {
 // The other queue receives those 7 bodies and no other, the audit log has
 // the 7, and a listing with a higher max finds the 5 left.
 func TestTruncatedScanOnLocalStack(t *testing.T) {
+	t.Parallel()
 	localtest.Require(t)
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})

@@ -25,6 +25,7 @@ import (
 // queue, the dead-letter queue empty. Before, the replay took only the
 // messages to move, and the duplicate stayed, to be replayed again later.
 func TestReplayDropsPlannedDuplicates(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	src, dlqURL := fakeDLQ(t, f, 1, func(int) string { return "c" })
 	fail := sqsworker.Failure{Error: "no", ErrorClass: "c", Attempts: 3, FailedAt: time.Now(), SourceQueue: src, MessageID: "orig-dup"}
@@ -54,6 +55,7 @@ func TestReplayDropsPlannedDuplicates(t *testing.T) {
 // (replay-start, drop-duplicate) are paired on the audit page, which shows
 // the drop.
 func TestReplayDropsPlannedDuplicatesOnLocalStack(t *testing.T) {
+	t.Parallel()
 	localtest.Require(t)
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})

@@ -150,6 +150,7 @@ func TestJobIDs(t *testing.T) {
 // the retention time has passed; an ID this server did not make is 404.
 // The audit records of both replays are all there.
 func TestPrunedJobAnswersGone(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	src, _ := fakeDLQ(t, f, 3, func(int) string { return "validation" })
 	var mu sync.Mutex

@@ -29,6 +29,7 @@ func list(t *testing.T, base, query string) (int, listing, string) {
 // queue it shows (of its approximate count) and how to see more; that a
 // request's max reads more, up to MaxScanMax, and a clear error above.
 func TestListingSaysWhenTruncated(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	_, dlqURL := fakeDLQ(t, f, 12, func(i int) string {
 		if i%3 == 0 {
@@ -93,6 +94,7 @@ func TestListingSaysWhenTruncated(t *testing.T) {
 // messages would move; that the replay says so again; and that it moved
 // exactly the planned messages.
 func TestTruncatedPlanSaysOnlyItsMessagesMove(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	src, dlqURL := fakeDLQ(t, f, 12, func(int) string { return "validation" })
 	_, base := newTestServer(t, Config{SQS: f, AllowActions: true})

@@ -277,6 +277,7 @@ func TestAccessToken(t *testing.T) {
 // secret in their body and attributes: the listing has their failure
 // metadata, not the secret; the message endpoint has it; the log never.
 func TestBodiesOnlyOnClick(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	src := f.CreateQueue("jobs", nil)
 	dlqURL := f.CreateQueue("jobs-dlq", nil)
@@ -410,6 +411,7 @@ func withAttributes(attrs map[string]sqsworker.MessageAttribute) func(*sqs.SendM
 // answers a cross-site or same-site request, or one from another origin,
 // with 403 before any SQS call. The page's own requests pass.
 func TestCrossSiteReadsRefused(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	src := f.CreateQueue("jobs", nil)
 	dlqURL := f.CreateQueue("jobs-dlq", nil)
@@ -454,6 +456,7 @@ func TestCrossSiteReadsRefused(t *testing.T) {
 // library's source check does not cover (a destination given is the
 // operator's choice); to the source queue, or to none, it says nothing.
 func TestPlanWarnsOfAnotherDestination(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	src := f.CreateQueue("jobs", nil)
 	other := f.CreateQueue("jobs-v2", nil)
@@ -480,6 +483,7 @@ func TestPlanWarnsOfAnotherDestination(t *testing.T) {
 // TestSecurityHeaders checks the headers of every kind of response: the
 // page, an asset, an API answer (which may carry a body) and an error.
 func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	f.CreateQueue("jobs-dlq", nil)
 	_, base := newTestServer(t, Config{SQS: f})
@@ -512,6 +516,7 @@ func TestSecurityHeaders(t *testing.T) {
 // dry run of this server, once, before it expires: an unknown plan ID, one
 // of another server and an expired one move nothing.
 func TestReplayConfirmsOnlyItsOwnFreshPlan(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	src := f.CreateQueue("jobs", nil)
 	dlqURL := f.CreateQueue("jobs-dlq", nil)
@@ -586,6 +591,7 @@ func TestTokenRedirectStaysOnThisServer(t *testing.T) {
 // runtime dead-lettered): the dry run, the replay and the body shown are
 // of the message chosen only.
 func TestChosenMessagesAreExactlyThose(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	src := f.CreateQueue("jobs", nil)
 	dlqURL := f.CreateQueue("jobs-dlq", nil)
@@ -685,6 +691,7 @@ func TestPlanIsBounded(t *testing.T) {
 // for requests, not for ever) is refused, rather than started by a
 // goroutine that Serve no longer waits for.
 func TestNoReplayStartsAfterServe(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	src := f.CreateQueue("jobs", nil)
 	dlqURL := f.CreateQueue("jobs-dlq", nil)

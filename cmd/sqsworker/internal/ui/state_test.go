@@ -22,6 +22,7 @@ import (
 // failure a complete listing saw is shown on the queues page, and a
 // complete listing of the emptied queue clears it.
 func TestQueuesKeptOncePerQueue(t *testing.T) {
+	t.Parallel()
 	f := sqstest.NewFake()
 	src := f.CreateQueue("jobs", nil)
 	dlqURL := f.CreateQueue("jobs-dlq", nil)
