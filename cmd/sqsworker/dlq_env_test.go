@@ -223,11 +223,30 @@ type receivedMsg struct {
 // message per group per receive), until none has come for quiet.
 func drain(t *testing.T, c *sqs.Client, url string, quiet time.Duration) []receivedMsg {
 	t.Helper()
+	return drainVisibility(t, c, url, quiet, 0, 60)
+}
+
+// drainAtLeast is drain, waiting up to a minute for at least n messages,
+// its receives hiding each message for 5 s only: a receive whose reply is
+// lost (seen with a 1 MiB message on a loaded machine: the emulator had
+// taken the message, the client never read it) hides its message for the
+// receive's visibility timeout, and a later receive gets it.
+func drainAtLeast(t *testing.T, c *sqs.Client, url string, n int) []receivedMsg {
+	t.Helper()
+	return drainVisibility(t, c, url, time.Second, n, 5)
+}
+
+// drainVisibility is drain, whose receives hide each message for vis
+// seconds, and which goes on for up to a minute while it has fewer than
+// least messages.
+func drainVisibility(t *testing.T, c *sqs.Client, url string, quiet time.Duration, least int, vis int32) []receivedMsg {
+	t.Helper()
 	var all []receivedMsg
-	last := time.Now()
-	for time.Since(last) < quiet {
+	start := time.Now()
+	last := start
+	for time.Since(last) < quiet || (len(all) < least && time.Since(start) < time.Minute) {
 		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(url), MaxNumberOfMessages: 1, WaitTimeSeconds: 1, VisibilityTimeout: 60,
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 1, WaitTimeSeconds: 1, VisibilityTimeout: vis,
 			MessageAttributeNames:       []string{"All"},
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
 		})

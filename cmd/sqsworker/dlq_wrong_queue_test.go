@@ -89,7 +89,7 @@ func TestDlqReplayFullSizeMessage(t *testing.T) {
 	if code != 0 || !strings.Contains(stderr, "moved 1 message(s)") {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
-	got := drain(t, c, q.URL, time.Second)
+	got := drainAtLeast(t, c, q.URL, 1)
 	if len(got) != 1 || got[0].body != body || got[0].failure.MessageID != "m-1" {
 		t.Fatalf("the source queue received %d message(s)", len(got))
 	}
