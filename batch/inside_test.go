@@ -140,7 +140,14 @@ func TestEmulatorMiddlewareInsideGuard(t *testing.T) {
 	}
 	// Deployed again, composed as it should be.
 	fixed := withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(work)
-	e.runWorker(t, fixed, "the chunk counted", func() bool { return progress(t, e.coord, "inside").Done == 1 })
+	// Until the completion is sent: on the last receive its redrive policy
+	// allows, the chunk is counted and then hands the completion to a
+	// copy of itself, which a worker stopped at the count would leave to
+	// the next one.
+	e.runWorker(t, fixed, "the chunk counted, the completion sent", func() bool {
+		p := progress(t, e.coord, "inside")
+		return p.Done == 1 && !p.Notified.IsZero()
+	})
 	if got := item(t, e.db, e.table, "effect#inside")["n"]; got != "1" {
 		t.Errorf("effect applied %s times, want 1", got)
 	}
