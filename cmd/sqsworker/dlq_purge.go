@@ -48,7 +48,15 @@ reported done, with a warning.`,
 				if c, err := q.Counts(ctx); err == nil {
 					count = fmt.Sprintf("about %d visible and %d in-flight message(s)", c.Visible, c.InFlight)
 				}
-				fmt.Fprintf(a.err, "Purging deletes %s of %s for good.\nType the queue name (%s) to confirm: ", count, name, name)
+				of := name
+				if len(q.Sources) > 1 { // a dead-letter queue shared by several sources
+					names := make([]string, len(q.Sources))
+					for i, u := range q.Sources {
+						names[i] = queueName(u)
+					}
+					of = fmt.Sprintf("%s, the dead letters of all %d of its source queues (%s)", name, len(names), strings.Join(names, ", "))
+				}
+				fmt.Fprintf(a.err, "Purging deletes %s of %s for good.\nType the queue name (%s) to confirm: ", count, of, name)
 				line, rerr := bufio.NewReader(a.in).ReadString('\n')
 				typed := strings.TrimSpace(line)
 				switch {

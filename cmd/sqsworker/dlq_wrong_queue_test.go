@@ -36,6 +36,23 @@ func newSecondSource(t *testing.T, c *sqs.Client, dlqARN string) string {
 // them: only that source's dead letters go there; the other's stay, each
 // listed with where it belongs, and the command fails naming the fix. A
 // replay without --to then sends them back to their own source.
+// Purging a dead-letter queue that several source queues share asks with
+// every source named: all of them lose their dead letters.
+func TestDlqSharedDLQPurgeNamesEverySource(t *testing.T) {
+	t.Parallel()
+	c, orders, _ := newDLQ(t, localtest.QueueOptions{})
+	payments := newSecondSource(t, c, orders.DLQARN)
+	sendDeadLettered(t, c, orders.DLQURL, "order", sqsworker.Failure{ErrorClass: "c", Error: "boom", SourceQueue: orders.URL, MessageID: "o-1", FailedAt: time.Now().UTC()}, nil)
+	waitVisible(t, c, orders.DLQURL, 1)
+	_, stderr, code := runCLI(t, "no\n", "dlq", "purge", queueName(orders.DLQURL), "--audit", filepath.Join(t.TempDir(), "audit.jsonl"))
+	want := "the dead letters of all 2 of its source queues ("
+	if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, queueName(orders.URL)) || !strings.Contains(stderr, queueName(payments)) ||
+		!strings.Contains(stderr, "not purged") {
+		t.Errorf("purge of a shared dead-letter queue: exit %d\n%s", code, stderr)
+	}
+	waitVisible(t, c, orders.DLQURL, 1)
+}
+
 func TestDlqSharedDLQReplayToOneSource(t *testing.T) {
 	t.Parallel()
 	c, orders, _ := newDLQ(t, localtest.QueueOptions{})
