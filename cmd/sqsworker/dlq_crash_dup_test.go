@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"io"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,7 +19,6 @@ import (
 // it was applied: a replay through it is stuck after that delete landed.
 func applyingProxy(t *testing.T, nth int32) (url string, held <-chan struct{}) {
 	t.Helper()
-	target := localtest.Endpoint()
 	h := make(chan struct{})
 	release := make(chan struct{})
 	var deletes atomic.Int32
@@ -31,19 +28,9 @@ func applyingProxy(t *testing.T, nth int32) (url string, held <-chan struct{}) {
 			return
 		}
 		hold := r.Header.Get("X-Amz-Target") == "AmazonSQS.DeleteMessage" && deletes.Add(1) == nth
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		if hold {
+		resp, err := passOn(r.Context(), r, body, false)
+		if err == nil && hold {
+			defer resp.Body.Close()
 			close(h)
 			select {
 			case <-release:
@@ -51,9 +38,7 @@ func applyingProxy(t *testing.T, nth int32) (url string, held <-chan struct{}) {
 			}
 			return
 		}
-		maps.Copy(w.Header(), resp.Header)
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		answer(w, resp, err)
 	}))
 	t.Cleanup(func() { close(release); srv.Close() })
 	return srv.URL, h

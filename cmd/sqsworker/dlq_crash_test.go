@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"io"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -24,7 +22,6 @@ import (
 // the original.
 func holdingProxy(t *testing.T) (url string, held <-chan struct{}) {
 	t.Helper()
-	target := localtest.Endpoint()
 	h := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
@@ -41,21 +38,8 @@ func holdingProxy(t *testing.T) (url string, held <-chan struct{}) {
 			}
 			return
 		}
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		maps.Copy(w.Header(), resp.Header)
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		resp, err := passOn(r.Context(), r, body, false)
+		answer(w, resp, err)
 	}))
 	t.Cleanup(func() { close(release); srv.Close() })
 	return srv.URL, h

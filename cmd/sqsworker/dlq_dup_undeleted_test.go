@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"io"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -22,7 +20,6 @@ import (
 // DeleteMessage after the first (400, not retried).
 func refusingProxy(t *testing.T) string {
 	t.Helper()
-	target := localtest.Endpoint()
 	var deletes atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
@@ -35,21 +32,8 @@ func refusingProxy(t *testing.T) string {
 			_, _ = io.WriteString(w, `{"__type":"com.amazonaws.sqs#InvalidAddress","message":"refused by the test"}`)
 			return
 		}
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		maps.Copy(w.Header(), resp.Header)
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		resp, err := passOn(r.Context(), r, body, false)
+		answer(w, resp, err)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL

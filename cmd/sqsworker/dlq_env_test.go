@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"net/http"
 	"regexp"
 	"sort"
 	"strings"
@@ -325,4 +328,32 @@ func normalize(s string, q localtest.Queue, pad bool) string {
 		return ph(id, ids[id])
 	})
 	return timeRE.ReplaceAllStringFunc(s, func(t string) string { return ph(t, "<time>") })
+}
+
+// passOn sends an SQS call a test proxy received, whose body it has read,
+// on to the local endpoint under ctx; with keepHost, under the Host the
+// client sent.
+func passOn(ctx context.Context, r *http.Request, body []byte, keepHost bool) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, r.Method, localtest.Endpoint()+r.URL.RequestURI(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = r.Header.Clone()
+	if keepHost {
+		req.Host = r.Host
+	}
+	return http.DefaultClient.Do(req)
+}
+
+// answer writes the local endpoint's answer (passOn's results) to a test
+// proxy's client, a 502 if there was none, and closes its body.
+func answer(w http.ResponseWriter, resp *http.Response, err error) {
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	maps.Copy(w.Header(), resp.Header)
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, resp.Body)
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -30,7 +28,6 @@ import (
 // proxy's address, host:port on the loopback interface.
 func purgeLimitingProxy(t *testing.T) string {
 	t.Helper()
-	target := localtest.Endpoint()
 	var mu sync.Mutex
 	purged := map[string]time.Time{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -55,21 +52,8 @@ func purgeLimitingProxy(t *testing.T) string {
 				return
 			}
 		}
-		req, err := http.NewRequestWithContext(r.Context(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		req.Header = r.Header.Clone()
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		maps.Copy(w.Header(), resp.Header)
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		resp, err := passOn(r.Context(), r, body, false)
+		answer(w, resp, err)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.Listener.Addr().String()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -384,7 +383,6 @@ func wantInterrupted(t *testing.T, code int, stderr string) {
 // call is under way (and reaches SQS after it).
 func interruptingProxy(t *testing.T, n int32, interrupt func()) string {
 	t.Helper()
-	target := localtest.Endpoint()
 	var calls atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
@@ -396,22 +394,8 @@ func interruptingProxy(t *testing.T, n int32, interrupt func()) string {
 			time.Sleep(500 * time.Millisecond)
 		}
 		// Passed on whether or not the client is still there.
-		req, err := http.NewRequestWithContext(context.Background(), r.Method, target+r.URL.RequestURI(), bytes.NewReader(body))
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		req.Header = r.Header.Clone()
-		req.Host = r.Host
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		defer resp.Body.Close()
-		maps.Copy(w.Header(), resp.Header)
-		w.WriteHeader(resp.StatusCode)
-		_, _ = io.Copy(w, resp.Body)
+		resp, err := passOn(context.Background(), r, body, true)
+		answer(w, resp, err)
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
