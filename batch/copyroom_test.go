@@ -42,42 +42,11 @@ func TestCompletionSenderWithoutRoomForTheCopy(t *testing.T) {
 	if err := e.coord.Create(ctx, s); err != nil {
 		t.Fatal(err)
 	}
-	var calls atomic.Int64
 	var eff effects
-	h := e.coord.Middleware(eff.handler(func(*sqsworker.Message) error {
-		if calls.Add(1) == 1 {
-			return errors.New("the first attempt fails")
-		}
-		return nil
-	}))
-	w, err := worker.New(e.sqs, worker.Config{
-		QueueURL: chunks, Concurrency: 2, WaitTime: time.Second, DisableDepth: true,
-		Backoff: sqsworker.ExponentialBackoff{Base: time.Second, Cap: time.Second},
-		Logger:  quiet(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("worker stats %+v", w.Stats())
-		}
-	}()
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx, h) }()
-	var callbacks int
-	localtest.Eventually(t, time.Minute, func() bool {
-		callbacks += len(receive(t, e.sqs, e.callbacks, 10))
+	callbacks := runFailingFirst(t, e, &eff, worker.Config{QueueURL: chunks}, 3*time.Second, func() bool {
 		v, fl, d := e.sqs.Depth(chunks)
-		return callbacks > 0 && v+fl+d == 0
-	}, "the completion was not sent, or the chunk not deleted")
-	time.Sleep(3 * time.Second) // a copy's run would show now
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	callbacks += len(receive(t, e.sqs, e.callbacks, 10))
+		return v+fl+d == 0
+	})
 	if callbacks != 1 {
 		t.Errorf("%d completion jobs, want 1", callbacks)
 	}
@@ -90,4 +59,46 @@ func TestCompletionSenderWithoutRoomForTheCopy(t *testing.T) {
 	if v, fl, d := e.sqs.Depth(dlq); v+fl+d != 0 {
 		t.Errorf("%d chunks dead-lettered, want none", v+fl+d)
 	}
+}
+
+// runFailingFirst runs a worker (cfg, with the test's settings added) over
+// the fake SQS on the chunks of a batch, its handler (applying eff) failing
+// its first attempt, until a completion job was received and done holds;
+// then for settle more, so that a second completion or a copy's run would
+// show. It returns the completion jobs received.
+func runFailingFirst(t *testing.T, e *fakeEnv, eff *effects, cfg worker.Config, settle time.Duration, done func() bool) int {
+	t.Helper()
+	var calls atomic.Int64
+	h := e.coord.Middleware(eff.handler(func(*sqsworker.Message) error {
+		if calls.Add(1) == 1 {
+			return errors.New("the first attempt fails")
+		}
+		return nil
+	}))
+	cfg.Concurrency, cfg.WaitTime, cfg.DisableDepth = 2, time.Second, true
+	cfg.Backoff = sqsworker.ExponentialBackoff{Base: time.Second, Cap: time.Second}
+	cfg.Logger = quiet()
+	w, err := worker.New(e.sqs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("worker stats %+v", w.Stats())
+		}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(ctx, h) }()
+	var callbacks int
+	localtest.Eventually(t, time.Minute, func() bool {
+		callbacks += len(receive(t, e.sqs, e.callbacks, 10))
+		return callbacks > 0 && done()
+	}, "the completion was not sent, or the chunks not settled")
+	time.Sleep(settle)
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	return callbacks + len(receive(t, e.sqs, e.callbacks, 10))
 }

@@ -2,12 +2,9 @@ package batch_test
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
@@ -32,42 +29,9 @@ func TestCompletionWithTheRuntimesDeadLetterQueue(t *testing.T) {
 	if err := e.coord.Create(ctx, e.spec("runtime-dlq", 1)); err != nil {
 		t.Fatal(err)
 	}
-	var calls atomic.Int64
 	var eff effects
-	h := e.coord.Middleware(eff.handler(func(*sqsworker.Message) error {
-		if calls.Add(1) == 1 {
-			return errors.New("the first attempt fails")
-		}
-		return nil
-	}))
-	w, err := worker.New(e.sqs, worker.Config{
-		QueueURL: e.work, Concurrency: 2, WaitTime: time.Second, DisableDepth: true,
-		MaxReceiveCount: 2, DeadLetterQueueURL: dlq,
-		Backoff: sqsworker.ExponentialBackoff{Base: time.Second, Cap: time.Second},
-		Logger:  quiet(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if t.Failed() {
-			t.Logf("worker stats %+v", w.Stats())
-		}
-	}()
-	wctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx, h) }()
-	var callbacks int
-	localtest.Eventually(t, time.Minute, func() bool {
-		callbacks += len(receive(t, e.sqs, e.callbacks, 10))
-		return callbacks > 0
-	}, "the completion was not sent")
-	time.Sleep(2 * time.Second) // a completion more would show now
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	callbacks += len(receive(t, e.sqs, e.callbacks, 10))
+	callbacks := runFailingFirst(t, e, &eff, worker.Config{QueueURL: e.work, MaxReceiveCount: 2, DeadLetterQueueURL: dlq},
+		2*time.Second, func() bool { return true })
 	if callbacks != 1 {
 		t.Errorf("%d completion jobs, want 1", callbacks)
 	}
