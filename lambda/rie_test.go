@@ -46,6 +46,23 @@ func receiveN(t testing.TB, c *sqs.Client, url string, n int) []types.Message {
 	return msgs
 }
 
+// receiveLast receives the one message in the queue at url, makes it
+// visible again and receives it once more: its second receive, the last
+// one a redrive policy with a maxReceiveCount of 2 allows, which it
+// returns.
+func receiveLast(t testing.TB, c *sqs.Client, url string) []types.Message {
+	t.Helper()
+	first := receiveN(t, c, url, 1)
+	if _, err := c.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: first[0].ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	last := receiveN(t, c, url, 1)
+	if n := last[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+		t.Fatalf("receive count %s, want 2", n)
+	}
+	return last
+}
+
 func invoke(t *testing.T, rie *localtest.RIE, ev events.SQSEvent) (int, []byte) {
 	t.Helper()
 	payload, _ := json.Marshal(ev)
