@@ -234,14 +234,10 @@ func TestStoppingCopiesRefusedEndAtTheBound(t *testing.T) {
 	t.Run("emulator", func(t *testing.T) {
 		t.Parallel()
 		q := emuRelQueue(t)
-		proxy, via := proxiedSQS(t)
+		api, proxy := sendsThroughProxy(t, q)
 		if err := proxy.Refuse(); err != nil {
 			t.Fatal(err)
 		}
-		api := &hungSends{API: q.api, hang: func(ctx context.Context, in *sqs.SendMessageInput) error {
-			_, err := via.SendMessage(ctx, in)
-			return err
-		}}
 		refusedCopiesWhileStopping(t, q, api, 25*time.Second)
 	})
 }
@@ -270,14 +266,10 @@ func refusedCopiesWhileStopping(t *testing.T, q relQueue, api *hungSends, within
 func TestEmulatorStopWhileCopySendHangs(t *testing.T) {
 	t.Parallel()
 	q := emuRelQueue(t)
-	proxy, via := proxiedSQS(t)
+	api, proxy := sendsThroughProxy(t, q)
 	if err := proxy.Blackhole(); err != nil {
 		t.Fatal(err)
 	}
-	api := &hungSends{API: q.api, hang: func(ctx context.Context, in *sqs.SendMessageInput) error {
-		_, err := via.SendMessage(ctx, in)
-		return err
-	}}
 	sent := make(chan struct{})
 	var calls atomic.Int64
 	r := start(t, api, worker.Config{QueueURL: q.url, WaitTime: time.Second, DisableDepth: true, Backoff: oneSecond},

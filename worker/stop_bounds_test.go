@@ -257,19 +257,10 @@ func eachHungSends(t *testing.T, name string, fakeWithin, emuWithin time.Duratio
 			t.Run("emulator", func(t *testing.T) {
 				t.Parallel()
 				q := emuRelQueue(t)
-				proxy, err := faultproxy.ForEndpoint(localtest.Endpoint())
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = proxy.Close() })
+				api, proxy := sendsThroughProxy(t, q)
 				if err := proxy.Blackhole(); err != nil {
 					t.Fatal(err)
 				}
-				via := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
-				api := &hungSends{API: q.api, hang: func(ctx context.Context, in *sqs.SendMessageInput) error {
-					_, err := via.SendMessage(ctx, in)
-					return err
-				}}
 				test(t, q, api, hang, emuWithin)
 			})
 		})
@@ -355,16 +346,7 @@ func stopWithCopies(t *testing.T, q relQueue, api *hungSends, arm bool) (time.Du
 func TestEmulatorStoppingCopiesLostReplies(t *testing.T) {
 	t.Parallel()
 	q := emuRelQueue(t)
-	proxy, err := faultproxy.ForEndpoint(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	via := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
-	api := &hungSends{API: q.api, hang: func(ctx context.Context, in *sqs.SendMessageInput) error {
-		_, err := via.SendMessage(ctx, in)
-		return err
-	}}
+	api, proxy := sendsThroughProxy(t, q)
 	if err := proxy.LoseReplies(copies); err != nil {
 		t.Fatal(err)
 	}
@@ -400,4 +382,15 @@ func TestEmulatorStoppingCopiesLostReplies(t *testing.T) {
 	if len(got) != 2*copies || len(keys) != copies {
 		t.Errorf("%d copies with %d keys (%v), want %d, one key per job", len(got), len(keys), keys, 2*copies)
 	}
+}
+
+// sendsThroughProxy returns q's API whose SendMessage calls, alone, go
+// through a fault proxy in front of the emulator, and that proxy.
+func sendsThroughProxy(t *testing.T, q relQueue) (*hungSends, *faultproxy.Proxy) {
+	t.Helper()
+	proxy, via := proxiedSQS(t)
+	return &hungSends{API: q.api, hang: func(ctx context.Context, in *sqs.SendMessageInput) error {
+		_, err := via.SendMessage(ctx, in)
+		return err
+	}}, proxy
 }
