@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
@@ -174,6 +175,9 @@ type Guard struct {
 	// succeed meanwhile, and say nothing of these.
 	misTablesMu sync.Mutex
 	misTables   map[string]bool
+	// anyMisTables is set while misTables is not empty, so that a commit
+	// that succeeds, the usual case, looks at nothing more.
+	anyMisTables atomic.Bool
 }
 
 // New validates cfg and returns a Guard over store.
@@ -484,6 +488,7 @@ func (g *Guard) noteMisconfiguredWrites(err error) {
 			g.misTables[t] = true
 		}
 	}
+	g.anyMisTables.Store(true)
 	g.misTablesMu.Unlock()
 	if known {
 		return
@@ -492,17 +497,21 @@ func (g *Guard) noteMisconfiguredWrites(err error) {
 		"tables", strings.Join(wt.Tables, ", "), "error", err)
 }
 
-// noteTablesUsable logs that commits with writes on tables succeed again,
-// for those that were refused for their configuration.
-func (g *Guard) noteTablesUsable(tables []string) {
+// noteTablesUsable logs that commits with writes on the tables of writes
+// succeed again, for those that were refused for their configuration.
+func (g *Guard) noteTablesUsable(writes []types.TransactWriteItem) {
+	if !g.anyMisTables.Load() {
+		return
+	}
 	g.misTablesMu.Lock()
 	var back []string
-	for _, t := range tables {
+	for _, t := range writeTables(writes) {
 		if g.misTables[t] {
 			delete(g.misTables, t)
 			back = append(back, t)
 		}
 	}
+	g.anyMisTables.Store(len(g.misTables) > 0)
 	g.misTablesMu.Unlock()
 	if len(back) > 0 {
 		g.cfg.Logger.Info("table of the handlers' writes answers again: the jobs that write to it run", "tables", strings.Join(back, ", "))
@@ -586,7 +595,7 @@ func (g *Guard) commit(ctx context.Context, deadline time.Time, c Commit, size i
 	case err == nil:
 		g.committed.Add(1)
 		g.noteUsable(misCommit)
-		g.noteTablesUsable(writeTables(c.Writes))
+		g.noteTablesUsable(c.Writes)
 		g.remember(rec)
 		return nil
 	case errors.Is(err, ErrNotHolder):
