@@ -76,9 +76,10 @@ func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx conte
 	start := time.Now()
 	var stopBy time.Time // the runtime's stop bound, once it gave one
 	stopSeen := false    // a wait was woken by the runtime's stop
+	l, limited := ack.(CopyLimiter)
 	for n := 1; ; n++ {
 		var least time.Duration
-		if l, ok := ack.(CopyLimiter); ok {
+		if limited {
 			var by time.Time
 			least, by = l.CopyLimits(j)
 			if stopBy.IsZero() {
@@ -89,7 +90,7 @@ func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx conte
 		if n > 1 {
 			by, _ = e.copyEnd(j, stopBy, start)
 		}
-		ctx, done := sendContext(j, ack)
+		ctx, done := sendContext(j, l)
 		err := send(ctx, least, by)
 		if b := done(); stopBy.IsZero() {
 			stopBy = b
@@ -126,7 +127,7 @@ func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx conte
 		if j.Ctx.Err() == nil {
 			ended = j.Ctx.Done()
 		}
-		if l, ok := ack.(CopyLimiter); ok && stopBy.IsZero() && !stopSeen {
+		if limited && stopBy.IsZero() && !stopSeen {
 			stopping = l.CopyStopping()
 		}
 		if w := copyWait(d, ended, stopping); w != nil && w == stopping {
@@ -156,11 +157,11 @@ func copyWait(d time.Duration, ended, stopping <-chan struct{}) <-chan struct{} 
 // deadline) and the runtime then give a stop bound (CopyLimits), the send
 // is cut there, so that a send that hangs, started before the runtime
 // began to stop, does not hold the stop up for the whole MoveTimeout.
-// done returns that stop bound, if the runtime gave one.
-func sendContext(j *Job, ack Acker) (ctx context.Context, done func() (stopBy time.Time)) {
+// done returns that stop bound, if the runtime gave one. l is the
+// runtime's CopyLimiter, nil without one.
+func sendContext(j *Job, l CopyLimiter) (ctx context.Context, done func() (stopBy time.Time)) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(j.Ctx))
-	l, ok := ack.(CopyLimiter)
-	if !ok {
+	if l == nil {
 		return ctx, func() time.Time { cancel(); return time.Time{} }
 	}
 	var (
