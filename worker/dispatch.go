@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,7 +44,11 @@ func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bo
 		if probe {
 			c.exec.Breaker.Abort()
 		}
-		c.releaseAll(jobsOf(rs)) // not before the last long polls end: see Retry
+		if !c.info.FIFO {
+			c.releaseAll(jobsOf(rs)) // not before the last long polls end: see Retry
+			return
+		}
+		c.dispatchStopping(rs)
 		return
 	}
 	var buf [MaxMessagesPerReceive]task
@@ -58,6 +63,38 @@ func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bo
 		}
 	}
 	c.tasks.put(ts...)
+}
+
+// dispatchStopping settles the FIFO messages of a receive that ended while
+// the worker stops. A group with a message on the last receive its redrive
+// policy allows runs, in order, within the shutdown deadline (see
+// runGroup): released, that message would be moved to the dead-letter
+// queue by SQS on its next receive, though no handler saw it, and a copy
+// cannot wait in its place without going behind the rest of its group.
+// The other groups are released, as on a standard queue.
+func (c *consumer) dispatchStopping(rs []received) {
+	var ts []task
+	var rest []*executor.Job
+	for _, group := range groupByID(jobsOf(rs)) {
+		if !c.lastReceiveIn(group) {
+			rest = append(rest, group...)
+			continue
+		}
+		for _, j := range group {
+			j.Probe = false // the probe was given back above
+		}
+		ts = append(ts, task{group: group})
+	}
+	if len(rest) > 0 {
+		c.releaseAll(rest) // in order, from here (FIFO)
+	}
+	c.tasks.put(ts...)
+}
+
+// lastReceiveIn reports whether one of jobs is on the last receive its
+// redrive policy allows.
+func (c *consumer) lastReceiveIn(jobs []*executor.Job) bool {
+	return slices.ContainsFunc(jobs, c.exec.OnLastReceive)
 }
 
 // received is a received message and its job, allocated together.
@@ -108,14 +145,16 @@ func (c *consumer) run(j *executor.Job) bool {
 
 // runGroup runs one FIFO group's messages in order. Once one of them is not
 // done (it failed, or its lease was lost), the rest are released, so that
-// none overtakes it.
+// none overtakes it. Once the worker stops, the rest are released too,
+// unless one of them is on the last receive its redrive policy allows: the
+// group then goes on until the shutdown deadline (see dispatchStopping).
 func (c *consumer) runGroup(group []*executor.Job) {
 	for i, j := range group {
 		// Messages waiting behind others hold a lease that runs from the
 		// receive. Without heartbeats, release them when half of it is
 		// gone; with heartbeats, when it was lost.
 		late := c.ext == nil && i > 0 && c.vis > 0 && time.Since(j.ReceivedAt) > c.vis/2
-		if c.pollCtx.Err() != nil {
+		if c.pollCtx.Err() != nil && !c.lastReceiveIn(group[i:]) {
 			c.release(group[i:], false)
 			return
 		}

@@ -151,8 +151,11 @@
 // above; a send under way at the shutdown deadline is cut 5s after it. The
 // copies of the messages one receive brings while stopping are sent at
 // once, not one after another, so that such an SQS holds the stop up by
-// those 5s once, not once per message. FIFO queues keep the release: a
-// copy would go behind the rest of its group.
+// those 5s once, not once per message. A FIFO queue's message cannot wait
+// in a copy (it would go behind the rest of its group): instead, a group
+// with a message on that receive, received while stopping or waiting
+// behind a running message of its group, is not released but runs on, in
+// order, until the shutdown deadline; what is left then is released.
 //
 // So does a message postponed without an attempt (RetryAfter with a nil
 // error, a dependency down: sqsworker.Unavailable) or held back until its

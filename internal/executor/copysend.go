@@ -234,9 +234,9 @@ func copyBackoff(n int) time.Duration {
 	return d - rand.N(d/2+1)
 }
 
-// onLastReceive reports whether m is on the last receive its redrive policy
+// OnLastReceive reports whether j's message is on the last receive its redrive policy
 // allows: its next receive is SQS's move to the dead-letter queue.
-func (e *Executor) onLastReceive(j *Job) bool {
+func (e *Executor) OnLastReceive(j *Job) bool {
 	mrc := e.Policy.RedriveMaxReceiveCount
 	return mrc > 0 && receives(j.Msg) >= mrc
 }

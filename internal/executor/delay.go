@@ -223,7 +223,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 		// On its last receive, kept by visibility it would be moved to
 		// the dead-letter queue when it comes back: its copy is sent
 		// again while the message is held.
-		err := e.requeueHeld(j, ack, nb, m.PriorAttempts(), delay, e.onLastReceive(j))
+		err := e.requeueHeld(j, ack, nb, m.PriorAttempts(), delay, e.OnLastReceive(j))
 		if err == nil {
 			e.Counters.Held.Add(1)
 			e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
@@ -233,7 +233,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 			return true, true
 		}
 		e.requeueFailed()
-		if e.onLastReceive(j) {
+		if e.OnLastReceive(j) {
 			log.Error("sending the waiting copy of a message held back on its last receive failed while the message was held; "+
 				"SQS moves it to the dead-letter queue when it comes back, though no handler failed: replay it once SQS takes sends again (sqsworker dlq replay)",
 				"error", err)
