@@ -44,19 +44,7 @@ reported done, with a warning.`,
 			}
 			name := q.Name
 			if !af.yes {
-				count := "its messages"
-				if c, err := q.Counts(ctx); err == nil {
-					count = fmt.Sprintf("about %d visible and %d in-flight message(s)", c.Visible, c.InFlight)
-				}
-				of := name
-				if len(q.Sources) > 1 { // a dead-letter queue shared by several sources
-					names := make([]string, len(q.Sources))
-					for i, u := range q.Sources {
-						names[i] = queueName(u)
-					}
-					of = fmt.Sprintf("%s, the dead letters of all %d of its source queues (%s)", name, len(names), strings.Join(names, ", "))
-				}
-				fmt.Fprintf(a.err, "Purging deletes %s of %s for good.\nType the queue name (%s) to confirm: ", count, of, name)
+				fmt.Fprintf(a.err, "%s\nType the queue name (%s) to confirm: ", q.PurgeWarning(ctx), name)
 				line, rerr := bufio.NewReader(a.in).ReadString('\n')
 				typed := strings.TrimSpace(line)
 				switch {
