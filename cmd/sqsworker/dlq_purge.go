@@ -21,8 +21,10 @@ undo: the messages and their failure metadata are gone. A queue that is not a
 dead-letter queue (it has a redrive policy of its own, or no queue names it as
 its dead-letter queue) is refused, unless --force.
 
-Without --yes it asks for the queue's name on standard input and purges only
-when the name typed matches; anything else, or no input, refuses with exit
+Without --yes it says about how many messages go and, when several source
+queues share the dead-letter queue, names every one of them (all lose their
+dead letters); then it asks for the queue's name on standard input and purges
+only when the name typed matches; anything else, or no input, refuses with exit
 code 1. The purge is appended to the audit log (--audit) before it is sent,
 with the caller (sts:GetCallerIdentity) and the approximate number of
 messages. SQS allows one purge per queue every 60 seconds and may take that
