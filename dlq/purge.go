@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -75,6 +76,31 @@ func (q *Queue) Purge(ctx context.Context, cfg PurgeConfig) error {
 		return err
 	}
 	return nil
+}
+
+// PurgeWarning is what a confirmation of a purge of q says before it asks
+// for the queue's name: how many messages go, from the queue's counts read
+// now ("every message" when they cannot be read), and, when q is the
+// dead-letter queue of several source queues, that the dead letters of
+// every one of them go, each named, as in "Purging deletes about 2 visible
+// and 0 in-flight message(s) of orders-dlq, the dead letters of all 2 of
+// its source queues (orders, payments), for good." The CLI's prompt and
+// the web UI's purge panel both show it.
+func (q *Queue) PurgeWarning(ctx context.Context) string {
+	count := "every message"
+	if c, err := q.Counts(ctx); err == nil {
+		count = fmt.Sprintf("about %d visible and %d in-flight message(s)", c.Visible, c.InFlight)
+	}
+	of := q.Name
+	if len(q.Sources) > 1 { // a dead-letter queue shared by several sources
+		names := make([]string, len(q.Sources))
+		for i, u := range q.Sources {
+			names[i] = queueName(u)
+		}
+		slices.Sort(names)
+		of = fmt.Sprintf("%s, the dead letters of all %d of its source queues (%s),", q.Name, len(names), strings.Join(names, ", "))
+	}
+	return fmt.Sprintf("Purging deletes %s of %s for good.", count, of)
 }
 
 // isPurgeInProgress reports whether err is SQS's PurgeQueueInProgress.

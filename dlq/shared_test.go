@@ -138,3 +138,28 @@ func TestRedriveToOneSourceOfASharedDLQ(t *testing.T) {
 		}
 	}
 }
+
+// The warning before a purge of a dead-letter queue shared by two sources
+// names both, in order of name, with the queue's counts; a queue of one
+// source is named alone, and "every message" stands for counts that could
+// not be read.
+func TestPurgeWarningNamesEverySource(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e, payments := sharedEnv()
+	e.deadLetterJobs(3)
+	if _, err := e.f.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(e.ordersDLQ), MaxNumberOfMessages: 1, VisibilityTimeout: 60}); err != nil {
+		t.Fatal(err)
+	}
+	shared := openOrdersDLQ(t, &listing{Fake: e.f, urls: append([]string{payments}, e.urls()...)})
+	want := "Purging deletes about 2 visible and 1 in-flight message(s) of orders-dlq, the dead letters of all 2 of its source queues (orders, payments), for good."
+	if got := shared.PurgeWarning(ctx); got != want {
+		t.Errorf("shared:\n got %q\nwant %q", got, want)
+	}
+	one := newFakeEnv()
+	alone := openOrdersDLQ(t, &listing{Fake: one.f, urls: one.urls()})
+	one.f.FailNext("GetQueueAttributes", errors.New("connection reset"), 1)
+	if got, want := alone.PurgeWarning(ctx), "Purging deletes every message of orders-dlq for good."; got != want {
+		t.Errorf("one source, counts not read:\n got %q\nwant %q", got, want)
+	}
+}

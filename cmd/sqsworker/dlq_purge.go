@@ -21,8 +21,10 @@ undo: the messages and their failure metadata are gone. A queue that is not a
 dead-letter queue (it has a redrive policy of its own, or no queue names it as
 its dead-letter queue) is refused, unless --force.
 
-Without --yes it asks for the queue's name on standard input and purges only
-when the name typed matches; anything else, or no input, refuses with exit
+Without --yes it says about how many messages go and, when several source
+queues share the dead-letter queue, names every one of them (all lose their
+dead letters); then it asks for the queue's name on standard input and purges
+only when the name typed matches; anything else, or no input, refuses with exit
 code 1. The purge is appended to the audit log (--audit) before it is sent,
 with the caller (sts:GetCallerIdentity) and the approximate number of
 messages. SQS allows one purge per queue every 60 seconds and may take that
@@ -44,19 +46,7 @@ reported done, with a warning.`,
 			}
 			name := q.Name
 			if !af.yes {
-				count := "its messages"
-				if c, err := q.Counts(ctx); err == nil {
-					count = fmt.Sprintf("about %d visible and %d in-flight message(s)", c.Visible, c.InFlight)
-				}
-				of := name
-				if len(q.Sources) > 1 { // a dead-letter queue shared by several sources
-					names := make([]string, len(q.Sources))
-					for i, u := range q.Sources {
-						names[i] = queueName(u)
-					}
-					of = fmt.Sprintf("%s, the dead letters of all %d of its source queues (%s)", name, len(names), strings.Join(names, ", "))
-				}
-				fmt.Fprintf(a.err, "Purging deletes %s of %s for good.\nType the queue name (%s) to confirm: ", count, of, name)
+				fmt.Fprintf(a.err, "%s\nType the queue name (%s) to confirm: ", q.PurgeWarning(ctx), name)
 				line, rerr := bufio.NewReader(a.in).ReadString('\n')
 				typed := strings.TrimSpace(line)
 				switch {

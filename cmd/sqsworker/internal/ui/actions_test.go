@@ -1,17 +1,20 @@
 package ui
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -216,5 +219,65 @@ func TestTruncatedScanOnLocalStack(t *testing.T) {
 		if want[bodyOf[m.ID]] {
 			t.Errorf("message %q listed in the dead-letter queue after its replay", bodyOf[m.ID])
 		}
+	}
+}
+
+// newSharingSource creates a source queue whose dead letters go to the
+// dead-letter queue dlqARN too (deleted when the test ends), and returns
+// its URL.
+func newSharingSource(t *testing.T, c *sqs.Client, dlqARN string) string {
+	t.Helper()
+	n := localtest.UniqueName(t, false)
+	out, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(n), Attributes: map[string]string{
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":3}`, dlqARN),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := aws.ToString(out.QueueUrl)
+	t.Cleanup(func() { _, _ = c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(u)}) })
+	return u
+}
+
+// sharedPurgeWarning is what the purge panel must say of dlqURL holding
+// visible messages, whose dead letters come from sources.
+func sharedPurgeWarning(dlqURL string, visible int, sources ...string) string {
+	names := make([]string, len(sources))
+	for i, u := range sources {
+		names[i] = name(u)
+	}
+	slices.Sort(names)
+	return fmt.Sprintf("Purging deletes about %d visible and 0 in-flight message(s) of %s, the dead letters of all %d of its source queues (%s), for good.",
+		visible, name(dlqURL), len(names), strings.Join(names, ", "))
+}
+
+// TestPurgeNamesEverySourceOnLocalStack lists a dead-letter queue that two
+// source queues share, as the page does before it shows the purge panel:
+// the listing carries the panel's warning, which names both sources (all
+// of them lose their dead letters) and the queue's counts. A read-only
+// server, which has no purge, sends none.
+func TestPurgeNamesEverySourceOnLocalStack(t *testing.T) {
+	t.Parallel()
+	localtest.Require(t)
+	c := localtest.NewSQS(t)
+	orders := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	payments := newSharingSource(t, c, orders.DLQARN)
+	localtest.Send(t, c, orders.DLQURL, "", "dead 1", "dead 2")
+	localtest.Eventually(t, 30*time.Second, func() bool { v, _, _ := localtest.Depth(t, c, orders.DLQURL); return v == 2 },
+		"the dead-letter queue does not show its 2 messages")
+	_, base := newTestServer(t, Config{SQS: c, AllowActions: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+
+	code, body := get(t, base+"/api/dlq/messages?queue="+name(orders.DLQURL), nil)
+	want := sharedPurgeWarning(orders.DLQURL, 2, orders.URL, payments)
+	var l struct {
+		PurgeWarning string `json:"purgeWarning"`
+	}
+	if err := json.Unmarshal([]byte(body), &l); code != http.StatusOK || err != nil || l.PurgeWarning != want {
+		t.Errorf("listing of a shared dead-letter queue: %d %v\npurge warning %q\n         want %q\n%s", code, err, l.PurgeWarning, want, body)
+	}
+
+	_, roBase := newTestServer(t, Config{SQS: c, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if code, body := get(t, roBase+"/api/dlq/messages?queue="+name(orders.DLQURL), nil); code != http.StatusOK || strings.Contains(body, "purgeWarning") {
+		t.Errorf("read-only listing: %d %s", code, body)
 	}
 }

@@ -150,7 +150,8 @@ func deadLetter(t *testing.T, c *sqs.Client, q localtest.Queue, jobs map[string]
 // classes; the page lists them with their reasons, filters one class, runs
 // the dry run, confirms; then replays one message chosen by hand to another
 // queue. The SDK finds exactly those messages moved, the last still
-// dead-lettered, and the audit log has them, as its page shows.
+// dead-lettered, and the audit log has them, as its page shows. A second
+// source queue shares the dead-letter queue: the purge panel names both.
 func TestBrowserReplay(t *testing.T) {
 	localtest.Require(t)
 	chromium := chromiumPath(t)
@@ -164,6 +165,10 @@ func TestBrowserReplay(t *testing.T) {
 		`{"order":4}`: sqsworker.Permanent(classError{"unsupported-currency", "currency XTS is not supported"}),
 	}
 	ids := deadLetter(t, c, q, jobs)
+	// A second source queue sends its dead letters to the same queue: the
+	// purge panel names both, since a purge deletes the dead letters of
+	// both.
+	payments := newSharingSource(t, c, q.DLQARN)
 
 	auditPath, recorder := newAuditLog(t, "browser-test")
 	logs := &syncBuffer{}
@@ -223,13 +228,18 @@ func TestBrowserReplay(t *testing.T) {
 			return !!r && r.querySelector('.dlq-depth').textContent === "4" && r.querySelectorAll('svg.spark path.line').length === 2; })()`, name(q.URL))),
 		shot("queues.png"))
 
-	// The dead-letter queue, from the link: every job with its reason.
-	var table string
+	// The dead-letter queue, from the link: every job with its reason, and
+	// the purge panel naming both sources before it asks for the name.
+	var table, actions string
 	run("dead-letter page",
 		chromedp.Click(chromedp.CSS(`a.dlq-link`)),
 		until(`document.querySelectorAll('#messages tbody tr').length === 4`),
 		text(`#messages`, &table),
+		text(`#actions`, &actions),
 		shot("dlq.png"))
+	if want := sharedPurgeWarning(q.DLQURL, 4, q.URL, payments) + " Type the queue name to confirm."; !strings.Contains(actions, want) {
+		t.Errorf("the purge panel does not say %q:\n%s", want, actions)
+	}
 	for _, want := range []string{"validation", "upstream-unavailable", "unsupported-currency", "order 1: no customer",
 		"order 2: negative total", "payments API answered 503", "currency XTS is not supported", name(q.URL)} {
 		if !strings.Contains(table, want) {

@@ -256,6 +256,11 @@ type listing struct {
 	// not, for the filter's choices.
 	Classes []string `json:"classes"`
 	Actions bool     `json:"actions"`
+	// PurgeWarning is what the purge panel says before it asks for the
+	// queue's name ([dlq.Queue.PurgeWarning]): the queue's counts and,
+	// when several source queues share it, every one of them. Only with
+	// Actions.
+	PurgeWarning string `json:"purgeWarning,omitempty"`
 }
 
 func queryFilter(r *http.Request) filterParams {
@@ -289,6 +294,10 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	q := oq.q
 	classes := map[string]bool{}
 	var oldest time.Time
+	var purgeWarning string
+	if s.cfg.AllowActions { // before the scan, whose receives its counts would show
+		purgeWarning = q.PurgeWarning(ctx)
+	}
 	// Every message read counts for the classes and the oldest failure;
 	// the filter picks those listed.
 	res, err := q.Scan(ctx, dlq.ScanConfig{Max: limit, Visibility: s.cfg.Visibility})
@@ -300,7 +309,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		Queue: q.Name, URL: q.URL, FIFO: q.FIFO, Sources: q.Sources, Notes: q.Notes, Filter: f.String(),
 		Messages: []listItem{}, Scanned: res.Scanned, Max: limit, MaxScanMax: MaxScanMax, Approximate: res.Coverage.Approximate,
 		Truncated: res.Truncated, Shortfall: res.Coverage.Shortfall(),
-		Classes: []string{}, Actions: s.cfg.AllowActions,
+		Classes: []string{}, Actions: s.cfg.AllowActions, PurgeWarning: purgeWarning,
 	}
 	for _, m := range res.Messages {
 		if m.HasFailure {

@@ -381,7 +381,7 @@ function purgePanel() {
   typed.addEventListener("input", () => { btn.disabled = typed.value !== name; });
   const out = el("span", { id: "purge-result" });
   return el("div", { class: "panel danger" }, el("strong", {}, "Purge"),
-    el("p", { class: "muted" }, `Deletes every message of ${name} for good. Type the queue name to confirm.`),
+    el("p", { id: "purge-warning" }, `${dq.list.purgeWarning} Type the queue name to confirm.`),
     el("div", { class: "bar" }, typed, btn, out));
 }
 
