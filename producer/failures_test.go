@@ -594,9 +594,13 @@ func TestResultDocumentsDuplicates(t *testing.T) {
 			resultDoc = typ.Doc
 		}
 	}
-	for _, want := range []string{"twice", "standard queue", "IdempotencyKey", "cut short", "deduplication"} {
+	for _, want := range []string{"twice", "standard queue", "IdempotencyKey", "cut short", "deduplication", "answer was lost", "process that dies"} {
 		if !strings.Contains(resultDoc, want) {
 			t.Errorf("Result's documentation does not mention %q:\n%s", want, resultDoc)
 		}
+	}
+	// A message reported sent may be stored twice (TestSendBatchLostReply).
+	if strings.Contains(resultDoc, "stored the message, once") {
+		t.Errorf("Result's documentation says a message reported sent was stored once:\n%s", resultDoc)
 	}
 }

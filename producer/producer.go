@@ -11,8 +11,8 @@
 // message of a group is not sent, the group's later messages of that call
 // are not sent either.
 //
-// A message reported as not sent may still have reached the queue, and a
-// retried one may reach it twice: see [Result].
+// A message reported as not sent may still have reached the queue, and one
+// reported sent may have reached it twice: see [Result].
 //
 // # Delays of any length
 //
@@ -321,20 +321,26 @@ func (p *Producer) maxSize(ctx context.Context) int {
 
 // Result is the outcome of one message of a batch.
 //
-// Err nil means SQS stored the message, once (MessageID is its ID). Err not
-// nil means the Producer could not confirm it was stored: it did not pass
-// Validate, SQS refused it, an earlier message of its FIFO group was not
-// sent ([ErrEarlierMessageNotSent]), or every attempt failed. Such a
-// message may be in the queue all the same, and a message may be there
-// twice:
+// Err nil means SQS stored the message (MessageID is the ID in the answer
+// read, that of its last copy). Err not nil means the Producer could not
+// confirm it was stored: it did not pass Validate, SQS refused it, an
+// earlier message of its FIFO group was not sent
+// ([ErrEarlierMessageNotSent]), or every attempt failed. Such a message may
+// be in the queue all the same, and a message, reported sent or not, may be
+// there twice:
 //
 //   - SQS may store an entry and still report it failed on its side
 //     (SenderFault false, such as InternalError); SendBatch then sends it
 //     again, so that on a standard queue it can be delivered twice, the
 //     second copy reported in MessageID;
+//   - a call whose answer was lost on the way back (the connection reset
+//     once SQS had stored the messages) is sent again by the SDK: a
+//     standard queue then holds each of its messages twice, reported sent;
 //   - a call cut short (ctx cancelled, a lost connection, a timeout) may
 //     have been carried out by SQS although its messages are reported as
-//     failed; sending them again then makes duplicates.
+//     failed; sending them again then makes duplicates;
+//   - a process that dies during SendBatch has made the calls before:
+//     sending the batch again sends their messages again.
 //
 // FIFO queues drop such duplicates within their five-minute deduplication
 // interval, by the message's DeduplicationID or its content. On a standard
