@@ -115,7 +115,9 @@ var ErrEarlierMessageNotSent = errors.New("an earlier message of its group was n
 // Message is a job to send.
 type Message struct {
 	Body string
-	// IdempotencyKey, if set, is sent as the "idempotency-key" attribute.
+	// IdempotencyKey, if set, is sent as the "idempotency-key" attribute:
+	// up to 1024 bytes, the idempotency middleware's limit
+	// (idempotency.MaxKeySize).
 	IdempotencyKey string
 	// Delay postpones the job, up to sqsworker.MaxDelay (365 days); up to
 	// MaxDelay (15m) in whole seconds, as SQS's own message delay; longer
@@ -671,6 +673,9 @@ func Validate(m Message, fifo bool) error {
 	if i := invalidChar(m.IdempotencyKey); i >= 0 {
 		bad("the idempotency key has a character SQS does not allow at byte %d", i)
 	}
+	if n := keySize(m); n > jobkey.MaxSize {
+		bad("the idempotency key is %d bytes, over the idempotency middleware's limit of %d, which would fail the job as permanent: use a shorter key (the hex digest of a long one)", n, jobkey.MaxSize)
+	}
 	for name, a := range m.Attributes {
 		if err := validateAttribute(name, a); err != nil {
 			errs = append(errs, err)
@@ -693,6 +698,26 @@ func Validate(m Message, fifo bool) error {
 		return nil
 	}
 	return fmt.Errorf("producer: invalid message: %w", errors.Join(errs...))
+}
+
+// keySize returns the size of the idempotency key the idempotency
+// middleware reads from m (idempotency.DefaultKey): IdempotencyKey, or the
+// idempotency-key attribute, a Binary one as "binary:" and its bytes in
+// hex; 0 without one.
+func keySize(m Message) int {
+	if m.IdempotencyKey != "" {
+		return len(m.IdempotencyKey)
+	}
+	a, ok := m.Attributes[IdempotencyKeyAttribute]
+	switch {
+	case !ok:
+		return 0
+	case a.StringValue != "":
+		return len(a.StringValue)
+	case len(a.BinaryValue) > 0:
+		return len("binary:") + 2*len(a.BinaryValue)
+	}
+	return 0
 }
 
 func validateAttribute(name string, a sqsworker.MessageAttribute) error {
