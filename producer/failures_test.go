@@ -144,9 +144,12 @@ func drainFake(t *testing.T, f *sqstest.Fake, url string) []string {
 
 // drainQueue does what drainFake does, on the emulator: it receives until
 // it has want messages (or 60 seconds have passed), then for a further
-// second, to catch any more.
+// second, to catch any more. It receives through copying(c): a receive
+// whose reply was cut would hide its messages for the queue's visibility
+// timeout (see copying).
 func drainQueue(t *testing.T, c *sqs.Client, url string, want int) []string {
 	t.Helper()
+	c = copying(c)
 	var bodies []string
 	deadline := time.Now().Add(60 * time.Second)
 	var quietUntil time.Time
