@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/jobkey"
 )
 
 // Limits of the writes a handler adds with AddWrites: DynamoDB's limits on
@@ -30,7 +31,7 @@ const (
 	// MaxKeySize is the longest idempotency key, in bytes. A longer one
 	// fails its message as Permanent. DynamoDB's partition keys are up to
 	// 2048 bytes; the rest is left for StoreConfig.KeyPrefix.
-	MaxKeySize = 1024
+	MaxKeySize = jobkey.MaxSize
 )
 
 // completionSize is the room the claim's completion takes in a transaction,

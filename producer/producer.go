@@ -11,8 +11,8 @@
 // message of a group is not sent, the group's later messages of that call
 // are not sent either.
 //
-// A message reported as not sent may still have reached the queue, and a
-// retried one may reach it twice: see [Result].
+// A message reported as not sent may still have reached the queue, and one
+// reported sent may have reached it twice: see [Result].
 //
 // # Delays of any length
 //
@@ -115,7 +115,9 @@ var ErrEarlierMessageNotSent = errors.New("an earlier message of its group was n
 // Message is a job to send.
 type Message struct {
 	Body string
-	// IdempotencyKey, if set, is sent as the "idempotency-key" attribute.
+	// IdempotencyKey, if set, is sent as the "idempotency-key" attribute:
+	// up to 1024 bytes, the idempotency middleware's limit
+	// (idempotency.MaxKeySize).
 	IdempotencyKey string
 	// Delay postpones the job, up to sqsworker.MaxDelay (365 days); up to
 	// MaxDelay (15m) in whole seconds, as SQS's own message delay; longer
@@ -321,20 +323,26 @@ func (p *Producer) maxSize(ctx context.Context) int {
 
 // Result is the outcome of one message of a batch.
 //
-// Err nil means SQS stored the message, once (MessageID is its ID). Err not
-// nil means the Producer could not confirm it was stored: it did not pass
-// Validate, SQS refused it, an earlier message of its FIFO group was not
-// sent ([ErrEarlierMessageNotSent]), or every attempt failed. Such a
-// message may be in the queue all the same, and a message may be there
-// twice:
+// Err nil means SQS stored the message (MessageID is the ID in the answer
+// read, that of its last copy). Err not nil means the Producer could not
+// confirm it was stored: it did not pass Validate, SQS refused it, an
+// earlier message of its FIFO group was not sent
+// ([ErrEarlierMessageNotSent]), or every attempt failed. Such a message may
+// be in the queue all the same, and a message, reported sent or not, may be
+// there twice:
 //
 //   - SQS may store an entry and still report it failed on its side
 //     (SenderFault false, such as InternalError); SendBatch then sends it
 //     again, so that on a standard queue it can be delivered twice, the
 //     second copy reported in MessageID;
+//   - a call whose answer was lost on the way back (the connection reset
+//     once SQS had stored the messages) is sent again by the SDK: a
+//     standard queue then holds each of its messages twice, reported sent;
 //   - a call cut short (ctx cancelled, a lost connection, a timeout) may
 //     have been carried out by SQS although its messages are reported as
-//     failed; sending them again then makes duplicates.
+//     failed; sending them again then makes duplicates;
+//   - a process that dies during SendBatch has made the calls before:
+//     sending the batch again sends their messages again.
 //
 // FIFO queues drop such duplicates within their five-minute deduplication
 // interval, by the message's DeduplicationID or its content. On a standard
@@ -665,6 +673,9 @@ func Validate(m Message, fifo bool) error {
 	if i := invalidChar(m.IdempotencyKey); i >= 0 {
 		bad("the idempotency key has a character SQS does not allow at byte %d", i)
 	}
+	if n := keySize(m); n > jobkey.MaxSize {
+		bad("the idempotency key is %d bytes, over the idempotency middleware's limit of %d, which would fail the job as permanent: use a shorter key (the hex digest of a long one)", n, jobkey.MaxSize)
+	}
 	for name, a := range m.Attributes {
 		if err := validateAttribute(name, a); err != nil {
 			errs = append(errs, err)
@@ -687,6 +698,26 @@ func Validate(m Message, fifo bool) error {
 		return nil
 	}
 	return fmt.Errorf("producer: invalid message: %w", errors.Join(errs...))
+}
+
+// keySize returns the size of the idempotency key the idempotency
+// middleware reads from m (idempotency.DefaultKey): IdempotencyKey, or the
+// idempotency-key attribute, a Binary one as "binary:" and its bytes in
+// hex; 0 without one.
+func keySize(m Message) int {
+	if m.IdempotencyKey != "" {
+		return len(m.IdempotencyKey)
+	}
+	a, ok := m.Attributes[IdempotencyKeyAttribute]
+	switch {
+	case !ok:
+		return 0
+	case a.StringValue != "":
+		return len(a.StringValue)
+	case len(a.BinaryValue) > 0:
+		return len("binary:") + 2*len(a.BinaryValue)
+	}
+	return 0
 }
 
 func validateAttribute(name string, a sqsworker.MessageAttribute) error {

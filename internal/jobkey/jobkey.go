@@ -10,6 +10,10 @@ import "github.com/sqsworker/sqsworker"
 // Attribute is the message attribute that carries a job's idempotency key.
 const Attribute = "idempotency-key"
 
+// MaxSize is the longest idempotency key, in bytes, that the idempotency
+// middleware takes (its MaxKeySize); the producer refuses a longer one.
+const MaxSize = 1024
+
 // OfID returns the key of a job without an Attribute whose first message
 // had the ID id.
 func OfID(id string) string { return "message-id:" + id }
