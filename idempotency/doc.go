@@ -64,12 +64,12 @@
 // missing or denied, while the idempotency table answered the claim, is
 // that table's configuration (a tenant's table, chosen per job, say): its
 // error, a *WritesTableError matching ErrMisconfigured and marked
-// sqsworker.Unavailable, names the table DynamoDB's message names (else
-// the writes' tables) and the fix; the middleware logs it once per table,
-// until a commit with a write on it succeeds, however many jobs writing to
-// other tables succeed meanwhile. The jobs that write to it wait, never
-// dead-lettered for it; as Unavailable failures the circuit breaker counts
-// them too, and may pause the consumer while they are all that fails.
+// sqsworker.PartlyUnavailable, names the table DynamoDB's message names
+// (else the writes' tables) and the fix; the middleware logs it once per
+// table, until a commit with a write on it succeeds, however many jobs
+// writing to other tables succeed meanwhile. The jobs that write to it
+// wait, never dead-lettered for it; the circuit breaker does not count
+// them (DynamoDB answers), so that the jobs writing to other tables go on.
 //
 // # Leases
 //

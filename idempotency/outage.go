@@ -133,11 +133,15 @@ func misconfiguration(err error, table, keyAttr string, validation bool) string 
 	return ""
 }
 
-// WritesTableError is the error (wrapped, marked sqsworker.Unavailable and
-// matching ErrMisconfigured) of a commit that DynamoDB refused because a
+// WritesTableError is the error (wrapped, marked sqsworker.PartlyUnavailable
+// and matching ErrMisconfigured) of a commit that DynamoDB refused because a
 // table of the handler's writes (AddWrites) is missing or may not be
 // written to, while the idempotency table answered the claim: the
 // configuration of that table (a tenant's, say), not the job nor the store.
+// The job waits, never dead-lettered for it, as for an outage; but DynamoDB
+// answers, and the jobs writing to other tables succeed: the runtimes'
+// circuit breaker does not count it, so that one tenant's table does not
+// pause every tenant's jobs.
 type WritesTableError struct {
 	// Tables are the tables of the handler's writes the refusal concerns:
 	// the one DynamoDB's message names, else every table of the writes.

@@ -564,7 +564,7 @@ func (s *DynamoStore) commitErr(c Commit, err error, rec *Record) (*Record, erro
 				c.Key, n, MaxWrites, err)
 		}
 		if fix, tables := writesMisconfiguration(err, s.cfg.Table, writeTables(c.Writes)); fix != "" {
-			return nil, sqsworker.Unavailable(&WritesTableError{Tables: tables,
+			return nil, sqsworker.PartlyUnavailable(&WritesTableError{Tables: tables,
 				Err: fmt.Errorf("idempotency: committing the writes of key %q: %w: %s: %w", c.Key, ErrMisconfigured, fix, err)})
 		}
 		return nil, s.failAs("committing the writes of", c.Key, err, n == 0)
