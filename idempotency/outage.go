@@ -135,9 +135,12 @@ func misconfiguration(err error, table, keyAttr string, validation bool) string 
 
 // WritesTableError is the error (wrapped, marked sqsworker.PartlyUnavailable
 // and matching ErrMisconfigured) of a commit that DynamoDB refused because a
-// table of the handler's writes (AddWrites) is missing or may not be
-// written to, while the idempotency table answered the claim: the
-// configuration of that table (a tenant's, say), not the job nor the store.
+// table of the handler's writes (AddWrites) is missing, may not be
+// written to, or is keyed otherwise than the items written to it (checked
+// with DescribeTable after DynamoDB refused the commit as invalid; see the
+// package documentation), while the idempotency table answered the claim:
+// the configuration of that table (a tenant's, say), not the job nor the
+// store.
 // The job waits, never dead-lettered for it, as for an outage; but DynamoDB
 // answers, and the jobs writing to other tables succeed: the runtimes'
 // circuit breaker does not count it, so that one tenant's table does not
