@@ -194,7 +194,7 @@ func writesMisconfiguration(err error, table string, writes []string) (fix strin
 	if code == "ResourceNotFoundException" {
 		return fmt.Sprintf("%s does not exist (in the client's region and account): create it, or correct the table name the handler gives (the idempotency table %s answered the claim)", which, table), tables
 	}
-	return fmt.Sprintf("the credentials may not write to %s: grant the role the actions of those writes (dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:ConditionCheckItem) on it (the idempotency table %s answered the claim)", which, table), tables
+	return fmt.Sprintf("the credentials may not write to %s: grant the role the actions of those writes (dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:ConditionCheckItem, and dynamodb:DescribeTable to check its key after a refused commit) on it (the idempotency table %s answered the claim)", which, table), tables
 }
 
 // mentions reports whether msg names table: as a word of its own (a
