@@ -79,6 +79,32 @@ func TestControlErrors(t *testing.T) {
 	}
 }
 
+// Unavailable and PartlyUnavailable both mark a dependency's failure,
+// through wrapping; only the partial one says so to IsPartlyUnavailable,
+// and the outermost mark decides.
+func TestUnavailableMarks(t *testing.T) {
+	if sqsworker.Unavailable(nil) != nil || sqsworker.PartlyUnavailable(nil) != nil {
+		t.Error("Unavailable(nil) or PartlyUnavailable(nil) != nil")
+	}
+	base := errors.New("table tenant-b missing")
+	whole := fmt.Errorf("commit: %w", sqsworker.Unavailable(base))
+	part := fmt.Errorf("commit: %w", sqsworker.PartlyUnavailable(base))
+	for _, c := range []struct {
+		err           error
+		unavail, part bool
+	}{{base, false, false}, {whole, true, false}, {part, true, true}, {sqsworker.Unavailable(part), true, false}} {
+		if got := sqsworker.IsUnavailable(c.err); got != c.unavail || !errors.Is(c.err, base) {
+			t.Errorf("IsUnavailable(%v) = %v, want %v", c.err, got, c.unavail)
+		}
+		if got := sqsworker.IsPartlyUnavailable(c.err); got != c.part {
+			t.Errorf("IsPartlyUnavailable(%v) = %v, want %v", c.err, got, c.part)
+		}
+	}
+	if sqsworker.ErrorClass(part) != sqsworker.ErrorClass(base) {
+		t.Errorf("class of a partial failure %q, want its cause's %q", sqsworker.ErrorClass(part), sqsworker.ErrorClass(base))
+	}
+}
+
 type classed struct{}
 
 func (classed) Error() string      { return "x" }

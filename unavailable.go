@@ -11,6 +11,10 @@ import (
 // errors.As or [IsUnavailable].
 type UnavailableError struct {
 	Err error
+	// Partial says that only a part of the dependency failed, one that
+	// some jobs need and others do not, while the dependency itself
+	// answers: see [PartlyUnavailable].
+	Partial bool
 }
 
 // Unavailable marks err as the failure of a dependency that is down rather
@@ -30,16 +34,47 @@ func Unavailable(err error) error {
 	return &UnavailableError{Err: err}
 }
 
-func (e *UnavailableError) Error() string { return "dependency unavailable: " + e.Err.Error() }
+// PartlyUnavailable marks err as the failure of a part of a dependency that
+// only some jobs need (one tenant's table, say) while the dependency itself
+// answers (the same database served the rest of the job). The job is treated
+// as for [Unavailable]: never moved to the dead-letter queue by the
+// runtime's own hand, and on the last receive its redrive policy allows it
+// waits in a fresh copy. But the circuit breaker does not count it as a
+// dependency failure (to the breaker it is an outcome like a success): the
+// jobs that do not need that part go on being received, rather than wait
+// behind a breaker opened by the jobs that do. When every job fails so, the
+// runtimes go on taking them, each retried after its backoff.
+// PartlyUnavailable(nil) returns nil.
+func PartlyUnavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &UnavailableError{Err: err, Partial: true}
+}
+
+func (e *UnavailableError) Error() string {
+	if e.Partial {
+		return "dependency partly unavailable: " + e.Err.Error()
+	}
+	return "dependency unavailable: " + e.Err.Error()
+}
 
 // Unwrap returns the wrapped error.
 func (e *UnavailableError) Unwrap() error { return e.Err }
 
 // IsUnavailable reports whether err, or an error it wraps, is an
-// [UnavailableError].
+// [UnavailableError], partial or not.
 func IsUnavailable(err error) bool {
 	var u *UnavailableError
 	return errors.As(err, &u)
+}
+
+// IsPartlyUnavailable reports whether the first [UnavailableError] that
+// errors.As finds in err is partial (see [PartlyUnavailable]): one that
+// marks a part of a dependency, which the circuit breaker does not count.
+func IsPartlyUnavailable(err error) bool {
+	var u *UnavailableError
+	return errors.As(err, &u) && u.Partial
 }
 
 // BreakerConfig configures the circuit breaker both runtimes put in front of
@@ -48,7 +83,10 @@ func IsUnavailable(err error) bool {
 //
 // The breaker counts dependency failures: errors marked with [Unavailable]
 // (the idempotency store marks its own outages so) and errors whose
-// [ErrorClass] is listed in Classes. After Threshold of them in a row it
+// [ErrorClass] is listed in Classes, except those marked with
+// [PartlyUnavailable] (the failure of a part only some jobs need, such as
+// one tenant's table of the idempotency store's writes), which are not
+// counted: a success to the breaker, although the job waits. After Threshold of them in a row it
 // opens: the worker stops receiving, and the messages it received but has
 // not started are released; the Lambda adapter postpones the records it is
 // given. After ProbeInterval (jittered, doubling up to MaxProbeInterval

@@ -230,15 +230,16 @@ var permanentCodes = map[string]bool{
 // retryable reports whether a failed store request may succeed if tried
 // again: not when the claim is another's, nor when DynamoDB refused the
 // request itself (validation, a missing table, permissions, a condition of
-// the handler's writes); network errors, timeouts, throttling, transaction
-// conflicts and server faults may pass, and so may the errors of other
-// stores.
+// the handler's writes, a table of the writes keyed otherwise than their
+// items); network errors, timeouts, throttling, transaction conflicts and
+// server faults may pass, and so may the errors of other stores.
 func retryable(err error) bool {
 	if errors.Is(err, ErrNotHolder) || errors.Is(err, errRecordRefused) || errors.Is(err, ErrInvalidWrites) {
 		return false
 	}
 	var cancelled *TransactionCanceledError
-	if errors.As(err, &cancelled) {
+	var table *WritesTableError
+	if errors.As(err, &cancelled) || errors.As(err, &table) {
 		return false
 	}
 	var api smithy.APIError

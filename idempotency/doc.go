@@ -61,15 +61,31 @@
 // claim succeeds again.
 //
 // A commit refused because a table of the handler's writes (AddWrites) is
-// missing or denied, while the idempotency table answered the claim, is
-// that table's configuration (a tenant's table, chosen per job, say): its
-// error, a *WritesTableError matching ErrMisconfigured and marked
-// sqsworker.Unavailable, names the table DynamoDB's message names (else
-// the writes' tables) and the fix; the middleware logs it once per table,
-// until a commit with a write on it succeeds, however many jobs writing to
-// other tables succeed meanwhile. The jobs that write to it wait, never
-// dead-lettered for it; as Unavailable failures the circuit breaker counts
-// them too, and may pause the consumer while they are all that fails.
+// missing or denied, or is keyed otherwise than the items written to it,
+// while the idempotency table answered the claim, is that table's
+// configuration (a tenant's table, chosen per job, say): its error, a
+// *WritesTableError matching ErrMisconfigured and marked
+// sqsworker.PartlyUnavailable, names the table (the one DynamoDB's message
+// names, else the writes'; for a key, the table's key and the key the
+// items carry) and the fix; the middleware logs it once per table, until a
+// commit with a write on it succeeds, however many jobs writing to other
+// tables succeed meanwhile. The jobs that write to it wait, never
+// dead-lettered for it; the circuit breaker does not count them (DynamoDB
+// answers), so that the jobs writing to other tables go on.
+//
+// DynamoDB's refusal of a key that does not fit its table (a
+// ValidationException, or a transaction cancelled with a ValidationError)
+// names no table, and reads as any invalid write's. So after such a
+// refusal, and only then, a DynamoStore describes the tables of the
+// refused writes (DescribeTable, once per table a minute, however many
+// commits ask) and compares their keys with the items'. An item whose key
+// does not fit makes the refusal that table's; otherwise it stays the
+// job's (a TransactionCanceledError, or a plain error). The role needs
+// dynamodb:DescribeTable on the tables of the writes for it: without it
+// (or when a description fails otherwise) the refusal stays the job's, as
+// it was before the check, counted toward the dead-letter queue, and the
+// middleware logs one warning naming the permission. A description that
+// fails for an outage leaves the job waiting, to be checked again.
 //
 // # Leases
 //

@@ -178,6 +178,10 @@ type Guard struct {
 	// anyMisTables is set while misTables is not empty, so that a commit
 	// that succeeds, the usual case, looks at nothing more.
 	anyMisTables atomic.Bool
+	// keysUnchecked is set once a commit refused as invalid could not have
+	// the keys of its writes' tables checked (DescribeTable denied, say):
+	// logged once.
+	keysUnchecked atomic.Bool
 }
 
 // New validates cfg and returns a Guard over store.
@@ -518,6 +522,19 @@ func (g *Guard) noteTablesUsable(writes []types.TransactWriteItem) {
 	}
 }
 
+// noteKeysUnchecked logs, once, that err is a commit refused as invalid
+// whose writes' tables could not be described to check their keys: such a
+// job fails as its own fault, as it did before the check, and a table keyed
+// otherwise than its items (an operator's mistake) cannot be told from it.
+func (g *Guard) noteKeysUnchecked(err error) {
+	var uc *schemaUncheckedError
+	if !errors.As(err, &uc) || g.keysUnchecked.Swap(true) {
+		return
+	}
+	g.cfg.Logger.Warn("cannot check the key of a table of the handlers' writes after DynamoDB refused them as invalid: such jobs fail as their own fault (counted toward the dead-letter queue), even when the table is keyed otherwise than the items; grant the role dynamodb:DescribeTable on the tables of the writes",
+		"table", uc.table, "describe_error", uc.why)
+}
+
 // finishing returns the context and the deadline of the requests that
 // finish a claim (complete, commit, release) whose lease ends at held (zero:
 // no claim, writes committed alone), for a handler that ran with ctx: they
@@ -579,12 +596,13 @@ func (g *Guard) commit(ctx context.Context, deadline time.Time, c Commit, size i
 	}
 	c.ID, c.At = newToken(), g.now()
 	rec, err := g.commitRetried(ctx, deadline, wc, c)
-	if c.Result != nil && (errors.Is(err, errRecordRefused) || isValidation(err)) {
+	if c.Result != nil && (errors.Is(err, errRecordRefused) || isValidation(err) && !errors.Is(err, ErrMisconfigured)) {
 		// Perhaps the record was too large with the result: save none.
 		log.Warn("committing with the result failed; committing without it", "error", err)
 		c.Result, c.ID = nil, newToken()
 		rec, err = g.commitRetried(ctx, deadline, wc, c)
 	}
+	g.noteKeysUnchecked(err)
 	var cancelled *TransactionCanceledError
 	switch {
 	case errors.Is(err, ErrMisconfigured):

@@ -133,11 +133,18 @@ func misconfiguration(err error, table, keyAttr string, validation bool) string 
 	return ""
 }
 
-// WritesTableError is the error (wrapped, marked sqsworker.Unavailable and
-// matching ErrMisconfigured) of a commit that DynamoDB refused because a
-// table of the handler's writes (AddWrites) is missing or may not be
-// written to, while the idempotency table answered the claim: the
-// configuration of that table (a tenant's, say), not the job nor the store.
+// WritesTableError is the error (wrapped, marked sqsworker.PartlyUnavailable
+// and matching ErrMisconfigured) of a commit that DynamoDB refused because a
+// table of the handler's writes (AddWrites) is missing, may not be
+// written to, or is keyed otherwise than the items written to it (checked
+// with DescribeTable after DynamoDB refused the commit as invalid; see the
+// package documentation), while the idempotency table answered the claim:
+// the configuration of that table (a tenant's, say), not the job nor the
+// store.
+// The job waits, never dead-lettered for it, as for an outage; but DynamoDB
+// answers, and the jobs writing to other tables succeed: the runtimes'
+// circuit breaker does not count it, so that one tenant's table does not
+// pause every tenant's jobs.
 type WritesTableError struct {
 	// Tables are the tables of the handler's writes the refusal concerns:
 	// the one DynamoDB's message names, else every table of the writes.
@@ -187,7 +194,7 @@ func writesMisconfiguration(err error, table string, writes []string) (fix strin
 	if code == "ResourceNotFoundException" {
 		return fmt.Sprintf("%s does not exist (in the client's region and account): create it, or correct the table name the handler gives (the idempotency table %s answered the claim)", which, table), tables
 	}
-	return fmt.Sprintf("the credentials may not write to %s: grant the role the actions of those writes (dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:ConditionCheckItem) on it (the idempotency table %s answered the claim)", which, table), tables
+	return fmt.Sprintf("the credentials may not write to %s: grant the role the actions of those writes (dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:ConditionCheckItem, and dynamodb:DescribeTable to check its key after a refused commit) on it (the idempotency table %s answered the claim)", which, table), tables
 }
 
 // mentions reports whether msg names table: as a word of its own (a

@@ -162,6 +162,10 @@ type DynamoStore struct {
 	// client's; "" if unknown) and its account ("" unless cfg.Table is an
 	// ARN).
 	tableName, region, account string
+
+	// schemas keeps the keys of the tables of the handlers' writes, once
+	// a commit refused as invalid had them described.
+	schemas schemas
 }
 
 var (
@@ -542,7 +546,7 @@ func (s *DynamoStore) CommitWrites(ctx context.Context, c Commit) (*Record, erro
 	if err == nil {
 		return rec, nil
 	}
-	return s.commitErr(c, err, rec)
+	return s.commitErr(ctx, c, err, rec)
 }
 
 // errRecordRefused marks a commit DynamoDB refused for the completion
@@ -553,18 +557,22 @@ var errRecordRefused = errors.New("DynamoDB refused the completion of the record
 // commitErr classifies the failure of c's transaction: the claim not c's
 // (ErrNotHolder), or c already applied (nil and rec), or the handler's
 // writes at fault (*TransactionCanceledError), or the completion at fault
-// (errRecordRefused), or an outage (sqsworker.Unavailable).
-func (s *DynamoStore) commitErr(c Commit, err error, rec *Record) (*Record, error) {
+// (errRecordRefused), or a table of the writes missing, denied or keyed
+// otherwise than their items (*WritesTableError, see keysAtFault), or an
+// outage (sqsworker.Unavailable).
+func (s *DynamoStore) commitErr(ctx context.Context, c Commit, err error, rec *Record) (*Record, error) {
 	n := len(c.Writes)
 	var tce *types.TransactionCanceledException
 	if !errors.As(err, &tce) {
 		var api smithy.APIError
 		if errors.As(err, &api) && api.ErrorCode() == "ValidationException" && n > 0 {
-			return nil, fmt.Errorf("idempotency: committing key %q with %d writes: DynamoDB refused the transaction (the writes must be on distinct items, at most %d, about 4 MB in all with the record, in the idempotency table's account and region, with valid expressions): %w",
+			refused := fmt.Errorf("idempotency: committing key %q with %d writes: DynamoDB refused the transaction (the writes must be on distinct items, at most %d, about 4 MB in all with the record, in the idempotency table's account and region, with valid expressions, with the keys of their tables): %w",
 				c.Key, n, MaxWrites, err)
+			return nil, s.keysAtFault(ctx, c, refused, err, func(int) bool { return true })
 		}
 		if fix, tables := writesMisconfiguration(err, s.cfg.Table, writeTables(c.Writes)); fix != "" {
-			return nil, sqsworker.Unavailable(&WritesTableError{Tables: tables,
+			s.schemas.forget(tables)
+			return nil, sqsworker.PartlyUnavailable(&WritesTableError{Tables: tables,
 				Err: fmt.Errorf("idempotency: committing the writes of key %q: %w: %s: %w", c.Key, ErrMisconfigured, fix, err)})
 		}
 		return nil, s.failAs("committing the writes of", c.Key, err, n == 0)
@@ -591,8 +599,15 @@ func (s *DynamoStore) commitErr(c Commit, err error, rec *Record) (*Record, erro
 		case "", reasonNone, "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded":
 			continue
 		}
-		// A write of the handler's is at fault.
-		return nil, &TransactionCanceledError{Key: c.Key, Reasons: slices.Clone(reasons), Err: err}
+		// A write of the handler's is at fault: one whose key does not
+		// fit its table (an item's key of another type) is that table's.
+		cancelled := &TransactionCanceledError{Key: c.Key, Reasons: slices.Clone(reasons), Err: err}
+		if !slices.ContainsFunc(reasons, func(r types.CancellationReason) bool { return aws.ToString(r.Code) == reasonValidation }) {
+			return nil, cancelled
+		}
+		return nil, s.keysAtFault(ctx, c, cancelled, err, func(i int) bool {
+			return len(reasons) != n || aws.ToString(reasons[i].Code) == reasonValidation
+		})
 	}
 	if len(tce.CancellationReasons) == 0 {
 		// No reasons to tell the claim lost from a condition of the

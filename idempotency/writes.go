@@ -99,7 +99,12 @@ type pending struct {
 // (acknowledged), still held (postponed) or free again (run). When it is
 // cancelled because a condition of the handler's writes failed, nothing is
 // applied, the claim is released, and the job fails with an error wrapping
-// a *TransactionCanceledError; see its documentation.
+// a *TransactionCanceledError; see its documentation. When it is refused
+// because a table of the writes is missing, denied, or keyed otherwise than
+// its items (an operator's mistake, a tenant's table say), the job waits
+// with a *WritesTableError naming the table; telling a table keyed
+// otherwise from an invalid write takes dynamodb:DescribeTable on the
+// writes' tables, called only after such a refusal.
 func AddWrites(ctx context.Context, items ...types.TransactWriteItem) error {
 	p, ok := ctx.Value(pendingKey{}).(*pending)
 	if !ok {

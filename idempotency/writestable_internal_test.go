@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 )
 
@@ -34,5 +35,34 @@ func TestWritesMisconfigurationNamesTheTable(t *testing.T) {
 	}
 	if fix, _ := writesMisconfiguration(errors.New("connection reset"), "orders-idem", writes); fix != "" {
 		t.Errorf("a network error: %q", fix)
+	}
+}
+
+// A write's key is checked against its table's key: by name and type, for
+// the Key of an Update, Delete or ConditionCheck, and for the attributes of
+// a Put's item, which may carry others.
+func TestKeyMismatch(t *testing.T) {
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	n := func(v string) types.AttributeValue { return &types.AttributeValueMemberN{Value: v} }
+	idS := []keyElem{{"id", "S"}}
+	composite := []keyElem{{"tenant", "S"}, {"at", "N"}}
+	for _, c := range []struct {
+		w    types.TransactWriteItem
+		key  []keyElem
+		want string
+	}{
+		{types.TransactWriteItem{Update: &types.Update{Key: map[string]types.AttributeValue{"id": s("x")}}}, idS, ""},
+		{types.TransactWriteItem{Update: &types.Update{Key: map[string]types.AttributeValue{"id": s("x")}}}, []keyElem{{"pk", "S"}}, "the key id (S)"},
+		{types.TransactWriteItem{Delete: &types.Delete{Key: map[string]types.AttributeValue{"id": s("x")}}}, []keyElem{{"id", "N"}}, "the key id (S)"},
+		{types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{Key: map[string]types.AttributeValue{"tenant": s("x")}}}, composite, "the key tenant (S)"},
+		{types.TransactWriteItem{Update: &types.Update{Key: map[string]types.AttributeValue{"tenant": s("x"), "at": n("1")}}}, composite, ""},
+		{types.TransactWriteItem{Update: &types.Update{Key: map[string]types.AttributeValue{"id": s("x"), "v": n("1")}}}, idS, "the key id (S), v (N)"},
+		{types.TransactWriteItem{Put: &types.Put{Item: map[string]types.AttributeValue{"id": s("x"), "v": n("1")}}}, idS, ""},
+		{types.TransactWriteItem{Put: &types.Put{Item: map[string]types.AttributeValue{"id": s("x")}}}, []keyElem{{"pk", "S"}}, "an item without the attribute pk"},
+		{types.TransactWriteItem{Put: &types.Put{Item: map[string]types.AttributeValue{"id": s("x")}}}, []keyElem{{"id", "N"}}, "an item whose id is of type S"},
+	} {
+		if got := keyMismatch(&c.w, c.key); got != c.want {
+			t.Errorf("%+v on a table keyed %s: %q, want %q", c.w, formatKey(c.key), got, c.want)
+		}
 	}
 }

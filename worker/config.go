@@ -68,8 +68,9 @@ type Config struct {
 
 	// Breaker configures the circuit breaker, on by default: after
 	// Breaker.Threshold dependency failures in a row (errors marked with
-	// sqsworker.Unavailable, such as the idempotency store's outages) the
-	// worker stops receiving, releases what it received but has not
+	// sqsworker.Unavailable, such as the idempotency store's outages, but
+	// not sqsworker.PartlyUnavailable, such as one tenant's table missing)
+	// the worker stops receiving, releases what it received but has not
 	// started, and probes with one message at a time until the dependency
 	// is back, so that an outage does not spend receive counts and fill the
 	// dead-letter queue. See sqsworker.BreakerConfig for the defaults.

@@ -534,8 +534,8 @@ func TestTableGrants(t *testing.T) {
 		got := actionsOn(statementsOf(t, tpl, prefix))
 		want := map[string][]string{
 			ref(tpl, "AWS::DynamoDB::Table", "TTable"):   {"dynamodb:DeleteItem", "dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-			ref(tpl, "AWS::DynamoDB::Table", "Accounts"): {"dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
-			ledgerArn:   {"dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+			ref(tpl, "AWS::DynamoDB::Table", "Accounts"): {"dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:DescribeTable", "dynamodb:PutItem", "dynamodb:UpdateItem"},
+			ledgerArn:   {"dynamodb:ConditionCheckItem", "dynamodb:DeleteItem", "dynamodb:DescribeTable", "dynamodb:PutItem", "dynamodb:UpdateItem"},
 			keyArn(tpl): {"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*"},
 		}
 		for res, actions := range want {

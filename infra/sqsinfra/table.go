@@ -51,9 +51,12 @@ var StoreActions = []string{
 // EffectActions are the DynamoDB actions GrantEffects grants on a
 // handler's own tables: the writes idempotency.AddWrites may commit in one
 // TransactWriteItems with the idempotency record (Put, Update, Delete and
-// ConditionCheck items).
+// ConditionCheck items), and DescribeTable, with which the store checks a
+// table's key against the items after DynamoDB refused them as invalid (a
+// table keyed otherwise then makes its jobs wait, not the dead-letter
+// queue).
 var EffectActions = []string{
-	"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem",
+	"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:ConditionCheckItem", "dynamodb:DescribeTable",
 }
 
 // IdempotencyTable is the DynamoDB table of the idempotency package's

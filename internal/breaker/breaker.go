@@ -117,8 +117,10 @@ func New(cfg sqsworker.BreakerConfig, onChange func(from, to State, err error)) 
 	return b
 }
 
-// IsDependencyFailure reports whether err counts toward opening the breaker:
-// an Unavailable error, or one of the configured error classes.
+// IsDependencyFailure reports whether err is the failure of a dependency,
+// not of the message: an Unavailable error (partial or not), or one of the
+// configured error classes. The runtimes never dead-letter a message for
+// it. Record counts it toward opening the breaker unless it is partial.
 func (b *Breaker) IsDependencyFailure(err error) bool {
 	if err == nil {
 		return false
@@ -127,6 +129,14 @@ func (b *Breaker) IsDependencyFailure(err error) bool {
 		return true
 	}
 	return b != nil && len(b.cfg.Classes) > 0 && slices.Contains(b.cfg.Classes, sqsworker.ErrorClass(err))
+}
+
+// counts reports whether err counts toward opening the breaker: a
+// dependency failure not marked sqsworker.PartlyUnavailable. A partial one
+// (one tenant's table missing, say) concerns only the jobs that need that
+// part: it must not stop the others.
+func (b *Breaker) counts(err error) bool {
+	return b.IsDependencyFailure(err) && !sqsworker.IsPartlyUnavailable(err)
 }
 
 // State returns the current state.
@@ -224,12 +234,14 @@ func (b *Breaker) Abort() {
 }
 
 // Record reports the outcome of a message that ran; probe says whether it
-// ran as the probe.
+// ran as the probe. Only a dependency failure that is not partial
+// (sqsworker.PartlyUnavailable) counts as a failure; every other outcome,
+// a partial one included, as a success.
 func (b *Breaker) Record(err error, probe bool) {
 	if b == nil {
 		return
 	}
-	dep := b.IsDependencyFailure(err)
+	dep := b.counts(err)
 	if !probe && !dep && b.clean.Load() {
 		return // closed with no failure counted: nothing to reset
 	}

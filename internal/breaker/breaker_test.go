@@ -197,3 +197,40 @@ func TestMirrorsMatchStateWheneverUnlocked(t *testing.T) {
 		t.Errorf("opens %d, probes %d: the test did not exercise them", opens, probes)
 	}
 }
+
+// A partial dependency failure (sqsworker.PartlyUnavailable: one tenant's
+// table missing, say) is no failure to the breaker: however many in a row,
+// it stays closed; between whole failures it breaks their run; as a probe's
+// outcome it counts as a success. The runtimes still treat it as a
+// dependency failure (IsDependencyFailure), never dead-lettering for it.
+func TestPartialFailureNotCounted(t *testing.T) {
+	part := sqsworker.PartlyUnavailable(fmt.Errorf("commit: %w", errors.New("table tenant-b missing")))
+	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 2, ProbeInterval: time.Second, CloseAfter: 1})
+	if !b.IsDependencyFailure(part) {
+		t.Error("a partial failure is not a dependency failure to the runtimes: it would be dead-lettered")
+	}
+	for range 10 {
+		b.Record(part, false)
+	}
+	if b.State() != Closed {
+		t.Fatal("opened by partial failures")
+	}
+	b.Record(down, false)
+	b.Record(part, false)
+	b.Record(down, false)
+	if b.State() != Closed {
+		t.Fatal("a partial failure did not break the run of dependency failures")
+	}
+	b.Record(down, false)
+	if b.State() != Open {
+		t.Fatal("not open after 2 dependency failures in a row")
+	}
+	c.add(2 * time.Second)
+	if ok, probe, _ := b.Allow(); !ok || !probe {
+		t.Fatal("no probe after the interval")
+	}
+	b.Record(part, true)
+	if b.State() != Closed {
+		t.Errorf("a probe failing partly did not close the breaker: %s", b.State())
+	}
+}
