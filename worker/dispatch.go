@@ -158,8 +158,11 @@ func (c *consumer) runGroup(group []*executor.Job) {
 			c.release(group[i:], false)
 			return
 		}
-		// Nor does a group go on while the circuit breaker is open.
-		if late || j.Ctx.Err() != nil || (i > 0 && c.exec.Breaker.State() != breaker.Closed) {
+		// Nor does a group go on while the circuit breaker is open,
+		// unless a message of it is on its last receive: released, it
+		// would be dead-lettered; run, it waits in flight if its
+		// dependency is still down (see executor.Executor.Run).
+		if late || j.Ctx.Err() != nil || (i > 0 && c.exec.Breaker.State() != breaker.Closed && !c.lastReceiveIn(group[i:])) {
 			c.release(group[i:], false)
 			return
 		}

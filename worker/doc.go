@@ -94,7 +94,15 @@
 // released at once (visibility 0), so that they come back after it, in order,
 // even one whose time has not come (held back in flight, it would lock its
 // group, the failed message's retry included, until that time; it is held
-// when its turn comes); other groups go on. The messages of a group received together are kept
+// when its turn comes); other groups go on. A message that waits without an
+// attempt (sqsworker.Unavailable, or RetryAfter with a nil error) on the
+// last receive its redrive policy allows cannot wait in a fresh copy, as on
+// a standard queue (the copy would go behind the rest of its group), and
+// made visible again it would be moved to the dead-letter queue by SQS on
+// its next receive: it waits in flight instead, held by the heartbeat, for
+// its backoff and then until the circuit breaker lets it run (its probes
+// go before the receives'), and runs again on this receive. Without a
+// heartbeat it waits so only within its visibility timeout. The messages of a group received together are kept
 // invisible by the heartbeat while they wait; with heartbeats off, a message
 // still waiting when half of its visibility timeout has passed is released
 // with the rest of its group rather than started late.

@@ -56,6 +56,7 @@ type Breaker struct {
 	interval  time.Duration
 	openUntil time.Time
 	probing   bool          // a probe is out
+	held      int           // messages held in flight waiting in WaitHeld
 	changed   chan struct{} // closed at each state change or freed probe
 	pending   []change      // state changes to report once unlocked
 
@@ -167,13 +168,19 @@ func (b *Breaker) Allow() (ok, probe bool, wait time.Duration) {
 	}
 	b.lock()
 	defer b.unlock()
+	return b.allowLocked(false)
+}
+
+// allowLocked is Allow; held is true for a message waiting in WaitHeld,
+// whose probes go first.
+func (b *Breaker) allowLocked(held bool) (ok, probe bool, wait time.Duration) {
 	switch b.state {
 	case Closed:
 		return true, false, 0
 	case Open:
 		return false, false, b.openUntil.Sub(b.now())
 	}
-	if b.probing {
+	if b.probing || (!held && b.held > 0) {
 		return false, false, b.interval
 	}
 	b.probing = true
@@ -184,14 +191,38 @@ func (b *Breaker) Allow() (ok, probe bool, wait time.Duration) {
 // Wait blocks until a message may run, and reports whether it runs as the
 // probe. It returns ctx's error when ctx ends first.
 func (b *Breaker) Wait(ctx context.Context) (probe bool, err error) {
+	return b.wait(ctx, false)
+}
+
+// WaitHeld is Wait for a message the runtime holds already (a FIFO
+// message waiting in flight, its group locked by it): while it waits, the
+// probes are its, not a receive's, which could not bring a message of its
+// group anyway.
+func (b *Breaker) WaitHeld(ctx context.Context) (probe bool, err error) {
+	if b == nil {
+		return false, nil
+	}
+	b.lock()
+	b.held++
+	b.unlock()
+	defer func() {
+		b.lock()
+		b.held--
+		b.signalLocked()
+		b.unlock()
+	}()
+	return b.wait(ctx, true)
+}
+
+func (b *Breaker) wait(ctx context.Context, held bool) (probe bool, err error) {
 	if b == nil {
 		return false, nil
 	}
 	for {
-		b.mu.Lock()
+		b.lock()
 		changed := b.changed
-		b.mu.Unlock()
-		ok, probe, wait := b.Allow()
+		ok, probe, wait := b.allowLocked(held)
+		b.unlock()
 		if ok {
 			return probe, nil
 		}

@@ -234,3 +234,46 @@ func TestPartialFailureNotCounted(t *testing.T) {
 		t.Errorf("a probe failing partly did not close the breaker: %s", b.State())
 	}
 }
+
+// A message held in flight waiting for a probe (WaitHeld) takes the next
+// one before the receives do: a receive's probe, given back, is not taken
+// again by a receive while it waits.
+func TestWaitHeldGoesBeforeReceives(t *testing.T) {
+	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: 10 * time.Second})
+	b.Record(down, false)
+	c.add(13 * time.Second) // half-open
+	if ok, probe, _ := b.Allow(); !ok || !probe {
+		t.Fatalf("Allow = %v, %v; want the probe", ok, probe)
+	}
+	got := make(chan bool, 1)
+	go func() {
+		probe, err := b.WaitHeld(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- probe
+	}()
+	for {
+		b.lock()
+		n := b.held
+		b.unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	b.Abort() // the receive brought nothing
+	if ok, _, _ := b.Allow(); ok {
+		t.Error("a receive took the probe while a held message waited for it")
+	}
+	if probe := <-got; !probe {
+		t.Error("WaitHeld did not run as the probe")
+	}
+	b.Record(nil, true)
+	b.lock()
+	n := b.held
+	b.unlock()
+	if n != 0 {
+		t.Errorf("%d held after WaitHeld returned", n)
+	}
+}

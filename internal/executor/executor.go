@@ -68,6 +68,9 @@ type Job struct {
 	Log *slog.Logger
 	// Probe is true when the message runs as the circuit breaker's probe.
 	Probe bool
+	// waitsInFlight counts the message's waits in flight (see
+	// waitInFlight).
+	waitsInFlight int
 	// Copied is set before Acker.Delete when a copy of the message was
 	// sent (to the dead-letter queue, or a waiting copy): until the
 	// original is deleted, both are in the queues, and a crash then
@@ -204,7 +207,6 @@ const DefaultMoveTimeout = 30 * time.Second
 // so that a FIFO group may go on with its next message.
 func (e *Executor) Run(j *Job, ack Acker) bool {
 	m := j.Msg
-	c := e.Counters
 	// Unless the runtime held it already, or found nothing to hold.
 	if !j.holdChecked {
 		if held, gone := e.hold(j, ack); held {
@@ -217,6 +219,30 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 	if prior := m.PriorAttempts(); prior > 0 {
 		m.ReceiveCount = receives(m) + prior
 	}
+	for {
+		end, took, err := e.call(j)
+		if !j.Held(end) {
+			e.leaseLost(j, err, ack)
+			return false
+		}
+		if err == nil {
+			e.Counters.Succeeded.Add(1)
+			e.Metrics.Add(metrics.MessagesSucceeded, 1, metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName})
+			ack.Delete(j)
+			return true
+		}
+		if again, probe := e.waitInFlight(j, ack, err); again {
+			j.Probe = probe
+			continue
+		}
+		return e.settleFailure(j, err, took, ack)
+	}
+}
+
+// call runs the handler once on j's message, and returns when it returned,
+// how long it took and its error.
+func (e *Executor) call(j *Job) (end time.Time, took time.Duration, err error) {
+	m, c := j.Msg, e.Counters
 	ctx, cancel := j.Ctx, context.CancelFunc(nil)
 	switch {
 	case e.HandlerTimeout > 0:
@@ -230,26 +256,15 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 		c.BreakerProbes.Add(1)
 		e.Metrics.Add(metrics.BreakerProbes, 1, e.Queue)
 	}
-	err := outcome.Call(ctx, e.Handler, m)
-	end := time.Now()
+	err = outcome.Call(ctx, e.Handler, m)
+	end = time.Now()
 	if cancel != nil {
 		cancel()
 	}
 	e.Breaker.Record(err, j.Probe)
 	e.inFlight(-1)
 	e.observe(j, start, end)
-
-	if !j.Held(end) {
-		e.leaseLost(j, err, ack)
-		return false
-	}
-	if err == nil {
-		c.Succeeded.Add(1)
-		e.Metrics.Add(metrics.MessagesSucceeded, 1, metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName})
-		ack.Delete(j)
-		return true
-	}
-	return e.settleFailure(j, err, end.Sub(start), ack)
+	return end, end.Sub(start), err
 }
 
 // observe records the handler's duration and the message's latencies. It

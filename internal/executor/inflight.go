@@ -1,0 +1,175 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/breaker"
+	"github.com/sqsworker/sqsworker/metrics"
+)
+
+// A FIFO queue's message that waits without an attempt (its handler found a
+// dependency down, or postponed it: RetryAfter with a nil error) on the
+// last receive its redrive policy allows cannot wait in a fresh copy, as a
+// standard queue's does (see waitInCopy): the copy would go behind the rest
+// of its group. Made visible again, its next receive would be SQS's move to
+// the dead-letter queue, though no attempt failed. So it waits in flight
+// instead: the runtime keeps holding it (its group is locked meanwhile,
+// as it would be by its visibility), for the delay, then until the circuit
+// breaker lets it run, and runs its handler again, on this receive. The
+// wait ends early, and the message is settled as before, when the runtime
+// can no longer hold it that long: without a heartbeat, a delay past its
+// visibility timeout; with one, its lease lost or at its MaxLifetime; the
+// Lambda invocation's deadline; the worker's stop, after which it runs once
+// more at once.
+
+// inFlightReserve is kept back from the end of the message's lease for the
+// visibility change that settles it should the wait end there.
+const inFlightReserve = 2 * time.Second
+
+// waitInFlight keeps j's message in flight after its handler returned err,
+// when it is a FIFO queue's message on its last receive and err asks for a
+// wait without an attempt (see above). It reports whether to run the
+// handler again, and whether as the circuit breaker's probe.
+func (e *Executor) waitInFlight(j *Job, ack Acker, err error) (again, probe bool) {
+	if !e.Requeue.FIFO || !e.OnLastReceive(j) {
+		return false, false
+	}
+	m := j.Msg
+	var ra *sqsworker.RetryAfterError
+	postponed := errors.As(err, &ra) && ra.Err == nil
+	dependency := !postponed && e.Breaker.IsDependencyFailure(err)
+	if !postponed && !dependency {
+		return false, false
+	}
+	var stopping <-chan struct{}
+	if l, ok := ack.(CopyLimiter); ok {
+		stopping = l.CopyStopping()
+	}
+	if closed(stopping) || j.Ctx.Err() != nil {
+		return false, false
+	}
+	// The delay the handler asked for, or its backoff, at least the
+	// backoff of the waits in flight so far (copyBackoff), so that a
+	// backoff of 0 does not run the handler again and again at once.
+	j.waitsInFlight++
+	remaining := copyBackoff(j.waitsInFlight)
+	switch {
+	case postponed:
+		remaining = max(remaining, ra.Delay)
+	case e.Policy.Backoff != nil:
+		remaining = max(remaining, e.Policy.Backoff.Delay(m.ReceiveCount, err), e.Breaker.Pause())
+	default:
+		remaining = max(remaining, e.Breaker.Pause())
+	}
+	if j.Lease == nil && time.Until(j.heldUntil())-inFlightReserve < remaining {
+		return false, false // its visibility timeout ends first
+	}
+	j.log(e).Warn("FIFO message on the last receive its redrive policy allows, waiting without an attempt: kept in flight and run again, "+
+		"as a new receive would move it to the dead-letter queue", "message_id", m.ID, "retry_in", remaining, "error", err)
+	if again, probe = e.holdInFlight(j, remaining, stopping); !again {
+		return false, false // settled as before, counted there
+	}
+	c := e.Counters
+	if postponed {
+		c.Postponed.Add(1)
+		e.Metrics.Add(metrics.MessagesPostponed, 1, e.Queue)
+	} else {
+		c.Failed.Add(1)
+		c.Retried.Add(1)
+		e.Metrics.Add(metrics.MessagesFailed, 1, metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName, ErrorClass: sqsworker.ErrorClass(err)})
+		e.Metrics.Add(metrics.MessagesRetried, 1, e.Queue)
+	}
+	return true, probe
+}
+
+// holdInFlight waits remaining, then until the circuit breaker lets j's
+// message run, while the runtime holds it (see waitInFlight), and reports
+// whether to run it again, and whether as the probe.
+func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan struct{}) (again, probe bool) {
+	for {
+		for remaining > 0 {
+			left := time.Until(j.heldUntil()) - inFlightReserve
+			if left <= 0 || !j.Held(time.Now()) {
+				return false, false
+			}
+			step := min(remaining, left)
+			start := time.Now()
+			switch copyWait(step, j.Ctx.Done(), stopping) {
+			case nil: // the step's time
+			case stopping:
+				return true, false // once more, at once: it is released after
+			default:
+				return false, false // the lease was lost, or the runtime's deadline
+			}
+			remaining -= time.Since(start)
+		}
+		if e.Breaker.State() == breaker.Closed {
+			return true, false
+		}
+		// Open: wait for a probe, taking it before the receives do,
+		// within the lease as it stands (the heartbeat moves it on).
+		end := j.heldUntil().Add(-inFlightReserve)
+		if time.Until(end) <= 0 || !j.Held(time.Now()) {
+			return false, false
+		}
+		probe, err := e.waitProbe(j, end, stopping)
+		switch {
+		case err == nil:
+			return true, probe
+		case closed(stopping):
+			return true, false
+		case j.Ctx.Err() != nil:
+			return false, false
+		}
+		if !j.heldUntil().Add(-inFlightReserve).After(end) {
+			return false, false // its lease is not moved on
+		}
+	}
+}
+
+// waitProbe waits, until end, for the circuit breaker to let j's message
+// run (see breaker.Breaker.WaitHeld), or for j.Ctx to end, or stopping to
+// be closed.
+func (e *Executor) waitProbe(j *Job, end time.Time, stopping <-chan struct{}) (probe bool, err error) {
+	ctx, cancel := context.WithDeadline(j.Ctx, end)
+	defer cancel()
+	if stopping != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			select {
+			case <-stopping:
+				cancel()
+			case <-stop:
+			}
+		}()
+	}
+	return e.Breaker.WaitHeld(ctx)
+}
+
+// heldUntil is the latest the runtime holds j's message: the end of its
+// lease (moved on by the heartbeat, if any), and the Lambda invocation's
+// deadline (MoveBy); zero when unknown.
+func (j *Job) heldUntil() time.Time {
+	end := j.LeaseEnd
+	if j.Lease != nil {
+		end = j.Lease.Deadline()
+	}
+	if !j.MoveBy.IsZero() && (end.IsZero() || j.MoveBy.Before(end)) {
+		end = j.MoveBy
+	}
+	return end
+}
+
+// closed reports whether c is closed; nil is never closed.
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
