@@ -29,6 +29,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 )
 
 // Endpoint returns the SQS endpoint the SDK will use from the environment, or
@@ -266,8 +268,15 @@ func Send(t testing.TB, c *sqs.Client, queueURL, group string, bodies ...string)
 
 // ReceiveAll receives messages from a queue until none has come for quiet,
 // with the given visibility timeout, and returns them. It deletes nothing.
+//
+// It receives with c's options, its request bodies sent from copies as the
+// runtimes' are (internal/sdkhttp): a plain client's receive can have its
+// reply cut on a loaded machine, and the SDK then receives again while the
+// messages handed out on the cut reply stay hidden for the visibility
+// timeout.
 func ReceiveAll(t testing.TB, c *sqs.Client, queueURL string, quiet time.Duration, visibility time.Duration) []types.Message {
 	t.Helper()
+	c = sqs.New(c.Options(), func(o *sqs.Options) { o.HTTPClient = sdkhttp.Wrap(o.HTTPClient) })
 	var all []types.Message
 	last := time.Now()
 	for time.Since(last) < quiet {
