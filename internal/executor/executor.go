@@ -231,9 +231,14 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 			ack.Delete(j)
 			return true
 		}
-		if again, probe := e.waitInFlight(j, ack, err); again {
+		again, probe := e.waitInFlight(j, ack, err)
+		if again {
 			j.Probe = probe
 			continue
+		}
+		if !j.Held(time.Now()) { // lost while it waited in flight
+			e.leaseLost(j, err, ack)
+			return false
 		}
 		return e.settleFailure(j, err, took, ack)
 	}
