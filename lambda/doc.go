@@ -84,7 +84,11 @@
 // back as usual rather than released, so that no copy runs it before its
 // time.
 // FIFO records keep the release: a copy would go behind the rest of its
-// group.
+// group. A FIFO record that waits without an attempt (its handler found a
+// dependency down, or postponed it) on that receive waits in flight
+// instead, within the invocation: after its backoff, and once the circuit
+// breaker lets it through, it runs again; if the handlers' time ends
+// first, it is made visible again as above.
 //
 // A handler that ignores its context, still running then, is left to run:
 // the function stops waiting for it and answers with the outcomes of the
