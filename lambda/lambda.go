@@ -519,6 +519,9 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 
 	recs := make([]record, len(ev.Records))
 	states := map[*queueState]*slog.Logger{}
+	// A queue's state once per invocation: one whose attributes cannot be
+	// read is not read again for each of its records.
+	byURL := map[string]*queueState{}
 	var lastARN, lastURL string // the records of a batch share their queue
 	var lastErr error
 	for i := range ev.Records {
@@ -538,9 +541,12 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		if err != nil {
 			log.Error("record's queue unknown: Config.QueueURL cannot map its eventSourceARN to a queue URL, so a failure of its handler is reported failed with its visibility left alone, never retried with backoff nor dead-lettered by the function (the queue's redrive policy applies); set Config.QueueURL to a function that maps this ARN",
 				"message_id", r.MessageId, "event_source_arn", r.EventSourceARN, "error", err)
+		} else if st, seen := byURL[url]; seen {
+			rec.st = st
 		} else if rec.st, err = a.state(ctx, url, readBy, log); err != nil {
 			return resp, err // nothing ran, nothing is deleted
-		} else if _, seen := states[rec.st]; !seen {
+		} else {
+			byURL[url] = rec.st
 			states[rec.st] = log.With("queue", url)
 		}
 		rec.job.Msg = NewMessage(r, url)
