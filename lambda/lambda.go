@@ -238,7 +238,7 @@ func (a *adapter) state(ctx context.Context, url string, readBy time.Time, log *
 			log.Warn("re-reading the queue's attributes failed; going on with those read before", "queue", url, "error", err)
 			return st, nil
 		}
-		log.Error("reading the queue's attributes failed; going on with the configuration alone (no heartbeat; dead-letter queue and maxReceiveCount from Config)",
+		log.Error("reading the queue's attributes failed; going on with the configuration alone (no heartbeat; dead-letter queue and maxReceiveCount from Config; every receive taken for the last the redrive policy allows: records released or postponed wait in fresh copies)",
 			"queue", url, "error", err)
 		return a.newState(queue.Info{URL: url, FIFO: queue.IsFIFOURL(url)}, false)
 	}

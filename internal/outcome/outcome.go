@@ -44,7 +44,9 @@ type Policy struct {
 	// RedriveUnknown is true when the queue's attributes could not be
 	// read, so RedriveMaxReceiveCount is unknown rather than "none": a
 	// message held back for later then waits in fresh copies, never in
-	// visibility steps that spend receives a redrive policy may count.
+	// visibility steps that spend receives a redrive policy may count, and
+	// every receive is taken for the last the policy allows (a message
+	// postponed or released without an attempt waits in a fresh copy).
 	RedriveUnknown bool
 }
 
