@@ -83,12 +83,18 @@ type Config struct {
 	// the infra constructs set from the mapping), else 0.
 	BatchingWindow time.Duration
 
-	// QueueURL turns a record's eventSourceARN into its queue's URL. A
-	// record whose ARN it cannot map still runs, but its queue is unknown:
-	// a failure is reported failed with its visibility left alone, never
-	// retried with backoff nor dead-lettered by the function (not even to
-	// DeadLetterQueueURL: the queue's own redrive policy applies), and an
-	// error naming the ARN is logged. Default QueueURLFromARN.
+	// QueueURL turns a record's eventSourceARN into its queue's URL. For
+	// an ARN it cannot map (an error, or an empty URL), the function asks
+	// SQS for the URL of the queue the ARN names (GetQueueUrl, by name and
+	// owner account; once per execution environment, only in the
+	// function's region) and logs a warning. A record whose queue neither
+	// finds still runs, but its queue is unknown: a failure is reported
+	// failed with its visibility left alone, never retried with backoff
+	// nor dead-lettered by the function (not even to DeadLetterQueueURL:
+	// the queue's own redrive policy applies), a record held back for
+	// later comes back after the visibility timeout, counted by that
+	// policy, and an error naming the ARN is logged. Default
+	// QueueURLFromARN.
 	QueueURL func(eventSourceARN string) (string, error)
 
 	// Logger receives the adapter's logs, with the Lambda request ID.
