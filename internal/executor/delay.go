@@ -266,9 +266,16 @@ func (e *Executor) visibilityRoom(m *sqsworker.Message) bool {
 // that receive, not the job. With 2 there is no room for a spare: its
 // copies cannot be delayed, so one sent at every receive would come back at
 // once, for ever; it waits by visibility while its next receive is allowed
-// at all. With 1, always: no wait is possible but this one.
+// at all. With 1, always: no wait is possible but this one. A policy that is
+// unknown (Policy.RedriveUnknown) is taken for 2, the least that lets a
+// message wait: no policy of 2 or more then counts its waits to the
+// dead-letter queue.
 func (e *Executor) fifoVisibilityRoom(m *sqsworker.Message) bool {
-	switch mrc := e.Policy.RedriveMaxReceiveCount; {
+	mrc := e.Policy.RedriveMaxReceiveCount
+	if e.Policy.RedriveUnknown {
+		mrc = 2
+	}
+	switch {
 	case mrc <= 1:
 		return true
 	case mrc == 2:
