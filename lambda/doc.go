@@ -7,7 +7,10 @@
 //
 // The event source mapping must have ReportBatchItemFailures on (the infra
 // constructs set it): the function returns the records that failed in
-// batchItemFailures, and Lambda deletes the others.
+// batchItemFailures, and Lambda deletes the others. The function cannot
+// tell whether it is on: without it, Lambda ignores batchItemFailures and
+// deletes every record of a batch the function returns without error, so
+// failed records are lost, neither retried nor dead-lettered.
 //
 // # Outcomes
 //
