@@ -71,10 +71,12 @@ type Config struct {
 	// records of an invocation are not run but postponed, reported failed
 	// with a visibility timeout that reaches to the next probe, so that
 	// each costs one receive per probe interval instead of one per
-	// backoff; one record at a time runs as the probe. A record on the
-	// last receive the queue's redrive policy allows is postponed in a
-	// fresh copy instead (standard queues), so that SQS does not move it
-	// to the dead-letter queue on its next receive.
+	// backoff; one record at a time runs as the probe (a probe whose
+	// handler ignores its context, still running when the invocation
+	// gives up on it, gives its turn back to the next record). A record
+	// on the last receive the queue's redrive policy allows is postponed
+	// in a fresh copy instead (standard queues), so that SQS does not
+	// move it to the dead-letter queue on its next receive.
 	Breaker sqsworker.BreakerConfig
 
 	// BatchingWindow is the event source mapping's maximum batching

@@ -528,6 +528,11 @@ func (inv *invocation) wait(recs []record, log *slog.Logger) {
 			if rec.started {
 				log.Error("handler still running at the invocation's deadline: it ignores its context; reporting its record failed, to come back after its visibility timeout",
 					"message_id", rec.job.Msg.ID)
+				if rec.job.Probe {
+					// Its outcome may never come (a call that hangs):
+					// the next record probes instead.
+					rec.exec(inv.a).Breaker.Abort()
+				}
 			} else {
 				rec.exec(inv.a).Counters.Released.Add(1)
 			}
@@ -772,7 +777,9 @@ func (inv *invocation) run(rec *record) bool {
 		ex.Postpone(&rec.job, rec, max(wait, time.Second), breaker.ErrOpen)
 		return false
 	}
+	rec.mu.Lock() // wait reads it, should the invocation give up on the handler
 	rec.job.Probe = probe
+	rec.mu.Unlock()
 	return ex.Run(&rec.job, rec)
 }
 
