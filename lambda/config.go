@@ -61,7 +61,11 @@ type Config struct {
 	// BatchingWindow.
 	Heartbeat visibility.Config
 
-	// DisableHeartbeat turns the heartbeat off.
+	// DisableHeartbeat turns the heartbeat off. A record whose handler
+	// then returns after the queue's visibility timeout, counted from the
+	// invocation's start, no longer holds its message (SQS may have handed
+	// it out again): it is left to SQS, reported failed with its
+	// visibility left alone, neither dead-lettered nor copied.
 	DisableHeartbeat bool
 
 	// Breaker configures the circuit breaker, on by default, kept per

@@ -643,8 +643,14 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 		ex := rec.exec(a)
 		ex.Received(1)
-		if rec.st != nil && rec.st.ext != nil {
+		switch {
+		case rec.st != nil && rec.st.ext != nil:
 			j.Ctx, j.Lease = rec.st.ext.Track(hctx, j.Msg, receivedAt)
+		case rec.st != nil && rec.st.known && rec.st.info.VisibilityTimeout > 0:
+			// Without the heartbeat the message is SQS's again once its
+			// visibility timeout has passed: by then from the start, the
+			// latest its receive can have been.
+			j.LeaseEnd = start.Add(rec.st.info.VisibilityTimeout)
 		}
 	}
 
