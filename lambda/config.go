@@ -94,13 +94,14 @@ type Config struct {
 	// SQS for the URL of the queue the ARN names (GetQueueUrl, by name and
 	// owner account; once per execution environment, only in the
 	// function's region) and logs a warning. A record whose queue neither
-	// finds still runs, but its queue is unknown: a failure is reported
-	// failed with its visibility left alone, never retried with backoff
-	// nor dead-lettered by the function (not even to DeadLetterQueueURL:
-	// the queue's own redrive policy applies), a record held back for
-	// later comes back after the visibility timeout, counted by that
-	// policy, and an error naming the ARN is logged. Default
-	// QueueURLFromARN.
+	// finds, or whose URL names a queue with another ARN (read with the
+	// queue's attributes), still runs, but its queue is unknown: a
+	// failure is reported failed with its visibility left alone, never
+	// retried with backoff nor dead-lettered by the function (not even to
+	// DeadLetterQueueURL: the queue's own redrive policy applies), a
+	// record held back for later comes back after the visibility timeout,
+	// counted by that policy, and an error naming the ARN is logged.
+	// Default QueueURLFromARN.
 	QueueURL func(eventSourceARN string) (string, error)
 
 	// Logger receives the adapter's logs, with the Lambda request ID.

@@ -602,6 +602,13 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			byURL[url] = rec.st
 			states[rec.st] = log.With("queue", url)
 		}
+		if st := rec.st; st != nil && st.known && st.info.ARN != "" && st.info.ARN != r.EventSourceARN {
+			// Moves, copies and deletes in the name of another queue
+			// would put the job where it does not belong.
+			log.Error("record's queue unknown: Config.QueueURL maps its eventSourceARN to another queue, so a failure of its handler is reported failed with its visibility left alone, never retried with backoff nor dead-lettered by the function (the queue's redrive policy applies); fix Config.QueueURL",
+				"message_id", r.MessageId, "event_source_arn", r.EventSourceARN, "queue", url, "queue_arn", st.info.ARN)
+			rec.st, url = nil, ""
+		}
 		rec.job.Msg = NewMessage(r, url)
 	}
 

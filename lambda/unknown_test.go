@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/lambda"
@@ -201,5 +202,42 @@ func TestEmulatorUnmappedQueueFoundByName(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "GetQueueUrl") {
 		t.Errorf("no log says the queue was found by GetQueueUrl:\n%s", logs.String())
+	}
+}
+
+// A Config.QueueURL that maps a record's eventSourceARN to another queue
+// (an operator's mistake) leaves the record's queue unknown: the function
+// reads that queue's ARN with its attributes, sees it is not the record's,
+// and moves, copies or deletes nothing in its name. Before, a Permanent
+// failure of a "payments" record was copied to the other queue's
+// dead-letter queue, with that queue named as its source (a redrive would
+// send it to the wrong consumer), and reported handled, so that Lambda
+// deleted it from its own queue.
+func TestQueueURLOfAnotherQueueIsUnknown(t *testing.T) {
+	f := newFake("300")
+	f.CreateQueue("payments", nil)
+	var logs logBuffer
+	fn := newHandler(t, jobs, lambda.Config{Client: f, DisableHeartbeat: true,
+		QueueURL: func(string) (string, error) { return sqstest.QueueURL("orders"), nil },
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil))})
+	url := sqstest.QueueURL("payments")
+	f.Send(url, "permanent")
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %v", err)
+	}
+	resp, err := fn(context.Background(), sqstest.SQSEvent(sqstest.QueueARN("payments"), out.Messages))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := failedIDs(resp); len(got) != 1 {
+		t.Errorf("failures %v, want the record, left to its own queue's redrive policy", got)
+	}
+	if v, fl, d := f.Depth(sqstest.QueueURL("orders-dlq")); v+fl+d != 0 {
+		t.Errorf("%d messages in the other queue's dead-letter queue, want none", v+fl+d)
+	}
+	if !strings.Contains(logs.String(), sqstest.QueueARN("orders")) {
+		t.Errorf("no log names the queue Config.QueueURL mapped the record to:\n%s", logs.String())
 	}
 }
