@@ -146,7 +146,7 @@ type adapter struct {
 	mu       sync.Mutex
 	queues   map[string]*queueState      // by URL, refreshed every QueueRefresh
 	breakers map[string]*breaker.Breaker // by URL, for the execution environment
-	// looked up are the URLs of the queues whose ARN Config.QueueURL
+	// lookedUp holds the URLs of the queues whose ARN Config.QueueURL
 	// could not map, found by GetQueueUrl, by ARN.
 	lookedUp map[string]string
 }
