@@ -29,7 +29,9 @@ import (
 // failed with its visibility left alone (its handler still running, as if
 // it ignored its context), and SQS moved it to the dead-letter queue on its
 // next receive. On the fake SQS and on the local SQS, both with DynamoDB
-// Local behind a fault proxy.
+// Local behind a fault proxy. The queue's visibility timeout is longer than
+// the invocation, as Lambda asks of a mapping: a shorter one ends the
+// record's lease while the invocation runs, and the record is then SQS's.
 func TestLambdaCountEndsByTheDeadline(t *testing.T) {
 	t.Parallel()
 	for _, emulator := range []bool{false, true} {
@@ -55,7 +57,7 @@ func TestLambdaCountEndsByTheDeadline(t *testing.T) {
 			)
 			if emulator {
 				c := localtest.NewSQS(t)
-				q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 2 * time.Second})
+				q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 5 * time.Second})
 				client, sq, work, dlq, arn = c, c, q.URL, q.DLQURL, q.ARN
 				depth = func(url string) int { v, f, d := localtest.Depth(t, c, url); return v + f + d }
 				visibleAgain = func(h *string) {
@@ -66,7 +68,7 @@ func TestLambdaCountEndsByTheDeadline(t *testing.T) {
 			} else {
 				f := sqstest.NewFake()
 				dlq = f.CreateQueue("chunks-dlq", nil)
-				work = f.CreateQueue("chunks", map[string]string{"VisibilityTimeout": "2",
+				work = f.CreateQueue("chunks", map[string]string{"VisibilityTimeout": "5",
 					"RedrivePolicy": `{"deadLetterTargetArn":"` + sqstest.QueueARN("chunks-dlq") + `","maxReceiveCount":2}`})
 				client, sq, arn = f, f, sqstest.QueueARN("chunks")
 				depth = func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }
@@ -134,8 +136,8 @@ func TestLambdaCountEndsByTheDeadline(t *testing.T) {
 				t.Errorf("%d batch item failures, want none: the chunk released in a fresh copy, its original deleted", n)
 			}
 			// The event source mapping: a failed record comes back after
-			// its visibility timeout (2s), and SQS moves it then.
-			time.Sleep(3 * time.Second)
+			// its visibility timeout (5s), and SQS moves it then.
+			time.Sleep(6 * time.Second)
 			again := recv()
 			if n := depth(dlq); n != 0 {
 				t.Errorf("%d chunks dead-lettered, want none: no handler failed", n)

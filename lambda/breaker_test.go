@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -66,5 +67,61 @@ func TestBreakerPostponesRecords(t *testing.T) {
 	}
 	if v, _, _ := f.Depth(sqstest.QueueURL("orders-dlq")); v != 0 {
 		t.Errorf("%d records dead-lettered, want none", v)
+	}
+}
+
+// A probe whose handler ignores its context and is still running when the
+// invocation gives up on it (a call to the dependency that hangs) gives
+// its turn back: a later invocation's record runs as the next probe once
+// the interval has passed, and, the dependency back, closes the breaker.
+// Before, the breaker waited for that probe's outcome for as long as the
+// handler hung: every record of the execution environment was postponed,
+// invocation after invocation, though the dependency was back.
+func TestStuckProbeGivesItsTurnBack(t *testing.T) {
+	t.Parallel()
+	f := newFake("30")
+	var down atomic.Bool
+	down.Store(true)
+	var ran atomic.Int64
+	hung := make(chan struct{})
+	t.Cleanup(func() { close(hung) })
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		switch {
+		case m.Body == "hang":
+			<-hung // ignores its context
+			return sqsworker.Unavailable(errors.New("connection timed out"))
+		case down.Load():
+			return sqsworker.Unavailable(errors.New("connection refused"))
+		}
+		ran.Add(1)
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true,
+		Breaker: sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Second, CloseAfter: 1}})
+	url := sqstest.QueueURL("orders")
+	settled := func(ev events.SQSEvent) { // out of the way of the next receive
+		for _, r := range ev.Records {
+			if _, err := f.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &r.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ev := received(t, f, "orders", "down")
+	if resp, err := fn(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("opening the breaker: %v %v", resp, err)
+	}
+	settled(ev)
+	time.Sleep(1500 * time.Millisecond) // the probe interval, jittered by up to a fifth
+	ev = received(t, f, "orders", "hang")
+	invokeBy(t, fn, ev, 2*time.Second)
+	settled(ev)
+	down.Store(false)
+	time.Sleep(2500 * time.Millisecond) // past any probe interval the hung probe could have set
+	resp, err := fn(context.Background(), received(t, f, "orders", "a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran.Load() != 2 || len(resp.BatchItemFailures) != 0 {
+		t.Errorf("%d records ran, failures %v: want both run once the dependency is back", ran.Load(), failedIDs(resp))
 	}
 }

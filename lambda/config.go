@@ -61,7 +61,11 @@ type Config struct {
 	// BatchingWindow.
 	Heartbeat visibility.Config
 
-	// DisableHeartbeat turns the heartbeat off.
+	// DisableHeartbeat turns the heartbeat off. A record whose handler
+	// then returns after the queue's visibility timeout, counted from the
+	// invocation's start, no longer holds its message (SQS may have handed
+	// it out again): it is left to SQS, reported failed with its
+	// visibility left alone, neither dead-lettered nor copied.
 	DisableHeartbeat bool
 
 	// Breaker configures the circuit breaker, on by default, kept per
@@ -71,10 +75,12 @@ type Config struct {
 	// records of an invocation are not run but postponed, reported failed
 	// with a visibility timeout that reaches to the next probe, so that
 	// each costs one receive per probe interval instead of one per
-	// backoff; one record at a time runs as the probe. A record on the
-	// last receive the queue's redrive policy allows is postponed in a
-	// fresh copy instead (standard queues), so that SQS does not move it
-	// to the dead-letter queue on its next receive.
+	// backoff; one record at a time runs as the probe (a probe whose
+	// handler ignores its context, still running when the invocation
+	// gives up on it, gives its turn back to the next record). A record
+	// on the last receive the queue's redrive policy allows is postponed
+	// in a fresh copy instead (standard queues), so that SQS does not
+	// move it to the dead-letter queue on its next receive.
 	Breaker sqsworker.BreakerConfig
 
 	// BatchingWindow is the event source mapping's maximum batching
@@ -83,12 +89,19 @@ type Config struct {
 	// the infra constructs set from the mapping), else 0.
 	BatchingWindow time.Duration
 
-	// QueueURL turns a record's eventSourceARN into its queue's URL. A
-	// record whose ARN it cannot map still runs, but its queue is unknown:
-	// a failure is reported failed with its visibility left alone, never
+	// QueueURL turns a record's eventSourceARN into its queue's URL. For
+	// an ARN it cannot map (an error, or an empty URL), the function asks
+	// SQS for the URL of the queue the ARN names (GetQueueUrl, by name and
+	// owner account; once per execution environment, only in the
+	// function's region) and logs a warning. A record whose queue neither
+	// finds, or whose URL names a queue with another ARN (read with the
+	// queue's attributes), still runs, but its queue is unknown: a
+	// failure is reported failed with its visibility left alone, never
 	// retried with backoff nor dead-lettered by the function (not even to
-	// DeadLetterQueueURL: the queue's own redrive policy applies), and an
-	// error naming the ARN is logged. Default QueueURLFromARN.
+	// DeadLetterQueueURL: the queue's own redrive policy applies), a
+	// record held back for later comes back after the visibility timeout,
+	// counted by that policy, and an error naming the ARN is logged.
+	// Default QueueURLFromARN.
 	QueueURL func(eventSourceARN string) (string, error)
 
 	// Logger receives the adapter's logs, with the Lambda request ID.

@@ -7,7 +7,10 @@
 //
 // The event source mapping must have ReportBatchItemFailures on (the infra
 // constructs set it): the function returns the records that failed in
-// batchItemFailures, and Lambda deletes the others.
+// batchItemFailures, and Lambda deletes the others. The function cannot
+// tell whether it is on: without it, Lambda ignores batchItemFailures and
+// deletes every record of a batch the function returns without error, so
+// failed records are lost, neither retried nor dead-lettered.
 //
 // # Outcomes
 //
@@ -46,7 +49,11 @@
 // requests does not take the handlers' time) does not stop the batch: the
 // records run with the attributes read before, or with Config's DeadLetterQueueURL and
 // MaxReceiveCount alone and no heartbeat, and the read is tried again on the
-// next invocation.
+// next invocation. Without the redrive policy the function cannot tell a
+// record's last receive from another: it takes each for the last, so that a
+// record released or postponed without an attempt (on a standard queue)
+// waits in a fresh copy rather than by its visibility, at the cost of a
+// send and a delete.
 //
 // # Concurrency and FIFO
 //

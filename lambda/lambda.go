@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,7 +124,7 @@ func NewHandler(h sqsworker.Handler, cfg Config) (HandlerFunc, error) {
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
-	a := &adapter{h: h, cfg: cfg, recorder: recorder, queues: map[string]*queueState{}, breakers: map[string]*breaker.Breaker{}}
+	a := &adapter{h: h, cfg: cfg, recorder: recorder, queues: map[string]*queueState{}, breakers: map[string]*breaker.Breaker{}, lookedUp: map[string]string{}}
 	var err2 error
 	if a.unknown, err2 = a.newState(queue.Info{}, false); err2 != nil {
 		return nil, err2
@@ -145,6 +146,9 @@ type adapter struct {
 	mu       sync.Mutex
 	queues   map[string]*queueState      // by URL, refreshed every QueueRefresh
 	breakers map[string]*breaker.Breaker // by URL, for the execution environment
+	// lookedUp holds the URLs of the queues whose ARN Config.QueueURL
+	// could not map, found by GetQueueUrl, by ARN.
+	lookedUp map[string]string
 }
 
 // queueState is what the adapter knows of one queue.
@@ -238,7 +242,7 @@ func (a *adapter) state(ctx context.Context, url string, readBy time.Time, log *
 			log.Warn("re-reading the queue's attributes failed; going on with those read before", "queue", url, "error", err)
 			return st, nil
 		}
-		log.Error("reading the queue's attributes failed; going on with the configuration alone (no heartbeat; dead-letter queue and maxReceiveCount from Config)",
+		log.Error("reading the queue's attributes failed; going on with the configuration alone (no heartbeat; dead-letter queue and maxReceiveCount from Config; every receive taken for the last the redrive policy allows: records released or postponed wait in fresh copies)",
 			"queue", url, "error", err)
 		return a.newState(queue.Info{URL: url, FIFO: queue.IsFIFOURL(url)}, false)
 	}
@@ -255,6 +259,53 @@ func (a *adapter) state(ctx context.Context, url string, readBy time.Time, log *
 	a.queues[url] = st
 	a.mu.Unlock()
 	return st, nil
+}
+
+// queueURL returns the URL of the queue arn names, from Config.QueueURL.
+// When that cannot map it, it asks SQS (GetQueueUrl, by the queue's name
+// and owner account, by readBy), once per execution environment, for an ARN
+// of the function's region: a queue of the same name in another region is
+// another queue.
+func (a *adapter) queueURL(ctx context.Context, arn string, readBy time.Time, log *slog.Logger) (string, error) {
+	url, err := a.cfg.QueueURL(arn)
+	if err == nil && url == "" {
+		err = fmt.Errorf("lambda: Config.QueueURL returned an empty URL for %q", arn)
+	}
+	if err == nil {
+		return url, nil
+	}
+	a.mu.Lock()
+	url, ok := a.lookedUp[arn]
+	a.mu.Unlock()
+	if ok {
+		return url, nil
+	}
+	name, account, perr := queue.ParseARN(arn)
+	if perr != nil {
+		return "", err
+	}
+	if region := os.Getenv("AWS_REGION"); region != "" && region != strings.Split(arn, ":")[3] {
+		return "", fmt.Errorf("%w (the queue is not in the function's region %s)", err, region)
+	}
+	if !readBy.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, readBy)
+		defer cancel()
+	}
+	out, lerr := a.cfg.Client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name, QueueOwnerAWSAccountId: &account})
+	if lerr == nil && aws.ToString(out.QueueUrl) == "" {
+		lerr = errors.New("GetQueueUrl returned no URL")
+	}
+	if lerr != nil {
+		return "", fmt.Errorf("%w; looking the queue up by name: %w", err, lerr)
+	}
+	url = aws.ToString(out.QueueUrl)
+	log.Warn("Config.QueueURL cannot map the record's eventSourceARN; found its queue by name with GetQueueUrl instead: set Config.QueueURL to a function that maps this ARN",
+		"event_source_arn", arn, "queue", url, "error", err)
+	a.mu.Lock()
+	a.lookedUp[arn] = url
+	a.mu.Unlock()
+	return url, nil
 }
 
 // record is one record of an invocation and what became of it. It is the
@@ -477,6 +528,11 @@ func (inv *invocation) wait(recs []record, log *slog.Logger) {
 			if rec.started {
 				log.Error("handler still running at the invocation's deadline: it ignores its context; reporting its record failed, to come back after its visibility timeout",
 					"message_id", rec.job.Msg.ID)
+				if rec.job.Probe {
+					// Its outcome may never come (a call that hangs):
+					// the next record probes instead.
+					rec.exec(inv.a).Breaker.Abort()
+				}
 			} else {
 				rec.exec(inv.a).Counters.Released.Add(1)
 			}
@@ -519,6 +575,9 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 
 	recs := make([]record, len(ev.Records))
 	states := map[*queueState]*slog.Logger{}
+	// A queue's state once per invocation: one whose attributes cannot be
+	// read is not read again for each of its records.
+	byURL := map[string]*queueState{}
 	var lastARN, lastURL string // the records of a batch share their queue
 	var lastErr error
 	for i := range ev.Records {
@@ -529,19 +588,26 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		rec := &recs[i]
 		if i == 0 || r.EventSourceARN != lastARN {
 			lastARN = r.EventSourceARN
-			lastURL, lastErr = a.cfg.QueueURL(lastARN)
-			if lastErr == nil && lastURL == "" {
-				lastErr = fmt.Errorf("lambda: Config.QueueURL returned an empty URL for %q", lastARN)
-			}
+			lastURL, lastErr = a.queueURL(ctx, lastARN, readBy, log)
 		}
 		url, err := lastURL, lastErr
 		if err != nil {
-			log.Error("record's queue unknown: Config.QueueURL cannot map its eventSourceARN to a queue URL, so a failure of its handler is reported failed with its visibility left alone, never retried with backoff nor dead-lettered by the function (the queue's redrive policy applies); set Config.QueueURL to a function that maps this ARN",
+			log.Error("record's queue unknown: Config.QueueURL cannot map its eventSourceARN to a queue URL, nor can SQS find the queue it names, so a failure of its handler is reported failed with its visibility left alone, never retried with backoff nor dead-lettered by the function (the queue's redrive policy applies), and a record held back for later is left to come back after its visibility timeout, counted by that policy; set Config.QueueURL to a function that maps this ARN",
 				"message_id", r.MessageId, "event_source_arn", r.EventSourceARN, "error", err)
+		} else if st, seen := byURL[url]; seen {
+			rec.st = st
 		} else if rec.st, err = a.state(ctx, url, readBy, log); err != nil {
 			return resp, err // nothing ran, nothing is deleted
-		} else if _, seen := states[rec.st]; !seen {
+		} else {
+			byURL[url] = rec.st
 			states[rec.st] = log.With("queue", url)
+		}
+		if st := rec.st; st != nil && st.known && st.info.ARN != "" && st.info.ARN != r.EventSourceARN {
+			// Moves, copies and deletes in the name of another queue
+			// would put the job where it does not belong.
+			log.Error("record's queue unknown: Config.QueueURL maps its eventSourceARN to another queue, so a failure of its handler is reported failed with its visibility left alone, never retried with backoff nor dead-lettered by the function (the queue's redrive policy applies); fix Config.QueueURL",
+				"message_id", r.MessageId, "event_source_arn", r.EventSourceARN, "queue", url, "queue_arn", st.info.ARN)
+			rec.st, url = nil, ""
 		}
 		rec.job.Msg = NewMessage(r, url)
 	}
@@ -584,8 +650,14 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 		ex := rec.exec(a)
 		ex.Received(1)
-		if rec.st != nil && rec.st.ext != nil {
+		switch {
+		case rec.st != nil && rec.st.ext != nil:
 			j.Ctx, j.Lease = rec.st.ext.Track(hctx, j.Msg, receivedAt)
+		case rec.st != nil && rec.st.known && rec.st.info.VisibilityTimeout > 0:
+			// Without the heartbeat the message is SQS's again once its
+			// visibility timeout has passed: by then from the start, the
+			// latest its receive can have been.
+			j.LeaseEnd = start.Add(rec.st.info.VisibilityTimeout)
 		}
 	}
 
@@ -718,7 +790,9 @@ func (inv *invocation) run(rec *record) bool {
 		ex.Postpone(&rec.job, rec, max(wait, time.Second), breaker.ErrOpen)
 		return false
 	}
+	rec.mu.Lock() // wait reads it, should the invocation give up on the handler
 	rec.job.Probe = probe
+	rec.mu.Unlock()
 	return ex.Run(&rec.job, rec)
 }
 

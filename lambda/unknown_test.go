@@ -6,15 +6,20 @@ package lambda_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -156,4 +161,83 @@ func TestEmptyQueueURLIsUnknown(t *testing.T) {
 		t.Errorf("%d messages dead-lettered by the function, want none", v+fl+d)
 	}
 	checkUnknownLog(t, logs.String())
+}
+
+// On the emulator: a record whose eventSourceARN Config.QueueURL cannot map,
+// but which names a queue the function can find by its name and account
+// (GetQueueUrl), is handled as a record of that queue: held back on its
+// last receive for a job an hour ahead, it waits in a fresh delayed copy.
+// Before, its queue was unknown: the record was reported failed with its
+// visibility left alone, and SQS moved it to the dead-letter queue on its
+// next receive, though its time had not come.
+func TestEmulatorUnmappedQueueFoundByName(t *testing.T) {
+	t.Parallel()
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 30 * time.Second})
+	var ran atomic.Int64
+	h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { ran.Add(1); return nil })
+	var logs logBuffer
+	fn := newHandler(t, h, lambda.Config{Client: sq, DisableHeartbeat: true,
+		QueueURL: func(arn string) (string, error) { return "", fmt.Errorf("no mapping for %s", arn) },
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil))})
+	if _, err := sq.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String("later"),
+		MessageAttributes: notBefore(time.Now().Add(time.Hour))}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := fn(context.Background(), sqstest.SQSEvent(q.ARN, receiveLast(t, sq, q.URL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := failedIDs(resp); len(got) != 0 {
+		t.Errorf("failures %v, want none: a copy waits in the record's place", got)
+	}
+	if v, i, d := localtest.Depth(t, sq, q.URL); v != 0 || i != 0 || d != 1 {
+		t.Errorf("%d visible, %d in flight, %d delayed; want the record deleted and its delayed copy", v, i, d)
+	}
+	if v, i, d := localtest.Depth(t, sq, q.DLQURL); v+i+d != 0 {
+		t.Errorf("%d messages dead-lettered, want none", v+i+d)
+	}
+	if ran.Load() != 0 {
+		t.Errorf("the handler ran %d times before the job's time", ran.Load())
+	}
+	if !strings.Contains(logs.String(), "GetQueueUrl") {
+		t.Errorf("no log says the queue was found by GetQueueUrl:\n%s", logs.String())
+	}
+}
+
+// A Config.QueueURL that maps a record's eventSourceARN to another queue
+// (an operator's mistake) leaves the record's queue unknown: the function
+// reads that queue's ARN with its attributes, sees it is not the record's,
+// and moves, copies or deletes nothing in its name. Before, a Permanent
+// failure of a "payments" record was copied to the other queue's
+// dead-letter queue, with that queue named as its source (a redrive would
+// send it to the wrong consumer), and reported handled, so that Lambda
+// deleted it from its own queue.
+func TestQueueURLOfAnotherQueueIsUnknown(t *testing.T) {
+	f := newFake("300")
+	f.CreateQueue("payments", nil)
+	var logs logBuffer
+	fn := newHandler(t, jobs, lambda.Config{Client: f, DisableHeartbeat: true,
+		QueueURL: func(string) (string, error) { return sqstest.QueueURL("orders"), nil },
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil))})
+	url := sqstest.QueueURL("payments")
+	f.Send(url, "permanent")
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MessageAttributeNames: []string{"All"},
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %v", err)
+	}
+	resp, err := fn(context.Background(), sqstest.SQSEvent(sqstest.QueueARN("payments"), out.Messages))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := failedIDs(resp); len(got) != 1 {
+		t.Errorf("failures %v, want the record, left to its own queue's redrive policy", got)
+	}
+	if v, fl, d := f.Depth(sqstest.QueueURL("orders-dlq")); v+fl+d != 0 {
+		t.Errorf("%d messages in the other queue's dead-letter queue, want none", v+fl+d)
+	}
+	if !strings.Contains(logs.String(), sqstest.QueueARN("orders")) {
+		t.Errorf("no log names the queue Config.QueueURL mapped the record to:\n%s", logs.String())
+	}
 }

@@ -234,9 +234,23 @@ func copyBackoff(n int) time.Duration {
 	return d - rand.N(d/2+1)
 }
 
-// OnLastReceive reports whether j's message is on the last receive its redrive policy
-// allows: its next receive is SQS's move to the dead-letter queue.
+// OnLastReceive reports whether j's message is on the last receive its
+// redrive policy allows: its next receive is SQS's move to the dead-letter
+// queue. When the queue's attributes could not be read
+// (Policy.RedriveUnknown), any receive may be, and each is taken for the
+// last.
 func (e *Executor) OnLastReceive(j *Job) bool {
+	if e.Policy.RedriveUnknown {
+		return true
+	}
 	mrc := e.Policy.RedriveMaxReceiveCount
 	return mrc > 0 && receives(j.Msg) >= mrc
+}
+
+// lastReceive names the receive OnLastReceive took for the last, for logs.
+func (e *Executor) lastReceive() string {
+	if e.Policy.RedriveUnknown {
+		return "what may be its last receive (the queue's redrive policy could not be read)"
+	}
+	return "its last receive"
 }

@@ -234,7 +234,7 @@ func (e *Executor) holdUntil(j *Job, ack Acker, nb time.Time) (held, gone bool) 
 		}
 		e.requeueFailed()
 		if e.OnLastReceive(j) {
-			log.Error("sending the waiting copy of a message held back on its last receive failed while the message was held; "+
+			log.Error("sending the waiting copy of a message held back on "+e.lastReceive()+" failed while the message was held; "+
 				"SQS moves it to the dead-letter queue when it comes back, though no handler failed: replay it once SQS takes sends again (sqsworker dlq replay)",
 				"error", err)
 		} else {
@@ -266,9 +266,16 @@ func (e *Executor) visibilityRoom(m *sqsworker.Message) bool {
 // that receive, not the job. With 2 there is no room for a spare: its
 // copies cannot be delayed, so one sent at every receive would come back at
 // once, for ever; it waits by visibility while its next receive is allowed
-// at all. With 1, always: no wait is possible but this one.
+// at all. With 1, always: no wait is possible but this one. A policy that is
+// unknown (Policy.RedriveUnknown) is taken for 2, the least that lets a
+// message wait: no policy of 2 or more then counts its waits to the
+// dead-letter queue.
 func (e *Executor) fifoVisibilityRoom(m *sqsworker.Message) bool {
-	switch mrc := e.Policy.RedriveMaxReceiveCount; {
+	mrc := e.Policy.RedriveMaxReceiveCount
+	if e.Policy.RedriveUnknown {
+		mrc = 2
+	}
+	switch {
 	case mrc <= 1:
 		return true
 	case mrc == 2:
@@ -372,8 +379,9 @@ type CopyLimiter interface {
 
 // waitInCopy makes j's message, postponed or released without an attempt,
 // wait in a fresh copy when it is on the last receive its redrive policy
-// allows: its next receive would be SQS's move to the dead-letter queue,
-// though no handler failed. The copy is sent with the delay (up to a
+// allows (any receive, when the policy is unknown: see OnLastReceive): its
+// next receive would be SQS's move to the dead-letter queue, though no
+// handler failed. The copy is sent with the delay (up to a
 // message delay; a longer one is held on the copy, at least what the
 // runtime's CopyLimits asks), starts from a receive count of 0 and carries
 // prior, so that this receive counts no attempt: its first receive has the
@@ -387,8 +395,7 @@ type CopyLimiter interface {
 // (as it would have been without the copy), while the copy, keeping the
 // job's key (see requeue), runs it.
 func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int, what string) bool {
-	mrc := e.Policy.RedriveMaxReceiveCount
-	if mrc <= 0 || receives(j.Msg) < mrc || !e.Requeue.enabled() || e.Requeue.FIFO {
+	if !e.OnLastReceive(j) || !e.Requeue.enabled() || e.Requeue.FIFO {
 		return false
 	}
 	delay = sqsworker.ClampLongDelay(max(delay, 0))
@@ -407,7 +414,7 @@ func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int,
 		return true
 	}
 	e.requeueFailed()
-	j.log(e).Error("sending the waiting copy of a message "+what+" on its last receive failed while the message was held; "+
+	j.log(e).Error("sending the waiting copy of a message "+what+" on "+e.lastReceive()+" failed while the message was held; "+
 		"SQS moves it to the dead-letter queue on its next receive, though no handler failed: replay it once SQS takes sends again (sqsworker dlq replay)",
 		"message_id", j.Msg.ID, "retry_in", delay, "error", err)
 	return false

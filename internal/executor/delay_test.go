@@ -709,3 +709,38 @@ func TestHoldWithRedriveUnknownWaitsInCopies(t *testing.T) {
 		})
 	}
 }
+
+// The same for a FIFO queue: a job waiting for its time 30 hours ahead
+// takes visibility steps only as a redrive policy of maxReceiveCount 2, the
+// least that lets a FIFO message wait at all, would allow them, so that no
+// policy of 2 or more counts its waits to the dead-letter queue. Before, an
+// unknown policy was taken for none: the job waited in visibility steps of
+// 12 hours, and on the third receive SQS moved it to the dead-letter queue.
+func TestHoldFIFOWithRedriveUnknown(t *testing.T) {
+	for _, mrc := range []int{2, 3} {
+		t.Run(fmt.Sprintf("maxReceiveCount=%d", mrc), func(t *testing.T) {
+			s := newSim(t, mrc, nil)
+			s.dlq = s.f.CreateQueue("jobs-dlq.fifo", map[string]string{"FifoQueue": "true"})
+			s.ex.Mover = &queue.Mover{API: s.api, URL: s.dlq, FIFO: true, Now: s.clock.Now}
+			s.url = s.f.CreateQueue("jobs.fifo", map[string]string{"FifoQueue": "true", "VisibilityTimeout": "30",
+				"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%d}`, sqstest.QueueARN("jobs-dlq.fifo"), mrc)})
+			s.ex.Requeue = Requeue{API: s.api, URL: s.url, FIFO: true}
+			s.ex.Policy = outcome.Policy{Backoff: sqsworker.ExponentialBackoff{}, HasDLQ: true, RedriveUnknown: true}
+			nb := s.clock.Now().Add(30 * time.Hour)
+			s.f.Send(s.url, "job", func(in *sqs.SendMessageInput) {
+				in.MessageGroupId, in.MessageDeduplicationId = aws.String("g"), aws.String("d1")
+				in.MessageAttributes = map[string]types.MessageAttributeValue{
+					sqsworker.AttrNotBefore: {DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(nb.UnixMilli(), 10))},
+					"idempotency-key":       {DataType: aws.String("String"), StringValue: aws.String("order-42")},
+				}
+			})
+			if !s.runUntil(31 * time.Hour) {
+				t.Errorf("the queue still holds the job after its time")
+			}
+			if len(s.runs) != 1 || s.runs[0].at.Before(nb) || s.runs[0].at.After(nb.Add(2*time.Second)) || s.runs[0].attempt != 1 {
+				t.Errorf("runs %+v, want one first attempt at %s", s.runs, nb)
+			}
+			s.checkNotDeadLettered()
+		})
+	}
+}

@@ -44,7 +44,10 @@ type Policy struct {
 	// RedriveUnknown is true when the queue's attributes could not be
 	// read, so RedriveMaxReceiveCount is unknown rather than "none": a
 	// message held back for later then waits in fresh copies, never in
-	// visibility steps that spend receives a redrive policy may count.
+	// visibility steps that spend receives a redrive policy may count (on
+	// a FIFO queue, only in those a maxReceiveCount of 2 allows), and
+	// every receive is taken for the last the policy allows (a message
+	// postponed or released without an attempt waits in a fresh copy).
 	RedriveUnknown bool
 }
 
