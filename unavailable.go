@@ -103,7 +103,10 @@ type BreakerConfig struct {
 	// probe. Default 5s.
 	ProbeInterval time.Duration
 	// MaxProbeInterval caps the wait between probes, which doubles after
-	// each failed probe. Default 60s.
+	// each failed probe. It is also how long a probe is waited for: one
+	// whose handler has not returned by then (a call that hangs) lets
+	// another probe through, its own outcome still counted when it comes.
+	// Default 60s.
 	MaxProbeInterval time.Duration
 	// CloseAfter is the number of successful probes in a row that close
 	// the breaker. Default 2.

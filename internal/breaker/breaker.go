@@ -56,6 +56,7 @@ type Breaker struct {
 	interval  time.Duration
 	openUntil time.Time
 	probing   bool          // a probe is out
+	probeAt   time.Time     // when it went out
 	held      int           // messages held in flight waiting in WaitHeld
 	changed   chan struct{} // closed at each state change or freed probe
 	pending   []change      // state changes to report once unlocked
@@ -180,10 +181,21 @@ func (b *Breaker) allowLocked(held bool) (ok, probe bool, wait time.Duration) {
 	case Open:
 		return false, false, b.openUntil.Sub(b.now())
 	}
-	if b.probing || (!held && b.held > 0) {
-		return false, false, b.interval
+	if b.probing && !b.now().Before(b.probeAt.Add(b.cfg.MaxProbeInterval)) {
+		// Out for MaxProbeInterval: its outcome may never come (a call
+		// to the dependency that hangs, a handler that ignores its
+		// context), and the breaker would take nothing for as long.
+		// Another probe goes; the late outcome still counts.
+		b.probing = false
 	}
-	b.probing = true
+	if b.probing || (!held && b.held > 0) {
+		wait := b.interval
+		if b.probing {
+			wait = min(wait, b.probeAt.Add(b.cfg.MaxProbeInterval).Sub(b.now()))
+		}
+		return false, false, wait
+	}
+	b.probing, b.probeAt = true, b.now()
 	b.probes.Add(1)
 	return true, true, 0
 }
