@@ -100,6 +100,9 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 		TimeoutCause:   ErrHandlerTimeout,
 		StopCauses:     []error{ErrShutdown},
 		Requeue:        executor.Requeue{API: w.api, URL: info.URL, FIFO: info.FIFO},
+		// The original of a waiting copy is deleted through the batcher:
+		// its delete waits up to AckInterval before it is sent.
+		AckReserve: cfg.AckInterval + executor.DefaultAckReserve,
 	}
 	c.exec.Breaker = breaker.New(cfg.Breaker, c.exec.BreakerChanged)
 	if !cfg.DisableHeartbeat {
