@@ -40,31 +40,36 @@ const refusedCopySends = 7
 // (AckInterval and a second), their waits cut to half the time left, make
 // at least eight sends by then, while bound a second before it they make
 // no more than seven in the first 8s. On the fake (in a synctest bubble,
-// sends refused at once) and on the emulator.
+// sends refused at once) and on the emulator. With the heartbeat on (on the
+// fake), which holds the original while its delete waits for its batch,
+// the retries may go on until a second before the lease ends, and the job
+// is not dead-lettered either.
 func TestCopyRetriesLeaveTimeForABatchedDelete(t *testing.T) {
 	t.Parallel()
-	t.Run("fake", func(t *testing.T) {
-		t.Parallel()
-		synctest.Test(t, func(t *testing.T) {
-			f := sqstest.NewFake()
-			dlq := f.CreateQueue("reserve-dlq", nil)
-			url := f.CreateQueue("reserve", map[string]string{"VisibilityTimeout": "12",
-				"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, sqstest.QueueARN("reserve-dlq"))})
-			copyRetriesLeaveTimeForABatchedDelete(t, relQueue{api: f, url: url, dlq: dlq,
-				count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }})
+	for _, heartbeat := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fake/heartbeat=%v", heartbeat), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				f := sqstest.NewFake()
+				dlq := f.CreateQueue("reserve-dlq", nil)
+				url := f.CreateQueue("reserve", map[string]string{"VisibilityTimeout": "12",
+					"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, sqstest.QueueARN("reserve-dlq"))})
+				copyRetriesLeaveTimeForABatchedDelete(t, relQueue{api: f, url: url, dlq: dlq,
+					count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }}, heartbeat)
+			})
 		})
-	})
+	}
 	t.Run("emulator", func(t *testing.T) {
 		t.Parallel()
 		localtest.Require(t)
 		c := localtest.NewSQS(t)
 		eq := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 12 * time.Second})
 		copyRetriesLeaveTimeForABatchedDelete(t, relQueue{api: c, url: eq.URL, dlq: eq.DLQURL,
-			count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }})
+			count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }}, false)
 	})
 }
 
-func copyRetriesLeaveTimeForABatchedDelete(t *testing.T, q relQueue) {
+func copyRetriesLeaveTimeForABatchedDelete(t *testing.T, q relQueue, heartbeat bool) {
 	api := &hungSends{API: q.api}
 	api.hang = func(ctx context.Context, in *sqs.SendMessageInput) error {
 		if api.sends.Load() <= refusedCopySends {
@@ -74,7 +79,7 @@ func copyRetriesLeaveTimeForABatchedDelete(t *testing.T, q relQueue) {
 		return err
 	}
 	var calls, done atomic.Int64
-	r := start(t, api, worker.Config{QueueURL: q.url, WaitTime: time.Second, DisableDepth: true, DisableHeartbeat: true,
+	r := start(t, api, worker.Config{QueueURL: q.url, WaitTime: time.Second, DisableDepth: true, DisableHeartbeat: !heartbeat,
 		AckInterval: 4 * time.Second},
 		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
 			if calls.Add(1) == 1 {
