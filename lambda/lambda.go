@@ -194,6 +194,9 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 		TimeoutCause: ErrDeadline,
 		StopCauses:   []error{ErrDeadline},
 		Requeue:      executor.Requeue{API: a.cfg.Client, URL: info.URL, FIFO: info.FIFO},
+		// A record whose copy was sent is deleted at once (record.Delete),
+		// not batched.
+		AckReserve: executor.DefaultAckReserve,
 	}
 	a.mu.Lock()
 	b, ok := a.breakers[info.URL]
@@ -449,38 +452,33 @@ func (inv *invocation) acquire() bool {
 // being moved to the dead-letter queue by SQS on its next receive. A record
 // whose time has not come is held back instead, as run holds it.
 //
-// The records of a standard queue are released up to releaseSends at a
-// time: their copies' sends go together, so that an SQS slow to answer
-// still takes every copy by MoveBy, rather than the first few, in turn,
-// the rest then visible again and dead-lettered by SQS on their next
-// receive. A FIFO queue's are released in order: they send no such copies.
+// The records of a standard queue are released concurrently, up to
+// executor.ReleaseSends at a time: their copies' sends go together, so
+// that an SQS slow to answer still takes every copy by MoveBy, rather than
+// the first few, in turn, the rest then visible again and dead-lettered by
+// SQS on their next receive. A FIFO queue's are released in order, group
+// by group: they send no such copies. See executor.ReleaseAll.
 func (inv *invocation) releaseWaiting(recs []record) {
-	release := func(rec *record) {
-		rec.exec(inv.a).Release(&rec.job, rec) // which holds back a record whose time has not come
-	}
 	if fifo(recs) {
+		var rest []*record
 		for _, g := range groupsOf(recs)[inv.acquired:] {
-			release(g[0])
-			for _, rec := range g[1:] {
-				rec.exec(inv.a).ReleaseBehind(&rec.job, rec)
-			}
+			rest = append(rest, g...)
 		}
+		inv.release(len(rest), true, false, func(i int) *record { return rest[i] })
 		return
 	}
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, releaseSends)
-	for i := inv.acquired; i < len(recs); i++ {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			release(&recs[i])
-		})
-	}
-	wg.Wait()
+	recs = recs[inv.acquired:]
+	inv.release(len(recs), false, false, func(i int) *record { return &recs[i] })
 }
 
-// releaseSends bounds the records releaseWaiting releases at a time.
-const releaseSends = 32
+// release releases n records that were not run, the ith rec(i), through
+// executor.ReleaseAll.
+func (inv *invocation) release(n int, fifo, behind bool, rec func(i int) *record) {
+	executor.ReleaseAll(n, fifo, behind, func(i int) (*executor.Executor, *executor.Job, executor.Acker) {
+		r := rec(i)
+		return r.exec(inv.a), &r.job, r
+	})
+}
 
 // runRecord runs rec on a goroutine of its own, in the slot acquire took.
 // It is small, and calls run directly, so that the goroutine's first stack
@@ -760,9 +758,8 @@ func (inv *invocation) runGroup(group []*record) {
 	defer inv.free()
 	for i, rec := range group {
 		if !inv.run(rec) {
-			for _, rest := range group[i+1:] {
-				rest.exec(inv.a).ReleaseBehind(&rest.job, rest)
-			}
+			rest := group[i+1:]
+			inv.release(len(rest), true, true, func(k int) *record { return rest[k] })
 			return
 		}
 	}

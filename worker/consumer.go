@@ -101,6 +101,14 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 		StopCauses:     []error{ErrShutdown},
 		Requeue:        executor.Requeue{API: w.api, URL: info.URL, FIFO: info.FIFO},
 	}
+	if cfg.DisableHeartbeat {
+		// The original of a waiting copy is deleted through the batcher:
+		// its delete waits up to AckInterval before it is sent, and must
+		// land before the lease ends. With the heartbeat, which extends a
+		// message whose delete is pending until it lands, the default
+		// covers the request alone.
+		c.exec.AckReserve = cfg.AckInterval + executor.DefaultAckReserve
+	}
 	c.exec.Breaker = breaker.New(cfg.Breaker, c.exec.BreakerChanged)
 	if !cfg.DisableHeartbeat {
 		hb := cfg.Heartbeat

@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -45,7 +44,7 @@ func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bo
 			c.exec.Breaker.Abort()
 		}
 		if !c.info.FIFO {
-			c.releaseAll(jobsOf(rs)) // not before the last long polls end: see Retry
+			c.release(jobsOf(rs), false) // not before the last long polls end: see Retry
 			return
 		}
 		c.dispatchStopping(rs)
@@ -86,7 +85,7 @@ func (c *consumer) dispatchStopping(rs []received) {
 		ts = append(ts, task{group: group})
 	}
 	if len(rest) > 0 {
-		c.releaseAll(rest) // in order, from here (FIFO)
+		c.release(rest, false) // in order, from here (FIFO)
 	}
 	c.tasks.put(ts...)
 }
@@ -192,43 +191,16 @@ func groupByID(jobs []*executor.Job) [][]*executor.Job {
 // release makes unhandled messages visible again and frees their handler
 // slots: at once, or, while the worker stops, not before its last long
 // polls have ended (see Retry). Messages whose lease was lost are left
-// alone. On a FIFO queue, a message behind another of its group in jobs,
-// or behind one not done (behind), is released even when its time has not
-// come (see executor.Executor.ReleaseBehind).
+// alone. On a standard queue they are released concurrently, so that the
+// sends of the fresh copies that those on the last receive their redrive
+// policy allows wait in go together, and an SQS that does not answer holds
+// the stop up by one send's bound (CopyLimits), not one per message; on a
+// FIFO queue in order, a message behind another of its group in jobs, or
+// behind one not done (behind), released even when its time has not come.
+// See executor.ReleaseAll.
 func (c *consumer) release(jobs []*executor.Job, behind bool) {
-	var ahead map[string]bool // FIFO groups with a message released before
-	for _, j := range jobs {
-		if c.info.FIFO && (behind || ahead[j.Msg.GroupID]) {
-			c.exec.ReleaseBehind(j, c)
-			continue
-		}
-		c.exec.Release(j, c)
-		if c.info.FIFO {
-			if ahead == nil {
-				ahead = map[string]bool{}
-			}
-			ahead[j.Msg.GroupID] = true
-		}
-	}
-	c.releaseSlots(len(jobs))
-}
-
-// releaseAll releases jobs received while the worker stops, as release
-// does, each on a goroutine of its own, which it waits for: those on the
-// last receive their redrive policy allows wait in fresh copies (see
-// executor.Executor.Release), whose sends then go at once rather than one
-// after another, so that an SQS that does not answer holds the stop up by
-// one send's bound (CopyLimits), not one per message. FIFO queues send no
-// such copies: their messages are released in order, from the loop.
-func (c *consumer) releaseAll(jobs []*executor.Job) {
-	if c.info.FIFO || len(jobs) == 1 {
-		c.release(jobs, false)
-		return
-	}
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Go(func() { c.exec.Release(j, c) })
-	}
-	wg.Wait()
+	executor.ReleaseAll(len(jobs), c.info.FIFO, behind, func(i int) (*executor.Executor, *executor.Job, executor.Acker) {
+		return c.exec, jobs[i], c
+	})
 	c.releaseSlots(len(jobs))
 }

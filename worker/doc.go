@@ -169,8 +169,11 @@
 // error, a dependency down: sqsworker.Unavailable) or held back until its
 // time on that receive. While the worker runs, such a copy's send is sent
 // again, with capped, jittered backoff, for as long as the worker holds
-// the message: its visibility timeout, moved on by the heartbeat, less a
-// second for the original's delete. The handler slot stays taken
+// the message: its visibility timeout, moved on by the heartbeat, less the
+// time to delete the original once its copy is sent: a second for the
+// request, and without the heartbeat (which holds a message whose delete
+// is pending) Config.AckInterval more, the longest the delete waits for its
+// batch. The handler slot stays taken
 // meanwhile. Should the worker begin to stop, a wait between two sends
 // ends then, and the sends are bound as above (5s from then). Given up, the message is left to its visibility, and the log
 // says that SQS will dead-letter it.

@@ -1,0 +1,113 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// The sends of a waiting copy that fail before one goes through, in the
+// test below: its eighth send is the first SQS takes.
+const refusedCopySends = 7
+
+// A job postponed (RetryAfter with a nil error) on the last receive its
+// redrive policy allows (1) waits in a fresh copy, whose sends SQS refuses
+// seven times; the worker sends it again while it holds the message. The
+// worker batches its deletes for 4s (AckInterval), has no heartbeat, and
+// the queue's visibility timeout is 12s: the copy must be sent early
+// enough in the lease for the original's delete, sent once its batch has
+// waited 4s, to land before the lease ends. It is, and the original is
+// deleted: nothing is dead-lettered, and the job runs once, on its copy.
+// Before, the retries went on until a second before the lease ended, as
+// fits a delete sent within 100ms (the default AckInterval): the eighth
+// send, spread out by the backoff, went through over 8s into the lease, its
+// original's delete, waiting 4s for its batch, was dropped as the lease had
+// ended, and SQS moved the original, back on its last receive, to the
+// dead-letter queue, though no handler failed, while its copy ran the job.
+// The fault is a count of sends, not a time, as the backoff's jitter moves
+// the sends: whatever it draws, the retries bound 5s before the lease ends
+// (AckInterval and a second), their waits cut to half the time left, make
+// at least eight sends by then, while bound a second before it they make
+// no more than seven in the first 8s. On the fake (in a synctest bubble,
+// sends refused at once) and on the emulator. With the heartbeat on (on the
+// fake), which holds the original while its delete waits for its batch,
+// the retries may go on until a second before the lease ends, and the job
+// is not dead-lettered either.
+func TestCopyRetriesLeaveTimeForABatchedDelete(t *testing.T) {
+	t.Parallel()
+	for _, heartbeat := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fake/heartbeat=%v", heartbeat), func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				f := sqstest.NewFake()
+				dlq := f.CreateQueue("reserve-dlq", nil)
+				url := f.CreateQueue("reserve", map[string]string{"VisibilityTimeout": "12",
+					"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, sqstest.QueueARN("reserve-dlq"))})
+				copyRetriesLeaveTimeForABatchedDelete(t, relQueue{api: f, url: url, dlq: dlq,
+					count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }}, heartbeat)
+			})
+		})
+	}
+	t.Run("emulator", func(t *testing.T) {
+		t.Parallel()
+		localtest.Require(t)
+		c := localtest.NewSQS(t)
+		eq := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 12 * time.Second})
+		copyRetriesLeaveTimeForABatchedDelete(t, relQueue{api: c, url: eq.URL, dlq: eq.DLQURL,
+			count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }}, false)
+	})
+}
+
+func copyRetriesLeaveTimeForABatchedDelete(t *testing.T, q relQueue, heartbeat bool) {
+	api := &hungSends{API: q.api}
+	api.hang = func(ctx context.Context, in *sqs.SendMessageInput) error {
+		if api.sends.Load() <= refusedCopySends {
+			return errors.New("dial tcp: connection refused")
+		}
+		_, err := q.api.SendMessage(ctx, in)
+		return err
+	}
+	var calls, done atomic.Int64
+	r := start(t, api, worker.Config{QueueURL: q.url, WaitTime: time.Second, DisableDepth: true, DisableHeartbeat: !heartbeat,
+		AckInterval: 4 * time.Second},
+		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+			if calls.Add(1) == 1 {
+				api.armed.Store(true)
+				return sqsworker.RetryAfter(time.Second, nil)
+			}
+			done.Add(1)
+			return nil
+		}))
+	q.send(t, "job")
+	deadline := time.Now().Add(2 * time.Minute)
+	for !(done.Load() >= 1 && q.count(q.url) == 0 || q.count(q.dlq) > 0) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not run to its end (%d calls)", calls.Load())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.stop(20 * time.Second)
+	if n := q.count(q.dlq); n != 0 {
+		t.Errorf("%d messages dead-lettered, want none: no handler failed on the last receive", n)
+	}
+	if n := q.count(q.url); n != 0 {
+		t.Errorf("%d messages left in the queue, want none", n)
+	}
+	if c, d := calls.Load(), done.Load(); c != 2 || d != 1 {
+		t.Errorf("the handler was called %d times, the job done %d times; want called twice, done once (on its copy)", c, d)
+	}
+	if s := r.w.Stats(); s.Requeued != 1 || s.RequeueFailures != 0 || s.AckFailures != 0 || api.sends.Load() != refusedCopySends+1 {
+		t.Errorf("stats %+v, %d sends of the copy: want the copy sent on its %dth send, no acknowledgement failed", s, api.sends.Load(), refusedCopySends+1)
+	}
+}
