@@ -40,7 +40,7 @@ const refusedCopySends = 7
 // (AckInterval and a second), their waits cut to half the time left, make
 // at least eight sends by then, while bound a second before it they make
 // no more than seven in the first 8s. On the fake (in a synctest bubble,
-// sends refused at once) and on the emulator. With the heartbeat on (on the
+// sends refused at once), and on the emulator with three sends refused. With the heartbeat on (on the
 // fake), which holds the original while its delete waits for its batch,
 // the retries may go on until a second before the lease ends, and the job
 // is not dead-lettered either.
@@ -55,7 +55,7 @@ func TestCopyRetriesLeaveTimeForABatchedDelete(t *testing.T) {
 				url := f.CreateQueue("reserve", map[string]string{"VisibilityTimeout": "12",
 					"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, sqstest.QueueARN("reserve-dlq"))})
 				copyRetriesLeaveTimeForABatchedDelete(t, relQueue{api: f, url: url, dlq: dlq,
-					count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }}, heartbeat)
+					count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }}, heartbeat, refusedCopySends)
 			})
 		})
 	}
@@ -64,15 +64,20 @@ func TestCopyRetriesLeaveTimeForABatchedDelete(t *testing.T) {
 		localtest.Require(t)
 		c := localtest.NewSQS(t)
 		eq := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 12 * time.Second})
+		// Three refused sends, not seven: the count that shows the
+		// defect leaves the retries about 0.3s to spare in real time,
+		// which a loaded machine's late timers could take. The fake,
+		// whose clock is the bubble's, shows it; here the copy and the
+		// original's batched delete are checked against SQS.
 		copyRetriesLeaveTimeForABatchedDelete(t, relQueue{api: c, url: eq.URL, dlq: eq.DLQURL,
-			count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }}, false)
+			count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }}, false, 3)
 	})
 }
 
-func copyRetriesLeaveTimeForABatchedDelete(t *testing.T, q relQueue, heartbeat bool) {
+func copyRetriesLeaveTimeForABatchedDelete(t *testing.T, q relQueue, heartbeat bool, refused int64) {
 	api := &hungSends{API: q.api}
 	api.hang = func(ctx context.Context, in *sqs.SendMessageInput) error {
-		if api.sends.Load() <= refusedCopySends {
+		if api.sends.Load() <= refused {
 			return errors.New("dial tcp: connection refused")
 		}
 		_, err := q.api.SendMessage(ctx, in)
@@ -107,7 +112,7 @@ func copyRetriesLeaveTimeForABatchedDelete(t *testing.T, q relQueue, heartbeat b
 	if c, d := calls.Load(), done.Load(); c != 2 || d != 1 {
 		t.Errorf("the handler was called %d times, the job done %d times; want called twice, done once (on its copy)", c, d)
 	}
-	if s := r.w.Stats(); s.Requeued != 1 || s.RequeueFailures != 0 || s.AckFailures != 0 || api.sends.Load() != refusedCopySends+1 {
-		t.Errorf("stats %+v, %d sends of the copy: want the copy sent on its %dth send, no acknowledgement failed", s, api.sends.Load(), refusedCopySends+1)
+	if s := r.w.Stats(); s.Requeued != 1 || s.RequeueFailures != 0 || s.AckFailures != 0 || api.sends.Load() != refused+1 {
+		t.Errorf("stats %+v, %d sends of the copy: want the copy sent on its %dth send, no acknowledgement failed", s, api.sends.Load(), refused+1)
 	}
 }
