@@ -194,9 +194,6 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 		TimeoutCause: ErrDeadline,
 		StopCauses:   []error{ErrDeadline},
 		Requeue:      executor.Requeue{API: a.cfg.Client, URL: info.URL, FIFO: info.FIFO},
-		// A record whose copy was sent is deleted at once (record.Delete),
-		// not batched.
-		AckReserve: executor.DefaultAckReserve,
 	}
 	a.mu.Lock()
 	b, ok := a.breakers[info.URL]

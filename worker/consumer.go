@@ -101,14 +101,6 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 		StopCauses:     []error{ErrShutdown},
 		Requeue:        executor.Requeue{API: w.api, URL: info.URL, FIFO: info.FIFO},
 	}
-	if cfg.DisableHeartbeat {
-		// The original of a waiting copy is deleted through the batcher:
-		// its delete waits up to AckInterval before it is sent, and must
-		// land before the lease ends. With the heartbeat, which extends a
-		// message whose delete is pending until it lands, the default
-		// covers the request alone.
-		c.exec.AckReserve = cfg.AckInterval + executor.DefaultAckReserve
-	}
 	c.exec.Breaker = breaker.New(cfg.Breaker, c.exec.BreakerChanged)
 	if !cfg.DisableHeartbeat {
 		hb := cfg.Heartbeat
@@ -246,10 +238,20 @@ func (c *consumer) stop(ctx context.Context) {
 
 // Delete deletes the message. The heartbeat holds it until the delete has
 // landed, so that it is not handed out again meanwhile.
+//
+// The delete of a message whose copy was sent (a waiting copy, a move to the
+// dead-letter queue: Job.Copied) goes at once, with the deletes pending,
+// rather than wait up to AckInterval for its batch to fill: until it lands
+// both are in the queues, and a copy sent late in the lease leaves its
+// delete little time to land before the original comes back (on its last
+// receive, to be moved to the dead-letter queue by SQS).
 func (c *consumer) Delete(j *executor.Job) {
 	j.Acknowledging()
 	c.acks.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
 		Owner: (*deleting)(j)})
+	if j.Copied {
+		c.acks.Flush(ackbatch.Delete)
+	}
 }
 
 // Retry makes the message visible again after vis, rounded up to whole

@@ -23,27 +23,21 @@ const refusedCopySends = 7
 
 // A job postponed (RetryAfter with a nil error) on the last receive its
 // redrive policy allows (1) waits in a fresh copy, whose sends SQS refuses
-// seven times; the worker sends it again while it holds the message. The
-// worker batches its deletes for 4s (AckInterval), has no heartbeat, and
-// the queue's visibility timeout is 12s: the copy must be sent early
-// enough in the lease for the original's delete, sent once its batch has
-// waited 4s, to land before the lease ends. It is, and the original is
-// deleted: nothing is dead-lettered, and the job runs once, on its copy.
-// Before, the retries went on until a second before the lease ended, as
-// fits a delete sent within 100ms (the default AckInterval): the eighth
-// send, spread out by the backoff, went through over 8s into the lease, its
-// original's delete, waiting 4s for its batch, was dropped as the lease had
-// ended, and SQS moved the original, back on its last receive, to the
-// dead-letter queue, though no handler failed, while its copy ran the job.
-// The fault is a count of sends, not a time, as the backoff's jitter moves
-// the sends: whatever it draws, the retries bound 5s before the lease ends
-// (AckInterval and a second), their waits cut to half the time left, make
-// at least eight sends by then, while bound a second before it they make
-// no more than seven in the first 8s. On the fake (in a synctest bubble,
-// sends refused at once), and on the emulator with three sends refused. With the heartbeat on (on the
-// fake), which holds the original while its delete waits for its batch,
-// the retries may go on until a second before the lease ends, and the job
-// is not dead-lettered either.
+// seven times; the worker sends it again while it holds the message, until
+// a second before its lease ends. The worker batches its deletes for 4s
+// (AckInterval), has no heartbeat, and the queue's visibility timeout is
+// 12s. The original's delete goes at once once its copy is sent, not after
+// its batch's 4s: it lands, nothing is dead-lettered, and the job runs
+// once, on its copy. Before, it waited for its batch: the eighth send,
+// spread out by the backoff, went through over 8s into the lease (seven
+// sends fit in the first 8s whatever the jitter draws), the delete, 4s
+// later, was dropped as the lease had ended, and SQS moved the original,
+// back on its last receive, to the dead-letter queue, though no handler
+// failed, while its copy ran the job. The fault is a count of sends, not a
+// time, as the backoff's jitter moves the sends. On the fake (in a synctest
+// bubble, sends refused at once), and on the emulator with three sends
+// refused. With the heartbeat on (on the fake), which holds the original
+// until its delete lands, the job is not dead-lettered either.
 func TestCopyRetriesLeaveTimeForABatchedDelete(t *testing.T) {
 	t.Parallel()
 	for _, heartbeat := range []bool{false, true} {

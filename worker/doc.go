@@ -40,8 +40,9 @@
 // # Outcomes
 //
 //   - nil: the message is deleted. Deletes are batched, ten per
-//     DeleteMessageBatch call or whatever is pending after Config.AckInterval,
-//     and failed entries are retried; a delete that finally fails is logged
+//     DeleteMessageBatch call or whatever is pending after Config.AckInterval
+//     (at once for a message whose copy was sent: a waiting copy, a move
+//     to the dead-letter queue), and failed entries are retried; a delete that finally fails is logged
 //     and counted in Stats.AckFailures, and the message comes back after its
 //     visibility timeout (at-least-once delivery).
 //   - an error: the message's visibility timeout is set to the Config.Backoff
@@ -169,11 +170,10 @@
 // error, a dependency down: sqsworker.Unavailable) or held back until its
 // time on that receive. While the worker runs, such a copy's send is sent
 // again, with capped, jittered backoff, for as long as the worker holds
-// the message: its visibility timeout, moved on by the heartbeat, less the
-// time to delete the original once its copy is sent: a second for the
-// request, and without the heartbeat (which holds a message whose delete
-// is pending) Config.AckInterval more, the longest the delete waits for its
-// batch. The handler slot stays taken
+// the message: its visibility timeout, moved on by the heartbeat, less a
+// second to delete the original once its copy is sent (that delete, and
+// those pending with it, go at once, not after Config.AckInterval). The
+// handler slot stays taken
 // meanwhile. Should the worker begin to stop, a wait between two sends
 // ends then, and the sends are bound as above (5s from then). Given up, the message is left to its visibility, and the log
 // says that SQS will dead-letter it.

@@ -20,8 +20,8 @@ import (
 // runtime still holds the message:
 //
 //   - its lease: until its visibility timeout ends (the heartbeat, when on,
-//     moving it on), less the runtime's Executor.AckReserve for the
-//     original's delete;
+//     moving it on), less copyAckReserve for the original's delete, which
+//     both runtimes send at once, not batched (Job.Copied);
 //   - the runtime's stop bound (CopyLimiter, the worker while it stops),
 //     taken when the runtime first gives one and kept;
 //   - Job.MoveBy (the Lambda invocation's deadline less part of its safety
@@ -40,20 +40,8 @@ import (
 const (
 	copyBackoffFirst = 200 * time.Millisecond
 	copyBackoffCap   = 5 * time.Second
+	copyAckReserve   = time.Second
 )
-
-// DefaultAckReserve is the default Executor.AckReserve: the time a delete
-// sent at once takes to land.
-const DefaultAckReserve = time.Second
-
-// ackReserve is the time kept back at the end of a lease for the delete of
-// a message whose copy was sent (see Executor.AckReserve).
-func (e *Executor) ackReserve() time.Duration {
-	if e.AckReserve > 0 {
-		return e.AckReserve
-	}
-	return DefaultAckReserve
-}
 
 // errCopyTooLarge marks a copy that SQS's limits cannot take: sending it
 // again does not help.
@@ -207,7 +195,7 @@ func sendContext(j *Job, l CopyLimiter) (ctx context.Context, done func() (stopB
 
 // copyEnd returns the latest a retried send of j's copy may end, and what
 // sets it (see sendCopy): the earliest of the end of its lease less the
-// executor's AckReserve, the runtime's stop bound stopBy, and j.MoveBy; without
+// copyAckReserve, the runtime's stop bound stopBy, and j.MoveBy; without
 // any, the executor's MoveTimeout from start. A lease lost ends it now.
 func (e *Executor) copyEnd(j *Job, stopBy, start time.Time) (time.Time, string) {
 	var end time.Time
@@ -221,9 +209,9 @@ func (e *Executor) copyEnd(j *Job, stopBy, start time.Time) (time.Time, string) 
 	case j.Lease != nil && !j.Held(time.Now()):
 		earliest(time.Now(), "the message's lease was lost")
 	case j.Lease != nil:
-		earliest(j.Lease.Deadline().Add(-e.ackReserve()), "the message's lease ends (its visibility timeout, not extended further), less the time to delete it")
+		earliest(j.Lease.Deadline().Add(-copyAckReserve), "the message's lease ends (its visibility timeout, not extended further), less the time to delete it")
 	case !j.LeaseEnd.IsZero():
-		earliest(j.LeaseEnd.Add(-e.ackReserve()), "the message's lease ends (its visibility timeout), less the time to delete it")
+		earliest(j.LeaseEnd.Add(-copyAckReserve), "the message's lease ends (its visibility timeout), less the time to delete it")
 	}
 	earliest(stopBy, "the runtime's stop bound")
 	earliest(j.MoveBy, "the invocation's deadline")

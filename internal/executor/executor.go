@@ -195,19 +195,6 @@ type Executor struct {
 	// Requeue sends the waiting copies of messages held back for a delay
 	// of any length (see delay.go); its zero value sends none.
 	Requeue Requeue
-	// AckReserve is the time the runtime needs, once a message's waiting
-	// copy is sent, to delete the original within its lease: the time the
-	// request takes and, unless the heartbeat holds a message whose delete
-	// is pending, the longest the delete waits before it is sent (the
-	// worker's Config.AckInterval, for its batch to fill). A copy whose
-	// sends fail is sent again only until the message's lease ends less
-	// AckReserve (see sendCopy): a copy sent later leaves its original to
-	// come back when the lease ends, its delete not landed, and on its
-	// last receive SQS then moves it to the dead-letter queue, though no
-	// handler failed, while its copy runs the job. Default
-	// DefaultAckReserve (a delete sent at once, as the Lambda adapter sends
-	// it).
-	AckReserve time.Duration
 
 	inFlightMu sync.Mutex
 }
