@@ -255,6 +255,16 @@ func expectedCost(d time.Duration, mrc int) cost {
 // 15 minutes of message delay, slack for the executor's minute, maxVis for
 // SQS's 12 hours of visibility. Visibility steps are whole seconds.
 func expectedCostWith(d time.Duration, mrc int, msgDelay, slack, maxVis time.Duration) cost {
+	return expectedCostLate(d, mrc, msgDelay, slack, maxVis, nil)
+}
+
+// expectedCostLate is expectedCostWith for copies that come late: the n-th
+// receive (from 1) comes late(n) after the steps before it add up to (nil:
+// on time), so that the rules see that much less of the wait left. Late
+// receives are what a loaded machine gives: each step's receive, and the
+// runtime's turn from it to its next step, take some milliseconds more than
+// the step, and the lateness adds up over the steps.
+func expectedCostLate(d time.Duration, mrc int, msgDelay, slack, maxVis time.Duration, late func(n int) time.Duration) cost {
 	c := cost{Sends: 1}
 	vis := maxVis - slack
 	t, count := min(d, msgDelay), 0
@@ -263,6 +273,9 @@ func expectedCostWith(d time.Duration, mrc int, msgDelay, slack, maxVis time.Dur
 		c.Receives++
 		count++
 		wait := d - t
+		if late != nil {
+			wait -= late(c.Receives)
+		}
 		if wait <= 0 && sentBefore <= msgDelay+slack {
 			c.Deletes++
 			return c

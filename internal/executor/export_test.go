@@ -7,5 +7,9 @@ type Cost = cost
 // tests.
 var ExpectedCostWith = expectedCostWith
 
+// ExpectedCostLate is the cost the documentation states for copies that
+// come late, for the emulator tests.
+var ExpectedCostLate = expectedCostLate
+
 // Total is the number of requests.
 func (c cost) Total() int { return c.total() }
