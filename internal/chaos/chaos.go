@@ -40,6 +40,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -84,6 +85,11 @@ type Result struct {
 	Twice int
 	// Lost counts good jobs whose effect was never applied.
 	Lost int
+	// FIFO is true for a scenario on a FIFO queue, and OutOfOrder then
+	// counts good jobs whose effect was applied after that of a job sent
+	// behind them in their message group.
+	FIFO       bool
+	OutOfOrder int
 	// DeadLetteredHealthy counts good jobs found in the dead-letter queue.
 	DeadLetteredHealthy int
 	// DeadLetteredPoison counts poison jobs found in the dead-letter
@@ -230,13 +236,17 @@ func AllPass(results []Result) bool {
 // each scenario.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tjobs\teffects applied twice\tlost\tdead-lettered (healthy)\tdead-lettered (poison)\ttime\tpass")
+	fmt.Fprintln(tw, "scenario\tjobs\teffects applied twice\tlost\tout of order\tdead-lettered (healthy)\tdead-lettered (poison)\ttime\tpass")
 	for _, r := range results {
 		pass := "FAIL"
 		if r.Pass {
 			pass = "ok"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d/%d\t%s\t%s\n", r.Label, r.Jobs, r.Twice, r.Lost,
+		order := "–" // a standard queue keeps no order
+		if r.FIFO {
+			order = strconv.Itoa(r.OutOfOrder)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d/%d\t%s\t%s\n", r.Label, r.Jobs, r.Twice, r.Lost, order,
 			r.DeadLetteredHealthy, r.DeadLetteredPoison, r.PoisonJobs, r.Duration.Round(time.Second), pass)
 	}
 	if err := tw.Flush(); err != nil {
