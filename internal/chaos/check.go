@@ -306,7 +306,9 @@ func (r *run) appliedCount(ctx context.Context) (int, error) {
 // back empty (for 90s at most when fewer came). A receive whose response is
 // lost hides what the emulator handed it: receives are not retried by the
 // SDK, and hold messages for 15s only, so that such messages come back and
-// are read again (each is counted once).
+// are read again (each is counted once). A FIFO dead-letter queue hands
+// out a group's next message only once the one before is gone: each
+// message is deleted once read.
 func (r *run) deadLetters(ctx context.Context) ([]*sqsworker.Message, error) {
 	want, err := r.depth(ctx, r.dlqURL)
 	if err != nil {
@@ -339,6 +341,11 @@ func (r *run) deadLetters(ctx context.Context) ([]*sqsworker.Message, error) {
 			if !seen[m.ID] {
 				seen[m.ID] = true
 				all = append(all, m)
+			}
+			if r.sp.fifo {
+				if _, err := r.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &r.dlqURL, ReceiptHandle: out.Messages[i].ReceiptHandle}); err != nil {
+					r.log.Warn("deleting a message read from the dead-letter queue failed; it comes back in 15s", "error", err)
+				}
 			}
 		}
 	}

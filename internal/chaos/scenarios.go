@@ -28,11 +28,12 @@ const (
 	jobMinMS, jobMaxMS = 50, 150
 	// The FIFO scenarios' jobs are in fifoGroups message groups, with as
 	// many good jobs in each as these say, and a broken one after every
-	// fifoPerPoison good ones.
+	// fifoPerPoison good ones, in the group of the one before it: prime to
+	// fifoGroups, so that the broken jobs are spread over the groups.
 	fifoGroups                                  = 20
 	fifoKillPerGroupShort, fifoKillPerGroupFull = 30, 100
 	fifoOutagePerGroupShort, fifoOutagePerGroup = 20, 100
-	fifoPerPoison                               = 50
+	fifoPerPoison                               = 49
 	// fifoSigtermPerGroup jobs of sigtermJobLength in each group of the
 	// FIFO SIGTERM scenario, whose queue lets each message be received
 	// fifoSigtermMaxReceives times.
@@ -278,17 +279,20 @@ func sigtermSpec(_ bool, marker string) spec {
 // redrive policy lets each message be received once, so that every
 // message is on its last receive: once one of each group is in flight,
 // SIGTERM. The running jobs finish; a message the worker's last long polls
-// bring while it stops (its group unlocked by a finished job) is not
-// released, which would have SQS dead-letter it on its next receive, but
+// (free handler slots keep some under way) bring while it stops, its
+// group unlocked by a finished job, is not released, which would have SQS dead-letter it on its next receive, but
 // runs. None stays invisible, and a restarted worker drains the queue.
 func fifoSigtermSpec(_ bool, marker string) spec {
 	const jobs = fifoGroups * fifoSigtermPerGroup
 	ms := int(sigtermJobLength / time.Millisecond)
 	return spec{
-		label:           fmt.Sprintf("fifo-sigterm (maxReceiveCount %d)", fifoSigtermMaxReceives),
-		fifo:            true,
-		jobs:            fifoJobs("fifo-sigterm", fifoGroups, fifoSigtermPerGroup, ms, ms, marker),
-		concurrency:     fifoGroups,
+		label: fmt.Sprintf("fifo-sigterm (maxReceiveCount %d)", fifoSigtermMaxReceives),
+		fifo:  true,
+		jobs:  fifoJobs("fifo-sigterm", fifoGroups, fifoSigtermPerGroup, ms, ms, marker),
+		// Handler slots to spare, so that receives wait in long polls
+		// while every group is locked, and bring the groups' next
+		// messages once SIGTERM has come and their jobs are done.
+		concurrency:     2 * fifoGroups,
 		maxReceiveCount: fifoSigtermMaxReceives,
 		script: func(ctx context.Context, r *run) error {
 			var last depth
