@@ -59,7 +59,10 @@ func scenarios() []scenario {
 		{name: "sigterm", spec: sigtermSpec},
 		{name: "poison", spec: poisonSpec},
 		killScenario("fifo-kill", true),
-		outageScenario("fifo-ddb-refuse-60s", true, ddbSide, faultproxy.Refuse, 60*time.Second, 20*time.Second),
+		// In short mode its messages reach their last receive within the
+		// outage only with a lower maxReceiveCount.
+		withMaxReceives(outageScenario("fifo-ddb-refuse-60s", true, ddbSide, faultproxy.Refuse, 60*time.Second, 20*time.Second),
+			2, maxReceiveCount),
 		outageScenario("fifo-sqs-lose-replies-30s", true, sqsSide, faultproxy.LoseReplies, 30*time.Second, 10*time.Second),
 		{name: "fifo-sigterm", spec: fifoSigtermSpec},
 	}
@@ -74,6 +77,24 @@ func mixedJobs(name string, fifo bool, n, perGroup int, marker string) []job {
 		return withPoison(fifoJobs(name, fifoGroups, perGroup, jobMinMS, jobMaxMS, marker), name, fifoPerPoison, marker)
 	}
 	return withPoison(goodJobs(name, n, jobMinMS, jobMaxMS, marker), name, perPoison, marker)
+}
+
+// withMaxReceives sets the maxReceiveCount of sc's queue, in short and in
+// full mode, naming it in the label when it is not maxReceiveCount.
+func withMaxReceives(sc scenario, short, full int) scenario {
+	inner := sc.spec
+	sc.spec = func(isFull bool, marker string) spec {
+		sp := inner(isFull, marker)
+		sp.maxReceiveCount = short
+		if isFull {
+			sp.maxReceiveCount = full
+		}
+		if sp.maxReceiveCount != maxReceiveCount {
+			sp.label += fmt.Sprintf(" (maxReceiveCount %d)", sp.maxReceiveCount)
+		}
+		return sp
+	}
+	return sc
 }
 
 // killScenario: the worker's process group is killed with SIGKILL every 2
