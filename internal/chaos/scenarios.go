@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/sqsworker/sqsworker/internal/ctxsleep"
@@ -90,7 +91,12 @@ func withMaxReceives(sc scenario, short, full int) scenario {
 			sp.maxReceiveCount = full
 		}
 		if sp.maxReceiveCount != maxReceiveCount {
-			sp.label += fmt.Sprintf(" (maxReceiveCount %d)", sp.maxReceiveCount)
+			mrc := fmt.Sprintf("maxReceiveCount %d", sp.maxReceiveCount)
+			if l, ok := strings.CutSuffix(sp.label, ")"); ok { // "name (20s)"
+				sp.label = l + ", " + mrc + ")"
+			} else {
+				sp.label += " (" + mrc + ")"
+			}
 		}
 		return sp
 	}
