@@ -6,7 +6,8 @@
 // of the local SQS and DynamoDB endpoints (AWS_ENDPOINT_URL_SQS and
 // AWS_ENDPOINT_URL_DYNAMODB, which must be on the loopback interface),
 // creates the scenario's own queue (visibility timeout 5s, a dead-letter
-// queue with maxReceiveCount 5) and tables, preloads its jobs, and runs the
+// queue with maxReceiveCount 5 unless the scenario says otherwise; FIFO
+// queues for the fifo- scenarios) and tables, preloads its jobs, and runs the
 // chaosworker command (internal/cmd/chaosworker) as a child process in its
 // own process group, talking to the services through the proxies only. It
 // then injects the scenario's faults: kill -9 of the worker, refused or
@@ -22,6 +23,10 @@
 //   - the dead-letter queue holds every poison job, with its failure reason
 //     (a second copy of one, which an at-least-once move can leave, is
 //     noted), and no good job;
+//   - on a FIFO queue (the fifo- scenarios: 20 message groups), each
+//     group's good jobs had their effects applied in the order they were
+//     sent: the chaosworker appends a job's place in its group to the
+//     group's order item with its effect;
 //   - no log line shows a message body.
 //
 // Every scenario's worker output and the runner's own record of it go to a
