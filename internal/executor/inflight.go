@@ -154,9 +154,7 @@ func (e *Executor) holdLeft(j *Job, stopping <-chan struct{}) (time.Duration, bo
 		if j.Lease == nil || (!j.MoveBy.IsZero() && !j.MoveBy.After(j.Lease.Deadline())) {
 			return 0, false
 		}
-		switch copyWait(leaseStep, j.Ctx.Done(), stopping) {
-		case nil:
-		default:
+		if copyWait(leaseStep, j.Ctx.Done(), stopping) != nil {
 			return 0, false // the lease was lost or ended, or the stop
 		}
 	}
