@@ -108,3 +108,51 @@ func TestFakeFIFOWaitInFlightEndsAtStop(t *testing.T) {
 		t.Errorf("stats = %+v", s)
 	}
 }
+
+// FIFO, on the emulator, with a visibility timeout of 5 s: the heartbeat
+// extends a lease when about a third of it is left (1.7 s), later than the
+// 2 s a wait in flight keeps back for the visibility change that would
+// settle its message. A message on its last receive waiting in flight
+// through a 20 s outage of its dependency must wait for that extension,
+// not take the lease for lost and be made visible again, which dead-letters
+// it on its next receive: none is dead-lettered, and each is handled once,
+// in order, once the dependency is back.
+func TestFIFOWaitInFlightWithShortVisibilityTimeout(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, MaxReceiveCount: 1, VisibilityTimeout: 5 * time.Second})
+	localtest.Send(t, c, q.URL, "g", "m0", "m1")
+	var down atomic.Bool
+	down.Store(true)
+	var mu sync.Mutex
+	var done []string
+	r := start(t, c, worker.Config{QueueURL: q.URL}, sqsworker.HandlerFunc(
+		func(ctx context.Context, m *sqsworker.Message) error {
+			if down.Load() {
+				return sqsworker.Unavailable(errors.New("the dependency is down"))
+			}
+			mu.Lock()
+			done = append(done, m.Body)
+			mu.Unlock()
+			return nil
+		}))
+	time.Sleep(20 * time.Second)
+	down.Store(false)
+	localtest.Eventually(t, 60*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		v, fl, d := localtest.Depth(t, c, q.DLQURL)
+		return len(done) == 2 || v+fl+d > 0
+	}, "neither handled nor dead-lettered: %+v", r.w.Stats())
+	mu.Lock()
+	got := slices.Clone(done)
+	mu.Unlock()
+	if v, fl, d := localtest.Depth(t, c, q.DLQURL); v+fl+d != 0 {
+		t.Errorf("dead-letter queue holds %d messages, want none; handled %v", v+fl+d, got)
+	} else if !slices.Equal(got, []string{"m0", "m1"}) {
+		t.Errorf("handled %v, want m0 m1 once each, in order", got)
+	}
+	if !strings.Contains(r.logs.String(), "kept in flight") {
+		t.Errorf("no message waited in flight")
+	}
+}

@@ -6,7 +6,8 @@
 // of the local SQS and DynamoDB endpoints (AWS_ENDPOINT_URL_SQS and
 // AWS_ENDPOINT_URL_DYNAMODB, which must be on the loopback interface),
 // creates the scenario's own queue (visibility timeout 5s, a dead-letter
-// queue with maxReceiveCount 5) and tables, preloads its jobs, and runs the
+// queue with maxReceiveCount 5 unless the scenario says otherwise; FIFO
+// queues for the fifo- scenarios) and tables, preloads its jobs, and runs the
 // chaosworker command (internal/cmd/chaosworker) as a child process in its
 // own process group, talking to the services through the proxies only. It
 // then injects the scenario's faults: kill -9 of the worker, refused or
@@ -22,6 +23,10 @@
 //   - the dead-letter queue holds every poison job, with its failure reason
 //     (a second copy of one, which an at-least-once move can leave, is
 //     noted), and no good job;
+//   - on a FIFO queue (the fifo- scenarios: 20 message groups), each
+//     group's good jobs had their effects applied in the order they were
+//     sent: the chaosworker appends a job's place in its group to the
+//     group's order item with its effect;
 //   - no log line shows a message body.
 //
 // Every scenario's worker output and the runner's own record of it go to a
@@ -40,6 +45,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -84,6 +90,11 @@ type Result struct {
 	Twice int
 	// Lost counts good jobs whose effect was never applied.
 	Lost int
+	// FIFO is true for a scenario on a FIFO queue, and OutOfOrder then
+	// counts good jobs whose effect was applied after that of a job sent
+	// behind them in their message group.
+	FIFO       bool
+	OutOfOrder int
 	// DeadLetteredHealthy counts good jobs found in the dead-letter queue.
 	DeadLetteredHealthy int
 	// DeadLetteredPoison counts poison jobs found in the dead-letter
@@ -230,13 +241,17 @@ func AllPass(results []Result) bool {
 // each scenario.
 func WriteTable(w io.Writer, results []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tjobs\teffects applied twice\tlost\tdead-lettered (healthy)\tdead-lettered (poison)\ttime\tpass")
+	fmt.Fprintln(tw, "scenario\tjobs\teffects applied twice\tlost\tout of order\tdead-lettered (healthy)\tdead-lettered (poison)\ttime\tpass")
 	for _, r := range results {
 		pass := "FAIL"
 		if r.Pass {
 			pass = "ok"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d/%d\t%s\t%s\n", r.Label, r.Jobs, r.Twice, r.Lost,
+		order := "–" // a standard queue keeps no order
+		if r.FIFO {
+			order = strconv.Itoa(r.OutOfOrder)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d/%d\t%s\t%s\n", r.Label, r.Jobs, r.Twice, r.Lost, order,
 			r.DeadLetteredHealthy, r.DeadLetteredPoison, r.PoisonJobs, r.Duration.Round(time.Second), pass)
 	}
 	if err := tw.Flush(); err != nil {

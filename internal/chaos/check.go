@@ -25,6 +25,14 @@ import (
 // maxListed is how many job keys a failure names at most.
 const maxListed = 5
 
+// A FIFO group's order item in the effects table, as the chaosworker
+// writes it (its OrderItem and OrderAttr): the id is orderItemPrefix and
+// the group, the list of the places of the group's jobs is orderAttr.
+const (
+	orderItemPrefix = "order#"
+	orderAttr       = "order"
+)
+
 // check runs the end-of-scenario checks, once the worker has stopped, and
 // fills res's counts.
 func (r *run) check(ctx context.Context, res *Result) {
@@ -69,6 +77,9 @@ func (r *run) check(ctx context.Context, res *Result) {
 	}
 	if len(strays) > 0 {
 		r.fail("effects applied for %d items that are no good job: %s", len(strays), list(strays))
+	}
+	if r.sp.fifo {
+		r.checkOrder(ctx, res)
 	}
 
 	// The dead-letter queue holds each poison job, and nothing else.
@@ -137,6 +148,91 @@ func (r *run) check(ctx context.Context, res *Result) {
 	} else if n > 0 {
 		r.fail("%d log lines show a message body", n)
 	}
+}
+
+// checkOrder checks that the good jobs of each FIFO message group had
+// their effects applied in the order they were sent. Broken jobs apply
+// none, and their groups go on once they are dead-lettered: the order is
+// that of the good jobs. A job applied twice is counted by the effects'
+// check; here only its first application counts.
+func (r *run) checkOrder(ctx context.Context, res *Result) {
+	orders, err := r.orders(ctx)
+	if err != nil {
+		r.fail("%v", err)
+		return
+	}
+	want := map[string]int{} // group → its good jobs
+	for _, j := range r.sp.jobs {
+		if j.poison == "" && j.group != "" {
+			want[j.group] = max(want[j.group], j.seq)
+		}
+	}
+	var late, strays []string
+	groups := 0
+	for _, g := range sortedKeys(orders) {
+		if want[g] == 0 {
+			strays = append(strays, fmt.Sprintf("group %s", g))
+			continue
+		}
+		groups++
+		seen := map[int]bool{}
+		top := 0
+		for _, seq := range orders[g] {
+			switch {
+			case seq < 1 || seq > want[g]:
+				strays = append(strays, fmt.Sprintf("group %s: job %d", g, seq))
+			case seen[seq]:
+			case seq < top:
+				late = append(late, fmt.Sprintf("group %s: job %d after job %d", g, seq, top))
+			}
+			seen[seq] = true
+			top = max(top, seq)
+		}
+	}
+	res.OutOfOrder = len(late)
+	if len(late) > 0 {
+		r.fail("%d good jobs applied out of their group's order: %s", len(late), list(late))
+	}
+	if len(strays) > 0 {
+		r.fail("%d order records of no good job: %s", len(strays), list(strays))
+	}
+	r.log.Info("order checked", "groups", groups, "out_of_order", len(late))
+}
+
+// orders reads the order items of the effects table: for each message
+// group, the places of its jobs in the order their effects were applied.
+func (r *run) orders(ctx context.Context) (map[string][]int, error) {
+	out := map[string][]int{}
+	p := dynamodb.NewScanPaginator(r.ddb, &dynamodb.ScanInput{TableName: &r.effectsTable, ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("scanning %s: %w", r.effectsTable, err)
+		}
+		for _, item := range page.Items {
+			id, _ := item["id"].(*dtypes.AttributeValueMemberS)
+			l, _ := item[orderAttr].(*dtypes.AttributeValueMemberL)
+			if id == nil || l == nil {
+				continue
+			}
+			group, ok := strings.CutPrefix(id.Value, orderItemPrefix)
+			if !ok {
+				return nil, fmt.Errorf("item %s of %s: an order list on an item that is no group's", id.Value, r.effectsTable)
+			}
+			for _, v := range l.Value {
+				n, _ := v.(*dtypes.AttributeValueMemberN)
+				if n == nil {
+					return nil, fmt.Errorf("item %s of %s: an order entry that is no number", id.Value, r.effectsTable)
+				}
+				seq, err := strconv.Atoi(n.Value)
+				if err != nil {
+					return nil, fmt.Errorf("item %s of %s: order entry %q: %w", id.Value, r.effectsTable, n.Value, err)
+				}
+				out[group] = append(out[group], seq)
+			}
+		}
+	}
+	return out, nil
 }
 
 // notePoisonReasons notes why the poison jobs were dead-lettered, by kind
@@ -210,7 +306,9 @@ func (r *run) appliedCount(ctx context.Context) (int, error) {
 // back empty (for 90s at most when fewer came). A receive whose response is
 // lost hides what the emulator handed it: receives are not retried by the
 // SDK, and hold messages for 15s only, so that such messages come back and
-// are read again (each is counted once).
+// are read again (each is counted once). A FIFO dead-letter queue hands
+// out a group's next message only once the one before is gone: each
+// message is deleted once read.
 func (r *run) deadLetters(ctx context.Context) ([]*sqsworker.Message, error) {
 	want, err := r.depth(ctx, r.dlqURL)
 	if err != nil {
@@ -243,6 +341,11 @@ func (r *run) deadLetters(ctx context.Context) ([]*sqsworker.Message, error) {
 			if !seen[m.ID] {
 				seen[m.ID] = true
 				all = append(all, m)
+			}
+			if r.sp.fifo {
+				if _, err := r.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &r.dlqURL, ReceiptHandle: out.Messages[i].ReceiptHandle}); err != nil {
+					r.log.Warn("deleting a message read from the dead-letter queue failed; it comes back in 15s", "error", err)
+				}
 			}
 		}
 	}

@@ -19,7 +19,12 @@ type job struct {
 	key string
 	// poison names how a broken job is broken; "" for a good job.
 	poison string
-	msg    producer.Message
+	// group and seq are a FIFO job's message group and its place in it
+	// (1, 2, ...), counting the group's good jobs only; "" and 0 on a
+	// standard queue, and for broken jobs.
+	group string
+	seq   int
+	msg   producer.Message
 }
 
 // jobBody is the JSON body the chaosworker reads.
@@ -27,6 +32,8 @@ type jobBody struct {
 	ID      string `json:"id"`
 	SleepMS int    `json:"sleep_ms,omitempty"`
 	Poison  string `json:"poison,omitempty"`
+	Group   string `json:"group,omitempty"`
+	Seq     int    `json:"seq,omitempty"`
 	Pad     string `json:"pad,omitempty"`
 }
 
@@ -57,6 +64,33 @@ func goodJobs(prefix string, n, minMS, maxMS int, marker string) []job {
 	return jobs
 }
 
+// fifoJobs returns the good jobs of a FIFO queue: perGroup jobs in each of
+// groups message groups, named prefix-g01-000001..., in the order they
+// are sent (the groups' first jobs, then their second ones, ...). Each
+// carries its group and its place in it, which the chaosworker records with
+// its effect, and its key as its deduplication ID. They work as goodJobs'
+// do.
+func fifoJobs(prefix string, groups, perGroup, minMS, maxMS int, marker string) []job {
+	var jobs []job
+	for seq := 1; seq <= perGroup; seq++ {
+		for g := 1; g <= groups; g++ {
+			group := fmt.Sprintf("g%02d", g)
+			id := fmt.Sprintf("%s-%s-%06d", prefix, group, seq)
+			sleep := minMS
+			if maxMS > minMS {
+				sleep += rand.IntN(maxMS - minMS + 1)
+			}
+			jobs = append(jobs, job{key: id, group: group, seq: seq, msg: producer.Message{
+				Body:            jobBody{ID: id, SleepMS: sleep, Group: group, Seq: seq, Pad: marker}.String(),
+				IdempotencyKey:  id,
+				GroupID:         group,
+				DeduplicationID: id,
+			}})
+		}
+	}
+	return jobs
+}
+
 // poisonKinds are the broken jobs mixed among good ones, with how each is
 // broken; the panic is left to the poison scenario.
 var poisonKinds = []struct {
@@ -73,7 +107,9 @@ var poisonKinds = []struct {
 }
 
 // withPoison returns jobs with one broken job after every perPoison good
-// ones, named prefix-poison-0001...
+// ones, named prefix-poison-0001... On a FIFO queue a broken job goes in
+// the message group of the good job before it, with its key as its
+// deduplication ID.
 func withPoison(jobs []job, prefix string, perPoison int, marker string) []job {
 	var out []job
 	n := 0
@@ -83,7 +119,11 @@ func withPoison(jobs []job, prefix string, perPoison int, marker string) []job {
 			n++
 			k := poisonKinds[(n-1)%len(poisonKinds)]
 			key := fmt.Sprintf("%s-poison-%04d", prefix, n)
-			out = append(out, job{key: key, poison: k.kind, msg: producer.Message{Body: k.body(key, marker), IdempotencyKey: key}})
+			m := producer.Message{Body: k.body(key, marker), IdempotencyKey: key}
+			if j.msg.GroupID != "" {
+				m.GroupID, m.DeduplicationID = j.msg.GroupID, key
+			}
+			out = append(out, job{key: key, poison: k.kind, msg: m})
 		}
 	}
 	return out
@@ -187,25 +227,43 @@ func tenAttributes(prefix string) map[string]sqsworker.MessageAttribute {
 }
 
 // preload sends jobs with SendMessageBatch, from a few goroutines at once.
+// A FIFO queue's message groups are sent each from one goroutine, in the
+// order of jobs.
 func preload(ctx context.Context, p *producer.Producer, jobs []job) error {
 	const chunk, workers = 250, 8
-	var chunks [][]job
-	for i := 0; i < len(jobs); i += chunk {
-		chunks = append(chunks, jobs[i:min(i+chunk, len(jobs))])
+	// lanes are sent in parallel, each one's messages in order.
+	var lanes [][]producer.Message
+	lane := map[string]int{}
+	for i, j := range jobs {
+		g := j.msg.GroupID
+		if g == "" { // standard queue: a chunk is a lane
+			if i%chunk == 0 {
+				lanes = append(lanes, nil)
+			}
+			lanes[len(lanes)-1] = append(lanes[len(lanes)-1], j.msg)
+			continue
+		}
+		n, ok := lane[g]
+		if !ok {
+			n = len(lanes)
+			lane[g] = n
+			lanes = append(lanes, nil)
+		}
+		lanes[n] = append(lanes[n], j.msg)
 	}
-	errs := make([]error, len(chunks))
+	errs := make([]error, len(lanes))
 	sem := make(chan struct{}, workers)
 	var wg sync.WaitGroup
-	for i, c := range chunks {
+	for i, msgs := range lanes {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			msgs := make([]producer.Message, len(c))
-			for j := range c {
-				msgs[j] = c[j].msg
-			}
-			if _, err := p.SendBatch(ctx, msgs); err != nil {
-				errs[i] = err
+			for len(msgs) > 0 && errs[i] == nil {
+				n := min(chunk, len(msgs))
+				if _, err := p.SendBatch(ctx, msgs[:n]); err != nil {
+					errs[i] = err
+				}
+				msgs = msgs[n:]
 			}
 		})
 	}

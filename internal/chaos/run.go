@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -46,6 +47,12 @@ type spec struct {
 	jobs []job
 	// concurrency of the worker. Default workerConcurrency.
 	concurrency int
+	// fifo makes the scenario's queues FIFO queues; its jobs then carry
+	// their message groups, whose order the checks follow.
+	fifo bool
+	// maxReceiveCount of the queue's redrive policy. Default
+	// maxReceiveCount.
+	maxReceiveCount int
 	// script injects the scenario's faults once the worker runs; the
 	// drain and the checks follow.
 	script func(ctx context.Context, r *run) error
@@ -105,7 +112,10 @@ func (e *env) runScenario(ctx context.Context, sc scenario) (res Result) {
 	if sp.concurrency == 0 {
 		sp.concurrency = workerConcurrency
 	}
-	res = Result{Scenario: sc.name, Label: sp.label, Jobs: len(sp.jobs)}
+	if sp.maxReceiveCount == 0 {
+		sp.maxReceiveCount = maxReceiveCount
+	}
+	res = Result{Scenario: sc.name, Label: sp.label, Jobs: len(sp.jobs), FIFO: sp.fifo}
 	r := &run{env: e, name: sc.name, sp: sp, marker: marker, good: map[string]bool{}, poison: map[string]string{}}
 	for _, j := range sp.jobs {
 		if j.poison != "" {
@@ -188,14 +198,20 @@ func (r *run) setUp(ctx context.Context) error {
 	r.cleanups = append(r.cleanups, func(context.Context) { r.ddbProxy.Close() })
 
 	base := "chaos-" + r.name + "-" + randomSuffix()
-	dlqURL, dlqARN, err := r.createQueue(ctx, base+"-dlq", nil)
+	// A FIFO queue's name ends in .fifo, and its dead-letter queue is one
+	// too.
+	suffix, fifo := "", map[string]string{}
+	if r.sp.fifo {
+		suffix, fifo = ".fifo", map[string]string{"FifoQueue": "true"}
+	}
+	dlqURL, dlqARN, err := r.createQueue(ctx, base+"-dlq"+suffix, fifo)
 	if err != nil {
 		return err
 	}
 	r.dlqURL = dlqURL
-	r.queueURL, _, err = r.createQueue(ctx, base, map[string]string{
-		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%d}`, dlqARN, maxReceiveCount),
-	})
+	r.queueURL, _, err = r.createQueue(ctx, base+suffix, merge(fifo, map[string]string{
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%d}`, dlqARN, r.sp.maxReceiveCount),
+	}))
 	if err != nil {
 		return err
 	}
@@ -207,6 +223,13 @@ func (r *run) setUp(ctx context.Context) error {
 	}
 	r.cleanups = append(r.cleanups, func(ctx context.Context) { r.deleteTable(ctx, r.effectsTable) })
 	return r.createEffectsTable(ctx)
+}
+
+// merge returns the attributes of a and b, b's where both have one.
+func merge(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
 }
 
 func (r *run) createQueue(ctx context.Context, name string, attrs map[string]string) (url, arn string, err error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/sqsworker/sqsworker/internal/ctxsleep"
@@ -26,6 +27,19 @@ const (
 	// Jobs work for a random time in this range, in milliseconds, so that
 	// the queue is still being worked when the faults come.
 	jobMinMS, jobMaxMS = 50, 150
+	// The FIFO scenarios' jobs are in fifoGroups message groups, with as
+	// many good jobs in each as these say, and a broken one after every
+	// fifoPerPoison good ones, in the group of the one before it: prime to
+	// fifoGroups, so that the broken jobs are spread over the groups.
+	fifoGroups                                  = 20
+	fifoKillPerGroupShort, fifoKillPerGroupFull = 30, 100
+	fifoOutagePerGroupShort, fifoOutagePerGroup = 20, 100
+	fifoPerPoison                               = 49
+	// fifoSigtermPerGroup jobs of sigtermJobLength in each group of the
+	// FIFO SIGTERM scenario, whose queue lets each message be received
+	// fifoSigtermMaxReceives times.
+	fifoSigtermPerGroup    = 5
+	fifoSigtermMaxReceives = 1
 	// outageAfter is the share of the jobs received before an outage
 	// starts, and outageWait the longest wait for it.
 	outageAfter = 0.15
@@ -35,29 +49,78 @@ const (
 // scenarios returns every scenario, in the order Run runs them.
 func scenarios() []scenario {
 	return []scenario{
-		{name: "kill", spec: killSpec},
-		outageScenario("sqs-refuse-5s", sqsSide, faultproxy.Refuse, 5*time.Second, 5*time.Second),
-		outageScenario("sqs-refuse-30s", sqsSide, faultproxy.Refuse, 30*time.Second, 10*time.Second),
-		outageScenario("sqs-blackhole-30s", sqsSide, faultproxy.Blackhole, 30*time.Second, 10*time.Second),
-		outageScenario("ddb-refuse-60s", ddbSide, faultproxy.Refuse, 60*time.Second, 20*time.Second),
-		outageScenario("ddb-blackhole-30s", ddbSide, faultproxy.Blackhole, 30*time.Second, 10*time.Second),
-		outageScenario("sqs-lose-replies-30s", sqsSide, faultproxy.LoseReplies, 30*time.Second, 10*time.Second),
-		outageScenario("ddb-lose-replies-30s", ddbSide, faultproxy.LoseReplies, 30*time.Second, 10*time.Second),
+		killScenario("kill", false),
+		outageScenario("sqs-refuse-5s", false, sqsSide, faultproxy.Refuse, 5*time.Second, 5*time.Second),
+		outageScenario("sqs-refuse-30s", false, sqsSide, faultproxy.Refuse, 30*time.Second, 10*time.Second),
+		outageScenario("sqs-blackhole-30s", false, sqsSide, faultproxy.Blackhole, 30*time.Second, 10*time.Second),
+		outageScenario("ddb-refuse-60s", false, ddbSide, faultproxy.Refuse, 60*time.Second, 20*time.Second),
+		outageScenario("ddb-blackhole-30s", false, ddbSide, faultproxy.Blackhole, 30*time.Second, 10*time.Second),
+		outageScenario("sqs-lose-replies-30s", false, sqsSide, faultproxy.LoseReplies, 30*time.Second, 10*time.Second),
+		outageScenario("ddb-lose-replies-30s", false, ddbSide, faultproxy.LoseReplies, 30*time.Second, 10*time.Second),
 		{name: "sigterm", spec: sigtermSpec},
 		{name: "poison", spec: poisonSpec},
+		killScenario("fifo-kill", true),
+		// Its messages reach their last receive within the outage, and
+		// wait in flight there, only with a lower maxReceiveCount: with 5,
+		// a full run's 60 s brought none there.
+		withMaxReceives(outageScenario("fifo-ddb-refuse-60s", true, ddbSide, faultproxy.Refuse, 60*time.Second, 20*time.Second),
+			2, 2),
+		outageScenario("fifo-sqs-lose-replies-30s", true, sqsSide, faultproxy.LoseReplies, 30*time.Second, 10*time.Second),
+		{name: "fifo-sigterm", spec: fifoSigtermSpec},
 	}
 }
 
-// killSpec: the worker's process group is killed with SIGKILL every 2 to 4
-// seconds and restarted at once.
-func killSpec(full bool, marker string) spec {
-	jobs, kills := killJobsShort, killsShort
+// mixedJobs returns a scenario's jobs, good and broken: on a standard
+// queue, n good ones with a broken one after every perPoison; on a FIFO
+// queue, perGroup good ones in each of fifoGroups groups, with a broken one
+// after every fifoPerPoison.
+func mixedJobs(name string, fifo bool, n, perGroup int, marker string) []job {
+	if fifo {
+		return withPoison(fifoJobs(name, fifoGroups, perGroup, jobMinMS, jobMaxMS, marker), name, fifoPerPoison, marker)
+	}
+	return withPoison(goodJobs(name, n, jobMinMS, jobMaxMS, marker), name, perPoison, marker)
+}
+
+// withMaxReceives sets the maxReceiveCount of sc's queue, in short and in
+// full mode, naming it in the label when it is not maxReceiveCount.
+func withMaxReceives(sc scenario, short, full int) scenario {
+	inner := sc.spec
+	sc.spec = func(isFull bool, marker string) spec {
+		sp := inner(isFull, marker)
+		sp.maxReceiveCount = short
+		if isFull {
+			sp.maxReceiveCount = full
+		}
+		if sp.maxReceiveCount != maxReceiveCount {
+			mrc := fmt.Sprintf("maxReceiveCount %d", sp.maxReceiveCount)
+			if l, ok := strings.CutSuffix(sp.label, ")"); ok { // "name (20s)"
+				sp.label = l + ", " + mrc + ")"
+			} else {
+				sp.label += " (" + mrc + ")"
+			}
+		}
+		return sp
+	}
+	return sc
+}
+
+// killScenario: the worker's process group is killed with SIGKILL every 2
+// to 4 seconds and restarted at once.
+func killScenario(name string, fifo bool) scenario {
+	return scenario{name: name, spec: func(full bool, marker string) spec {
+		return killSpec(name, fifo, full, marker)
+	}}
+}
+
+func killSpec(name string, fifo, full bool, marker string) spec {
+	jobs, perGroup, kills := killJobsShort, fifoKillPerGroupShort, killsShort
 	if full {
-		jobs, kills = killJobsFull, killsFull
+		jobs, perGroup, kills = killJobsFull, fifoKillPerGroupFull, killsFull
 	}
 	return spec{
-		label: "kill",
-		jobs:  withPoison(goodJobs("kill", jobs, jobMinMS, jobMaxMS, marker), "kill", perPoison, marker),
+		label: name,
+		fifo:  fifo,
+		jobs:  mixedJobs(name, fifo, jobs, perGroup, marker),
 		script: func(ctx context.Context, r *run) error {
 			for i := 1; i <= kills; i++ {
 				if !ctxsleep.Sleep(ctx, 2*time.Second+rand.N(2*time.Second)) {
@@ -98,16 +161,18 @@ var (
 // outageScenario makes a scenario in which the worker loses one service
 // for a wall-clock time (named in full mode, short in short mode), once it
 // has received a share of the jobs: its connections are refused, or
-// blackholed, or one reply in each replyLossEvery is lost.
-func outageScenario(name string, s side, m faultproxy.Mode, full, short time.Duration) scenario {
+// blackholed, or one reply in each replyLossEvery is lost. fifo puts the
+// jobs on a FIFO queue.
+func outageScenario(name string, fifo bool, s side, m faultproxy.Mode, full, short time.Duration) scenario {
 	return scenario{name: name, spec: func(isFull bool, marker string) spec {
-		n, d := outageJobsShort, short
+		n, perGroup, d := outageJobsShort, fifoOutagePerGroupShort, short
 		if isFull {
-			n, d = outageJobsFull, full
+			n, perGroup, d = outageJobsFull, fifoOutagePerGroup, full
 		}
-		jobs := withPoison(goodJobs(name, n, jobMinMS, jobMaxMS, marker), name, perPoison, marker)
+		jobs := mixedJobs(name, fifo, n, perGroup, marker)
 		return spec{
 			label: label(name, d, full),
+			fifo:  fifo,
 			jobs:  jobs,
 			script: func(ctx context.Context, r *run) error {
 				threshold := int(float64(len(jobs)) * (1 - outageAfter))
@@ -232,6 +297,75 @@ func sigtermSpec(_ bool, marker string) spec {
 			}
 			if done+after.total() < sigtermJobs {
 				r.fail("after SIGTERM, %d jobs finished and %d are in the queue, of %d", done, after.total(), sigtermJobs)
+			}
+			return r.startWorker()
+		},
+	}
+}
+
+// fifoSigtermSpec: FIFO jobs of 3s in fifoGroups groups, on a queue whose
+// redrive policy lets each message be received once, so that every
+// message is on its last receive: once one of each group is in flight,
+// SIGTERM. The running jobs finish; a message the worker's last long polls
+// (free handler slots keep some under way) bring while it stops, its
+// group unlocked by a finished job, is not released, which would have SQS dead-letter it on its next receive, but
+// runs. None stays invisible, and a restarted worker drains the queue.
+func fifoSigtermSpec(_ bool, marker string) spec {
+	const jobs = fifoGroups * fifoSigtermPerGroup
+	ms := int(sigtermJobLength / time.Millisecond)
+	return spec{
+		label: fmt.Sprintf("fifo-sigterm (maxReceiveCount %d)", fifoSigtermMaxReceives),
+		fifo:  true,
+		jobs:  fifoJobs("fifo-sigterm", fifoGroups, fifoSigtermPerGroup, ms, ms, marker),
+		// Handler slots to spare, so that receives wait in long polls
+		// while every group is locked, and bring the groups' next
+		// messages once SIGTERM has come and their jobs are done.
+		concurrency:     2 * fifoGroups,
+		maxReceiveCount: fifoSigtermMaxReceives,
+		script: func(ctx context.Context, r *run) error {
+			var last depth
+			all, err := r.waitFor(ctx, 30*time.Second, func() bool {
+				d, err := r.depth(ctx, r.queueURL)
+				if err != nil {
+					return false
+				}
+				last = d
+				return d.inFlight >= fifoGroups
+			})
+			if err != nil {
+				return err
+			}
+			if !all {
+				r.note("only %d of %d groups had a job in flight at SIGTERM", last.inFlight, fifoGroups)
+			}
+			if !ctxsleep.Sleep(ctx, time.Second) { // the jobs are a third done
+				return ctx.Err()
+			}
+			before, err := r.appliedCount(ctx)
+			if err != nil {
+				return err
+			}
+			graceful, took := r.worker.terminate(stopTimeout)
+			if !graceful {
+				r.fail("the worker did not stop within %s of SIGTERM; killed", stopTimeout)
+			} else if c := r.worker.exitCode(); c != 0 {
+				r.fail("the worker exited with code %d after SIGTERM", c)
+			}
+			after, err := r.depth(ctx, r.queueURL)
+			if err != nil {
+				return err
+			}
+			done, err := r.appliedCount(ctx)
+			if err != nil {
+				return err
+			}
+			r.note("SIGTERM with %d jobs in flight and %d done: the worker stopped in %s; %d jobs finished in all, %d left in the queue (%s)",
+				last.inFlight, before, took.Round(100*time.Millisecond), done, after.total(), after)
+			if after.inFlight > 0 {
+				r.fail("%d messages still invisible after the worker stopped: neither finished nor released", after.inFlight)
+			}
+			if done+after.total() < jobs {
+				r.fail("after SIGTERM, %d jobs finished and %d are in the queue, of %d", done, after.total(), jobs)
 			}
 			return r.startWorker()
 		},

@@ -91,9 +91,9 @@ func (e *Executor) waitInFlight(j *Job, ack Acker, err error) (again, probe bool
 func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan struct{}) (again, probe bool) {
 	for {
 		for remaining > 0 {
-			left := time.Until(j.heldUntil()) - inFlightReserve
-			if left <= 0 || !j.Held(time.Now()) {
-				return false, false
+			left, ok := e.holdLeft(j, stopping)
+			if !ok { // once more at the stop, else settled as before
+				return closed(stopping) && j.Held(time.Now()), false
 			}
 			step := min(remaining, left)
 			start := time.Now()
@@ -110,12 +110,13 @@ func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan
 			return true, false
 		}
 		// Open: wait for a probe, taking it before the receives do,
-		// within the lease as it stands (the heartbeat moves it on).
-		end := j.heldUntil().Add(-inFlightReserve)
-		if time.Until(end) <= 0 || !j.Held(time.Now()) {
-			return false, false
+		// within the lease as it stands (the heartbeat moves it on, and
+		// holdLeft waits for that on the next round).
+		left, ok := e.holdLeft(j, stopping)
+		if !ok {
+			return closed(stopping) && j.Held(time.Now()), false
 		}
-		probe, err := e.waitProbe(j, end, stopping)
+		probe, err := e.waitProbe(j, time.Now().Add(left), stopping)
 		switch {
 		case err == nil:
 			return true, probe
@@ -124,8 +125,37 @@ func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan
 		case j.Ctx.Err() != nil:
 			return false, false
 		}
-		if !j.heldUntil().Add(-inFlightReserve).After(end) {
-			return false, false // its lease is not moved on
+	}
+}
+
+// leaseStep is how often holdLeft looks whether the heartbeat moved a lease
+// on.
+const leaseStep = 50 * time.Millisecond
+
+// holdLeft returns how much longer j's message may wait in flight now: the
+// time the runtime holds it (heldUntil), less inFlightReserve. When none is
+// left and a heartbeat holds the message, it waits for the heartbeat to
+// move the lease on: the heartbeat extends a lease only when little of it
+// is left (by default a third to a half of the visibility timeout, under
+// inFlightReserve for a timeout under 6 s), and the lease's context ends
+// should it run out or reach its MaxLifetime. It reports false when the
+// wait must end: the message no longer held, the lease not moved on before
+// its end, the Lambda invocation's deadline near, or stopping closed.
+func (e *Executor) holdLeft(j *Job, stopping <-chan struct{}) (time.Duration, bool) {
+	for {
+		if !j.Held(time.Now()) || closed(stopping) {
+			return 0, false
+		}
+		if left := time.Until(j.heldUntil()) - inFlightReserve; left > 0 {
+			return left, true
+		}
+		// Only the lease's own end waits for its heartbeat, not an
+		// invocation's deadline before it.
+		if j.Lease == nil || (!j.MoveBy.IsZero() && !j.MoveBy.After(j.Lease.Deadline())) {
+			return 0, false
+		}
+		if copyWait(leaseStep, j.Ctx.Done(), stopping) != nil {
+			return 0, false // the lease was lost or ended, or the stop
 		}
 	}
 }

@@ -10,10 +10,13 @@
 // AWS_ENDPOINT_URL_SQS and AWS_ENDPOINT_URL_DYNAMODB, which must be on the
 // loopback interface. Jobs are JSON bodies:
 //
-//	{"id": "job-42", "sleep_ms": 50, "poison": ""}
+//	{"id": "job-42", "sleep_ms": 50, "poison": "", "group": "g07", "seq": 3}
 //
 // id names the job's item (and should be its idempotency-key attribute);
-// sleep_ms is how long the job works before its effect; poison, when set,
+// sleep_ms is how long the job works before its effect; group and seq,
+// for a FIFO queue's job, name its message group and its place in it, which
+// the effect appends to the group's order item (OrderItem), so that the
+// runner can check that a group's effects were applied in order; poison, when set,
 // makes the job broken: "permanent" (a Permanent error), "fail" (an error on
 // every attempt) or "panic". A body that is not such an object (empty or
 // blank, not JSON, an id that is not valid Unicode) is a Permanent error.
@@ -293,12 +296,20 @@ type Job struct {
 	// Poison, when set, makes the job broken: "permanent", "fail" or
 	// "panic".
 	Poison string `json:"poison,omitempty"`
+	// Group is a FIFO job's message group, whose order item records Seq
+	// with the job's effect; "" for none.
+	Group string `json:"group,omitempty"`
+	// Seq is the job's place in its group: 1, 2, ...
+	Seq int `json:"seq,omitempty"`
 	// Pad is ignored: it makes bodies large.
 	Pad string `json:"pad,omitempty"`
 }
 
 // maxSleep bounds SleepMS.
 const maxSleep = 15 * time.Minute
+
+// maxGroupBytes is SQS's limit on a message group ID.
+const maxGroupBytes = 128
 
 // ParseJob reads a job's body. Every error it returns is Permanent: no
 // retry makes a broken body readable.
@@ -328,6 +339,10 @@ func ParseJob(body string) (Job, error) {
 		return j, sqsworker.Permanent(fmt.Errorf("chaos job: the id is %d bytes, over DynamoDB's %d", len(j.ID), maxKeyBytes))
 	case j.SleepMS < 0 || time.Duration(j.SleepMS)*time.Millisecond > maxSleep:
 		return j, sqsworker.Permanent(fmt.Errorf("chaos job: sleep_ms %d is outside 0..%d", j.SleepMS, maxSleep.Milliseconds()))
+	case len(j.Group) > maxGroupBytes || strings.ContainsRune(j.Group, utf8.RuneError):
+		return j, sqsworker.Permanent(fmt.Errorf("chaos job: the group is over %d bytes or not valid Unicode", maxGroupBytes))
+	case j.Seq < 0 || (j.Seq > 0) != (j.Group != ""):
+		return j, sqsworker.Permanent(fmt.Errorf("chaos job: seq %d: want a positive seq with a group, none without", j.Seq))
 	}
 	switch j.Poison {
 	case "", "permanent", "fail", "panic":
@@ -373,7 +388,7 @@ func (h *handler) HandleMessage(ctx context.Context, m *sqsworker.Message) error
 			return fmt.Errorf("chaos job %s: stopped while working: %w", j.ID, context.Cause(ctx))
 		}
 	}
-	return h.applyEffect(ctx, j.ID)
+	return h.applyEffect(ctx, j)
 }
 
 // EffectWrite is a job's effect as a transactional write: one more
@@ -388,31 +403,60 @@ func EffectWrite(table, id string) types.TransactWriteItem {
 	}}
 }
 
-// applyEffect records the job's effect: with the completion of its
-// idempotency record, or at once with an UpdateItem of its own.
-func (h *handler) applyEffect(ctx context.Context, id string) error {
-	w := EffectWrite(h.table, id)
+// OrderAttr is the list of an order item: the Seq of each job of its group
+// whose effect was applied, in the order they were applied.
+const OrderAttr = "order"
+
+// OrderItem is the id of a message group's order item in the effects
+// table.
+func OrderItem(group string) string { return "order#" + group }
+
+// OrderWrite is a FIFO job's place in its group, appended to the group's
+// order item with its effect.
+func OrderWrite(table, group string, seq int) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                aws.String(table),
+		Key:                      map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: OrderItem(group)}},
+		UpdateExpression:         aws.String("SET #order = list_append(if_not_exists(#order, :empty), :seq)"),
+		ExpressionAttributeNames: map[string]string{"#order": OrderAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":empty": &types.AttributeValueMemberL{Value: []types.AttributeValue{}},
+			":seq":   &types.AttributeValueMemberL{Value: []types.AttributeValue{&types.AttributeValueMemberN{Value: strconv.Itoa(seq)}}},
+		},
+	}}
+}
+
+// applyEffect records the job's effect, and a FIFO job's place in its
+// group: with the completion of its idempotency record, or at once with
+// UpdateItems of their own.
+func (h *handler) applyEffect(ctx context.Context, j Job) error {
+	ws := []types.TransactWriteItem{EffectWrite(h.table, j.ID)}
+	if j.Group != "" {
+		ws = append(ws, OrderWrite(h.table, j.Group, j.Seq))
+	}
 	if h.transact {
 		// Committed by the middleware when the handler returns nil, in one
 		// TransactWriteItems with the completion.
-		if err := idempotency.AddWrites(ctx, w); err != nil {
-			return fmt.Errorf("chaos job %s: adding its effect: %w", id, err)
+		if err := idempotency.AddWrites(ctx, ws...); err != nil {
+			return fmt.Errorf("chaos job %s: adding its effect: %w", j.ID, err)
 		}
 		return nil
 	}
-	// Two writes: a crash after this one and before the completion, or a
-	// reply lost after the effect was applied, applies it twice.
-	u := w.Update
-	_, err := h.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
-		ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
-	})
-	if err != nil {
-		err = fmt.Errorf("chaos job %s: recording its effect: %w", id, err)
-		if transient(err) && ctx.Err() == nil {
-			return sqsworker.Unavailable(err) // DynamoDB is down: not the job's fault
+	// Separate writes: a crash after the effect and before the completion,
+	// or a reply lost after the effect was applied, applies it twice.
+	for _, w := range ws {
+		u := w.Update
+		_, err := h.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: u.TableName, Key: u.Key, UpdateExpression: u.UpdateExpression,
+			ExpressionAttributeNames: u.ExpressionAttributeNames, ExpressionAttributeValues: u.ExpressionAttributeValues,
+		})
+		if err != nil {
+			err = fmt.Errorf("chaos job %s: recording its effect: %w", j.ID, err)
+			if transient(err) && ctx.Err() == nil {
+				return sqsworker.Unavailable(err) // DynamoDB is down: not the job's fault
+			}
+			return err
 		}
-		return err
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ func TestParseJob(t *testing.T) {
 		{`{"id":"a"}`, Job{ID: "a"}},
 		{`{"id":"a","sleep_ms":50,"pad":"xyz"}`, Job{ID: "a", SleepMS: 50, Pad: "xyz"}},
 		{` {"id":"ünï","poison":"fail","other":1} `, Job{ID: "ünï", Poison: "fail"}},
+		{`{"id":"a","group":"g01","seq":3}`, Job{ID: "a", Group: "g01", Seq: 3}},
 	}
 	for _, c := range good {
 		got, err := ParseJob(c.body)
@@ -36,6 +37,10 @@ func TestParseJob(t *testing.T) {
 		`{"id":"a","sleep_ms":-1}`,
 		`{"id":"a","sleep_ms":"1"}`,
 		`{"id":"a","poison":"what"}`,
+		`{"id":"a","group":"g01"}`,
+		`{"id":"a","seq":1}`,
+		`{"id":"a","group":"g01","seq":-1}`,
+		`{"id":"a","group":"` + strings.Repeat("g", maxGroupBytes+1) + `","seq":1}`,
 		`{"id":"` + strings.Repeat("k", maxKeyBytes+1) + `"}`,
 	}
 	for _, body := range bad {
