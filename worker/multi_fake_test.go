@@ -295,6 +295,49 @@ func TestFakeMultiPriorityHoldsWhileStarting(t *testing.T) {
 	})
 }
 
+// unreachableQueue is a client on which reading one queue's attributes
+// fails, as on a network fault, while down is set.
+type unreachableQueue struct {
+	worker.API
+	url  string
+	down atomic.Bool
+}
+
+func (u *unreachableQueue) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	if aws.ToString(in.QueueUrl) == u.url && u.down.Load() {
+		return nil, errors.New("dial tcp: connection refused")
+	}
+	return u.API.GetQueueAttributes(ctx, in, opts...)
+}
+
+// A higher queue that cannot start, as its attributes cannot be read for a
+// while, does not hold the lower ones back meanwhile, as a receive loop
+// paused by receive errors does not: the low queue is drained, and the
+// critical one once it is reachable.
+func TestFakeMultiUnreachableStartHoldsNoOne(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		f := sqstest.NewFake()
+		crit, low := f.CreateQueue("critical", nil), f.CreateQueue("low", nil)
+		for range 20 {
+			f.Send(low, "low")
+		}
+		for range 10 {
+			f.Send(crit, "critical")
+		}
+		api := &unreachableQueue{API: f, url: crit}
+		api.down.Store(true)
+		r := startMulti(t, api, worker.MultiConfig{Logger: slog.New(slog.DiscardHandler), Concurrency: 2,
+			Queues: []worker.QueueConfig{queue(crit, 1, 0), queue(low, 0, 0)}},
+			sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+		localtest.Eventually(t, time.Minute, func() bool { return r.w.Stats()[1].Deleted == 20 },
+			"low queue not drained while the critical queue is unreachable: %+v", r.w.Stats())
+		api.down.Store(false)
+		localtest.Eventually(t, time.Minute, func() bool { return r.w.Stats()[0].Deleted == 10 },
+			"critical queue not drained once reachable: %+v", r.w.Stats())
+	})
+}
+
 // A rate limit of the whole worker spreads over its queues: none receives
 // while no token is left.
 func TestFakeMultiRateLimit(t *testing.T) {
