@@ -228,9 +228,12 @@ func TestFakeMultiPriorityOrder(t *testing.T) {
 			last = i
 		}
 	}
-	// At most two low messages were received before the critical queue's
-	// first receive; then the low queue waits until the critical one is
-	// empty.
+	// The critical queue holds the low one back from the start, however
+	// late its receive loop runs (TestFakeMultiPriorityHoldsWhileStarting),
+	// and until it is empty. The slack of two is one receive of the low
+	// queue's: on a busy machine a critical receive still under way after
+	// the pool's 200 ms grace is taken for a long poll on an empty queue,
+	// and the low queue may take a slot the critical one is not using.
 	if last >= 10+2 {
 		t.Errorf("the last critical message was the %dth handled, want within the first 12: %v", last+1, order[:min(len(order), 20)])
 	}
