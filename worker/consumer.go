@@ -159,8 +159,13 @@ func (c *consumer) consume(ctx context.Context) error {
 		// them before consume returns).
 		hctx, cancel := context.WithCancel(c.handlerCtx)
 		defer cancel()
+		// Counted active here, not once its goroutine runs: the queue's
+		// start-up stays counted until then (endStart), so that lower
+		// queues are not let through in between.
+		c.w.pool.setActive(c.w.qi, 1)
 		c.pollers.Go(func() { c.poll(hctx) })
 	}
+	c.w.endStart()
 
 	var fatal error
 	var sctx context.Context

@@ -198,7 +198,8 @@
 //
 //   - Priority: a slot that frees goes to the highest-priority queue that
 //     wants it; while a queue has messages (its last receive came back
-//     full), the queues below it receive only with their reserved slots.
+//     full, or it has not received yet), the queues below it receive only
+//     with their reserved slots.
 //   - Reserved: slots only this queue may use, kept free however busy the
 //     others are, so that a flood of low-priority jobs cannot delay a
 //     critical one by more than one receive.

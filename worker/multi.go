@@ -57,8 +57,9 @@ type QueueConfig struct {
 
 	// Priority orders the queues: a slot that frees goes to the
 	// highest-priority queue that has messages, and while a queue has
-	// messages the queues below it receive only with their reserved
-	// slots. 0 (the default) is the lowest; queues may share a priority.
+	// messages (or may have: from Run's start until its first receive)
+	// the queues below it receive only with their reserved slots. 0 (the
+	// default) is the lowest; queues may share a priority.
 	Priority int
 
 	// Reserved is how many slots of the pool only this queue may use: they
@@ -263,6 +264,15 @@ func (m *MultiWorker) Run(ctx context.Context, h sqsworker.Handler) error {
 	}
 	defer m.life.end()
 
+	// Every queue holds the lower ones back from the start, as one with
+	// messages does, not only once its receive loop runs: reading a
+	// queue's attributes may take longer than another's, and the lower
+	// queues would fill the pool meanwhile. Each queue's Run ends the
+	// count once its receive loops are counted.
+	for i, w := range m.workers {
+		w.starting = true
+		m.pool.setActive(i, 1)
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errs := make([]error, len(m.workers))

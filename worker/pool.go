@@ -21,7 +21,10 @@ import (
 //   - While a queue is hungry (its last receive brought as many messages as
 //     it asked for, so more may be waiting) and
 //     active (one of its receive loops is receiving or waiting for slots,
-//     not paused by the circuit breaker, a rate limit or a receive error),
+//     not paused by the circuit breaker, a rate limit or a receive error;
+//     or, in a MultiWorker, the queue is starting: from Run's start until
+//     its receive loops run, except while it waits to retry reading an
+//     unreachable queue),
 //     lower-priority queues take only their reserved slots: they poll with
 //     slots higher queues are not using. A receive still under way after
 //     hungryGrace ends the hunger: SQS answers at once when messages wait,

@@ -35,7 +35,8 @@ const (
 
 // poll is one receive loop: it receives as many messages as it holds free
 // handler slots (and rate-limit tokens), and hands them to dispatch, whose
-// handlers run with contexts derived from hctx.
+// handlers run with contexts derived from hctx. consume counts it active in
+// the pool before it starts it; poll counts it out when it returns.
 func (c *consumer) poll(hctx context.Context) {
 	in := &sqs.ReceiveMessageInput{
 		QueueUrl:        aws.String(c.info.URL),
@@ -50,7 +51,6 @@ func (c *consumer) poll(hctx context.Context) {
 	// An active loop (receiving, or waiting for slots) holds lower-priority
 	// queues of a shared pool back while its queue has messages; a loop
 	// paused by the breaker, a rate limit or an error does not.
-	pool.setActive(qi, 1)
 	defer pool.setActive(qi, -1)
 	paused := func(wait func() bool) bool {
 		pool.setActive(qi, -1)

@@ -71,6 +71,12 @@ type Worker struct {
 	pool   *pool
 	qi     int
 	limits limits
+	// starting is set by a MultiWorker's Run, which counts the queue's
+	// start-up as an active receive loop of the pool, before this Run
+	// starts: until its receive loops run, the queue holds lower queues
+	// back as a queue with messages does. Run ends that count (endStart)
+	// once its loops are counted, or when it returns before.
+	starting bool
 
 	// breakerAsked, set only by tests before Run, runs in each receive
 	// loop right after it asked the circuit breaker whether it may receive,
@@ -122,6 +128,7 @@ func newWorker(api API, cfg Config) *Worker {
 // throttling, an unreachable endpoint) are retried with capped backoff, for
 // ever.
 func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
+	defer w.endStart()
 	if h == nil {
 		return errors.New("worker: nil handler")
 	}
@@ -191,9 +198,32 @@ func (w *Worker) loadQueue(ctx context.Context) (queue.Info, error) {
 		}
 		d := jittered(attempt)
 		w.log.Warn("queue unreachable, retrying", "error", err, "retry_in", d)
-		if !sleep(ctx, d) {
+		// Waiting to retry, the start-up holds no lower queue back, as a
+		// receive loop paused by a receive error does not.
+		w.countStart(-1)
+		ok := sleep(ctx, d)
+		w.countStart(1)
+		if !ok {
 			return info, ctx.Err()
 		}
+	}
+}
+
+// countStart counts the start-up of a MultiWorker's queue out (-1) of its
+// active receive loops, or back in (+1).
+func (w *Worker) countStart(delta int) {
+	if w.starting {
+		w.pool.setActive(w.qi, delta)
+	}
+}
+
+// endStart ends the count of the start-up (see starting). It writes
+// starting only when set, so that a Worker's concurrent Runs, refused with
+// ErrRunning, do not race.
+func (w *Worker) endStart() {
+	if w.starting {
+		w.pool.setActive(w.qi, -1)
+		w.starting = false
 	}
 }
 
