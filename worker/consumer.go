@@ -249,11 +249,16 @@ func (c *consumer) stop(ctx context.Context) {
 // rather than wait up to AckInterval for its batch to fill: until it lands
 // both are in the queues, and a copy sent late in the lease leaves its
 // delete little time to land before the original comes back (on its last
-// receive, to be moved to the dead-letter queue by SQS).
+// receive, to be moved to the dead-letter queue by SQS). It is sent even
+// when the worker takes the lease for ended (see copiedDeleting).
 func (c *consumer) Delete(j *executor.Job) {
 	j.Acknowledging()
+	var owner ackbatch.Owner = (*deleting)(j)
+	if j.Copied {
+		owner = &copiedDeleting{job: j}
+	}
 	c.acks.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
-		Owner: (*deleting)(j)})
+		Owner: owner})
 	if j.Copied {
 		c.acks.Flush(ackbatch.Delete)
 	}
@@ -438,6 +443,27 @@ type deleting executor.Job
 
 func (d *deleting) Valid(now time.Time) bool { return (*executor.Job)(d).Held(now) }
 func (d *deleting) Acked(error)              { (*executor.Job)(d).Done() }
+
+// copiedDeleting is a job whose copy was sent (Job.Copied: a waiting copy,
+// a move to the dead-letter queue) as the ackbatch.Owner of its original's
+// delete: sent once even when the worker takes the lease for ended, then
+// retried while it holds. The worker's view of the lease can be short of
+// SQS's: an extension SQS applied but whose reply was lost or came after
+// the call's timeout (a loaded SQS) leaves the message held at SQS while
+// the heartbeat finds the lease run out. Dropped unsent, the delete left
+// the original to come back, on its last receive, and SQS moved it to the
+// dead-letter queue while its copy ran the job. Sent, it lands while SQS
+// still holds the message; past that, SQS ignores it or refuses its
+// receipt handle, and the job, in its copy, is not affected either way.
+type copiedDeleting struct {
+	job  *executor.Job
+	sent atomic.Bool // Valid was asked once: the first send goes
+}
+
+func (d *copiedDeleting) Valid(now time.Time) bool {
+	return d.sent.CompareAndSwap(false, true) || d.job.Held(now)
+}
+func (d *copiedDeleting) Acked(error) { d.job.Done() }
 
 // retrying is a job as the ackbatch.Owner of its visibility change: retried
 // while its lease holds, which executor ended before the change was sent.

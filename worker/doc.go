@@ -42,7 +42,9 @@
 //   - nil: the message is deleted. Deletes are batched, ten per
 //     DeleteMessageBatch call or whatever is pending after Config.AckInterval
 //     (at once for a message whose copy was sent: a waiting copy, a move
-//     to the dead-letter queue), and failed entries are retried; a delete that finally fails is logged
+//     to the dead-letter queue; such a delete goes once even when the
+//     heartbeat found the lease run out, which SQS may still hold), and
+//     failed entries are retried; a delete that finally fails is logged
 //     and counted in Stats.AckFailures, and the message comes back after its
 //     visibility timeout (at-least-once delivery).
 //   - an error: the message's visibility timeout is set to the Config.Backoff

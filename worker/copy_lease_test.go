@@ -1,0 +1,117 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// slowSQS is an SQS whose replies to the heartbeat's extensions are lost
+// once armed (SQS applied them; the worker sees the call fail, as a call
+// given up on its timeout), and whose sends take hang.
+type slowSQS struct {
+	worker.API
+	armed atomic.Bool
+	hang  time.Duration
+}
+
+func (s *slowSQS) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	if s.armed.Load() {
+		t := time.NewTimer(s.hang)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.API.SendMessage(ctx, in, opts...)
+}
+
+func (s *slowSQS) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	out, err := s.API.ChangeMessageVisibilityBatch(ctx, in, opts...)
+	if err == nil && s.armed.Load() {
+		return nil, errors.New("read tcp: i/o timeout (the reply was lost)")
+	}
+	return out, err
+}
+
+// A job postponed on the last receive its redrive policy allows (1) waits
+// in a fresh copy, whose send takes 5s (a loaded SQS); meanwhile the
+// heartbeat's extensions reach SQS, which applies them, but their replies
+// are lost: the worker takes the lease of a 4s visibility timeout for run
+// out, while SQS still holds the message. The copy sent, the original's
+// delete is sent all the same: it lands, nothing is dead-lettered, and the
+// job runs once, on its copy. Before, the delete was dropped unsent
+// ("receipt handle expired": AckFailures 1), and SQS moved the original,
+// back on its next receive, to the dead-letter queue while its copy ran the
+// job. On the fake (in a synctest bubble) and on the emulator.
+func TestCopiedOriginalDeletedPastItsLease(t *testing.T) {
+	t.Parallel()
+	t.Run("fake", func(t *testing.T) {
+		t.Parallel()
+		synctest.Test(t, func(t *testing.T) {
+			f := sqstest.NewFake()
+			dlq := f.CreateQueue("pastlease-dlq", nil)
+			url := f.CreateQueue("pastlease", map[string]string{"VisibilityTimeout": "4",
+				"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, sqstest.QueueARN("pastlease-dlq"))})
+			copiedOriginalDeletedPastItsLease(t, relQueue{api: f, url: url, dlq: dlq,
+				count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }})
+		})
+	})
+	t.Run("emulator", func(t *testing.T) {
+		t.Parallel()
+		localtest.Require(t)
+		c := localtest.NewSQS(t)
+		eq := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 4 * time.Second})
+		copiedOriginalDeletedPastItsLease(t, relQueue{api: c, url: eq.URL, dlq: eq.DLQURL,
+			count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }})
+	})
+}
+
+func copiedOriginalDeletedPastItsLease(t *testing.T, q relQueue) {
+	api := &slowSQS{API: q.api, hang: 5 * time.Second}
+	var calls, done atomic.Int64
+	r := start(t, api, worker.Config{QueueURL: q.url, WaitTime: time.Second, DisableDepth: true},
+		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+			if calls.Add(1) == 1 {
+				api.armed.Store(true)
+				return sqsworker.RetryAfter(time.Second, nil)
+			}
+			api.armed.Store(false)
+			done.Add(1)
+			return nil
+		}))
+	q.send(t, "job")
+	deadline := time.Now().Add(2 * time.Minute)
+	for !(done.Load() >= 1 && q.count(q.url) == 0 || q.count(q.dlq) > 0) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not run to its end (%d calls)", calls.Load())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	r.stop(20 * time.Second)
+	if n := q.count(q.dlq); n != 0 {
+		t.Errorf("%d messages dead-lettered, want none: no handler failed on the last receive", n)
+	}
+	if n := q.count(q.url); n != 0 {
+		t.Errorf("%d messages left in the queue, want none", n)
+	}
+	if c, d := calls.Load(), done.Load(); c != 2 || d != 1 {
+		t.Errorf("the handler was called %d times, the job done %d times; want called twice, done once (on its copy)", c, d)
+	}
+	if s := r.w.Stats(); s.Requeued != 1 || s.AckFailures != 0 {
+		t.Errorf("stats %+v: want one copy sent, no acknowledgement failed", s)
+	}
+}
