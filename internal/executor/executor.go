@@ -68,9 +68,6 @@ type Job struct {
 	Log *slog.Logger
 	// Probe is true when the message runs as the circuit breaker's probe.
 	Probe bool
-	// waitsInFlight counts the message's waits in flight (see
-	// waitInFlight).
-	waitsInFlight int
 	// Copied is set before Acker.Delete when a copy of the message was
 	// sent (to the dead-letter queue, or a waiting copy): until the
 	// original is deleted, both are in the queues, and a crash then
@@ -81,6 +78,10 @@ type Job struct {
 	// holdChecked is set by Executor.Hold: Run does not hold the message
 	// a second time (nor try its fresh copy again).
 	holdChecked bool
+	// waitsInFlight counts the message's waits in flight (see
+	// waitInFlight), up to 255: a byte beside the flags, so that a Job
+	// keeps its size.
+	waitsInFlight uint8
 }
 
 func (j *Job) log(e *Executor) *slog.Logger {

@@ -54,8 +54,10 @@ func (e *Executor) waitInFlight(j *Job, ack Acker, err error) (again, probe bool
 	// The delay the handler asked for, or its backoff, at least the
 	// backoff of the waits in flight so far (copyBackoff), so that a
 	// backoff of 0 does not run the handler again and again at once.
-	j.waitsInFlight++
-	remaining := copyBackoff(j.waitsInFlight)
+	if j.waitsInFlight < 255 {
+		j.waitsInFlight++
+	}
+	remaining := copyBackoff(int(j.waitsInFlight))
 	switch {
 	case postponed:
 		remaining = max(remaining, ra.Delay)
