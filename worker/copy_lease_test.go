@@ -11,7 +11,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
@@ -82,35 +81,7 @@ func TestCopiedOriginalDeletedPastItsLease(t *testing.T) {
 
 func copiedOriginalDeletedPastItsLease(t *testing.T, q relQueue) {
 	api := &slowSQS{API: q.api, hang: 5 * time.Second}
-	var calls, done atomic.Int64
-	r := start(t, api, worker.Config{QueueURL: q.url, WaitTime: time.Second, DisableDepth: true},
-		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
-			if calls.Add(1) == 1 {
-				api.armed.Store(true)
-				return sqsworker.RetryAfter(time.Second, nil)
-			}
-			api.armed.Store(false)
-			done.Add(1)
-			return nil
-		}))
-	q.send(t, "job")
-	deadline := time.Now().Add(2 * time.Minute)
-	for !(done.Load() >= 1 && q.count(q.url) == 0 || q.count(q.dlq) > 0) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the job did not run to its end (%d calls)", calls.Load())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	r.stop(20 * time.Second)
-	if n := q.count(q.dlq); n != 0 {
-		t.Errorf("%d messages dead-lettered, want none: no handler failed on the last receive", n)
-	}
-	if n := q.count(q.url); n != 0 {
-		t.Errorf("%d messages left in the queue, want none", n)
-	}
-	if c, d := calls.Load(), done.Load(); c != 2 || d != 1 {
-		t.Errorf("the handler was called %d times, the job done %d times; want called twice, done once (on its copy)", c, d)
-	}
+	r := postponeOnceOnLastReceive(t, api, q, worker.Config{QueueURL: q.url, WaitTime: time.Second, DisableDepth: true}, &api.armed)
 	if s := r.w.Stats(); s.Requeued != 1 || s.AckFailures != 0 {
 		t.Errorf("stats %+v: want one copy sent, no acknowledgement failed", s)
 	}

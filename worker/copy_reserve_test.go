@@ -77,17 +77,31 @@ func copyRetriesLeaveTimeForABatchedDelete(t *testing.T, q relQueue, heartbeat b
 		_, err := q.api.SendMessage(ctx, in)
 		return err
 	}
+	r := postponeOnceOnLastReceive(t, api, q, worker.Config{QueueURL: q.url, WaitTime: time.Second, DisableDepth: true, DisableHeartbeat: !heartbeat,
+		AckInterval: 4 * time.Second}, &api.armed)
+	if s := r.w.Stats(); s.Requeued != 1 || s.RequeueFailures != 0 || s.AckFailures != 0 || api.sends.Load() != refused+1 {
+		t.Errorf("stats %+v, %d sends of the copy: want the copy sent on its %dth send, no acknowledgement failed", s, api.sends.Load(), refused+1)
+	}
+}
+
+// postponeOnceOnLastReceive runs a worker with cfg on api, whose handler
+// postpones q's one job (RetryAfter with a nil error) on its first call,
+// arming the test's fault then, and does it on the next, disarming it. Once
+// the job is done and the queue empty, or something is dead-lettered, it
+// stops the worker and checks that nothing was dead-lettered nor left, and
+// that the job ran once, on its copy. It returns the stopped worker.
+func postponeOnceOnLastReceive(t *testing.T, api worker.API, q relQueue, cfg worker.Config, armed *atomic.Bool) *running {
+	t.Helper()
 	var calls, done atomic.Int64
-	r := start(t, api, worker.Config{QueueURL: q.url, WaitTime: time.Second, DisableDepth: true, DisableHeartbeat: !heartbeat,
-		AckInterval: 4 * time.Second},
-		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
-			if calls.Add(1) == 1 {
-				api.armed.Store(true)
-				return sqsworker.RetryAfter(time.Second, nil)
-			}
-			done.Add(1)
-			return nil
-		}))
+	r := start(t, api, cfg, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+		if calls.Add(1) == 1 {
+			armed.Store(true)
+			return sqsworker.RetryAfter(time.Second, nil)
+		}
+		armed.Store(false)
+		done.Add(1)
+		return nil
+	}))
 	q.send(t, "job")
 	deadline := time.Now().Add(2 * time.Minute)
 	for !(done.Load() >= 1 && q.count(q.url) == 0 || q.count(q.dlq) > 0) {
@@ -106,7 +120,5 @@ func copyRetriesLeaveTimeForABatchedDelete(t *testing.T, q relQueue, heartbeat b
 	if c, d := calls.Load(), done.Load(); c != 2 || d != 1 {
 		t.Errorf("the handler was called %d times, the job done %d times; want called twice, done once (on its copy)", c, d)
 	}
-	if s := r.w.Stats(); s.Requeued != 1 || s.RequeueFailures != 0 || s.AckFailures != 0 || api.sends.Load() != refused+1 {
-		t.Errorf("stats %+v, %d sends of the copy: want the copy sent on its %dth send, no acknowledgement failed", s, api.sends.Load(), refused+1)
-	}
+	return r
 }
