@@ -153,45 +153,9 @@ func TestFakeFIFOShutdownReleasesRestOfGroup(t *testing.T) {
 	f := sqstest.NewFake()
 	url := fakeFIFO(f, "shutdown", map[string]string{"VisibilityTimeout": "300"})
 	fakeGroup(f, url, "g", "g0", "g1", "g2", "g3", "g4")
-	api := &fakeWatch{Fake: f, stopped: make(chan struct{})}
-	started := make(chan struct{})
-	unblock := make(chan struct{})
-	var calls fakeCalls
-	r := start(t, api, worker.Config{QueueURL: url, WaitTime: 2 * time.Second}, sqsworker.HandlerFunc(
-		func(ctx context.Context, m *sqsworker.Message) error {
-			calls.add(m)
-			if m.Body != "g0" {
-				return nil
-			}
-			close(started)
-			select {
-			case <-unblock:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}))
-	<-started
 	// The poller is in its next long poll (the group is locked, so it
 	// waits there) when Shutdown is called; that poll runs to its end.
-	localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 2 }, "no second receive")
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shut <- r.w.Shutdown(ctx)
-	}()
-	time.Sleep(100 * time.Millisecond) // Shutdown waits for g0
-	before := f.Calls(sqstest.OpReceiveMessage)
-	close(unblock)
-	select {
-	case err := <-shut:
-		if err != nil {
-			t.Fatalf("Shutdown = %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Shutdown did not return")
-	}
+	r, calls, before := shutDownWhileG0Runs(t, f, url, 2)
 	if after := f.Calls(sqstest.OpReceiveMessage); after != before {
 		t.Errorf("%d receives started after Shutdown", after-before)
 	}
@@ -213,6 +177,53 @@ func TestFakeFIFOShutdownReleasesRestOfGroup(t *testing.T) {
 	if !slices.Equal(got, []string{"g1", "g2", "g3", "g4"}) {
 		t.Errorf("after shutdown received %q, want g1..g4", got)
 	}
+}
+
+// shutDownWhileG0Runs starts a worker on the fake FIFO queue url whose
+// handler holds g0 until Shutdown is called, once the fake has seen
+// receives receives (the worker's next long poll under way, its group
+// locked), then lets g0 end and waits for Shutdown to return. It returns
+// the worker, its handler's calls, and the receives made before g0 ended.
+func shutDownWhileG0Runs(t *testing.T, f *sqstest.Fake, url string, receives int) (*running, *fakeCalls, int) {
+	t.Helper()
+	api := &fakeWatch{Fake: f, stopped: make(chan struct{})}
+	started := make(chan struct{})
+	unblock := make(chan struct{})
+	calls := &fakeCalls{}
+	r := start(t, api, worker.Config{QueueURL: url, WaitTime: 2 * time.Second}, sqsworker.HandlerFunc(
+		func(ctx context.Context, m *sqsworker.Message) error {
+			calls.add(m)
+			if m.Body != "g0" {
+				return nil
+			}
+			close(started)
+			select {
+			case <-unblock:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}))
+	<-started
+	localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= receives }, "no receive after g0's")
+	shut := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		shut <- r.w.Shutdown(ctx)
+	}()
+	time.Sleep(100 * time.Millisecond) // Shutdown waits for g0
+	before := f.Calls(sqstest.OpReceiveMessage)
+	close(unblock)
+	select {
+	case err := <-shut:
+		if err != nil {
+			t.Fatalf("Shutdown = %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Shutdown did not return")
+	}
+	return r, calls, before
 }
 
 // fakeOne starts a worker on a standard queue with one message and returns

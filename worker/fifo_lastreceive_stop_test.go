@@ -47,42 +47,7 @@ func TestFakeFIFOShutdownRunsGroupOnItsLastReceive(t *testing.T) {
 	fakeGroup(f, url, "g", "g0", "g1", "g2", "g3", "g4")
 	receiveOnce(t, f, url) // the worker's receive is their second, the last allowed
 
-	api := &fakeWatch{Fake: f, stopped: make(chan struct{})}
-	started := make(chan struct{})
-	unblock := make(chan struct{})
-	var calls fakeCalls
-	r := start(t, api, worker.Config{QueueURL: url, WaitTime: 2 * time.Second}, sqsworker.HandlerFunc(
-		func(ctx context.Context, m *sqsworker.Message) error {
-			calls.add(m)
-			if m.Body != "g0" {
-				return nil
-			}
-			close(started)
-			select {
-			case <-unblock:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}))
-	<-started
-	localtest.Eventually(t, 10*time.Second, func() bool { return f.Calls(sqstest.OpReceiveMessage) >= 3 }, "no second receive of the worker")
-	shut := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		shut <- r.w.Shutdown(ctx)
-	}()
-	time.Sleep(100 * time.Millisecond) // Shutdown waits for g0
-	close(unblock)
-	select {
-	case err := <-shut:
-		if err != nil {
-			t.Fatalf("Shutdown = %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Shutdown did not return")
-	}
+	r, calls, _ := shutDownWhileG0Runs(t, f, url, 3) // the worker's second receive under way
 	want := []fakeCall{{"g0", 2}, {"g1", 2}, {"g2", 2}, {"g3", 2}, {"g4", 2}}
 	if got := calls.of(""); !slices.Equal(got, want) {
 		t.Errorf("handled %v, want %v: the group in order, on its last receive", got, want)
