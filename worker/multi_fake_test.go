@@ -202,13 +202,7 @@ func TestFakeMultiRunErrors(t *testing.T) {
 func TestFakeMultiPriorityOrder(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
-	crit, low := f.CreateQueue("critical", nil), f.CreateQueue("low", nil)
-	for range 100 {
-		f.Send(low, "low")
-	}
-	for range 10 {
-		f.Send(crit, "critical")
-	}
+	crit, low := critAndLow(f, 10, 100)
 	var mu sync.Mutex
 	var order []string
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
@@ -269,13 +263,7 @@ func TestFakeMultiPriorityHoldsWhileStarting(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
-		crit, low := f.CreateQueue("critical", nil), f.CreateQueue("low", nil)
-		for range 20 {
-			f.Send(low, "low")
-		}
-		for range 10 {
-			f.Send(crit, "critical")
-		}
+		crit, low := critAndLow(f, 10, 20)
 		var mu sync.Mutex
 		var order []string
 		h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
@@ -321,13 +309,7 @@ func TestFakeMultiUnreachableStartHoldsNoOne(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
-		crit, low := f.CreateQueue("critical", nil), f.CreateQueue("low", nil)
-		for range 20 {
-			f.Send(low, "low")
-		}
-		for range 10 {
-			f.Send(crit, "critical")
-		}
+		crit, low := critAndLow(f, 10, 20)
 		api := &unreachableQueue{API: f, url: crit}
 		api.down.Store(true)
 		r := startMulti(t, api, worker.MultiConfig{Logger: slog.New(slog.DiscardHandler), Concurrency: 2,
@@ -412,4 +394,17 @@ func TestFakeWorkerRateLimit(t *testing.T) {
 	if n < 20 || n > 55 {
 		t.Errorf("received %d in 1s at 40/s", n)
 	}
+}
+
+// critAndLow creates a "critical" and a "low" queue on f, holding crits and
+// lows messages of those bodies, and returns their URLs.
+func critAndLow(f *sqstest.Fake, crits, lows int) (crit, low string) {
+	crit, low = f.CreateQueue("critical", nil), f.CreateQueue("low", nil)
+	for range lows {
+		f.Send(low, "low")
+	}
+	for range crits {
+		f.Send(crit, "critical")
+	}
+	return crit, low
 }
