@@ -89,17 +89,6 @@ func TestTenantTableWithAnotherKeyWaitsNotDeadLettered(t *testing.T) {
 		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second},
 		Breaker: sqsworker.BreakerConfig{Threshold: 3, ProbeInterval: 500 * time.Millisecond, MaxProbeInterval: time.Second}},
 		tenantHandler(guard, tables))
-	appliedOf := func(tenants string) map[string]int {
-		got := map[string]int{}
-		for _, k := range keys {
-			if strings.Contains(tenants, k[:1]) {
-				if n := applied(t, db, tables[k[:1]], k); n > 0 {
-					got[k] = n
-				}
-			}
-		}
-		return got
-	}
 	dead := func() int {
 		v, f, d := localtest.Depth(t, sq, q.DLQURL)
 		return v + f + d
@@ -108,7 +97,7 @@ func TestTenantTableWithAnotherKeyWaitsNotDeadLettered(t *testing.T) {
 	// least three times (past maxReceiveCount but for the runtime's care),
 	// unless some were dead-lettered.
 	localtest.Eventually(t, 120*time.Second, func() bool {
-		return len(appliedOf("a")) == 4 && (guard.Stats().StoreErrors >= 24 || dead() > 0)
+		return len(appliedTo(t, db, tables, keys, "a")) == 4 && (guard.Stats().StoreErrors >= 24 || dead() > 0)
 	}, "tenant a's jobs not applied, or the others not tried three times each")
 	if n := dead(); n != 0 {
 		t.Fatalf("while the tables were keyed otherwise: %d messages dead-lettered; worker %+v", n, w.Stats())
@@ -132,9 +121,9 @@ func TestTenantTableWithAnotherKeyWaitsNotDeadLettered(t *testing.T) {
 	recreateTable(t, db, tables["b"])
 	recreateTable(t, db, tables["c"])
 	localtest.Eventually(t, 120*time.Second, func() bool {
-		return len(appliedOf("bc")) == 8 && drained(t, sq, q.URL)
-	}, "after the tables were recreated: applied %v; worker %+v", appliedOf("bc"), w.Stats())
-	for k, n := range appliedOf("abc") {
+		return len(appliedTo(t, db, tables, keys, "bc")) == 8 && drained(t, sq, q.URL)
+	}, "after the tables were recreated: applied %v; worker %+v", appliedTo(t, db, tables, keys, "bc"), w.Stats())
+	for k, n := range appliedTo(t, db, tables, keys, "abc") {
 		if n != 1 {
 			t.Errorf("%s: effect applied %d times, want 1", k, n)
 		}
