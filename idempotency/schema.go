@@ -232,6 +232,11 @@ type describeFailure struct {
 // for an outage first.
 func (s *DynamoStore) checkKeys(ctx context.Context, writes []types.TransactWriteItem, at func(i int) bool) (fix string, tables []string, failed *describeFailure) {
 	var fixes []string
+	type described struct {
+		key []keyElem
+		err error
+	}
+	known := map[string]described{} // each table described once, an outage's failure too
 	for i := range writes {
 		if !at(i) {
 			continue
@@ -240,8 +245,16 @@ func (s *DynamoStore) checkKeys(ctx context.Context, writes []types.TransactWrit
 		if slices.Contains(tables, table) {
 			continue
 		}
-		key, err := s.schemas.key(ctx, s.api, s.opts, table, s.now())
+		d, ok := known[table]
+		if !ok {
+			d.key, d.err = s.schemas.key(ctx, s.api, s.opts, table, s.now())
+			known[table] = d
+		}
+		key, err := d.key, d.err
 		if err != nil {
+			if ok {
+				continue // its failure already counted
+			}
 			if failed == nil || isOutage(err) && !isOutage(failed.err) {
 				failed = &describeFailure{table, err}
 			}
