@@ -36,13 +36,8 @@ const KeyAttribute = jobkey.Attribute
 // message, so producers that need duplicates of redriven messages
 // recognised must set KeyAttribute.
 func DefaultKey(m *sqsworker.Message) string {
-	if a, ok := m.MessageAttributes[KeyAttribute]; ok {
-		if a.StringValue != "" {
-			return a.StringValue
-		}
-		if len(a.BinaryValue) > 0 {
-			return "binary:" + hex.EncodeToString(a.BinaryValue)
-		}
+	if k := jobkey.OfAttribute(m.MessageAttributes[KeyAttribute]); k != "" {
+		return k
 	}
 	return jobkey.Default(m)
 }

@@ -106,12 +106,22 @@ func describeKey(ctx context.Context, api DynamoAPI, opts []func(*dynamodb.Optio
 	if out.Table == nil {
 		return nil, fmt.Errorf("no description of table %s", table)
 	}
+	key := keyOf(out.Table)
+	if len(key) == 0 {
+		return nil, fmt.Errorf("table %s has no key schema in its description", table)
+	}
+	return key, nil
+}
+
+// keyOf returns the primary key t describes, the partition key first; an
+// attribute without a definition has the type "".
+func keyOf(t *types.TableDescription) []keyElem {
 	typ := map[string]string{}
-	for _, d := range out.Table.AttributeDefinitions {
+	for _, d := range t.AttributeDefinitions {
 		typ[aws.ToString(d.AttributeName)] = string(d.AttributeType)
 	}
 	var key []keyElem
-	for _, k := range out.Table.KeySchema {
+	for _, k := range t.KeySchema {
 		e := keyElem{aws.ToString(k.AttributeName), typ[aws.ToString(k.AttributeName)]}
 		if k.KeyType == types.KeyTypeHash {
 			key = slices.Insert(key, 0, e)
@@ -119,10 +129,7 @@ func describeKey(ctx context.Context, api DynamoAPI, opts []func(*dynamodb.Optio
 			key = append(key, e)
 		}
 	}
-	if len(key) == 0 {
-		return nil, fmt.Errorf("table %s has no key schema in its description", table)
-	}
-	return key, nil
+	return key
 }
 
 // keyMismatch returns how the key of w, a write on a table whose key is
@@ -225,6 +232,11 @@ type describeFailure struct {
 // for an outage first.
 func (s *DynamoStore) checkKeys(ctx context.Context, writes []types.TransactWriteItem, at func(i int) bool) (fix string, tables []string, failed *describeFailure) {
 	var fixes []string
+	type described struct {
+		key []keyElem
+		err error
+	}
+	known := map[string]described{} // each table described once, an outage's failure too
 	for i := range writes {
 		if !at(i) {
 			continue
@@ -233,8 +245,16 @@ func (s *DynamoStore) checkKeys(ctx context.Context, writes []types.TransactWrit
 		if slices.Contains(tables, table) {
 			continue
 		}
-		key, err := s.schemas.key(ctx, s.api, s.opts, table, s.now())
+		d, ok := known[table]
+		if !ok {
+			d.key, d.err = s.schemas.key(ctx, s.api, s.opts, table, s.now())
+			known[table] = d
+		}
+		key, err := d.key, d.err
 		if err != nil {
+			if ok {
+				continue // its failure already counted
+			}
 			if failed == nil || isOutage(err) && !isOutage(failed.err) {
 				failed = &describeFailure{table, err}
 			}

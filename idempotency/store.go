@@ -231,26 +231,26 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 	return s, nil
 }
 
+// checkKey reports how t, the idempotency table's description, is not
+// keyed by keyAttr alone, of type S (an attribute without a definition
+// passes).
 func checkKey(t *types.TableDescription, keyAttr string) error {
 	if t == nil {
 		return errors.New("no table description")
 	}
+	key := keyOf(t)
 	var hash string
-	for _, k := range t.KeySchema {
-		switch k.KeyType {
-		case types.KeyTypeHash:
-			hash = aws.ToString(k.AttributeName)
-		case types.KeyTypeRange:
-			return fmt.Errorf("has a sort key %s; the store needs a table with a partition key only", aws.ToString(k.AttributeName))
-		}
+	switch {
+	case len(key) > 1:
+		return fmt.Errorf("has a sort key %s; the store needs a table with a partition key only", key[1].name)
+	case len(key) == 1:
+		hash = key[0].name
 	}
 	if hash != keyAttr {
 		return fmt.Errorf("partition key is %q, want %q (StoreConfig.KeyAttr)", hash, keyAttr)
 	}
-	for _, d := range t.AttributeDefinitions {
-		if aws.ToString(d.AttributeName) == keyAttr && d.AttributeType != types.ScalarAttributeTypeS {
-			return fmt.Errorf("partition key %s is of type %s, want S", keyAttr, d.AttributeType)
-		}
+	if len(key) == 1 && key[0].typ != "" && key[0].typ != string(types.ScalarAttributeTypeS) {
+		return fmt.Errorf("partition key %s is of type %s, want S", keyAttr, key[0].typ)
 	}
 	return nil
 }

@@ -89,17 +89,6 @@ func TestTenantTableWithAnotherKeyWaitsNotDeadLettered(t *testing.T) {
 		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second},
 		Breaker: sqsworker.BreakerConfig{Threshold: 3, ProbeInterval: 500 * time.Millisecond, MaxProbeInterval: time.Second}},
 		tenantHandler(guard, tables))
-	appliedOf := func(tenants string) map[string]int {
-		got := map[string]int{}
-		for _, k := range keys {
-			if strings.Contains(tenants, k[:1]) {
-				if n := applied(t, db, tables[k[:1]], k); n > 0 {
-					got[k] = n
-				}
-			}
-		}
-		return got
-	}
 	dead := func() int {
 		v, f, d := localtest.Depth(t, sq, q.DLQURL)
 		return v + f + d
@@ -108,7 +97,7 @@ func TestTenantTableWithAnotherKeyWaitsNotDeadLettered(t *testing.T) {
 	// least three times (past maxReceiveCount but for the runtime's care),
 	// unless some were dead-lettered.
 	localtest.Eventually(t, 120*time.Second, func() bool {
-		return len(appliedOf("a")) == 4 && (guard.Stats().StoreErrors >= 24 || dead() > 0)
+		return len(appliedTo(t, db, tables, keys, "a")) == 4 && (guard.Stats().StoreErrors >= 24 || dead() > 0)
 	}, "tenant a's jobs not applied, or the others not tried three times each")
 	if n := dead(); n != 0 {
 		t.Fatalf("while the tables were keyed otherwise: %d messages dead-lettered; worker %+v", n, w.Stats())
@@ -132,9 +121,9 @@ func TestTenantTableWithAnotherKeyWaitsNotDeadLettered(t *testing.T) {
 	recreateTable(t, db, tables["b"])
 	recreateTable(t, db, tables["c"])
 	localtest.Eventually(t, 120*time.Second, func() bool {
-		return len(appliedOf("bc")) == 8 && drained(t, sq, q.URL)
-	}, "after the tables were recreated: applied %v; worker %+v", appliedOf("bc"), w.Stats())
-	for k, n := range appliedOf("abc") {
+		return len(appliedTo(t, db, tables, keys, "bc")) == 8 && drained(t, sq, q.URL)
+	}, "after the tables were recreated: applied %v; worker %+v", appliedTo(t, db, tables, keys, "bc"), w.Stats())
+	for k, n := range appliedTo(t, db, tables, keys, "abc") {
 		if n != 1 {
 			t.Errorf("%s: effect applied %d times, want 1", k, n)
 		}
@@ -150,11 +139,13 @@ func TestTenantTableWithAnotherKeyWaitsNotDeadLettered(t *testing.T) {
 // would.
 type describeCounter struct {
 	*dynamodb.Client
-	mu      sync.Mutex
-	n       map[string]int
-	deny    bool
-	denied  int
-	commits int
+	mu     sync.Mutex
+	n      map[string]int
+	deny   bool
+	denied int
+	// throttle makes DescribeTable fail as throttled, an outage.
+	throttle bool
+	commits  int
 }
 
 func (d *describeCounter) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
@@ -172,6 +163,9 @@ func (d *describeCounter) DescribeTable(ctx context.Context, in *dynamodb.Descri
 		d.denied++
 	}
 	d.mu.Unlock()
+	if d.throttle {
+		return nil, &smithy.GenericAPIError{Code: "ThrottlingException", Message: "Rate of requests exceeds the allowed throughput."}
+	}
 	if deny {
 		return nil, &smithy.GenericAPIError{Code: "AccessDeniedException", Message: "User: arn:aws:sts::1:assumed-role/w/x is not authorized to perform: dynamodb:DescribeTable"}
 	}
@@ -268,5 +262,38 @@ func TestWritesTableKeyCheckedOnlyAfterARefusal(t *testing.T) {
 	}
 	if out := logs.String(); strings.Count(out, "dynamodb:DescribeTable on the tables of the writes") != 1 {
 		t.Errorf("want one warning naming the permission:\n%s", out)
+	}
+}
+
+// A commit refused as invalid whose writes are on one table describes it
+// once, however many writes, when DescribeTable fails for an outage (which
+// is not kept): the job waits, partly unavailable. Before, each write of
+// the table described it again, 3 calls for the 3 writes here.
+func TestWritesTableDescribedOncePerCommitInAnOutage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := localtest.NewDynamoDB(t)
+	api := &describeCounter{Client: db, n: map[string]int{}}
+	cfg := newStore(t, db, idempotency.StoreConfig{}).Config()
+	store, err := idempotency.NewDynamoStore(ctx, api, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	api.throttle = true
+	other := localtest.UniqueName(t, false) + "-pk"
+	createKeyedTable(t, db, other, "pk", types.ScalarAttributeTypeS)
+	localtest.DeleteTableOnCleanup(t, db, other)
+	guard, err := idempotency.New(store, idempotency.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = guard.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, _ *sqsworker.Message) error {
+		return idempotency.AddWrites(ctx, effectWrite(other, "1"), effectWrite(other, "2"), effectWrite(other, "3"))
+	})).HandleMessage(ctx, msg("throttled", "payload"))
+	if !sqsworker.IsPartlyUnavailable(err) {
+		t.Errorf("a refused commit whose table could not be described for an outage: %v; want it partly unavailable", err)
+	}
+	if n := api.calls(other); n != 1 {
+		t.Errorf("DescribeTable called %d times for one commit's writes on one table, want once", n)
 	}
 }

@@ -134,6 +134,22 @@ func TestOneTenantsWritesTableMissing(t *testing.T) {
 	t.Logf("worker %+v; idempotency %+v", w.Stats(), guard.Stats())
 }
 
+// appliedTo returns, of keys (each a tenant's letter, "-" and more), those
+// of the tenants listed whose effect is in their tenant's table (tables),
+// with the number of times it was applied.
+func appliedTo(t *testing.T, db *dynamodb.Client, tables map[string]string, keys []string, tenants string) map[string]int {
+	t.Helper()
+	got := map[string]int{}
+	for _, k := range keys {
+		if strings.Contains(tenants, k[:1]) {
+			if n := applied(t, db, tables[k[:1]], k); n > 0 {
+				got[k] = n
+			}
+		}
+	}
+	return got
+}
+
 // tenantHandler is a handler writing its effect, ADD 1 to the item of its
 // key, to the table of its tenant, the key's first letter.
 func tenantHandler(guard *idempotency.Guard, tables map[string]string) sqsworker.Handler {
@@ -177,23 +193,12 @@ func TestOneTenantsMissingTableLeavesTheBreakerClosed(t *testing.T) {
 		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second},
 		Breaker: sqsworker.BreakerConfig{Threshold: 3, ProbeInterval: 500 * time.Millisecond, MaxProbeInterval: time.Second}},
 		tenantHandler(guard, tables))
-	appliedAll := func(tenants string) map[string]int {
-		got := map[string]int{}
-		for _, k := range keys {
-			if strings.Contains(tenants, k[:1]) {
-				if n := applied(t, db, tables[k[:1]], k); n > 0 {
-					got[k] = n
-				}
-			}
-		}
-		return got
-	}
 	// The good tenants' eight jobs applied, and the bad tenant's four each
 	// tried at least three times: past maxReceiveCount but for the
 	// runtime's care.
 	localtest.Eventually(t, 120*time.Second, func() bool {
-		return len(appliedAll("ac")) == len(keys)-len(bad) && guard.Stats().StoreErrors >= int64(3*len(bad))
-	}, "good jobs applied %v; idempotency %+v", appliedAll("ac"), guard.Stats())
+		return len(appliedTo(t, db, tables, keys, "ac")) == len(keys)-len(bad) && guard.Stats().StoreErrors >= int64(3*len(bad))
+	}, "good jobs applied %v; idempotency %+v", appliedTo(t, db, tables, keys, "ac"), guard.Stats())
 	if s := w.Stats(); s.BreakerOpens != 0 {
 		t.Errorf("the circuit breaker opened %d times for one tenant's missing table; worker %+v", s.BreakerOpens, s)
 	}
@@ -207,9 +212,9 @@ func TestOneTenantsMissingTableLeavesTheBreakerClosed(t *testing.T) {
 	localtest.DeleteTableOnCleanup(t, db, tables["b"])
 	localtest.Eventually(t, 120*time.Second, func() bool {
 		v, f, d := localtest.Depth(t, sq, q.URL)
-		return len(appliedAll("b")) == len(bad) && v+f+d == 0
-	}, "after the table was created: applied %v", appliedAll("b"))
-	for k, n := range appliedAll("abc") {
+		return len(appliedTo(t, db, tables, keys, "b")) == len(bad) && v+f+d == 0
+	}, "after the table was created: applied %v", appliedTo(t, db, tables, keys, "b"))
+	for k, n := range appliedTo(t, db, tables, keys, "abc") {
 		if n != 1 {
 			t.Errorf("%s: effect applied %d times, want 1", k, n)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 )
@@ -63,6 +64,36 @@ func TestKeyMismatch(t *testing.T) {
 	} {
 		if got := keyMismatch(&c.w, c.key); got != c.want {
 			t.Errorf("%+v on a table keyed %s: %q, want %q", c.w, formatKey(c.key), got, c.want)
+		}
+	}
+}
+
+// The idempotency table's description is checked on the key keyOf reads:
+// keyed by KeyAttr alone, of type S, or a definition missing.
+func TestCheckKey(t *testing.T) {
+	desc := func(ks []types.KeySchemaElement, defs ...types.AttributeDefinition) *types.TableDescription {
+		return &types.TableDescription{KeySchema: ks, AttributeDefinitions: defs}
+	}
+	hash := types.KeySchemaElement{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}
+	sortKey := types.KeySchemaElement{AttributeName: aws.String("at"), KeyType: types.KeyTypeRange}
+	def := func(name string, typ types.ScalarAttributeType) types.AttributeDefinition {
+		return types.AttributeDefinition{AttributeName: aws.String(name), AttributeType: typ}
+	}
+	for _, c := range []struct {
+		t    *types.TableDescription
+		want string
+	}{
+		{desc([]types.KeySchemaElement{hash}, def("id", types.ScalarAttributeTypeS)), ""},
+		{desc([]types.KeySchemaElement{hash}), ""},
+		{desc([]types.KeySchemaElement{sortKey, hash}), "has a sort key at"},
+		{desc([]types.KeySchemaElement{hash}, def("id", types.ScalarAttributeTypeN)), "partition key id is of type N, want S"},
+		{desc([]types.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash}}), `partition key is "pk", want "id"`},
+		{desc(nil), `partition key is "", want "id"`},
+		{nil, "no table description"},
+	} {
+		err := checkKey(c.t, "id")
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Errorf("%+v: %v, want %q", c.t, err, c.want)
 		}
 	}
 }

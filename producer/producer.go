@@ -702,22 +702,12 @@ func Validate(m Message, fifo bool) error {
 
 // keySize returns the size of the idempotency key the idempotency
 // middleware reads from m (idempotency.DefaultKey): IdempotencyKey, or the
-// idempotency-key attribute, a Binary one as "binary:" and its bytes in
-// hex; 0 without one.
+// idempotency-key attribute as jobkey.OfAttribute reads it; 0 without one.
 func keySize(m Message) int {
 	if m.IdempotencyKey != "" {
 		return len(m.IdempotencyKey)
 	}
-	a, ok := m.Attributes[IdempotencyKeyAttribute]
-	switch {
-	case !ok:
-		return 0
-	case a.StringValue != "":
-		return len(a.StringValue)
-	case len(a.BinaryValue) > 0:
-		return len("binary:") + 2*len(a.BinaryValue)
-	}
-	return 0
+	return len(jobkey.OfAttribute(m.Attributes[IdempotencyKeyAttribute]))
 }
 
 func validateAttribute(name string, a sqsworker.MessageAttribute) error {

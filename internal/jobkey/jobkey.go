@@ -5,7 +5,11 @@
 // tools all derive it here, so that every copy of a job gets the same one.
 package jobkey
 
-import "github.com/sqsworker/sqsworker"
+import (
+	"encoding/hex"
+
+	"github.com/sqsworker/sqsworker"
+)
 
 // Attribute is the message attribute that carries a job's idempotency key.
 const Attribute = "idempotency-key"
@@ -13,6 +17,19 @@ const Attribute = "idempotency-key"
 // MaxSize is the longest idempotency key, in bytes, that the idempotency
 // middleware takes (its MaxKeySize); the producer refuses a longer one.
 const MaxSize = 1024
+
+// OfAttribute returns the key a's value gives, a being a message's
+// Attribute: its string value, or a Binary one as "binary:" and its bytes
+// in hex; "" when it has neither.
+func OfAttribute(a sqsworker.MessageAttribute) string {
+	if a.StringValue != "" {
+		return a.StringValue
+	}
+	if len(a.BinaryValue) > 0 {
+		return "binary:" + hex.EncodeToString(a.BinaryValue)
+	}
+	return ""
+}
 
 // OfID returns the key of a job without an Attribute whose first message
 // had the ID id.
