@@ -157,15 +157,7 @@ func TestEmulatorBreakerPostponementOnLastReceive(t *testing.T) {
 	last := receiveLast(t, sq, q.URL)
 	invoke(last) // postponed: the breaker is open
 	down.Store(false)
-	var again []types.Message
-	for deadline := time.Now().Add(20 * time.Second); len(again) == 0 && time.Now().Before(deadline); {
-		out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, WaitTimeSeconds: 1, VisibilityTimeout: 30,
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}, MessageAttributeNames: []string{"All"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		again = out.Messages
-	}
+	again := receiveUpTo(t, sq, q.URL, 1, 20*time.Second)
 	if len(again) != 1 {
 		v, i, d := localtest.Depth(t, sq, q.DLQURL)
 		t.Fatalf("the job did not come back (%d in the dead-letter queue)", v+i+d)

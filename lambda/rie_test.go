@@ -27,8 +27,19 @@ const examplePkg = "github.com/sqsworker/sqsworker/cmd/example-lambda"
 // source mapping would (all attributes), holding them for 30s.
 func receiveN(t testing.TB, c *sqs.Client, url string, n int) []types.Message {
 	t.Helper()
+	msgs := receiveUpTo(t, c, url, n, 30*time.Second)
+	if len(msgs) != n {
+		t.Fatalf("received %d of %d messages", len(msgs), n)
+	}
+	return msgs
+}
+
+// receiveUpTo receives up to n messages from a real queue, as receiveN
+// does, for d at most, and returns those it received.
+func receiveUpTo(t testing.TB, c *sqs.Client, url string, n int, d time.Duration) []types.Message {
+	t.Helper()
 	var msgs []types.Message
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(d)
 	for len(msgs) < n && time.Now().Before(deadline) {
 		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
 			QueueUrl: &url, MaxNumberOfMessages: int32(min(10, n-len(msgs))), WaitTimeSeconds: 1, VisibilityTimeout: 30,
@@ -39,9 +50,6 @@ func receiveN(t testing.TB, c *sqs.Client, url string, n int) []types.Message {
 			t.Fatal(err)
 		}
 		msgs = append(msgs, out.Messages...)
-	}
-	if len(msgs) != n {
-		t.Fatalf("received %d of %d messages", len(msgs), n)
 	}
 	return msgs
 }

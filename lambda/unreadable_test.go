@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
@@ -81,15 +80,7 @@ func TestEmulatorUnreadableQueuePostponedOnLastReceive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var again []types.Message
-	for deadline := time.Now().Add(20 * time.Second); len(again) == 0 && time.Now().Before(deadline); {
-		out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, WaitTimeSeconds: 1, VisibilityTimeout: 30,
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}, MessageAttributeNames: []string{"All"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		again = out.Messages
-	}
+	again := receiveUpTo(t, sq, q.URL, 1, 20*time.Second)
 	if len(again) != 1 {
 		v, i, d := localtest.Depth(t, sq, q.DLQURL)
 		t.Fatalf("the job did not come back (failures %v; %d in the dead-letter queue)", failedIDs(resp), v+i+d)

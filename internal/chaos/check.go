@@ -151,7 +151,8 @@ func (r *run) check(ctx context.Context, res *Result) {
 }
 
 // checkOrder checks that the good jobs of each FIFO message group had
-// their effects applied in the order they were sent. Broken jobs apply
+// their effects applied in the order they were sent, each with its order
+// record (so that a worker that wrote none fails). Broken jobs apply
 // none, and their groups go on once they are dead-lettered: the order is
 // that of the good jobs. A job applied twice is counted by the effects'
 // check; here only its first application counts.
@@ -167,7 +168,12 @@ func (r *run) checkOrder(ctx context.Context, res *Result) {
 			want[j.group] = max(want[j.group], j.seq)
 		}
 	}
-	var late, strays []string
+	var late, strays, missing []string
+	for _, g := range sortedKeys(want) {
+		if n := want[g] - distinct(orders[g], want[g]); n > 0 {
+			missing = append(missing, fmt.Sprintf("group %s: %d of %d", g, n, want[g]))
+		}
+	}
 	groups := 0
 	for _, g := range sortedKeys(orders) {
 		if want[g] == 0 {
@@ -196,7 +202,21 @@ func (r *run) checkOrder(ctx context.Context, res *Result) {
 	if len(strays) > 0 {
 		r.fail("%d order records of no good job: %s", len(strays), list(strays))
 	}
+	if len(missing) > 0 {
+		r.fail("good jobs with no order record (written with their effects) in %d groups: %s", len(missing), list(missing))
+	}
 	r.log.Info("order checked", "groups", groups, "out_of_order", len(late))
+}
+
+// distinct counts the places from 1 to n among seqs, each once.
+func distinct(seqs []int, n int) int {
+	seen := map[int]bool{}
+	for _, seq := range seqs {
+		if seq >= 1 && seq <= n {
+			seen[seq] = true
+		}
+	}
+	return len(seen)
 }
 
 // orders reads the order items of the effects table: for each message

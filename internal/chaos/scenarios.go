@@ -253,53 +253,12 @@ func fault(ctx context.Context, p *faultproxy.Proxy, m faultproxy.Mode, d time.D
 // finish or be released, none stay invisible; then a restarted worker
 // drains the queue.
 func sigtermSpec(_ bool, marker string) spec {
+	ms := int(sigtermJobLength / time.Millisecond)
 	return spec{
 		label:       "sigterm",
-		jobs:        goodJobs("sigterm", sigtermJobs, int(sigtermJobLength/time.Millisecond), int(sigtermJobLength/time.Millisecond), marker),
+		jobs:        goodJobs("sigterm", sigtermJobs, ms, ms, marker),
 		concurrency: sigtermJobs,
-		script: func(ctx context.Context, r *run) error {
-			var last depth
-			all, err := r.waitFor(ctx, 30*time.Second, func() bool {
-				d, err := r.depth(ctx, r.queueURL)
-				if err != nil {
-					return false
-				}
-				last = d
-				return d.inFlight >= sigtermJobs
-			})
-			if err != nil {
-				return err
-			}
-			if !all {
-				r.note("only %d of %d jobs were in flight at SIGTERM", last.inFlight, sigtermJobs)
-			}
-			if !ctxsleep.Sleep(ctx, time.Second) { // the jobs are a third done
-				return ctx.Err()
-			}
-			graceful, took := r.worker.terminate(stopTimeout)
-			if !graceful {
-				r.fail("the worker did not stop within %s of SIGTERM; killed", stopTimeout)
-			} else if c := r.worker.exitCode(); c != 0 {
-				r.fail("the worker exited with code %d after SIGTERM", c)
-			}
-			after, err := r.depth(ctx, r.queueURL)
-			if err != nil {
-				return err
-			}
-			done, err := r.appliedCount(ctx)
-			if err != nil {
-				return err
-			}
-			r.note("SIGTERM with %d jobs in flight: the worker stopped in %s; %d jobs finished, %d released (%s)",
-				last.inFlight, took.Round(100*time.Millisecond), done, after.visible, after)
-			if after.inFlight > 0 {
-				r.fail("%d messages still invisible after the worker stopped: neither finished nor released", after.inFlight)
-			}
-			if done+after.total() < sigtermJobs {
-				r.fail("after SIGTERM, %d jobs finished and %d are in the queue, of %d", done, after.total(), sigtermJobs)
-			}
-			return r.startWorker()
-		},
+		script:      sigtermScript(sigtermJobs, sigtermJobs, "jobs were in flight"),
 	}
 }
 
@@ -308,8 +267,8 @@ func sigtermSpec(_ bool, marker string) spec {
 // message is on its last receive: once one of each group is in flight,
 // SIGTERM. The running jobs finish; a message the worker's last long polls
 // (free handler slots keep some under way) bring while it stops, its
-// group unlocked by a finished job, is not released, which would have SQS dead-letter it on its next receive, but
-// runs. None stays invisible, and a restarted worker drains the queue.
+// group unlocked by a finished job, is not released, which would have
+// SQS dead-letter it on its next receive, but runs. None stays invisible, and a restarted worker drains the queue.
 func fifoSigtermSpec(_ bool, marker string) spec {
 	const jobs = fifoGroups * fifoSigtermPerGroup
 	ms := int(sigtermJobLength / time.Millisecond)
@@ -322,53 +281,61 @@ func fifoSigtermSpec(_ bool, marker string) spec {
 		// messages once SIGTERM has come and their jobs are done.
 		concurrency:     2 * fifoGroups,
 		maxReceiveCount: fifoSigtermMaxReceives,
-		script: func(ctx context.Context, r *run) error {
-			var last depth
-			all, err := r.waitFor(ctx, 30*time.Second, func() bool {
-				d, err := r.depth(ctx, r.queueURL)
-				if err != nil {
-					return false
-				}
-				last = d
-				return d.inFlight >= fifoGroups
-			})
+		script:          sigtermScript(jobs, fifoGroups, "groups had a job in flight"),
+	}
+}
+
+// sigtermScript waits for inFlight messages in flight (inFlightNote names
+// what they are in the note when fewer came), then sends the worker SIGTERM a second later: each of
+// the jobs must finish or be released, none stay invisible; then a
+// restarted worker drains the queue.
+func sigtermScript(jobs, inFlight int, inFlightNote string) func(ctx context.Context, r *run) error {
+	return func(ctx context.Context, r *run) error {
+		var last depth
+		all, err := r.waitFor(ctx, 30*time.Second, func() bool {
+			d, err := r.depth(ctx, r.queueURL)
 			if err != nil {
-				return err
+				return false
 			}
-			if !all {
-				r.note("only %d of %d groups had a job in flight at SIGTERM", last.inFlight, fifoGroups)
-			}
-			if !ctxsleep.Sleep(ctx, time.Second) { // the jobs are a third done
-				return ctx.Err()
-			}
-			before, err := r.appliedCount(ctx)
-			if err != nil {
-				return err
-			}
-			graceful, took := r.worker.terminate(stopTimeout)
-			if !graceful {
-				r.fail("the worker did not stop within %s of SIGTERM; killed", stopTimeout)
-			} else if c := r.worker.exitCode(); c != 0 {
-				r.fail("the worker exited with code %d after SIGTERM", c)
-			}
-			after, err := r.depth(ctx, r.queueURL)
-			if err != nil {
-				return err
-			}
-			done, err := r.appliedCount(ctx)
-			if err != nil {
-				return err
-			}
-			r.note("SIGTERM with %d jobs in flight and %d done: the worker stopped in %s; %d jobs finished in all, %d left in the queue (%s)",
-				last.inFlight, before, took.Round(100*time.Millisecond), done, after.total(), after)
-			if after.inFlight > 0 {
-				r.fail("%d messages still invisible after the worker stopped: neither finished nor released", after.inFlight)
-			}
-			if done+after.total() < jobs {
-				r.fail("after SIGTERM, %d jobs finished and %d are in the queue, of %d", done, after.total(), jobs)
-			}
-			return r.startWorker()
-		},
+			last = d
+			return d.inFlight >= inFlight
+		})
+		if err != nil {
+			return err
+		}
+		if !all {
+			r.note("only %d of %d %s at SIGTERM", last.inFlight, inFlight, inFlightNote)
+		}
+		if !ctxsleep.Sleep(ctx, time.Second) { // the jobs are a third done
+			return ctx.Err()
+		}
+		before, err := r.appliedCount(ctx)
+		if err != nil {
+			return err
+		}
+		graceful, took := r.worker.terminate(stopTimeout)
+		if !graceful {
+			r.fail("the worker did not stop within %s of SIGTERM; killed", stopTimeout)
+		} else if c := r.worker.exitCode(); c != 0 {
+			r.fail("the worker exited with code %d after SIGTERM", c)
+		}
+		after, err := r.depth(ctx, r.queueURL)
+		if err != nil {
+			return err
+		}
+		done, err := r.appliedCount(ctx)
+		if err != nil {
+			return err
+		}
+		r.note("SIGTERM with %d jobs in flight and %d done: the worker stopped in %s; %d jobs finished in all, %d left in the queue (%s)",
+			last.inFlight, before, took.Round(100*time.Millisecond), done, after.total(), after)
+		if after.inFlight > 0 {
+			r.fail("%d messages still invisible after the worker stopped: neither finished nor released", after.inFlight)
+		}
+		if done+after.total() < jobs {
+			r.fail("after SIGTERM, %d jobs finished and %d are in the queue, of %d", done, after.total(), jobs)
+		}
+		return r.startWorker()
 	}
 }
 
