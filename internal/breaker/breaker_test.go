@@ -277,3 +277,28 @@ func TestWaitHeldGoesBeforeReceives(t *testing.T) {
 		t.Errorf("%d held after WaitHeld returned", n)
 	}
 }
+
+// A probe out for MaxProbeInterval without an outcome (a call that hangs, a
+// handler that ignores its context) frees the breaker for another: before
+// then, Allow refuses and waits no longer than what is left of it; after,
+// the next message goes as the probe, and the late outcome still counts.
+func TestProbeOutTooLongGivesAnother(t *testing.T) {
+	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: 10 * time.Second, MaxProbeInterval: 30 * time.Second, CloseAfter: 1})
+	b.Record(down, false)
+	c.add(13 * time.Second) // half-open
+	if ok, probe, _ := b.Allow(); !ok || !probe {
+		t.Fatal("no probe after the interval")
+	}
+	c.add(25 * time.Second)
+	if ok, _, wait := b.Allow(); ok || wait > 5*time.Second {
+		t.Fatalf("probe out 25s of 30: ok %v wait %s, want refused, waiting at most 5s", ok, wait)
+	}
+	c.add(5 * time.Second)
+	if ok, probe, _ := b.Allow(); !ok || !probe {
+		t.Fatalf("probe out 30s: ok %v probe %v, want another probe", ok, probe)
+	}
+	b.Record(nil, true) // the late outcome of one of them
+	if b.State() != Closed {
+		t.Errorf("a probe's late success did not close the breaker: %s", b.State())
+	}
+}
