@@ -247,7 +247,7 @@ func TestWaitHeldGoesBeforeReceives(t *testing.T) {
 	}
 	got := make(chan bool, 1)
 	go func() {
-		probe, err := b.WaitHeld(context.Background())
+		probe, err := b.WaitHeld(context.Background(), nil)
 		if err != nil {
 			t.Error(err)
 		}
@@ -300,5 +300,17 @@ func TestProbeOutTooLongGivesAnother(t *testing.T) {
 	b.Record(nil, true) // the late outcome of one of them
 	if b.State() != Closed {
 		t.Errorf("a probe's late success did not close the breaker: %s", b.State())
+	}
+}
+
+// WaitHeld returns ErrStopped once its stop channel is closed, the breaker
+// still open.
+func TestWaitHeldStops(t *testing.T) {
+	b, _, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Hour})
+	b.Record(down, false)
+	stop := make(chan struct{})
+	close(stop)
+	if _, err := b.WaitHeld(context.Background(), stop); !errors.Is(err, ErrStopped) {
+		t.Fatalf("WaitHeld = %v, want ErrStopped", err)
 	}
 }
