@@ -314,3 +314,24 @@ func TestWaitHeldStops(t *testing.T) {
 		t.Fatalf("WaitHeld = %v, want ErrStopped", err)
 	}
 }
+
+// TestWaitHeldGoesBeforeReceives without its race: while a held message
+// waits (held counted), a receive's Allow is refused the half-open
+// breaker's probe, and the held waiter's turn takes it.
+func TestHeldWaiterTakesProbeBeforeReceives(t *testing.T) {
+	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: 10 * time.Second})
+	b.Record(down, false)
+	c.add(13 * time.Second) // half-open, no probe out
+	b.lock()
+	b.held = 1
+	b.unlock()
+	if ok, _, _ := b.Allow(); ok {
+		t.Error("a receive took the probe while a held message waited for it")
+	}
+	b.lock()
+	ok, probe, _ := b.allowLocked(true)
+	b.unlock()
+	if !ok || !probe {
+		t.Errorf("the held message's turn: ok %v probe %v, want the probe", ok, probe)
+	}
+}
