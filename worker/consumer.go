@@ -253,15 +253,14 @@ func (c *consumer) stop(ctx context.Context) {
 // when the worker takes the lease for ended (see copiedDeleting).
 func (c *consumer) Delete(j *executor.Job) {
 	j.Acknowledging()
-	var owner ackbatch.Owner = (*deleting)(j)
-	if j.Copied {
-		owner = &copiedDeleting{job: j}
+	e := ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Owner: (*deleting)(j)}
+	if !j.Copied {
+		c.acks.Add(ackbatch.Delete, e)
+		return
 	}
-	c.acks.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID,
-		Owner: owner})
-	if j.Copied {
-		c.acks.Flush(ackbatch.Delete)
-	}
+	e.Owner = &copiedDeleting{job: j}
+	c.acks.Add(ackbatch.Delete, e)
+	c.acks.Flush(ackbatch.Delete)
 }
 
 // Retry makes the message visible again after vis, rounded up to whole

@@ -203,14 +203,15 @@ func (b *Breaker) allowLocked(held bool) (ok, probe bool, wait time.Duration) {
 // Wait blocks until a message may run, and reports whether it runs as the
 // probe. It returns ctx's error when ctx ends first.
 func (b *Breaker) Wait(ctx context.Context) (probe bool, err error) {
-	return b.wait(ctx, false)
+	return b.wait(ctx, nil, false)
 }
 
 // WaitHeld is Wait for a message the runtime holds already (a FIFO
 // message waiting in flight, its group locked by it): while it waits, the
 // probes are its, not a receive's, which could not bring a message of its
-// group anyway.
-func (b *Breaker) WaitHeld(ctx context.Context) (probe bool, err error) {
+// group anyway. It also returns, with ErrStopped, once stop is closed (the
+// runtime stops); a nil stop never is.
+func (b *Breaker) WaitHeld(ctx context.Context, stop <-chan struct{}) (probe bool, err error) {
 	if b == nil {
 		return false, nil
 	}
@@ -223,10 +224,13 @@ func (b *Breaker) WaitHeld(ctx context.Context) (probe bool, err error) {
 		b.signalLocked()
 		b.unlock()
 	}()
-	return b.wait(ctx, true)
+	return b.wait(ctx, stop, true)
 }
 
-func (b *Breaker) wait(ctx context.Context, held bool) (probe bool, err error) {
+// ErrStopped is WaitHeld's error when its stop channel was closed.
+var ErrStopped = errors.New("breaker: wait stopped")
+
+func (b *Breaker) wait(ctx context.Context, stop <-chan struct{}, held bool) (probe bool, err error) {
 	if b == nil {
 		return false, nil
 	}
@@ -243,6 +247,9 @@ func (b *Breaker) wait(ctx context.Context, held bool) (probe bool, err error) {
 		case <-ctx.Done():
 			t.Stop()
 			return false, ctx.Err()
+		case <-stop:
+			t.Stop()
+			return false, ErrStopped
 		case <-changed:
 		case <-t.C:
 		}

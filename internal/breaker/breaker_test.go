@@ -247,7 +247,7 @@ func TestWaitHeldGoesBeforeReceives(t *testing.T) {
 	}
 	got := make(chan bool, 1)
 	go func() {
-		probe, err := b.WaitHeld(context.Background())
+		probe, err := b.WaitHeld(context.Background(), nil)
 		if err != nil {
 			t.Error(err)
 		}
@@ -275,5 +275,63 @@ func TestWaitHeldGoesBeforeReceives(t *testing.T) {
 	b.unlock()
 	if n != 0 {
 		t.Errorf("%d held after WaitHeld returned", n)
+	}
+}
+
+// A probe out for MaxProbeInterval without an outcome (a call that hangs, a
+// handler that ignores its context) frees the breaker for another: before
+// then, Allow refuses and waits no longer than what is left of it; after,
+// the next message goes as the probe, and the late outcome still counts.
+func TestProbeOutTooLongGivesAnother(t *testing.T) {
+	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: 10 * time.Second, MaxProbeInterval: 30 * time.Second, CloseAfter: 1})
+	b.Record(down, false)
+	c.add(13 * time.Second) // half-open
+	if ok, probe, _ := b.Allow(); !ok || !probe {
+		t.Fatal("no probe after the interval")
+	}
+	c.add(25 * time.Second)
+	if ok, _, wait := b.Allow(); ok || wait > 5*time.Second {
+		t.Fatalf("probe out 25s of 30: ok %v wait %s, want refused, waiting at most 5s", ok, wait)
+	}
+	c.add(5 * time.Second)
+	if ok, probe, _ := b.Allow(); !ok || !probe {
+		t.Fatalf("probe out 30s: ok %v probe %v, want another probe", ok, probe)
+	}
+	b.Record(nil, true) // the late outcome of one of them
+	if b.State() != Closed {
+		t.Errorf("a probe's late success did not close the breaker: %s", b.State())
+	}
+}
+
+// WaitHeld returns ErrStopped once its stop channel is closed, the breaker
+// still open.
+func TestWaitHeldStops(t *testing.T) {
+	b, _, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Hour})
+	b.Record(down, false)
+	stop := make(chan struct{})
+	close(stop)
+	if _, err := b.WaitHeld(context.Background(), stop); !errors.Is(err, ErrStopped) {
+		t.Fatalf("WaitHeld = %v, want ErrStopped", err)
+	}
+}
+
+// TestWaitHeldGoesBeforeReceives without its race: while a held message
+// waits (held counted), a receive's Allow is refused the half-open
+// breaker's probe, and the held waiter's turn takes it.
+func TestHeldWaiterTakesProbeBeforeReceives(t *testing.T) {
+	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: 10 * time.Second})
+	b.Record(down, false)
+	c.add(13 * time.Second) // half-open, no probe out
+	b.lock()
+	b.held = 1
+	b.unlock()
+	if ok, _, _ := b.Allow(); ok {
+		t.Error("a receive took the probe while a held message waited for it")
+	}
+	b.lock()
+	ok, probe, _ := b.allowLocked(true)
+	b.unlock()
+	if !ok || !probe {
+		t.Errorf("the held message's turn: ok %v probe %v, want the probe", ok, probe)
 	}
 }

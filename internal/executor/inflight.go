@@ -168,18 +168,7 @@ func (e *Executor) holdLeft(j *Job, stopping <-chan struct{}) (time.Duration, bo
 func (e *Executor) waitProbe(j *Job, end time.Time, stopping <-chan struct{}) (probe bool, err error) {
 	ctx, cancel := context.WithDeadline(j.Ctx, end)
 	defer cancel()
-	if stopping != nil {
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			select {
-			case <-stopping:
-				cancel()
-			case <-stop:
-			}
-		}()
-	}
-	return e.Breaker.WaitHeld(ctx)
+	return e.Breaker.WaitHeld(ctx, stopping)
 }
 
 // heldUntil is the latest the runtime holds j's message: the end of its
