@@ -523,11 +523,11 @@ func (inv *invocation) wait(recs []record, log *slog.Logger) {
 			if rec.started {
 				log.Error("handler still running at the invocation's deadline: it ignores its context; reporting its record failed, to come back after its visibility timeout",
 					"message_id", rec.job.Msg.ID)
-				if rec.job.Probe {
-					// Its outcome may never come (a call that hangs):
-					// the next record probes instead.
-					rec.exec(inv.a).Breaker.Abort()
-				}
+				// A probe's outcome may never come (a call that
+				// hangs): the next record probes instead. Should it
+				// come, late, it no longer settles the breaker (see
+				// breaker.Probe).
+				rec.exec(inv.a).Breaker.Abort(rec.job.Probe)
 			} else {
 				rec.exec(inv.a).Counters.Released.Add(1)
 			}
