@@ -169,7 +169,11 @@ func TestStaleProbeSuccessDoesNotClose(t *testing.T) {
 		case "slow": // the next probe: the hung one returns meanwhile
 			n := ended.n.Load()
 			release()
-			for ended.n.Load() == n {
+			for deadline := time.Now().Add(30 * time.Second); ended.n.Load() == n; {
+				if time.Now().After(deadline) {
+					t.Error("the hung probe did not return once released")
+					break
+				}
 				time.Sleep(time.Millisecond)
 			}
 			return down

@@ -42,10 +42,11 @@ func (s State) String() string {
 
 // Probe names one probe the breaker let through, for Record and Abort:
 // only the probe out now (the current one) settles the half-open state.
-// A probe the breaker gave up on (out for MaxProbeInterval, or aborted by a
-// runtime that gave up on its handler) is stale once another went out: its
-// outcome may still come, late, and must not settle the state on behalf of
-// the newer probe. The zero Probe is none: a message that runs as no probe.
+// A probe given up on is stale: one found out for MaxProbeInterval by a
+// message asking to run, or given back with Abort (by a runtime that gave
+// up on its handler, say). Its outcome may still come, late, and must not
+// settle the state on behalf of a newer probe. The zero Probe is none: a
+// message that runs as no probe.
 type Probe uint32
 
 // Breaker is safe for concurrent use. A nil *Breaker is a disabled one:
