@@ -105,7 +105,9 @@ type BreakerConfig struct {
 	// MaxProbeInterval caps the wait between probes, which doubles after
 	// each failed probe. It is also how long a probe is waited for: one
 	// whose handler has not returned by then (a call that hangs) lets
-	// another probe through, its own outcome still counted when it comes.
+	// another probe through. Its own outcome, should it come, no longer
+	// settles the breaker (the newer probe's does); it counts as any
+	// message's, which changes nothing until the breaker is closed.
 	// Default 60s.
 	MaxProbeInterval time.Duration
 	// CloseAfter is the number of successful probes in a row that close

@@ -3,6 +3,7 @@ package lambda_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/sqstest"
 )
 
@@ -123,5 +125,90 @@ func TestStuckProbeGivesItsTurnBack(t *testing.T) {
 	}
 	if ran.Load() != 2 || len(resp.BatchItemFailures) != 0 {
 		t.Errorf("%d records ran, failures %v: want both run once the dependency is back", ran.Load(), failedIDs(resp))
+	}
+}
+
+// handled counts the handler calls that returned, by the HandlerDuration the
+// executor observes once it has recorded the call's outcome with the
+// circuit breaker.
+type handled struct {
+	metrics.Nop
+	n atomic.Int64
+}
+
+func (h *handled) Observe(name string, _ float64, _ metrics.Dims) {
+	if name == metrics.HandlerDuration {
+		h.n.Add(1)
+	}
+}
+
+// A probe the invocation gave up on (its handler hung past the deadline)
+// whose handler returns late with success, while the next invocation's probe
+// is out and the dependency still down, settles nothing: the newer probe's
+// failure opens the breaker again, and the rest of its invocation's records
+// are postponed, not run against the dependency still down. Before, the
+// stale success closed the breaker, the newer probe's failure then counted
+// for nothing, and the next record ran (and failed, its attempt spent).
+func TestStaleProbeSuccessDoesNotClose(t *testing.T) {
+	t.Parallel()
+	f := newFake("30")
+	down := sqsworker.Unavailable(errors.New("connection refused"))
+	hung := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(hung) }) }
+	t.Cleanup(release)
+	var others atomic.Int64
+	var ended handled
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		switch m.Body {
+		case "down":
+			return down
+		case "hang": // ignores its context, then its call succeeds
+			<-hung
+			return nil
+		case "slow": // the next probe: the hung one returns meanwhile
+			n := ended.n.Load()
+			release()
+			for deadline := time.Now().Add(30 * time.Second); ended.n.Load() == n; {
+				if time.Now().After(deadline) {
+					t.Error("the hung probe did not return once released")
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+			return down
+		}
+		others.Add(1)
+		return down
+	})
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true, Metrics: &ended,
+		Breaker: sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Second, CloseAfter: 1}})
+	url := sqstest.QueueURL("orders")
+	settled := func(ev events.SQSEvent) { // out of the way of the next receive
+		for _, r := range ev.Records {
+			if _, err := f.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &r.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ev := received(t, f, "orders", "down")
+	if resp, err := fn(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("opening the breaker: %v %v", resp, err)
+	}
+	settled(ev)
+	time.Sleep(1500 * time.Millisecond) // the probe interval, jittered by up to a fifth
+	ev = received(t, f, "orders", "hang")
+	invokeBy(t, fn, ev, 2*time.Second)
+	settled(ev)
+	resp, err := fn(context.Background(), received(t, f, "orders", "slow", "x", "y"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := others.Load(); n != 0 || len(resp.BatchItemFailures) != 3 {
+		t.Errorf("%d records ran against the dependency still down, failures %v: want none run, all 3 reported failed", n, failedIDs(resp))
+	}
+	// Postponed to the next probe, not released at once.
+	if v, _, _ := f.Depth(url); v != 0 {
+		t.Errorf("%d records visible at once, want them kept away until the next probe", v)
 	}
 }

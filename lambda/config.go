@@ -92,9 +92,15 @@ type Config struct {
 	// QueueURL turns a record's eventSourceARN into its queue's URL. For
 	// an ARN it cannot map (an error, or an empty URL), the function asks
 	// SQS for the URL of the queue the ARN names (GetQueueUrl, by name and
-	// owner account; once per execution environment, only in the
-	// function's region) and logs a warning. A record whose queue neither
-	// finds, or whose URL names a queue with another ARN (read with the
+	// owner account, only in the function's region) and logs a warning.
+	// The URL found is kept for the execution environment. SQS's answer
+	// that it cannot find the queue (it does not exist, access is denied)
+	// is kept for a minute: the invocations of that minute do not ask
+	// again, and a queue created, or an access granted, later is found
+	// after it. Other failures of the lookup (throttling, server errors,
+	// the network, the lookup's time running out) are not kept: the next
+	// invocation asks again. At most 100 ARNs' answers are kept. A record
+	// whose queue neither finds, or whose URL names a queue with another ARN (read with the
 	// queue's attributes), still runs, but its queue is unknown: a
 	// failure is reported failed with its visibility left alone, never
 	// retried with backoff nor dead-lettered by the function (not even to

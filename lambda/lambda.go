@@ -21,6 +21,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
+	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/internal/outcome"
@@ -124,7 +125,7 @@ func NewHandler(h sqsworker.Handler, cfg Config) (HandlerFunc, error) {
 	if cfg.Host == "" {
 		cfg.Host, _ = os.Hostname()
 	}
-	a := &adapter{h: h, cfg: cfg, recorder: recorder, queues: map[string]*queueState{}, breakers: map[string]*breaker.Breaker{}, lookedUp: map[string]string{}}
+	a := &adapter{h: h, cfg: cfg, recorder: recorder, queues: map[string]*queueState{}, breakers: map[string]*breaker.Breaker{}, lookedUp: map[string]lookup{}}
 	var err2 error
 	if a.unknown, err2 = a.newState(queue.Info{}, false); err2 != nil {
 		return nil, err2
@@ -146,10 +147,38 @@ type adapter struct {
 	mu       sync.Mutex
 	queues   map[string]*queueState      // by URL, refreshed every QueueRefresh
 	breakers map[string]*breaker.Breaker // by URL, for the execution environment
-	// lookedUp holds the URLs of the queues whose ARN Config.QueueURL
-	// could not map, found by GetQueueUrl, by ARN.
-	lookedUp map[string]string
+	// lookedUp holds, by ARN, what GetQueueUrl answered for the queues
+	// whose ARN Config.QueueURL could not map (see queueURL). It grows
+	// with the event source mappings, at most to maxLookups.
+	lookedUp map[string]lookup
 }
+
+// lookup is what GetQueueUrl answered for a queue's ARN: its URL, kept for
+// the execution environment's life, or a definite failure, kept until
+// until.
+type lookup struct {
+	url   string
+	err   error
+	until time.Time
+}
+
+// A definite answer of GetQueueUrl that it cannot find the queue (it does
+// not exist, or access is denied: an error no retry fixes, see
+// awserr.IsFatal) is kept for lookupFailureTTL, so that the records of an
+// ARN nobody maps cost one lookup a minute, not one per invocation, while
+// a queue created, or an access granted, later is found within a minute.
+// Other failures (throttling, server faults, the network, the lookup's
+// time running out) say nothing of the queue and are not kept: the next
+// invocation asks again, as it reads again a queue's attributes whose read
+// failed. At most maxLookups answers are kept: a new one beyond finds room
+// among the failures that have run out, or is not kept.
+const (
+	lookupFailureTTL = time.Minute
+	maxLookups       = 100
+)
+
+// lookupNow is the clock of the lookups kept; tests set it.
+var lookupNow = time.Now
 
 // queueState is what the adapter knows of one queue.
 type queueState struct {
@@ -263,9 +292,10 @@ func (a *adapter) state(ctx context.Context, url string, readBy time.Time, log *
 
 // queueURL returns the URL of the queue arn names, from Config.QueueURL.
 // When that cannot map it, it asks SQS (GetQueueUrl, by the queue's name
-// and owner account, by readBy), once per execution environment, for an ARN
-// of the function's region: a queue of the same name in another region is
-// another queue.
+// and owner account, by readBy), for an ARN of the function's region: a
+// queue of the same name in another region is another queue. The URL found
+// is kept for the execution environment; a definite failure for
+// lookupFailureTTL (see there).
 func (a *adapter) queueURL(ctx context.Context, arn string, readBy time.Time, log *slog.Logger) (string, error) {
 	url, err := a.cfg.QueueURL(arn)
 	if err == nil && url == "" {
@@ -275,10 +305,13 @@ func (a *adapter) queueURL(ctx context.Context, arn string, readBy time.Time, lo
 		return url, nil
 	}
 	a.mu.Lock()
-	url, ok := a.lookedUp[arn]
+	l, ok := a.lookedUp[arn]
 	a.mu.Unlock()
-	if ok {
-		return url, nil
+	switch {
+	case ok && l.err == nil:
+		return l.url, nil
+	case ok && lookupNow().Before(l.until):
+		return "", fmt.Errorf("%w; looking the queue up by name (an answer kept until %s): %w", err, l.until.Format(time.RFC3339), l.err)
 	}
 	name, account, perr := queue.ParseARN(arn)
 	if perr != nil {
@@ -297,15 +330,35 @@ func (a *adapter) queueURL(ctx context.Context, arn string, readBy time.Time, lo
 		lerr = errors.New("GetQueueUrl returned no URL")
 	}
 	if lerr != nil {
+		if awserr.IsFatal(lerr) {
+			a.keepLookup(arn, lookup{err: lerr, until: lookupNow().Add(lookupFailureTTL)})
+		}
 		return "", fmt.Errorf("%w; looking the queue up by name: %w", err, lerr)
 	}
 	url = aws.ToString(out.QueueUrl)
 	log.Warn("Config.QueueURL cannot map the record's eventSourceARN; found its queue by name with GetQueueUrl instead: set Config.QueueURL to a function that maps this ARN",
 		"event_source_arn", arn, "queue", url, "error", err)
-	a.mu.Lock()
-	a.lookedUp[arn] = url
-	a.mu.Unlock()
+	a.keepLookup(arn, lookup{url: url})
 	return url, nil
+}
+
+// keepLookup keeps what GetQueueUrl answered for arn, unless maxLookups
+// answers are kept already and none of them is a failure that has run out.
+func (a *adapter) keepLookup(arn string, l lookup) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.lookedUp[arn]; !ok && len(a.lookedUp) >= maxLookups {
+		now := lookupNow()
+		for k, old := range a.lookedUp {
+			if old.err != nil && !now.Before(old.until) {
+				delete(a.lookedUp, k)
+			}
+		}
+		if len(a.lookedUp) >= maxLookups {
+			return
+		}
+	}
+	a.lookedUp[arn] = l
 }
 
 // record is one record of an invocation and what became of it. It is the
@@ -523,11 +576,11 @@ func (inv *invocation) wait(recs []record, log *slog.Logger) {
 			if rec.started {
 				log.Error("handler still running at the invocation's deadline: it ignores its context; reporting its record failed, to come back after its visibility timeout",
 					"message_id", rec.job.Msg.ID)
-				if rec.job.Probe {
-					// Its outcome may never come (a call that hangs):
-					// the next record probes instead.
-					rec.exec(inv.a).Breaker.Abort()
-				}
+				// A probe's outcome may never come (a call that
+				// hangs): the next record probes instead. Should it
+				// come, late, it no longer settles the breaker (see
+				// breaker.Probe).
+				rec.exec(inv.a).Breaker.Abort(rec.job.Probe)
 			} else {
 				rec.exec(inv.a).Counters.Released.Add(1)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/lambda"
@@ -239,5 +240,192 @@ func TestQueueURLOfAnotherQueueIsUnknown(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), sqstest.QueueARN("orders")) {
 		t.Errorf("no log names the queue Config.QueueURL mapped the record to:\n%s", logs.String())
+	}
+}
+
+// lookups counts the adapter's GetQueueUrl calls.
+type lookups struct {
+	*sqs.Client
+	n atomic.Int64
+}
+
+func (l *lookups) GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error) {
+	l.n.Add(1)
+	return l.Client.GetQueueUrl(ctx, in, opts...)
+}
+
+// On the emulator: the records of an eventSourceARN that Config.QueueURL
+// cannot map, naming a queue that does not exist, cost one GetQueueUrl for
+// the execution environment's invocations of the next minute, not one each:
+// SQS's answer that there is no such queue is kept. The records are still
+// reported failed, left in flight: neither lost nor deleted. Before, every
+// invocation asked again (4 lookups for 4 invocations).
+func TestEmulatorMissingQueueLookedUpOnce(t *testing.T) {
+	t.Parallel()
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{VisibilityTimeout: 60 * time.Second})
+	client := &lookups{Client: sq}
+	var ran atomic.Int64
+	h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+		ran.Add(1)
+		return fmt.Errorf("job failed")
+	})
+	var logs logBuffer
+	fn := newHandler(t, h, lambda.Config{Client: client, DisableHeartbeat: true,
+		QueueURL: func(arn string) (string, error) { return "", fmt.Errorf("no mapping for %s", arn) },
+		Logger:   slog.New(slog.NewTextHandler(&logs, nil))})
+	missing := q.ARN + "-missing"
+	const invocations = 4
+	for i := range invocations {
+		localtest.Send(t, sq, q.URL, "", fmt.Sprint("job ", i))
+		msgs := receiveN(t, sq, q.URL, 1)
+		resp, err := fn(context.Background(), sqstest.SQSEvent(missing, msgs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := failedIDs(resp); len(got) != 1 || got[0] != aws.ToString(msgs[0].MessageId) {
+			t.Errorf("invocation %d: failures %v, want its record", i, got)
+		}
+	}
+	if n := client.n.Load(); n != 1 {
+		t.Errorf("%d GetQueueUrl calls for %d invocations, want 1", n, invocations)
+	}
+	if ran.Load() != invocations {
+		t.Errorf("%d records ran, want %d", ran.Load(), invocations)
+	}
+	if v, i, _ := localtest.Depth(t, sq, q.URL); v != 0 || i != invocations {
+		t.Errorf("%d visible, %d in flight; want every record in flight, its visibility left alone", v, i)
+	}
+	if !strings.Contains(logs.String(), "queue unknown") {
+		t.Errorf("no log says the records' queue is unknown:\n%s", logs.String())
+	}
+}
+
+// SQS's answer that the queue an unmapped eventSourceARN names does not
+// exist is kept a minute, not for the execution environment's life: a queue
+// created later is found once the minute has passed, and its records run
+// as its own. Within the minute no invocation asks again.
+func TestMissingQueueAnswerRunsOut(t *testing.T) { // not parallel: sets the lookup clock
+	clock := sqstest.NewClock(time.Now())
+	lambda.SetLookupClock(t, clock.Now)
+	f := newFake("300")
+	var ran atomic.Int64
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		ran.Add(1)
+		if m.Body == "fail" {
+			return fmt.Errorf("job failed")
+		}
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: f, DisableHeartbeat: true,
+		QueueURL: func(arn string) (string, error) { return "", fmt.Errorf("no mapping for %s", arn) }})
+	later := sqstest.QueueARN("later")
+	invoke := func(ev events.SQSEvent) []string {
+		t.Helper()
+		resp, err := fn(context.Background(), ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return failedIDs(resp)
+	}
+	ev := received(t, f, "orders", "fail")
+	ev.Records[0].EventSourceARN = later
+	if got := invoke(ev); len(got) != 1 {
+		t.Fatalf("failures %v, want the record of the missing queue", got)
+	}
+	f.CreateQueue("later", nil)
+	clock.Advance(30 * time.Second)
+	ev = received(t, f, "orders", "fail")
+	ev.Records[0].EventSourceARN = later
+	if got := invoke(ev); len(got) != 1 {
+		t.Fatalf("failures %v, want the record, its queue still unknown within the minute", got)
+	}
+	if n := f.Calls(sqstest.OpGetQueueUrl); n != 1 {
+		t.Errorf("%d GetQueueUrl calls within the minute, want 1", n)
+	}
+	if n := f.Calls(sqstest.OpChangeMessageVisibilityBatch); n != 0 {
+		t.Errorf("%d visibility changes, want none: the records of an unknown queue are left alone", n)
+	}
+	clock.Advance(31 * time.Second)
+	if got := invoke(received(t, f, "later", "fail")); len(got) != 1 {
+		t.Errorf("failures %v, want the record of the queue created since", got)
+	}
+	if n := f.Calls(sqstest.OpGetQueueUrl); n != 2 {
+		t.Errorf("%d GetQueueUrl calls, want 2: asked again once the minute passed", n)
+	}
+	// Its queue known, the failed record is retried with its backoff.
+	if n := f.Calls(sqstest.OpChangeMessageVisibilityBatch); n != 1 {
+		t.Errorf("%d visibility changes, want the failed record's of the queue found", n)
+	}
+	if ran.Load() != 3 {
+		t.Errorf("%d records ran, want 3", ran.Load())
+	}
+}
+
+// A failure of GetQueueUrl that says nothing of the queue (throttling, a
+// server fault, the network) is not kept: the next invocation asks again
+// and finds the queue.
+func TestTransientLookupFailureNotKept(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	f.CreateQueue("plain", nil) // no redrive policy: no lookup of a dead-letter queue
+	fn := newHandler(t, jobs, lambda.Config{Client: f, DisableHeartbeat: true,
+		QueueURL: func(arn string) (string, error) { return "", fmt.Errorf("no mapping for %s", arn) }})
+	f.FailNext(sqstest.OpGetQueueUrl, &smithy.GenericAPIError{Code: "ThrottlingException", Fault: smithy.FaultServer}, 1)
+	resp, err := fn(context.Background(), received(t, f, "plain", "fail"))
+	if err != nil || len(resp.BatchItemFailures) != 1 || f.Calls(sqstest.OpChangeMessageVisibilityBatch) != 0 {
+		t.Fatalf("throttled lookup: %v %v, %d visibility changes; want the record failed, left alone (its queue unknown)",
+			failedIDs(resp), err, f.Calls(sqstest.OpChangeMessageVisibilityBatch))
+	}
+	resp, err = fn(context.Background(), received(t, f, "plain", "fail"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := f.Calls(sqstest.OpGetQueueUrl); n != 2 {
+		t.Errorf("%d GetQueueUrl calls, want 2: the throttled lookup asked again", n)
+	}
+	// Its queue known, the failed record is retried with backoff: its
+	// visibility changed.
+	if got := failedIDs(resp); len(got) != 1 || f.Calls(sqstest.OpChangeMessageVisibilityBatch) == 0 {
+		t.Errorf("failures %v, %d visibility changes: want the record of the queue found retried with its backoff", got, f.Calls(sqstest.OpChangeMessageVisibilityBatch))
+	}
+}
+
+// The answers kept are bounded: with as many kept as the bound allows, a
+// new missing queue's answer is not kept (its records ask again), until
+// answers run out and make room.
+func TestLookupsKeptBounded(t *testing.T) { // not parallel: sets the lookup clock
+	clock := sqstest.NewClock(time.Now())
+	lambda.SetLookupClock(t, clock.Now)
+	f := sqstest.NewFake()
+	fn := newHandler(t, jobs, lambda.Config{Client: f, DisableHeartbeat: true,
+		QueueURL: func(arn string) (string, error) { return "", fmt.Errorf("no mapping for %s", arn) }})
+	const bound = 100
+	event := func(from, to int) events.SQSEvent {
+		var ev events.SQSEvent
+		for i := from; i < to; i++ {
+			m := types.Message{MessageId: aws.String(fmt.Sprint("m", i)), ReceiptHandle: aws.String(fmt.Sprint("r", i)), Body: aws.String("fail"),
+				Attributes: map[string]string{"ApproximateReceiveCount": "1", "SentTimestamp": fmt.Sprint(time.Now().UnixMilli())}}
+			ev.Records = append(ev.Records, sqstest.SQSEvent(sqstest.QueueARN(fmt.Sprint("missing-", i)), []types.Message{m}).Records...)
+		}
+		return ev
+	}
+	invoke := func(ev events.SQSEvent) {
+		t.Helper()
+		resp, err := fn(context.Background(), ev)
+		if err != nil || len(resp.BatchItemFailures) != len(ev.Records) {
+			t.Fatalf("failures %v, %v; want every record", failedIDs(resp), err)
+		}
+	}
+	invoke(event(0, bound+1))
+	invoke(event(0, bound+1))
+	if n := f.Calls(sqstest.OpGetQueueUrl); n != bound+2 {
+		t.Errorf("%d GetQueueUrl calls, want %d: the answers kept up to the bound, the one beyond asked again", n, bound+2)
+	}
+	clock.Advance(61 * time.Second)
+	invoke(event(bound, bound+1))
+	invoke(event(bound, bound+1))
+	if n := f.Calls(sqstest.OpGetQueueUrl); n != bound+3 {
+		t.Errorf("%d GetQueueUrl calls, want %d: the answers run out made room for the new one", n, bound+3)
 	}
 }

@@ -15,9 +15,9 @@ import (
 
 // dispatch starts the handlers of a received batch. Each message holds one
 // handler slot until it is settled. Their handlers' contexts derive from
-// hctx, which is cancelled at the shutdown deadline. probe is true for the
-// circuit breaker's probe: one message.
-func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bool) {
+// hctx, which is cancelled at the shutdown deadline. probe is the circuit
+// breaker's probe, one message, if it is one (else 0).
+func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe breaker.Probe) {
 	now := time.Now()
 	c.exec.Received(len(msgs))
 	// One array for the batch's jobs and messages rather than allocations
@@ -40,9 +40,7 @@ func (c *consumer) dispatch(hctx context.Context, msgs []types.Message, probe bo
 		}
 	}
 	if c.pollCtx.Err() != nil { // received while stopping
-		if probe {
-			c.exec.Breaker.Abort()
-		}
+		c.exec.Breaker.Abort(probe)
 		if !c.info.FIFO {
 			c.release(jobsOf(rs), false) // not before the last long polls end: see Retry
 			return
@@ -80,7 +78,7 @@ func (c *consumer) dispatchStopping(rs []received) {
 			continue
 		}
 		for _, j := range group {
-			j.Probe = false // the probe was given back above
+			j.Probe = 0 // the probe was given back above
 		}
 		ts = append(ts, task{group: group})
 	}

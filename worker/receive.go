@@ -78,16 +78,14 @@ func (c *consumer) poll(hctx context.Context) {
 			}
 		}
 		want := c.cfg.MaxMessages
-		if probe {
+		if probe != 0 {
 			want = 1
 		}
 		// A rate-limited queue receives no more than it holds tokens for,
 		// and waits for a token without holding slots.
 		if c.w.limits != nil {
 			if c.w.limits.tokens() < 1 && !paused(c.waitToken) {
-				if probe {
-					c.exec.Breaker.Abort()
-				}
+				c.exec.Breaker.Abort(probe)
 				return
 			}
 			want = max(1, min(want, c.w.limits.tokens()))
@@ -107,9 +105,7 @@ func (c *consumer) poll(hctx context.Context) {
 		}
 		n := pool.acquire(c.pollCtx, qi, want)
 		if n == 0 {
-			if probe {
-				c.exec.Breaker.Abort()
-			}
+			c.exec.Breaker.Abort(probe)
 			return
 		}
 		if c.w.limits != nil { // another queue may have spent the tokens meanwhile
@@ -120,9 +116,7 @@ func (c *consumer) poll(hctx context.Context) {
 		}
 		if c.pollCtx.Err() != nil || n == 0 {
 			pool.release(qi, n)
-			if probe {
-				c.exec.Breaker.Abort()
-			}
+			c.exec.Breaker.Abort(probe)
 			if c.pollCtx.Err() != nil {
 				return
 			}
@@ -147,8 +141,8 @@ func (c *consumer) poll(hctx context.Context) {
 		out, err := c.w.api.ReceiveMessage(rctx, in, quietReceive)
 		stopGrace()
 		cancel()
-		if probe && (err != nil || len(out.Messages) == 0) {
-			c.exec.Breaker.Abort()
+		if err != nil || len(out.Messages) == 0 {
+			c.exec.Breaker.Abort(probe)
 		}
 		if err != nil {
 			pool.release(qi, n)

@@ -388,7 +388,7 @@ func TestRunqIdleGoroutinesReturn(t *testing.T) {
 		var ran atomic.Int64
 		release := make(chan struct{})
 		q := servedRunq(size, &wg, func(_ int, tk task) {
-			if tk.job.Probe { // the burst: hold every goroutine at once
+			if tk.job.Probe != 0 { // the burst: hold every goroutine at once
 				<-release
 			}
 			ran.Add(1)
@@ -402,7 +402,7 @@ func TestRunqIdleGoroutinesReturn(t *testing.T) {
 		burst := func(which string) {
 			ts := make([]task, size)
 			for i := range ts {
-				ts[i] = task{job: &executor.Job{Probe: true}}
+				ts[i] = task{job: &executor.Job{Probe: 1}}
 			}
 			q.put(ts...)
 			synctest.Wait()

@@ -40,6 +40,15 @@ func (s State) String() string {
 	return "closed"
 }
 
+// Probe names one probe the breaker let through, for Record and Abort:
+// only the probe out now (the current one) settles the half-open state.
+// A probe given up on is stale: one found out for MaxProbeInterval by a
+// message asking to run, or given back with Abort (by a runtime that gave
+// up on its handler, say). Its outcome may still come, late, and must not
+// settle the state on behalf of a newer probe. The zero Probe is none: a
+// message that runs as no probe.
+type Probe uint32
+
 // Breaker is safe for concurrent use. A nil *Breaker is a disabled one:
 // it always allows and records nothing.
 type Breaker struct {
@@ -55,8 +64,9 @@ type Breaker struct {
 	successes int // successful probes in a row, while half-open
 	interval  time.Duration
 	openUntil time.Time
-	probing   bool          // a probe is out
-	probeAt   time.Time     // when it went out
+	probe     Probe         // the probe out, if any; 0 when none
+	lastProbe Probe         // the last probe given: the next is the one after
+	probeAt   time.Time     // when the probe went out
 	held      int           // messages held in flight waiting in WaitHeld
 	changed   chan struct{} // closed at each state change or freed probe
 	pending   []change      // state changes to report once unlocked
@@ -79,7 +89,7 @@ func (b *Breaker) lock() {
 	b.mu.Lock()
 	if b.state == Open && !b.now().Before(b.openUntil) {
 		b.setLocked(HalfOpen, nil)
-		b.probing = false
+		b.probe = 0
 	}
 }
 
@@ -161,11 +171,11 @@ func (b *Breaker) Counts() (opens, probes int64) {
 }
 
 // Allow reports whether a message may run now. When it may run as the
-// probe, probe is true and the caller must Record its outcome (or Abort).
-// When it may not, wait is how long until it might.
-func (b *Breaker) Allow() (ok, probe bool, wait time.Duration) {
+// probe, probe is not 0 and the caller must Record its outcome (or Abort)
+// with it. When it may not, wait is how long until it might.
+func (b *Breaker) Allow() (ok bool, probe Probe, wait time.Duration) {
 	if b == nil || b.closed.Load() {
-		return true, false, 0
+		return true, 0, 0
 	}
 	b.lock()
 	defer b.unlock()
@@ -174,35 +184,39 @@ func (b *Breaker) Allow() (ok, probe bool, wait time.Duration) {
 
 // allowLocked is Allow; held is true for a message waiting in WaitHeld,
 // whose probes go first.
-func (b *Breaker) allowLocked(held bool) (ok, probe bool, wait time.Duration) {
+func (b *Breaker) allowLocked(held bool) (ok bool, probe Probe, wait time.Duration) {
 	switch b.state {
 	case Closed:
-		return true, false, 0
+		return true, 0, 0
 	case Open:
-		return false, false, b.openUntil.Sub(b.now())
+		return false, 0, b.openUntil.Sub(b.now())
 	}
-	if b.probing && !b.now().Before(b.probeAt.Add(b.cfg.MaxProbeInterval)) {
+	if b.probe != 0 && !b.now().Before(b.probeAt.Add(b.cfg.MaxProbeInterval)) {
 		// Out for MaxProbeInterval: its outcome may never come (a call
 		// to the dependency that hangs, a handler that ignores its
 		// context), and the breaker would take nothing for as long.
-		// Another probe goes; the late outcome still counts.
-		b.probing = false
+		// Another probe goes; should the late outcome come, it is
+		// stale (see Record).
+		b.probe = 0
 	}
-	if b.probing || (!held && b.held > 0) {
+	if b.probe != 0 || (!held && b.held > 0) {
 		wait := b.interval
-		if b.probing {
+		if b.probe != 0 {
 			wait = min(wait, b.probeAt.Add(b.cfg.MaxProbeInterval).Sub(b.now()))
 		}
-		return false, false, wait
+		return false, 0, wait
 	}
-	b.probing, b.probeAt = true, b.now()
+	if b.lastProbe++; b.lastProbe == 0 { // wrapped: 0 is no probe
+		b.lastProbe++
+	}
+	b.probe, b.probeAt = b.lastProbe, b.now()
 	b.probes.Add(1)
-	return true, true, 0
+	return true, b.probe, 0
 }
 
-// Wait blocks until a message may run, and reports whether it runs as the
-// probe. It returns ctx's error when ctx ends first.
-func (b *Breaker) Wait(ctx context.Context) (probe bool, err error) {
+// Wait blocks until a message may run, and returns its probe when it runs
+// as one (else 0). It returns ctx's error when ctx ends first.
+func (b *Breaker) Wait(ctx context.Context) (probe Probe, err error) {
 	return b.wait(ctx, nil, false)
 }
 
@@ -211,9 +225,9 @@ func (b *Breaker) Wait(ctx context.Context) (probe bool, err error) {
 // probes are its, not a receive's, which could not bring a message of its
 // group anyway. It also returns, with ErrStopped, once stop is closed (the
 // runtime stops); a nil stop never is.
-func (b *Breaker) WaitHeld(ctx context.Context, stop <-chan struct{}) (probe bool, err error) {
+func (b *Breaker) WaitHeld(ctx context.Context, stop <-chan struct{}) (probe Probe, err error) {
 	if b == nil {
-		return false, nil
+		return 0, nil
 	}
 	b.lock()
 	b.held++
@@ -230,9 +244,9 @@ func (b *Breaker) WaitHeld(ctx context.Context, stop <-chan struct{}) (probe boo
 // ErrStopped is WaitHeld's error when its stop channel was closed.
 var ErrStopped = errors.New("breaker: wait stopped")
 
-func (b *Breaker) wait(ctx context.Context, stop <-chan struct{}, held bool) (probe bool, err error) {
+func (b *Breaker) wait(ctx context.Context, stop <-chan struct{}, held bool) (probe Probe, err error) {
 	if b == nil {
-		return false, nil
+		return 0, nil
 	}
 	for {
 		b.lock()
@@ -246,10 +260,10 @@ func (b *Breaker) wait(ctx context.Context, stop <-chan struct{}, held bool) (pr
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return false, ctx.Err()
+			return 0, ctx.Err()
 		case <-stop:
 			t.Stop()
-			return false, ErrStopped
+			return 0, ErrStopped
 		case <-changed:
 		case <-t.C:
 		}
@@ -272,34 +286,51 @@ func (b *Breaker) Pause() time.Duration {
 }
 
 // Abort gives back a probe that did not run (a receive that brought
-// nothing, a message released unstarted).
-func (b *Breaker) Abort() {
-	if b == nil {
+// nothing, a message released unstarted), or whose outcome the runtime no
+// longer waits for (a handler still running when the Lambda invocation
+// gave up on it). A stale probe (see Probe) gives back nothing: the turn
+// is another probe's now. Abort(0) does nothing.
+func (b *Breaker) Abort(probe Probe) {
+	if b == nil || probe == 0 {
 		return
 	}
 	b.lock()
-	b.probing = false
-	b.signalLocked()
+	if probe == b.probe {
+		b.probe = 0
+		b.signalLocked()
+	}
 	b.unlock()
 }
 
-// Record reports the outcome of a message that ran; probe says whether it
-// ran as the probe. Only a dependency failure that is not partial
+// Record reports the outcome of a message that ran; probe is the probe it
+// ran as, 0 for none. Only a dependency failure that is not partial
 // (sqsworker.PartlyUnavailable) counts as a failure; every other outcome,
 // a partial one included, as a success.
-func (b *Breaker) Record(err error, probe bool) {
+//
+// Only the current probe's outcome settles the half-open state. A stale
+// probe's (see Probe) counts as an ordinary message's: it ran against the
+// dependency as they do, and its outcome says as much about it as theirs,
+// so it is neither dropped nor given more weight. While the breaker is not
+// closed an ordinary outcome changes nothing (only probes decide), so the
+// stale one neither frees the newer probe's turn nor closes or opens the
+// breaker; once closed, it counts toward the failures in a row, or resets
+// them, as any other would.
+func (b *Breaker) Record(err error, probe Probe) {
 	if b == nil {
 		return
 	}
 	dep := b.counts(err)
-	if !probe && !dep && b.clean.Load() {
+	if probe == 0 && !dep && b.clean.Load() {
 		return // closed with no failure counted: nothing to reset
 	}
 	b.lock()
 	defer b.unlock()
+	if probe != b.probe {
+		probe = 0 // stale, or none: an ordinary outcome
+	}
 	switch {
-	case probe:
-		b.probing = false
+	case probe != 0:
+		b.probe = 0
 		b.signalLocked()
 		if b.state != HalfOpen {
 			return

@@ -36,15 +36,15 @@ var down = sqsworker.Unavailable(errors.New("connection refused"))
 
 func TestOpensAfterThresholdInARow(t *testing.T) {
 	b, _, changes := newTest(sqsworker.BreakerConfig{Threshold: 3})
-	b.Record(down, false)
-	b.Record(down, false)
-	b.Record(errors.New("bad message"), false) // not a dependency failure: resets
-	b.Record(down, false)
-	b.Record(down, false)
+	b.Record(down, 0)
+	b.Record(down, 0)
+	b.Record(errors.New("bad message"), 0) // not a dependency failure: resets
+	b.Record(down, 0)
+	b.Record(down, 0)
 	if b.State() != Closed {
 		t.Fatal("opened before 3 dependency failures in a row")
 	}
-	b.Record(down, false)
+	b.Record(down, 0)
 	if b.State() != Open {
 		t.Fatal("not open after 3 dependency failures in a row")
 	}
@@ -58,38 +58,38 @@ func TestOpensAfterThresholdInARow(t *testing.T) {
 
 func TestProbesThenCloses(t *testing.T) {
 	b, c, changes := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: 10 * time.Second, MaxProbeInterval: 30 * time.Second})
-	b.Record(down, false)
+	b.Record(down, 0)
 	c.add(13 * time.Second)
 	ok, probe, _ := b.Allow()
-	if !ok || !probe {
+	if !ok || probe == 0 {
 		t.Fatalf("after the interval: ok %v probe %v, want the probe", ok, probe)
 	}
 	if ok, _, _ := b.Allow(); ok {
 		t.Fatal("a second message allowed while the probe is out")
 	}
 	// The probe fails: open again for twice as long.
-	b.Record(down, true)
+	b.Record(down, probe)
 	if ok, _, wait := b.Allow(); ok || wait < 16*time.Second || wait > 24*time.Second {
 		t.Fatalf("after a failed probe: ok %v wait %s, want 20s±20%%", ok, wait)
 	}
 	c.add(25 * time.Second)
-	if _, probe, _ = b.Allow(); !probe {
+	if _, probe, _ = b.Allow(); probe == 0 {
 		t.Fatal("no probe after the doubled interval")
 	}
-	b.Record(down, true) // doubles again, capped at 30s
+	b.Record(down, probe) // doubles again, capped at 30s
 	if _, _, wait := b.Allow(); wait > 36*time.Second {
 		t.Fatalf("wait %s beyond MaxProbeInterval", wait)
 	}
 	c.add(40 * time.Second)
-	if _, probe, _ = b.Allow(); !probe {
+	if _, probe, _ = b.Allow(); probe == 0 {
 		t.Fatal("no probe after the capped interval")
 	}
-	b.Abort() // a receive that brought nothing
+	b.Abort(probe) // a receive that brought nothing
 	ok, probe, _ = b.Allow()
-	if !ok || !probe {
+	if !ok || probe == 0 {
 		t.Fatal("the probe was not given back by Abort")
 	}
-	b.Record(nil, true)
+	b.Record(nil, probe)
 	if b.State() != HalfOpen {
 		t.Fatal("closed after one successful probe, want CloseAfter 2")
 	}
@@ -114,7 +114,7 @@ func TestClassesAndNil(t *testing.T) {
 	if ok, _, _ := nb.Allow(); !ok || nb.State() != Closed {
 		t.Error("a nil breaker must allow")
 	}
-	nb.Record(down, false)
+	nb.Record(down, 0)
 	if New(sqsworker.BreakerConfig{Disabled: true}, nil) != nil {
 		t.Error("Disabled gives a breaker")
 	}
@@ -122,7 +122,7 @@ func TestClassesAndNil(t *testing.T) {
 
 func TestWaitWakesAndCancels(t *testing.T) {
 	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Hour})
-	b.Record(down, false)
+	b.Record(down, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { _, err := b.Wait(ctx); done <- err }()
@@ -132,15 +132,15 @@ func TestWaitWakesAndCancels(t *testing.T) {
 	}
 	c.add(2 * time.Hour)
 	probe, err := b.Wait(context.Background())
-	if err != nil || !probe {
+	if err != nil || probe == 0 {
 		t.Fatalf("Wait = %v, %v; want the probe", probe, err)
 	}
-	got := make(chan bool, 1)
+	got := make(chan Probe, 1)
 	go func() { p, _ := b.Wait(context.Background()); got <- p }()
-	b.Record(nil, true) // frees the probe: the waiter gets the next one
+	b.Record(nil, probe) // frees the probe: the waiter gets the next one
 	select {
 	case p := <-got:
-		if !p {
+		if p == 0 {
 			t.Error("second waiter did not get a probe")
 		}
 	case <-time.After(10 * time.Second):
@@ -170,8 +170,8 @@ func TestMirrorsMatchStateWheneverUnlocked(t *testing.T) {
 				_ = b.State()
 				switch {
 				case !ok:
-				case probe && i%7 == 0:
-					b.Abort()
+				case probe != 0 && i%7 == 0:
+					b.Abort(probe)
 				case rand.N(2) == 0:
 					b.Record(down, probe)
 				default:
@@ -210,26 +210,27 @@ func TestPartialFailureNotCounted(t *testing.T) {
 		t.Error("a partial failure is not a dependency failure to the runtimes: it would be dead-lettered")
 	}
 	for range 10 {
-		b.Record(part, false)
+		b.Record(part, 0)
 	}
 	if b.State() != Closed {
 		t.Fatal("opened by partial failures")
 	}
-	b.Record(down, false)
-	b.Record(part, false)
-	b.Record(down, false)
+	b.Record(down, 0)
+	b.Record(part, 0)
+	b.Record(down, 0)
 	if b.State() != Closed {
 		t.Fatal("a partial failure did not break the run of dependency failures")
 	}
-	b.Record(down, false)
+	b.Record(down, 0)
 	if b.State() != Open {
 		t.Fatal("not open after 2 dependency failures in a row")
 	}
 	c.add(2 * time.Second)
-	if ok, probe, _ := b.Allow(); !ok || !probe {
+	ok, probe, _ := b.Allow()
+	if !ok || probe == 0 {
 		t.Fatal("no probe after the interval")
 	}
-	b.Record(part, true)
+	b.Record(part, probe)
 	if b.State() != Closed {
 		t.Errorf("a probe failing partly did not close the breaker: %s", b.State())
 	}
@@ -240,12 +241,13 @@ func TestPartialFailureNotCounted(t *testing.T) {
 // again by a receive while it waits.
 func TestWaitHeldGoesBeforeReceives(t *testing.T) {
 	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: 10 * time.Second})
-	b.Record(down, false)
+	b.Record(down, 0)
 	c.add(13 * time.Second) // half-open
-	if ok, probe, _ := b.Allow(); !ok || !probe {
-		t.Fatalf("Allow = %v, %v; want the probe", ok, probe)
+	ok, received, _ := b.Allow()
+	if !ok || received == 0 {
+		t.Fatalf("Allow = %v, %v; want the probe", ok, received)
 	}
-	got := make(chan bool, 1)
+	got := make(chan Probe, 1)
 	go func() {
 		probe, err := b.WaitHeld(context.Background(), nil)
 		if err != nil {
@@ -262,14 +264,15 @@ func TestWaitHeldGoesBeforeReceives(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	b.Abort() // the receive brought nothing
+	b.Abort(received) // the receive brought nothing
 	if ok, _, _ := b.Allow(); ok {
 		t.Error("a receive took the probe while a held message waited for it")
 	}
-	if probe := <-got; !probe {
+	probe := <-got
+	if probe == 0 {
 		t.Error("WaitHeld did not run as the probe")
 	}
-	b.Record(nil, true)
+	b.Record(nil, probe)
 	b.lock()
 	n := b.held
 	b.unlock()
@@ -281,12 +284,13 @@ func TestWaitHeldGoesBeforeReceives(t *testing.T) {
 // A probe out for MaxProbeInterval without an outcome (a call that hangs, a
 // handler that ignores its context) frees the breaker for another: before
 // then, Allow refuses and waits no longer than what is left of it; after,
-// the next message goes as the probe, and the late outcome still counts.
+// the next message goes as the probe, and its outcome settles the breaker
+// (a stale one's does not: see TestStaleProbeSuccessDoesNotClose).
 func TestProbeOutTooLongGivesAnother(t *testing.T) {
 	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: 10 * time.Second, MaxProbeInterval: 30 * time.Second, CloseAfter: 1})
-	b.Record(down, false)
+	b.Record(down, 0)
 	c.add(13 * time.Second) // half-open
-	if ok, probe, _ := b.Allow(); !ok || !probe {
+	if ok, probe, _ := b.Allow(); !ok || probe == 0 {
 		t.Fatal("no probe after the interval")
 	}
 	c.add(25 * time.Second)
@@ -294,12 +298,13 @@ func TestProbeOutTooLongGivesAnother(t *testing.T) {
 		t.Fatalf("probe out 25s of 30: ok %v wait %s, want refused, waiting at most 5s", ok, wait)
 	}
 	c.add(5 * time.Second)
-	if ok, probe, _ := b.Allow(); !ok || !probe {
+	ok, probe, _ := b.Allow()
+	if !ok || probe == 0 {
 		t.Fatalf("probe out 30s: ok %v probe %v, want another probe", ok, probe)
 	}
-	b.Record(nil, true) // the late outcome of one of them
+	b.Record(nil, probe)
 	if b.State() != Closed {
-		t.Errorf("a probe's late success did not close the breaker: %s", b.State())
+		t.Errorf("the newer probe's success did not close the breaker: %s", b.State())
 	}
 }
 
@@ -307,7 +312,7 @@ func TestProbeOutTooLongGivesAnother(t *testing.T) {
 // still open.
 func TestWaitHeldStops(t *testing.T) {
 	b, _, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Hour})
-	b.Record(down, false)
+	b.Record(down, 0)
 	stop := make(chan struct{})
 	close(stop)
 	if _, err := b.WaitHeld(context.Background(), stop); !errors.Is(err, ErrStopped) {
@@ -320,7 +325,7 @@ func TestWaitHeldStops(t *testing.T) {
 // breaker's probe, and the held waiter's turn takes it.
 func TestHeldWaiterTakesProbeBeforeReceives(t *testing.T) {
 	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: 10 * time.Second})
-	b.Record(down, false)
+	b.Record(down, 0)
 	c.add(13 * time.Second) // half-open, no probe out
 	b.lock()
 	b.held = 1
@@ -331,7 +336,7 @@ func TestHeldWaiterTakesProbeBeforeReceives(t *testing.T) {
 	b.lock()
 	ok, probe, _ := b.allowLocked(true)
 	b.unlock()
-	if !ok || !probe {
+	if !ok || probe == 0 {
 		t.Errorf("the held message's turn: ok %v probe %v, want the probe", ok, probe)
 	}
 }

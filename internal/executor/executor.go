@@ -66,8 +66,10 @@ type Job struct {
 	// Log, when set, replaces the executor's Log for this message (the
 	// Lambda adapter's carries the request ID).
 	Log *slog.Logger
-	// Probe is true when the message runs as the circuit breaker's probe.
-	Probe bool
+	// Probe is the circuit breaker's probe the message runs as, 0 when it
+	// runs as none: a probe the breaker has since given up on no longer
+	// settles it (see breaker.Probe).
+	Probe breaker.Probe
 	// Copied is set before Acker.Delete when a copy of the message was
 	// sent (to the dead-letter queue, or a waiting copy): until the
 	// original is deleted, both are in the queues, and a crash then
@@ -211,9 +213,8 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 	// Unless the runtime held it already, or found nothing to hold.
 	if !j.holdChecked {
 		if held, gone := e.hold(j, ack); held {
-			if j.Probe { // not a probe after all: let the next message be one
-				e.Breaker.Abort()
-			}
+			// Not a probe after all: let the next message be one.
+			e.Breaker.Abort(j.Probe)
 			return gone
 		}
 	}
@@ -258,7 +259,7 @@ func (e *Executor) call(j *Job) (end time.Time, took time.Duration, err error) {
 	}
 	e.inFlight(1)
 	start := time.Now()
-	if j.Probe {
+	if j.Probe != 0 {
 		c.BreakerProbes.Add(1)
 		e.Metrics.Add(metrics.BreakerProbes, 1, e.Queue)
 	}

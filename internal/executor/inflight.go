@@ -32,24 +32,24 @@ const inFlightReserve = 2 * time.Second
 // waitInFlight keeps j's message in flight after its handler returned err,
 // when it is a FIFO queue's message on its last receive and err asks for a
 // wait without an attempt (see above). It reports whether to run the
-// handler again, and whether as the circuit breaker's probe.
-func (e *Executor) waitInFlight(j *Job, ack Acker, err error) (again, probe bool) {
+// handler again, and the circuit breaker's probe it runs as, if any.
+func (e *Executor) waitInFlight(j *Job, ack Acker, err error) (again bool, probe breaker.Probe) {
 	if !e.Requeue.FIFO || !e.OnLastReceive(j) {
-		return false, false
+		return false, 0
 	}
 	m := j.Msg
 	var ra *sqsworker.RetryAfterError
 	postponed := errors.As(err, &ra) && ra.Err == nil
 	dependency := !postponed && e.Breaker.IsDependencyFailure(err)
 	if !postponed && !dependency {
-		return false, false
+		return false, 0
 	}
 	var stopping <-chan struct{}
 	if l, ok := ack.(CopyLimiter); ok {
 		stopping = l.CopyStopping()
 	}
 	if closed(stopping) || j.Ctx.Err() != nil {
-		return false, false
+		return false, 0
 	}
 	// The delay the handler asked for, or its backoff, at least the
 	// backoff of the waits in flight so far (copyBackoff), so that a
@@ -67,12 +67,12 @@ func (e *Executor) waitInFlight(j *Job, ack Acker, err error) (again, probe bool
 		remaining = max(remaining, e.Breaker.Pause())
 	}
 	if j.Lease == nil && time.Until(j.heldUntil())-inFlightReserve < remaining {
-		return false, false // its visibility timeout ends first
+		return false, 0 // its visibility timeout ends first
 	}
 	j.log(e).Warn("FIFO message on the last receive its redrive policy allows, waiting without an attempt: kept in flight and run again, "+
 		"as a new receive would move it to the dead-letter queue", "message_id", m.ID, "retry_in", remaining, "error", err)
 	if again, probe = e.holdInFlight(j, remaining, stopping); !again {
-		return false, false // settled as before, counted there
+		return false, 0 // settled as before, counted there
 	}
 	c := e.Counters
 	if postponed {
@@ -89,43 +89,43 @@ func (e *Executor) waitInFlight(j *Job, ack Acker, err error) (again, probe bool
 
 // holdInFlight waits remaining, then until the circuit breaker lets j's
 // message run, while the runtime holds it (see waitInFlight), and reports
-// whether to run it again, and whether as the probe.
-func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan struct{}) (again, probe bool) {
+// whether to run it again, and the probe it runs as, if any.
+func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan struct{}) (again bool, probe breaker.Probe) {
 	for {
 		for remaining > 0 {
 			left, ok := e.holdLeft(j, stopping)
 			if !ok { // once more at the stop, else settled as before
-				return closed(stopping) && j.Held(time.Now()), false
+				return closed(stopping) && j.Held(time.Now()), 0
 			}
 			step := min(remaining, left)
 			start := time.Now()
 			switch copyWait(step, j.Ctx.Done(), stopping) {
 			case nil: // the step's time
 			case stopping:
-				return true, false // once more, at once: it is released after
+				return true, 0 // once more, at once: it is released after
 			default:
-				return false, false // the lease was lost, or the runtime's deadline
+				return false, 0 // the lease was lost, or the runtime's deadline
 			}
 			remaining -= time.Since(start)
 		}
 		if e.Breaker.State() == breaker.Closed {
-			return true, false
+			return true, 0
 		}
 		// Open: wait for a probe, taking it before the receives do,
 		// within the lease as it stands (the heartbeat moves it on, and
 		// holdLeft waits for that on the next round).
 		left, ok := e.holdLeft(j, stopping)
 		if !ok {
-			return closed(stopping) && j.Held(time.Now()), false
+			return closed(stopping) && j.Held(time.Now()), 0
 		}
 		probe, err := e.waitProbe(j, time.Now().Add(left), stopping)
 		switch {
 		case err == nil:
 			return true, probe
 		case closed(stopping):
-			return true, false
+			return true, 0
 		case j.Ctx.Err() != nil:
-			return false, false
+			return false, 0
 		}
 	}
 }
@@ -165,7 +165,7 @@ func (e *Executor) holdLeft(j *Job, stopping <-chan struct{}) (time.Duration, bo
 // waitProbe waits, until end, for the circuit breaker to let j's message
 // run (see breaker.Breaker.WaitHeld), or for j.Ctx to end, or stopping to
 // be closed.
-func (e *Executor) waitProbe(j *Job, end time.Time, stopping <-chan struct{}) (probe bool, err error) {
+func (e *Executor) waitProbe(j *Job, end time.Time, stopping <-chan struct{}) (probe breaker.Probe, err error) {
 	ctx, cancel := context.WithDeadline(j.Ctx, end)
 	defer cancel()
 	return e.Breaker.WaitHeld(ctx, stopping)
