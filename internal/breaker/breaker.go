@@ -285,8 +285,11 @@ func (b *Breaker) Abort() {
 
 // Record reports the outcome of a message that ran; probe says whether it
 // ran as the probe. Only a dependency failure that is not partial
-// (sqsworker.PartlyUnavailable) counts as a failure; every other outcome,
-// a partial one included, as a success.
+// (sqsworker.PartlyUnavailable) counts as a failure; a postponement
+// (sqsworker.RetryAfter with a nil error: the handler put the job off, so
+// that it says nothing of the dependency) counts as nothing, and a probe
+// postponed gives its turn to the next message; every other outcome, a
+// partial failure included, counts as a success.
 func (b *Breaker) Record(err error, probe bool) {
 	if b == nil {
 		return
@@ -295,13 +298,17 @@ func (b *Breaker) Record(err error, probe bool) {
 	if !probe && !dep && b.clean.Load() {
 		return // closed with no failure counted: nothing to reset
 	}
+	postponed := !dep && isPostponed(err)
+	if postponed && !probe {
+		return
+	}
 	b.lock()
 	defer b.unlock()
 	switch {
 	case probe:
 		b.probing = false
 		b.signalLocked()
-		if b.state != HalfOpen {
+		if postponed || b.state != HalfOpen {
 			return
 		}
 		if dep {
@@ -339,3 +346,10 @@ func (b *Breaker) signalLocked() {
 
 // ErrOpen is the cause of a message postponed because the breaker is open.
 var ErrOpen = errors.New("circuit breaker open: a dependency is unavailable")
+
+// isPostponed reports whether err is a postponement: a
+// sqsworker.RetryAfterError with a nil Err.
+func isPostponed(err error) bool {
+	var ra *sqsworker.RetryAfterError
+	return err != nil && errors.As(err, &ra) && ra.Err == nil
+}
