@@ -13,10 +13,10 @@
 //     [sqsworker.Unavailable] or, better here, [sqsworker.PartlyUnavailable])
 //     adds to its key's failures in a row; a success clears them;
 //   - after Config.Failures in a row the key opens: its jobs are not run but
-//     come back after the key's open interval (an [OpenError], marked
-//     PartlyUnavailable, with a [sqsworker.RetryAfter] delay), so that they
-//     are never moved to the dead-letter queue for it and the runtime's own
-//     breaker stays closed;
+//     postponed ([sqsworker.RetryAfter] with a nil error) until the key's
+//     open interval ends: never moved to the dead-letter queue for it, not
+//     counted as failures, and counted as nothing by the runtime's own
+//     breaker, which PartlyUnavailable failures leave closed;
 //   - once the interval has passed, one job of the key runs as its probe: a
 //     success closes the key, a failure opens it again for twice as long, up
 //     to Config.MaxOpenFor.

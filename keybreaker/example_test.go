@@ -43,17 +43,17 @@ func Example() {
 	}
 	for range 4 {
 		err := h.HandleMessage(context.Background(), job("https://down.example.com/hook"))
-		var open *keybreaker.OpenError
-		fmt.Printf("down: open %v, never dead-lettered %v\n", errors.As(err, &open), sqsworker.IsUnavailable(err))
+		var ra *sqsworker.RetryAfterError
+		fmt.Printf("down: postponed %v\n", errors.As(err, &ra) && ra.Err == nil)
 	}
 	fmt.Println("up:", h.HandleMessage(context.Background(), job("https://up.example.com/hook")))
 	s := kb.Stats()
 	fmt.Printf("open keys %d, opens %d, jobs skipped %d\n", s.Open, s.Opens, s.Skipped)
 	// Output:
-	// down: open false, never dead-lettered true
-	// down: open false, never dead-lettered true
-	// down: open false, never dead-lettered true
-	// down: open true, never dead-lettered true
+	// down: postponed false
+	// down: postponed false
+	// down: postponed false
+	// down: postponed true
 	// up: <nil>
 	// open keys 1, opens 1, jobs skipped 1
 }

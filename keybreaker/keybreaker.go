@@ -59,26 +59,6 @@ const (
 	DefaultMaxKeys      = 10_000
 )
 
-// OpenError is the error of a job not run because its key's breaker is
-// open. The middleware returns it wrapped in [sqsworker.PartlyUnavailable]
-// and [sqsworker.RetryAfter]; detect it with errors.As.
-type OpenError struct {
-	// Key is the job's key.
-	Key string
-	// Failures is how many failures in a row opened the breaker, the
-	// probes that failed since included.
-	Failures int
-	// Cause is the last failure's error.
-	Cause error
-}
-
-func (e *OpenError) Error() string {
-	return fmt.Sprintf("keybreaker: key %q is open after %d failures in a row; its jobs wait for a probe to succeed: %v", e.Key, e.Failures, e.Cause)
-}
-
-// Unwrap returns the last failure's error.
-func (e *OpenError) Unwrap() error { return e.Cause }
-
 // Stats counts a [Breaker]'s work since New.
 type Stats struct {
 	// Tracked is the number of keys tracked now (with failures, open or
@@ -87,7 +67,7 @@ type Stats struct {
 	// Opens counts the times a key's breaker opened (a failed probe
 	// reopening it included).
 	Opens int64
-	// Skipped counts the jobs not run because their key was open.
+	// Skipped counts the jobs postponed unrun because their key was open.
 	Skipped int64
 	// Probes counts the jobs let through as a key's probe.
 	Probes int64
@@ -108,8 +88,7 @@ type Breaker struct {
 
 type entry struct {
 	key      string
-	failures int   // in a row
-	last     error // the last failure
+	failures int // in a row
 	open     bool
 	interval time.Duration // the current open interval
 	probeAt  time.Time     // open: when a probe may go
@@ -181,11 +160,11 @@ func (b *Breaker) Stats() Stats {
 }
 
 // Middleware runs next for the jobs whose key is not open. A job whose key
-// is open is not run: it returns an [OpenError], marked
-// [sqsworker.PartlyUnavailable] (the runtimes never move it to the
-// dead-letter queue for it, and their circuit breaker does not count it),
-// with a [sqsworker.RetryAfter] delay that brings it back about when its
-// key's probe may go. Once a key's OpenFor has passed, the first of its jobs
+// is open is not run but postponed: the middleware returns
+// [sqsworker.RetryAfter] with a nil error and a delay that brings it back
+// about when its key's probe may go. The runtimes count it as postponed, not
+// failed, log it at debug level only, never move it to the dead-letter queue
+// for it, and their own circuit breaker counts it as nothing. Once a key's OpenFor has passed, the first of its jobs
 // to come runs as the probe, while the others wait again; the probe's
 // success closes the key, its failure opens it for twice as long (up to
 // MaxOpenFor).
@@ -238,8 +217,7 @@ func (b *Breaker) admit(key string) (probe uint64, err error) {
 	b.stats.Skipped++
 	// Up to a tenth of the interval later, so that a key's backlog does
 	// not all come back at the instant its probe may go.
-	wait += rand.N(e.interval/10 + 1)
-	return 0, sqsworker.RetryAfter(wait, sqsworker.PartlyUnavailable(&OpenError{Key: key, Failures: e.failures, Cause: e.last}))
+	return 0, sqsworker.RetryAfter(wait+rand.N(e.interval/10+1), nil)
 }
 
 // record counts the outcome of a job of key that ran, as its probe when
@@ -284,7 +262,6 @@ func (b *Breaker) record(key string, probe uint64, err error) {
 		b.order.MoveToFront(el)
 	}
 	e.failures++
-	e.last = err
 	now := b.now()
 	switch {
 	case e.open: // the probe failed

@@ -68,13 +68,12 @@ func (h *handler) fail(key string, n int) {
 	}
 }
 
-// skipped asserts that err is an open key's, and returns its delay.
+// skipped asserts that err postpones the job, and returns its delay.
 func skipped(t *testing.T, err error) time.Duration {
 	t.Helper()
-	var open *keybreaker.OpenError
 	var ra *sqsworker.RetryAfterError
-	if !errors.As(err, &open) || !errors.As(err, &ra) || !sqsworker.IsPartlyUnavailable(err) {
-		t.Fatalf("error %v: want an OpenError, PartlyUnavailable, with RetryAfter", err)
+	if !errors.As(err, &ra) || ra.Err != nil {
+		t.Fatalf("error %v: want a postponement, RetryAfter with a nil error", err)
 	}
 	return ra.Delay
 }
@@ -223,7 +222,7 @@ func TestOnlyCountedFailuresCount(t *testing.T) {
 	for _, body := range []string{"bad payload", "plain", "bad payload", "plain"} {
 		m := job("a")
 		m.Body = body
-		if err := mw.HandleMessage(context.Background(), m); errors.As(err, new(*keybreaker.OpenError)) {
+		if err := mw.HandleMessage(context.Background(), m); errors.As(err, new(*sqsworker.RetryAfterError)) {
 			t.Fatalf("%s: key opened", body)
 		}
 	}
