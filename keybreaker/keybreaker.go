@@ -3,6 +3,8 @@ package keybreaker
 import (
 	"container/list"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,7 +19,8 @@ import (
 type Config struct {
 	// Key returns the key a message's job depends on: the webhook
 	// endpoint's URL or host, the tenant whose API it calls. A message
-	// whose key is empty is handled untracked. Required.
+	// whose key is empty is handled untracked; a key over 256 bytes is
+	// tracked (and logged) as its SHA-256. Required.
 	Key func(*sqsworker.Message) string
 	// Failures is how many failures in a row open a key's breaker.
 	// Default 10.
@@ -72,6 +75,11 @@ type Stats struct {
 	// Probes counts the jobs let through as a key's probe.
 	Probes int64
 }
+
+// maxKeyLen is the longest key kept as it is; a longer one (a key taken
+// from a body of up to 1 MiB, say) is kept as its SHA-256, so that MaxKeys
+// bounds the memory too.
+const maxKeyLen = 256
 
 // Breaker is a circuit breaker per key. Use it as handler middleware
 // ([Breaker.Middleware]). It is safe for concurrent use.
@@ -173,6 +181,10 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 		key := b.cfg.Key(m)
 		if key == "" {
 			return next.HandleMessage(ctx, m)
+		}
+		if len(key) > maxKeyLen {
+			sum := sha256.Sum256([]byte(key))
+			key = "sha256:" + hex.EncodeToString(sum[:])
 		}
 		probe, err := b.admit(key)
 		if err != nil {

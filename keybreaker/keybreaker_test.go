@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -285,5 +286,27 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 	// An OpenFor above the default MaxOpenFor raises it.
 	if _, err := keybreaker.New(keybreaker.Config{Key: key, OpenFor: 2 * time.Hour}); err != nil {
 		t.Errorf("OpenFor 2h alone: %v", err)
+	}
+}
+
+// Keys up to 1 MiB (taken from a body, say) are kept as their hashes: the
+// memory MaxKeys bounds does not grow with them, and distinct keys stay
+// distinct.
+func TestLongKeysKeptAsHashes(t *testing.T) {
+	b, _ := newBreaker(t, keybreaker.Config{Failures: 1, MaxKeys: 50})
+	mw := b.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return errDown }))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range 50 {
+		_ = mw.HandleMessage(context.Background(), job(strings.Repeat("k", 1<<20-3)+fmt.Sprintf("%03d", i)))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 1<<20 {
+		t.Errorf("50 keys of 1 MiB held %d bytes", grew)
+	}
+	if s := b.Stats(); s.Open != 50 {
+		t.Errorf("stats %+v, want 50 distinct keys open", s)
 	}
 }
