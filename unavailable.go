@@ -91,8 +91,13 @@ func IsPartlyUnavailable(err error) bool {
 // not started are released; the Lambda adapter postpones the records it is
 // given. After ProbeInterval (jittered, doubling up to MaxProbeInterval
 // while probes fail) it lets one message through as a probe; CloseAfter
-// successful probes in a row close it. Any outcome other than a dependency
-// failure (success, or a failure of the message itself) counts as a success.
+// successful probes in a row close it. A postponement ([RetryAfter] with a
+// nil error, which says nothing of the dependency: an idempotency duplicate
+// waiting for its claim, a job of a key its own breaker holds back, see the
+// keybreaker package) counts as nothing: it does not break a run of
+// failures, and a probe postponed lets the next message probe. Any other
+// outcome than a dependency failure (success, or a failure of the message
+// itself) counts as a success.
 type BreakerConfig struct {
 	// Disabled turns the breaker off.
 	Disabled bool

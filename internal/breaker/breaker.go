@@ -304,8 +304,11 @@ func (b *Breaker) Abort(probe Probe) {
 
 // Record reports the outcome of a message that ran; probe is the probe it
 // ran as, 0 for none. Only a dependency failure that is not partial
-// (sqsworker.PartlyUnavailable) counts as a failure; every other outcome,
-// a partial one included, as a success.
+// (sqsworker.PartlyUnavailable) counts as a failure; a postponement
+// (sqsworker.RetryAfter with a nil error: the handler put the job off, so
+// that it says nothing of the dependency) counts as nothing, and a probe
+// postponed gives its turn to the next message; every other outcome, a
+// partial failure included, counts as a success.
 //
 // Only the current probe's outcome settles the half-open state. A stale
 // probe's (see Probe) counts as an ordinary message's: it ran against the
@@ -323,6 +326,10 @@ func (b *Breaker) Record(err error, probe Probe) {
 	if probe == 0 && !dep && b.clean.Load() {
 		return // closed with no failure counted: nothing to reset
 	}
+	postponed := !dep && isPostponed(err)
+	if postponed && probe == 0 {
+		return
+	}
 	b.lock()
 	defer b.unlock()
 	if probe != b.probe {
@@ -332,7 +339,7 @@ func (b *Breaker) Record(err error, probe Probe) {
 	case probe != 0:
 		b.probe = 0
 		b.signalLocked()
-		if b.state != HalfOpen {
+		if postponed || b.state != HalfOpen {
 			return
 		}
 		if dep {
@@ -343,6 +350,7 @@ func (b *Breaker) Record(err error, probe Probe) {
 			b.failures = 0
 			b.setLocked(Closed, nil)
 		}
+	case postponed: // a stale probe's: nothing, as any other's
 	case b.state != Closed:
 		// Messages that were running when the breaker opened: only
 		// probes decide now.
@@ -370,3 +378,10 @@ func (b *Breaker) signalLocked() {
 
 // ErrOpen is the cause of a message postponed because the breaker is open.
 var ErrOpen = errors.New("circuit breaker open: a dependency is unavailable")
+
+// isPostponed reports whether err is a postponement: a
+// sqsworker.RetryAfterError with a nil Err.
+func isPostponed(err error) bool {
+	var ra *sqsworker.RetryAfterError
+	return err != nil && errors.As(err, &ra) && ra.Err == nil
+}

@@ -340,3 +340,40 @@ func TestHeldWaiterTakesProbeBeforeReceives(t *testing.T) {
 		t.Errorf("the held message's turn: ok %v probe %v, want the probe", ok, probe)
 	}
 }
+
+// A postponed job (RetryAfter with a nil error: a duplicate waiting for its
+// claim, a job of an endpoint its own breaker holds back) did not call the
+// dependency: it neither breaks a run of failures nor, as the probe,
+// closes the breaker; the next message probes instead.
+func TestPostponementCountsAsNothing(t *testing.T) {
+	postponed := fmt.Errorf("wrapped: %w", sqsworker.RetryAfter(time.Minute, nil))
+	b, c, _ := newTest(sqsworker.BreakerConfig{Threshold: 2, ProbeInterval: time.Second, CloseAfter: 1})
+	b.Record(down, 0)
+	b.Record(postponed, 0)
+	b.Record(down, 0)
+	if b.State() != Open {
+		t.Fatal("a postponement broke the run of dependency failures")
+	}
+	c.add(2 * time.Second)
+	ok, probe, _ := b.Allow()
+	if !ok || probe == 0 {
+		t.Fatal("no probe after the interval")
+	}
+	b.Record(postponed, probe)
+	if b.State() != HalfOpen {
+		t.Fatalf("a postponed probe moved the breaker to %s", b.State())
+	}
+	if ok, probe, _ = b.Allow(); !ok || probe == 0 {
+		t.Fatal("a postponed probe did not give its turn to the next message")
+	}
+	b.Record(nil, probe)
+	if b.State() != Closed {
+		t.Fatalf("the next probe's success left the breaker %s", b.State())
+	}
+	// A RetryAfter with an error is a failure like any other.
+	b.Record(sqsworker.RetryAfter(time.Second, sqsworker.Unavailable(errors.New("429"))), 0)
+	b.Record(sqsworker.RetryAfter(time.Second, sqsworker.Unavailable(errors.New("429"))), 0)
+	if b.State() != Open {
+		t.Fatal("RetryAfter of a dependency failure not counted")
+	}
+}

@@ -1,0 +1,33 @@
+// Package keybreaker is a circuit breaker per key, as handler middleware:
+// it stops calling a part of a dependency that keeps failing (one webhook
+// endpoint, one tenant's API) while the jobs that need the rest go on.
+//
+// It is the webhook delivery pattern's "mark an endpoint unhealthy after ten
+// failures in a row, and stop delivering to it until it recovers". The
+// runtimes' own circuit breaker ([sqsworker.BreakerConfig]) pauses every job
+// of a queue when a dependency they all need is down; a key's breaker pauses
+// only the jobs of that key:
+//
+//   - Config.Key names the key of each message's job;
+//   - a handler failure that Config.IsFailure counts (by default one marked
+//     [sqsworker.Unavailable] or, better here, [sqsworker.PartlyUnavailable])
+//     adds to its key's failures in a row; a success clears them;
+//   - after Config.Failures in a row the key opens: its jobs are not run but
+//     postponed ([sqsworker.RetryAfter] with a nil error) until the key's
+//     open interval ends: never moved to the dead-letter queue for it, not
+//     counted as failures, and counted as nothing by the runtime's own
+//     breaker, which PartlyUnavailable failures leave closed;
+//   - once the interval has passed, one job of the key runs as its probe: a
+//     success closes the key, a failure opens it again for twice as long, up
+//     to Config.MaxOpenFor.
+//
+// Each process keeps its own view: a fleet of workers probes an endpoint
+// once per worker per interval. A job waiting on an open key costs a
+// receive and a visibility change per interval, as any retried job does,
+// and on its queue's last receive waits in a fresh copy (see
+// [sqsworker.RetryAfter]); the backlog of a key that recovers comes back
+// within one interval of its probe's success.
+//
+// Memory stays bounded over a poller's life: only keys with failures, open
+// or probing are tracked, at most Config.MaxKeys of them.
+package keybreaker

@@ -1,0 +1,289 @@
+package keybreaker
+
+import (
+	"container/list"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+)
+
+// Config configures a [Breaker]. Only Key is required.
+type Config struct {
+	// Key returns the key a message's job depends on: the webhook
+	// endpoint's URL or host, the tenant whose API it calls. A message
+	// whose key is empty is handled untracked; a key over 256 bytes is
+	// tracked (and logged) as its SHA-256. Required.
+	Key func(*sqsworker.Message) string
+	// Failures is how many failures in a row open a key's breaker.
+	// Default 10.
+	Failures int
+	// OpenFor is how long a key's breaker stays open the first time, before
+	// one job of the key is let through as its probe. Each probe that fails
+	// doubles it, up to MaxOpenFor. Default 1 minute.
+	OpenFor time.Duration
+	// MaxOpenFor caps OpenFor's doubling. Default 1 hour; at most
+	// sqsworker.MaxDelay.
+	MaxOpenFor time.Duration
+	// ProbeTimeout is how long a probe may be out before another job of
+	// its key is let through in its place (a handler that ignores its
+	// context may never return); the late probe's outcome is then ignored.
+	// Default 5 minutes.
+	ProbeTimeout time.Duration
+	// IsFailure reports whether a handler's error counts against its key.
+	// Default: [sqsworker.IsUnavailable], so that a handler says "this
+	// endpoint is down" with [sqsworker.PartlyUnavailable] (which also keeps
+	// the runtime's own circuit breaker, which pauses every job, closed) and
+	// a job's own fault, such as a payload the endpoint refuses, does not
+	// count.
+	IsFailure func(error) bool
+	// MaxKeys bounds the keys tracked at once: those with failures, open or
+	// probing (a key that succeeds is forgotten). When it is reached, the
+	// key updated longest ago is forgotten. Default 10,000.
+	MaxKeys int
+	// Logger receives a line when a key's breaker opens, and when it
+	// closes again. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults of [Config].
+const (
+	DefaultFailures     = 10
+	DefaultOpenFor      = time.Minute
+	DefaultMaxOpenFor   = time.Hour
+	DefaultProbeTimeout = 5 * time.Minute
+	DefaultMaxKeys      = 10_000
+)
+
+// Stats counts a [Breaker]'s work since New.
+type Stats struct {
+	// Tracked is the number of keys tracked now (with failures, open or
+	// probing); Open of them are open or probing.
+	Tracked, Open int
+	// Opens counts the times a key's breaker opened (a failed probe
+	// reopening it included).
+	Opens int64
+	// Skipped counts the jobs postponed unrun because their key was open.
+	Skipped int64
+	// Probes counts the jobs let through as a key's probe.
+	Probes int64
+}
+
+// maxKeyLen is the longest key kept as it is; a longer one (a key taken
+// from a body of up to 1 MiB, say) is kept as its SHA-256, so that MaxKeys
+// bounds the memory too.
+const maxKeyLen = 256
+
+// Breaker is a circuit breaker per key. Use it as handler middleware
+// ([Breaker.Middleware]). It is safe for concurrent use.
+type Breaker struct {
+	cfg Config
+	now func() time.Time
+
+	mu    sync.Mutex
+	keys  map[string]*list.Element // of *entry
+	order list.List                // least recently updated at the back
+	stats Stats
+	gen   uint64 // probe tokens
+}
+
+type entry struct {
+	key      string
+	failures int // in a row
+	open     bool
+	interval time.Duration // the current open interval
+	probeAt  time.Time     // open: when a probe may go
+	probe    uint64        // the probe out (its token), 0 when none
+	probeEnd time.Time     // when the probe out gives its turn back
+}
+
+// New returns a Breaker, or an error naming the Config field at fault.
+func New(cfg Config) (*Breaker, error) {
+	if cfg.Key == nil {
+		return nil, errors.New("keybreaker: Config.Key is nil: set it to a function that returns the key a job depends on, such as its webhook endpoint's host")
+	}
+	for _, f := range []struct {
+		name string
+		bad  bool
+	}{
+		{"Failures", cfg.Failures < 0},
+		{"OpenFor", cfg.OpenFor < 0},
+		{"MaxOpenFor", cfg.MaxOpenFor < 0},
+		{"ProbeTimeout", cfg.ProbeTimeout < 0},
+		{"MaxKeys", cfg.MaxKeys < 0},
+	} {
+		if f.bad {
+			return nil, fmt.Errorf("keybreaker: Config.%s is negative: leave it 0 for its default", f.name)
+		}
+	}
+	if cfg.Failures == 0 {
+		cfg.Failures = DefaultFailures
+	}
+	if cfg.OpenFor == 0 {
+		cfg.OpenFor = DefaultOpenFor
+	}
+	if cfg.MaxOpenFor == 0 {
+		cfg.MaxOpenFor = max(DefaultMaxOpenFor, cfg.OpenFor)
+	}
+	if cfg.MaxOpenFor > sqsworker.MaxDelay {
+		return nil, fmt.Errorf("keybreaker: Config.MaxOpenFor %v is over sqsworker.MaxDelay (%v), the longest a job can wait", cfg.MaxOpenFor, sqsworker.MaxDelay)
+	}
+	if cfg.OpenFor > cfg.MaxOpenFor {
+		return nil, fmt.Errorf("keybreaker: Config.OpenFor %v is over Config.MaxOpenFor %v: raise MaxOpenFor or lower OpenFor", cfg.OpenFor, cfg.MaxOpenFor)
+	}
+	if cfg.ProbeTimeout == 0 {
+		cfg.ProbeTimeout = DefaultProbeTimeout
+	}
+	if cfg.IsFailure == nil {
+		cfg.IsFailure = sqsworker.IsUnavailable
+	}
+	if cfg.MaxKeys == 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Breaker{cfg: cfg, now: time.Now, keys: make(map[string]*list.Element)}, nil
+}
+
+// Stats returns the breaker's counts.
+func (b *Breaker) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.stats
+	s.Tracked = len(b.keys)
+	for el := b.order.Front(); el != nil; el = el.Next() {
+		if el.Value.(*entry).open {
+			s.Open++
+		}
+	}
+	return s
+}
+
+// Middleware runs next for the jobs whose key is not open. A job whose key
+// is open is not run but postponed: the middleware returns
+// [sqsworker.RetryAfter] with a nil error and a delay that brings it back
+// about when its key's probe may go. The runtimes count it as postponed, not
+// failed, log it at debug level only, never move it to the dead-letter queue
+// for it, and their own circuit breaker counts it as nothing. Once a key's OpenFor has passed, the first of its jobs
+// to come runs as the probe, while the others wait again; the probe's
+// success closes the key, its failure opens it for twice as long (up to
+// MaxOpenFor).
+func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
+	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		key := b.cfg.Key(m)
+		if key == "" {
+			return next.HandleMessage(ctx, m)
+		}
+		if len(key) > maxKeyLen {
+			sum := sha256.Sum256([]byte(key))
+			key = "sha256:" + hex.EncodeToString(sum[:])
+		}
+		probe, err := b.admit(key)
+		if err != nil {
+			return err
+		}
+		err = next.HandleMessage(ctx, m)
+		b.record(key, probe, err)
+		return err
+	})
+}
+
+// admit lets a job of key run, as the key's probe (its token) when the key
+// is open and its probe may go, or returns the error that postpones it.
+func (b *Breaker) admit(key string) (probe uint64, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	el, ok := b.keys[key]
+	if !ok {
+		return 0, nil
+	}
+	e := el.Value.(*entry)
+	if !e.open {
+		return 0, nil
+	}
+	now := b.now()
+	wait := e.probeAt.Sub(now)
+	if e.probe != 0 {
+		if now.Before(e.probeEnd) {
+			wait = e.interval // behind the probe: its outcome decides
+		} else {
+			e.probe = 0 // out too long: give its turn to this job
+			b.cfg.Logger.Warn("keybreaker: probe out too long; letting another job of its key through", "key", key, "probe_timeout", b.cfg.ProbeTimeout)
+		}
+	}
+	if e.probe == 0 && !now.Before(e.probeAt) {
+		b.gen++
+		e.probe, e.probeEnd = b.gen, now.Add(b.cfg.ProbeTimeout)
+		b.stats.Probes++
+		b.order.MoveToFront(el)
+		return e.probe, nil
+	}
+	b.stats.Skipped++
+	// Up to a tenth of the interval later, so that a key's backlog does
+	// not all come back at the instant its probe may go.
+	return 0, sqsworker.RetryAfter(wait+rand.N(e.interval/10+1), nil)
+}
+
+// record counts the outcome of a job of key that ran, as its probe when
+// probe is its token.
+func (b *Breaker) record(key string, probe uint64, err error) {
+	failed := err != nil && b.cfg.IsFailure(err)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	el, ok := b.keys[key]
+	var e *entry
+	if ok {
+		e = el.Value.(*entry)
+	}
+	if e != nil && e.open && (probe == 0 || probe != e.probe) {
+		// A job let through before the key opened, or a probe given up
+		// on: only the current probe's outcome decides an open key.
+		return
+	}
+	if !failed {
+		if e != nil {
+			if e.open {
+				b.cfg.Logger.Info("keybreaker: probe succeeded; key closed", "key", key)
+			}
+			b.order.Remove(el)
+			delete(b.keys, key)
+		}
+		return
+	}
+	if e == nil {
+		if probe != 0 {
+			return // the key was forgotten while its probe ran
+		}
+		e = &entry{key: key}
+		el = b.order.PushFront(e)
+		b.keys[key] = el
+		if b.order.Len() > b.cfg.MaxKeys {
+			old := b.order.Back()
+			b.order.Remove(old)
+			delete(b.keys, old.Value.(*entry).key)
+		}
+	} else {
+		b.order.MoveToFront(el)
+	}
+	e.failures++
+	now := b.now()
+	switch {
+	case e.open: // the probe failed
+		e.interval = min(2*e.interval, b.cfg.MaxOpenFor)
+	case e.failures >= b.cfg.Failures:
+		e.open, e.interval = true, b.cfg.OpenFor
+	default:
+		return
+	}
+	e.probe, e.probeAt = 0, now.Add(e.interval)
+	b.stats.Opens++
+	b.cfg.Logger.Warn("keybreaker: key open; its jobs wait for a probe", "key", key, "failures", e.failures, "probe_in", e.interval, "error", err)
+}

@@ -1,0 +1,107 @@
+package keybreaker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/keybreaker"
+	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+)
+
+// The same handler and middleware in the Lambda adapter, invoked as an
+// event source mapping would (batches of up to 10 received from the
+// emulator, the records not reported failed deleted): the down endpoint is
+// spared while its key is open, the healthy one's jobs delivered meanwhile,
+// and once it is back every job is delivered once, none dead-lettered.
+func TestWebhookEndpointDownOnLambda(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Second, MaxReceiveCount: 2})
+	up, down := newEndpoint(t), newEndpoint(t)
+	down.down.Store(true)
+	const failures = 3
+	kb, err := keybreaker.New(keybreaker.Config{
+		Key:        func(m *sqsworker.Message) string { u, _ := m.Attribute("endpoint"); return u },
+		Failures:   failures,
+		OpenFor:    time.Second,
+		MaxOpenFor: 2 * time.Second,
+		Logger:     quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := lambda.NewHandler(kb.Middleware(deliver), lambda.Config{Client: c, Concurrency: 4, Logger: quiet(),
+		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	downJobs := sendTo(t, c, q.URL, down.srv.URL, "down-", 20)
+	upJobs := sendTo(t, c, q.URL, up.srv.URL, "up-", 20)
+
+	// poll is one round of the event source mapping.
+	poll := func() {
+		out, err := c.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}, MessageAttributeNames: []string{"All"}})
+		if err != nil || len(out.Messages) == 0 {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		resp, err := fn(ctx, sqstest.SQSEvent(q.ARN, out.Messages))
+		if err != nil {
+			t.Errorf("invocation: %v", err)
+			return
+		}
+		failed := map[string]bool{}
+		for _, f := range resp.BatchItemFailures {
+			failed[f.ItemIdentifier] = true
+		}
+		for _, m := range out.Messages {
+			if !failed[*m.MessageId] {
+				_, _ = c.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &q.URL, ReceiptHandle: m.ReceiptHandle})
+			}
+		}
+	}
+	pollUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(120 * time.Second); !cond(); poll() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within 120 s; keybreaker %+v", what, kb.Stats())
+			}
+		}
+	}
+	pollUntil("the healthy endpoint's jobs, and 3 probes of the other", func() bool {
+		return len(up.delivered()) == len(upJobs) && kb.Stats().Probes >= 3
+	})
+	s := kb.Stats()
+	if calls := down.calls.Load(); calls > failures+4+s.Probes || s.Skipped == 0 {
+		t.Errorf("the down endpoint was called %d times; keybreaker %+v", calls, s)
+	}
+	t.Logf("while down: endpoint called %d times; keybreaker %+v", down.calls.Load(), s)
+	down.down.Store(false)
+	pollUntil("the down endpoint's jobs once it is back", func() bool {
+		v, f, d := localtest.Depth(t, c, q.URL)
+		return len(down.delivered()) == len(downJobs) && v+f+d == 0
+	})
+	for _, e := range []struct {
+		ep   *endpoint
+		jobs []string
+	}{{up, upJobs}, {down, downJobs}} {
+		got := e.ep.delivered()
+		for _, j := range e.jobs {
+			if got[j] != 1 {
+				t.Errorf("%s delivered %d times, want 1", j, got[j])
+			}
+		}
+	}
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
+		t.Errorf("%d jobs dead-lettered", v+f+d)
+	}
+}

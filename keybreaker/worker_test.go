@@ -1,0 +1,189 @@
+package keybreaker_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/keybreaker"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// endpoint is a webhook receiver on the loopback interface: it answers 503
+// while down, else records the delivery.
+type endpoint struct {
+	srv   *httptest.Server
+	down  atomic.Bool
+	calls atomic.Int64
+	mu    sync.Mutex
+	got   map[string]int // deliveries answered 200, by job
+}
+
+func newEndpoint(t *testing.T) *endpoint {
+	e := &endpoint{got: map[string]int{}}
+	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		if e.down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		e.mu.Lock()
+		e.got[string(body)]++
+		e.mu.Unlock()
+	}))
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *endpoint) delivered() map[string]int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]int, len(e.got))
+	for k, v := range e.got {
+		out[k] = v
+	}
+	return out
+}
+
+// deliver posts the job's body to the endpoint its "endpoint" attribute
+// names: a 5xx or a failed call is the endpoint down (PartlyUnavailable),
+// a 4xx the job's fault.
+var deliver = sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+	url, _ := m.Attribute("endpoint")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(m.Body))
+	if err != nil {
+		return sqsworker.Permanent(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return sqsworker.PartlyUnavailable(err)
+	}
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode >= 500:
+		return sqsworker.PartlyUnavailable(fmt.Errorf("POST %s: %s", url, resp.Status))
+	case resp.StatusCode >= 400:
+		return sqsworker.Permanent(fmt.Errorf("POST %s: %s", url, resp.Status))
+	}
+	return nil
+})
+
+func sendTo(t *testing.T, c *sqs.Client, queueURL, endpoint, prefix string, n int) []string {
+	t.Helper()
+	var bodies []string
+	for start := 0; start < n; start += 10 {
+		in := &sqs.SendMessageBatchInput{QueueUrl: &queueURL}
+		for i := start; i < min(start+10, n); i++ {
+			body := fmt.Sprint(prefix, i)
+			bodies = append(bodies, body)
+			in.Entries = append(in.Entries, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: &body,
+				MessageAttributes: map[string]types.MessageAttributeValue{"endpoint": {DataType: aws.String("String"), StringValue: aws.String(endpoint)}}})
+		}
+		if out, err := c.SendMessageBatch(context.Background(), in); err != nil || len(out.Failed) > 0 {
+			t.Fatalf("SendMessageBatch: %v %+v", err, out)
+		}
+	}
+	return bodies
+}
+
+// Webhook delivery on the emulator: one endpoint of two is down. Its jobs
+// stop reaching it after three failures in a row, but for a probe per
+// interval; the other endpoint's jobs are delivered meanwhile; the worker's
+// own breaker stays closed. Once the endpoint is back, its jobs are
+// delivered, each once, and none was dead-lettered, though each was
+// received far more often than the queue's maxReceiveCount of 2.
+func TestWebhookEndpointDownOnEmulator(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Second, MaxReceiveCount: 2})
+	up, down := newEndpoint(t), newEndpoint(t)
+	down.down.Store(true)
+	const failures, concurrency = 3, 4
+	kb, err := keybreaker.New(keybreaker.Config{
+		Key:        func(m *sqsworker.Message) string { u, _ := m.Attribute("endpoint"); return u },
+		Failures:   failures,
+		OpenFor:    time.Second,
+		MaxOpenFor: 2 * time.Second,
+		Logger:     quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	downJobs := sendTo(t, c, q.URL, down.srv.URL, "down-", 20)
+	upJobs := sendTo(t, c, q.URL, up.srv.URL, "up-", 20)
+
+	w, err := worker.New(c, worker.Config{QueueURL: q.URL, Concurrency: concurrency, WaitTime: time.Second, Logger: quiet(),
+		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(context.Background(), kb.Middleware(deliver)) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	// The healthy endpoint's jobs are delivered while the other is down,
+	// and the down one sees three probes.
+	localtest.Eventually(t, 120*time.Second, func() bool {
+		return len(up.delivered()) == len(upJobs) && kb.Stats().Probes >= 3
+	}, "up delivered %d of %d; keybreaker %+v", len(up.delivered()), len(upJobs), kb.Stats())
+	s := kb.Stats()
+	calls := down.calls.Load()
+	if calls > failures+concurrency+s.Probes {
+		t.Errorf("the down endpoint was called %d times, want at most %d failures in a row, %d in flight at once and %d probes",
+			calls, failures, concurrency, s.Probes)
+	}
+	if s.Skipped == 0 {
+		t.Errorf("keybreaker %+v: no job skipped", s)
+	}
+	if ws := w.Stats(); ws.BreakerOpens != 0 {
+		t.Errorf("the worker's circuit breaker opened %d times for one endpoint", ws.BreakerOpens)
+	}
+	t.Logf("while down: endpoint called %d times; keybreaker %+v", calls, s)
+
+	down.down.Store(false)
+	localtest.Eventually(t, 120*time.Second, func() bool {
+		v, f, d := localtest.Depth(t, c, q.URL)
+		return len(down.delivered()) == len(downJobs) && v+f+d == 0
+	}, "down delivered %d of %d after it came back; keybreaker %+v", len(down.delivered()), len(downJobs), kb.Stats())
+	for _, e := range []struct {
+		ep   *endpoint
+		jobs []string
+	}{{up, upJobs}, {down, downJobs}} {
+		got := e.ep.delivered()
+		for _, j := range e.jobs {
+			if got[j] != 1 {
+				t.Errorf("%s delivered %d times, want 1", j, got[j])
+			}
+		}
+	}
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
+		t.Errorf("%d jobs dead-lettered", v+f+d)
+	}
+	if s := kb.Stats(); s.Tracked != 0 {
+		t.Errorf("keybreaker %+v: the endpoint should be closed and forgotten", s)
+	}
+	t.Logf("worker %+v; keybreaker %+v", w.Stats(), kb.Stats())
+}
