@@ -470,7 +470,7 @@ func (c *consumer) ackResult(kind ackbatch.Kind, e ackbatch.Entry, err error) {
 	switch {
 	case err != nil && pastLease(e):
 		c.w.counts.AckFailures.Add(1)
-		c.log.Warn("delete of a message whose lease looked lost when its handler succeeded failed: SQS no longer held it with this receipt handle; it may be handled again",
+		c.log.Warn("delete of a message whose lease looked lost when its handler succeeded failed (SQS no longer held it with this receipt handle, or did not answer while the lease held); it may be handled again",
 			"message_id", e.MessageID, "error", err)
 	case err != nil:
 		c.w.counts.AckFailures.Add(1)

@@ -318,10 +318,10 @@ func (e *Executor) observe(j *Job, start, end time.Time) {
 	}
 }
 
-// leaseLost settles a message whose lease was lost while its handler ran,
-// whose handler returned err: it leaves a failed one to SQS, and deletes a
-// succeeded one all the same (see Run). It reports false: the message
-// may come back.
+// leaseLost settles a message whose lease was lost while its handler ran
+// (or while a failure waited in flight), its handler having returned err:
+// it leaves a failed one to SQS, and deletes a succeeded one all the same
+// (see Run). It reports false: the message may come back.
 func (e *Executor) leaseLost(j *Job, err error, ack Acker) bool {
 	e.Counters.LeasesLost.Add(1)
 	e.Metrics.Add(metrics.LeasesLost, 1, e.Queue)
