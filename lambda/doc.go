@@ -31,6 +31,15 @@
 //   - a panic is recovered into a *sqsworker.PanicError, a failure;
 //   - RetryAfter with a nil error postpones the record without counting it
 //     as a failure;
+//   - a record whose lease looked lost when its handler returned (the
+//     heartbeat found it lost or run out; without a heartbeat, the queue's
+//     visibility timeout had passed) is reported failed with its
+//     visibility left alone if the handler failed (another consumer may
+//     hold it now); if the handler succeeded, its job is done: it is
+//     deleted at once and reported handled, the delete landing if SQS
+//     still holds it (an extension applied whose reply was lost), so that
+//     it is neither run again nor moved to the dead-letter queue by SQS on
+//     its last receive;
 //   - a record whose sqsworker.AttrNotBefore lies ahead (a job sent for
 //     later) is held back without running the handler or counting an
 //     attempt: reported failed with a new visibility timeout, or deleted

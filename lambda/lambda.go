@@ -383,9 +383,13 @@ type record struct {
 // deleted at once, as the worker deletes it: a function killed later in the
 // batch (out of memory, a crash) would leave both, and the original would be
 // received again, copied again, or run and succeed while its copy waits in
-// the dead-letter queue. Should that delete fail, Lambda's is still to come.
+// the dead-letter queue. So is a record whose handler succeeded once its
+// lease looked lost (Job.PastLease): reported done all the same, not failed
+// (its job is done), it is deleted while SQS may still hold it (an
+// extension applied whose reply was lost), rather than at the end of the
+// invocation. Should that delete fail, Lambda's is still to come.
 func (r *record) Delete(j *executor.Job) {
-	if j.Copied && r.st != nil {
+	if j.DeleteAtOnce() && r.st != nil {
 		r.st.deleteNow(j)
 	}
 	j.Done()
@@ -412,7 +416,8 @@ func (st *queueState) deleteNow(j *executor.Job) {
 		if log == nil {
 			log = st.exec.Log
 		}
-		log.Warn("deleting a record whose copy was sent failed; Lambda deletes it when the function returns", "message_id", j.Msg.ID, "error", err)
+		log.Warn("deleting a record at once failed (its copy was sent, or its lease looked lost); Lambda deletes it when the function returns", "message_id", j.Msg.ID,
+			"copied", j.Copied, "lease_looked_lost", j.PastLease, "error", err)
 	}
 }
 

@@ -242,25 +242,24 @@ func (c *consumer) stop(ctx context.Context) {
 // The worker's executor.Acker: acknowledgements go through the batcher.
 
 // Delete deletes the message. The heartbeat holds it until the delete has
-// landed, so that it is not handed out again meanwhile.
+// landed, so that it is not handed out again meanwhile. The delete is sent
+// once even when the worker takes the lease for ended, then retried while
+// it holds (see deleting).
 //
 // The delete of a message whose copy was sent (a waiting copy, a move to the
 // dead-letter queue: Job.Copied) goes at once, with the deletes pending,
 // rather than wait up to AckInterval for its batch to fill: until it lands
 // both are in the queues, and a copy sent late in the lease leaves its
 // delete little time to land before the original comes back (on its last
-// receive, to be moved to the dead-letter queue by SQS). It is sent even
-// when the worker takes the lease for ended (see copiedDeleting).
+// receive, to be moved to the dead-letter queue by SQS). So does the delete
+// of a message whose handler succeeded once its lease looked lost
+// (Job.PastLease): SQS may hold it only a little longer.
 func (c *consumer) Delete(j *executor.Job) {
 	j.Acknowledging()
-	e := ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Owner: (*deleting)(j)}
-	if !j.Copied {
-		c.acks.Add(ackbatch.Delete, e)
-		return
+	c.acks.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: j.Msg.ReceiptHandle, MessageID: j.Msg.ID, Owner: (*deleting)(j)})
+	if j.DeleteAtOnce() {
+		c.acks.Flush(ackbatch.Delete)
 	}
-	e.Owner = &copiedDeleting{job: j}
-	c.acks.Add(ackbatch.Delete, e)
-	c.acks.Flush(ackbatch.Delete)
 }
 
 // Retry makes the message visible again after vis, rounded up to whole
@@ -436,33 +435,22 @@ func (c *consumer) changeOwned(j *executor.Job, vis time.Duration, owner ackbatc
 		Owner: owner})
 }
 
-// deleting is a job as the ackbatch.Owner of its delete: retried while its
-// lease holds, which ends once the delete has landed or failed for good.
+// deleting is a job as the ackbatch.Owner of its delete: sent once even when
+// the worker takes the lease for ended (the batcher sends a delete's first
+// call without asking Valid), then retried while the lease holds, which
+// ends once the delete has landed or failed for good. The worker's view of
+// the lease can be short of SQS's: an extension SQS applied but whose reply
+// was lost or came after the call's timeout (a loaded SQS) leaves the
+// message held at SQS while the heartbeat finds the lease run out. Dropped
+// unsent, the delete of a job that was done (its handler succeeded, or its
+// copy was sent) left the message to come back, on its last receive, and
+// SQS moved it to the dead-letter queue. Sent, it lands while SQS still
+// holds the message; past that, SQS ignores it or refuses its receipt
+// handle, and the job, done already, is not affected either way.
 type deleting executor.Job
 
 func (d *deleting) Valid(now time.Time) bool { return (*executor.Job)(d).Held(now) }
 func (d *deleting) Acked(error)              { (*executor.Job)(d).Done() }
-
-// copiedDeleting is a job whose copy was sent (Job.Copied: a waiting copy,
-// a move to the dead-letter queue) as the ackbatch.Owner of its original's
-// delete: sent once even when the worker takes the lease for ended, then
-// retried while it holds. The worker's view of the lease can be short of
-// SQS's: an extension SQS applied but whose reply was lost or came after
-// the call's timeout (a loaded SQS) leaves the message held at SQS while
-// the heartbeat finds the lease run out. Dropped unsent, the delete left
-// the original to come back, on its last receive, and SQS moved it to the
-// dead-letter queue while its copy ran the job. Sent, it lands while SQS
-// still holds the message; past that, SQS ignores it or refuses its
-// receipt handle, and the job, in its copy, is not affected either way.
-type copiedDeleting struct {
-	job  *executor.Job
-	sent atomic.Bool // Valid was asked once: the first send goes
-}
-
-func (d *copiedDeleting) Valid(now time.Time) bool {
-	return d.sent.CompareAndSwap(false, true) || d.job.Held(now)
-}
-func (d *copiedDeleting) Acked(error) { d.job.Done() }
 
 // retrying is a job as the ackbatch.Owner of its visibility change: retried
 // while its lease holds, which executor ended before the change was sent.
@@ -474,8 +462,16 @@ func (r *retrying) Acked(error)              {}
 // Abandon leaves the message alone.
 func (c *consumer) Abandon(*executor.Job) {}
 
+// ackResult counts and logs an acknowledgement's result. A failed delete of
+// a message whose handler succeeded once its lease looked lost
+// (Job.PastLease) is expected when SQS no longer held the message: it
+// counts as failed, but is logged as a warning.
 func (c *consumer) ackResult(kind ackbatch.Kind, e ackbatch.Entry, err error) {
 	switch {
+	case err != nil && pastLease(e):
+		c.w.counts.AckFailures.Add(1)
+		c.log.Warn("delete of a message whose lease looked lost when its handler succeeded failed (SQS no longer held it with this receipt handle, or did not answer while the lease held); it may be handled again",
+			"message_id", e.MessageID, "error", err)
 	case err != nil:
 		c.w.counts.AckFailures.Add(1)
 		c.log.Error("acknowledgement failed; the message will come back after its visibility timeout",
@@ -483,4 +479,11 @@ func (c *consumer) ackResult(kind ackbatch.Kind, e ackbatch.Entry, err error) {
 	case kind == ackbatch.Delete:
 		c.w.counts.Deleted.Add(1)
 	}
+}
+
+// pastLease reports whether e is the delete of a message whose handler
+// succeeded once its lease looked lost.
+func pastLease(e ackbatch.Entry) bool {
+	d, ok := e.Owner.(*deleting)
+	return ok && d.PastLease
 }

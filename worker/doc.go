@@ -85,8 +85,15 @@
 // If a lease is lost (SQS rejects the extension, or it could not be made in
 // time) the handler's context is cancelled with a cause matching
 // visibility.ErrLeaseLost, the event is logged and counted in
-// Stats.LeasesLost, and the worker does not acknowledge the message: another
-// consumer may hold it now. A handler finds its lease with
+// Stats.LeasesLost, and the worker does not acknowledge a failure: another
+// consumer may hold the message now. A handler that succeeds all the same
+// has done its job: its delete is sent once, at once (and counted in
+// Stats.Succeeded), and retried only while the lease holds. The worker's
+// view of a lease can be short of SQS's (an extension SQS applied but
+// whose reply was lost or came late): the delete then lands, and the
+// message is neither handled again nor, on its last receive, moved to the
+// dead-letter queue by SQS. Past the lease, SQS ignores it or refuses the
+// receipt handle, and the message comes back, its job done already. A handler finds its lease with
 // visibility.FromContext, to keep other leases in step with it.
 //
 // # FIFO queues

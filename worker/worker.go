@@ -242,7 +242,7 @@ type Stats struct {
 	MoveFailures int64 // dead-letter moves that failed
 	InFlight     int64 // handlers running now
 	Extensions   int64 // visibility extensions made by the heartbeat
-	LeasesLost   int64 // messages left unacknowledged because their lease was lost
+	LeasesLost   int64 // messages whose lease was lost while their handler ran: left unacknowledged, or, handled, deleted once all the same
 	// BreakerOpens counts the times the circuit breaker opened, and
 	// BreakerProbes the messages it let through as probes.
 	BreakerOpens, BreakerProbes int64

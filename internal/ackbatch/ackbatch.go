@@ -8,7 +8,9 @@
 // due then: the entries of one failed call stay together, and retries fill
 // the batches of new entries. An entry with an [Owner] is retried for as long
 // as its receipt handle may still work, however long SQS stays out of reach;
-// the others at most [Config.MaxAttempts] times.
+// the others at most [Config.MaxAttempts] times. A delete is sent at least
+// once, even when its owner takes the receipt handle for expired (see
+// [Owner]); a visibility change is not.
 package ackbatch
 
 import (
@@ -94,6 +96,19 @@ type Owner interface {
 	// ErrExpired. It is called before each call that would carry the
 	// entry and after each failed one, from the batcher's goroutines,
 	// without its lock held; it must be safe for concurrent use and quick.
+	//
+	// A Delete entry's first call goes without asking Valid: it is sent
+	// once whatever its owner thinks of the lease, and only its retries
+	// depend on Valid. A delete acknowledges a message that is done (its
+	// handler succeeded, or its copy was sent), and the owner's view of
+	// a lease can be short of SQS's: an extension SQS applied but whose
+	// reply was lost or came late leaves the message held at SQS while
+	// the owner takes the lease for lost. The delete then lands; past
+	// the lease, SQS ignores it or refuses the receipt handle, which is
+	// harmless for a message that is done. A ChangeVisibility entry is
+	// never sent once Valid returns false, not even once: with the lease
+	// gone, another consumer may hold the message, and the change would
+	// show it, or hide it, under that consumer.
 	Valid(now time.Time) bool
 	// Acked is called once with the entry's final result.
 	Acked(err error)
@@ -444,12 +459,12 @@ func (b *Batcher) send(kind Kind, items []item) {
 }
 
 // dropExpired finishes the items whose Valid returns false, and returns the
-// others.
+// others. A Delete item's first call goes without asking (see Owner.Valid).
 func (b *Batcher) dropExpired(kind Kind, items []item) []item {
 	keep := items[:0]
 	now := time.Now() // one reading of the clock for the batch
 	for _, it := range items {
-		if it.Owner != nil && !it.Owner.Valid(now) {
+		if it.Owner != nil && (kind != Delete || it.attempts > 0) && !it.Owner.Valid(now) {
 			b.expire(kind, it)
 			continue
 		}

@@ -131,7 +131,8 @@ func TestValidEntriesOutlastOutage(t *testing.T) {
 
 // An entry whose Valid turns false during an outage is not sent again: it
 // leaves its batch, which goes on without it, and finishes with ErrExpired,
-// wrapping its last error. One invalid from the start is never sent.
+// wrapping its last error. A visibility change invalid from the start is
+// never sent (a delete is, once: see TestDeleteInvalidFromTheStartSentOnce).
 func TestInvalidEntryLeavesItsBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const outage = 15 * time.Second
@@ -156,7 +157,7 @@ func TestInvalidEntryLeavesItsBatch(t *testing.T) {
 			e.Owner = o
 			b.Add(ackbatch.Delete, e)
 		}
-		b.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: "lost", MessageID: "lost", Owner: owner{valid: func() bool { return false }}})
+		b.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: "lost", MessageID: "lost", Owner: owner{valid: func() bool { return false }}})
 		time.Sleep(8 * time.Second)
 		flip := time.Since(api.start)
 		held.Store(false)
@@ -196,6 +197,47 @@ func TestInvalidEntryLeavesItsBatch(t *testing.T) {
 		}
 		if after == 0 {
 			t.Errorf("no call after the entries expired")
+		}
+		closeOK(t, b)
+	})
+}
+
+// A delete whose Owner is invalid from the start (the message's handler
+// succeeded, or its copy was sent, after its owner took the lease for
+// lost) is sent once all the same, and not again: it lands when SQS
+// answers; during an outage it finishes with ErrExpired after that one
+// call. Its batch goes on without it. Before, it was never sent, and a
+// message whose lease SQS still held came back.
+func TestDeleteInvalidFromTheStartSentOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const outage = 15 * time.Second
+		api := outageAPI(outage)
+		var r results
+		b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", Result: r.add})
+		invalid := owner{valid: func() bool { return false }}
+		b.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: "refused", MessageID: "refused", Owner: invalid})
+		b.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: "held", MessageID: "held", Owner: owner{valid: always}})
+		time.Sleep(outage + time.Second)
+		b.Add(ackbatch.Delete, ackbatch.Entry{ReceiptHandle: "landed", MessageID: "landed", Owner: invalid})
+		time.Sleep(time.Minute)
+		synctest.Wait()
+
+		if err := r.of(t, "refused"); !errors.Is(err, ackbatch.ErrExpired) || !errors.Is(err, errRefused) || !strings.Contains(err.Error(), "after 1 attempts") {
+			t.Errorf("refused: %v, want ErrExpired after one refused call", err)
+		}
+		for _, h := range []string{"held", "landed"} {
+			if err := r.of(t, h); err != nil {
+				t.Errorf("%s: %v, want it deleted", h, err)
+			}
+		}
+		sent := map[string]int{}
+		for _, c := range api.made() {
+			for _, h := range c.handles {
+				sent[h]++
+			}
+		}
+		if sent["refused"] != 1 || sent["landed"] != 1 || sent["held"] < 2 {
+			t.Errorf("sent %v: want refused and landed once, held until it landed", sent)
 		}
 		closeOK(t, b)
 	})

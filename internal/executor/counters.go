@@ -26,7 +26,7 @@ type Counters struct {
 	MoveFailures atomic.Int64 // dead-letter moves that failed
 	InFlight     atomic.Int64 // handlers running now
 	Extensions   atomic.Int64 // heartbeat extensions
-	LeasesLost   atomic.Int64 // messages abandoned because their lease was lost
+	LeasesLost   atomic.Int64 // leases lost while the handler ran: failures abandoned, successes deleted once all the same
 	// Held counts messages held back, without an attempt, until the time
 	// in their sqsworker.AttrNotBefore; Requeued the waiting copies sent
 	// (holds, backoffs above 12 hours, releases and postponements on a

@@ -29,7 +29,12 @@ type Acker interface {
 	// the dead-letter queue or to wait (then j.Copied is set). The
 	// message's lease is still held, so that
 	// the heartbeat keeps it invisible until the delete lands: the acker
-	// calls j.Done once it has, or has failed for good.
+	// calls j.Done once it has, or has failed for good. A handler that
+	// succeeded after the executor took the lease for lost is done too:
+	// then j.PastLease is set, and the delete is sent once all the same,
+	// retried only while the lease holds (see Executor.Run). When
+	// j.DeleteAtOnce, the acker sends the delete at once, neither
+	// batched nor deferred.
 	Delete(j *Job)
 	// Retry makes the message visible again after vis, in whole seconds
 	// within SQS's limits; 0 releases it at once. The lease is done
@@ -76,6 +81,11 @@ type Job struct {
 	// leaves both. An acker that defers its deletes (the Lambda adapter,
 	// to the end of the invocation) deletes such a message at once.
 	Copied bool
+	// PastLease is set before Acker.Delete when the handler succeeded but
+	// the executor took the message's lease for lost (see Executor.Run):
+	// the delete goes once all the same, at once, and lands if SQS still
+	// holds the message.
+	PastLease bool
 
 	// holdChecked is set by Executor.Hold: Run does not hold the message
 	// a second time (nor try its fresh copy again).
@@ -85,6 +95,13 @@ type Job struct {
 	// keeps its size.
 	waitsInFlight uint8
 }
+
+// DeleteAtOnce reports whether the message's delete is to be sent at once,
+// rather than batched or deferred (to the end of a Lambda invocation): a
+// copy of the message was sent (Copied), and until the original is deleted
+// both are in the queues; or its lease looked lost when its handler
+// succeeded (PastLease), and SQS may hold the message only a little longer.
+func (j *Job) DeleteAtOnce() bool { return j.Copied || j.PastLease }
 
 func (j *Job) log(e *Executor) *slog.Logger {
 	if j.Log != nil {
@@ -208,6 +225,23 @@ const DefaultMoveTimeout = 30 * time.Second
 // Run runs the handler on j's message and settles it through ack. It reports
 // whether the message is done (handled, or moved to the dead-letter queue),
 // so that a FIFO group may go on with its next message.
+//
+// A handler that returns once the message's lease looks lost (the
+// heartbeat found it lost or run out, or without a heartbeat the
+// visibility timeout has passed) no longer surely holds the message: a
+// failure is left to SQS (Acker.Abandon), as acknowledging it could undo
+// the work of a consumer that holds it now. A success means the job is
+// done, whatever becomes of the lease: its delete is sent once all the
+// same (Job.PastLease), and retried only while the lease holds. The
+// worker's view of a lease can be short of SQS's (an extension SQS applied
+// but whose reply was lost or came late): the delete then lands, and the
+// message is neither handled again nor, on the last receive its redrive
+// policy allows, moved to the dead-letter queue by SQS. Past the lease,
+// SQS ignores the delete or refuses its receipt handle, and the message,
+// back, is handled again, its effect already applied. Such a message
+// counts as succeeded and as a lease lost, and Run reports false: should
+// the delete not land, the message comes back, before the rest of its
+// FIFO group.
 func (e *Executor) Run(j *Job, ack Acker) bool {
 	m := j.Msg
 	// Unless the runtime held it already, or found nothing to hold.
@@ -224,8 +258,7 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 	for {
 		end, took, err := e.call(j)
 		if !j.Held(end) {
-			e.leaseLost(j, err, ack)
-			return false
+			return e.leaseLost(j, err, ack)
 		}
 		if err == nil {
 			e.Counters.Succeeded.Add(1)
@@ -239,8 +272,7 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 			continue
 		}
 		if !j.Held(time.Now()) { // lost while it waited in flight
-			e.leaseLost(j, err, ack)
-			return false
+			return e.leaseLost(j, err, ack)
 		}
 		return e.settleFailure(j, err, took, ack)
 	}
@@ -287,14 +319,26 @@ func (e *Executor) observe(j *Job, start, end time.Time) {
 	}
 }
 
-// leaseLost leaves to SQS a message whose lease was lost while its handler
-// ran.
-func (e *Executor) leaseLost(j *Job, err error, ack Acker) {
+// leaseLost settles a message whose lease was lost while its handler ran
+// (or while a failure waited in flight), its handler having returned err:
+// it leaves a failed one to SQS, and deletes a succeeded one all the same
+// (see Run). It reports false: the message may come back.
+func (e *Executor) leaseLost(j *Job, err error, ack Acker) bool {
 	e.Counters.LeasesLost.Add(1)
 	e.Metrics.Add(metrics.LeasesLost, 1, e.Queue)
+	if err == nil {
+		e.Counters.Succeeded.Add(1)
+		e.Metrics.Add(metrics.MessagesSucceeded, 1, metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName})
+		j.log(e).Warn("lease looked lost when the handler succeeded; the job is done, so its delete is sent all the same: it lands if SQS still holds the message, else the message may be handled again",
+			"message_id", j.Msg.ID, "attempt", j.Msg.ReceiveCount, "cause", context.Cause(j.Ctx))
+		j.PastLease = true
+		ack.Delete(j)
+		return false
+	}
 	j.log(e).Warn("lease lost while the handler ran; the message is left to SQS and may be handled again",
 		"message_id", j.Msg.ID, "attempt", j.Msg.ReceiveCount, "handler_error", err, "cause", context.Cause(j.Ctx))
 	abandon(j, ack)
+	return false
 }
 
 func (e *Executor) stopped(cause error) bool {
