@@ -427,6 +427,15 @@ func (r *record) Retry(_ *executor.Job, vis time.Duration) { r.settle(true, vis,
 // Abandon reports the record failed and leaves its visibility alone.
 func (r *record) Abandon(*executor.Job) { r.settle(true, 0, true) }
 
+// SetProbe sets the probe the record runs as under its lock: the
+// invocation's wait reads it, should it give up on the handler
+// (executor.ProbeSetter).
+func (r *record) SetProbe(j *executor.Job, p breaker.Probe) {
+	r.mu.Lock()
+	j.Probe = p
+	r.mu.Unlock()
+}
+
 // settle records the record's outcome, unless the invocation gave up on it.
 func (r *record) settle(failed bool, vis time.Duration, keep bool) {
 	r.mu.Lock()
@@ -842,9 +851,7 @@ func (inv *invocation) run(rec *record) bool {
 		ex.Postpone(&rec.job, rec, max(wait, time.Second), breaker.ErrOpen)
 		return false
 	}
-	rec.mu.Lock() // wait reads it, should the invocation give up on the handler
-	rec.job.Probe = probe
-	rec.mu.Unlock()
+	rec.SetProbe(&rec.job, probe)
 	return ex.Run(&rec.job, rec)
 }
 

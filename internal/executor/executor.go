@@ -46,6 +46,14 @@ type Acker interface {
 	Abandon(j *Job)
 }
 
+// ProbeSetter is an Acker whose other goroutines read Job.Probe while the
+// handler runs (the Lambda adapter, which gives a hung probe's turn back
+// at the invocation's deadline): Run sets the probe a message waiting in
+// flight was given through it, under the acker's own lock.
+type ProbeSetter interface {
+	SetProbe(j *Job, p breaker.Probe)
+}
+
 // Job is one received message on its way through the executor.
 type Job struct {
 	Msg *sqsworker.Message
@@ -268,7 +276,11 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 		}
 		again, probe := e.waitInFlight(j, ack, err)
 		if again {
-			j.Probe = probe
+			if ps, ok := ack.(ProbeSetter); ok {
+				ps.SetProbe(j, probe)
+			} else {
+				j.Probe = probe
+			}
 			continue
 		}
 		if !j.Held(time.Now()) { // lost while it waited in flight
