@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
 )
@@ -45,7 +46,7 @@ func fifoRestHandler(t *testing.T, firstRuns *int) sqsworker.Handler {
 // the local SQS hands out one message of a FIFO group at a time, so that a
 // record is never in flight behind another of its group there.
 func TestFIFORestNotHeldBehindFailedRecord(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := newFake("300")
 		url := sqstest.QueueURL("orders.fifo")
 		for i, b := range []string{"first", "later"} {
@@ -88,7 +89,7 @@ func TestFIFORestNotHeldBehindFailedRecord(t *testing.T) {
 // Received again at once, the group gives nothing: it waits for its first
 // record's time.
 func TestWaitingFIFOGroupHeadStillHeld(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := newFake("300")
 		url := sqstest.QueueURL("orders.fifo")
 		for i, s := range []struct{ group, body string }{{"a", "stall"}, {"b", "b-later"}, {"b", "b2"}} {

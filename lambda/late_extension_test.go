@@ -6,13 +6,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/visibility"
@@ -76,7 +76,7 @@ func (h *heldExtensions) ChangeMessageVisibilityBatch(ctx context.Context, in *s
 // shared heartbeat running meanwhile, so that the first one's leaving does
 // not wait for the extension.
 func TestFailedRecordNotHiddenByLateExtension(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := &heldExtensions{Fake: newFake("4"), extension: 60, held: make(chan struct{}), changed: make(chan struct{}),
 			settled: map[string]bool{}}
 		release := make(chan struct{})

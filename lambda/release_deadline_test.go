@@ -4,12 +4,12 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/visibility"
@@ -36,7 +36,7 @@ func (h *hungExtensions) ChangeMessageVisibilityBatch(ctx context.Context, in *s
 // invocation allows (Lambda would stop the function, failing the whole
 // batch).
 func TestReleaseWithinInvocationDeadline(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := &hungExtensions{Fake: newFake("4")}
 		start := time.Now()
 		h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -46,7 +47,7 @@ func (s *slowSends) SendMessage(ctx context.Context, in *sqs.SendMessageInput, o
 // reported failed, visible again at once, and SQS moved them to the
 // dead-letter queue on their next receive, though no handler failed.
 func TestWaitingRecordsCopiesSentTogether(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := &slowSends{Fake: newFake("300"), lag: 600 * time.Millisecond}
 		var ev events.SQSEvent
 		waiting := []string{"wait1", "wait2", "wait3", "wait4", "wait5"}

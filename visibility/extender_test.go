@@ -19,6 +19,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/visibility"
@@ -104,7 +105,7 @@ func TestConfigErrorsNameEveryProblem(t *testing.T) {
 // A message is extended once its visibility timeout ends within the
 // threshold, not before, and hooks see every extension.
 func TestExtendsWhenDue(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 1)
 		var mu sync.Mutex
 		var hooked, leaseHooked []time.Time
@@ -152,7 +153,7 @@ func TestExtendsWhenDue(t *testing.T) {
 
 // 100 messages received together cost ten calls a round.
 func TestBatchesTenPerCall(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 100)
 		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second})
 		defer stop()
@@ -172,7 +173,7 @@ func TestBatchesTenPerCall(t *testing.T) {
 // Messages received at different times share calls: a round that must call
 // fills the call with the messages due next.
 func TestFillsCallsWithMessagesDueNext(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, _ := setup(t, 30*time.Second, 0)
 		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second})
 		defer stop()
@@ -198,7 +199,7 @@ func TestFillsCallsWithMessagesDueNext(t *testing.T) {
 
 // A released lease is not extended any more.
 func TestReleaseStopsExtensions(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 2)
 		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second})
 		defer stop()
@@ -223,7 +224,7 @@ func TestReleaseStopsExtensions(t *testing.T) {
 // A rejected extension ends the lease with ErrLeaseLost and the SDK's own
 // error type.
 func TestRejectedExtensionLosesLease(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 2)
 		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second})
 		defer stop()
@@ -251,7 +252,7 @@ func TestRejectedExtensionLosesLease(t *testing.T) {
 // Transient errors are retried in the next rounds; a lease whose extensions
 // keep failing until it runs out is lost.
 func TestTransientErrorsRetriedUntilLeaseRunsOut(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 2)
 		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second})
 		defer stop()
@@ -279,7 +280,7 @@ func TestTransientErrorsRetriedUntilLeaseRunsOut(t *testing.T) {
 // No extension goes past MaxLifetime; the lease then ends with
 // ErrMaxLifetime, while the message is still invisible.
 func TestMaxLifetime(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 1)
 		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, MaxLifetime: 100 * time.Second})
 		defer stop()
@@ -411,7 +412,7 @@ func TestReleaseCancelsWithErrReleased(t *testing.T) {
 // A lease lost before its release keeps ErrLeaseLost as its cause, whichever
 // of the round and the handler's end comes first.
 func TestLostLeaseKeepsCauseAfterRelease(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 1)
 		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second})
 		defer stop()
@@ -480,7 +481,7 @@ func (s *slowAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.Chan
 // visibility timeout of zero or less, which would make its messages visible
 // at once: the leases that ran out while it waited end as lost instead.
 func TestLateCallExtendsFromItsStart(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 80)
 		api := &slowAPI{Fake: f, delay: 4500 * time.Millisecond}
 		// One call at a time, each 4.5s: the round at 15s finds all 80
@@ -593,7 +594,7 @@ func (h *heldCalls) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.Ch
 // acknowledged, or one no call carries, is released at once.
 func TestReleaseWaitsForExtensionUnderWay(t *testing.T) {
 	for _, acking := range []bool{false, true} {
-		synctest.Test(t, func(t *testing.T) {
+		bubble.Test(t, func(t *testing.T) {
 			f, url, msgs := setup(t, 30*time.Second, 3)
 			api := &heldCalls{API: f, entered: make(chan struct{}, 1), release: make(chan struct{})}
 			e, err := visibility.New(api, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, Logger: quiet})
@@ -640,7 +641,7 @@ func TestReleaseWaitsForExtensionUnderWay(t *testing.T) {
 // the call that runs the hook, which no longer counts once the extension is
 // recorded.
 func TestReleaseFromOnExtendHook(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 1)
 		e, err := visibility.New(f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, Logger: quiet})
 		if err != nil {
@@ -662,7 +663,7 @@ func TestReleaseFromOnExtendHook(t *testing.T) {
 // lease then ends as having reached its lifetime, not as lost, with its
 // message still invisible.
 func TestExtensionRefusedPastTwelveHours(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 1)
 		var logs strings.Builder
 		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second,
@@ -692,7 +693,7 @@ func TestExtensionRefusedPastTwelveHours(t *testing.T) {
 // ReleaseBy waits for an extension of the lease under way no later than its
 // time, and the lease is released with the cause ErrReleased all the same.
 func TestReleaseByBoundsTheWait(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 1)
 		api := &heldCalls{API: f, entered: make(chan struct{}, 1), release: make(chan struct{})}
 		e, err := visibility.New(api, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, Logger: quiet})
@@ -722,7 +723,7 @@ func TestReleaseByBoundsTheWait(t *testing.T) {
 // message's hook releases the other message's lease, both extended by one
 // call: whichever hook runs first must not wait for the call it runs in.
 func TestReleaseOfAnotherLeaseFromHook(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f, url, msgs := setup(t, 30*time.Second, 2)
 		e, err := visibility.New(f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, Logger: quiet})
 		if err != nil {

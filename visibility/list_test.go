@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 	"unsafe"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 )
 
 // listAPI takes a random time per call and rejects the entries whose
@@ -73,7 +73,7 @@ func (e *Extender) checkList() error {
 // is extended until its release (none is skipped by a round), each lease
 // ends once with the cause its fate calls for, and none is left tracked.
 func TestTrackedListUnderConcurrentEnds(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		e, err := New(listAPI{}, Config{QueueURL: "q", VisibilityTimeout: 30 * time.Second,
 			MaxLifetime: 3 * time.Minute, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
@@ -60,7 +60,7 @@ func TestCopiedOriginalDeletedPastItsLease(t *testing.T) {
 	t.Parallel()
 	t.Run("fake", func(t *testing.T) {
 		t.Parallel()
-		synctest.Test(t, func(t *testing.T) {
+		bubble.Test(t, func(t *testing.T) {
 			f := sqstest.NewFake()
 			dlq := f.CreateQueue("pastlease-dlq", nil)
 			url := f.CreateQueue("pastlease", map[string]string{"VisibilityTimeout": "4",

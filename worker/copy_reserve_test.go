@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
@@ -43,7 +43,7 @@ func TestCopyRetriesLeaveTimeForABatchedDelete(t *testing.T) {
 	for _, heartbeat := range []bool{false, true} {
 		t.Run(fmt.Sprintf("fake/heartbeat=%v", heartbeat), func(t *testing.T) {
 			t.Parallel()
-			synctest.Test(t, func(t *testing.T) {
+			bubble.Test(t, func(t *testing.T) {
 				f := sqstest.NewFake()
 				dlq := f.CreateQueue("reserve-dlq", nil)
 				url := f.CreateQueue("reserve", map[string]string{"VisibilityTimeout": "12",

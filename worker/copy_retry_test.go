@@ -14,13 +14,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
@@ -223,7 +223,7 @@ func TestStoppingCopiesRefusedEndAtTheBound(t *testing.T) {
 	t.Parallel()
 	t.Run("fake", func(t *testing.T) {
 		t.Parallel()
-		synctest.Test(t, func(t *testing.T) {
+		bubble.Test(t, func(t *testing.T) {
 			q := fakeRelQueue(t, "stopping-refused")
 			api := &hungSends{API: q.api, hang: func(context.Context, *sqs.SendMessageInput) error {
 				return errors.New("dial tcp: connection refused")
@@ -323,7 +323,7 @@ func TestEmulatorStopWhileCopySendHangs(t *testing.T) {
 // way.
 func TestStoppingWakesTheCopyRetryWait(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		q := fakeRelQueue(t, "stopping-wakes-copy-wait")
 		api := &hungSends{API: q.api, hang: func(context.Context, *sqs.SendMessageInput) error {
 			return errors.New("dial tcp: connection refused")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -33,7 +34,7 @@ func handlerGoroutines() int {
 // handler goroutine for each; two minutes after it, with the queue empty,
 // those goroutines have returned, and messages sent later are handled.
 func TestFakeIdleHandlerGoroutinesReturn(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
 		url := f.CreateQueue("q", map[string]string{"VisibilityTimeout": "60"})
 		for range 200 {

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/visibility"
@@ -129,7 +130,7 @@ func emulatorLateQueue(t *testing.T) lateQueue {
 // emulator:
 // TestRetryNotUndoneByLateExtension.
 func TestFakeRetryNotUndoneByLateExtension(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		retryBehindLateExtension(t, fakeLateQueue(t, sqstest.NewFake(), "late-extension-retry"), time.Minute)
 	})
 }
@@ -196,7 +197,7 @@ func retryBehindLateExtension(t *testing.T, q lateQueue, stopAfter time.Duration
 // polls) would take the message again. On the emulator:
 // TestStopHideNotShortenedByLateExtension.
 func TestFakeStopHideNotShortenedByLateExtension(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		stopBehindLateExtension(t, fakeLateQueue(t, sqstest.NewFake(), "late-extension-hide"))
 	})
 }
@@ -250,7 +251,7 @@ func stopBehindLateExtension(t *testing.T, q lateQueue) {
 // instead, and is released once the receives have ended: received once,
 // no acknowledgement failure, no lost lease.
 func TestFakeStopHideNearTwelveHours(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
 		url := f.CreateQueue("stop-12h", map[string]string{"VisibilityTimeout": "30"})
 		started := make(chan time.Time, 1)
@@ -322,7 +323,7 @@ func (s *slowReplies) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessage
 // retried (at once: the 12 hours leave no backoff), and nothing is logged
 // as lost.
 func TestFakeExtensionRefusedAtTwelveHours(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
 		url := f.CreateQueue("extension-12h", map[string]string{"VisibilityTimeout": "30"})
 		causes := make(chan error, 2)

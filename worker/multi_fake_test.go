@@ -11,7 +11,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
@@ -261,7 +261,7 @@ func (s *slowStart) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttr
 // is handled before any low one.
 func TestFakeMultiPriorityHoldsWhileStarting(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
 		crit, low := critAndLow(f, 10, 20)
 		var mu sync.Mutex
@@ -307,7 +307,7 @@ func (u *unreachableQueue) GetQueueAttributes(ctx context.Context, in *sqs.GetQu
 // critical one once it is reachable.
 func TestFakeMultiUnreachableStartHoldsNoOne(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
 		crit, low := critAndLow(f, 10, 20)
 		api := &unreachableQueue{API: f, url: crit}

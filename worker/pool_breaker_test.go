@@ -12,6 +12,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/breaker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -127,7 +128,7 @@ func (r *breakerRace) stop(t *testing.T, done <-chan error) {
 // open for at least 48. On fake time: the outcome does not depend on
 // timing.
 func TestFakeMultiBreakerOpeningMidCheckLetsLowerQueuesRun(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
 		high, low := f.CreateQueue("high", nil), f.CreateQueue("low", nil)
 		for range 50 {

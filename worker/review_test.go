@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -154,7 +154,7 @@ func holdCopiesWhileStopping(t *testing.T, q relQueue, api *hungSends, hang bool
 // one, so that no message comes behind another in a receive).
 func TestFIFOHeldMessageBehindAFailureDoesNotLockTheGroup(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
 		url := f.CreateQueue("held-behind.fifo", map[string]string{"FifoQueue": "true", "VisibilityTimeout": "30"})
 		nb := strconv.FormatInt(time.Now().Add(10*time.Minute).UnixMilli(), 10)

@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/internal/executor"
 )
 
@@ -382,7 +383,7 @@ func servedRunq(size int, wg *sync.WaitGroup, run func(g int, t task)) *runq {
 // idleTrim return; tasks that come later start goroutines again, and each
 // runs once. Goroutines still needed stay.
 func TestRunqIdleGoroutinesReturn(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		const size = 8
 		var wg sync.WaitGroup
 		var ran atomic.Int64

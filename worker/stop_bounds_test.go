@@ -12,7 +12,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/sqstest"
@@ -96,7 +96,7 @@ var hungHeartbeat = visibility.Config{Threshold: 50 * time.Second, Interval: 30 
 // once the extension call was given up, some 30s after the deadline. On
 // the emulator: TestShutdownNotHeldByHungExtension.
 func TestFakeShutdownNotHeldByHungExtension(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		shutdownBehindHungExtension(t, fakeStopQueue("hung-extension", map[string]string{"VisibilityTimeout": "60"}), 10*time.Second)
 	})
 }
@@ -245,7 +245,7 @@ func eachHungSends(t *testing.T, name string, fakeWithin, emuWithin time.Duratio
 			t.Parallel()
 			t.Run("fake", func(t *testing.T) {
 				t.Parallel()
-				synctest.Test(t, func(t *testing.T) {
+				bubble.Test(t, func(t *testing.T) {
 					q := fakeRelQueue(t, name)
 					api := &hungSends{API: q.api, hang: func(ctx context.Context, _ *sqs.SendMessageInput) error {
 						<-ctx.Done()

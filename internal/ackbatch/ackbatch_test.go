@@ -17,6 +17,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/sqstest"
 )
 
@@ -177,7 +178,7 @@ var (
 // A call whose entries partly fail retries only the entries SQS failed on
 // its side; a sender fault is final; every entry gets its own result.
 func TestPartialFailureRetriesOnlyFailedEntries(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := newFake(func(n int, c call) (map[string]failure, error) {
 			if n == 1 {
 				return map[string]failure{"d1": {"InternalError", false}, "d2": {"ReceiptHandleIsInvalid", true}}, nil
@@ -215,7 +216,7 @@ func TestPartialFailureRetriesOnlyFailedEntries(t *testing.T) {
 // Whole-call errors that may pass (throttling, server errors, the network)
 // are retried with exponential backoff, jittered, until the call succeeds.
 func TestTransientErrorsRetriedWithBackoff(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := newFake(func(n int, c call) (map[string]failure, error) {
 			switch n {
 			case 1, 2:
@@ -265,7 +266,7 @@ func TestTransientErrorsRetriedWithBackoff(t *testing.T) {
 // A whole-call error no retry fixes (access denied, a missing queue) fails
 // every entry of the call at once.
 func TestFatalErrorNotRetried(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := newFake(func(int, call) (map[string]failure, error) { return nil, denied })
 		var r results
 		b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", Result: r.add})
@@ -291,7 +292,7 @@ func TestFatalErrorNotRetried(t *testing.T) {
 // No entry is tried more than MaxAttempts times; each is then reported with
 // the error of its own last attempt.
 func TestMaxAttempts(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := newFake(func(n int, c call) (map[string]failure, error) {
 			if n == 1 {
 				return nil, throttled
@@ -326,7 +327,7 @@ func TestMaxAttempts(t *testing.T) {
 // A partial batch waits Config.Interval for more entries; ten are sent at
 // once; more than ten are split into calls of ten.
 func TestBatchesOfTen(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := newFake(nil)
 		var r results
 		b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", Interval: time.Second, Result: r.add})
@@ -379,7 +380,7 @@ func TestBatchesOfTen(t *testing.T) {
 // Close sends what is pending, waits for it, and makes later entries fail
 // with ErrClosed.
 func TestCloseFlushesThenRefuses(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := newFake(nil)
 		var r results
 		b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", Interval: time.Hour, Result: r.add})
@@ -411,7 +412,7 @@ func TestCloseFlushesThenRefuses(t *testing.T) {
 // under way, makes no other, reports every entry failed and returns the
 // context's error.
 func TestCloseBoundedByContext(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := newFake(nil)
 		api.hang = true
 		var r results
@@ -446,7 +447,7 @@ func TestCloseBoundedByContext(t *testing.T) {
 // A ChangeVisibility entry SQS would refuse fails alone, without taking its
 // batch down with it.
 func TestInvalidVisibilityFailsAlone(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := newFake(nil)
 		var r results
 		b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", Result: r.add})
@@ -515,7 +516,7 @@ func TestOnFake(t *testing.T) {
 // retry still carries them, each is deleted once, and none is reported
 // twice. Partial failures and owners go through the same arrays.
 func TestReusedBatchArraysKeepRetries(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		b3Failed := false
 		api := newFake(func(n int, c call) (map[string]failure, error) {
 			switch {

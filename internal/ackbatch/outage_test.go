@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/sqstest"
 )
 
@@ -52,7 +53,7 @@ func (o owner) Acked(err error) {
 // batches they were sent in; entries without Valid still give up after
 // MaxAttempts.
 func TestValidEntriesOutlastOutage(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		const outage = 15 * time.Second
 		api := outageAPI(outage)
 		var r results
@@ -134,7 +135,7 @@ func TestValidEntriesOutlastOutage(t *testing.T) {
 // wrapping its last error. A visibility change invalid from the start is
 // never sent (a delete is, once: see TestDeleteInvalidFromTheStartSentOnce).
 func TestInvalidEntryLeavesItsBatch(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		const outage = 15 * time.Second
 		api := outageAPI(outage)
 		var r results
@@ -247,7 +248,7 @@ func TestDeleteInvalidFromTheStartSentOnce(t *testing.T) {
 // it then returns at once, every entry finished with an error, and no call
 // is made after.
 func TestCloseDuringOutage(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := outageAPI(24 * time.Hour)
 		var r results
 		b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", MaxAttempts: 2, Result: r.add})
@@ -292,7 +293,7 @@ func TestCloseDuringOutage(t *testing.T) {
 // times MaxAttempts for each batch) all land, within the messages'
 // visibility timeout: nothing is left in the queue.
 func TestOutageOnFake(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
 		url := f.CreateQueue("acks", nil)
 		for range 30 {
@@ -338,7 +339,7 @@ func TestOutageOnFake(t *testing.T) {
 // Retries due together share batches, with the entries pending then: the
 // leftovers of two calls and a new entry go in one call, not three.
 func TestRetriesShareBatches(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := newFake(func(n int, c call) (map[string]failure, error) {
 			if c.at > 0 {
 				return nil, nil

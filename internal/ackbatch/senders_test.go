@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 )
 
 // Batches that become ready together while fewer senders wait than there
@@ -23,7 +24,7 @@ import (
 // not left behind the first's call because the one idle sender was already
 // woken for the first.
 func TestReadyBatchesGetTheirOwnSender(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		api := newFake(func(int, call) (map[string]failure, error) {
 			time.Sleep(time.Second) // a slow call
 			return nil, nil
@@ -171,7 +172,7 @@ func (s *stressAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.Ch
 // are ever under way, and none is made once Close has returned.
 func TestStressEveryEntryFinishesOnce(t *testing.T) {
 	for round := range 100 {
-		synctest.Test(t, func(t *testing.T) {
+		bubble.Test(t, func(t *testing.T) {
 			api := &stressAPI{}
 			var r results
 			var acked sync.Map // receipt handle → *atomic.Int32

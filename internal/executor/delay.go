@@ -390,12 +390,26 @@ type CopyLimiter interface {
 // requeue, a send that failed), the caller settles the message by its
 // visibility. FIFO queues keep the visibility: a copy would go behind the
 // rest of its group, so such a message is dead-lettered on its next
-// receive. A crash between the copy's send and the original's delete leaves
-// both: the original, come back, is moved to the dead-letter queue by SQS
-// (as it would have been without the copy), while the copy, keeping the
-// job's key (see requeue), runs it.
+// receive, which waitInCopy logs as an error, for the job to be replayed. A
+// crash between the copy's send and the original's delete leaves both: the
+// original, come back, is moved to the dead-letter queue by SQS (as it
+// would have been without the copy), while the copy, keeping the job's key
+// (see requeue), runs it.
 func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int, what string) bool {
-	if !e.OnLastReceive(j) || !e.Requeue.enabled() || e.Requeue.FIFO {
+	if !e.OnLastReceive(j) {
+		return false
+	}
+	if e.Requeue.FIFO {
+		moves := "SQS moves it"
+		if e.Policy.RedriveUnknown {
+			moves = "SQS may move it"
+		}
+		j.log(e).Error("FIFO message "+what+" on "+e.lastReceive()+", left to come back by its visibility (a copy would go behind the rest of its group): "+
+			moves+" to the dead-letter queue on its next receive, though its job is not broken: replay it from there (sqsworker dlq replay)",
+			"message_id", j.Msg.ID, "retry_in", delay)
+		return false
+	}
+	if !e.Requeue.enabled() {
 		return false
 	}
 	delay = sqsworker.ClampLongDelay(max(delay, 0))

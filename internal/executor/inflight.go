@@ -118,6 +118,7 @@ func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan
 		if !ok {
 			return closed(stopping) && j.Held(time.Now()), 0
 		}
+		j.log(e).Debug("FIFO message waiting in flight for the circuit breaker's probe", "message_id", j.Msg.ID, "for_at_most", left)
 		probe, err := e.waitProbe(j, time.Now().Add(left), stopping)
 		switch {
 		case err == nil:

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/metrics"
 )
 
@@ -56,7 +57,7 @@ func releaseExecutor(fifo bool) *Executor {
 // answer), 40 messages have 32 releases under way, then the rest once
 // those end.
 func TestReleaseAllBoundsConcurrentReleases(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		e := releaseExecutor(false)
 		ack := &recorder{gate: make(chan struct{})}
 		jobs := make([]*Job, 40)
