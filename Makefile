@@ -154,6 +154,7 @@ bench: stack-start tools
 # seconds. infra/ stays in lint, since even cold it adds under 2 minutes.
 lint: vet $(STATICCHECK)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(git grep -n 'synctest\.Test(' -- '*.go' ':!internal/bubble/' || true); if [ -n "$$out" ]; then echo "call bubble.Test (internal/bubble), not synctest.Test: under -race it crashes the test binary:"; echo "$$out"; exit 1; fi
 	rc=0; $(STATICCHECK) $(PKGS) || rc=1; \
 	(cd infra && GOWORK=off ../$(STATICCHECK) ./...) || rc=1; \
 	(cd infra/examplehandler && GOWORK=off ../../$(STATICCHECK) ./...) || rc=1; exit $$rc

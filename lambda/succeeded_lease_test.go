@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -15,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
@@ -76,7 +76,7 @@ func TestSucceededPastItsLeaseDeleted(t *testing.T) {
 	t.Parallel()
 	t.Run("fake", func(t *testing.T) {
 		t.Parallel()
-		synctest.Test(t, func(t *testing.T) {
+		bubble.Test(t, func(t *testing.T) {
 			f := sqstest.NewFake()
 			dlq := f.CreateQueue("succeeded-dlq", nil)
 			url := f.CreateQueue("succeeded", map[string]string{"VisibilityTimeout": "4",

@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/visibility"
@@ -44,7 +44,7 @@ func TestSucceededPastItsLeaseDeleted(t *testing.T) {
 	t.Parallel()
 	t.Run("fake", func(t *testing.T) {
 		t.Parallel()
-		synctest.Test(t, func(t *testing.T) {
+		bubble.Test(t, func(t *testing.T) {
 			f := sqstest.NewFake()
 			dlq := f.CreateQueue("succeeded-dlq", nil)
 			url := f.CreateQueue("succeeded", map[string]string{"VisibilityTimeout": "4",

@@ -210,7 +210,7 @@ func TestInvalidEntryLeavesItsBatch(t *testing.T) {
 // call. Its batch goes on without it. Before, it was never sent, and a
 // message whose lease SQS still held came back.
 func TestDeleteInvalidFromTheStartSentOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
 		const outage = 15 * time.Second
 		api := outageAPI(outage)
 		var r results
