@@ -19,9 +19,14 @@ import (
 // message (the worker's handler slot stays taken meanwhile), while the
 // runtime still holds the message:
 //
-//   - its lease: until its visibility timeout ends (the heartbeat, when on,
-//     moving it on), less copyAckReserve for the original's delete, which
-//     both runtimes send at once, not batched (Job.Copied);
+//   - its lease: until its visibility timeout ends, less copyAckReserve for
+//     the original's delete, which both runtimes send at once, not batched
+//     (Job.Copied); with the heartbeat on, as long as it moves the lease
+//     on: when the lease as it stands leaves no time for another send, the
+//     retries wait for the heartbeat's next extension (see heldLeft), which
+//     comes only when little of the lease is left, rather than give the
+//     message up before it (with a visibility timeout of a few seconds, at
+//     once), and end only once the lease is lost or at its MaxLifetime;
 //   - the runtime's stop bound (CopyLimiter, the worker while it stops),
 //     taken when the runtime first gives one and kept;
 //   - Job.MoveBy (the Lambda invocation's deadline less part of its safety
@@ -41,6 +46,14 @@ const (
 	copyBackoffFirst = 200 * time.Millisecond
 	copyBackoffCap   = 5 * time.Second
 	copyAckReserve   = time.Second
+	// copySendRoom is the least time before its bound for which a
+	// failed send of a waiting copy is tried again.
+	copySendRoom = 2 * copyBackoffFirst
+)
+
+// What ends the retries of a waiting copy's sends (see copyEnd).
+const (
+	boundLease = "the message's lease ends (its visibility timeout, not extended further), less the time to delete it"
 )
 
 // errCopyTooLarge marks a copy that SQS's limits cannot take: sending it
@@ -112,14 +125,30 @@ func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx conte
 		// for a last send in the other half.
 		end, bound := e.copyEnd(j, stopBy, start)
 		left := time.Until(end)
-		if left < 2*copyBackoffFirst {
-			return &copyGivenUp{err: err, sends: n, took: time.Since(start), bound: bound}
-		}
-		d := min(copyBackoff(n), left/2)
 		if n == 1 {
 			j.log(e).Warn("sending the waiting copy of a message on its last receive failed; sending it again while the message is held",
 				"message_id", j.Msg.ID, "until", end, "error", err)
 		}
+		if left < copySendRoom && bound == boundLease && (stopBy.IsZero() || stopBy.After(j.Lease.Deadline())) {
+			// The heartbeat may still move the lease on: wait for it,
+			// no later than the lease's end (nor the runtime's stop
+			// bound, after it).
+			var stopping <-chan struct{}
+			if limited && stopBy.IsZero() && !stopSeen {
+				stopping = l.CopyStopping()
+			}
+			if _, held := heldLeft(j, copyAckReserve+copySendRoom, stopping); held {
+				continue
+			}
+			if closed(stopping) {
+				stopSeen = true // send once more, within the stop's bound
+				continue
+			}
+		}
+		if left < copySendRoom {
+			return &copyGivenUp{err: err, sends: n, took: time.Since(start), bound: bound}
+		}
+		d := min(copyBackoff(n), left/2)
 		// Woken early when the job's context ends (the runtime's
 		// shutdown deadline, the invocation's deadline nears, the lease
 		// is lost) or the runtime begins to stop, so that the bounds are
@@ -209,7 +238,7 @@ func (e *Executor) copyEnd(j *Job, stopBy, start time.Time) (time.Time, string) 
 	case j.Lease != nil && !j.Held(time.Now()):
 		earliest(time.Now(), "the message's lease was lost")
 	case j.Lease != nil:
-		earliest(j.Lease.Deadline().Add(-copyAckReserve), "the message's lease ends (its visibility timeout, not extended further), less the time to delete it")
+		earliest(j.Lease.Deadline().Add(-copyAckReserve), boundLease)
 	case !j.LeaseEnd.IsZero():
 		earliest(j.LeaseEnd.Add(-copyAckReserve), "the message's lease ends (its visibility timeout), less the time to delete it")
 	}
