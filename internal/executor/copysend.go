@@ -22,11 +22,14 @@ import (
 //   - its lease: until its visibility timeout ends, less copyAckReserve for
 //     the original's delete, which both runtimes send at once, not batched
 //     (Job.Copied); with the heartbeat on, as long as it moves the lease
-//     on: when the lease as it stands leaves no time for another send, the
-//     retries wait for the heartbeat's next extension (see heldLeft), which
-//     comes only when little of the lease is left, rather than give the
-//     message up before it (with a visibility timeout of a few seconds, at
-//     once), and end only once the lease is lost or at its MaxLifetime;
+//     on: the waits between sends are not cut at the lease as it stands,
+//     and a send that it leaves no time for waits for the heartbeat's
+//     next extension (see heldLeft), which comes only when little of the
+//     lease is left, rather than give the message up before it (with a
+//     visibility timeout of a few seconds, at once); the retries end once
+//     the lease is lost or at its MaxLifetime (12 hours by default, the
+//     handler slot taken all along; the failure is logged once, when the
+//     retries begin);
 //   - the runtime's stop bound (CopyLimiter, the worker while it stops),
 //     taken when the runtime first gives one and kept;
 //   - Job.MoveBy (the Lambda invocation's deadline less part of its safety
@@ -121,34 +124,28 @@ func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx conte
 		if awserr.IsFatal(err) || errors.Is(err, errCopyTooLarge) {
 			return &copyGivenUp{err: err, sends: n, took: time.Since(start)}
 		}
-		// A wait that would pass the bound is cut to half the time left,
-		// for a last send in the other half.
 		end, bound := e.copyEnd(j, stopBy, start)
-		left := time.Until(end)
 		if n == 1 {
-			j.log(e).Warn("sending the waiting copy of a message on its last receive failed; sending it again while the message is held",
-				"message_id", j.Msg.ID, "until", end, "error", err)
+			e.copyRetrying(j, end, bound, err)
 		}
-		if left < copySendRoom && bound == boundLease && (stopBy.IsZero() || stopBy.After(j.Lease.Deadline())) {
-			// The heartbeat may still move the lease on: wait for it,
-			// no later than the lease's end (nor the runtime's stop
-			// bound, after it).
-			var stopping <-chan struct{}
-			if limited && stopBy.IsZero() && !stopSeen {
-				stopping = l.CopyStopping()
+		// A lease the heartbeat moves on does not bound the retries
+		// (see above), unless the runtime's stop bound comes before
+		// its end.
+		moves := bound == boundLease && (stopBy.IsZero() || stopBy.After(j.Lease.Deadline()))
+		d := copyBackoff(n)
+		if moves {
+			if fixed := earliest(stopBy, j.MoveBy); !fixed.IsZero() {
+				d = min(d, time.Until(fixed)/2)
 			}
-			if _, held := heldLeft(j, copyAckReserve+copySendRoom, stopping); held {
-				continue
+		} else {
+			// A wait that would pass the bound is cut to half the
+			// time left, for a last send in the other half.
+			left := time.Until(end)
+			if left < copySendRoom {
+				return &copyGivenUp{err: err, sends: n, took: time.Since(start), bound: bound}
 			}
-			if closed(stopping) {
-				stopSeen = true // send once more, within the stop's bound
-				continue
-			}
+			d = min(d, left/2)
 		}
-		if left < copySendRoom {
-			return &copyGivenUp{err: err, sends: n, took: time.Since(start), bound: bound}
-		}
-		d := min(copyBackoff(n), left/2)
 		// Woken early when the job's context ends (the runtime's
 		// shutdown deadline, the invocation's deadline nears, the lease
 		// is lost) or the runtime begins to stop, so that the bounds are
@@ -162,8 +159,44 @@ func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx conte
 		}
 		if w := copyWait(d, ended, stopping); w != nil && w == stopping {
 			stopSeen = true
+			continue
+		}
+		if !moves {
+			continue
+		}
+		// Room in the lease for a send and the original's delete,
+		// waiting for the heartbeat's next extension if need be.
+		if _, held := heldLeft(j, copyAckReserve+copySendRoom, stopping); !held {
+			if closed(stopping) {
+				stopSeen = true // once more, within the stop's bound
+				continue
+			}
+			_, bound = e.copyEnd(j, stopBy, start)
+			return &copyGivenUp{err: err, sends: n, took: time.Since(start), bound: bound}
 		}
 	}
+}
+
+// earliest returns the earlier of a and b that is set, zero if neither is.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// copyRetrying logs, once, that the sends of j's waiting copy are tried
+// again after err, until end, set by bound (see copyEnd). A bound that is
+// the lease held by the heartbeat moves on with it (see sendCopy): its end
+// as it stands is not when the retries end.
+func (e *Executor) copyRetrying(j *Job, end time.Time, bound string, err error) {
+	var until any = end
+	if bound == boundLease {
+		until = "the heartbeat stops holding the message: its lease lost, or at the heartbeat's MaxLifetime"
+	}
+	j.log(e).Warn("sending the waiting copy of a message on its last receive failed; sending it again, with backoff, while the message is held "+
+		"(its handler slot stays taken meanwhile): should SQS take no send by then, it moves the message to the dead-letter queue on its next receive",
+		"message_id", j.Msg.ID, "until", until, "error", err)
 }
 
 // copyWait waits d, or until ended or stopping is closed, and returns the
