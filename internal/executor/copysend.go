@@ -130,8 +130,9 @@ func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx conte
 		}
 		// A lease the heartbeat moves on does not bound the retries
 		// (see above), unless the runtime's stop bound comes before
-		// its end.
-		moves := bound == boundLease && (stopBy.IsZero() || stopBy.After(j.Lease.Deadline()))
+		// its end. One whose context ended (lost, at its MaxLifetime,
+		// the runtime's deadline) is moved on no more.
+		moves := bound == boundLease && j.Ctx.Err() == nil && (stopBy.IsZero() || stopBy.After(j.Lease.Deadline()))
 		d := copyBackoff(n)
 		if moves {
 			if fixed := earliest(stopBy, j.MoveBy); !fixed.IsZero() {
