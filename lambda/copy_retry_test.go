@@ -14,6 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
@@ -145,6 +146,101 @@ func TestEmulatorLastReceiveCopyRetried(t *testing.T) {
 		t.Errorf("came back with receive count %s, want a fresh copy's 1", n)
 	}
 	if resp := invokeBy(t, fn, sqstest.SQSEvent(q.ARN, again), 15*time.Second); len(resp.BatchItemFailures) != 0 {
+		t.Errorf("failures %v, want none", failedIDs(resp))
+	}
+	if _, err := sq.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &q.URL, ReceiptHandle: again[0].ReceiptHandle}); err != nil {
+		t.Fatal(err) // as the event source mapping does
+	}
+	if ran.Load() != 1 {
+		t.Errorf("the job ran %d times, want once", ran.Load())
+	}
+	if v, i, d := localtest.Depth(t, sq, q.DLQURL); v+i+d != 0 {
+		t.Errorf("%d messages dead-lettered, want none: no handler failed", v+i+d)
+	}
+	if v, i, d := localtest.Depth(t, sq, q.URL); v+i+d != 0 {
+		t.Errorf("%d messages left in the queue, want none", v+i+d)
+	}
+}
+
+// sendsVia is an SQS client whose SendMessage calls go through another
+// client (one behind a fault proxy); its other calls, the heartbeat's
+// among them, go straight to SQS.
+type sendsVia struct {
+	*sqs.Client
+	via *sqs.Client
+}
+
+func (s sendsVia) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	return s.via.SendMessage(ctx, in, opts...)
+}
+
+// On the emulator, a queue whose visibility timeout is short (3s) with a
+// redrive policy allowing one receive: a record its handler postpones
+// (RetryAfter with a nil error) waits in a fresh copy, whose sends SQS
+// refuses (through a fault proxy) for 8s, longer than the visibility
+// timeout, well within the invocation (20s). The heartbeat extends the
+// record's lease only when half of it is left (1.5s), about when the
+// copy's retries would stop for the original's delete: the retries must
+// wait for that extension, and go on while the heartbeat holds the record,
+// until SQS takes the copy. The record is not reported failed, its copy
+// runs the job once, and nothing is dead-lettered. Before, the copy was
+// given up some 2s in, at the lease as it stood, the record reported
+// failed, and SQS moved it to the dead-letter queue on its next receive
+// though no handler failed.
+func TestEmulatorCopyRetriesOutlastAShortVisibilityTimeout(t *testing.T) {
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 3 * time.Second})
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	client := sendsVia{Client: sq, via: localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })}
+	var (
+		mu   sync.Mutex
+		back *time.Timer
+	)
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if back != nil {
+			back.Stop()
+		}
+	})
+	var calls, ran atomic.Int64
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		if calls.Add(1) == 1 {
+			if err := p.Refuse(); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			back = time.AfterFunc(8*time.Second, func() {
+				if err := p.Pass(); err != nil {
+					t.Error(err)
+				}
+			})
+			mu.Unlock()
+			return sqsworker.RetryAfter(time.Second, nil)
+		}
+		ran.Add(1)
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: client})
+	localtest.Send(t, sq, q.URL, "", "job")
+	out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, WaitTimeSeconds: 5,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+		MessageAttributeNames:       []string{"All"}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %d messages, %v", len(out.Messages), err)
+	}
+	if resp := invokeBy(t, fn, sqstest.SQSEvent(q.ARN, out.Messages), 20*time.Second); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v, want none: the record waits in its copy", failedIDs(resp))
+	}
+	again := receiveN(t, sq, q.URL, 1) // or dead-lettered by SQS on this receive
+	if n := again[0].Attributes["ApproximateReceiveCount"]; n != "1" {
+		t.Errorf("came back with receive count %s, want a fresh copy's 1", n)
+	}
+	if resp := invokeBy(t, fn, sqstest.SQSEvent(q.ARN, again), 20*time.Second); len(resp.BatchItemFailures) != 0 {
 		t.Errorf("failures %v, want none", failedIDs(resp))
 	}
 	if _, err := sq.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &q.URL, ReceiptHandle: again[0].ReceiptHandle}); err != nil {

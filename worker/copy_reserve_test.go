@@ -90,7 +90,7 @@ func copyRetriesLeaveTimeForABatchedDelete(t *testing.T, q relQueue, heartbeat b
 // the job is done and the queue empty, or something is dead-lettered, it
 // stops the worker and checks that nothing was dead-lettered nor left, and
 // that the job ran once, on its copy. It returns the stopped worker.
-func postponeOnceOnLastReceive(t *testing.T, api worker.API, q relQueue, cfg worker.Config, armed *atomic.Bool) *running {
+func postponeOnceOnLastReceive(t *testing.T, api worker.API, q relQueue, cfg worker.Config, armed interface{ Store(bool) }) *running {
 	t.Helper()
 	var calls, done atomic.Int64
 	r := start(t, api, cfg, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {

@@ -181,8 +181,12 @@
 // again, with capped, jittered backoff, for as long as the worker holds
 // the message: its visibility timeout, moved on by the heartbeat, less a
 // second to delete the original once its copy is sent (that delete, and
-// those pending with it, go at once, not after Config.AckInterval). The
-// handler slot stays taken
+// those pending with it, go at once, not after Config.AckInterval). With
+// the heartbeat on, when the lease as it stands leaves no time for another
+// send, the sends wait for the heartbeat's next extension (which comes
+// only when a half of the visibility timeout is left, by default), so
+// that they go on until the lease is lost or reaches the heartbeat's
+// MaxLifetime (12h by default). The handler slot stays taken
 // meanwhile. Should the worker begin to stop, a wait between two sends
 // ends then, and the sends are bound as above (5s from then). Given up, the message is left to its visibility, and the log
 // says that SQS will dead-letter it.

@@ -19,9 +19,17 @@ import (
 // message (the worker's handler slot stays taken meanwhile), while the
 // runtime still holds the message:
 //
-//   - its lease: until its visibility timeout ends (the heartbeat, when on,
-//     moving it on), less copyAckReserve for the original's delete, which
-//     both runtimes send at once, not batched (Job.Copied);
+//   - its lease: until its visibility timeout ends, less copyAckReserve for
+//     the original's delete, which both runtimes send at once, not batched
+//     (Job.Copied); with the heartbeat on, as long as it moves the lease
+//     on: the waits between sends are not cut at the lease as it stands,
+//     and a send that it leaves no time for waits for the heartbeat's
+//     next extension (see heldLeft), which comes only when little of the
+//     lease is left, rather than give the message up before it (with a
+//     visibility timeout of a few seconds, at once); the retries end once
+//     the lease is lost or at its MaxLifetime (12 hours by default, the
+//     handler slot taken all along; the failure is logged once, when the
+//     retries begin);
 //   - the runtime's stop bound (CopyLimiter, the worker while it stops),
 //     taken when the runtime first gives one and kept;
 //   - Job.MoveBy (the Lambda invocation's deadline less part of its safety
@@ -41,6 +49,14 @@ const (
 	copyBackoffFirst = 200 * time.Millisecond
 	copyBackoffCap   = 5 * time.Second
 	copyAckReserve   = time.Second
+	// copySendRoom is the least time before its bound for which a
+	// failed send of a waiting copy is tried again.
+	copySendRoom = 2 * copyBackoffFirst
+)
+
+// What ends the retries of a waiting copy's sends (see copyEnd).
+const (
+	boundLease = "the message's lease ends (its visibility timeout, not extended further), less the time to delete it"
 )
 
 // errCopyTooLarge marks a copy that SQS's limits cannot take: sending it
@@ -108,17 +124,28 @@ func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx conte
 		if awserr.IsFatal(err) || errors.Is(err, errCopyTooLarge) {
 			return &copyGivenUp{err: err, sends: n, took: time.Since(start)}
 		}
-		// A wait that would pass the bound is cut to half the time left,
-		// for a last send in the other half.
 		end, bound := e.copyEnd(j, stopBy, start)
-		left := time.Until(end)
-		if left < 2*copyBackoffFirst {
-			return &copyGivenUp{err: err, sends: n, took: time.Since(start), bound: bound}
-		}
-		d := min(copyBackoff(n), left/2)
 		if n == 1 {
-			j.log(e).Warn("sending the waiting copy of a message on its last receive failed; sending it again while the message is held",
-				"message_id", j.Msg.ID, "until", end, "error", err)
+			e.copyRetrying(j, end, bound, err)
+		}
+		// A lease the heartbeat moves on does not bound the retries
+		// (see above), unless the runtime's stop bound comes before
+		// its end. One whose context ended (lost, at its MaxLifetime,
+		// the runtime's deadline) is moved on no more.
+		moves := bound == boundLease && j.Ctx.Err() == nil && (stopBy.IsZero() || stopBy.After(j.Lease.Deadline()))
+		d := copyBackoff(n)
+		if moves {
+			if fixed := earliest(stopBy, j.MoveBy); !fixed.IsZero() {
+				d = min(d, time.Until(fixed)/2)
+			}
+		} else {
+			// A wait that would pass the bound is cut to half the
+			// time left, for a last send in the other half.
+			left := time.Until(end)
+			if left < copySendRoom {
+				return &copyGivenUp{err: err, sends: n, took: time.Since(start), bound: bound}
+			}
+			d = min(d, left/2)
 		}
 		// Woken early when the job's context ends (the runtime's
 		// shutdown deadline, the invocation's deadline nears, the lease
@@ -133,8 +160,44 @@ func (e *Executor) sendCopy(j *Job, ack Acker, persist bool, send func(ctx conte
 		}
 		if w := copyWait(d, ended, stopping); w != nil && w == stopping {
 			stopSeen = true
+			continue
+		}
+		if !moves {
+			continue
+		}
+		// Room in the lease for a send and the original's delete,
+		// waiting for the heartbeat's next extension if need be.
+		if _, held := heldLeft(j, copyAckReserve+copySendRoom, stopping); !held {
+			if closed(stopping) {
+				stopSeen = true // once more, within the stop's bound
+				continue
+			}
+			_, bound = e.copyEnd(j, stopBy, start)
+			return &copyGivenUp{err: err, sends: n, took: time.Since(start), bound: bound}
 		}
 	}
+}
+
+// earliest returns the earlier of a and b that is set, zero if neither is.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// copyRetrying logs, once, that the sends of j's waiting copy are tried
+// again after err, until end, set by bound (see copyEnd). A bound that is
+// the lease held by the heartbeat moves on with it (see sendCopy): its end
+// as it stands is not when the retries end.
+func (e *Executor) copyRetrying(j *Job, end time.Time, bound string, err error) {
+	var until any = end
+	if bound == boundLease {
+		until = "the heartbeat stops holding the message: its lease lost, or at the heartbeat's MaxLifetime"
+	}
+	j.log(e).Warn("sending the waiting copy of a message on its last receive failed; sending it again, with backoff, while the message is held "+
+		"(its handler slot stays taken meanwhile): should SQS take no send by then, it moves the message to the dead-letter queue on its next receive",
+		"message_id", j.Msg.ID, "until", until, "error", err)
 }
 
 // copyWait waits d, or until ended or stopping is closed, and returns the
@@ -209,7 +272,7 @@ func (e *Executor) copyEnd(j *Job, stopBy, start time.Time) (time.Time, string) 
 	case j.Lease != nil && !j.Held(time.Now()):
 		earliest(time.Now(), "the message's lease was lost")
 	case j.Lease != nil:
-		earliest(j.Lease.Deadline().Add(-copyAckReserve), "the message's lease ends (its visibility timeout, not extended further), less the time to delete it")
+		earliest(j.Lease.Deadline().Add(-copyAckReserve), boundLease)
 	case !j.LeaseEnd.IsZero():
 		earliest(j.LeaseEnd.Add(-copyAckReserve), "the message's lease ends (its visibility timeout), less the time to delete it")
 	}

@@ -131,25 +131,36 @@ func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan
 	}
 }
 
-// leaseStep is how often holdLeft looks whether the heartbeat moved a lease
+// leaseStep is how often heldLeft looks whether the heartbeat moved a lease
 // on.
 const leaseStep = 50 * time.Millisecond
 
 // holdLeft returns how much longer j's message may wait in flight now: the
-// time the runtime holds it (heldUntil), less inFlightReserve. When none is
-// left and a heartbeat holds the message, it waits for the heartbeat to
-// move the lease on: the heartbeat extends a lease only when little of it
-// is left (by default a third to a half of the visibility timeout, under
-// inFlightReserve for a timeout under 6 s), and the lease's context ends
-// should it run out or reach its MaxLifetime. It reports false when the
-// wait must end: the message no longer held, the lease not moved on before
-// its end, the Lambda invocation's deadline near, or stopping closed.
+// time the runtime holds it, less inFlightReserve, waiting for the
+// heartbeat when none is left (see heldLeft).
 func (e *Executor) holdLeft(j *Job, stopping <-chan struct{}) (time.Duration, bool) {
+	return heldLeft(j, inFlightReserve, stopping)
+}
+
+// heldLeft returns how much longer than reserve the runtime holds j's
+// message now (heldUntil). When no more is left and a heartbeat holds the
+// message, it waits for the heartbeat to move the lease on: the heartbeat
+// extends a lease only when little of it is left (by default half of the
+// visibility timeout, under the reserves of a wait in flight or a waiting
+// copy's retries for a timeout of a few seconds), and the lease's context
+// ends should it run out or reach its MaxLifetime. This is the one rule by
+// which a runtime holds a message that waits without a handler running: a
+// FIFO message waiting in flight (holdLeft), and the retried sends of a
+// waiting copy (sendCopy). It reports false when the wait must end: the
+// message no longer held, the lease not moved on before its end, j.Ctx
+// ended (the lease lost, the runtime's deadline), the Lambda invocation's
+// deadline before the lease's end, or stopping closed.
+func heldLeft(j *Job, reserve time.Duration, stopping <-chan struct{}) (time.Duration, bool) {
 	for {
 		if !j.Held(time.Now()) || closed(stopping) {
 			return 0, false
 		}
-		if left := time.Until(j.heldUntil()) - inFlightReserve; left > 0 {
+		if left := time.Until(j.heldUntil()) - reserve; left > 0 {
 			return left, true
 		}
 		// Only the lease's own end waits for its heartbeat, not an
