@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
@@ -150,5 +153,29 @@ func TestLastReceiveCopyGivenUp(t *testing.T) {
 				t.Errorf("log %q: want why the copy was given up (%q), and the fix", l, tc.wantInLog)
 			}
 		})
+	}
+}
+
+// A waiting copy with no room for the job's prior attempts (nine message
+// attributes of its own besides them) says so once, when a send goes, not
+// at every send SQS refuses: before, each of the four sends logged it.
+func TestNoRoomForPriorAttemptsSaidOnce(t *testing.T) {
+	s := newSim(t, 1, func(*sqsworker.Message) error { return nil })
+	var logs bytes.Buffer
+	s.ex.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	attrs := map[string]types.MessageAttributeValue{sqsworker.AttrPriorAttempts: {DataType: aws.String("Number"), StringValue: aws.String("2")}}
+	for i := range 9 {
+		attrs[fmt.Sprint("a", i)] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("v")}
+	}
+	s.f.Send(s.url, "job", func(in *sqs.SendMessageInput) { in.MessageAttributes = attrs })
+	j := s.receiveOne() // the last receive maxReceiveCount 1 allows
+	j.LeaseEnd = time.Now().Add(time.Minute)
+	s.f.FailNext(sqstest.OpSendMessage, errors.New("dial tcp: connection refused"), 3)
+	s.ex.Postpone(j, s, 10*time.Second, errors.New("breaker open"))
+	if n := s.ex.Counters.Requeued.Load(); n != 1 {
+		t.Fatalf("%d copies sent, want 1", n)
+	}
+	if n := strings.Count(logs.String(), "no room in the waiting copy for its prior attempts"); n != 1 {
+		t.Errorf("said %d times, want once:\n%s", n, logs.String())
 	}
 }

@@ -521,10 +521,6 @@ func (e *Executor) requeueBy(ctx context.Context, j *Job, nb time.Time, prior in
 				errCopyTooLarge, len(attrs), sqsworker.MessageSize(m.Body, attrs), sqsworker.MaxMessageAttributes, sqsworker.MaxMessageSize,
 				sqsworker.AttrNotBefore, sqsworker.AttrPriorAttempts)
 		}
-		if _, ok := attrs[sqsworker.AttrPriorAttempts]; !ok && prior > 0 {
-			j.log(e).Warn("no room in the waiting copy for its prior attempts (the job's own message attributes, or its body, take it): its count of attempts starts again",
-				"message_id", m.ID, "prior_attempts", prior)
-		}
 	}
 	addKey := !hasKey && len(attrs) < sqsworker.MaxMessageAttributes
 	if addKey {
@@ -599,10 +595,12 @@ func (e *Executor) requeueBy(ctx context.Context, j *Job, nb time.Time, prior in
 				break
 			}
 		}
-		if _, kept := in.MessageAttributes[sqsworker.AttrPriorAttempts]; err == nil && !kept && prior > 0 {
-			j.log(e).Warn("no room in the waiting copy for its prior attempts (the queue's MaximumMessageSize): its count of attempts starts again",
-				"message_id", m.ID, "prior_attempts", prior)
-		}
+	}
+	// Said once, by the send that went: a send refused and tried again
+	// would say it again at each try.
+	if _, kept := in.MessageAttributes[sqsworker.AttrPriorAttempts]; err == nil && !kept && prior > 0 {
+		j.log(e).Warn("no room in the waiting copy for its prior attempts (the job's own message attributes, its body, or the queue's MaximumMessageSize take it): its count of attempts starts again",
+			"message_id", m.ID, "prior_attempts", prior)
 	}
 	if err != nil {
 		return fmt.Errorf("sending a waiting copy of message %s to %s: %w", m.ID, e.Requeue.URL, err)
