@@ -175,7 +175,9 @@ func (b *Breaker) Stats() Stats {
 // for it, and their own circuit breaker counts it as nothing. Once a key's OpenFor has passed, the first of its jobs
 // to come runs as the probe, while the others wait again; the probe's
 // success closes the key, its failure opens it for twice as long (up to
-// MaxOpenFor).
+// MaxOpenFor). A job that next postpones itself (RetryAfter with a nil
+// error: an idempotency duplicate, say) did not reach the key's endpoint:
+// it counts as nothing, and as the probe it lets the next job probe.
 func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		key := b.cfg.Key(m)
@@ -233,9 +235,14 @@ func (b *Breaker) admit(key string) (probe uint64, err error) {
 }
 
 // record counts the outcome of a job of key that ran, as its probe when
-// probe is its token.
+// probe is its token. A postponement (sqsworker.RetryAfter with a nil
+// error, from the handler behind the middleware: an idempotency duplicate
+// waiting for another's claim, a job another breaker holds back) did not
+// reach the key's endpoint: it counts as nothing, and a probe postponed
+// gives its turn to the next job of its key.
 func (b *Breaker) record(key string, probe uint64, err error) {
-	failed := err != nil && b.cfg.IsFailure(err)
+	postponed := isPostponed(err)
+	failed := !postponed && err != nil && b.cfg.IsFailure(err)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	el, ok := b.keys[key]
@@ -246,6 +253,12 @@ func (b *Breaker) record(key string, probe uint64, err error) {
 	if e != nil && e.open && (probe == 0 || probe != e.probe) {
 		// A job let through before the key opened, or a probe given up
 		// on: only the current probe's outcome decides an open key.
+		return
+	}
+	if postponed {
+		if e != nil && e.open {
+			e.probe = 0 // the current probe's: the next job probes
+		}
 		return
 	}
 	if !failed {
@@ -286,4 +299,11 @@ func (b *Breaker) record(key string, probe uint64, err error) {
 	e.probe, e.probeAt = 0, now.Add(e.interval)
 	b.stats.Opens++
 	b.cfg.Logger.Warn("keybreaker: key open; its jobs wait for a probe", "key", key, "failures", e.failures, "probe_in", e.interval, "error", err)
+}
+
+// isPostponed reports whether err is a postponement: a
+// sqsworker.RetryAfterError with a nil Err.
+func isPostponed(err error) bool {
+	var ra *sqsworker.RetryAfterError
+	return err != nil && errors.As(err, &ra) && ra.Err == nil
 }

@@ -1,0 +1,70 @@
+package keybreaker_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/keybreaker"
+)
+
+// A job the handler behind the middleware postpones (RetryAfter with a nil
+// error: an idempotency duplicate waiting for another worker's claim, a job
+// a second keybreaker holds back) did not reach the key's endpoint: its
+// outcome says nothing of the key. A probe postponed so neither closes the
+// key nor keeps its turn: the next job of the key probes at once. Before,
+// the postponement counted as a success: the probe closed the key unrun,
+// and every job of the key then ran against the endpoint still down.
+func TestPostponedProbeDoesNotCloseTheKey(t *testing.T) {
+	b, c := newBreaker(t, keybreaker.Config{Failures: 1, OpenFor: time.Minute, MaxOpenFor: time.Hour})
+	h := newHandler()
+	mw := b.Middleware(h)
+	ctx := context.Background()
+	h.fail("a", 1)
+	_ = mw.HandleMessage(ctx, job("a")) // opens for 1m
+	c.add(time.Minute)
+
+	h.errs["a"] = []error{sqsworker.RetryAfter(5*time.Second, nil)}
+	skipped(t, mw.HandleMessage(ctx, job("a"))) // the probe, postponed behind the middleware
+	if s := b.Stats(); s.Open != 1 {
+		t.Fatalf("stats %+v: a postponed probe closed the key", s)
+	}
+	h.fail("a", 1) // the endpoint is still down
+	calls := h.calls["a"]
+	if err := mw.HandleMessage(ctx, job("a")); !errors.Is(err, errDown) {
+		t.Fatalf("next job: %v, want it run as the probe (the postponed one gave its turn back) and the endpoint's failure", err)
+	}
+	if h.calls["a"] != calls+1 {
+		t.Fatalf("next job: %d calls, want one", h.calls["a"]-calls)
+	}
+	if d := skipped(t, mw.HandleMessage(ctx, job("a"))); d < 2*time.Minute {
+		t.Errorf("delay %v: the probe's failure should have reopened the key for twice as long", d)
+	}
+	if s := b.Stats(); s.Open != 1 || s.Opens != 2 || s.Probes != 2 {
+		t.Errorf("stats %+v, want the key open, 2 opens, 2 probes", s)
+	}
+}
+
+// A postponement between failures of a key does not break their run:
+// before, it counted as a success and the key forgot its failures.
+func TestPostponementDoesNotBreakARunOfFailures(t *testing.T) {
+	b, _ := newBreaker(t, keybreaker.Config{Failures: 3})
+	h := newHandler()
+	mw := b.Middleware(h)
+	ctx := context.Background()
+	h.errs["a"] = []error{errDown, sqsworker.RetryAfter(time.Second, nil), errDown, errDown}
+	for range 4 {
+		_ = mw.HandleMessage(ctx, job("a"))
+	}
+	calls := h.calls["a"]
+	skipped(t, mw.HandleMessage(ctx, job("a")))
+	if h.calls["a"] != calls {
+		t.Errorf("the handler ran for a key with 3 failures in a row")
+	}
+	if s := b.Stats(); s.Open != 1 || s.Opens != 1 {
+		t.Errorf("stats %+v, want the key open", s)
+	}
+}
+
