@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -177,7 +178,9 @@ func (b *Breaker) Stats() Stats {
 // success closes the key, its failure opens it for twice as long (up to
 // MaxOpenFor). A job that next postpones itself (RetryAfter with a nil
 // error: an idempotency duplicate, say) did not reach the key's endpoint:
-// it counts as nothing, and as the probe it lets the next job probe.
+// it counts as nothing, and as the probe it lets the next job probe. A
+// panic of the handler is recovered into a *sqsworker.PanicError, as the
+// runtimes recover it, and counted as its error.
 func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		key := b.cfg.Key(m)
@@ -192,10 +195,22 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 		if err != nil {
 			return err
 		}
-		err = next.HandleMessage(ctx, m)
+		err = call(ctx, next, m)
 		b.record(key, probe, err)
 		return err
 	})
+}
+
+// call runs next, recovering a panic into a *sqsworker.PanicError as the
+// runtimes do, so that a panicking job's outcome is counted like a failed
+// one's: a probe's turn is not held until ProbeTimeout.
+func call(ctx context.Context, next sqsworker.Handler, m *sqsworker.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &sqsworker.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return next.HandleMessage(ctx, m)
 }
 
 // admit lets a job of key run, as the key's probe (its token) when the key

@@ -68,3 +68,39 @@ func TestPostponementDoesNotBreakARunOfFailures(t *testing.T) {
 	}
 }
 
+// A probe whose handler panics gives its turn back at once, as any failed
+// job's outcome is counted, and the panic reaches the runtime as a
+// *sqsworker.PanicError. Before, the panic went past the middleware: the
+// probe's turn stayed taken for ProbeTimeout, every job of the key
+// postponed meanwhile.
+func TestPanickingProbeGivesItsTurnBack(t *testing.T) {
+	b, c := newBreaker(t, keybreaker.Config{Failures: 1, OpenFor: time.Minute, ProbeTimeout: 5 * time.Minute})
+	h := newHandler()
+	mw := b.Middleware(h)
+	ctx := context.Background()
+	h.fail("a", 1)
+	_ = mw.HandleMessage(ctx, job("a"))
+	c.add(time.Minute)
+
+	h.during = func(string) { h.during = nil; panic("a bug in this job") }
+	var err error
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				err = errors.New("the panic went past the middleware")
+			}
+		}()
+		err = mw.HandleMessage(ctx, job("a"))
+	}()
+	var p *sqsworker.PanicError
+	if !errors.As(err, &p) {
+		t.Errorf("probe: %v, want a *sqsworker.PanicError", err)
+	}
+	calls := h.calls["a"]
+	if err := mw.HandleMessage(ctx, job("a")); err != nil {
+		t.Fatalf("next job: %v, want it run (the endpoint answers) and the key closed", err)
+	}
+	if h.calls["a"] != calls+1 {
+		t.Errorf("next job: %d calls, want one", h.calls["a"]-calls)
+	}
+}
