@@ -47,7 +47,10 @@ type Config struct {
 	IsFailure func(error) bool
 	// MaxKeys bounds the keys tracked at once: those with failures, open or
 	// probing (a key that succeeds is forgotten). When it is reached, the
-	// key updated longest ago is forgotten. Default 10,000.
+	// key with failures but not open updated longest ago is forgotten, or,
+	// when every key tracked is open, the open one updated longest ago: a
+	// stream of keys failing now and then does not push the open keys out.
+	// Default 10,000.
 	MaxKeys int
 	// Logger receives a line when a key's breaker opens, and when it
 	// closes again. Default slog.Default().
@@ -88,11 +91,15 @@ type Breaker struct {
 	cfg Config
 	now func() time.Time
 
-	mu    sync.Mutex
-	keys  map[string]*list.Element // of *entry
-	order list.List                // least recently updated at the back
-	stats Stats
-	gen   uint64 // probe tokens
+	mu   sync.Mutex
+	keys map[string]*list.Element // of *entry, in failing or open
+	// failing holds the keys with failures that are not open, open the
+	// open ones, each least recently updated at the back. Past MaxKeys a
+	// failing key is forgotten first: an open one holds a verdict its
+	// endpoint took Failures calls to reach, a failing one little.
+	failing, open list.List
+	stats         Stats
+	gen           uint64 // probe tokens
 }
 
 type entry struct {
@@ -159,12 +166,7 @@ func (b *Breaker) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.stats
-	s.Tracked = len(b.keys)
-	for el := b.order.Front(); el != nil; el = el.Next() {
-		if el.Value.(*entry).open {
-			s.Open++
-		}
-	}
+	s.Tracked, s.Open = len(b.keys), b.open.Len()
 	return s
 }
 
@@ -240,7 +242,7 @@ func (b *Breaker) admit(key string) (probe uint64, err error) {
 		b.gen++
 		e.probe, e.probeEnd = b.gen, now.Add(b.cfg.ProbeTimeout)
 		b.stats.Probes++
-		b.order.MoveToFront(el)
+		b.open.MoveToFront(el)
 		return e.probe, nil
 	}
 	b.stats.Skipped++
@@ -281,7 +283,7 @@ func (b *Breaker) record(key string, probe uint64, err error) {
 			if e.open {
 				b.cfg.Logger.Info("keybreaker: probe succeeded; key closed", "key", key)
 			}
-			b.order.Remove(el)
+			b.listOf(e).Remove(el)
 			delete(b.keys, key)
 		}
 		return
@@ -291,15 +293,13 @@ func (b *Breaker) record(key string, probe uint64, err error) {
 			return // the key was forgotten while its probe ran
 		}
 		e = &entry{key: key}
-		el = b.order.PushFront(e)
+		el = b.failing.PushFront(e)
 		b.keys[key] = el
-		if b.order.Len() > b.cfg.MaxKeys {
-			old := b.order.Back()
-			b.order.Remove(old)
-			delete(b.keys, old.Value.(*entry).key)
+		if len(b.keys) > b.cfg.MaxKeys {
+			b.forgetOne()
 		}
 	} else {
-		b.order.MoveToFront(el)
+		b.listOf(e).MoveToFront(el)
 	}
 	e.failures++
 	now := b.now()
@@ -308,12 +308,35 @@ func (b *Breaker) record(key string, probe uint64, err error) {
 		e.interval = min(2*e.interval, b.cfg.MaxOpenFor)
 	case e.failures >= b.cfg.Failures:
 		e.open, e.interval = true, b.cfg.OpenFor
+		b.failing.Remove(el)
+		b.keys[key] = b.open.PushFront(e)
 	default:
 		return
 	}
 	e.probe, e.probeAt = 0, now.Add(e.interval)
 	b.stats.Opens++
 	b.cfg.Logger.Warn("keybreaker: key open; its jobs wait for a probe", "key", key, "failures", e.failures, "probe_in", e.interval, "error", err)
+}
+
+// listOf returns the list that holds e.
+func (b *Breaker) listOf(e *entry) *list.List {
+	if e.open {
+		return &b.open
+	}
+	return &b.failing
+}
+
+// forgetOne forgets the failing key updated longest ago, other than the
+// one just added at the front; or, when there is none, the open key
+// updated longest ago.
+func (b *Breaker) forgetOne() {
+	l := &b.failing
+	if l.Len() < 2 {
+		l = &b.open
+	}
+	old := l.Back()
+	l.Remove(old)
+	delete(b.keys, old.Value.(*entry).key)
 }
 
 // isPostponed reports whether err is a postponement: a

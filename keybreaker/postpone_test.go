@@ -3,6 +3,7 @@ package keybreaker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -102,5 +103,35 @@ func TestPanickingProbeGivesItsTurnBack(t *testing.T) {
 	}
 	if h.calls["a"] != calls+1 {
 		t.Errorf("next job: %d calls, want one", h.calls["a"]-calls)
+	}
+}
+
+// An open key stays open however many other keys fail once: when MaxKeys
+// is reached, a key that merely has failures is forgotten before an open
+// one. Before, the key updated longest ago went, open or not: a stream of
+// endpoints failing now and then (a large webhook fleet) pushed an open
+// key out within MaxKeys such failures, and the endpoint down was called
+// again, Failures times, at each eviction.
+func TestOpenKeyOutlastsKeysFailingOnce(t *testing.T) {
+	b, _ := newBreaker(t, keybreaker.Config{Failures: 2, MaxKeys: 10})
+	h := newHandler()
+	mw := b.Middleware(h)
+	ctx := context.Background()
+	h.fail("down", 2)
+	for range 2 {
+		_ = mw.HandleMessage(ctx, job("down"))
+	}
+	for i := range 1000 {
+		key := fmt.Sprint("flaky-", i)
+		h.fail(key, 1)
+		_ = mw.HandleMessage(ctx, job(key))
+	}
+	calls := h.calls["down"]
+	skipped(t, mw.HandleMessage(ctx, job("down")))
+	if h.calls["down"] != calls {
+		t.Errorf("the open key's job ran: the key was forgotten")
+	}
+	if s := b.Stats(); s.Tracked > 10 || s.Open != 1 {
+		t.Errorf("stats %+v, want at most 10 keys tracked, the open one among them", s)
 	}
 }
