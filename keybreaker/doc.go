@@ -29,7 +29,15 @@
 // receive and a visibility change per interval, as any retried job does,
 // and on its queue's last receive waits in a fresh copy (see
 // [sqsworker.RetryAfter]); the backlog of a key that recovers comes back
-// within one interval of its probe's success.
+// within one interval of its probe's success. A FIFO queue's job on its
+// last receive cannot wait in a copy, which would go behind its group: the
+// runtime keeps it in flight, holding its handler slot and locking its
+// group, until its key's probe may go (within the worker's MaxLifetime, or
+// the Lambda invocation's deadline). As many groups of open keys on their
+// last receive as the worker's Concurrency leave no slot for the other
+// keys' jobs meanwhile: on a FIFO queue, set maxReceiveCount well above the
+// receives a key's open intervals cost, or keep Concurrency above the
+// number of keys likely to be down at once.
 //
 // Memory stays bounded over a poller's life: only keys with failures, open
 // or probing are tracked, at most Config.MaxKeys of them.
