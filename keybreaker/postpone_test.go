@@ -113,7 +113,7 @@ func TestPanickingProbeGivesItsTurnBack(t *testing.T) {
 // key out within MaxKeys such failures, and the endpoint down was called
 // again, Failures times, at each eviction.
 func TestOpenKeyOutlastsKeysFailingOnce(t *testing.T) {
-	b, _ := newBreaker(t, keybreaker.Config{Failures: 2, MaxKeys: 10})
+	b, c := newBreaker(t, keybreaker.Config{Failures: 2, MaxKeys: 10})
 	h := newHandler()
 	mw := b.Middleware(h)
 	ctx := context.Background()
@@ -133,5 +133,13 @@ func TestOpenKeyOutlastsKeysFailingOnce(t *testing.T) {
 	}
 	if s := b.Stats(); s.Tracked > 10 || s.Open != 1 {
 		t.Errorf("stats %+v, want at most 10 keys tracked, the open one among them", s)
+	}
+	// Once its probe succeeds, the key is forgotten, open or failing.
+	c.add(time.Hour)
+	if err := mw.HandleMessage(ctx, job("down")); err != nil {
+		t.Fatalf("probe: %v, want success", err)
+	}
+	if s := b.Stats(); s.Open != 0 || s.Tracked > 9 {
+		t.Errorf("stats %+v after the probe's success, want no key open and the key forgotten", s)
 	}
 }
