@@ -11,7 +11,9 @@
 //   - Config.Key names the key of each message's job;
 //   - a handler failure that Config.IsFailure counts (by default one marked
 //     [sqsworker.Unavailable] or, better here, [sqsworker.PartlyUnavailable])
-//     adds to its key's failures in a row; a success clears them;
+//     adds to its key's failures in a row; a success clears them; a
+//     postponement by the handler behind the middleware ([sqsworker.RetryAfter]
+//     with a nil error: an idempotency duplicate, say) counts as nothing;
 //   - after Config.Failures in a row the key opens: its jobs are not run but
 //     postponed ([sqsworker.RetryAfter] with a nil error) until the key's
 //     open interval ends: never moved to the dead-letter queue for it, not
@@ -19,14 +21,23 @@
 //     breaker, which PartlyUnavailable failures leave closed;
 //   - once the interval has passed, one job of the key runs as its probe: a
 //     success closes the key, a failure opens it again for twice as long, up
-//     to Config.MaxOpenFor.
+//     to Config.MaxOpenFor; a probe postponed lets the next job of its key
+//     probe.
 //
 // Each process keeps its own view: a fleet of workers probes an endpoint
 // once per worker per interval. A job waiting on an open key costs a
 // receive and a visibility change per interval, as any retried job does,
 // and on its queue's last receive waits in a fresh copy (see
 // [sqsworker.RetryAfter]); the backlog of a key that recovers comes back
-// within one interval of its probe's success.
+// within one interval of its probe's success. A FIFO queue's job on its
+// last receive cannot wait in a copy, which would go behind its group: the
+// runtime keeps it in flight, holding its handler slot and locking its
+// group, until its key's probe may go (within the worker's MaxLifetime, or
+// the Lambda invocation's deadline). As many groups of open keys on their
+// last receive as the worker's Concurrency leave no slot for the other
+// keys' jobs meanwhile: on a FIFO queue, set maxReceiveCount well above the
+// receives a key's open intervals cost, or keep Concurrency above the
+// number of keys likely to be down at once.
 //
 // Memory stays bounded over a poller's life: only keys with failures, open
 // or probing are tracked, at most Config.MaxKeys of them.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -46,7 +47,10 @@ type Config struct {
 	IsFailure func(error) bool
 	// MaxKeys bounds the keys tracked at once: those with failures, open or
 	// probing (a key that succeeds is forgotten). When it is reached, the
-	// key updated longest ago is forgotten. Default 10,000.
+	// key with failures but not open updated longest ago is forgotten, or,
+	// when every key tracked is open, the open one updated longest ago: a
+	// stream of keys failing now and then does not push the open keys out.
+	// Default 10,000.
 	MaxKeys int
 	// Logger receives a line when a key's breaker opens, and when it
 	// closes again. Default slog.Default().
@@ -87,11 +91,15 @@ type Breaker struct {
 	cfg Config
 	now func() time.Time
 
-	mu    sync.Mutex
-	keys  map[string]*list.Element // of *entry
-	order list.List                // least recently updated at the back
-	stats Stats
-	gen   uint64 // probe tokens
+	mu   sync.Mutex
+	keys map[string]*list.Element // of *entry, in failing or open
+	// failing holds the keys with failures that are not open, open the
+	// open ones, each least recently updated at the back. Past MaxKeys a
+	// failing key is forgotten first: an open one holds a verdict its
+	// endpoint took Failures calls to reach, a failing one little.
+	failing, open list.List
+	stats         Stats
+	gen           uint64 // probe tokens
 }
 
 type entry struct {
@@ -158,12 +166,7 @@ func (b *Breaker) Stats() Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	s := b.stats
-	s.Tracked = len(b.keys)
-	for el := b.order.Front(); el != nil; el = el.Next() {
-		if el.Value.(*entry).open {
-			s.Open++
-		}
-	}
+	s.Tracked, s.Open = len(b.keys), b.open.Len()
 	return s
 }
 
@@ -175,7 +178,11 @@ func (b *Breaker) Stats() Stats {
 // for it, and their own circuit breaker counts it as nothing. Once a key's OpenFor has passed, the first of its jobs
 // to come runs as the probe, while the others wait again; the probe's
 // success closes the key, its failure opens it for twice as long (up to
-// MaxOpenFor).
+// MaxOpenFor). A job that next postpones itself (RetryAfter with a nil
+// error: an idempotency duplicate, say) did not reach the key's endpoint:
+// it counts as nothing, and as the probe it lets the next job probe. A
+// panic of the handler is recovered into a *sqsworker.PanicError, as the
+// runtimes recover it, and counted as its error.
 func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		key := b.cfg.Key(m)
@@ -190,10 +197,22 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 		if err != nil {
 			return err
 		}
-		err = next.HandleMessage(ctx, m)
+		err = call(ctx, next, m)
 		b.record(key, probe, err)
 		return err
 	})
+}
+
+// call runs next, recovering a panic into a *sqsworker.PanicError as the
+// runtimes do, so that a panicking job's outcome is counted like a failed
+// one's: a probe's turn is not held until ProbeTimeout.
+func call(ctx context.Context, next sqsworker.Handler, m *sqsworker.Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &sqsworker.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return next.HandleMessage(ctx, m)
 }
 
 // admit lets a job of key run, as the key's probe (its token) when the key
@@ -223,7 +242,7 @@ func (b *Breaker) admit(key string) (probe uint64, err error) {
 		b.gen++
 		e.probe, e.probeEnd = b.gen, now.Add(b.cfg.ProbeTimeout)
 		b.stats.Probes++
-		b.order.MoveToFront(el)
+		b.open.MoveToFront(el)
 		return e.probe, nil
 	}
 	b.stats.Skipped++
@@ -233,9 +252,14 @@ func (b *Breaker) admit(key string) (probe uint64, err error) {
 }
 
 // record counts the outcome of a job of key that ran, as its probe when
-// probe is its token.
+// probe is its token. A postponement (sqsworker.RetryAfter with a nil
+// error, from the handler behind the middleware: an idempotency duplicate
+// waiting for another's claim, a job another breaker holds back) did not
+// reach the key's endpoint: it counts as nothing, and a probe postponed
+// gives its turn to the next job of its key.
 func (b *Breaker) record(key string, probe uint64, err error) {
-	failed := err != nil && b.cfg.IsFailure(err)
+	postponed := isPostponed(err)
+	failed := !postponed && err != nil && b.cfg.IsFailure(err)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	el, ok := b.keys[key]
@@ -248,12 +272,18 @@ func (b *Breaker) record(key string, probe uint64, err error) {
 		// on: only the current probe's outcome decides an open key.
 		return
 	}
+	if postponed {
+		if e != nil && e.open {
+			e.probe = 0 // the current probe's: the next job probes
+		}
+		return
+	}
 	if !failed {
 		if e != nil {
 			if e.open {
 				b.cfg.Logger.Info("keybreaker: probe succeeded; key closed", "key", key)
 			}
-			b.order.Remove(el)
+			b.listOf(e).Remove(el)
 			delete(b.keys, key)
 		}
 		return
@@ -263,15 +293,13 @@ func (b *Breaker) record(key string, probe uint64, err error) {
 			return // the key was forgotten while its probe ran
 		}
 		e = &entry{key: key}
-		el = b.order.PushFront(e)
+		el = b.failing.PushFront(e)
 		b.keys[key] = el
-		if b.order.Len() > b.cfg.MaxKeys {
-			old := b.order.Back()
-			b.order.Remove(old)
-			delete(b.keys, old.Value.(*entry).key)
+		if len(b.keys) > b.cfg.MaxKeys {
+			b.forgetOne()
 		}
 	} else {
-		b.order.MoveToFront(el)
+		b.listOf(e).MoveToFront(el)
 	}
 	e.failures++
 	now := b.now()
@@ -280,10 +308,40 @@ func (b *Breaker) record(key string, probe uint64, err error) {
 		e.interval = min(2*e.interval, b.cfg.MaxOpenFor)
 	case e.failures >= b.cfg.Failures:
 		e.open, e.interval = true, b.cfg.OpenFor
+		b.failing.Remove(el)
+		b.keys[key] = b.open.PushFront(e)
 	default:
 		return
 	}
 	e.probe, e.probeAt = 0, now.Add(e.interval)
 	b.stats.Opens++
 	b.cfg.Logger.Warn("keybreaker: key open; its jobs wait for a probe", "key", key, "failures", e.failures, "probe_in", e.interval, "error", err)
+}
+
+// listOf returns the list that holds e.
+func (b *Breaker) listOf(e *entry) *list.List {
+	if e.open {
+		return &b.open
+	}
+	return &b.failing
+}
+
+// forgetOne forgets the failing key updated longest ago, other than the
+// one just added at the front; or, when there is none, the open key
+// updated longest ago.
+func (b *Breaker) forgetOne() {
+	l := &b.failing
+	if l.Len() < 2 {
+		l = &b.open
+	}
+	old := l.Back()
+	l.Remove(old)
+	delete(b.keys, old.Value.(*entry).key)
+}
+
+// isPostponed reports whether err is a postponement: a
+// sqsworker.RetryAfterError with a nil Err.
+func isPostponed(err error) bool {
+	var ra *sqsworker.RetryAfterError
+	return err != nil && errors.As(err, &ra) && ra.Err == nil
 }

@@ -445,8 +445,10 @@ func (c *consumer) changeOwned(j *executor.Job, vis time.Duration, owner ackbatc
 // unsent, the delete of a job that was done (its handler succeeded, or its
 // copy was sent) left the message to come back, on its last receive, and
 // SQS moved it to the dead-letter queue. Sent, it lands while SQS still
-// holds the message; past that, SQS ignores it or refuses its receipt
-// handle, and the job, done already, is not affected either way.
+// holds the message. Past that, a FIFO queue refuses the receipt handle,
+// expired; a standard queue may still take it, even while another consumer
+// holds the message again (an old receipt handle can delete a message
+// there): the job, done already, is not affected either way.
 type deleting executor.Job
 
 func (d *deleting) Valid(now time.Time) bool { return (*executor.Job)(d).Held(now) }

@@ -92,9 +92,12 @@
 // view of a lease can be short of SQS's (an extension SQS applied but
 // whose reply was lost or came late): the delete then lands, and the
 // message is neither handled again nor, on its last receive, moved to the
-// dead-letter queue by SQS. Past the lease, SQS ignores it or refuses the
-// receipt handle, and the message comes back, its job done already. A handler finds its lease with
-// visibility.FromContext, to keep other leases in step with it.
+// dead-letter queue by SQS. Past the lease, a FIFO queue refuses the
+// receipt handle, and the message comes back, its job done already; a
+// standard queue may still take the delete, even while another consumer
+// holds the message again, which then runs a job done already and loses
+// its lease. A handler finds its lease with visibility.FromContext, to
+// keep other leases in step with it.
 //
 // # FIFO queues
 //

@@ -98,8 +98,9 @@ func TestReceiveAsksForPlannedVisibility(t *testing.T) {
 }
 
 // loseLease fails every heartbeat extension, and every delete, of one
-// receipt handle, as SQS does once a message's lease is gone (another
-// consumer received it since).
+// receipt handle, as a FIFO queue does once a message's lease is gone
+// (another consumer received it since). A standard queue may still take
+// such a delete; neither the fake nor the emulator models that.
 type loseLease struct {
 	*sqstest.Fake
 	handle atomic.Pointer[string]
@@ -194,7 +195,7 @@ func TestFIFOLostLeaseReleasesRestOfGroup(t *testing.T) {
 // receipt handle: SQS refuses it (counted in AckFailures), and the
 // consumer that holds the message now settles it. Nothing else is sent for
 // the late return.
-func TestHandlerPastLeaseIsNotAcknowledged(t *testing.T) {
+func TestHandlerPastLeaseDeleteSentOnce(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
 	url := f.CreateQueue("q", map[string]string{"VisibilityTimeout": "1"})

@@ -166,7 +166,7 @@ func NewDashboard(scope constructs.Construct, id string, props *DashboardProps) 
 			runtime("breaker_probes", "Sum", "probes", qd),
 		}, line{1, "open"}),
 		graph("Leases lost and copies not sent", []awscloudwatch.IMetric{
-			runtime("leases_lost", "Sum", "leases lost (handled again)", qd),
+			runtime("leases_lost", "Sum", "leases lost (may run again)", qd),
 			runtime("requeue_failures", "Sum", "waiting copies not sent", qd),
 		}, nil),
 	)

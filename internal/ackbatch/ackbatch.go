@@ -103,9 +103,12 @@ type Owner interface {
 	// handler succeeded, or its copy was sent), and the owner's view of
 	// a lease can be short of SQS's: an extension SQS applied but whose
 	// reply was lost or came late leaves the message held at SQS while
-	// the owner takes the lease for lost. The delete then lands; past
-	// the lease, SQS ignores it or refuses the receipt handle, which is
-	// harmless for a message that is done. A ChangeVisibility entry is
+	// the owner takes the lease for lost. The delete then lands. Past
+	// the lease, a FIFO queue refuses the receipt handle, expired; a
+	// standard queue may still take it, even while another consumer
+	// holds the message again (SQS lets an old receipt handle delete a
+	// message there): either way harmless for a message that is done,
+	// whose later run is that of a job done already. A ChangeVisibility entry is
 	// never sent once Valid returns false, not even once: with the lease
 	// gone, another consumer may hold the message, and the change would
 	// show it, or hide it, under that consumer.

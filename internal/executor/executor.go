@@ -244,9 +244,12 @@ const DefaultMoveTimeout = 30 * time.Second
 // worker's view of a lease can be short of SQS's (an extension SQS applied
 // but whose reply was lost or came late): the delete then lands, and the
 // message is neither handled again nor, on the last receive its redrive
-// policy allows, moved to the dead-letter queue by SQS. Past the lease,
-// SQS ignores the delete or refuses its receipt handle, and the message,
-// back, is handled again, its effect already applied. Such a message
+// policy allows, moved to the dead-letter queue by SQS. Past the lease, a
+// FIFO queue refuses the receipt handle, expired, and the message, back,
+// is handled again, its effect already applied; a standard queue may
+// still take the delete (an old receipt handle can delete a message there),
+// even while another consumer holds the message again: that consumer runs
+// a job that is done already, and loses its lease. Such a message
 // counts as succeeded and as a lease lost, and Run reports false: should
 // the delete not land, the message comes back, before the rest of its
 // FIFO group.

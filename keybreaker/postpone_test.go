@@ -1,0 +1,145 @@
+package keybreaker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/keybreaker"
+)
+
+// A job the handler behind the middleware postpones (RetryAfter with a nil
+// error: an idempotency duplicate waiting for another worker's claim, a job
+// a second keybreaker holds back) did not reach the key's endpoint: its
+// outcome says nothing of the key. A probe postponed so neither closes the
+// key nor keeps its turn: the next job of the key probes at once. Before,
+// the postponement counted as a success: the probe closed the key unrun,
+// and every job of the key then ran against the endpoint still down.
+func TestPostponedProbeDoesNotCloseTheKey(t *testing.T) {
+	b, c := newBreaker(t, keybreaker.Config{Failures: 1, OpenFor: time.Minute, MaxOpenFor: time.Hour})
+	h := newHandler()
+	mw := b.Middleware(h)
+	ctx := context.Background()
+	h.fail("a", 1)
+	_ = mw.HandleMessage(ctx, job("a")) // opens for 1m
+	c.add(time.Minute)
+
+	h.errs["a"] = []error{sqsworker.RetryAfter(5*time.Second, nil)}
+	skipped(t, mw.HandleMessage(ctx, job("a"))) // the probe, postponed behind the middleware
+	if s := b.Stats(); s.Open != 1 {
+		t.Fatalf("stats %+v: a postponed probe closed the key", s)
+	}
+	h.fail("a", 1) // the endpoint is still down
+	calls := h.calls["a"]
+	if err := mw.HandleMessage(ctx, job("a")); !errors.Is(err, errDown) {
+		t.Fatalf("next job: %v, want it run as the probe (the postponed one gave its turn back) and the endpoint's failure", err)
+	}
+	if h.calls["a"] != calls+1 {
+		t.Fatalf("next job: %d calls, want one", h.calls["a"]-calls)
+	}
+	if d := skipped(t, mw.HandleMessage(ctx, job("a"))); d < 2*time.Minute {
+		t.Errorf("delay %v: the probe's failure should have reopened the key for twice as long", d)
+	}
+	if s := b.Stats(); s.Open != 1 || s.Opens != 2 || s.Probes != 2 {
+		t.Errorf("stats %+v, want the key open, 2 opens, 2 probes", s)
+	}
+}
+
+// A postponement between failures of a key does not break their run:
+// before, it counted as a success and the key forgot its failures.
+func TestPostponementDoesNotBreakARunOfFailures(t *testing.T) {
+	b, _ := newBreaker(t, keybreaker.Config{Failures: 3})
+	h := newHandler()
+	mw := b.Middleware(h)
+	ctx := context.Background()
+	h.errs["a"] = []error{errDown, sqsworker.RetryAfter(time.Second, nil), errDown, errDown}
+	for range 4 {
+		_ = mw.HandleMessage(ctx, job("a"))
+	}
+	calls := h.calls["a"]
+	skipped(t, mw.HandleMessage(ctx, job("a")))
+	if h.calls["a"] != calls {
+		t.Errorf("the handler ran for a key with 3 failures in a row")
+	}
+	if s := b.Stats(); s.Open != 1 || s.Opens != 1 {
+		t.Errorf("stats %+v, want the key open", s)
+	}
+}
+
+// A probe whose handler panics gives its turn back at once, as any failed
+// job's outcome is counted, and the panic reaches the runtime as a
+// *sqsworker.PanicError. Before, the panic went past the middleware: the
+// probe's turn stayed taken for ProbeTimeout, every job of the key
+// postponed meanwhile.
+func TestPanickingProbeGivesItsTurnBack(t *testing.T) {
+	b, c := newBreaker(t, keybreaker.Config{Failures: 1, OpenFor: time.Minute, ProbeTimeout: 5 * time.Minute})
+	h := newHandler()
+	mw := b.Middleware(h)
+	ctx := context.Background()
+	h.fail("a", 1)
+	_ = mw.HandleMessage(ctx, job("a"))
+	c.add(time.Minute)
+
+	h.during = func(string) { h.during = nil; panic("a bug in this job") }
+	var err error
+	func() {
+		defer func() {
+			if v := recover(); v != nil {
+				err = errors.New("the panic went past the middleware")
+			}
+		}()
+		err = mw.HandleMessage(ctx, job("a"))
+	}()
+	var p *sqsworker.PanicError
+	if !errors.As(err, &p) {
+		t.Errorf("probe: %v, want a *sqsworker.PanicError", err)
+	}
+	calls := h.calls["a"]
+	if err := mw.HandleMessage(ctx, job("a")); err != nil {
+		t.Fatalf("next job: %v, want it run (the endpoint answers) and the key closed", err)
+	}
+	if h.calls["a"] != calls+1 {
+		t.Errorf("next job: %d calls, want one", h.calls["a"]-calls)
+	}
+}
+
+// An open key stays open however many other keys fail once: when MaxKeys
+// is reached, a key that merely has failures is forgotten before an open
+// one. Before, the key updated longest ago went, open or not: a stream of
+// endpoints failing now and then (a large webhook fleet) pushed an open
+// key out within MaxKeys such failures, and the endpoint down was called
+// again, Failures times, at each eviction.
+func TestOpenKeyOutlastsKeysFailingOnce(t *testing.T) {
+	b, c := newBreaker(t, keybreaker.Config{Failures: 2, MaxKeys: 10})
+	h := newHandler()
+	mw := b.Middleware(h)
+	ctx := context.Background()
+	h.fail("down", 2)
+	for range 2 {
+		_ = mw.HandleMessage(ctx, job("down"))
+	}
+	for i := range 1000 {
+		key := fmt.Sprint("flaky-", i)
+		h.fail(key, 1)
+		_ = mw.HandleMessage(ctx, job(key))
+	}
+	calls := h.calls["down"]
+	skipped(t, mw.HandleMessage(ctx, job("down")))
+	if h.calls["down"] != calls {
+		t.Errorf("the open key's job ran: the key was forgotten")
+	}
+	if s := b.Stats(); s.Tracked > 10 || s.Open != 1 {
+		t.Errorf("stats %+v, want at most 10 keys tracked, the open one among them", s)
+	}
+	// Once its probe succeeds, the key is forgotten, open or failing.
+	c.add(time.Hour)
+	if err := mw.HandleMessage(ctx, job("down")); err != nil {
+		t.Fatalf("probe: %v, want success", err)
+	}
+	if s := b.Stats(); s.Open != 0 || s.Tracked > 9 {
+		t.Errorf("stats %+v after the probe's success, want no key open and the key forgotten", s)
+	}
+}
