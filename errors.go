@@ -67,6 +67,15 @@ func (e *RetryAfterError) Error() string {
 // Unwrap returns the wrapped error.
 func (e *RetryAfterError) Unwrap() error { return e.Err }
 
+// IsPostponed reports whether err, or an error it wraps, is a
+// [RetryAfterError] with a nil Err: a job put off, not failed. It says
+// nothing of the job's dependencies, which it did not call: the circuit
+// breakers count it as nothing.
+func IsPostponed(err error) bool {
+	var ra *RetryAfterError
+	return errors.As(err, &ra) && ra.Err == nil
+}
+
 // PanicError is the failure a runtime reports when a handler panics.
 type PanicError struct {
 	// Value is the value passed to panic.

@@ -334,3 +334,21 @@ func TestFailureAttributeSafe(t *testing.T) {
 		}
 	}
 }
+
+func TestIsPostponed(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("boom"), false},
+		{sqsworker.RetryAfter(time.Minute, nil), true},
+		{fmt.Errorf("wrapped: %w", sqsworker.RetryAfter(time.Minute, nil)), true},
+		{sqsworker.RetryAfter(time.Minute, errors.New("429")), false},
+		{sqsworker.Unavailable(errors.New("down")), false},
+	} {
+		if got := sqsworker.IsPostponed(tc.err); got != tc.want {
+			t.Errorf("IsPostponed(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}

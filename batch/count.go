@@ -354,11 +354,8 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 // counted or failed already is left as it is. Errors are logged: the
 // message's own error is what matters to the runtime.
 func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sqsworker.Message, err error) {
-	var (
-		perm *sqsworker.PermanentError
-		wait *sqsworker.RetryAfterError
-	)
-	postponed := errors.As(err, &wait) && wait.Err == nil // not a failure
+	var perm *sqsworker.PermanentError
+	postponed := sqsworker.IsPostponed(err) // not a failure
 	// The runtimes never dead-letter a message for an Unavailable error,
 	// Permanent or not: it is retried.
 	// A run the runtime cut short because it stops (its shutdown, a

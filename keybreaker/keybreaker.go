@@ -258,7 +258,7 @@ func (b *Breaker) admit(key string) (probe uint64, err error) {
 // reach the key's endpoint: it counts as nothing, and a probe postponed
 // gives its turn to the next job of its key.
 func (b *Breaker) record(key string, probe uint64, err error) {
-	postponed := isPostponed(err)
+	postponed := sqsworker.IsPostponed(err)
 	failed := !postponed && err != nil && b.cfg.IsFailure(err)
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -337,11 +337,4 @@ func (b *Breaker) forgetOne() {
 	old := l.Back()
 	l.Remove(old)
 	delete(b.keys, old.Value.(*entry).key)
-}
-
-// isPostponed reports whether err is a postponement: a
-// sqsworker.RetryAfterError with a nil Err.
-func isPostponed(err error) bool {
-	var ra *sqsworker.RetryAfterError
-	return err != nil && errors.As(err, &ra) && ra.Err == nil
 }

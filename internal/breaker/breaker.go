@@ -326,7 +326,7 @@ func (b *Breaker) Record(err error, probe Probe) {
 	if probe == 0 && !dep && b.clean.Load() {
 		return // closed with no failure counted: nothing to reset
 	}
-	postponed := !dep && isPostponed(err)
+	postponed := !dep && sqsworker.IsPostponed(err)
 	if postponed && probe == 0 {
 		return
 	}
@@ -378,10 +378,3 @@ func (b *Breaker) signalLocked() {
 
 // ErrOpen is the cause of a message postponed because the breaker is open.
 var ErrOpen = errors.New("circuit breaker open: a dependency is unavailable")
-
-// isPostponed reports whether err is a postponement: a
-// sqsworker.RetryAfterError with a nil Err.
-func isPostponed(err error) bool {
-	var ra *sqsworker.RetryAfterError
-	return err != nil && errors.As(err, &ra) && ra.Err == nil
-}
