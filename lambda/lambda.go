@@ -390,14 +390,19 @@ type record struct {
 // invocation. Should that delete fail, Lambda's is still to come.
 func (r *record) Delete(j *executor.Job) {
 	if j.DeleteAtOnce() && r.st != nil {
-		r.st.deleteNow(j)
+		r.mu.Lock()
+		givenUp := r.givenUp
+		r.mu.Unlock()
+		r.st.deleteNow(j, givenUp)
 	}
 	j.Done()
 	r.settle(false, 0, false)
 }
 
-// deleteNow deletes j's message, by the time its moves must end.
-func (st *queueState) deleteNow(j *executor.Job) {
+// deleteNow deletes j's message, by the time its moves must end. givenUp
+// says that the invocation returned without the record's outcome, reported
+// failed: Lambda will not delete it.
+func (st *queueState) deleteNow(j *executor.Job, givenUp bool) {
 	j.Acknowledging()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.Ctx), executor.DefaultMoveTimeout)
 	defer cancel()
@@ -416,7 +421,11 @@ func (st *queueState) deleteNow(j *executor.Job) {
 		if log == nil {
 			log = st.exec.Log
 		}
-		log.Warn("deleting a record at once failed (its copy was sent, or its lease looked lost); Lambda deletes it when the function returns", "message_id", j.Msg.ID,
+		then := "Lambda deletes it when the function returns"
+		if givenUp {
+			then = "the invocation reported it failed at its deadline, so it comes back after its visibility timeout"
+		}
+		log.Warn("deleting a record at once failed (its copy was sent, or its lease looked lost); "+then, "message_id", j.Msg.ID,
 			"copied", j.Copied, "lease_looked_lost", j.PastLease, "error", err)
 	}
 }
