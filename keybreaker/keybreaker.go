@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/outcome"
 )
 
 // Config configures a [Breaker]. Only Key is required.
@@ -197,22 +197,12 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 		if err != nil {
 			return err
 		}
-		err = call(ctx, next, m)
+		// Recovered as the runtimes do, so that a panicking job is counted
+		// like a failed one: a probe's turn is not held until ProbeTimeout.
+		err = outcome.Call(ctx, next, m)
 		b.record(key, probe, err)
 		return err
 	})
-}
-
-// call runs next, recovering a panic into a *sqsworker.PanicError as the
-// runtimes do, so that a panicking job's outcome is counted like a failed
-// one's: a probe's turn is not held until ProbeTimeout.
-func call(ctx context.Context, next sqsworker.Handler, m *sqsworker.Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &sqsworker.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return next.HandleMessage(ctx, m)
 }
 
 // admit lets a job of key run, as the key's probe (its token) when the key
