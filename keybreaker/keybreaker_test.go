@@ -233,7 +233,7 @@ func TestOnlyCountedFailuresCount(t *testing.T) {
 	for _, body := range []string{"bad payload", "plain", "bad payload", "plain"} {
 		m := job("a")
 		m.Body = body
-		if err := mw.HandleMessage(context.Background(), m); errors.As(err, new(*sqsworker.RetryAfterError)) {
+		if err := mw.HandleMessage(context.Background(), m); sqsworker.IsPostponed(err) {
 			t.Fatalf("%s: key opened", body)
 		}
 	}
