@@ -110,6 +110,23 @@ func deliveredOnce(t *testing.T, e *endpoint, jobs []string) {
 	}
 }
 
+// spared asserts that the down endpoint was called no more than failures
+// in a row, concurrency in flight at once and one per probe allow, and that
+// jobs of its key were skipped.
+func spared(t *testing.T, down *endpoint, kb *keybreaker.Breaker, failures, concurrency int) {
+	t.Helper()
+	s := kb.Stats()
+	calls := down.calls.Load()
+	if calls > int64(failures+concurrency)+s.Probes {
+		t.Errorf("the down endpoint was called %d times, want at most %d failures in a row, %d in flight at once and %d probes",
+			calls, failures, concurrency, s.Probes)
+	}
+	if s.Skipped == 0 {
+		t.Errorf("keybreaker %+v: no job skipped", s)
+	}
+	t.Logf("while down: endpoint called %d times; keybreaker %+v", calls, s)
+}
+
 func sendTo(t *testing.T, c *sqs.Client, queueURL, endpoint, prefix string, n int) []string {
 	t.Helper()
 	var bodies []string
@@ -168,19 +185,10 @@ func TestWebhookEndpointDownOnEmulator(t *testing.T) {
 	localtest.Eventually(t, 120*time.Second, func() bool {
 		return len(up.delivered()) == len(upJobs) && kb.Stats().Probes >= 3
 	}, "up delivered %d of %d; keybreaker %+v", len(up.delivered()), len(upJobs), kb.Stats())
-	s := kb.Stats()
-	calls := down.calls.Load()
-	if calls > failures+concurrency+s.Probes {
-		t.Errorf("the down endpoint was called %d times, want at most %d failures in a row, %d in flight at once and %d probes",
-			calls, failures, concurrency, s.Probes)
-	}
-	if s.Skipped == 0 {
-		t.Errorf("keybreaker %+v: no job skipped", s)
-	}
+	spared(t, down, kb, failures, concurrency)
 	if ws := w.Stats(); ws.BreakerOpens != 0 {
 		t.Errorf("the worker's circuit breaker opened %d times for one endpoint", ws.BreakerOpens)
 	}
-	t.Logf("while down: endpoint called %d times; keybreaker %+v", calls, s)
 
 	down.down.Store(false)
 	localtest.Eventually(t, 120*time.Second, func() bool {
