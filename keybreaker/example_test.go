@@ -43,8 +43,7 @@ func Example() {
 	}
 	for range 4 {
 		err := h.HandleMessage(context.Background(), job("https://down.example.com/hook"))
-		var ra *sqsworker.RetryAfterError
-		fmt.Printf("down: postponed %v\n", errors.As(err, &ra) && ra.Err == nil)
+		fmt.Printf("down: postponed %v\n", sqsworker.IsPostponed(err))
 	}
 	fmt.Println("up:", h.HandleMessage(context.Background(), job("https://up.example.com/hook")))
 	s := kb.Stats()

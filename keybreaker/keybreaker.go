@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime/debug"
 	"sync"
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/outcome"
 )
 
 // Config configures a [Breaker]. Only Key is required.
@@ -175,14 +175,15 @@ func (b *Breaker) Stats() Stats {
 // [sqsworker.RetryAfter] with a nil error and a delay that brings it back
 // about when its key's probe may go. The runtimes count it as postponed, not
 // failed, log it at debug level only, never move it to the dead-letter queue
-// for it, and their own circuit breaker counts it as nothing. Once a key's OpenFor has passed, the first of its jobs
-// to come runs as the probe, while the others wait again; the probe's
-// success closes the key, its failure opens it for twice as long (up to
-// MaxOpenFor). A job that next postpones itself (RetryAfter with a nil
-// error: an idempotency duplicate, say) did not reach the key's endpoint:
-// it counts as nothing, and as the probe it lets the next job probe. A
-// panic of the handler is recovered into a *sqsworker.PanicError, as the
-// runtimes recover it, and counted as its error.
+// for it, and their own circuit breaker counts it as nothing. Once a key's
+// OpenFor has passed, the first of its jobs to come runs as the probe, while
+// the others wait again; the probe's success closes the key, its failure
+// opens it for twice as long (up to MaxOpenFor). A job that next postpones
+// itself (RetryAfter with a nil error: an idempotency duplicate, say) did
+// not reach the key's endpoint: it counts as nothing, and as the probe it
+// lets the next job probe. A panic of the handler is recovered into a
+// *sqsworker.PanicError, as the runtimes recover it, and counted as its
+// error.
 func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		key := b.cfg.Key(m)
@@ -197,22 +198,12 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 		if err != nil {
 			return err
 		}
-		err = call(ctx, next, m)
+		// Recovered as the runtimes do, so that a panicking job is counted
+		// like a failed one: a probe's turn is not held until ProbeTimeout.
+		err = outcome.Call(ctx, next, m)
 		b.record(key, probe, err)
 		return err
 	})
-}
-
-// call runs next, recovering a panic into a *sqsworker.PanicError as the
-// runtimes do, so that a panicking job's outcome is counted like a failed
-// one's: a probe's turn is not held until ProbeTimeout.
-func call(ctx context.Context, next sqsworker.Handler, m *sqsworker.Message) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &sqsworker.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return next.HandleMessage(ctx, m)
 }
 
 // admit lets a job of key run, as the key's probe (its token) when the key

@@ -69,6 +69,21 @@ func (h *handler) fail(key string, n int) {
 	}
 }
 
+// probeDue returns a breaker with Failures 1 and OpenFor 1m (the rest of
+// cfg as given), its clock, a handler and the middleware around it, with key
+// "a" opened by one failure and OpenFor passed: the next job of "a" probes.
+func probeDue(t *testing.T, cfg keybreaker.Config) (*keybreaker.Breaker, *clock, *handler, sqsworker.Handler) {
+	t.Helper()
+	cfg.Failures, cfg.OpenFor = 1, time.Minute
+	b, c := newBreaker(t, cfg)
+	h := newHandler()
+	mw := b.Middleware(h)
+	h.fail("a", 1)
+	_ = mw.HandleMessage(context.Background(), job("a"))
+	c.add(time.Minute)
+	return b, c, h, mw
+}
+
 // skipped asserts that err postpones the job, and returns its delay.
 func skipped(t *testing.T, err error) time.Duration {
 	t.Helper()
@@ -160,13 +175,8 @@ func TestProbeClosesOrReopensForLonger(t *testing.T) {
 // A probe out longer than ProbeTimeout gives its turn to the next job; its
 // late outcome does not decide the key, the new probe's does.
 func TestLateProbeOutcomeIgnored(t *testing.T) {
-	b, c := newBreaker(t, keybreaker.Config{Failures: 1, OpenFor: time.Minute, ProbeTimeout: 2 * time.Minute})
-	h := newHandler()
-	mw := b.Middleware(h)
+	b, c, h, mw := probeDue(t, keybreaker.Config{ProbeTimeout: 2 * time.Minute})
 	ctx := context.Background()
-	h.fail("a", 1)
-	_ = mw.HandleMessage(ctx, job("a"))
-	c.add(time.Minute)
 
 	var late, second error
 	h.fail("a", 0)
@@ -223,7 +233,7 @@ func TestOnlyCountedFailuresCount(t *testing.T) {
 	for _, body := range []string{"bad payload", "plain", "bad payload", "plain"} {
 		m := job("a")
 		m.Body = body
-		if err := mw.HandleMessage(context.Background(), m); errors.As(err, new(*sqsworker.RetryAfterError)) {
+		if err := mw.HandleMessage(context.Background(), m); sqsworker.IsPostponed(err) {
 			t.Fatalf("%s: key opened", body)
 		}
 	}

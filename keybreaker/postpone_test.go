@@ -19,13 +19,8 @@ import (
 // the postponement counted as a success: the probe closed the key unrun,
 // and every job of the key then ran against the endpoint still down.
 func TestPostponedProbeDoesNotCloseTheKey(t *testing.T) {
-	b, c := newBreaker(t, keybreaker.Config{Failures: 1, OpenFor: time.Minute, MaxOpenFor: time.Hour})
-	h := newHandler()
-	mw := b.Middleware(h)
+	b, _, h, mw := probeDue(t, keybreaker.Config{MaxOpenFor: time.Hour})
 	ctx := context.Background()
-	h.fail("a", 1)
-	_ = mw.HandleMessage(ctx, job("a")) // opens for 1m
-	c.add(time.Minute)
 
 	h.errs["a"] = []error{sqsworker.RetryAfter(5*time.Second, nil)}
 	skipped(t, mw.HandleMessage(ctx, job("a"))) // the probe, postponed behind the middleware
@@ -75,13 +70,8 @@ func TestPostponementDoesNotBreakARunOfFailures(t *testing.T) {
 // probe's turn stayed taken for ProbeTimeout, every job of the key
 // postponed meanwhile.
 func TestPanickingProbeGivesItsTurnBack(t *testing.T) {
-	b, c := newBreaker(t, keybreaker.Config{Failures: 1, OpenFor: time.Minute, ProbeTimeout: 5 * time.Minute})
-	h := newHandler()
-	mw := b.Middleware(h)
+	_, _, h, mw := probeDue(t, keybreaker.Config{ProbeTimeout: 5 * time.Minute})
 	ctx := context.Background()
-	h.fail("a", 1)
-	_ = mw.HandleMessage(ctx, job("a"))
-	c.add(time.Minute)
 
 	h.during = func(string) { h.during = nil; panic("a bug in this job") }
 	var err error

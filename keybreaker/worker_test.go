@@ -82,6 +82,51 @@ var deliver = sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Messa
 	return nil
 })
 
+// newWebhookBreaker keys jobs by their "endpoint" attribute, opening a key
+// after failures in a row for 1 s at first, 2 s at most.
+func newWebhookBreaker(t *testing.T, failures int) *keybreaker.Breaker {
+	t.Helper()
+	kb, err := keybreaker.New(keybreaker.Config{
+		Key:        func(m *sqsworker.Message) string { u, _ := m.Attribute("endpoint"); return u },
+		Failures:   failures,
+		OpenFor:    time.Second,
+		MaxOpenFor: 2 * time.Second,
+		Logger:     quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kb
+}
+
+// deliveredOnce asserts that the endpoint received each of jobs once.
+func deliveredOnce(t *testing.T, e *endpoint, jobs []string) {
+	t.Helper()
+	got := e.delivered()
+	for _, j := range jobs {
+		if got[j] != 1 {
+			t.Errorf("%s delivered %d times, want 1", j, got[j])
+		}
+	}
+}
+
+// spared asserts that the down endpoint was called no more than failures
+// in a row, concurrency in flight at once and one per probe allow, and that
+// jobs of its key were skipped.
+func spared(t *testing.T, down *endpoint, kb *keybreaker.Breaker, failures, concurrency int) {
+	t.Helper()
+	s := kb.Stats()
+	calls := down.calls.Load()
+	if calls > int64(failures+concurrency)+s.Probes {
+		t.Errorf("the down endpoint was called %d times, want at most %d failures in a row, %d in flight at once and %d probes",
+			calls, failures, concurrency, s.Probes)
+	}
+	if s.Skipped == 0 {
+		t.Errorf("keybreaker %+v: no job skipped", s)
+	}
+	t.Logf("while down: endpoint called %d times; keybreaker %+v", calls, s)
+}
+
 func sendTo(t *testing.T, c *sqs.Client, queueURL, endpoint, prefix string, n int) []string {
 	t.Helper()
 	var bodies []string
@@ -113,16 +158,7 @@ func TestWebhookEndpointDownOnEmulator(t *testing.T) {
 	up, down := newEndpoint(t), newEndpoint(t)
 	down.down.Store(true)
 	const failures, concurrency = 3, 4
-	kb, err := keybreaker.New(keybreaker.Config{
-		Key:        func(m *sqsworker.Message) string { u, _ := m.Attribute("endpoint"); return u },
-		Failures:   failures,
-		OpenFor:    time.Second,
-		MaxOpenFor: 2 * time.Second,
-		Logger:     quiet(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	kb := newWebhookBreaker(t, failures)
 	downJobs := sendTo(t, c, q.URL, down.srv.URL, "down-", 20)
 	upJobs := sendTo(t, c, q.URL, up.srv.URL, "up-", 20)
 
@@ -149,36 +185,18 @@ func TestWebhookEndpointDownOnEmulator(t *testing.T) {
 	localtest.Eventually(t, 120*time.Second, func() bool {
 		return len(up.delivered()) == len(upJobs) && kb.Stats().Probes >= 3
 	}, "up delivered %d of %d; keybreaker %+v", len(up.delivered()), len(upJobs), kb.Stats())
-	s := kb.Stats()
-	calls := down.calls.Load()
-	if calls > failures+concurrency+s.Probes {
-		t.Errorf("the down endpoint was called %d times, want at most %d failures in a row, %d in flight at once and %d probes",
-			calls, failures, concurrency, s.Probes)
-	}
-	if s.Skipped == 0 {
-		t.Errorf("keybreaker %+v: no job skipped", s)
-	}
+	spared(t, down, kb, failures, concurrency)
 	if ws := w.Stats(); ws.BreakerOpens != 0 {
 		t.Errorf("the worker's circuit breaker opened %d times for one endpoint", ws.BreakerOpens)
 	}
-	t.Logf("while down: endpoint called %d times; keybreaker %+v", calls, s)
 
 	down.down.Store(false)
 	localtest.Eventually(t, 120*time.Second, func() bool {
 		v, f, d := localtest.Depth(t, c, q.URL)
 		return len(down.delivered()) == len(downJobs) && v+f+d == 0
 	}, "down delivered %d of %d after it came back; keybreaker %+v", len(down.delivered()), len(downJobs), kb.Stats())
-	for _, e := range []struct {
-		ep   *endpoint
-		jobs []string
-	}{{up, upJobs}, {down, downJobs}} {
-		got := e.ep.delivered()
-		for _, j := range e.jobs {
-			if got[j] != 1 {
-				t.Errorf("%s delivered %d times, want 1", j, got[j])
-			}
-		}
-	}
+	deliveredOnce(t, up, upJobs)
+	deliveredOnce(t, down, downJobs)
 	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
 		t.Errorf("%d jobs dead-lettered", v+f+d)
 	}
