@@ -7,7 +7,6 @@ package lambda_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -106,30 +105,10 @@ func TestEmulatorLastReceiveCopyRetried(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	via := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
-	var (
-		mu   sync.Mutex
-		back *time.Timer
-	)
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if back != nil {
-			back.Stop()
-		}
-	})
 	var calls, ran atomic.Int64
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 		if calls.Add(1) == 1 {
-			if err := p.Refuse(); err != nil {
-				t.Error(err)
-			}
-			mu.Lock()
-			back = time.AfterFunc(3*time.Second, func() {
-				if err := p.Pass(); err != nil {
-					t.Error(err)
-				}
-			})
-			mu.Unlock()
+			refuseFor(t, p, 3*time.Second)
 			return sqsworker.Unavailable(errors.New("the dependency is down"))
 		}
 		ran.Add(1)
@@ -196,30 +175,10 @@ func TestEmulatorCopyRetriesOutlastAShortVisibilityTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	client := sendsVia{Client: sq, via: localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })}
-	var (
-		mu   sync.Mutex
-		back *time.Timer
-	)
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if back != nil {
-			back.Stop()
-		}
-	})
 	var calls, ran atomic.Int64
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 		if calls.Add(1) == 1 {
-			if err := p.Refuse(); err != nil {
-				t.Error(err)
-			}
-			mu.Lock()
-			back = time.AfterFunc(8*time.Second, func() {
-				if err := p.Pass(); err != nil {
-					t.Error(err)
-				}
-			})
-			mu.Unlock()
+			refuseFor(t, p, 8*time.Second)
 			return sqsworker.RetryAfter(time.Second, nil)
 		}
 		ran.Add(1)
@@ -255,4 +214,18 @@ func TestEmulatorCopyRetriesOutlastAShortVisibilityTimeout(t *testing.T) {
 	if v, i, d := localtest.Depth(t, sq, q.URL); v+i+d != 0 {
 		t.Errorf("%d messages left in the queue, want none", v+i+d)
 	}
+}
+
+// refuseFor has p refuse connections, then pass them again after d. The
+// timer is stopped when t ends, should t end before.
+func refuseFor(t *testing.T, p *faultproxy.Proxy, d time.Duration) {
+	if err := p.Refuse(); err != nil {
+		t.Error(err)
+	}
+	back := time.AfterFunc(d, func() {
+		if err := p.Pass(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(func() { back.Stop() })
 }
