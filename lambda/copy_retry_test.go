@@ -99,12 +99,7 @@ func TestLastReceiveCopyRetriedUntilTheDeadline(t *testing.T) {
 func TestEmulatorLastReceiveCopyRetried(t *testing.T) {
 	sq := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 30 * time.Second})
-	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	via := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
+	p, via := proxiedSQS(t)
 	var calls, ran atomic.Int64
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 		if calls.Add(1) == 1 {
@@ -169,12 +164,8 @@ func (s sendsVia) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opt
 func TestEmulatorCopyRetriesOutlastAShortVisibilityTimeout(t *testing.T) {
 	sq := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 3 * time.Second})
-	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	client := sendsVia{Client: sq, via: localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })}
+	p, via := proxiedSQS(t)
+	client := sendsVia{Client: sq, via: via}
 	var calls, ran atomic.Int64
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 		if calls.Add(1) == 1 {
@@ -228,4 +219,16 @@ func refuseFor(t *testing.T, p *faultproxy.Proxy, d time.Duration) {
 		}
 	})
 	t.Cleanup(func() { back.Stop() })
+}
+
+// proxiedSQS returns a fault proxy in front of the emulator's SQS, closed
+// when t ends, and an SQS client that goes through it.
+func proxiedSQS(t *testing.T) (*faultproxy.Proxy, *sqs.Client) {
+	t.Helper()
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p, localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
 }
