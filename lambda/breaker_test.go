@@ -100,23 +100,7 @@ func TestStuckProbeGivesItsTurnBack(t *testing.T) {
 	})
 	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true,
 		Breaker: sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Second, CloseAfter: 1}})
-	url := sqstest.QueueURL("orders")
-	settled := func(ev events.SQSEvent) { // out of the way of the next receive
-		for _, r := range ev.Records {
-			if _, err := f.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &r.ReceiptHandle}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	ev := received(t, f, "orders", "down")
-	if resp, err := fn(context.Background(), ev); err != nil || len(resp.BatchItemFailures) != 1 {
-		t.Fatalf("opening the breaker: %v %v", resp, err)
-	}
-	settled(ev)
-	time.Sleep(1500 * time.Millisecond) // the probe interval, jittered by up to a fifth
-	ev = received(t, f, "orders", "hang")
-	invokeBy(t, fn, ev, 2*time.Second)
-	settled(ev)
+	hangProbe(t, f, fn)
 	down.Store(false)
 	time.Sleep(2500 * time.Millisecond) // past any probe interval the hung probe could have set
 	resp, err := fn(context.Background(), received(t, f, "orders", "a", "b"))
@@ -183,8 +167,29 @@ func TestStaleProbeSuccessDoesNotClose(t *testing.T) {
 	})
 	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true, Metrics: &ended,
 		Breaker: sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Second, CloseAfter: 1}})
+	hangProbe(t, f, fn)
+	resp, err := fn(context.Background(), received(t, f, "orders", "slow", "x", "y"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := others.Load(); n != 0 || len(resp.BatchItemFailures) != 3 {
+		t.Errorf("%d records ran against the dependency still down, failures %v: want none run, all 3 reported failed", n, failedIDs(resp))
+	}
+	// Postponed to the next probe, not released at once.
+	if v, _, _ := f.Depth(sqstest.QueueURL("orders")); v != 0 {
+		t.Errorf("%d records visible at once, want them kept away until the next probe", v)
+	}
+}
+
+// hangProbe opens fn's breaker (probe interval 1s) on queue "orders" of f
+// with a record whose handler fails ("down"), waits out the probe
+// interval, and invokes fn, with a 2s deadline, on a record whose handler
+// hangs ("hang"), the probe the invocation gives up on. It deletes both
+// records, out of the way of the next receive.
+func hangProbe(t *testing.T, f *sqstest.Fake, fn lambda.HandlerFunc) {
+	t.Helper()
 	url := sqstest.QueueURL("orders")
-	settled := func(ev events.SQSEvent) { // out of the way of the next receive
+	settled := func(ev events.SQSEvent) {
 		for _, r := range ev.Records {
 			if _, err := f.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: &r.ReceiptHandle}); err != nil {
 				t.Fatal(err)
@@ -200,15 +205,4 @@ func TestStaleProbeSuccessDoesNotClose(t *testing.T) {
 	ev = received(t, f, "orders", "hang")
 	invokeBy(t, fn, ev, 2*time.Second)
 	settled(ev)
-	resp, err := fn(context.Background(), received(t, f, "orders", "slow", "x", "y"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := others.Load(); n != 0 || len(resp.BatchItemFailures) != 3 {
-		t.Errorf("%d records ran against the dependency still down, failures %v: want none run, all 3 reported failed", n, failedIDs(resp))
-	}
-	// Postponed to the next probe, not released at once.
-	if v, _, _ := f.Depth(url); v != 0 {
-		t.Errorf("%d records visible at once, want them kept away until the next probe", v)
-	}
 }

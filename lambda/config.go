@@ -100,8 +100,9 @@ type Config struct {
 	// after it. Other failures of the lookup (throttling, server errors,
 	// the network, the lookup's time running out) are not kept: the next
 	// invocation asks again. At most 100 ARNs' answers are kept. A record
-	// whose queue neither finds, or whose URL names a queue with another ARN (read with the
-	// queue's attributes), still runs, but its queue is unknown: a
+	// whose queue neither Config.QueueURL nor the lookup finds, or whose
+	// URL names a queue with another ARN (read with the queue's
+	// attributes), still runs, but its queue is unknown: a
 	// failure is reported failed with its visibility left alone, never
 	// retried with backoff nor dead-lettered by the function (not even to
 	// DeadLetterQueueURL: the queue's own redrive policy applies), a

@@ -7,7 +7,6 @@ package lambda_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -100,36 +99,11 @@ func TestLastReceiveCopyRetriedUntilTheDeadline(t *testing.T) {
 func TestEmulatorLastReceiveCopyRetried(t *testing.T) {
 	sq := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 30 * time.Second})
-	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	via := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
-	var (
-		mu   sync.Mutex
-		back *time.Timer
-	)
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if back != nil {
-			back.Stop()
-		}
-	})
+	p, via := proxiedSQS(t)
 	var calls, ran atomic.Int64
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 		if calls.Add(1) == 1 {
-			if err := p.Refuse(); err != nil {
-				t.Error(err)
-			}
-			mu.Lock()
-			back = time.AfterFunc(3*time.Second, func() {
-				if err := p.Pass(); err != nil {
-					t.Error(err)
-				}
-			})
-			mu.Unlock()
+			refuseFor(t, p, 3*time.Second)
 			return sqsworker.Unavailable(errors.New("the dependency is down"))
 		}
 		ran.Add(1)
@@ -190,36 +164,12 @@ func (s sendsVia) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opt
 func TestEmulatorCopyRetriesOutlastAShortVisibilityTimeout(t *testing.T) {
 	sq := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 3 * time.Second})
-	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	client := sendsVia{Client: sq, via: localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })}
-	var (
-		mu   sync.Mutex
-		back *time.Timer
-	)
-	t.Cleanup(func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if back != nil {
-			back.Stop()
-		}
-	})
+	p, via := proxiedSQS(t)
+	client := sendsVia{Client: sq, via: via}
 	var calls, ran atomic.Int64
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 		if calls.Add(1) == 1 {
-			if err := p.Refuse(); err != nil {
-				t.Error(err)
-			}
-			mu.Lock()
-			back = time.AfterFunc(8*time.Second, func() {
-				if err := p.Pass(); err != nil {
-					t.Error(err)
-				}
-			})
-			mu.Unlock()
+			refuseFor(t, p, 8*time.Second)
 			return sqsworker.RetryAfter(time.Second, nil)
 		}
 		ran.Add(1)
@@ -255,4 +205,30 @@ func TestEmulatorCopyRetriesOutlastAShortVisibilityTimeout(t *testing.T) {
 	if v, i, d := localtest.Depth(t, sq, q.URL); v+i+d != 0 {
 		t.Errorf("%d messages left in the queue, want none", v+i+d)
 	}
+}
+
+// refuseFor has p refuse connections, then pass them again after d. The
+// timer is stopped when t ends, should t end before.
+func refuseFor(t *testing.T, p *faultproxy.Proxy, d time.Duration) {
+	if err := p.Refuse(); err != nil {
+		t.Error(err)
+	}
+	back := time.AfterFunc(d, func() {
+		if err := p.Pass(); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Cleanup(func() { back.Stop() })
+}
+
+// proxiedSQS returns a fault proxy in front of the emulator's SQS, closed
+// when t ends, and an SQS client that goes through it.
+func proxiedSQS(t *testing.T) (*faultproxy.Proxy, *sqs.Client) {
+	t.Helper()
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p, localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
 }

@@ -259,12 +259,8 @@ func (a *adapter) state(ctx context.Context, url string, readBy time.Time, log *
 	if fresh {
 		return st, nil
 	}
-	rctx := ctx
-	if !readBy.IsZero() {
-		var cancel context.CancelFunc
-		rctx, cancel = context.WithDeadline(ctx, readBy)
-		defer cancel()
-	}
+	rctx, cancel := deadlineBy(ctx, readBy)
+	defer cancel()
 	info, err := queue.Load(rctx, a.cfg.Client, url)
 	if err != nil {
 		if ok && st.known {
@@ -320,11 +316,8 @@ func (a *adapter) queueURL(ctx context.Context, arn string, readBy time.Time, lo
 	if region := os.Getenv("AWS_REGION"); region != "" && region != strings.Split(arn, ":")[3] {
 		return "", fmt.Errorf("%w (the queue is not in the function's region %s)", err, region)
 	}
-	if !readBy.IsZero() {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, readBy)
-		defer cancel()
-	}
+	ctx, cancel := deadlineBy(ctx, readBy)
+	defer cancel()
 	out, lerr := a.cfg.Client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name, QueueOwnerAWSAccountId: &account})
 	if lerr == nil && aws.ToString(out.QueueUrl) == "" {
 		lerr = errors.New("GetQueueUrl returned no URL")
@@ -359,6 +352,15 @@ func (a *adapter) keepLookup(arn string, l lookup) {
 		}
 	}
 	a.lookedUp[arn] = l
+}
+
+// deadlineBy returns ctx with the deadline by, or ctx itself if by is
+// zero (no deadline).
+func deadlineBy(ctx context.Context, by time.Time) (context.Context, context.CancelFunc) {
+	if by.IsZero() {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, by)
 }
 
 // record is one record of an invocation and what became of it. It is the
@@ -406,11 +408,8 @@ func (st *queueState) deleteNow(j *executor.Job, givenUp bool) {
 	j.Acknowledging()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.Ctx), executor.DefaultMoveTimeout)
 	defer cancel()
-	if !j.MoveBy.IsZero() {
-		var cancelBy context.CancelFunc
-		ctx, cancelBy = context.WithDeadline(ctx, j.MoveBy)
-		defer cancelBy()
-	}
+	ctx, cancelBy := deadlineBy(ctx, j.MoveBy)
+	defer cancelBy()
 	out, err := st.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &st.info.URL,
 		Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String("0"), ReceiptHandle: &j.Msg.ReceiptHandle}}})
 	if err == nil && len(out.Failed) > 0 {

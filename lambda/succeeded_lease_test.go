@@ -15,7 +15,6 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/bubble"
-	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -101,12 +100,7 @@ func TestSucceededPastItsLeaseDeleted(t *testing.T) {
 		localtest.Require(t)
 		sq := localtest.NewSQS(t)
 		eq := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 4 * time.Second})
-		p, err := faultproxy.ForEndpoint(localtest.Endpoint())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Close() })
-		via := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(p.URL()) })
+		p, via := proxiedSQS(t)
 		q := leaseQueue{url: eq.URL, arn: eq.ARN, dlq: eq.DLQURL, api: extensionsViaProxy{API: sq, via: via},
 			count: func(url string) int { v, fl, d := localtest.Depth(t, sq, url); return v + fl + d },
 			receive: func() []types.Message {
