@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,8 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker/internal/bubble"
-	"github.com/sqsworker/sqsworker/sqstest"
-	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -61,21 +58,12 @@ func TestCopiedOriginalDeletedPastItsLease(t *testing.T) {
 	t.Run("fake", func(t *testing.T) {
 		t.Parallel()
 		bubble.Test(t, func(t *testing.T) {
-			f := sqstest.NewFake()
-			dlq := f.CreateQueue("pastlease-dlq", nil)
-			url := f.CreateQueue("pastlease", map[string]string{"VisibilityTimeout": "4",
-				"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, sqstest.QueueARN("pastlease-dlq"))})
-			copiedOriginalDeletedPastItsLease(t, relQueue{api: f, url: url, dlq: dlq,
-				count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }})
+			copiedOriginalDeletedPastItsLease(t, fakeRelQueueOf("pastlease", 4*time.Second, 1))
 		})
 	})
 	t.Run("emulator", func(t *testing.T) {
 		t.Parallel()
-		localtest.Require(t)
-		c := localtest.NewSQS(t)
-		eq := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 4 * time.Second})
-		copiedOriginalDeletedPastItsLease(t, relQueue{api: c, url: eq.URL, dlq: eq.DLQURL,
-			count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }})
+		copiedOriginalDeletedPastItsLease(t, emuRelQueueOf(t, 4*time.Second, 1))
 	})
 }
 

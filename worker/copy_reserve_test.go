@@ -12,8 +12,6 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/bubble"
-	"github.com/sqsworker/sqsworker/sqstest"
-	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -44,27 +42,19 @@ func TestCopyRetriesLeaveTimeForABatchedDelete(t *testing.T) {
 		t.Run(fmt.Sprintf("fake/heartbeat=%v", heartbeat), func(t *testing.T) {
 			t.Parallel()
 			bubble.Test(t, func(t *testing.T) {
-				f := sqstest.NewFake()
-				dlq := f.CreateQueue("reserve-dlq", nil)
-				url := f.CreateQueue("reserve", map[string]string{"VisibilityTimeout": "12",
-					"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, sqstest.QueueARN("reserve-dlq"))})
-				copyRetriesLeaveTimeForABatchedDelete(t, relQueue{api: f, url: url, dlq: dlq,
-					count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }}, heartbeat, refusedCopySends)
+				copyRetriesLeaveTimeForABatchedDelete(t, fakeRelQueueOf("reserve", 12*time.Second, 1), heartbeat, refusedCopySends)
 			})
 		})
 	}
 	t.Run("emulator", func(t *testing.T) {
 		t.Parallel()
-		localtest.Require(t)
-		c := localtest.NewSQS(t)
-		eq := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 12 * time.Second})
+		q := emuRelQueueOf(t, 12*time.Second, 1)
 		// Three refused sends, not seven: the count that shows the
 		// defect leaves the retries about 0.3s to spare in real time,
 		// which a loaded machine's late timers could take. The fake,
 		// whose clock is the bubble's, shows it; here the copy and the
 		// original's batched delete are checked against SQS.
-		copyRetriesLeaveTimeForABatchedDelete(t, relQueue{api: c, url: eq.URL, dlq: eq.DLQURL,
-			count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }}, false, 3)
+		copyRetriesLeaveTimeForABatchedDelete(t, q, false, 3)
 	})
 }
 

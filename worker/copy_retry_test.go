@@ -99,11 +99,7 @@ func TestEmulatorLastReceiveCopyOutlastsAnOutage(t *testing.T) {
 		for _, heartbeat := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/heartbeat=%v", tc.name, heartbeat), func(t *testing.T) {
 				t.Parallel()
-				localtest.Require(t)
-				c := localtest.NewSQS(t)
-				eq := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: time.Minute})
-				q := relQueue{api: c, url: eq.URL, dlq: eq.DLQURL,
-					count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }}
+				q := emuRelQueueOf(t, time.Minute, 2)
 				proxy, via := proxiedSQS(t)
 				h := &lastReceiveOutage{t: t, proxy: proxy, fault: tc.fault, outage: tc.outage}
 				t.Cleanup(h.stop)

@@ -13,8 +13,6 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/bubble"
-	"github.com/sqsworker/sqsworker/sqstest"
-	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
 
@@ -35,11 +33,7 @@ func TestEmulatorCopyRetriesOutlastAShortVisibilityTimeout(t *testing.T) {
 	for _, vis := range []time.Duration{2 * time.Second, 3 * time.Second} {
 		t.Run(fmt.Sprint(vis), func(t *testing.T) {
 			t.Parallel()
-			localtest.Require(t)
-			c := localtest.NewSQS(t)
-			eq := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: vis})
-			q := relQueue{api: c, url: eq.URL, dlq: eq.DLQURL,
-				count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }}
+			q := emuRelQueueOf(t, vis, 1)
 			api, proxy := sendsThroughProxy(t, q)
 			if err := proxy.Refuse(); err != nil {
 				t.Fatal(err)
@@ -93,11 +87,7 @@ func (a *armOutage) Store(v bool) {
 func TestCopyRetriesHeldByTheHeartbeatEndAtTheStop(t *testing.T) {
 	t.Parallel()
 	bubble.Test(t, func(t *testing.T) {
-		f := sqstest.NewFake()
-		dlq := f.CreateQueue("held-dlq", nil)
-		url := f.CreateQueue("held", map[string]string{"VisibilityTimeout": "2",
-			"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, sqstest.QueueARN("held-dlq"))})
-		q := relQueue{api: f, url: url, dlq: dlq, count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }}
+		q := fakeRelQueueOf("held", 2*time.Second, 1)
 		api := &hungSends{API: q.api, hang: func(context.Context, *sqs.SendMessageInput) error {
 			return errors.New("dial tcp: connection refused")
 		}}

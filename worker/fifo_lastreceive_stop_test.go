@@ -15,17 +15,24 @@ import (
 	"github.com/sqsworker/sqsworker/worker"
 )
 
-// receiveOnce receives every visible message of url once and makes it
-// visible again at once: each message's receive count goes up by one.
-func receiveOnce(t *testing.T, f *sqstest.Fake, url string) {
+// receiveOnce receives every visible message of url once (up to 10; at
+// least one) and makes it visible again at once: each message's receive
+// count goes up by one. api is the fake or the emulator.
+func receiveOnce(t *testing.T, api interface {
+	ReceiveMessage(context.Context, *sqs.ReceiveMessageInput, ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error)
+	ChangeMessageVisibility(context.Context, *sqs.ChangeMessageVisibilityInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+}, url string) {
 	t.Helper()
 	ctx := context.Background()
-	out, err := f.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10})
+	out, err := api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(out.Messages) == 0 {
+		t.Fatal("nothing received")
+	}
 	for _, m := range out.Messages {
-		if _, err := f.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0}); err != nil {
+		if _, err := api.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -61,23 +61,9 @@ func emulatorProbeStopQueue(t *testing.T) probeStopQueue {
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, MaxReceiveCount: 2})
 	return probeStopQueue{api: c, url: q.URL, dlqURL: q.DLQURL,
-		send: func(group, body string) { localtest.Send(t, c, q.URL, group, body) },
-		receiveOnce: func() {
-			ctx := context.Background()
-			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: &q.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(out.Messages) == 0 {
-				t.Fatal("nothing received")
-			}
-			for _, m := range out.Messages {
-				if _, err := c.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &q.URL, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0}); err != nil {
-					t.Fatal(err)
-				}
-			}
-		},
-		depth: func(url string) (int, int, int) { return localtest.Depth(t, c, url) },
+		send:        func(group, body string) { localtest.Send(t, c, q.URL, group, body) },
+		receiveOnce: func() { receiveOnce(t, c, q.URL) },
+		depth:       func(url string) (int, int, int) { return localtest.Depth(t, c, url) },
 		bodies: func(url string) []string {
 			var b []string
 			for _, m := range localtest.ReceiveAll(t, c, url, 2*time.Second, 30*time.Second) {

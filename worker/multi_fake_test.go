@@ -203,19 +203,12 @@ func TestFakeMultiPriorityOrder(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
 	crit, low := critAndLow(f, 10, 100)
-	var mu sync.Mutex
-	var order []string
-	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
-		time.Sleep(2 * time.Millisecond)
-		mu.Lock()
-		order = append(order, m.Body)
-		mu.Unlock()
-		return nil
-	})
-	r := startMulti(t, f, worker.MultiConfig{Concurrency: 2, Queues: []worker.QueueConfig{queue(crit, 1, 0), queue(low, 0, 0)}}, h)
+	var handled recorder
+	r := startMulti(t, f, worker.MultiConfig{Concurrency: 2, Queues: []worker.QueueConfig{queue(crit, 1, 0), queue(low, 0, 0)}}, recordOrder(&handled))
 	localtest.Eventually(t, 20*time.Second, func() bool { return r.w.Stats()[1].Deleted == 100 }, "low queue not drained")
-	mu.Lock()
-	defer mu.Unlock()
+	handled.mu.Lock()
+	defer handled.mu.Unlock()
+	order := handled.order
 	last := 0
 	for i, b := range order {
 		if b == "critical" {
@@ -264,20 +257,13 @@ func TestFakeMultiPriorityHoldsWhileStarting(t *testing.T) {
 	bubble.Test(t, func(t *testing.T) {
 		f := sqstest.NewFake()
 		crit, low := critAndLow(f, 10, 20)
-		var mu sync.Mutex
-		var order []string
-		h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
-			time.Sleep(2 * time.Millisecond)
-			mu.Lock()
-			order = append(order, m.Body)
-			mu.Unlock()
-			return nil
-		})
+		var handled recorder
 		api := &slowStart{API: f, url: crit, delay: time.Second}
-		r := startMulti(t, api, worker.MultiConfig{Concurrency: 2, Queues: []worker.QueueConfig{queue(crit, 1, 0), queue(low, 0, 0)}}, h)
+		r := startMulti(t, api, worker.MultiConfig{Concurrency: 2, Queues: []worker.QueueConfig{queue(crit, 1, 0), queue(low, 0, 0)}}, recordOrder(&handled))
 		localtest.Eventually(t, 20*time.Second, func() bool { return r.w.Stats()[1].Deleted == 20 }, "low queue not drained: %+v", r.w.Stats())
-		mu.Lock()
-		defer mu.Unlock()
+		handled.mu.Lock()
+		defer handled.mu.Unlock()
+		order := handled.order
 		for i, b := range order[:10] {
 			if b != "critical" {
 				t.Fatalf("message %d handled was a low one, before the critical backlog, which starts a second late: %v", i+1, order)
@@ -407,4 +393,14 @@ func critAndLow(f *sqstest.Fake, crits, lows int) (crit, low string) {
 		f.Send(crit, "critical")
 	}
 	return crit, low
+}
+
+// recordOrder is a handler that takes 2ms a message and records the bodies
+// it handled, in order, in rec.
+func recordOrder(rec *recorder) sqsworker.Handler {
+	return sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		time.Sleep(2 * time.Millisecond)
+		rec.add(m.Body)
+		return nil
+	})
 }

@@ -28,8 +28,9 @@ import (
 	"github.com/sqsworker/sqsworker/worker"
 )
 
-// relQueue is a queue whose redrive policy allows 2 receives, with its
-// dead-letter queue, on the fake or on the emulator.
+// relQueue is a queue whose redrive policy allows a few receives (2 unless
+// made otherwise), with its dead-letter queue, on the fake or on the
+// emulator.
 type relQueue struct {
 	api      worker.API
 	url, dlq string
@@ -37,17 +38,31 @@ type relQueue struct {
 }
 
 func fakeRelQueue(t *testing.T, name string) relQueue {
-	f := sqstest.NewFake()
-	dlq := f.CreateQueue(name+"-dlq", nil)
-	url := f.CreateQueue(name, map[string]string{"VisibilityTimeout": "30",
-		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":2}`, sqstest.QueueARN(name+"-dlq"))})
-	return relQueue{api: f, url: url, dlq: dlq, count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }}
+	return fakeRelQueueOf(name, 30*time.Second, 2)
 }
 
 func emuRelQueue(t *testing.T) relQueue {
+	return emuRelQueueOf(t, 30*time.Second, 2)
+}
+
+// fakeRelQueueOf is a relQueue on a new fake, named name, with visibility
+// timeout vis (whole seconds) and maxReceives receives before SQS
+// dead-letters a message.
+func fakeRelQueueOf(name string, vis time.Duration, maxReceives int) relQueue {
+	f := sqstest.NewFake()
+	dlq := f.CreateQueue(name+"-dlq", nil)
+	url := f.CreateQueue(name, map[string]string{"VisibilityTimeout": strconv.Itoa(int(vis / time.Second)),
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%d}`, sqstest.QueueARN(name+"-dlq"), maxReceives)})
+	return relQueue{api: f, url: url, dlq: dlq, count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }}
+}
+
+// emuRelQueueOf is a relQueue on the emulator (skipping t when it does not
+// run) with visibility timeout vis and maxReceives receives before SQS
+// dead-letters a message.
+func emuRelQueueOf(t *testing.T, vis time.Duration, maxReceives int) relQueue {
 	localtest.Require(t)
 	c := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 30 * time.Second})
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: maxReceives, VisibilityTimeout: vis})
 	return relQueue{api: c, url: q.URL, dlq: q.DLQURL, count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }}
 }
 

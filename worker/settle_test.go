@@ -106,17 +106,25 @@ type loseLease struct {
 	handle atomic.Pointer[string]
 }
 
-func (l *loseLease) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
-	lost := l.handle.Load()
-	var keep []types.ChangeMessageVisibilityBatchRequestEntry
-	var failed []types.BatchResultErrorEntry
-	for _, e := range in.Entries {
-		if lost != nil && aws.ToString(e.ReceiptHandle) == *lost {
-			failed = append(failed, types.BatchResultErrorEntry{Id: e.Id, Code: aws.String("ReceiptHandleIsInvalid"), Message: aws.String("lease gone"), SenderFault: true})
+// splitLost splits a batch's entries into those to pass on and the
+// failures of those on the lost receipt handle (none when lost is nil);
+// ids gives an entry's id and receipt handle.
+func splitLost[E any](entries []E, lost *string, ids func(E) (id, handle *string)) (keep []E, failed []types.BatchResultErrorEntry) {
+	for _, e := range entries {
+		id, handle := ids(e)
+		if lost != nil && aws.ToString(handle) == *lost {
+			failed = append(failed, types.BatchResultErrorEntry{Id: id, Code: aws.String("ReceiptHandleIsInvalid"), Message: aws.String("lease gone"), SenderFault: true})
 			continue
 		}
 		keep = append(keep, e)
 	}
+	return keep, failed
+}
+
+func (l *loseLease) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	keep, failed := splitLost(in.Entries, l.handle.Load(), func(e types.ChangeMessageVisibilityBatchRequestEntry) (*string, *string) {
+		return e.Id, e.ReceiptHandle
+	})
 	out := &sqs.ChangeMessageVisibilityBatchOutput{}
 	if len(keep) > 0 {
 		in2 := *in
@@ -132,16 +140,7 @@ func (l *loseLease) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.Ch
 }
 
 func (l *loseLease) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
-	lost := l.handle.Load()
-	var keep []types.DeleteMessageBatchRequestEntry
-	var failed []types.BatchResultErrorEntry
-	for _, e := range in.Entries {
-		if lost != nil && aws.ToString(e.ReceiptHandle) == *lost {
-			failed = append(failed, types.BatchResultErrorEntry{Id: e.Id, Code: aws.String("ReceiptHandleIsInvalid"), Message: aws.String("lease gone"), SenderFault: true})
-			continue
-		}
-		keep = append(keep, e)
-	}
+	keep, failed := splitLost(in.Entries, l.handle.Load(), func(e types.DeleteMessageBatchRequestEntry) (*string, *string) { return e.Id, e.ReceiptHandle })
 	out := &sqs.DeleteMessageBatchOutput{}
 	if len(keep) > 0 {
 		in2 := *in

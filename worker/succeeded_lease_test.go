@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/bubble"
-	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/visibility"
 	"github.com/sqsworker/sqsworker/worker"
@@ -45,23 +43,16 @@ func TestSucceededPastItsLeaseDeleted(t *testing.T) {
 	t.Run("fake", func(t *testing.T) {
 		t.Parallel()
 		bubble.Test(t, func(t *testing.T) {
-			f := sqstest.NewFake()
-			dlq := f.CreateQueue("succeeded-dlq", nil)
-			url := f.CreateQueue("succeeded", map[string]string{"VisibilityTimeout": "4",
-				"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":1}`, sqstest.QueueARN("succeeded-dlq"))})
-			q := relQueue{api: f, url: url, dlq: dlq, count: func(url string) int { v, fl, d := f.Depth(url); return v + fl + d }}
-			api := &slowSQS{API: f}
+			q := fakeRelQueueOf("succeeded", 4*time.Second, 1)
+			api := &slowSQS{API: q.api}
 			succeededPastItsLease(t, q, api, func() { api.armed.Store(true) }, func() { api.armed.Store(false) })
 		})
 	})
 	t.Run("emulator", func(t *testing.T) {
 		t.Parallel()
-		localtest.Require(t)
-		c := localtest.NewSQS(t)
-		eq := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 1, VisibilityTimeout: 4 * time.Second})
-		q := relQueue{api: c, url: eq.URL, dlq: eq.DLQURL, count: func(url string) int { v, fl, d := localtest.Depth(t, c, url); return v + fl + d }}
+		q := emuRelQueueOf(t, 4*time.Second, 1)
 		proxy, via := proxiedSQS(t)
-		succeededPastItsLease(t, q, extensionsViaProxy{API: c, via: via},
+		succeededPastItsLease(t, q, extensionsViaProxy{API: q.api, via: via},
 			func() {
 				if err := proxy.LoseReplies(1000); err != nil {
 					t.Error(err)
