@@ -260,15 +260,16 @@ func (b *Breaker) wait(ctx context.Context, stop <-chan struct{}, held bool) (pr
 		t := time.NewTimer(max(wait, time.Millisecond))
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
+			err = ctx.Err()
 		case <-stop:
-			t.Stop()
-			return 0, ErrStopped
+			err = ErrStopped
 		case <-changed:
 		case <-t.C:
 		}
 		t.Stop()
+		if err != nil {
+			return 0, err
+		}
 	}
 }
 
