@@ -72,8 +72,10 @@ func (e *RetryAfterError) Unwrap() error { return e.Err }
 // nothing of the job's dependencies, which it did not call: the circuit
 // breakers count it as nothing.
 func IsPostponed(err error) bool {
-	var ra *RetryAfterError
-	return errors.As(err, &ra) && ra.Err == nil
+	// errors.AsType, not errors.As: errors.As's target escapes, and
+	// the breakers call this for every outcome, a success included.
+	ra, ok := errors.AsType[*RetryAfterError](err)
+	return ok && ra.Err == nil
 }
 
 // PanicError is the failure a runtime reports when a handler panics.

@@ -191,7 +191,12 @@ func (b *Breaker) allowLocked(held bool) (ok bool, probe Probe, wait time.Durati
 	case Open:
 		return false, 0, b.openUntil.Sub(b.now())
 	}
-	if b.probe != 0 && !b.now().Before(b.probeAt.Add(b.cfg.MaxProbeInterval)) {
+	now := b.now()
+	if b.probe != 0 {
+		probeEnd := b.probeAt.Add(b.cfg.MaxProbeInterval)
+		if now.Before(probeEnd) {
+			return false, 0, min(b.interval, probeEnd.Sub(now))
+		}
 		// Out for MaxProbeInterval: its outcome may never come (a call
 		// to the dependency that hangs, a handler that ignores its
 		// context), and the breaker would take nothing for as long.
@@ -199,17 +204,13 @@ func (b *Breaker) allowLocked(held bool) (ok bool, probe Probe, wait time.Durati
 		// stale (see Record).
 		b.probe = 0
 	}
-	if b.probe != 0 || (!held && b.held > 0) {
-		wait := b.interval
-		if b.probe != 0 {
-			wait = min(wait, b.probeAt.Add(b.cfg.MaxProbeInterval).Sub(b.now()))
-		}
-		return false, 0, wait
+	if !held && b.held > 0 {
+		return false, 0, b.interval
 	}
 	if b.lastProbe++; b.lastProbe == 0 { // wrapped: 0 is no probe
 		b.lastProbe++
 	}
-	b.probe, b.probeAt = b.lastProbe, b.now()
+	b.probe, b.probeAt = b.lastProbe, now
 	b.probes.Add(1)
 	return true, b.probe, 0
 }
@@ -259,15 +260,16 @@ func (b *Breaker) wait(ctx context.Context, stop <-chan struct{}, held bool) (pr
 		t := time.NewTimer(max(wait, time.Millisecond))
 		select {
 		case <-ctx.Done():
-			t.Stop()
-			return 0, ctx.Err()
+			err = ctx.Err()
 		case <-stop:
-			t.Stop()
-			return 0, ErrStopped
+			err = ErrStopped
 		case <-changed:
 		case <-t.C:
 		}
 		t.Stop()
+		if err != nil {
+			return 0, err
+		}
 	}
 }
 

@@ -263,21 +263,21 @@ func sendContext(j *Job, l CopyLimiter) (ctx context.Context, done func() (stopB
 func (e *Executor) copyEnd(j *Job, stopBy, start time.Time) (time.Time, string) {
 	var end time.Time
 	var bound string
-	earliest := func(t time.Time, what string) {
+	take := func(t time.Time, what string) { // t, when it comes first
 		if !t.IsZero() && (end.IsZero() || t.Before(end)) {
 			end, bound = t, what
 		}
 	}
 	switch {
 	case j.Lease != nil && !j.Held(time.Now()):
-		earliest(time.Now(), "the message's lease was lost")
+		take(time.Now(), "the message's lease was lost")
 	case j.Lease != nil:
-		earliest(j.Lease.Deadline().Add(-copyAckReserve), boundLease)
+		take(j.Lease.Deadline().Add(-copyAckReserve), boundLease)
 	case !j.LeaseEnd.IsZero():
-		earliest(j.LeaseEnd.Add(-copyAckReserve), "the message's lease ends (its visibility timeout), less the time to delete it")
+		take(j.LeaseEnd.Add(-copyAckReserve), "the message's lease ends (its visibility timeout), less the time to delete it")
 	}
-	earliest(stopBy, "the runtime's stop bound")
-	earliest(j.MoveBy, "the invocation's deadline")
+	take(stopBy, "the runtime's stop bound")
+	take(j.MoveBy, "the invocation's deadline")
 	if end.IsZero() {
 		timeout := e.MoveTimeout
 		if timeout <= 0 {

@@ -272,8 +272,7 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 			return e.leaseLost(j, err, ack)
 		}
 		if err == nil {
-			e.Counters.Succeeded.Add(1)
-			e.Metrics.Add(metrics.MessagesSucceeded, 1, metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName})
+			e.succeeded()
 			ack.Delete(j)
 			return true
 		}
@@ -334,6 +333,12 @@ func (e *Executor) observe(j *Job, start, end time.Time) {
 	}
 }
 
+// succeeded counts a message whose handler returned nil.
+func (e *Executor) succeeded() {
+	e.Counters.Succeeded.Add(1)
+	e.Metrics.Add(metrics.MessagesSucceeded, 1, metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName})
+}
+
 // leaseLost settles a message whose lease was lost while its handler ran
 // (or while a failure waited in flight), its handler having returned err:
 // it leaves a failed one to SQS, and deletes a succeeded one all the same
@@ -342,8 +347,7 @@ func (e *Executor) leaseLost(j *Job, err error, ack Acker) bool {
 	e.Counters.LeasesLost.Add(1)
 	e.Metrics.Add(metrics.LeasesLost, 1, e.Queue)
 	if err == nil {
-		e.Counters.Succeeded.Add(1)
-		e.Metrics.Add(metrics.MessagesSucceeded, 1, metrics.Dims{Queue: e.Queue.Queue, Handler: e.HandlerName})
+		e.succeeded()
 		j.log(e).Warn("lease looked lost when the handler succeeded; the job is done, so its delete is sent all the same: it lands if SQS still holds the message, else the message may be handled again",
 			"message_id", j.Msg.ID, "attempt", j.Msg.ReceiveCount, "cause", context.Cause(j.Ctx))
 		j.PastLease = true

@@ -93,7 +93,7 @@ func (e *Executor) waitInFlight(j *Job, ack Acker, err error) (again bool, probe
 func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan struct{}) (again bool, probe breaker.Probe) {
 	for {
 		for remaining > 0 {
-			left, ok := e.holdLeft(j, stopping)
+			left, ok := heldLeft(j, inFlightReserve, stopping)
 			if !ok { // once more at the stop, else settled as before
 				return closed(stopping) && j.Held(time.Now()), 0
 			}
@@ -113,8 +113,8 @@ func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan
 		}
 		// Open: wait for a probe, taking it before the receives do,
 		// within the lease as it stands (the heartbeat moves it on, and
-		// holdLeft waits for that on the next round).
-		left, ok := e.holdLeft(j, stopping)
+		// heldLeft waits for that on the next round).
+		left, ok := heldLeft(j, inFlightReserve, stopping)
 		if !ok {
 			return closed(stopping) && j.Held(time.Now()), 0
 		}
@@ -135,13 +135,6 @@ func (e *Executor) holdInFlight(j *Job, remaining time.Duration, stopping <-chan
 // on.
 const leaseStep = 50 * time.Millisecond
 
-// holdLeft returns how much longer j's message may wait in flight now: the
-// time the runtime holds it, less inFlightReserve, waiting for the
-// heartbeat when none is left (see heldLeft).
-func (e *Executor) holdLeft(j *Job, stopping <-chan struct{}) (time.Duration, bool) {
-	return heldLeft(j, inFlightReserve, stopping)
-}
-
 // heldLeft returns how much longer than reserve the runtime holds j's
 // message now (heldUntil). When no more is left and a heartbeat holds the
 // message, it waits for the heartbeat to move the lease on: the heartbeat
@@ -150,8 +143,8 @@ func (e *Executor) holdLeft(j *Job, stopping <-chan struct{}) (time.Duration, bo
 // copy's retries for a timeout of a few seconds), and the lease's context
 // ends should it run out or reach its MaxLifetime. This is the one rule by
 // which a runtime holds a message that waits without a handler running: a
-// FIFO message waiting in flight (holdLeft), and the retried sends of a
-// waiting copy (sendCopy). It reports false when the wait must end: the
+// FIFO message waiting in flight (holdInFlight, with inFlightReserve), and
+// the retried sends of a waiting copy (sendCopy). It reports false when the wait must end: the
 // message no longer held, the lease not moved on before its end, j.Ctx
 // ended (the lease lost, the runtime's deadline), the Lambda invocation's
 // deadline before the lease's end, or stopping closed.
