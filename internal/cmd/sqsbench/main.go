@@ -171,6 +171,10 @@ type settings struct {
 	prio         bool
 	prioOnly     bool
 	prioS        prioSettings
+	// -instructions (instructions.go)
+	instr         bool
+	instrMessages int
+	instrReps     int
 }
 
 func main() {
@@ -217,6 +221,9 @@ func parseSettings() (settings, error) {
 	flag.DurationVar(&s.prioS.trickle, "prio-trickle", 20*time.Second, "priority: how long a critical job is sent every 100 ms")
 	flag.DurationVar(&s.prioS.wait, "prio-wait", 2*time.Second, "priority: long-poll wait of the consumers")
 	flag.DurationVar(&s.prioS.idle, "idle", time.Minute, "priority: how long four idle queues are watched for the idle cost; 0 to skip")
+	flag.BoolVar(&s.instr, "instructions", false, "count the instructions each consumer executes per message, under valgrind's cachegrind: a CPU figure that other work on the machine does not move (instructions.go)")
+	flag.IntVar(&s.instrMessages, "instructions-messages", 5000, "instructions: messages per run (cachegrind runs a child about 20 times slower)")
+	flag.IntVar(&s.instrReps, "instructions-reps", 3, "instructions: repetitions of each consumer")
 	flag.Parse()
 	var errs []error
 	for f := range strings.SplitSeq(*sizes, ",") {
@@ -235,6 +242,9 @@ func parseSettings() (settings, error) {
 	}
 	if s.reps < 1 {
 		errs = append(errs, errors.New("-reps must be at least 1"))
+	}
+	if s.instr && (s.instrMessages < 20 || s.instrReps < 1) {
+		errs = append(errs, fmt.Errorf("-instructions-messages %d, -instructions-reps %d: want at least 20 messages and 1 repetition", s.instrMessages, s.instrReps))
 	}
 	if e := os.Getenv("AWS_ENDPOINT_URL_SQS"); !isLoopback(e) {
 		errs = append(errs, fmt.Errorf("set AWS_ENDPOINT_URL_SQS to the local emulator on the loopback interface (make bench does), got %q", e))
@@ -414,6 +424,11 @@ func run(ctx context.Context, s settings) error {
 			return err
 		}
 	}
+	if s.instr {
+		if err := instructions(ctx, c, s, child); err != nil {
+			return err
+		}
+	}
 	if s.prio {
 		if err := priority(ctx, cfg, s.prioS); err != nil {
 			return err
@@ -423,7 +438,10 @@ func run(ctx context.Context, s settings) error {
 	return nil
 }
 
-func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
+// consumerList returns the consumers compared: the raw loop first, the two
+// workers second and third, the raw loop letting its polls end fourth, and,
+// with all, the raw loop receiving every attribute last.
+func consumerList(s settings, all bool) []consumer {
 	common := []string{"-wait-time", s.waitTime.String()}
 	consumers := []consumer{
 		{fmt.Sprintf("raw SDK loop (%d goroutines)", s.goroutines), append([]string{"-mode", "raw", "-raw-goroutines", strconv.Itoa(s.goroutines)}, common...)},
@@ -431,9 +449,14 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 		{"worker, heartbeat off", append([]string{"-mode", "worker", "-concurrency", strconv.Itoa(s.concurrency), "-heartbeat=false"}, common...)},
 		{"raw SDK loop, polls left to end", append([]string{"-mode", "raw", "-raw-goroutines", strconv.Itoa(s.goroutines), "-raw-let-polls-end"}, common...)},
 	}
-	if s.rawAttrs {
+	if all {
 		consumers = append(consumers, consumer{"raw SDK loop, all attributes", append([]string{"-mode", "raw", "-raw-goroutines", strconv.Itoa(s.goroutines), "-raw-attributes"}, common...)})
 	}
+	return consumers
+}
+
+func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
+	consumers := consumerList(s, s.rawAttrs)
 	// runs[size][consumer][rep]
 	runs := make([][][]result, len(s.sizes))
 	for i := range runs {
@@ -453,7 +476,7 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 				var r result
 				for attempt := 0; ; attempt++ {
 					var err error
-					if r, err = runChild(ctx, c, s, child, cons.name, n, args, 0, nil); err != nil {
+					if r, err = runChild(ctx, c, s, []string{child}, cons.name, n, args, 0, nil); err != nil {
 						return fmt.Errorf("%s, %d messages: %w", cons.name, n, err)
 					}
 					if !r.disturbed() || attempt == s.redo {
@@ -560,10 +583,11 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 }
 
 // runChild preloads a fresh queue with n messages, lets it settle, then
-// times the child from exec to exit. sample, when not nil, is called with
-// the child's pid once it is started, and its stop function once it has
-// exited.
-func runChild(ctx context.Context, c *sqs.Client, s settings, child, name string, n int, args []string, visibility time.Duration,
+// times the child from exec to exit. command is the child's binary, after
+// what runs it (valgrind, say), if anything; the child's arguments follow.
+// sample, when not nil, is called with the child's pid once it is started,
+// and its stop function once it has exited.
+func runChild(ctx context.Context, c *sqs.Client, s settings, command []string, name string, n int, args []string, visibility time.Duration,
 	sample func(pid int, started time.Time, queueURL string) (stop func())) (r result, err error) {
 	qn := fmt.Sprintf("sqsbench-%s-%d", strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
@@ -591,7 +615,8 @@ func runChild(ctx context.Context, c *sqs.Client, s settings, child, name string
 	time.Sleep(s.settle)
 	waitQuiet(s.quiet)
 
-	cmd := exec.CommandContext(ctx, child, append(slices.Clone(args), "-queue-url", queueURL, "-messages", strconv.Itoa(n))...)
+	argv := slices.Concat(command[1:], args, []string{"-queue-url", queueURL, "-messages", strconv.Itoa(n)})
+	cmd := exec.CommandContext(ctx, command[0], argv...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	busy0, steal0 := machineBusy()
@@ -715,7 +740,7 @@ func soak(ctx context.Context, c *sqs.Client, s settings, child string) error {
 	}
 	args := []string{"-mode", "worker", "-concurrency", strconv.Itoa(s.soakConc), "-heartbeat=true", "-sleep", s.soakSleep.String(), "-wait-time", s.waitTime.String()}
 	fmt.Fprintf(os.Stderr, "soak: %d messages, Concurrency %d, handlers sleeping %s, heartbeat on\n", s.soakMessages, s.soakConc, s.soakSleep)
-	r, err := runChild(ctx, c, s, child, "soak", s.soakMessages, args, s.soakVis, sampler)
+	r, err := runChild(ctx, c, s, []string{child}, "soak", s.soakMessages, args, s.soakVis, sampler)
 	if err != nil {
 		return fmt.Errorf("soak: %w", err)
 	}

@@ -1,0 +1,242 @@
+package main
+
+// The instruction count (-instructions): the CPU cost of each consumer as
+// the instructions its process executes, counted by valgrind's cachegrind.
+// Unlike CPU seconds, the count does not move with what else the machine
+// is doing: on these shared machines, one consumer's CPU seconds spread by
+// more than the 10% between the worker and the raw loop that issue 14 asks
+// to tell apart, while its instruction count repeats within about 2%.
+//
+// Each child runs under cachegrind (--cache-sim=no: instructions only) with
+// GOMAXPROCS=1 and GODEBUG=asyncpreemptoff=1. Valgrind runs one thread at a
+// time; with a second P the Go scheduler's idle spinning, whose length
+// depends on timing, was seen adding 29% to one run. Preemption signals are
+// timed too, and callgrind aborted on them. The count covers the whole
+// process, start-up and shutdown included, like the CPU seconds of the
+// comparison, and is split by where the instructions ran: the module's own
+// code, the AWS SDK, the Go runtime's garbage collector and stack work
+// (scanning, growing and shrinking goroutine stacks), its allocator, the
+// rest of the runtime (scheduler, timers, locks), and the rest (the
+// standard library's HTTP, TLS-free crypto for signing and checksums, maps,
+// copies).
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// Where instructions ran; see classify.
+const (
+	classOwn = iota
+	classSDK
+	classGC
+	classAlloc
+	classRuntime
+	classRest
+	nClasses
+)
+
+var classNames = [nClasses]string{"sqsworker", "AWS SDK", "GC and stacks", "allocator", "rest of runtime", "rest"}
+
+// counted is the instructions of one run, in all and by class.
+type counted struct {
+	total   uint64
+	classes [nClasses]uint64
+	res     result
+}
+
+func instructions(ctx context.Context, c *sqs.Client, s settings, child string) error {
+	valgrind, err := exec.LookPath("valgrind")
+	if err != nil {
+		return fmt.Errorf("-instructions needs valgrind (Debian's valgrind package; make bench-instructions installs it): %w", err)
+	}
+	dir, err := os.MkdirTemp("", "sqsbench-cachegrind-")
+	if err != nil {
+		return fmt.Errorf("temporary directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	consumers := consumerList(s, true)
+	n := s.instrMessages
+	runs := make([][]counted, len(consumers))
+	for rep := range s.instrReps {
+		for k := range consumers {
+			ci := (k + rep) % len(consumers)
+			cons := consumers[ci]
+			out := filepath.Join(dir, fmt.Sprintf("%d-%d.out", ci, rep))
+			command := []string{"env", "GOMAXPROCS=1", "GODEBUG=asyncpreemptoff=1",
+				valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=" + out, "--log-file=" + out + ".log", child}
+			r, err := runChild(ctx, c, s, command, cons.name, n, cons.args, 0, nil)
+			if err != nil {
+				return fmt.Errorf("%s under cachegrind, %d messages: %w", cons.name, n, err)
+			}
+			cnt, err := readCachegrind(out)
+			if err != nil {
+				return fmt.Errorf("%s: %w", cons.name, err)
+			}
+			cnt.res = r
+			runs[ci] = append(runs[ci], cnt)
+			fmt.Fprintf(os.Stderr, "instructions rep %d/%d %6d msgs  %-32s %7.1fk instructions/msg, %.4f req/msg\n",
+				rep+1, s.instrReps, n, cons.name, perMsg(cnt.total, n)/1000, r.perMessage())
+		}
+	}
+
+	fmt.Printf("Instructions per message, whole process (cachegrind, GOMAXPROCS=1), %d messages, median of %d runs (min–max); × raw: the median of each run's ratio to the raw loop's run of the same repetition. Then the median run's instructions by where they ran, thousands per message.\n\n", n, s.instrReps)
+	fmt.Print("| consumer | instructions / msg | × raw | × raw, all attributes | SQS requests/msg |")
+	for _, name := range classNames {
+		fmt.Printf(" %s |", name)
+	}
+	fmt.Print("\n|---|---:|---:|---:|---:|")
+	for range classNames {
+		fmt.Print("---:|")
+	}
+	fmt.Println()
+	all := len(consumers) - 1
+	for ci, cons := range consumers {
+		rs := runs[ci]
+		totals := make([]float64, len(rs))
+		for i, r := range rs {
+			totals[i] = perMsg(r.total, n)
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s |", cons.name, spread(scale(totals, 1e-3), "%.1fk"),
+			spread(instrRatios(rs, runs[0]), "%.3f"), spread(instrRatios(rs, runs[all]), "%.3f"),
+			spread(eachCounted(rs, func(r counted) float64 { return r.res.perMessage() }), "%.4f"))
+		mid := rs[medianIndex(totals)]
+		for k := range nClasses {
+			fmt.Printf(" %.1f |", perMsg(mid.classes[k], n)/1000)
+		}
+		fmt.Println()
+	}
+	fmt.Printf("\n- worker, heartbeat on: %.3f× the raw loop's instructions per message (issue 14's target for CPU: ≤ 1.10), %.3f× the raw loop's that receives every attribute, as the worker does\n\n",
+		median(instrRatios(runs[1], runs[0])), median(instrRatios(runs[1], runs[all])))
+	return nil
+}
+
+func perMsg(x uint64, n int) float64 { return float64(x) / float64(n) }
+
+func scale(xs []float64, f float64) []float64 {
+	out := make([]float64, len(xs))
+	for i, x := range xs {
+		out[i] = x * f
+	}
+	return out
+}
+
+func instrRatios(rs, base []counted) []float64 {
+	out := make([]float64, len(rs))
+	for i := range rs {
+		out[i] = float64(rs[i].total) / float64(base[i].total)
+	}
+	return out
+}
+
+func eachCounted(rs []counted, f func(counted) float64) []float64 {
+	out := make([]float64, len(rs))
+	for i, r := range rs {
+		out[i] = f(r)
+	}
+	return out
+}
+
+// medianIndex returns the index of the median of xs (the lower one of an
+// even count).
+func medianIndex(xs []float64) int {
+	best := 0
+	for i, x := range xs {
+		below, above := 0, 0
+		for _, y := range xs {
+			if y < x {
+				below++
+			} else if y > x {
+				above++
+			}
+		}
+		if below <= (len(xs)-1)/2 && above <= len(xs)/2 {
+			best = i
+			break
+		}
+	}
+	return best
+}
+
+// readCachegrind sums a cachegrind output file's instruction counts by
+// class. The format: "fl=" names a source file, "fn=" a function, and each
+// line of numbers that follows is a source line and its instruction count
+// (the only event with --cache-sim=no); "fi="/"fe=" name the file of code
+// inlined into the function, which stays the function's.
+func readCachegrind(file string) (counted, error) {
+	var c counted
+	f, err := os.Open(file)
+	if err != nil {
+		return c, fmt.Errorf("reading cachegrind's output: %w", err)
+	}
+	defer f.Close()
+	var fl string
+	class := classRest
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "fl="):
+			fl = line[3:]
+		case strings.HasPrefix(line, "fn="):
+			class = classify(fl, line[3:])
+		case line != "" && line[0] >= '0' && line[0] <= '9':
+			_, count, ok := strings.Cut(line, " ")
+			if !ok {
+				continue
+			}
+			x, err := strconv.ParseUint(strings.TrimSpace(count), 10, 64)
+			if err != nil {
+				return c, fmt.Errorf("cachegrind's output %s: line %q: %w", file, line, err)
+			}
+			c.classes[class] += x
+			c.total += x
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return c, fmt.Errorf("reading cachegrind's output: %w", err)
+	}
+	if c.total == 0 {
+		return c, errors.New("cachegrind counted no instructions")
+	}
+	return c, nil
+}
+
+// classify says where a function's instructions ran, from its name and the
+// base name of its source file.
+func classify(file, fn string) int {
+	const module = "github.com/sqsworker/sqsworker"
+	switch {
+	case strings.HasPrefix(fn, module+"/internal/cmd/"):
+		return classRest // the benchmark's own child
+	case strings.HasPrefix(fn, module+".") || strings.HasPrefix(fn, module+"/"):
+		return classOwn
+	case strings.HasPrefix(fn, "github.com/aws/"):
+		return classSDK
+	case !strings.HasPrefix(fn, "runtime.") && !strings.HasPrefix(fn, "gcWriteBarrier"):
+		return classRest // maps, copies and hashing are the callers' work
+	}
+	base := path.Base(file)
+	switch {
+	case strings.HasPrefix(fn, "gcWriteBarrier"), strings.HasPrefix(base, "mgc"),
+		base == "mbitmap.go", base == "mwbbuf.go", base == "mspanset.go", base == "mheap.go",
+		base == "symtab.go", base == "stack.go", base == "stkframe.go", base == "traceback.go":
+		return classGC
+	case base == "malloc.go", base == "mcache.go", base == "mcentral.go", base == "msize.go", base == "mfixalloc.go":
+		return classAlloc
+	case base == "memmove_amd64.s", base == "memclr_amd64.s", base == "asm_amd64.s" && strings.Contains(fn, "hash"):
+		return classRest
+	}
+	return classRuntime
+}
