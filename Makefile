@@ -3,6 +3,9 @@
 #   make demo    install what is missing, start the local stack, run the demo
 #   make test    every test, against the local stack (started if needed)
 #   make bench   throughput and request-cost benchmarks against the local stack
+#   make bench-instructions
+#                each consumer's instructions per message (valgrind's
+#                cachegrind): a CPU figure that other work does not move
 #   make tools   install the pinned test tools (the Lambda emulator) in bin/tools
 #   make lint    gofmt, go vet, and staticcheck (pinned, installed in bin/tools
 #                when missing) over every module, infra/ included
@@ -52,7 +55,7 @@ PKGS := ./... ./cmd/sqsworker/... ./metrics/sqsprom/... ./sqsotel/...
 # rest was nearly done, and ran on alone at the end.
 TEST_PKGS := ./worker $(PKGS)
 
-.PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench chaos install-check chromium lint fmt vet clean FORCE
+.PHONY: all deps tools lambda stack-start stack-stop stack-status demo test test-unit bench bench-instructions valgrind chaos install-check chromium lint fmt vet clean FORCE
 
 all: lint test
 
@@ -143,6 +146,20 @@ chaos: stack-start
 bench: stack-start tools
 	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO)
 	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+## bench-instructions: the instructions each consumer of the comparison
+## executes per message, counted by valgrind's cachegrind (sqsbench
+## -instructions, internal/cmd/sqsbench/instructions.go): 5,000 messages, 3
+## repetitions, about 4 minutes. CPU seconds on a shared machine spread by more
+## than the differences between the consumers; instruction counts repeat
+## within about 2%.
+bench-instructions: stack-start valgrind
+	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO) -perf=false -soak=false -priority=false -instructions
+
+## valgrind: Debian's valgrind package (pinned), for bench-instructions
+VALGRIND_VERSION ?= 1:3.19.0-1
+valgrind:
+	REQUIRED=1 scripts/install-deb.sh valgrind $(VALGRIND_VERSION) valgrind "make bench-instructions cannot run"
 
 ## lint: formatting, vet, and staticcheck over the workspace's modules and infra/
 # infra/ is analysed as a module of its own (GOWORK=off, as infra-test runs
