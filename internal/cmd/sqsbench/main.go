@@ -171,6 +171,7 @@ type settings struct {
 	prio         bool
 	prioOnly     bool
 	prioS        prioSettings
+	latency      time.Duration // -latency (latency.go)
 	// -instructions (instructions.go)
 	instr         bool
 	instrMessages int
@@ -221,6 +222,7 @@ func parseSettings() (settings, error) {
 	flag.DurationVar(&s.prioS.trickle, "prio-trickle", 20*time.Second, "priority: how long a critical job is sent every 100 ms")
 	flag.DurationVar(&s.prioS.wait, "prio-wait", 2*time.Second, "priority: long-poll wait of the consumers")
 	flag.DurationVar(&s.prioS.idle, "idle", time.Minute, "priority: how long four idle queues are watched for the idle cost; 0 to skip")
+	flag.DurationVar(&s.latency, "latency", 0, "children reach the emulator through a proxy that holds every answer this long, as a network round trip would (latency.go); 0: directly")
 	flag.BoolVar(&s.instr, "instructions", false, "count the instructions each consumer executes per message, under valgrind's cachegrind: a CPU figure that other work on the machine does not move (instructions.go)")
 	flag.IntVar(&s.instrMessages, "instructions-messages", 5000, "instructions: messages per run (cachegrind runs a child about 20 times slower)")
 	flag.IntVar(&s.instrReps, "instructions-reps", 3, "instructions: repetitions of each consumer")
@@ -391,6 +393,17 @@ func run(ctx context.Context, s settings) error {
 		return fmt.Errorf("loading the AWS configuration: %w", err)
 	}
 	c := sqs.NewFromConfig(cfg)
+	direct := os.Getenv("AWS_ENDPOINT_URL_SQS")
+	if s.latency > 0 {
+		// sqsbench's own calls (creating and filling queues) go directly:
+		// its configuration is loaded. The children find the proxy.
+		p, err := newLatencyProxy(direct, s.latency)
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		os.Setenv("AWS_ENDPOINT_URL_SQS", p.URL())
+	}
 	if s.prioOnly {
 		return priority(ctx, cfg, s.prioS)
 	}
@@ -413,7 +426,10 @@ func run(ctx context.Context, s settings) error {
 		emu = "pid " + strconv.Itoa(s.emulatorPID)
 	}
 	fmt.Printf("sqsbench %s: %d cores (the children's GOMAXPROCS: their default), shared with the emulator at %s (%s)\n\n",
-		time.Now().Format("2006-01-02"), runtime.NumCPU(), os.Getenv("AWS_ENDPOINT_URL_SQS"), emu)
+		time.Now().Format("2006-01-02"), runtime.NumCPU(), direct, emu)
+	if s.latency > 0 {
+		fmt.Printf("The children reach it through a proxy that holds every answer %s (-latency).\n\n", s.latency)
+	}
 	if s.perf {
 		if err := perf(ctx, c, s, child); err != nil {
 			return err

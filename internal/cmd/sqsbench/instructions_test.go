@@ -1,0 +1,85 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReadCachegrindSumsByClass(t *testing.T) {
+	const out = `desc: I1 cache:         32768 B, 64 B, 8-way associative
+cmd: /tmp/child -mode worker
+events: Ir
+fl=/src/worker/pool.go
+fn=github.com/sqsworker/sqsworker/worker.(*pool).grantLocked
+12 100
+13 50
+fl=/go/src/runtime/mgcmark.go
+fn=runtime.scanstack
+1 1000
+fi=/go/src/runtime/symtab.go
+2 10
+fe=/go/src/runtime/mgcmark.go
+fl=/go/src/runtime/symtab.go
+fn=runtime.pcvalue
+5 200
+fl=/go/src/runtime/malloc.go
+fn=runtime.mallocgc
+3 300
+fl=/go/src/runtime/proc.go
+fn=runtime.schedule
+4 40
+fl=/mod/github.com/aws/smithy-go/json/parser.go
+fn=github.com/aws/smithy-go/transport/http/protocol/internal/json.(*parser).Next
+6 60
+fl=/go/src/net/http/transport.go
+fn=net/http.(*persistConn).readLoop
+7 7
+fl=/src/internal/cmd/sqsbench/child/main.go
+fn=main.run
+8 3
+summary: 1770
+`
+	file := filepath.Join(t.TempDir(), "cachegrind.out")
+	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := readCachegrind(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.total != 1770 {
+		t.Errorf("total %d, want 1770 (the file's summary)", c.total)
+	}
+	want := [nClasses]uint64{classOwn: 150, classSDK: 60, classGC: 1210, classAlloc: 300, classRuntime: 40, classRest: 10}
+	if c.classes != want {
+		t.Errorf("classes %v, want %v", c.classes, want)
+	}
+}
+
+func TestReadCachegrindRefusesAnEmptyCount(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "cachegrind.out")
+	if err := os.WriteFile(file, []byte("events: Ir\nsummary: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readCachegrind(file); err == nil || !strings.Contains(err.Error(), "no instructions") {
+		t.Fatalf("err %v, want one saying cachegrind counted no instructions", err)
+	}
+}
+
+func TestMedianIndex(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		want float64
+	}{
+		{[]float64{3}, 3},
+		{[]float64{3, 1, 2}, 2},
+		{[]float64{5, 1, 4, 2}, 2}, // the lower of an even count
+		{[]float64{2, 2, 1}, 2},
+	} {
+		if got := tc.xs[medianIndex(tc.xs)]; got != tc.want {
+			t.Errorf("medianIndex(%v) picks %v, want %v", tc.xs, got, tc.want)
+		}
+	}
+}
