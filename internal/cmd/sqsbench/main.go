@@ -39,6 +39,16 @@
 // by hand and one Worker over a shared queue, and the idle cost of priority
 // queues.
 //
+// With -latency (latency.go), the children reach the emulator through a
+// proxy on the loopback interface that holds every answer for that long, as
+// a network round trip would: the emulator answers in about a millisecond,
+// SQS in a region in tens.
+//
+// With -instructions (instructions.go; `make bench-instructions`), each
+// consumer of the comparison runs again under valgrind's cachegrind, which
+// counts the instructions it executes per message and where they ran: a
+// CPU figure that other work on the machine does not move.
+//
 // Run it with `make bench`. Output: progress on stderr, Markdown tables on
 // stdout.
 package main
