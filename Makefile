@@ -141,10 +141,14 @@ chaos: stack-start
 ## message, shutdown tail; then 1,000 slow jobs in flight with the worker's RSS
 ## sampled for two minutes; then priority queues: a critical queue's latency
 ## under a flood of 10,000 low jobs (MultiWorker, Workers split by hand, one
-## shared queue) and the idle cost, about 3 minutes; then the Go benchmarks.
-## Tables on stdout, progress on stderr; 9 to 11 minutes (BENCHMARKS.md).
+## shared queue) and the idle cost, about 3 minutes; then the comparison
+## again at 60,000 messages with every answer held 20 ms, as a round trip to
+## SQS in a region takes (sqsbench -latency); then the Go benchmarks. Tables
+## on stdout, progress on stderr. Before the latency comparison, 9 to 11
+## minutes (BENCHMARKS.md).
 bench: stack-start tools
 	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO)
+	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO) -messages 60000 -soak=false -priority=false -latency 20ms
 	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 ## bench-instructions: the instructions each consumer of the comparison
