@@ -148,15 +148,15 @@ chaos: stack-start
 ## minutes (BENCHMARKS.md).
 bench: stack-start tools
 	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO)
-	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO) -messages 60000 -soak=false -priority=false -latency 20ms
+	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO) -messages 60000 -soak=false -priority=false -raw-attributes -latency 20ms
 	$(WITH_STACK) $(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 ## bench-instructions: the instructions each consumer of the comparison
 ## executes per message, counted by valgrind's cachegrind (sqsbench
 ## -instructions, internal/cmd/sqsbench/instructions.go): 5,000 messages, 3
-## repetitions, about 4 minutes. CPU seconds on a shared machine spread by more
+## repetitions, about 3 minutes. CPU seconds on a shared machine spread by more
 ## than the differences between the consumers; instruction counts repeat
-## within about 2%.
+## within 1 to 3%.
 bench-instructions: stack-start valgrind
 	$(WITH_STACK) $(GO) run ./internal/cmd/sqsbench -go $(GO) -perf=false -soak=false -priority=false -instructions
 

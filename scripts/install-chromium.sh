@@ -20,7 +20,7 @@ CHROMIUM_VERSION="${CHROMIUM_VERSION:-156.0.8078.114-1~deb12u1}"
 if [[ -n "${SQSWORKER_CHROMIUM:-}" ]]; then
 	exit 0
 fi
-for browser in chromium-browser google-chrome; do
+for browser in chromium chromium-browser google-chrome; do
 	if command -v "$browser" >/dev/null 2>&1; then
 		exit 0
 	fi
@@ -29,4 +29,7 @@ done
 	"the browser tests of sqsworker ui will skip"
 if command -v chromium >/dev/null 2>&1; then
 	chromium --version
+elif [[ -n "${CI:-}" ]]; then
+	echo "install-chromium: chromium was installed but is not on the PATH" >&2
+	exit 1
 fi

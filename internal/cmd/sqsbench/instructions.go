@@ -5,7 +5,7 @@ package main
 // Unlike CPU seconds, the count does not move with what else the machine
 // is doing: on these shared machines, one consumer's CPU seconds spread by
 // more than the 10% between the worker and the raw loop that issue 14 asks
-// to tell apart, while its instruction count repeats within about 2%.
+// to tell apart, while its instruction count repeats within 1 to 3%.
 //
 // Each child runs under cachegrind (--cache-sim=no: instructions only) with
 // GOMAXPROCS=1 and GODEBUG=asyncpreemptoff=1. Valgrind runs one thread at a
@@ -13,11 +13,13 @@ package main
 // depends on timing, was seen adding 29% to one run. Preemption signals are
 // timed too, and callgrind aborted on them. The count covers the whole
 // process, start-up and shutdown included, like the CPU seconds of the
-// comparison, and is split by where the instructions ran: the module's own
-// code, the AWS SDK, the Go runtime's garbage collector and stack work
-// (scanning, growing and shrinking goroutine stacks), its allocator, the
+// comparison, in user space only (the kernel's work for a consumer's
+// connections and wake-ups is not in it), and is split by where the
+// instructions ran: the module's own code, the AWS SDK, the Go runtime's
+// garbage collector and stack work (marking, write barriers, sweeping;
+// scanning, growing and shrinking goroutine stacks), its allocator, the
 // rest of the runtime (scheduler, timers, locks), and the rest (the
-// standard library's HTTP, TLS-free crypto for signing and checksums, maps,
+// standard library's HTTP, the crypto of signing and checksums, maps,
 // copies).
 
 import (
@@ -77,11 +79,11 @@ func instructions(ctx context.Context, c *sqs.Client, s settings, child string) 
 				valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=" + out, "--log-file=" + out + ".log", child}
 			r, err := runChild(ctx, c, s, command, cons.name, n, cons.args, 0, nil)
 			if err != nil {
-				return fmt.Errorf("%s under cachegrind, %d messages: %w", cons.name, n, err)
+				return fmt.Errorf("%s under cachegrind, %d messages: %w; valgrind's log:\n%s", cons.name, n, err, valgrindLog(out+".log"))
 			}
 			cnt, err := readCachegrind(out)
 			if err != nil {
-				return fmt.Errorf("%s: %w", cons.name, err)
+				return fmt.Errorf("%s: %w; valgrind's log:\n%s", cons.name, err, valgrindLog(out+".log"))
 			}
 			cnt.res = r
 			runs[ci] = append(runs[ci], cnt)
@@ -90,7 +92,7 @@ func instructions(ctx context.Context, c *sqs.Client, s settings, child string) 
 		}
 	}
 
-	fmt.Printf("Instructions per message, whole process (cachegrind, GOMAXPROCS=1), %d messages, median of %d runs (min–max); × raw: the median of each run's ratio to the raw loop's run of the same repetition. Then the median run's instructions by where they ran, thousands per message.\n\n", n, s.instrReps)
+	fmt.Printf("Instructions per message, whole process, user space (cachegrind, GOMAXPROCS=1), %d messages, median of %d runs (min–max); × raw: the median of each run's ratio to the raw loop's run of the same repetition. Then where they ran, thousands per message, the median of each class over the runs.\n\n", n, s.instrReps)
 	fmt.Print("| consumer | instructions / msg | × raw | × raw, all attributes | SQS requests/msg |")
 	for _, name := range classNames {
 		fmt.Printf(" %s |", name)
@@ -110,9 +112,8 @@ func instructions(ctx context.Context, c *sqs.Client, s settings, child string) 
 		fmt.Printf("| %s | %s | %s | %s | %s |", cons.name, spread(scale(totals, 1e-3), "%.1fk"),
 			spread(instrRatios(rs, runs[0]), "%.3f"), spread(instrRatios(rs, runs[all]), "%.3f"),
 			spread(eachCounted(rs, func(r counted) float64 { return r.res.perMessage() }), "%.4f"))
-		mid := rs[medianIndex(totals)]
 		for k := range nClasses {
-			fmt.Printf(" %.1f |", perMsg(mid.classes[k], n)/1000)
+			fmt.Printf(" %.1f |", median(eachCounted(rs, func(r counted) float64 { return perMsg(r.classes[k], n) }))/1000)
 		}
 		fmt.Println()
 	}
@@ -147,32 +148,13 @@ func eachCounted(rs []counted, f func(counted) float64) []float64 {
 	return out
 }
 
-// medianIndex returns the index of the median of xs (the lower one of an
-// even count).
-func medianIndex(xs []float64) int {
-	best := 0
-	for i, x := range xs {
-		below, above := 0, 0
-		for _, y := range xs {
-			if y < x {
-				below++
-			} else if y > x {
-				above++
-			}
-		}
-		if below <= (len(xs)-1)/2 && above <= len(xs)/2 {
-			best = i
-			break
-		}
-	}
-	return best
-}
-
 // readCachegrind sums a cachegrind output file's instruction counts by
 // class. The format: "fl=" names a source file, "fn=" a function, and each
-// line of numbers that follows is a source line and its instruction count
-// (the only event with --cache-sim=no); "fi="/"fe=" name the file of code
-// inlined into the function, which stays the function's.
+// line of numbers that follows is a source line and its counts, the
+// instructions first (the only event with --cache-sim=no, unless
+// VALGRIND_OPTS adds some). Code inlined into a function comes under the
+// inlined code's file with the function's name again, so a function is
+// classed once, by the file that holds most of its instructions.
 func readCachegrind(file string) (counted, error) {
 	var c counted
 	f, err := os.Open(file)
@@ -180,8 +162,9 @@ func readCachegrind(file string) (counted, error) {
 		return c, fmt.Errorf("reading cachegrind's output: %w", err)
 	}
 	defer f.Close()
-	var fl string
-	class := classRest
+	type key struct{ fn, fl string }
+	byFile := map[key]uint64{}
+	var fl, fn string
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -190,17 +173,17 @@ func readCachegrind(file string) (counted, error) {
 		case strings.HasPrefix(line, "fl="):
 			fl = line[3:]
 		case strings.HasPrefix(line, "fn="):
-			class = classify(fl, line[3:])
+			fn = line[3:]
 		case line != "" && line[0] >= '0' && line[0] <= '9':
-			_, count, ok := strings.Cut(line, " ")
-			if !ok {
+			fields := strings.Fields(line)
+			if len(fields) < 2 {
 				continue
 			}
-			x, err := strconv.ParseUint(strings.TrimSpace(count), 10, 64)
+			x, err := strconv.ParseUint(fields[1], 10, 64)
 			if err != nil {
 				return c, fmt.Errorf("cachegrind's output %s: line %q: %w", file, line, err)
 			}
-			c.classes[class] += x
+			byFile[key{fn, fl}] += x
 			c.total += x
 		}
 	}
@@ -210,11 +193,44 @@ func readCachegrind(file string) (counted, error) {
 	if c.total == 0 {
 		return c, errors.New("cachegrind counted no instructions")
 	}
+	type share struct {
+		total, most uint64
+		file        string
+	}
+	fns := map[string]*share{}
+	for k, x := range byFile {
+		sh := fns[k.fn]
+		if sh == nil {
+			sh = &share{}
+			fns[k.fn] = sh
+		}
+		sh.total += x
+		if x > sh.most || x == sh.most && k.fl < sh.file {
+			sh.most, sh.file = x, k.fl
+		}
+	}
+	for name, sh := range fns {
+		c.classes[classify(sh.file, name)] += sh.total
+	}
 	return c, nil
 }
 
+// valgrindLog returns the end of valgrind's log file, for an error.
+func valgrindLog(file string) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "(none: " + err.Error() + ")"
+	}
+	return tail(string(b), 2000)
+}
+
+// allocating names runtime functions that allocate, whose files (mbitmap.go,
+// mheap.go) are otherwise the collector's.
+var allocating = []string{"malloc", "newobject", "newarray", "makeslice", "(*mcache)", "(*mcentral)",
+	"writeHeapBits", "heapSetType", "nextFree", "allocSpan", "(*mheap).alloc", "(*mspan).init", "refill"}
+
 // classify says where a function's instructions ran, from its name and the
-// base name of its source file.
+// base name of the source file that holds most of them.
 func classify(file, fn string) int {
 	const module = "github.com/sqsworker/sqsworker"
 	switch {
@@ -224,12 +240,19 @@ func classify(file, fn string) int {
 		return classOwn
 	case strings.HasPrefix(fn, "github.com/aws/"):
 		return classSDK
-	case !strings.HasPrefix(fn, "runtime.") && !strings.HasPrefix(fn, "gcWriteBarrier"):
+	case strings.Contains(fn, "gcWriteBarrier"):
+		return classGC
+	case !strings.HasPrefix(fn, "runtime."):
 		return classRest // maps, copies and hashing are the callers' work
+	}
+	for _, a := range allocating {
+		if strings.Contains(fn, a) {
+			return classAlloc
+		}
 	}
 	base := path.Base(file)
 	switch {
-	case strings.HasPrefix(fn, "gcWriteBarrier"), strings.HasPrefix(base, "mgc"),
+	case strings.HasPrefix(base, "mgc"),
 		base == "mbitmap.go", base == "mwbbuf.go", base == "mspanset.go", base == "mheap.go",
 		base == "symtab.go", base == "stack.go", base == "stkframe.go", base == "traceback.go":
 		return classGC

@@ -438,7 +438,7 @@ func run(ctx context.Context, s settings) error {
 	fmt.Printf("sqsbench %s: %d cores (the children's GOMAXPROCS: their default), shared with the emulator at %s (%s)\n\n",
 		time.Now().Format("2006-01-02"), runtime.NumCPU(), direct, emu)
 	if s.latency > 0 {
-		fmt.Printf("The children reach it through a proxy that holds every answer %s (-latency).\n\n", s.latency)
+		fmt.Printf("The children reach it through a proxy that holds every answer %s (-latency; the proxy's CPU counts in the others' column, and the priority benchmark's consumers, which run in sqsbench, reach the emulator directly).\n\n", s.latency)
 	}
 	if s.perf {
 		if err := perf(ctx, c, s, child); err != nil {
