@@ -106,6 +106,7 @@ type result struct {
 	n         int
 	exec, end time.Time     // exec, and when the parent saw the exit
 	cpu       time.Duration // the child's user + system (rusage)
+	sys       time.Duration // of which system
 	maxRSSKB  int64         // the child's ru_maxrss
 	emulator  time.Duration // the emulator's CPU during the run
 	others    time.Duration // the machine's busy CPU during the run less the child's and the emulator's
@@ -517,7 +518,8 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 					rep+1, s.reps, n, cons.name, r.wall().Seconds(), r.rate(), r.steady(), r.cpuPer10k(), r.rssMiB(), r.perMessage(),
 					r.startup().Milliseconds(), r.tail().Milliseconds(), r.emulatorPer10k(), r.others.Seconds(), r.steal.Seconds())
 				if s.verbose {
-					fmt.Fprintf(os.Stderr, "    requests %v, %.2f messages per receive that brought any, ru_maxrss %.1f MiB, extensions %d\n", r.rep.Requests, r.perReceive(), float64(r.maxRSSKB)/1024, r.rep.Extended)
+					fmt.Fprintf(os.Stderr, "    requests %v, %.2f messages per receive that brought any, ru_maxrss %.1f MiB, extensions %d, CPU s/10k user %.2f + system %.2f\n",
+						r.rep.Requests, r.perReceive(), float64(r.maxRSSKB)/1024, r.rep.Extended, per10k(r.cpu-r.sys, r.n), per10k(r.sys, r.n))
 				}
 			}
 		}
@@ -676,6 +678,7 @@ func runChild(ctx context.Context, c *sqs.Client, s settings, command []string, 
 		return r, errors.New("no rusage for the child")
 	}
 	r.cpu = time.Duration(syscall.TimevalToNsec(ru.Utime) + syscall.TimevalToNsec(ru.Stime))
+	r.sys = time.Duration(syscall.TimevalToNsec(ru.Stime))
 	r.maxRSSKB = ru.Maxrss
 	r.emulator = emu1 - emu0
 	r.others = busy1 - busy0 - r.cpu - r.emulator
