@@ -95,9 +95,12 @@ func IsPartlyUnavailable(err error) bool {
 // nil error, which says nothing of the dependency: an idempotency duplicate
 // waiting for its claim, a job of a key its own breaker holds back, see the
 // keybreaker package) counts as nothing: it does not break a run of
-// failures, and a probe postponed lets the next message probe. Any other
-// outcome than a dependency failure (success, or a failure of the message
-// itself) counts as a success.
+// failures, and a probe postponed lets the next message probe. So does a
+// handler cut short by its context (the runtime stopping, the lease lost,
+// the handler timeout) that returns an error the breaker does not count:
+// it did not show the dependency healthy. Any other outcome than a
+// dependency failure (success, or a failure of the message itself)
+// counts as a success.
 type BreakerConfig struct {
 	// Disabled turns the breaker off.
 	Disabled bool

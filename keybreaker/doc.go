@@ -13,7 +13,9 @@
 //     [sqsworker.Unavailable] or, better here, [sqsworker.PartlyUnavailable])
 //     adds to its key's failures in a row; a success clears them; a
 //     postponement by the handler behind the middleware ([sqsworker.RetryAfter]
-//     with a nil error: an idempotency duplicate, say) counts as nothing;
+//     with a nil error: an idempotency duplicate, say) counts as nothing, as
+//     does a job cut short by its context (the runtime stopping, the lease
+//     lost, the handler timeout) with an error IsFailure does not count;
 //   - after Config.Failures in a row the key opens: its jobs are not run but
 //     postponed ([sqsworker.RetryAfter] with a nil error) until the key's
 //     open interval ends: never moved to the dead-letter queue for it, not
@@ -21,8 +23,8 @@
 //     breaker, which PartlyUnavailable failures leave closed;
 //   - once the interval has passed, one job of the key runs as its probe: a
 //     success closes the key, a failure opens it again for twice as long, up
-//     to Config.MaxOpenFor; a probe postponed lets the next job of its key
-//     probe.
+//     to Config.MaxOpenFor; a probe postponed, or cut short so, lets the
+//     next job of its key probe.
 //
 // Each process keeps its own view: a fleet of workers probes an endpoint
 // once per worker per interval. A job waiting on an open key costs a

@@ -201,7 +201,7 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 		// Recovered as the runtimes do, so that a panicking job is counted
 		// like a failed one: a probe's turn is not held until ProbeTimeout.
 		err = outcome.Call(ctx, next, m)
-		b.record(key, probe, err)
+		b.record(key, probe, err, err != nil && ctx.Err() != nil && !b.cfg.IsFailure(err))
 		return err
 	})
 }
@@ -246,10 +246,12 @@ func (b *Breaker) admit(key string) (probe uint64, err error) {
 // probe is its token. A postponement (sqsworker.RetryAfter with a nil
 // error, from the handler behind the middleware: an idempotency duplicate
 // waiting for another's claim, a job another breaker holds back) did not
-// reach the key's endpoint: it counts as nothing, and a probe postponed
-// gives its turn to the next job of its key.
-func (b *Breaker) record(key string, probe uint64, err error) {
-	postponed := sqsworker.IsPostponed(err)
+// reach the key's endpoint, and a job cut short by its context with an
+// error IsFailure does not count (cut: the runtime stopping, the lease
+// lost, the handler timeout) did not show it healthy: both count as
+// nothing, and such a probe gives its turn to the next job of its key.
+func (b *Breaker) record(key string, probe uint64, err error, cut bool) {
+	postponed := cut || sqsworker.IsPostponed(err)
 	failed := !postponed && err != nil && b.cfg.IsFailure(err)
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -133,3 +133,59 @@ func TestOpenKeyOutlastsKeysFailingOnce(t *testing.T) {
 		t.Errorf("stats %+v after the probe's success, want no key open and the key forgotten", s)
 	}
 }
+
+// A job cut short by its context (the runtime stopping, the lease lost, the
+// handler timeout) with an error the key does not count did not show the
+// endpoint healthy: it counts as nothing, as a postponement does. Before,
+// it counted as a success: the key forgot its run of failures.
+func TestCutJobDoesNotBreakARunOfFailures(t *testing.T) {
+	b, _ := newBreaker(t, keybreaker.Config{Failures: 3})
+	h := newHandler()
+	mw := b.Middleware(h)
+	ctx := context.Background()
+	cut, cancel := context.WithCancel(ctx)
+	cancel()
+	h.errs["a"] = []error{errDown, context.Canceled, errDown, errDown}
+	for i := range 4 {
+		c := ctx
+		if i == 1 {
+			c = cut
+		}
+		_ = mw.HandleMessage(c, job("a"))
+	}
+	calls := h.calls["a"]
+	skipped(t, mw.HandleMessage(ctx, job("a")))
+	if h.calls["a"] != calls {
+		t.Errorf("the handler ran for a key with 3 failures in a row and a job cut between them")
+	}
+	if s := b.Stats(); s.Open != 1 || s.Opens != 1 {
+		t.Errorf("stats %+v, want the key open", s)
+	}
+}
+
+// A probe cut short by its context neither closes the key nor keeps its
+// turn: the next job of the key probes. Before, it closed the key, and every
+// job of the key then ran against the endpoint still down. A job that
+// succeeds although its context ended did reach the endpoint: it counts.
+func TestCutProbeDoesNotCloseTheKey(t *testing.T) {
+	b, _, h, mw := probeDue(t, keybreaker.Config{MaxOpenFor: time.Hour})
+	cut, cancel := context.WithCancel(context.Background())
+	cancel()
+	h.errs["a"] = []error{context.Canceled}
+	if err := mw.HandleMessage(cut, job("a")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("probe: %v, want the handler's context.Canceled", err)
+	}
+	if s := b.Stats(); s.Open != 1 {
+		t.Fatalf("stats %+v: a probe cut short closed the key", s)
+	}
+	calls := h.calls["a"]
+	if err := mw.HandleMessage(cut, job("a")); err != nil { // the next probes at once, and succeeds
+		t.Fatalf("next job: %v, want it run as the probe and its success", err)
+	}
+	if h.calls["a"] != calls+1 {
+		t.Fatalf("next job: %d calls, want one", h.calls["a"]-calls)
+	}
+	if s := b.Stats(); s.Open != 0 || s.Probes != 2 {
+		t.Errorf("stats %+v, want the key closed by the second probe's success", s)
+	}
+}

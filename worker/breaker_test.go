@@ -191,3 +191,38 @@ func TestUnavailableOnLastReceiveNotDeadLettered(t *testing.T) {
 		})
 	})
 }
+
+// A handler cut short by its context (here HandlerTimeout; the worker
+// stopping or the lease lost alike) with an error the breaker does not
+// count says nothing of the dependency: it counts as nothing, and does not
+// break a run of dependency failures. Before, it counted as a success: with
+// Threshold 3, failures, a cut, a failure left the breaker closed, and a
+// dependency hanging every other call never opened it. On the emulator.
+func TestCutHandlerDoesNotBreakARunOfFailures(t *testing.T) {
+	t.Parallel()
+	localtest.Require(t)
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 30 * time.Second, MaxReceiveCount: 10})
+	localtest.Send(t, c, q.URL, "", "1", "2", "3", "4")
+	var calls atomic.Int64
+	r := start(t, c, worker.Config{QueueURL: q.URL, Concurrency: 1, MaxMessages: 1, WaitTime: time.Second, Backoff: noDelay,
+		HandlerTimeout: 500 * time.Millisecond,
+		Breaker:        sqsworker.BreakerConfig{Threshold: 3, ProbeInterval: time.Second, MaxProbeInterval: time.Second}},
+		sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			switch calls.Add(1) {
+			case 1, 2, 4:
+				return sqsworker.Unavailable(errors.New("dependency down"))
+			case 3: // hangs until the handler's deadline
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		}))
+	localtest.Eventually(t, 30*time.Second, func() bool { return r.w.Stats().BreakerOpens >= 1 },
+		"breaker never opened after failures, a cut handler and a failure: %+v, %d calls", r.w.Stats(), calls.Load())
+	emptyEventually(t, c, q.URL, time.Minute)
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
+		t.Errorf("%d messages dead-lettered, want none", v+f+d)
+	}
+	t.Logf("stats %+v, %d calls", r.w.Stats(), calls.Load())
+}

@@ -310,7 +310,9 @@ func (b *Breaker) Abort(probe Probe) {
 // (sqsworker.RetryAfter with a nil error: the handler put the job off, so
 // that it says nothing of the dependency) counts as nothing, and a probe
 // postponed gives its turn to the next message; every other outcome, a
-// partial failure included, counts as a success.
+// partial failure included, counts as a success. (The executor does not
+// record a handler cut short by its context with an error that does not
+// count: it aborts its probe, so that the outcome counts as nothing.)
 //
 // Only the current probe's outcome settles the half-open state. A stale
 // probe's (see Probe) counts as an ordinary message's: it ran against the
