@@ -207,6 +207,26 @@ func (q relQueue) firstAttempt(t *testing.T) (release func()) {
 	}
 }
 
+// pollCount counts the receives under way through it.
+type pollCount struct {
+	worker.API
+	n atomic.Int64
+}
+
+func (p *pollCount) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInput, opts ...func(*sqs.Options)) (*sqs.ReceiveMessageOutput, error) {
+	p.n.Add(1)
+	defer p.n.Add(-1)
+	return p.API.ReceiveMessage(ctx, in, opts...)
+}
+
+// under waits until n receives are under way: a worker's loops in their
+// long polls. A fixed sleep was not enough on a loaded machine: the worker
+// had not started its polls when the test stopped it.
+func (p *pollCount) under(t *testing.T, n int64) {
+	t.Helper()
+	localtest.Eventually(t, 30*time.Second, func() bool { return p.n.Load() >= n }, "%d receives under way, want %d", p.n.Load(), n)
+}
+
 // A message that one of the stopping worker's last long polls takes on the
 // last receive its redrive policy allows is released unstarted in a fresh
 // copy, delayed past those polls: the stopping worker does not take it
@@ -220,13 +240,14 @@ func TestReceivedWhileStoppingOnLastReceive(t *testing.T) {
 			eachQueue(t, "stopping-last", func(t *testing.T, q relQueue) {
 				q.send(t, "job")
 				visible := q.firstAttempt(t)
-				r := start(t, q.api, worker.Config{QueueURL: q.url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 5 * time.Second,
+				polls := &pollCount{API: q.api}
+				r := start(t, polls, worker.Config{QueueURL: q.url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 5 * time.Second,
 					DisableHeartbeat: !heartbeat, DisableDepth: true},
 					sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 						t.Errorf("handler ran for %s while the worker was stopping", m.ID)
 						return nil
 					}))
-				time.Sleep(500 * time.Millisecond) // both loops in their long polls
+				polls.under(t, 2) // both loops in their long polls
 				stopped := make(chan struct{})
 				go func() {
 					defer close(stopped)
@@ -262,12 +283,13 @@ func TestHeldJobReceivedWhileStopping(t *testing.T) {
 			t.Fatal(err)
 		}
 		visible := q.firstAttempt(t)
-		r := start(t, q.api, worker.Config{QueueURL: q.url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 5 * time.Second, DisableDepth: true},
+		polls := &pollCount{API: q.api}
+		r := start(t, polls, worker.Config{QueueURL: q.url, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 5 * time.Second, DisableDepth: true},
 			sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 				t.Errorf("handler ran for %s an hour before its time", m.ID)
 				return nil
 			}))
-		time.Sleep(500 * time.Millisecond) // both loops in their long polls
+		polls.under(t, 2) // both loops in their long polls
 		stopped := make(chan struct{})
 		go func() {
 			defer close(stopped)

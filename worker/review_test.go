@@ -99,12 +99,13 @@ func holdCopiesWhileStopping(t *testing.T, q relQueue, api *hungSends, hang bool
 		}
 	}
 	visible := q.firstAttempts(t, held)
-	r := start(t, api, worker.Config{QueueURL: q.url, Concurrency: held, Pollers: 1, MaxMessages: held, WaitTime: 5 * time.Second, DisableDepth: true},
+	polls := &pollCount{API: api}
+	r := start(t, polls, worker.Config{QueueURL: q.url, Concurrency: held, Pollers: 1, MaxMessages: held, WaitTime: 5 * time.Second, DisableDepth: true},
 		sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 			t.Errorf("handler ran for %s ten minutes before its time", m.ID)
 			return nil
 		}))
-	time.Sleep(500 * time.Millisecond) // the loop in its long poll
+	polls.under(t, 1) // the loop in its long poll
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.w.Shutdown(context.Background()) }()
 	localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "the worker does not stop")

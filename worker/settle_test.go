@@ -267,7 +267,8 @@ func TestShutdownDeadlineDoesNotHideReleasedMessages(t *testing.T) {
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 60 * time.Second})
 	localtest.Send(t, c, q.URL, "", "long")
 	started := make(chan struct{}, 1)
-	w, err := worker.New(c, worker.Config{QueueURL: q.URL, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 5 * time.Second})
+	polls := &pollCount{API: c}
+	w, err := worker.New(polls, worker.Config{QueueURL: q.URL, Concurrency: 2, Pollers: 2, MaxMessages: 1, WaitTime: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +285,7 @@ func TestShutdownDeadlineDoesNotHideReleasedMessages(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("handler never started")
 	}
-	time.Sleep(500 * time.Millisecond) // the other poller's long poll is under way
+	polls.under(t, 1) // a long poll is under way
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_ = w.Shutdown(ctx)

@@ -304,12 +304,13 @@ func stopWithCopies(t *testing.T, q relQueue, api *hungSends, arm bool) (time.Du
 		q.send(t, fmt.Sprint("job-", i))
 	}
 	visible := q.firstAttempts(t, copies)
-	r := start(t, api, worker.Config{QueueURL: q.url, Concurrency: copies, Pollers: 1, MaxMessages: copies, WaitTime: 5 * time.Second, DisableDepth: true},
+	polls := &pollCount{API: api}
+	r := start(t, polls, worker.Config{QueueURL: q.url, Concurrency: copies, Pollers: 1, MaxMessages: copies, WaitTime: 5 * time.Second, DisableDepth: true},
 		sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 			t.Errorf("handler ran for %s while the worker was stopping", m.ID)
 			return nil
 		}))
-	time.Sleep(500 * time.Millisecond) // the loop in its long poll
+	polls.under(t, 1) // the loop in its long poll
 	stopped := make(chan error, 1)
 	go func() { stopped <- r.w.Shutdown(context.Background()) }()
 	localtest.Eventually(t, 10*time.Second, func() bool { return !r.w.Ready() }, "the worker does not stop")

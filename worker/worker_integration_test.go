@@ -514,9 +514,10 @@ func TestShutdownDuringLongPollHidesNothing(t *testing.T) {
 	t.Parallel()
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Minute})
-	r := start(t, c, worker.Config{QueueURL: q.URL, WaitTime: 3 * time.Second}, sqsworker.HandlerFunc(
+	polls := &pollCount{API: c}
+	r := start(t, polls, worker.Config{QueueURL: q.URL, WaitTime: 3 * time.Second}, sqsworker.HandlerFunc(
 		func(ctx context.Context, m *sqsworker.Message) error { return nil }))
-	time.Sleep(500 * time.Millisecond) // the poller waits in a long poll
+	polls.under(t, 1) // the poller waits in a long poll
 	stopped := make(chan struct{})
 	go func() { r.stop(30 * time.Second); close(stopped) }()
 	time.Sleep(200 * time.Millisecond)
