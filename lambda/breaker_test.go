@@ -206,3 +206,50 @@ func hangProbe(t *testing.T, f *sqstest.Fake, fn lambda.HandlerFunc) {
 	invokeBy(t, fn, ev, 2*time.Second)
 	settled(ev)
 }
+
+// A record's handler cut short by the invocation's deadline, returning an
+// error the breaker does not count, says nothing of the dependency: it
+// counts as nothing and does not break a run of dependency failures. Before,
+// it counted as a success: failures, a cut, a failure left the breaker
+// closed with Threshold 3, and the next record ran against the dependency.
+func TestCutRecordDoesNotBreakARunOfFailures(t *testing.T) {
+	t.Parallel()
+	f := newFake("30")
+	var calls atomic.Int64
+	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		calls.Add(1)
+		if m.Body == "c" { // hangs until the invocation gives it up
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return sqsworker.Unavailable(errors.New("connection refused"))
+	})
+	later := sqsworker.BackoffFunc(func(int, error) time.Duration { return time.Minute }) // out of the second receive
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true, Backoff: later,
+		Breaker: sqsworker.BreakerConfig{Threshold: 3, ProbeInterval: time.Minute}})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if _, err := fn(ctx, received(t, f, "orders", "a", "b", "c")); err != nil {
+		t.Fatalf("first invocation: %v", err)
+	}
+	if n := calls.Load(); n != 3 {
+		t.Fatalf("%d handler calls in the first invocation, want 3", n)
+	}
+	// The cut record was released at the deadline: out of the way of the
+	// next invocation's records.
+	url := sqstest.QueueURL("orders")
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10})
+	if err != nil || len(out.Messages) != 1 || *out.Messages[0].Body != "c" {
+		t.Fatalf("after the first invocation: %v, %v; want the cut record c visible", out, err)
+	}
+	if _, err := f.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: &url, ReceiptHandle: out.Messages[0].ReceiptHandle}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := fn(context.Background(), received(t, f, "orders", "d", "e"))
+	if err != nil || len(resp.BatchItemFailures) != 2 {
+		t.Fatalf("second invocation: %v %v", resp, err)
+	}
+	if n := calls.Load(); n != 4 {
+		t.Errorf("%d handler calls, want 4: after two failures, a cut record and a failure the breaker is open, and the last record waits", n)
+	}
+}
