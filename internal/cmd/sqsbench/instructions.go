@@ -105,15 +105,12 @@ func instructions(ctx context.Context, c *sqs.Client, s settings, child string) 
 	all := len(consumers) - 1
 	for ci, cons := range consumers {
 		rs := runs[ci]
-		totals := make([]float64, len(rs))
-		for i, r := range rs {
-			totals[i] = perMsg(r.total, n)
-		}
-		fmt.Printf("| %s | %s | %s | %s | %s |", cons.name, spread(scale(totals, 1e-3), "%.1fk"),
+		thousands := each(rs, func(r counted) float64 { return perMsg(r.total, n) / 1000 })
+		fmt.Printf("| %s | %s | %s | %s | %s |", cons.name, spread(thousands, "%.1fk"),
 			spread(instrRatios(rs, runs[0]), "%.3f"), spread(instrRatios(rs, runs[all]), "%.3f"),
-			spread(eachCounted(rs, func(r counted) float64 { return r.res.perMessage() }), "%.4f"))
+			spread(each(rs, func(r counted) float64 { return r.res.perMessage() }), "%.4f"))
 		for k := range nClasses {
-			fmt.Printf(" %.1f |", median(eachCounted(rs, func(r counted) float64 { return perMsg(r.classes[k], n) }))/1000)
+			fmt.Printf(" %.1f |", median(each(rs, func(r counted) float64 { return perMsg(r.classes[k], n) }))/1000)
 		}
 		fmt.Println()
 	}
@@ -124,26 +121,10 @@ func instructions(ctx context.Context, c *sqs.Client, s settings, child string) 
 
 func perMsg(x uint64, n int) float64 { return float64(x) / float64(n) }
 
-func scale(xs []float64, f float64) []float64 {
-	out := make([]float64, len(xs))
-	for i, x := range xs {
-		out[i] = x * f
-	}
-	return out
-}
-
 func instrRatios(rs, base []counted) []float64 {
 	out := make([]float64, len(rs))
 	for i := range rs {
 		out[i] = float64(rs[i].total) / float64(base[i].total)
-	}
-	return out
-}
-
-func eachCounted(rs []counted, f func(counted) float64) []float64 {
-	out := make([]float64, len(rs))
-	for i, r := range rs {
-		out[i] = f(r)
 	}
 	return out
 }

@@ -830,7 +830,8 @@ func selfHWM() int64 {
 	return hwm
 }
 
-func each(rs []result, f func(result) float64) []float64 {
+// each maps f over rs: a figure of each run.
+func each[T any](rs []T, f func(T) float64) []float64 {
 	out := make([]float64, len(rs))
 	for i, r := range rs {
 		out[i] = f(r)
