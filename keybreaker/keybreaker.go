@@ -201,7 +201,7 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 		// Recovered as the runtimes do, so that a panicking job is counted
 		// like a failed one: a probe's turn is not held until ProbeTimeout.
 		err = outcome.Call(ctx, next, m)
-		b.record(key, probe, err, err != nil && ctx.Err() != nil && !b.cfg.IsFailure(err))
+		b.record(key, probe, err, outcome.Cut(ctx, err, b.cfg.IsFailure))
 		return err
 	})
 }

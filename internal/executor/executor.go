@@ -311,11 +311,7 @@ func (e *Executor) call(j *Job) (end time.Time, took time.Duration, err error) {
 	}
 	err = outcome.Call(ctx, e.Handler, m)
 	end = time.Now()
-	// A handler cut short by its context (the runtime stopping, the lease
-	// lost, the handler timeout) with an error the breaker does not count
-	// says nothing of the dependency: it counts as nothing, as a
-	// postponement does, and a probe so cut gives its turn back.
-	if err != nil && ctx.Err() != nil && !e.Breaker.IsDependencyFailure(err) {
+	if outcome.Cut(ctx, err, e.Breaker.IsDependencyFailure) { // counts as nothing
 		e.Breaker.Abort(j.Probe)
 	} else {
 		e.Breaker.Record(err, j.Probe)

@@ -106,6 +106,18 @@ func (p Policy) DecideAttempt(err error, attempt, receiveCount int) Decision {
 	return d
 }
 
+// Cut reports whether a handler's outcome says nothing of its dependency
+// because its context cut it short (the runtime stopping, the lease lost,
+// the handler timeout, the invocation's deadline): it returned an error,
+// ctx had ended, and counts, the breaker's own test of a failure, does not
+// count that error. The queue's breaker and keybreaker count such an
+// outcome as nothing, as they do a postponement, and a probe so cut gives
+// its turn back. A job that succeeds although its context ended still
+// counts as a success: it did reach the dependency.
+func Cut(ctx context.Context, err error, counts func(error) bool) bool {
+	return err != nil && ctx.Err() != nil && !counts(err)
+}
+
 // Call runs the handler, recovering a panic into a *sqsworker.PanicError.
 func Call(ctx context.Context, h sqsworker.Handler, m *sqsworker.Message) (err error) {
 	defer func() {

@@ -1,6 +1,7 @@
 package outcome
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -38,6 +39,29 @@ func TestDecide(t *testing.T) {
 	} {
 		if got := c.p.Decide(c.err, c.attempt); got != c.want {
 			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestCut(t *testing.T) {
+	live := context.Background()
+	ended, cancel := context.WithCancel(live)
+	cancel()
+	counted := errors.New("dependency down")
+	counts := func(err error) bool { return errors.Is(err, counted) }
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{"success, context ended", ended, nil, false},
+		{"uncounted error, context live", live, context.Canceled, false},
+		{"uncounted error, context ended", ended, context.Canceled, true},
+		{"counted error, context ended", ended, counted, false},
+	} {
+		if got := Cut(c.ctx, c.err, counts); got != c.want {
+			t.Errorf("%s: Cut = %v, want %v", c.name, got, c.want)
 		}
 	}
 }
