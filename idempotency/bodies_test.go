@@ -36,7 +36,7 @@ func TestGivenClientSendsCopiedBodies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, _, err := s.Claim(ctx, "k", "", time.Now().Add(time.Minute))
+	token, _, err := s.Claim(ctx, "k", "", time.Now().Add(time.Minute), idempotency.Receive{})
 	if err != nil {
 		t.Fatal(err)
 	}

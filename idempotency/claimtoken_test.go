@@ -82,7 +82,7 @@ func TestClaimRecognisesOwnToken(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		token, existing, err := s.Claim(context.Background(), "k", "h", time.Now().Add(time.Minute))
+		token, existing, err := s.Claim(context.Background(), "k", "h", time.Now().Add(time.Minute), idempotency.Receive{})
 		switch {
 		case err != nil:
 			t.Errorf("other %v: %v", other, err)

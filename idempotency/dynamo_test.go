@@ -99,7 +99,7 @@ func TestDeadHolderLeaseExpires(t *testing.T) {
 	c := localtest.NewDynamoDB(t)
 	store := newStore(t, c, idempotency.StoreConfig{})
 	m := msg("job-7", "payload")
-	_, existing, err := store.Claim(context.Background(), "job-7", idempotency.BodyHash(m), time.Now().Add(2*time.Second))
+	_, existing, err := store.Claim(context.Background(), "job-7", idempotency.BodyHash(m), time.Now().Add(2*time.Second), idempotency.Receive{})
 	if err != nil || existing != nil {
 		t.Fatalf("first claim: %v, %+v", err, existing)
 	}

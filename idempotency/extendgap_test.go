@@ -15,7 +15,7 @@ import (
 // SDK's retries of a throttled request, say).
 type slowClaim struct{ idempotency.Store }
 
-func (s slowClaim) Claim(ctx context.Context, key, hash string, leaseUntil time.Time) (string, *idempotency.Record, error) {
+func (s slowClaim) Claim(ctx context.Context, key, hash string, leaseUntil time.Time, by idempotency.Receive) (string, *idempotency.Record, error) {
 	lease := visibility.FromContext(ctx)
 	first := lease.Deadline()
 	for lease.Deadline().Equal(first) {
@@ -25,7 +25,7 @@ func (s slowClaim) Claim(ctx context.Context, key, hash string, leaseUntil time.
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	return s.Store.Claim(ctx, key, hash, leaseUntil)
+	return s.Store.Claim(ctx, key, hash, leaseUntil, by)
 }
 
 // The heartbeat extends the message while its claim is being made: the

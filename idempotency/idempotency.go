@@ -83,7 +83,9 @@ type Config struct {
 	// deadline (or the context's deadline, or Lease): the time a holder
 	// has to extend its claim when DynamoDB fails for a while, since the
 	// extensions are retried until the claim's lease ends. A duplicate of
-	// a job whose holder died waits that much longer. When the claim's
+	// a job whose holder died waits that much longer, but for the
+	// message's own next receive on a FIFO queue, which takes the claim
+	// over at once (see Receive). When the claim's
 	// lease ends without a successful extension, or another holder has
 	// taken the key, the handler's context is cancelled with a cause
 	// matching ErrNotHolder. Default 30s; at most 12h.
@@ -359,7 +361,7 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	// message (kept invisible by its heartbeat) for as long, unseen by the
 	// circuit breaker.
 	cctx, cancelClaim := context.WithTimeout(ctx, attemptTimeout)
-	token, existing, err := g.store.Claim(cctx, key, hash, leaseUntil)
+	token, existing, err := g.store.Claim(cctx, key, hash, leaseUntil, fifoReceive(m))
 	cancelClaim()
 	if err != nil {
 		g.storeErrors.Add(1)
@@ -785,4 +787,13 @@ func storeTTL(s Store) time.Duration {
 		return d.cfg.TTL
 	}
 	return DefaultTTL
+}
+
+// fifoReceive returns the Receive a claim for m is made by: zero but on a
+// FIFO queue, with a known receive count.
+func fifoReceive(m *sqsworker.Message) Receive {
+	if m.GroupID == "" || m.ID == "" || m.ReceiveCount <= 0 {
+		return Receive{}
+	}
+	return Receive{MessageID: m.ID, Count: m.ReceiveCount}
 }

@@ -22,10 +22,10 @@ func TestKeyPrefixSeparated(t *testing.T) {
 		t.Fatal(err)
 	}
 	lease := time.Now().Add(time.Minute)
-	if _, existing, err := a.Claim(context.Background(), "bc", "h1", lease); err != nil || existing != nil {
+	if _, existing, err := a.Claim(context.Background(), "bc", "h1", lease, idempotency.Receive{}); err != nil || existing != nil {
 		t.Fatalf("a+bc: %v %+v", err, existing)
 	}
-	if _, existing, err := ab.Claim(context.Background(), "c", "h2", lease); err != nil || existing != nil {
+	if _, existing, err := ab.Claim(context.Background(), "c", "h2", lease, idempotency.Receive{}); err != nil || existing != nil {
 		t.Errorf("ab+c found %+v (%v): the prefixes collide", existing, err)
 	}
 	for _, id := range []string{"a#bc", "ab#c"} {

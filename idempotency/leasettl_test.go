@@ -78,7 +78,7 @@ func TestClaimOutlivesTTL(t *testing.T) {
 
 			// A lease extended past the TTL holds the key as long.
 			ctx := context.Background()
-			token, _, err := c.store.Claim(ctx, "extended", "h", time.Now().Add(time.Second))
+			token, _, err := c.store.Claim(ctx, "extended", "h", time.Now().Add(time.Second), idempotency.Receive{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func TestClaimOutlivesTTL(t *testing.T) {
 			localtest.Eventually(t, time.Minute, func() bool {
 				return time.Now().Unix() > claimedAt.Add(time.Second).Unix()+1
 			}, "the clock did not pass the first lease")
-			if _, existing, err := c.store.Claim(ctx, "extended", "h", time.Now().Add(time.Minute)); err != nil || existing == nil || existing.Token != token {
+			if _, existing, err := c.store.Claim(ctx, "extended", "h", time.Now().Add(time.Minute), idempotency.Receive{}); err != nil || existing == nil || existing.Token != token {
 				t.Errorf("claim of a key whose lease was extended past the TTL: existing %+v, %v; want the holder's record", existing, err)
 			}
 		})

@@ -192,8 +192,8 @@ func TestAddWritesWithoutClaim(t *testing.T) {
 // plainStore is a Store without WriteCommitter.
 type plainStore struct{ s *idempotency.MemStore }
 
-func (p plainStore) Claim(ctx context.Context, key, hash string, until time.Time) (string, *idempotency.Record, error) {
-	return p.s.Claim(ctx, key, hash, until)
+func (p plainStore) Claim(ctx context.Context, key, hash string, until time.Time, by idempotency.Receive) (string, *idempotency.Record, error) {
+	return p.s.Claim(ctx, key, hash, until, by)
 }
 func (p plainStore) Complete(ctx context.Context, key, token string, result []byte) error {
 	return p.s.Complete(ctx, key, token, result)

@@ -117,7 +117,7 @@ func (s *MemStore) begin(ctx context.Context, op string) error {
 }
 
 // Claim implements Store.
-func (s *MemStore) Claim(ctx context.Context, key, payloadHash string, leaseUntil time.Time) (string, *Record, error) {
+func (s *MemStore) Claim(ctx context.Context, key, payloadHash string, leaseUntil time.Time, by Receive) (string, *Record, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.begin(ctx, OpClaim); err != nil {
@@ -125,12 +125,13 @@ func (s *MemStore) Claim(ctx context.Context, key, payloadHash string, leaseUnti
 	}
 	now := time.Now()
 	if r, ok := s.recs[key]; ok && r.Expiry.Unix() >= now.Unix() &&
-		(r.Status != StatusInProgress || r.LeaseExpiry.UnixMilli() >= now.UnixMilli()) {
+		(r.Status != StatusInProgress || r.LeaseExpiry.UnixMilli() >= now.UnixMilli()) &&
+		!(r.Status == StatusInProgress && by != Receive{} && r.Holder.MessageID == by.MessageID && r.Holder.Count < by.Count) {
 		return "", copyRecord(&r), nil
 	}
 	token := newToken()
 	s.recs[key] = Record{Key: key, Status: StatusInProgress, Expiry: time.Unix(max(now.Add(s.ttl).Unix(), ceilUnix(leaseUntil)), 0),
-		LeaseExpiry: time.UnixMilli(leaseUntil.UnixMilli()), Token: token, PayloadHash: payloadHash}
+		LeaseExpiry: time.UnixMilli(leaseUntil.UnixMilli()), Token: token, PayloadHash: payloadHash, Holder: by}
 	return token, nil, nil
 }
 

@@ -110,7 +110,7 @@ func TestStoreMarksOutages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, claimErr := s.Claim(ctx, "k", "h", time.Now().Add(time.Minute))
+		_, _, claimErr := s.Claim(ctx, "k", "h", time.Now().Add(time.Minute), Receive{})
 		_, commitErr := s.CommitWrites(ctx, Commit{Key: "k", Token: "tok", At: time.Now()})
 		for op, err := range map[string]error{
 			"Claim":        claimErr,

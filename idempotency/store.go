@@ -44,22 +44,46 @@ type Record struct {
 	PayloadHash string
 	// Result is what the handler saved with SetResult, if anything.
 	Result []byte
+	// Holder is the receive that made an in-progress claim, on a FIFO
+	// queue; zero otherwise.
+	Holder Receive
 }
 
 // Store keeps idempotency records. DynamoStore is the implementation for
 // production; its methods make one request each.
 type Store interface {
-	// Claim takes key for a new holder until leaseUntil: it succeeds when
-	// there is no record, when the record has expired, or when an
-	// in-progress claim's lease has expired. It returns the new claim's
-	// token, or, when the key is taken, the record that holds it.
-	Claim(ctx context.Context, key, payloadHash string, leaseUntil time.Time) (token string, existing *Record, err error)
+	// Claim takes key for a new holder, by, until leaseUntil: it succeeds
+	// when there is no record, when the record has expired, when an
+	// in-progress claim's lease has expired, or when an in-progress claim
+	// was made by an earlier receive of the same message (see Receive). It
+	// returns the new claim's token, or, when the key is taken, the record
+	// that holds it.
+	Claim(ctx context.Context, key, payloadHash string, leaseUntil time.Time, by Receive) (token string, existing *Record, err error)
 	// Complete marks the claim done, saving result (which may be nil).
 	Complete(ctx context.Context, key, token string, result []byte) error
 	// Release deletes the claim, so that the next attempt can claim again.
 	Release(ctx context.Context, key, token string) error
 	// ExtendLease moves the claim's lease to until.
 	ExtendLease(ctx context.Context, key, token string, until time.Time) error
+}
+
+// Receive identifies the receive of a FIFO queue's message a claim is made
+// for: the message's ID and its receive count (ApproximateReceiveCount).
+// SQS delivers a FIFO queue's message again only once the visibility
+// timeout of its earlier receive has ended: a claim made by an earlier
+// receive of the same message belongs to a holder that died, or lost the
+// message's lease and has had its handler's context cancelled. Its next
+// receive takes the claim over at once, rather than after the claim's
+// lease and Config.ClaimGrace: in a crash loop, waiting would spend one
+// of the receives the queue's redrive policy allows with every crash, and
+// send a job no handler failed to the dead-letter queue.
+//
+// The zero Receive, for a standard queue's message (which SQS may deliver
+// again while its first receive is in flight) or one whose receive count
+// is unknown, takes nothing over.
+type Receive struct {
+	MessageID string
+	Count     int
 }
 
 // ErrNotHolder is returned by Complete, Release and ExtendLease when the
@@ -113,8 +137,11 @@ type StoreConfig struct {
 
 	// Attribute names. Defaults: "id", "status", "expiry" (epoch seconds,
 	// the TTL attribute), "lease_expiry" (epoch milliseconds),
-	// "lease_token", "payload_hash", "result".
+	// "lease_token", "payload_hash", "result", "holder_message_id" and
+	// "holder_receive_count" (the Receive that made an in-progress claim,
+	// on a FIFO queue).
 	KeyAttr, StatusAttr, ExpiryAttr, LeaseAttr, TokenAttr, HashAttr, ResultAttr string
+	HolderAttr, ReceivesAttr                                                    string
 }
 
 // DefaultTTL is the default StoreConfig.TTL.
@@ -142,6 +169,8 @@ func (c StoreConfig) withDefaults() StoreConfig {
 	def(&c.TokenAttr, "lease_token")
 	def(&c.HashAttr, "payload_hash")
 	def(&c.ResultAttr, "result")
+	def(&c.HolderAttr, "holder_message_id")
+	def(&c.ReceivesAttr, "holder_receive_count")
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
 	}
@@ -209,6 +238,7 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 	s := &DynamoStore{api: api, opts: dynamohttp.Options(api), cfg: cfg, now: time.Now, names: map[string]string{
 		"#k": cfg.KeyAttr, "#s": cfg.StatusAttr, "#e": cfg.ExpiryAttr, "#l": cfg.LeaseAttr,
 		"#t": cfg.TokenAttr, "#h": cfg.HashAttr, "#r": cfg.ResultAttr,
+		"#m": cfg.HolderAttr, "#c": cfg.ReceivesAttr,
 	}}
 	s.tableName, s.region, s.account = table.name, table.region, table.account
 	if o, ok := api.(interface{ Options() dynamodb.Options }); ok && s.region == "" {
@@ -298,7 +328,10 @@ func (s *DynamoStore) Config() StoreConfig { return s.cfg }
 // errors), Claim deletes the record it may have written, with its token,
 // as a best effort: otherwise the key would stay in progress, its
 // duplicates postponed, until the lease ends.
-func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseUntil time.Time) (string, *Record, error) {
+//
+// A claim made by a Receive records it, and one more term of the condition
+// lets a later receive of the same message take it over.
+func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseUntil time.Time, by Receive) (string, *Record, error) {
 	now := s.now()
 	token := newToken()
 	item := s.key(key)
@@ -309,12 +342,22 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 	if payloadHash != "" {
 		item[s.cfg.HashAttr] = str(payloadHash)
 	}
+	cond := "attribute_not_exists(#k) OR #e < :now OR (#s = :inprogress AND #l < :nowms)"
+	names := s.namesFor("#k", "#e", "#s", "#l")
+	values := map[string]types.AttributeValue{":now": num(now.Unix()), ":nowms": num(now.UnixMilli()), ":inprogress": str(StatusInProgress)}
+	if by != (Receive{}) {
+		item[s.cfg.HolderAttr] = str(by.MessageID)
+		item[s.cfg.ReceivesAttr] = num(int64(by.Count))
+		cond += " OR (#s = :inprogress AND #m = :holder AND #c < :receives)"
+		names["#m"], names["#c"] = s.names["#m"], s.names["#c"]
+		values[":holder"], values[":receives"] = str(by.MessageID), num(int64(by.Count))
+	}
 	_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &s.cfg.Table,
 		Item:                                item,
-		ConditionExpression:                 aws.String("attribute_not_exists(#k) OR #e < :now OR (#s = :inprogress AND #l < :nowms)"),
-		ExpressionAttributeNames:            s.namesFor("#k", "#e", "#s", "#l"),
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": num(now.Unix()), ":nowms": num(now.UnixMilli()), ":inprogress": str(StatusInProgress)},
+		ConditionExpression:                 &cond,
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, s.opts...)
 	if err == nil {
@@ -369,6 +412,7 @@ func (s *DynamoStore) record(key string, item map[string]types.AttributeValue) *
 	if ms := getN(s.cfg.LeaseAttr); ms > 0 {
 		r.LeaseExpiry = time.UnixMilli(ms)
 	}
+	r.Holder = Receive{MessageID: getS(s.cfg.HolderAttr), Count: int(getN(s.cfg.ReceivesAttr))}
 	if v, ok := item[s.cfg.ResultAttr].(*types.AttributeValueMemberB); ok {
 		r.Result = v.Value
 	}

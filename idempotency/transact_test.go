@@ -373,7 +373,7 @@ func TestCommitWritesRepeated(t *testing.T) {
 	effects := newEffectsTable(t, db)
 	store := newStore(t, db, idempotency.StoreConfig{})
 	ctx := context.Background()
-	token, _, err := store.Claim(ctx, "repeated", "h", time.Now().Add(time.Minute))
+	token, _, err := store.Claim(ctx, "repeated", "h", time.Now().Add(time.Minute), idempotency.Receive{})
 	if err != nil {
 		t.Fatal(err)
 	}

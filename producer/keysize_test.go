@@ -20,7 +20,7 @@ import (
 // claimingStore is an idempotency store whose claims all succeed.
 type claimingStore struct{}
 
-func (claimingStore) Claim(context.Context, string, string, time.Time) (string, *idempotency.Record, error) {
+func (claimingStore) Claim(context.Context, string, string, time.Time, idempotency.Receive) (string, *idempotency.Record, error) {
 	return "token", nil, nil
 }
 func (claimingStore) Complete(context.Context, string, string, []byte) error       { return nil }
