@@ -210,14 +210,23 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 // is open and its probe may go, or returns the error that postpones it.
 func (b *Breaker) admit(key string) (probe uint64, err error) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	probe, note, err := b.admitLocked(key)
+	b.mu.Unlock()
+	if note != nil {
+		note() // logged unlocked: a slow log handler holds back no other job
+	}
+	return probe, err
+}
+
+// admitLocked is admit under b.mu; note, if not nil, logs what changed.
+func (b *Breaker) admitLocked(key string) (probe uint64, note func(), err error) {
 	el, ok := b.keys[key]
 	if !ok {
-		return 0, nil
+		return 0, nil, nil
 	}
 	e := el.Value.(*entry)
 	if !e.open {
-		return 0, nil
+		return 0, nil, nil
 	}
 	now := b.now()
 	wait := e.probeAt.Sub(now)
@@ -226,7 +235,9 @@ func (b *Breaker) admit(key string) (probe uint64, err error) {
 			wait = e.interval // behind the probe: its outcome decides
 		} else {
 			e.probe = 0 // out too long: give its turn to this job
-			b.cfg.Logger.Warn("keybreaker: probe out too long; letting another job of its key through", "key", key, "probe_timeout", b.cfg.ProbeTimeout)
+			note = func() {
+				b.cfg.Logger.Warn("keybreaker: probe out too long; letting another job of its key through", "key", key, "probe_timeout", b.cfg.ProbeTimeout)
+			}
 		}
 	}
 	if e.probe == 0 && !now.Before(e.probeAt) {
@@ -234,12 +245,12 @@ func (b *Breaker) admit(key string) (probe uint64, err error) {
 		e.probe, e.probeEnd = b.gen, now.Add(b.cfg.ProbeTimeout)
 		b.stats.Probes++
 		b.open.MoveToFront(el)
-		return e.probe, nil
+		return e.probe, note, nil
 	}
 	b.stats.Skipped++
 	// Up to a tenth of the interval later, so that a key's backlog does
 	// not all come back at the instant its probe may go.
-	return 0, sqsworker.RetryAfter(wait+rand.N(e.interval/10+1), nil)
+	return 0, note, sqsworker.RetryAfter(wait+rand.N(e.interval/10+1), nil)
 }
 
 // record counts the outcome of a job of key that ran, as its probe when
@@ -254,7 +265,16 @@ func (b *Breaker) record(key string, probe uint64, err error, cut bool) {
 	postponed := cut || sqsworker.IsPostponed(err)
 	failed := !postponed && err != nil && b.cfg.IsFailure(err)
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	note := b.recordLocked(key, probe, err, failed, postponed)
+	b.mu.Unlock()
+	if note != nil {
+		note() // logged unlocked: a slow log handler holds back no other job
+	}
+}
+
+// recordLocked is record under b.mu; the func it returns, if not nil, logs
+// what changed.
+func (b *Breaker) recordLocked(key string, probe uint64, err error, failed, postponed bool) func() {
 	el, ok := b.keys[key]
 	var e *entry
 	if ok {
@@ -263,27 +283,28 @@ func (b *Breaker) record(key string, probe uint64, err error, cut bool) {
 	if e != nil && e.open && (probe == 0 || probe != e.probe) {
 		// A job let through before the key opened, or a probe given up
 		// on: only the current probe's outcome decides an open key.
-		return
+		return nil
 	}
 	if postponed {
 		if e != nil && e.open {
 			e.probe = 0 // the current probe's: the next job probes
 		}
-		return
+		return nil
 	}
 	if !failed {
-		if e != nil {
-			if e.open {
-				b.cfg.Logger.Info("keybreaker: probe succeeded; key closed", "key", key)
-			}
-			b.listOf(e).Remove(el)
-			delete(b.keys, key)
+		if e == nil {
+			return nil
 		}
-		return
+		b.listOf(e).Remove(el)
+		delete(b.keys, key)
+		if !e.open {
+			return nil
+		}
+		return func() { b.cfg.Logger.Info("keybreaker: probe succeeded; key closed", "key", key) }
 	}
 	if e == nil {
 		if probe != 0 {
-			return // the key was forgotten while its probe ran
+			return nil // the key was forgotten while its probe ran
 		}
 		e = &entry{key: key}
 		el = b.failing.PushFront(e)
@@ -304,11 +325,14 @@ func (b *Breaker) record(key string, probe uint64, err error, cut bool) {
 		b.failing.Remove(el)
 		b.keys[key] = b.open.PushFront(e)
 	default:
-		return
+		return nil
 	}
 	e.probe, e.probeAt = 0, now.Add(e.interval)
 	b.stats.Opens++
-	b.cfg.Logger.Warn("keybreaker: key open; its jobs wait for a probe", "key", key, "failures", e.failures, "probe_in", e.interval, "error", err)
+	failures, interval := e.failures, e.interval
+	return func() {
+		b.cfg.Logger.Warn("keybreaker: key open; its jobs wait for a probe", "key", key, "failures", failures, "probe_in", interval, "error", err)
+	}
 }
 
 // listOf returns the list that holds e.

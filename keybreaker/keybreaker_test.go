@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -318,5 +319,57 @@ func TestLongKeysKeptAsHashes(t *testing.T) {
 	}
 	if s := b.Stats(); s.Open != 50 {
 		t.Errorf("stats %+v, want 50 distinct keys open", s)
+	}
+}
+
+// blockingLog is a slog.Handler whose Handle waits until release is
+// closed, after closing entered on its first record.
+type blockingLog struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (l *blockingLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *blockingLog) Handle(context.Context, slog.Record) error {
+	l.once.Do(func() { close(l.entered) })
+	<-l.release
+	return nil
+}
+func (l *blockingLog) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *blockingLog) WithGroup(string) slog.Handler      { return l }
+
+// A log handler that blocks while the breaker logs a key opening holds
+// back no job of another key. Before, the breaker logged under its lock:
+// every job waited for the log.
+func TestSlowLogHoldsBackNoOtherKey(t *testing.T) {
+	log := &blockingLog{entered: make(chan struct{}), release: make(chan struct{})}
+	b, err := keybreaker.New(keybreaker.Config{Failures: 1, Logger: slog.New(log),
+		Key: func(m *sqsworker.Message) string { return m.ID }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw := b.Middleware(sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		if m.ID == "a" {
+			return errDown
+		}
+		return nil
+	}))
+	opened := make(chan error, 1)
+	go func() { opened <- mw.HandleMessage(context.Background(), job("a")) }()
+	<-log.entered // "a" opens, and its log line waits
+	other := make(chan error, 1)
+	go func() { other <- mw.HandleMessage(context.Background(), job("b")) }()
+	select {
+	case err := <-other:
+		if err != nil {
+			t.Errorf("job of another key: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("a job of another key waited 30s for the log of a key opening")
+		defer func() { <-other }() // once the log is released
+	}
+	close(log.release)
+	if err := <-opened; !errors.Is(err, errDown) {
+		t.Errorf("the failing job: %v", err)
 	}
 }
