@@ -62,11 +62,17 @@ func instructions(ctx context.Context, c *sqs.Client, s settings, child string) 
 	if err != nil {
 		return fmt.Errorf("-instructions needs valgrind (Debian's valgrind package; make bench-instructions installs it): %w", err)
 	}
-	dir, err := os.MkdirTemp("", "sqsbench-cachegrind-")
-	if err != nil {
-		return fmt.Errorf("temporary directory: %w", err)
+	dir := s.instrKeep
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "sqsbench-cachegrind-")
+		if err != nil {
+			return fmt.Errorf("temporary directory: %w", err)
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("-instructions-keep: %w", err)
 	}
-	defer os.RemoveAll(dir)
 	consumers := consumerList(s, true)
 	n := s.instrMessages
 	runs := make([][]counted, len(consumers))
@@ -74,7 +80,7 @@ func instructions(ctx context.Context, c *sqs.Client, s settings, child string) 
 		for k := range consumers {
 			ci := (k + rep) % len(consumers)
 			cons := consumers[ci]
-			out := filepath.Join(dir, fmt.Sprintf("%d-%d.out", ci, rep))
+			out := filepath.Join(dir, fmt.Sprintf("%s-%d.out", fileName(cons.name), rep))
 			command := []string{"env", "GOMAXPROCS=1", "GODEBUG=asyncpreemptoff=1",
 				valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=" + out, "--log-file=" + out + ".log", child}
 			r, err := runChild(ctx, c, s, command, cons.name, n, cons.args, 0, nil)
@@ -117,6 +123,13 @@ func instructions(ctx context.Context, c *sqs.Client, s settings, child string) 
 	fmt.Printf("\n- worker, heartbeat on: %.3f× the raw loop's instructions per message (issue 14's target for CPU: ≤ 1.10), %.3f× the raw loop's that receives every attribute, as the worker does\n\n",
 		median(instrRatios(runs[1], runs[0])), median(instrRatios(runs[1], runs[all])))
 	return nil
+}
+
+// fileName turns a consumer's name into a file name: its letters and
+// digits, each run of other characters a dash.
+func fileName(name string) string {
+	f := strings.FieldsFunc(name, func(r rune) bool { return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9') })
+	return strings.Join(f, "-")
 }
 
 func perMsg(x uint64, n int) float64 { return float64(x) / float64(n) }

@@ -72,3 +72,12 @@ func TestReadCachegrindRefusesAnEmptyCount(t *testing.T) {
 		t.Fatalf("err %v, want one saying cachegrind counted no instructions", err)
 	}
 }
+
+func TestFileName(t *testing.T) {
+	if got, want := fileName("raw SDK loop (8 goroutines)"), "raw-SDK-loop-8-goroutines"; got != want {
+		t.Errorf("fileName = %q, want %q", got, want)
+	}
+	if got, want := fileName("worker, heartbeat on"), "worker-heartbeat-on"; got != want {
+		t.Errorf("fileName = %q, want %q", got, want)
+	}
+}

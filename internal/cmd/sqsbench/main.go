@@ -187,6 +187,7 @@ type settings struct {
 	instr         bool
 	instrMessages int
 	instrReps     int
+	instrKeep     string
 }
 
 func main() {
@@ -237,6 +238,7 @@ func parseSettings() (settings, error) {
 	flag.BoolVar(&s.instr, "instructions", false, "count the instructions each consumer executes per message, under valgrind's cachegrind: a CPU figure that other work on the machine does not move (instructions.go)")
 	flag.IntVar(&s.instrMessages, "instructions-messages", 5000, "instructions: messages per run (cachegrind runs a child about 20 times slower)")
 	flag.IntVar(&s.instrReps, "instructions-reps", 3, "instructions: repetitions of each consumer")
+	flag.StringVar(&s.instrKeep, "instructions-keep", "", "instructions: keep cachegrind's outputs in this directory, one per run (CONSUMER-REP.out, for cg_annotate), instead of a temporary one")
 	flag.Parse()
 	var errs []error
 	for f := range strings.SplitSeq(*sizes, ",") {
