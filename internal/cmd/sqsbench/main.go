@@ -48,6 +48,8 @@
 // consumer of the comparison runs again under valgrind's cachegrind, which
 // counts the instructions it executes per message and where they ran: a
 // CPU figure that other work on the machine does not move.
+// -instructions-keep DIR keeps cachegrind's outputs, to be read by function
+// with cg_annotate.
 //
 // Run it with `make bench`. Output: progress on stderr, Markdown tables on
 // stdout.
