@@ -46,8 +46,9 @@ type Message struct {
 	// FirstReceivedAt is when the message was first received
 	// (ApproximateFirstReceiveTimestamp).
 	FirstReceivedAt time.Time
-	// GroupID is the message group of a FIFO queue's message; empty on
-	// standard queues.
+	// GroupID is the message group of a FIFO queue's message, or of a
+	// fair queue's (a standard queue's message sent with a group, which
+	// keeps no order); empty on other standard queues' messages.
 	GroupID string
 	// DeduplicationID is the deduplication ID of a FIFO queue's message.
 	DeduplicationID string

@@ -97,12 +97,13 @@ func runCrashWorker() error {
 }
 
 // A FIFO group's head whose worker dies holding its idempotency claim, in a
-// crash loop: every worker that takes the head and does not run it is
-// killed too. The head's next receive takes over the claim of the receive
-// that died, rather than waiting for its lease and ClaimGrace (30s) to end
-// while each kill spends one of the receives the redrive policy allows
-// (maxReceiveCount 3): the job runs on its second receive, its effect
-// applied once, and nothing is dead-lettered.
+// crash loop: every worker that takes the head and does not run it within
+// 10s is killed too. The head's next receive takes over the claim of the
+// receive that died once that receive's visibility deadline is its
+// heartbeat's LossLag and a second past, rather than waiting for the
+// claim's lease and ClaimGrace (30s) to end while each kill spends one of
+// the receives the redrive policy allows (maxReceiveCount 3): the job runs
+// on its second receive, its effect applied once, nothing dead-lettered.
 //
 // Before, the second and third workers found the claim held and waited for
 // it, and SQS moved the head to the dead-letter queue on its fourth
@@ -156,6 +157,12 @@ func TestFIFOCrashLoopTakesOverTheDeadAttemptsClaim(t *testing.T) {
 		return visible+inFlight+delayed > 0
 	}
 
+	// Each worker is killed when its job hangs (the first receive), or 10s
+	// after it first postponed the head: a crash loop faster than the
+	// claim's lease and grace (30s), slower than the takeover's wait (the
+	// first holder's visibility deadline, then its heartbeat's LossLag and
+	// a second: 1.7s here).
+	const crashAfter = 10 * time.Second
 	var seen []string
 	done := false
 	for n := 1; !done; n++ {
@@ -163,20 +170,26 @@ func TestFIFOCrashLoopTakesOverTheDeadAttemptsClaim(t *testing.T) {
 			t.Fatalf("4 workers and no outcome: %v", seen)
 		}
 		cmd, lines := start()
-		// The first outcome of this worker: a run that hangs, a
-		// postponement, a completion; or the head dead-lettered.
-		var line string
+		var crash <-chan time.Time
 		deadline := time.Now().Add(2 * time.Minute)
-		for line == "" {
+		killNow := false
+		for !killNow && !done {
 			select {
 			case l, ok := <-lines:
 				if !ok {
 					t.Fatalf("worker %d exited: %v", n, seen)
 				}
-				if strings.HasPrefix(l, "run 1") || !strings.HasPrefix(l, "run ") {
-					line = l
-				}
 				seen = append(seen, fmt.Sprintf("worker %d: %s", n, l))
+				switch {
+				case l == "run 1":
+					killNow = true
+				case strings.HasPrefix(l, "postponed") && crash == nil:
+					crash = time.After(crashAfter)
+				case strings.HasPrefix(l, "done"):
+					done = true
+				}
+			case <-crash:
+				killNow = true
 			case <-time.After(500 * time.Millisecond):
 				if deadLettered() {
 					kill(cmd)
@@ -187,17 +200,16 @@ func TestFIFOCrashLoopTakesOverTheDeadAttemptsClaim(t *testing.T) {
 				}
 			}
 		}
-		if strings.HasPrefix(line, "done") {
-			done = true
-			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Wait(); err != nil {
-				t.Errorf("worker %d: %v", n, err)
-			}
+		if killNow {
+			kill(cmd) // the crash loop
 			continue
 		}
-		kill(cmd) // the crash loop: a hung run, or a head that waits
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("worker %d: %v", n, err)
+		}
 	}
 	t.Logf("%s", strings.Join(seen, "; "))
 	if got := applied(t, db, effects, "crash-loop"); got != 1 {

@@ -111,22 +111,28 @@
 // A duplicate of a running job is postponed until the claim's lease, grace
 // included, ends; it is then acknowledged if the job completed.
 //
-// One holder does not wait for a lease to end: the next receive of the same
-// message on a FIFO queue. SQS delivers a FIFO queue's message again only
-// once its earlier receive's visibility timeout has ended, so the claim of
-// that receive belongs to a worker that died, or that lost the message's
-// lease and has had its handler's context cancelled. The next receive takes
-// the claim over at once (the claim records its message's ID and receive
-// count: see [Receive]). Waiting would cost a receive with every crash of a
-// crash loop faster than the grace, while the message waits in flight at
-// the head of its group, and send a job no handler failed to the
-// dead-letter queue once the redrive policy's maxReceiveCount is spent.
-// The holder taken over, if its handler ignores its context and goes on,
-// can no longer extend, complete or commit its claim: the writes it adds
-// with AddWrites are refused, and applied once, by the new holder; the
-// effects it makes by itself may happen twice. A standard queue's message
-// takes nothing over: SQS may deliver it again while its first receive is
-// still in flight.
+// One holder waits less: the next receive of the same message on a FIFO
+// queue (its URL ends in ".fifo"), held by the visibility heartbeat. SQS
+// delivers a FIFO queue's message again only once its earlier receive's
+// visibility timeout has ended, so the claim of that receive belongs to a
+// worker that died, or that lost the message's lease. The claim records
+// its message's ID and receive count (see [Receive]), and the next receive
+// takes it over once the earlier receive's visibility deadline lies the
+// heartbeat's LossLag (two of its Interval) and a second in the past: by
+// then a holder still running has seen its lease lost and had its
+// handler's context cancelled. Waiting for the whole grace would cost a
+// receive with every crash of a crash loop faster than the grace, while the
+// message waited at the head of its group, and send a job no handler failed
+// to the dead-letter queue once the redrive policy's maxReceiveCount was
+// spent. The holder taken over, if its handler goes on (it ignores its
+// context, or its process was stalled past its lease), can no longer
+// extend, complete or commit its claim: the writes it adds with AddWrites
+// are refused, and applied once, by the new holder; the effects it makes
+// by itself may happen twice. A standard queue's message takes nothing
+// over, a fair queue's included: SQS may deliver it again while its first
+// receive is still in flight. Nor does a message without the heartbeat,
+// whose handler nothing cancels when its lease ends. The rule assumes that
+// the workers of a queue share their ClaimGrace and heartbeat Interval.
 //
 // # Cache
 //

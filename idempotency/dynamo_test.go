@@ -243,6 +243,12 @@ func TestStoreChecksTable(t *testing.T) {
 	if _, err := idempotency.NewDynamoStore(context.Background(), c, idempotency.StoreConfig{TTL: -1}); err == nil || !strings.Contains(err.Error(), "Table is required") || !strings.Contains(err.Error(), "TTL -1ns is negative") {
 		t.Errorf("bad config: %v", err)
 	}
+	// Two attributes under one name: the holder's message ID would
+	// overwrite the claim's token, and no claim could complete.
+	if _, err := idempotency.NewDynamoStore(context.Background(), c, idempotency.StoreConfig{Table: table, HolderAttr: "lease_token"}); err == nil ||
+		!strings.Contains(err.Error(), `attribute name "lease_token" is given to two`) {
+		t.Errorf("HolderAttr the same as TokenAttr: %v", err)
+	}
 }
 
 // Disabled runs the handler every time, without a store.

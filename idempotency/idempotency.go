@@ -351,7 +351,7 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	hash := g.cfg.PayloadHash(m)
 	if g.cache != nil {
 		if r, ok := g.cache.get(key, now); ok {
-			return g.duplicate(ctx, m, key, hash, r, now, true)
+			return g.duplicate(ctx, m, key, hash, r, now, true, Receive{})
 		}
 	}
 	lease := visibility.FromContext(ctx)
@@ -361,7 +361,8 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	// message (kept invisible by its heartbeat) for as long, unseen by the
 	// circuit breaker.
 	cctx, cancelClaim := context.WithTimeout(ctx, attemptTimeout)
-	token, existing, err := g.store.Claim(cctx, key, hash, leaseUntil, fifoReceive(m))
+	by := g.fifoReceive(m, lease, now)
+	token, existing, err := g.store.Claim(cctx, key, hash, leaseUntil, by)
 	cancelClaim()
 	if err != nil {
 		g.storeErrors.Add(1)
@@ -376,7 +377,7 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	}
 	g.noteUsable(misClaim)
 	if existing != nil {
-		return g.duplicate(ctx, m, key, hash, existing, now, false)
+		return g.duplicate(ctx, m, key, hash, existing, now, false, by)
 	}
 	g.claimed.Add(1)
 	log := g.cfg.Logger.With("message_id", m.ID, "idempotency_key", key)
@@ -744,8 +745,8 @@ func (g *Guard) remember(r *Record) {
 }
 
 // duplicate handles a key that another record holds, r, from the store or
-// the cache.
-func (g *Guard) duplicate(ctx context.Context, m *sqsworker.Message, key, hash string, r *Record, now time.Time, cached bool) error {
+// the cache; by is the Receive the claim was made by.
+func (g *Guard) duplicate(ctx context.Context, m *sqsworker.Message, key, hash string, r *Record, now time.Time, cached bool, by Receive) error {
 	if hash != "" && r.PayloadHash != "" && hash != r.PayloadHash {
 		g.payloadChanged.Add(1)
 		return sqsworker.Permanent(fmt.Errorf("idempotency: key %q was used for another payload", key))
@@ -764,8 +765,14 @@ func (g *Guard) duplicate(ctx context.Context, m *sqsworker.Message, key, hash s
 		return nil
 	}
 	g.inProgress.Add(1)
-	wait := max(r.LeaseExpiry.Sub(now), time.Second)
-	return sqsworker.RetryAfter(wait, nil)
+	wait := r.LeaseExpiry.Sub(now)
+	if by.MessageID != "" && r.Holder.MessageID == by.MessageID && r.Holder.Count < by.Count {
+		// An earlier receive of this message holds the key: it is
+		// taken over sooner (see Receive), by this receive on its
+		// next try.
+		wait = min(wait, r.LeaseExpiry.Sub(by.TakeOver)+100*time.Millisecond)
+	}
+	return sqsworker.RetryAfter(max(wait, time.Second), nil)
 }
 
 // leaseUntil is when a new claim's lease ends: with the message's visibility,
@@ -789,11 +796,16 @@ func storeTTL(s Store) time.Duration {
 	return DefaultTTL
 }
 
-// fifoReceive returns the Receive a claim for m is made by: zero but on a
-// FIFO queue, with a known receive count.
-func fifoReceive(m *sqsworker.Message) Receive {
-	if m.GroupID == "" || m.ID == "" || m.ReceiveCount <= 0 {
+// fifoReceive returns the Receive a claim for m is made by (see Receive):
+// zero but for a FIFO queue's message with a known receive count, held by
+// the visibility heartbeat (lease), whose loss cancels its handler.
+func (g *Guard) fifoReceive(m *sqsworker.Message, lease *visibility.Lease, now time.Time) Receive {
+	if lease == nil || !strings.HasSuffix(m.QueueURL, ".fifo") || m.ID == "" || m.ReceiveCount <= 0 {
 		return Receive{}
 	}
-	return Receive{MessageID: m.ID, Count: m.ReceiveCount}
+	return Receive{MessageID: m.ID, Count: m.ReceiveCount, TakeOver: now.Add(g.cfg.ClaimGrace - lease.LossLag() - clockSkew)}
 }
+
+// clockSkew is the room left for the clocks of two hosts, and for a
+// receive's round trip, when a claim is taken over (see Receive).
+const clockSkew = time.Second

@@ -126,12 +126,13 @@ func (s *MemStore) Claim(ctx context.Context, key, payloadHash string, leaseUnti
 	now := time.Now()
 	if r, ok := s.recs[key]; ok && r.Expiry.Unix() >= now.Unix() &&
 		(r.Status != StatusInProgress || r.LeaseExpiry.UnixMilli() >= now.UnixMilli()) &&
-		!(r.Status == StatusInProgress && by != Receive{} && r.Holder.MessageID == by.MessageID && r.Holder.Count < by.Count) {
+		!(r.Status == StatusInProgress && by.MessageID != "" && r.Holder.MessageID == by.MessageID && r.Holder.Count < by.Count &&
+			r.LeaseExpiry.UnixMilli() < by.TakeOver.UnixMilli()) {
 		return "", copyRecord(&r), nil
 	}
 	token := newToken()
 	s.recs[key] = Record{Key: key, Status: StatusInProgress, Expiry: time.Unix(max(now.Add(s.ttl).Unix(), ceilUnix(leaseUntil)), 0),
-		LeaseExpiry: time.UnixMilli(leaseUntil.UnixMilli()), Token: token, PayloadHash: payloadHash, Holder: by}
+		LeaseExpiry: time.UnixMilli(leaseUntil.UnixMilli()), Token: token, PayloadHash: payloadHash, Holder: Receive{MessageID: by.MessageID, Count: by.Count}}
 	return token, nil, nil
 }
 
@@ -153,7 +154,7 @@ func (s *MemStore) completeRecord(ctx context.Context, key, token, _ string, res
 	}
 	r.Status = StatusCompleted
 	r.Expiry = time.Unix(time.Now().Add(s.ttl).Unix(), 0)
-	r.LeaseExpiry = time.Time{}
+	r.LeaseExpiry, r.Holder = time.Time{}, Receive{}
 	if result != nil {
 		r.Result = append([]byte(nil), result...)
 	}
@@ -247,7 +248,7 @@ func (s *MemStore) commit(c Commit) (*Record, error) {
 		}
 		r.Status = StatusCompleted
 		r.Expiry = time.Unix(c.At.Add(s.ttl).Unix(), 0)
-		r.LeaseExpiry = time.Time{}
+		r.LeaseExpiry, r.Holder = time.Time{}, Receive{}
 		if c.Result != nil {
 			r.Result = append([]byte(nil), c.Result...)
 		}

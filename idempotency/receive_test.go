@@ -8,6 +8,9 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/visibility"
 )
 
 // The claim of a FIFO queue's message is taken over by a later receive of
@@ -22,15 +25,17 @@ func TestClaimTakenOverByALaterReceive(t *testing.T) {
 		ctx := context.Background()
 		s := b.direct
 		until := time.Now().Add(time.Hour)
-		first, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 2})
+		later := until.Add(time.Hour) // a TakeOver that the first claim's lease ends before
+		first, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 2, TakeOver: later})
 		if err != nil || existing != nil {
 			t.Fatalf("first claim: %v, %+v", err, existing)
 		}
 		for _, by := range []idempotency.Receive{
-			{MessageID: "m1", Count: 2}, // the same receive
-			{MessageID: "m1", Count: 1}, // an earlier one
-			{MessageID: "m2", Count: 9}, // another message with the key
-			{},                          // a standard queue's message
+			{MessageID: "m1", Count: 2, TakeOver: later}, // the same receive
+			{MessageID: "m1", Count: 1, TakeOver: later}, // an earlier one
+			{MessageID: "m2", Count: 9, TakeOver: later}, // another message with the key
+			{MessageID: "m1", Count: 3, TakeOver: until}, // the next, too soon
+			{}, // a standard queue's message
 		} {
 			_, existing, err := s.Claim(ctx, "k", "h", until, by)
 			if err != nil || existing == nil || existing.Token != first {
@@ -40,7 +45,7 @@ func TestClaimTakenOverByALaterReceive(t *testing.T) {
 				t.Errorf("claim by %+v: the record's holder is %+v, want %+v", by, existing.Holder, want)
 			}
 		}
-		second, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 3})
+		second, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 3, TakeOver: later})
 		if err != nil || existing != nil || second == "" || second == first {
 			t.Fatalf("claim by the next receive: %q, %v, %+v; want it taken over", second, err, existing)
 		}
@@ -53,8 +58,8 @@ func TestClaimTakenOverByALaterReceive(t *testing.T) {
 		if err := s.Complete(ctx, "k", second, nil); err != nil {
 			t.Fatalf("the second holder's completion: %v", err)
 		}
-		_, existing, err = s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 4})
-		if err != nil || existing == nil || existing.Status != idempotency.StatusCompleted {
+		_, existing, err = s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 4, TakeOver: later})
+		if err != nil || existing == nil || existing.Status != idempotency.StatusCompleted || existing.Holder != (idempotency.Receive{}) {
 			t.Errorf("claim of a completed key by a later receive: %v, %+v; want the completed record", err, existing)
 		}
 	})
@@ -63,50 +68,92 @@ func TestClaimTakenOverByALaterReceive(t *testing.T) {
 // fifoMsg is msg received on a FIFO queue, in group "g", for the n-th time.
 func fifoMsg(key string, n int) *sqsworker.Message {
 	m := msg(key, "payload")
-	m.GroupID, m.ReceiveCount = "g", n
+	m.QueueURL, m.GroupID, m.ReceiveCount = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs.fifo", "g", n
 	return m
 }
 
-// Through the middleware: a FIFO queue's message received again after
-// its holder died runs at once; on a standard queue it waits for the dead
-// holder's lease, as SQS may deliver a standard queue's message again
-// while its first receive is still in flight.
+// held returns a context holding m's lease, as the worker's heartbeat gives
+// its handler: a visibility timeout of an hour, so that no extension is due
+// while a test runs (its heartbeat checks every 10s, LossLag 20s).
+func held(t *testing.T, m *sqsworker.Message) context.Context {
+	t.Helper()
+	ext, err := visibility.New(sqstest.NewFake(), visibility.Config{QueueURL: m.QueueURL, VisibilityTimeout: time.Hour, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, lease := ext.Track(context.Background(), m, time.Now())
+	t.Cleanup(lease.Release)
+	return ctx
+}
+
+// Through the middleware, held by the heartbeat: a FIFO queue's message
+// received again after its holder died runs once the holder's visibility
+// deadline lies the heartbeat's LossLag and a second in the past (here,
+// 21s), not at the end of its claim's lease, ClaimGrace (30s) included; it
+// is postponed until then. On a standard queue (a fair queue's message,
+// with its group, included), or without the heartbeat, it waits for the
+// whole lease, as SQS may deliver a standard queue's message again while
+// its first receive is still in flight.
 func TestGuardNextReceiveTakesOverTheDeadHolder(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
 		g, _ := idempotency.New(b.store, idempotency.Config{Logger: quiet()})
 		ctx := context.Background()
-		until := time.Now().Add(time.Hour) // a lease and grace far from their end
 		runs := 0
 		work := g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, _ *sqsworker.Message) error {
 			runs++
 			return idempotency.AddWrites(ctx, effectWrite(b.effects, "dead"))
 		}))
+		// dead leaves the claim of m's first receive, whose lease (its
+		// visibility deadline and the grace) ends in leaseLeft.
+		dead := func(m *sqsworker.Message, leaseLeft time.Duration) {
+			t.Helper()
+			if tok := b.holder("dead"); tok != "" {
+				if err := b.direct.Release(ctx, "dead", tok); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first := *m
+			first.ReceiveCount = 1
+			by := idempotency.Receive{MessageID: m.ID, Count: 1}
+			if first.QueueURL != fifoMsg("", 0).QueueURL {
+				by = idempotency.Receive{}
+			}
+			if _, _, err := b.direct.Claim(ctx, "dead", idempotency.BodyHash(&first), time.Now().Add(leaseLeft), by); err != nil {
+				t.Fatal(err)
+			}
+		}
+		postponed := func(what string, ctx context.Context, m *sqsworker.Message) time.Duration {
+			t.Helper()
+			err := work.HandleMessage(ctx, m)
+			ra, ok := errors.AsType[*sqsworker.RetryAfterError](err)
+			if !sqsworker.IsPostponed(err) || !ok || runs != 0 {
+				t.Fatalf("%s: %v, %d runs; want postponed, no run", what, err, runs)
+			}
+			return ra.Delay
+		}
 
-		standard := msg("dead", "payload")
-		standard.ReceiveCount = 1
-		if _, _, err := b.direct.Claim(ctx, "dead", idempotency.BodyHash(standard), until, idempotency.Receive{}); err != nil {
-			t.Fatal(err)
-		}
-		standard.ReceiveCount = 2
-		if err := work.HandleMessage(ctx, standard); !sqsworker.IsPostponed(err) || runs != 0 {
-			t.Fatalf("standard queue, next receive: %v, %d runs; want postponed, no run", err, runs)
-		}
+		standard := fifoMsg("dead", 2)
+		standard.QueueURL = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs" // a fair queue: a group, no .fifo
+		dead(standard, 2*time.Second)
+		postponed("standard queue, next receive", held(t, standard), standard)
 
-		m := fifoMsg("dead", 1)
-		if err := b.direct.Release(ctx, "dead", b.holder("dead")); err != nil {
-			t.Fatal(err)
+		m := fifoMsg("dead", 2)
+		dead(m, 2*time.Second)
+		postponed("FIFO queue without the heartbeat, next receive", ctx, m)
+		dead(m, 25*time.Second) // its deadline 5s ago
+		if d := postponed("FIFO queue, next receive before the holder's LossLag", held(t, m), m); d > 20*time.Second {
+			t.Errorf("postponed %s, want until the holder's deadline is 21s past (16s), not the lease's end (25s)", d)
 		}
-		if _, _, err := b.direct.Claim(ctx, "dead", idempotency.BodyHash(m), until, idempotency.Receive{MessageID: m.ID, Count: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if err := work.HandleMessage(ctx, fifoMsg("dead", 2)); err != nil || runs != 1 {
+		dead(m, 2*time.Second) // its deadline 28s ago
+		if err := work.HandleMessage(held(t, m), m); err != nil || runs != 1 {
 			t.Fatalf("FIFO queue, next receive: %v, %d runs; want one run", err, runs)
 		}
 		if n := b.applied("dead"); n != 1 {
 			t.Errorf("effect applied %d times, want 1", n)
 		}
-		if err := work.HandleMessage(ctx, fifoMsg("dead", 3)); err != nil || runs != 1 {
+		m = fifoMsg("dead", 3)
+		if err := work.HandleMessage(held(t, m), m); err != nil || runs != 1 {
 			t.Errorf("FIFO queue, the receive after the job completed: %v, %d runs; want acknowledged as a duplicate", err, runs)
 		}
 	})
@@ -123,17 +170,23 @@ func TestTakenOverHolderThatGoesOnAppliesNothing(t *testing.T) {
 		release := make(chan struct{})
 		oldDone := make(chan error, 1)
 		claimed := make(chan struct{})
+		first := fifoMsg("alive", 1)
+		firstCtx := held(t, first)
 		go func() {
 			oldDone <- old.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, _ *sqsworker.Message) error {
 				close(claimed)
 				<-release // ignoring its context
 				return idempotency.AddWrites(context.WithoutCancel(ctx), effectWrite(b.effects, "alive"))
-			})).HandleMessage(context.Background(), fifoMsg("alive", 1))
+			})).HandleMessage(firstCtx, first)
 		}()
 		<-claimed
+		// Its visibility deadline 25s past, its lease (with the grace)
+		// not yet ended, as the store knows it.
+		b.setLease("alive", time.Now().Add(5*time.Second))
+		second := fifoMsg("alive", 2)
 		err := next.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, _ *sqsworker.Message) error {
 			return idempotency.AddWrites(ctx, effectWrite(b.effects, "alive"))
-		})).HandleMessage(context.Background(), fifoMsg("alive", 2))
+		})).HandleMessage(held(t, second), second)
 		if err != nil {
 			t.Fatalf("the next receive: %v", err)
 		}
@@ -145,4 +198,45 @@ func TestTakenOverHolderThatGoesOnAppliesNothing(t *testing.T) {
 			t.Errorf("effect applied %d times, want 1", n)
 		}
 	})
+}
+
+// A claim recorded without a Receive (a standard queue's message, a claim
+// without the heartbeat, or a record written before the holder was
+// recorded) is taken over by no receive before its lease ends.
+func TestClaimWithoutReceiveNotTakenOver(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		until := time.Now().Add(time.Hour)
+		first, _, err := b.direct.Claim(ctx, "plain", "h", until, idempotency.Receive{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, existing, err := b.direct.Claim(ctx, "plain", "h", until, idempotency.Receive{MessageID: "id-plain", Count: 5, TakeOver: until.Add(time.Hour)})
+		if err != nil || existing == nil || existing.Token != first || existing.Holder != (idempotency.Receive{}) {
+			t.Errorf("claim by a receive: %v, %+v; want the first claim's record, without a holder", err, existing)
+		}
+	})
+}
+
+// The holder is recorded under the attribute names StoreConfig gives.
+func TestTakeOverWithAttributeNamesOfItsOwn(t *testing.T) {
+	localtest.RequireDynamoDB(t)
+	t.Parallel()
+	db := localtest.NewDynamoDB(t)
+	s := newStore(t, db, idempotency.StoreConfig{HolderAttr: "by_message", ReceivesAttr: "by_receive"})
+	ctx := context.Background()
+	until := time.Now().Add(time.Hour)
+	first, _, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 1, TakeOver: until.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	item := itemOf(t, db, s.Config().Table, "k")
+	if item["by_message"] != "m1" || item["by_receive"] != "1" {
+		t.Errorf("item %v, want the holder under by_message and by_receive", item)
+	}
+	second, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 2, TakeOver: until.Add(time.Hour)})
+	if err != nil || existing != nil || second == first {
+		t.Errorf("claim by the next receive: %v, %+v; want it taken over", err, existing)
+	}
 }

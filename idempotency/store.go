@@ -44,8 +44,8 @@ type Record struct {
 	PayloadHash string
 	// Result is what the handler saved with SetResult, if anything.
 	Result []byte
-	// Holder is the receive that made an in-progress claim, on a FIFO
-	// queue; zero otherwise.
+	// Holder is the receive that made an in-progress claim (see Receive);
+	// zero otherwise.
 	Holder Receive
 }
 
@@ -71,19 +71,28 @@ type Store interface {
 // for: the message's ID and its receive count (ApproximateReceiveCount).
 // SQS delivers a FIFO queue's message again only once the visibility
 // timeout of its earlier receive has ended: a claim made by an earlier
-// receive of the same message belongs to a holder that died, or lost the
-// message's lease and has had its handler's context cancelled. Its next
-// receive takes the claim over at once, rather than after the claim's
-// lease and Config.ClaimGrace: in a crash loop, waiting would spend one
-// of the receives the queue's redrive policy allows with every crash, and
-// send a job no handler failed to the dead-letter queue.
+// receive of the same message belongs to a holder that died, or that lost
+// the message's lease. Its next receive takes the claim over once the
+// claim's lease ends before TakeOver, rather than after the whole lease and
+// Config.ClaimGrace: in a crash loop, waiting would spend one of the
+// receives the queue's redrive policy allows with every crash, and send a
+// job no handler failed to the dead-letter queue.
 //
-// The zero Receive, for a standard queue's message (which SQS may deliver
-// again while its first receive is in flight) or one whose receive count
-// is unknown, takes nothing over.
+// The Guard sets TakeOver so that the earlier holder's visibility deadline
+// lies at least its heartbeat's LossLag (and a second for clocks) in the
+// past: by then a holder that is still running has had its handler's
+// context cancelled (see visibility.Lease.LossLag). It makes a Receive only
+// for the messages of a queue whose URL ends in ".fifo", held by the
+// visibility heartbeat. The zero Receive (a standard queue's message,
+// which SQS may deliver again while its first receive is still in flight,
+// fair queues' included; one without the heartbeat; one whose receive
+// count is unknown) takes nothing over.
 type Receive struct {
 	MessageID string
 	Count     int
+	// TakeOver: the claim of an earlier receive of the message is taken
+	// over if its lease ends before TakeOver. Zero in a Record's Holder.
+	TakeOver time.Time
 }
 
 // ErrNotHolder is returned by Complete, Release and ExtendLease when the
@@ -177,6 +186,19 @@ func (c StoreConfig) withDefaults() StoreConfig {
 	return c
 }
 
+// duplicateAttr returns an attribute name c gives to two of a record's
+// attributes, "" if there is none.
+func duplicateAttr(c StoreConfig) string {
+	seen := map[string]bool{}
+	for _, a := range []string{c.KeyAttr, c.StatusAttr, c.ExpiryAttr, c.LeaseAttr, c.TokenAttr, c.HashAttr, c.ResultAttr, c.HolderAttr, c.ReceivesAttr} {
+		if seen[a] {
+			return a
+		}
+		seen[a] = true
+	}
+	return ""
+}
+
 // DynamoStore is a Store in a DynamoDB table, with conditional writes: a
 // first-time message costs two requests (claim, complete), a duplicate one.
 type DynamoStore struct {
@@ -225,6 +247,9 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 	if len(cfg.KeyPrefix) > MaxKeyPrefixSize {
 		errs = append(errs, fmt.Errorf("KeyPrefix of %d bytes is over %d (keys are up to %d bytes, and DynamoDB's partition keys up to 2048): use a shorter prefix",
 			len(cfg.KeyPrefix), MaxKeyPrefixSize, MaxKeySize))
+	}
+	if dup := duplicateAttr(cfg.withDefaults()); dup != "" {
+		errs = append(errs, fmt.Errorf("attribute name %q is given to two of the record's attributes (KeyAttr, StatusAttr, ExpiryAttr, LeaseAttr, TokenAttr, HashAttr, ResultAttr, HolderAttr, ReceivesAttr): give each its own", dup))
 	}
 	table, err := parseTable(cfg.Table)
 	if err != nil {
@@ -345,12 +370,13 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 	cond := "attribute_not_exists(#k) OR #e < :now OR (#s = :inprogress AND #l < :nowms)"
 	names := s.namesFor("#k", "#e", "#s", "#l")
 	values := map[string]types.AttributeValue{":now": num(now.Unix()), ":nowms": num(now.UnixMilli()), ":inprogress": str(StatusInProgress)}
-	if by != (Receive{}) {
+	if by.MessageID != "" {
 		item[s.cfg.HolderAttr] = str(by.MessageID)
 		item[s.cfg.ReceivesAttr] = num(int64(by.Count))
-		cond += " OR (#s = :inprogress AND #m = :holder AND #c < :receives)"
+		cond += " OR (#s = :inprogress AND #m = :holder AND #c < :receives AND #l < :takeover)"
 		names["#m"], names["#c"] = s.names["#m"], s.names["#c"]
 		values[":holder"], values[":receives"] = str(by.MessageID), num(int64(by.Count))
+		values[":takeover"] = num(by.TakeOver.UnixMilli())
 	}
 	_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &s.cfg.Table,
@@ -412,7 +438,9 @@ func (s *DynamoStore) record(key string, item map[string]types.AttributeValue) *
 	if ms := getN(s.cfg.LeaseAttr); ms > 0 {
 		r.LeaseExpiry = time.UnixMilli(ms)
 	}
-	r.Holder = Receive{MessageID: getS(s.cfg.HolderAttr), Count: int(getN(s.cfg.ReceivesAttr))}
+	if r.Status == StatusInProgress {
+		r.Holder = Receive{MessageID: getS(s.cfg.HolderAttr), Count: int(getN(s.cfg.ReceivesAttr))}
+	}
 	if v, ok := item[s.cfg.ResultAttr].(*types.AttributeValueMemberB); ok {
 		r.Result = v.Value
 	}

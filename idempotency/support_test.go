@@ -201,6 +201,9 @@ type backend struct {
 	takeOver func(key string)
 	// holder returns the token that holds key now.
 	holder func(key string) string
+	// setLease moves the end of the lease of key's claim to until, as its
+	// holder's extensions do.
+	setLease func(key string, until time.Time)
 	// effects is a table for the handlers' writes (AddWrites), and
 	// applied counts the writes of effectWrite(effects, key) committed.
 	effects string
@@ -240,7 +243,12 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
 				r.Token, r.LeaseExpiry = "another-holder", time.Now().Add(time.Hour)
 				s.Put(r)
 			},
-			holder:  func(key string) string { r, _ := s.Get(key); return r.Token },
+			holder: func(key string) string { r, _ := s.Get(key); return r.Token },
+			setLease: func(key string, until time.Time) {
+				r, _ := s.Get(key)
+				r.LeaseExpiry = until
+				s.Put(r)
+			},
 			effects: "effects",
 			applied: func(key string) int { return len(s.Applied(key)) },
 		})
@@ -281,7 +289,17 @@ func forEachBackend(t *testing.T, test func(t *testing.T, b backend)) {
 					t.Errorf("taking over %s: %v", key, err)
 				}
 			},
-			holder:  func(key string) string { return itemOf(t, db, cfg.Table, key)["lease_token"] },
+			holder: func(key string) string { return itemOf(t, db, cfg.Table, key)["lease_token"] },
+			setLease: func(key string, until time.Time) {
+				_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: &cfg.Table,
+					Key:                       map[string]ddbtypes.AttributeValue{"id": &ddbtypes.AttributeValueMemberS{Value: key}},
+					UpdateExpression:          aws.String("SET lease_expiry = :l"),
+					ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":l": &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(until.UnixMilli(), 10)}},
+				})
+				if err != nil {
+					t.Errorf("moving the lease of %s: %v", key, err)
+				}
+			},
 			effects: effects,
 			applied: func(key string) int { return applied(t, db, effects, key) },
 		})

@@ -294,6 +294,13 @@ func (l *Lease) Message() *sqsworker.Message { return l.msg }
 // Deadline returns when the message becomes visible again unless extended.
 func (l *Lease) Deadline() time.Time { return l.deadline() }
 
+// LossLag bounds how long after its Deadline a lease whose extensions fail
+// is seen lost and its context cancelled: two of Config.Interval, a round
+// and the call under way in it. Another receive of its message may come
+// from SQS at the Deadline already (idempotency keeps its claim from that
+// receive for this long more).
+func (l *Lease) LossLag() time.Duration { return 2 * l.e.cfg.Interval }
+
 // OnExtend registers f to run after every successful extension of this
 // lease, with the time the message is now invisible until.
 func (l *Lease) OnExtend(f func(until time.Time)) {
