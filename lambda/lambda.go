@@ -777,9 +777,10 @@ func fifo(recs []record) bool {
 	return false
 }
 
-// fifo reports whether the record comes from a FIFO queue.
+// fifo reports whether the record comes from a FIFO queue: by its queue's
+// name, not by its group, which a fair queue's messages carry too.
 func (r *record) fifo() bool {
-	return r.job.Msg.GroupID != "" || (r.st != nil && r.st.info.FIFO)
+	return strings.HasSuffix(r.job.Msg.QueueURL, ".fifo") || (r.st != nil && r.st.info.FIFO)
 }
 
 // group names a message group of one queue.
