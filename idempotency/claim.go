@@ -48,13 +48,21 @@ type keeper struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	held   time.Time // the lease end the store has; the goroutine's until done
+	// early is how long before held the claim is given up without a
+	// successful extension: for a claim its message's next receive may
+	// take over (see Receive), the grace less the heartbeat's LossLag;
+	// else 0.
+	early time.Duration
 }
 
+// lapseAt is when the claim is given up without a successful extension.
+func (k *keeper) lapseAt() time.Time { return k.held.Add(-k.early) }
+
 // startKeeper starts keeping the claim of key by token, whose lease ends at
-// held, until stop. ctx is the handler's, whose values the requests keep but
+// held (given up early before it: see keeper.early), until stop. ctx is the handler's, whose values the requests keep but
 // not its cancellation; lose cancels the handler's context.
-func (g *Guard) startKeeper(ctx context.Context, key, token string, held time.Time, lose context.CancelCauseFunc, log *slog.Logger) *keeper {
-	k := &keeper{g: g, key: key, token: token, log: log, lose: lose, held: held, want: held,
+func (g *Guard) startKeeper(ctx context.Context, key, token string, held time.Time, early time.Duration, lose context.CancelCauseFunc, log *slog.Logger) *keeper {
+	k := &keeper{g: g, key: key, token: token, log: log, lose: lose, held: held, want: held, early: max(early, 0),
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx, k.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	go k.run(ctx)
@@ -103,7 +111,7 @@ func (k *keeper) wanted() time.Time {
 
 func (k *keeper) run(ctx context.Context) {
 	defer close(k.done)
-	lapse := time.NewTimer(time.Until(k.held))
+	lapse := time.NewTimer(time.Until(k.lapseAt()))
 	defer lapse.Stop()
 	retry := time.NewTimer(0)
 	retry.Stop()
@@ -117,7 +125,7 @@ func (k *keeper) run(ctx context.Context) {
 			return
 		case <-lapse.C:
 			cause := fmt.Errorf("idempotency: key %q: the claim's lease ended at %s without a successful extension: %w",
-				k.key, k.held.Format(time.RFC3339Nano), ErrNotHolder)
+				k.key, k.lapseAt().Format(time.RFC3339Nano), ErrNotHolder)
 			if lastErr != nil {
 				// When the extensions failed for an outage, the cause
 				// is marked so (sqsworker.Unavailable) too.
@@ -136,16 +144,16 @@ func (k *keeper) run(ctx context.Context) {
 		if !want.After(k.held) {
 			continue
 		}
-		if !time.Now().Before(k.held) {
+		if !time.Now().Before(k.lapseAt()) {
 			continue // the lapse timer fires now
 		}
-		actx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(attemptTimeout), k.held))
+		actx, cancel := context.WithDeadline(ctx, earliest(time.Now().Add(attemptTimeout), k.lapseAt()))
 		err := k.g.store.ExtendLease(actx, k.key, k.token, want)
 		cancel()
 		switch {
 		case err == nil:
 			k.held, failures, lastErr = want, 0, nil
-			lapse.Reset(time.Until(want))
+			lapse.Reset(time.Until(k.lapseAt()))
 		case ctx.Err() != nil:
 			return // stopped
 		case errors.Is(err, ErrNotHolder):
@@ -161,7 +169,7 @@ func (k *keeper) run(ctx context.Context) {
 				level = slog.LevelWarn
 			}
 			k.log.Log(ctx, level, "extending the idempotency claim failed; retrying while its lease lasts",
-				"error", err, "attempt", failures, "lease_ends", k.held)
+				"error", err, "attempt", failures, "lease_ends", k.lapseAt())
 			retry.Reset(backoff(failures))
 			retrying = retry.C
 		}

@@ -103,7 +103,8 @@ func runCrashWorker() error {
 // heartbeat's LossLag and a second past, rather than waiting for the
 // claim's lease and ClaimGrace (30s) to end while each kill spends one of
 // the receives the redrive policy allows (maxReceiveCount 3): the job runs
-// on its second receive, its effect applied once, nothing dead-lettered.
+// on a later receive (its second is postponed until the takeover, and it
+// runs on its third), its effect applied once, nothing dead-lettered.
 //
 // Before, the second and third workers found the claim held and waited for
 // it, and SQS moved the head to the dead-letter queue on its fourth
@@ -144,9 +145,16 @@ func TestFIFOCrashLoopTakesOverTheDeadAttemptsClaim(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 		return cmd, lines
 	}
-	kill := func(cmd *exec.Cmd) {
+	// drain reads lines to the end of the output: Wait may be called only
+	// then.
+	drain := func(lines <-chan string) {
+		for range lines {
+		}
+	}
+	kill := func(cmd *exec.Cmd, lines <-chan string) {
 		t.Helper()
 		_ = cmd.Process.Kill()
+		drain(lines)
 		var exit *exec.ExitError
 		if err := cmd.Wait(); !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 			t.Fatalf("worker: %v, want killed by SIGKILL", err)
@@ -192,7 +200,7 @@ func TestFIFOCrashLoopTakesOverTheDeadAttemptsClaim(t *testing.T) {
 				killNow = true
 			case <-time.After(500 * time.Millisecond):
 				if deadLettered() {
-					kill(cmd)
+					kill(cmd, lines)
 					t.Fatalf("the head was dead-lettered, its effect applied %d times: %v", applied(t, db, effects, "crash-loop"), seen)
 				}
 				if time.Now().After(deadline) {
@@ -201,12 +209,13 @@ func TestFIFOCrashLoopTakesOverTheDeadAttemptsClaim(t *testing.T) {
 			}
 		}
 		if killNow {
-			kill(cmd) // the crash loop
+			kill(cmd, lines) // the crash loop
 			continue
 		}
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
+		drain(lines)
 		if err := cmd.Wait(); err != nil {
 			t.Errorf("worker %d: %v", n, err)
 		}

@@ -120,7 +120,11 @@
 // takes it over once the earlier receive's visibility deadline lies the
 // heartbeat's LossLag (two of its Interval) and a second in the past: by
 // then a holder still running has seen its lease lost and had its
-// handler's context cancelled. Waiting for the whole grace would cost a
+// handler's context cancelled, and a holder whose claim's extensions fail
+// gives the claim up LossLag past the visibility deadline the claim
+// records, not at the end of the grace (such a claim's holder keeps less
+// of the grace through a DynamoDB brownout: half the visibility timeout and
+// LossLag). Waiting for the whole grace would cost a
 // receive with every crash of a crash loop faster than the grace, while the
 // message waited at the head of its group, and send a job no handler failed
 // to the dead-letter queue once the redrive policy's maxReceiveCount was

@@ -84,8 +84,9 @@ type Config struct {
 	// has to extend its claim when DynamoDB fails for a while, since the
 	// extensions are retried until the claim's lease ends. A duplicate of
 	// a job whose holder died waits that much longer, but for the
-	// message's own next receive on a FIFO queue, which takes the claim
-	// over at once (see Receive). When the claim's
+	// message's own next receive on a FIFO queue, with the heartbeat,
+	// which takes the claim over sooner (see Receive); such a claim is
+	// given up sooner too, should its extensions fail. When the claim's
 	// lease ends without a successful extension, or another holder has
 	// taken the key, the handler's context is cancelled with a cause
 	// matching ErrNotHolder. Default 30s; at most 12h.
@@ -386,7 +387,15 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	// cancel the handler if the claim is lost.
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	k := g.startKeeper(ctx, key, token, leaseUntil, cancel, log)
+	var early time.Duration
+	if by.MessageID != "" {
+		// The message's next receive may take the claim over once its
+		// visibility deadline is LossLag and a second past (see
+		// Receive): the claim is given up at LossLag, should its
+		// extensions fail, not at the end of the grace.
+		early = g.cfg.ClaimGrace - lease.LossLag()
+	}
+	k := g.startKeeper(ctx, key, token, leaseUntil, early, cancel, log)
 	if lease != nil {
 		lease.OnExtend(k.extendTo)
 		// An extension made while the claim was being made, whose

@@ -51,12 +51,27 @@ func leasedContext(t testing.TB, key, body string, vis time.Duration) (context.C
 // (its QueueURL is set, and its Logger discards).
 func leasedContextWith(t testing.TB, key, body string, hb visibility.Config) (context.Context, *sqsworker.Message) {
 	t.Helper()
+	return leasedOn(t, "leased", key, body, hb)
+}
+
+// leasedOn is leasedContextWith on the queue named queue: a FIFO queue
+// (the message in group "g") if its name ends in ".fifo".
+func leasedOn(t testing.TB, queue, key, body string, hb visibility.Config) (context.Context, *sqsworker.Message) {
+	t.Helper()
 	vis := hb.VisibilityTimeout
 	f := sqstest.NewFake()
-	url := f.CreateQueue("leased", map[string]string{"VisibilityTimeout": strconv.Itoa(int(vis / time.Second))})
+	attrs := map[string]string{"VisibilityTimeout": strconv.Itoa(int(vis / time.Second))}
+	fifo := strings.HasSuffix(queue, ".fifo")
+	if fifo {
+		attrs["FifoQueue"] = "true"
+	}
+	url := f.CreateQueue(queue, attrs)
 	f.Send(url, body, func(in *sqs.SendMessageInput) {
 		in.MessageAttributes = map[string]types.MessageAttributeValue{
 			idempotency.KeyAttribute: {DataType: aws.String("String"), StringValue: aws.String(key)},
+		}
+		if fifo {
+			in.MessageGroupId, in.MessageDeduplicationId = aws.String("g"), aws.String(key)
 		}
 	})
 	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MessageAttributeNames: []string{"All"},

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,10 +116,9 @@ func TestGuardNextReceiveTakesOverTheDeadHolder(t *testing.T) {
 			}
 			first := *m
 			first.ReceiveCount = 1
+			// Recorded as a FIFO receive's claim whatever the queue,
+			// so that only the next receive's own queue decides.
 			by := idempotency.Receive{MessageID: m.ID, Count: 1}
-			if first.QueueURL != fifoMsg("", 0).QueueURL {
-				by = idempotency.Receive{}
-			}
 			if _, _, err := b.direct.Claim(ctx, "dead", idempotency.BodyHash(&first), time.Now().Add(leaseLeft), by); err != nil {
 				t.Fatal(err)
 			}
@@ -135,11 +135,11 @@ func TestGuardNextReceiveTakesOverTheDeadHolder(t *testing.T) {
 
 		standard := fifoMsg("dead", 2)
 		standard.QueueURL = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs" // a fair queue: a group, no .fifo
-		dead(standard, 2*time.Second)
+		dead(standard, time.Minute)
 		postponed("standard queue, next receive", held(t, standard), standard)
 
 		m := fifoMsg("dead", 2)
-		dead(m, 2*time.Second)
+		dead(m, time.Minute)
 		postponed("FIFO queue without the heartbeat, next receive", ctx, m)
 		dead(m, 25*time.Second) // its deadline 5s ago
 		if d := postponed("FIFO queue, next receive before the holder's LossLag", held(t, m), m); d > 20*time.Second {
@@ -168,6 +168,8 @@ func TestTakenOverHolderThatGoesOnAppliesNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		old, next := guards(b)
 		release := make(chan struct{})
+		letGo := sync.OnceFunc(func() { close(release) })
+		t.Cleanup(letGo)
 		oldDone := make(chan error, 1)
 		claimed := make(chan struct{})
 		first := fifoMsg("alive", 1)
@@ -179,7 +181,11 @@ func TestTakenOverHolderThatGoesOnAppliesNothing(t *testing.T) {
 				return idempotency.AddWrites(context.WithoutCancel(ctx), effectWrite(b.effects, "alive"))
 			})).HandleMessage(firstCtx, first)
 		}()
-		<-claimed
+		select {
+		case <-claimed:
+		case err := <-oldDone:
+			t.Fatalf("the first receive: %v, want its handler run", err)
+		}
 		// Its visibility deadline 25s past, its lease (with the grace)
 		// not yet ended, as the store knows it.
 		b.setLease("alive", time.Now().Add(5*time.Second))
@@ -190,7 +196,7 @@ func TestTakenOverHolderThatGoesOnAppliesNothing(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the next receive: %v", err)
 		}
-		close(release)
+		letGo()
 		if err := <-oldDone; !errors.Is(err, idempotency.ErrNotHolder) {
 			t.Errorf("the old holder: %v, want ErrNotHolder", err)
 		}
@@ -239,4 +245,37 @@ func TestTakeOverWithAttributeNamesOfItsOwn(t *testing.T) {
 	if err != nil || existing != nil || second == first {
 		t.Errorf("claim by the next receive: %v, %+v; want it taken over", err, existing)
 	}
+}
+
+// A claim its message's next receive may take over (a FIFO queue's, with the
+// heartbeat) is given up when its extensions fail for the heartbeat's
+// LossLag past the visibility deadline it recorded (here 3s, then 1s), not
+// at the end of ClaimGrace (30s): the next receive takes it over then, and
+// the handler must have stopped by then. The heartbeat itself still holds
+// the message (SQS answers; DynamoDB refuses the claim's extensions).
+func TestTakeableClaimGivenUpAtLossLag(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		g, _ := idempotency.New(b.store, idempotency.Config{Logger: quiet()})
+		ctx, m := leasedOn(t, "leased.fifo", "lapse", "payload", visibility.Config{VisibilityTimeout: 3 * time.Second})
+		b.fail(idempotency.OpExtendLease, false)
+		defer b.heal()
+		start := time.Now()
+		var cause error
+		var took time.Duration
+		err := g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, _ *sqsworker.Message) error {
+			select {
+			case <-ctx.Done():
+				cause, took = context.Cause(ctx), time.Since(start)
+			case <-time.After(time.Minute):
+			}
+			return ctx.Err()
+		})).HandleMessage(ctx, m)
+		if !errors.Is(cause, idempotency.ErrNotHolder) {
+			t.Fatalf("the handler's context ended with %v after %s (middleware: %v), want the claim given up", cause, took, err)
+		}
+		if took > 20*time.Second {
+			t.Errorf("claim given up after %s, want at its recorded deadline and LossLag (about 4s), before the grace (30s) ends", took)
+		}
+	})
 }

@@ -78,10 +78,14 @@ type Store interface {
 // receives the queue's redrive policy allows with every crash, and send a
 // job no handler failed to the dead-letter queue.
 //
-// The Guard sets TakeOver so that the earlier holder's visibility deadline
-// lies at least its heartbeat's LossLag (and a second for clocks) in the
-// past: by then a holder that is still running has had its handler's
-// context cancelled (see visibility.Lease.LossLag). It makes a Receive only
+// The Guard sets TakeOver so that the earlier holder's visibility deadline,
+// as its claim records it, lies at least its heartbeat's LossLag (and a
+// second for clocks) in the past: by then a holder that is still running
+// has had its handler's context cancelled, by its heartbeat
+// (visibility.Lease.LossLag) or, when it could not record a later deadline
+// (its claim's extensions failed), by its claim's keeper, which gives such
+// a claim up at that time. The rule assumes that the workers of a queue
+// share their ClaimGrace and heartbeat Interval. It makes a Receive only
 // for the messages of a queue whose URL ends in ".fifo", held by the
 // visibility heartbeat. The zero Receive (a standard queue's message,
 // which SQS may deliver again while its first receive is still in flight,

@@ -368,6 +368,9 @@ func deadlineBy(ctx context.Context, by time.Time) (context.Context, context.Can
 type record struct {
 	job executor.Job
 	st  *queueState
+	// fifoSource: its eventSourceARN names a FIFO queue (known even
+	// when the queue's URL is not).
+	fifoSource bool
 
 	// mu guards what follows: a handler that ignores its context may
 	// settle its record after the invocation gave up on it.
@@ -680,6 +683,7 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			rec.st, url = nil, ""
 		}
 		rec.job.Msg = NewMessage(r, url)
+		rec.fifoSource = strings.HasSuffix(r.EventSourceARN, ".fifo")
 	}
 
 	inv := &invocation{a: a, sem: make(chan struct{}, a.cfg.Concurrency), done: make(chan struct{})}
@@ -780,7 +784,7 @@ func fifo(recs []record) bool {
 // fifo reports whether the record comes from a FIFO queue: by its queue's
 // name, not by its group, which a fair queue's messages carry too.
 func (r *record) fifo() bool {
-	return strings.HasSuffix(r.job.Msg.QueueURL, ".fifo") || (r.st != nil && r.st.info.FIFO)
+	return r.fifoSource || strings.HasSuffix(r.job.Msg.QueueURL, ".fifo") || (r.st != nil && r.st.info.FIFO)
 }
 
 // group names a message group of one queue.

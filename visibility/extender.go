@@ -295,10 +295,12 @@ func (l *Lease) Message() *sqsworker.Message { return l.msg }
 func (l *Lease) Deadline() time.Time { return l.deadline() }
 
 // LossLag bounds how long after its Deadline a lease whose extensions fail
-// is seen lost and its context cancelled: two of Config.Interval, a round
-// and the call under way in it. Another receive of its message may come
-// from SQS at the Deadline already (idempotency keeps its claim from that
-// receive for this long more).
+// is seen lost and its context cancelled, while the Extender runs: two of
+// Config.Interval, the wait for a round and for the call under way in it,
+// each bounded by Interval. (A Config.OnExtend or Lease.OnExtend hook that
+// blocks holds its round up, and the bound with it.) Another receive of the
+// message may come from SQS at the Deadline already: the idempotency
+// middleware keeps a claim from such a receive for this long more.
 func (l *Lease) LossLag() time.Duration { return 2 * l.e.cfg.Interval }
 
 // OnExtend registers f to run after every successful extension of this
@@ -496,12 +498,27 @@ func (e *Extender) Round(ctx context.Context) {
 		if ctx.Err() != nil {
 			break
 		}
+		// A call that hangs holds its turn for up to Interval: the
+		// leases whose extension failed, and whose deadline passed
+		// meanwhile, are seen lost now, not a round later (see LossLag).
+		e.ranOutIn(due)
 		wg.Go(func() {
 			defer func() { <-sem }()
 			e.extend(ctx, batch)
 		})
 	}
 	wg.Wait()
+	e.ranOutIn(due)
+}
+
+// ranOutIn ends the leases of ls whose deadline has passed.
+func (e *Extender) ranOutIn(ls []*Lease) {
+	now := time.Now()
+	for _, l := range ls {
+		if !now.Before(l.deadline()) {
+			e.ranOut(l)
+		}
+	}
 }
 
 // extensionEnd is when an extension of l sent at t would end: Extension

@@ -743,3 +743,59 @@ func TestReleaseOfAnotherLeaseFromHook(t *testing.T) {
 		}
 	})
 }
+
+// hangAPI leaves every ChangeMessageVisibilityBatch unanswered until its
+// context ends, as a network that swallows requests does.
+type hangAPI struct{ *sqstest.Fake }
+
+func (hangAPI) ChangeMessageVisibilityBatch(ctx context.Context, _ *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// While extension calls hang, a round of many calls (one at a time, each
+// given up after Interval: 5s) lasts several rounds' time: 10 leases whose
+// deadline comes at 16s, in the round at 15s with 190 more due at 30s, are
+// seen lost within LossLag of it (two Intervals: 10s), not once the round
+// is over. Before, they were seen lost at 30s.
+func TestLossSeenWithinLossLagWhileCallsHang(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 30*time.Second, 200)
+		e, err := visibility.New(hangAPI{f}, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, MaxInFlight: 1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		wg.Go(func() { _ = e.Run(ctx) })
+		defer func() { cancel(); wg.Wait() }()
+		start := time.Now()
+		var early []context.Context
+		var lag time.Duration
+		for i, m := range msgs {
+			at := start
+			if i < 10 {
+				at = start.Add(-14 * time.Second) // its deadline at 16s
+			}
+			c, l := e.Track(context.Background(), m, at)
+			if i < 10 {
+				early = append(early, c)
+			}
+			lag = l.LossLag()
+		}
+		if lag != 10*time.Second {
+			t.Fatalf("LossLag %s, want two Intervals of 5s", lag)
+		}
+		time.Sleep(16*time.Second + lag)
+		synctest.Wait()
+		live := 0
+		for _, c := range early {
+			if c.Err() == nil {
+				live++
+			}
+		}
+		if live > 0 {
+			t.Errorf("%d of 10 leases still live %s after their deadline, want none past LossLag (%+v)", live, lag, e.Stats())
+		}
+	})
+}
