@@ -103,8 +103,8 @@ func runCrashWorker() error {
 // heartbeat's LossLag and a second past, rather than waiting for the
 // claim's lease and ClaimGrace (30s) to end while each kill spends one of
 // the receives the redrive policy allows (maxReceiveCount 3): the job runs
-// on a later receive (its second is postponed until the takeover, and it
-// runs on its third), its effect applied once, nothing dead-lettered.
+// on its second receive, which waits for the takeover in its handler, its
+// effect applied once, nothing dead-lettered.
 //
 // Before, the second and third workers found the claim held and waited for
 // it, and SQS moved the head to the dead-letter queue on its fourth

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/stopby"
 	"github.com/sqsworker/sqsworker/metrics"
@@ -356,29 +357,46 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		}
 	}
 	lease := visibility.FromContext(ctx)
-	leaseUntil := g.leaseUntil(ctx, lease, now)
-	// Bounded as every other request of the claim's: a DynamoDB that
-	// accepts the request and never answers would otherwise hold the
-	// message (kept invisible by its heartbeat) for as long, unseen by the
-	// circuit breaker.
-	cctx, cancelClaim := context.WithTimeout(ctx, attemptTimeout)
-	by := g.fifoReceive(m, lease, now)
-	token, existing, err := g.store.Claim(cctx, key, hash, leaseUntil, by)
-	cancelClaim()
-	if err != nil {
-		g.storeErrors.Add(1)
-		if isConflict(err) {
-			// A transaction is completing the record: its holder is
-			// committing. Come back when it is done.
-			g.inProgress.Add(1)
-			return sqsworker.RetryAfter(time.Second, nil)
+	var (
+		leaseUntil time.Time
+		by         Receive
+		token      string
+	)
+	for try := 0; ; try++ {
+		leaseUntil, by = g.leaseUntil(ctx, lease, now), g.fifoReceive(m, lease, now)
+		// Bounded as every other request of the claim's: a DynamoDB that
+		// accepts the request and never answers would otherwise hold the
+		// message (kept invisible by its heartbeat) for as long, unseen by
+		// the circuit breaker.
+		cctx, cancelClaim := context.WithTimeout(ctx, attemptTimeout)
+		var existing *Record
+		var err error
+		token, existing, err = g.store.Claim(cctx, key, hash, leaseUntil, by)
+		cancelClaim()
+		if err != nil {
+			g.storeErrors.Add(1)
+			if isConflict(err) {
+				// A transaction is completing the record: its holder
+				// is committing. Come back when it is done.
+				g.inProgress.Add(1)
+				return sqsworker.RetryAfter(time.Second, nil)
+			}
+			g.noteMisconfigured(misClaim, err)
+			return err
 		}
-		g.noteMisconfigured(misClaim, err)
-		return err
-	}
-	g.noteUsable(misClaim)
-	if existing != nil {
-		return g.duplicate(ctx, m, key, hash, existing, now, false, by)
+		g.noteUsable(misClaim)
+		if existing == nil {
+			break
+		}
+		// An earlier receive of this message holds the key, to be taken
+		// over within LossLag and a second (see Receive): wait for it
+		// here, with the message held by the heartbeat, once. Postponed,
+		// the message would spend a receive coming back.
+		wait, soon := takeOverWait(existing, by)
+		if try > 0 || !soon || wait > lease.LossLag()+clockSkew+time.Second || !ctxsleep.Sleep(ctx, wait) {
+			return g.duplicate(ctx, m, key, hash, existing, now, false, by)
+		}
+		now = g.now()
 	}
 	g.claimed.Add(1)
 	log := g.cfg.Logger.With("message_id", m.ID, "idempotency_key", key)
@@ -775,13 +793,20 @@ func (g *Guard) duplicate(ctx context.Context, m *sqsworker.Message, key, hash s
 	}
 	g.inProgress.Add(1)
 	wait := r.LeaseExpiry.Sub(now)
-	if by.MessageID != "" && r.Holder.MessageID == by.MessageID && r.Holder.Count < by.Count {
-		// An earlier receive of this message holds the key: it is
-		// taken over sooner (see Receive), by this receive on its
-		// next try.
-		wait = min(wait, r.LeaseExpiry.Sub(by.TakeOver)+100*time.Millisecond)
+	if w, soon := takeOverWait(r, by); soon {
+		wait = min(wait, w) // taken over sooner, by a receive then
 	}
 	return sqsworker.RetryAfter(max(wait, time.Second), nil)
+}
+
+// takeOverWait returns how long until by may take over r, and whether r is
+// the claim of an earlier receive of by's message, which by takes over
+// sooner than r's lease ends (see Receive).
+func takeOverWait(r *Record, by Receive) (time.Duration, bool) {
+	if by.MessageID == "" || r.Status != StatusInProgress || r.Holder.MessageID != by.MessageID || r.Holder.Count >= by.Count {
+		return 0, false
+	}
+	return r.LeaseExpiry.Sub(by.TakeOver) + 100*time.Millisecond, true
 }
 
 // leaseUntil is when a new claim's lease ends: with the message's visibility,

@@ -90,8 +90,9 @@ func held(t *testing.T, m *sqsworker.Message) context.Context {
 // Through the middleware, held by the heartbeat: a FIFO queue's message
 // received again after its holder died runs once the holder's visibility
 // deadline lies the heartbeat's LossLag and a second in the past (here,
-// 21s), not at the end of its claim's lease, ClaimGrace (30s) included; it
-// is postponed until then. On a standard queue (a fair queue's message,
+// 21s), not at the end of its claim's lease, ClaimGrace (30s) included: it
+// waits for that in its handler, when it is due within LossLag and two
+// seconds, and is postponed until then otherwise. On a standard queue (a fair queue's message,
 // with its group, included), or without the heartbeat, it waits for the
 // whole lease, as SQS may deliver a standard queue's message again while
 // its first receive is still in flight.
@@ -141,13 +142,13 @@ func TestGuardNextReceiveTakesOverTheDeadHolder(t *testing.T) {
 		m := fifoMsg("dead", 2)
 		dead(m, time.Minute)
 		postponed("FIFO queue without the heartbeat, next receive", ctx, m)
-		dead(m, 25*time.Second) // its deadline 5s ago
-		if d := postponed("FIFO queue, next receive before the holder's LossLag", held(t, m), m); d > 20*time.Second {
-			t.Errorf("postponed %s, want until the holder's deadline is 21s past (16s), not the lease's end (25s)", d)
+		dead(m, 40*time.Second) // its deadline 10s ahead, as its record says
+		if d := postponed("FIFO queue, next receive long before the takeover", held(t, m), m); d > 35*time.Second {
+			t.Errorf("postponed %s, want until the holder's deadline is 21s past (31s), not the lease's end (40s)", d)
 		}
-		dead(m, 2*time.Second) // its deadline 28s ago
+		dead(m, 10*time.Second) // its deadline 20s ago: the takeover a second away
 		if err := work.HandleMessage(held(t, m), m); err != nil || runs != 1 {
-			t.Fatalf("FIFO queue, next receive: %v, %d runs; want one run", err, runs)
+			t.Fatalf("FIFO queue, next receive a second before the takeover: %v, %d runs; want it to wait, then run once", err, runs)
 		}
 		if n := b.applied("dead"); n != 1 {
 			t.Errorf("effect applied %d times, want 1", n)
