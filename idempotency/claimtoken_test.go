@@ -93,3 +93,35 @@ func TestClaimRecognisesOwnToken(t *testing.T) {
 		}
 	}
 }
+
+// A takeover claim whose response is lost: the SDK retries the PutItem,
+// whose condition then fails on the taker's own item (its receive count no
+// longer below the holder's). That is the taker's claim, not a duplicate of
+// it: the key is its, at once.
+func TestLostTakeOverResponseIsTheClaim(t *testing.T) {
+	t.Parallel()
+	p := startFaultProxy(t)
+	store, direct := proxiedStore(t, p, localtest.NewDynamoDB(t))
+	ctx := context.Background()
+	until := time.Now().Add(time.Hour)
+	if _, _, err := direct.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	p.setRule(func(op string, n int) fault {
+		if op == "PutItem" && n == 1 {
+			return dropResponse
+		}
+		return forward
+	})
+	token, existing, err := store.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 2, TakeOver: until.Add(time.Hour)})
+	if n := p.requests("PutItem"); n < 2 {
+		t.Fatalf("%d PutItem requests: the client did not retry the claim", n)
+	}
+	if err != nil || existing != nil || token == "" {
+		t.Fatalf("takeover whose first response was lost: %q, %+v, %v; want the claim", token, existing, err)
+	}
+	if _, held, err := direct.Claim(ctx, "k", "h", until, idempotency.Receive{}); err != nil || held == nil || held.Token != token ||
+		held.Holder != (idempotency.Receive{MessageID: "m1", Count: 2}) {
+		t.Errorf("the key after the takeover: %+v, %v; want it held by the taker's token and receive", held, err)
+	}
+}

@@ -407,11 +407,10 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	defer cancel(nil)
 	var early time.Duration
 	if by.MessageID != "" {
-		// The message's next receive may take the claim over once its
-		// visibility deadline is LossLag and a second past (see
-		// Receive): the claim is given up at LossLag, should its
-		// extensions fail, not at the end of the grace.
-		early = g.cfg.ClaimGrace - lease.LossLag()
+		// Should its extensions fail, the claim is given up LossLag past
+		// its visibility deadline, before its next receive takes it
+		// over, not at the end of the grace.
+		early = g.takeOverGrace(lease)
 	}
 	k := g.startKeeper(ctx, key, token, leaseUntil, early, cancel, log)
 	if lease != nil {
@@ -837,7 +836,16 @@ func (g *Guard) fifoReceive(m *sqsworker.Message, lease *visibility.Lease, now t
 	if lease == nil || !strings.HasSuffix(m.QueueURL, ".fifo") || m.ID == "" || m.ReceiveCount <= 0 {
 		return Receive{}
 	}
-	return Receive{MessageID: m.ID, Count: m.ReceiveCount, TakeOver: now.Add(g.cfg.ClaimGrace - lease.LossLag() - clockSkew)}
+	return Receive{MessageID: m.ID, Count: m.ReceiveCount, TakeOver: now.Add(g.takeOverGrace(lease) - clockSkew)}
+}
+
+// takeOverGrace is how much of ClaimGrace a claim its message's next
+// receive may take over keeps (see Receive): the grace less the heartbeat's
+// LossLag, so that such a claim's lease, as far as its takeover goes, ends
+// LossLag past its visibility deadline. Its keeper gives it up then, and
+// the next receive takes it over a clockSkew later.
+func (g *Guard) takeOverGrace(lease *visibility.Lease) time.Duration {
+	return g.cfg.ClaimGrace - lease.LossLag()
 }
 
 // clockSkew is the room left for the clocks of two hosts, and for a
