@@ -784,7 +784,7 @@ func fifo(recs []record) bool {
 // fifo reports whether the record comes from a FIFO queue: by its queue's
 // name, not by its group, which a fair queue's messages carry too.
 func (r *record) fifo() bool {
-	return r.fifoSource || strings.HasSuffix(r.job.Msg.QueueURL, ".fifo") || (r.st != nil && r.st.info.FIFO)
+	return r.fifoSource || (r.st != nil && r.st.info.FIFO)
 }
 
 // group names a message group of one queue.

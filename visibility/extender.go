@@ -499,8 +499,9 @@ func (e *Extender) Round(ctx context.Context) {
 			break
 		}
 		// A call that hangs holds its turn for up to Interval: the
-		// leases whose extension failed, and whose deadline passed
-		// meanwhile, are seen lost now, not a round later (see LossLag).
+		// leases whose deadline passed meanwhile, those whose extension
+		// failed and those still waiting for their call alike, are seen
+		// lost now, not a round later (see LossLag).
 		e.ranOutIn(due)
 		wg.Go(func() {
 			defer func() { <-sem }()
