@@ -100,6 +100,13 @@ type report struct {
 	Extended  int64          `json:"extensions"`
 	Received  int64          `json:"received"`
 	Nonempty  int64          `json:"nonempty"`
+	GC        struct {
+		Cycles     uint64 `json:"cycles"`
+		Allocated  uint64 `json:"allocated"`
+		HeapScan   uint64 `json:"heap_scan"`
+		StackScan  uint64 `json:"stack_scan"`
+		Goroutines uint64 `json:"goroutines"`
+	} `json:"gc"`
 }
 
 // result is one child's run.
@@ -524,6 +531,9 @@ func perf(ctx context.Context, c *sqs.Client, s settings, child string) error {
 				if s.verbose {
 					fmt.Fprintf(os.Stderr, "    requests %v, %.2f messages per receive that brought any, ru_maxrss %.1f MiB, extensions %d, CPU s/10k user %.2f + system %.2f\n",
 						r.rep.Requests, r.perReceive(), float64(r.maxRSSKB)/1024, r.rep.Extended, per10k(r.cpu-r.sys, r.n), per10k(r.sys, r.n))
+					g := r.rep.GC
+					fmt.Fprintf(os.Stderr, "    GC: %d cycles, %.0f bytes allocated per message; the last cycle scanned %.0f KiB of heap and %.0f KiB of stacks; %d goroutines at exit\n",
+						g.Cycles, float64(g.Allocated)/float64(r.n), float64(g.HeapScan)/1024, float64(g.StackScan)/1024, g.Goroutines)
 				}
 			}
 		}

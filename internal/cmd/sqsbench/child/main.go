@@ -35,6 +35,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"runtime/metrics"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -67,6 +68,17 @@ type Report struct {
 	Extended  int64          `json:"extensions"`   // heartbeat extensions (worker)
 	Received  int64          `json:"received"`     // messages received
 	Nonempty  int64          `json:"nonempty"`     // receives that brought messages
+	GC        GCStats        `json:"gc"`           // the collector's work, at exit
+}
+
+// GCStats is the collector's work over the run, from runtime/metrics: what
+// a consumer's CPU beyond its own code goes to.
+type GCStats struct {
+	Cycles     uint64 `json:"cycles"`     // completed cycles
+	Allocated  uint64 `json:"allocated"`  // heap bytes allocated in all
+	HeapScan   uint64 `json:"heap_scan"`  // heap bytes scanned by the last cycle
+	StackScan  uint64 `json:"stack_scan"` // stack bytes scanned by the last cycle
+	Goroutines uint64 `json:"goroutines"` // live at exit
 }
 
 type settings struct {
@@ -196,6 +208,7 @@ func run(s settings) (err error) {
 	if rep.PeakRSSKB, err = peakRSS(); err != nil {
 		return err
 	}
+	rep.GC = gcStats()
 	if rep.Deleted != s.messages {
 		return fmt.Errorf("%d deletes confirmed, want %d", rep.Deleted, s.messages)
 	}
@@ -443,4 +456,23 @@ func peakRSS() (int64, error) {
 		}
 	}
 	return 0, errors.New("peak RSS: no VmHWM in /proc/self/status")
+}
+
+// gcStats reads the collector's figures from runtime/metrics.
+func gcStats() GCStats {
+	samples := []metrics.Sample{
+		{Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/gc/heap/allocs:bytes"},
+		{Name: "/gc/scan/heap:bytes"},
+		{Name: "/gc/scan/stack:bytes"},
+		{Name: "/sched/goroutines:goroutines"},
+	}
+	metrics.Read(samples)
+	v := func(i int) uint64 {
+		if samples[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return samples[i].Value.Uint64()
+	}
+	return GCStats{Cycles: v(0), Allocated: v(1), HeapScan: v(2), StackScan: v(3), Goroutines: v(4)}
 }
