@@ -17,6 +17,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 )
 
 // moveTimeout bounds the send and the delete of one message, which run to
@@ -672,17 +673,8 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 	if len(attrs) == 0 {
 		in.MessageAttributes = nil
 	}
-	if th := m.Attributes[sqsworker.AttrAWSTraceHeader]; th != "" {
-		in.MessageSystemAttributes = map[string]types.MessageSystemAttributeValue{
-			string(types.MessageSystemAttributeNameForSendsAWSTraceHeader): {DataType: aws.String("String"), StringValue: aws.String(th)},
-		}
-	}
+	sqsmsg.Carry(in, m.GroupID, m.Attributes[sqsworker.AttrAWSTraceHeader], dest.FIFO)
 	if dest.FIFO {
-		group := m.GroupID
-		if group == "" {
-			group = "sqsworker"
-		}
-		in.MessageGroupId = aws.String(group)
 		// The same replay retried is deduplicated; the next replay of the
 		// message (it failed again) is not.
 		dedup := fmt.Sprintf("%s-%d", m.OriginalID(), replays)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/jobkey"
@@ -540,13 +539,8 @@ func (e *Executor) requeueBy(ctx context.Context, j *Job, nb time.Time, prior in
 	if !e.Requeue.FIFO {
 		in.DelaySeconds = int32((delay + time.Second - 1) / time.Second)
 	}
-	if th := m.Attributes[sqsworker.AttrAWSTraceHeader]; th != "" {
-		in.MessageSystemAttributes = map[string]types.MessageSystemAttributeValue{
-			string(types.MessageSystemAttributeNameForSendsAWSTraceHeader): {DataType: aws.String("String"), StringValue: aws.String(th)},
-		}
-	}
+	sqsmsg.Carry(in, m.GroupID, m.Attributes[sqsworker.AttrAWSTraceHeader], e.Requeue.FIFO)
 	if e.Requeue.FIFO {
-		in.MessageGroupId = aws.String(m.GroupID)
 		in.MessageDeduplicationId = aws.String(m.ID)
 	}
 	timeout := e.MoveTimeout

@@ -62,6 +62,7 @@ type run struct {
 	trace    string
 	traceHdr string
 	id       string
+	group    string
 }
 
 // lossy is the executor's SQS client: SendMessage may lose its reply
@@ -128,7 +129,7 @@ func (s *sim) checkRequeueFailures(want int64) {
 }
 
 func (s *sim) handle(_ context.Context, m *sqsworker.Message) error {
-	r := run{at: s.clock.Now(), attempt: m.ReceiveCount, id: m.ID, traceHdr: m.Attributes[sqsworker.AttrAWSTraceHeader]}
+	r := run{at: s.clock.Now(), attempt: m.ReceiveCount, id: m.ID, traceHdr: m.Attributes[sqsworker.AttrAWSTraceHeader], group: m.GroupID}
 	r.key, _ = m.Attribute("idempotency-key")
 	r.trace, _ = m.Attribute("traceparent")
 	s.runs = append(s.runs, r)
@@ -456,6 +457,46 @@ func TestHoldCopyGetsTheFirstMessagesKey(t *testing.T) {
 	s.runUntilIdle(2 * time.Hour)
 	if len(s.runs) != 1 || s.runs[0].key != "message-id:"+id || s.runs[0].id == id || s.runs[0].traceHdr != xray {
 		t.Errorf("runs %+v: want one copy with key message-id:%s and the X-Ray header", s.runs, id)
+	}
+}
+
+// A fair queue's message (a standard queue's, sent with a group: its
+// tenant) waits in copies that keep its group, through a delay past SQS's
+// 15 minutes and a backoff past its 12 hours, so that SQS goes on
+// scheduling them among its tenant's messages. A message without a group
+// gets copies without one.
+func TestCopiesKeepTheirFairQueueGroup(t *testing.T) {
+	for _, group := range []string{"tenant-a", ""} {
+		t.Run(fmt.Sprintf("group=%q", group), func(t *testing.T) {
+			s := newSim(t, 3, func(m *sqsworker.Message) error {
+				if m.ReceiveCount == 1 {
+					return sqsworker.RetryAfter(24*time.Hour, errors.New("webhook endpoint down"))
+				}
+				return nil
+			})
+			s.f.Send(s.url, "job", func(in *sqs.SendMessageInput) {
+				if group != "" {
+					in.MessageGroupId = aws.String(group)
+				}
+				in.DelaySeconds = 900
+				in.MessageAttributes = map[string]types.MessageAttributeValue{
+					sqsworker.AttrNotBefore: {DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(s.clock.Now().Add(40*time.Minute).UnixMilli(), 10))},
+				}
+			})
+			s.runUntilIdle(3 * 24 * time.Hour)
+			if len(s.runs) != 2 {
+				t.Fatalf("handler ran %d times, want twice: %+v", len(s.runs), s.runs)
+			}
+			for i, r := range s.runs {
+				if r.group != group {
+					t.Errorf("run %d (a copy) has group %q, want %q", i, r.group, group)
+				}
+			}
+			if n := s.f.Calls(sqstest.OpSendMessage); n < 3 {
+				t.Errorf("%d copies sent, want at least 3 (the delay's, the backoff's)", n)
+			}
+			s.checkNotDeadLettered()
+		})
 	}
 }
 

@@ -156,17 +156,8 @@ func (mv *Mover) send(ctx context.Context, m *sqsworker.Message, attrs map[strin
 		MessageBody:       aws.String(m.Body),
 		MessageAttributes: sqsmsg.ToSDKAttributes(attrs),
 	}
-	if th := m.Attributes[sqsworker.AttrAWSTraceHeader]; th != "" {
-		in.MessageSystemAttributes = map[string]types.MessageSystemAttributeValue{
-			string(types.MessageSystemAttributeNameForSendsAWSTraceHeader): {DataType: aws.String("String"), StringValue: aws.String(th)},
-		}
-	}
+	sqsmsg.Carry(in, m.GroupID, m.Attributes[sqsworker.AttrAWSTraceHeader], mv.FIFO)
 	if mv.FIFO {
-		group := m.GroupID
-		if group == "" {
-			group = "sqsworker"
-		}
-		in.MessageGroupId = aws.String(group)
 		in.MessageDeduplicationId = aws.String(m.ID)
 	}
 	_, err := mv.API.SendMessage(ctx, in)

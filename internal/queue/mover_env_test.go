@@ -165,3 +165,26 @@ func TestMoverRetryEmulator(t *testing.T) {
 		t.Errorf("%d SendMessage calls, want 2", n)
 	}
 }
+
+// TestMoverFairQueueEmulator moves a fair queue's message (a standard
+// queue's, with a group: its tenant) to a standard dead-letter queue of the
+// emulator: the copy goes with its group, which the emulator accepts
+// as SQS does, and arrives with its body and metadata. The emulator does not
+// return a standard queue's MessageGroupId: TestMoverRetriesWithoutMetadata
+// checks on the fake that the copy keeps it.
+func TestMoverFairQueueEmulator(t *testing.T) {
+	c := localtest.NewSQS(t)
+	ctx := t.Context()
+	dlq := localtest.NewQueue(t, c, localtest.QueueOptions{}).URL
+	m := testMessage("job")
+	m.GroupID = "tenant-a"
+	api := &countingSender{Sender: c}
+	ok, err := testMover(api, dlq).Move(ctx, m, errBadPayload)
+	if err != nil || !ok {
+		t.Fatalf("Move = %v, %v; want true, nil", ok, err)
+	}
+	if n := api.n.Load(); n != 1 {
+		t.Errorf("%d SendMessage calls, want 1", n)
+	}
+	checkCopy(t, receiveEventually(t, c, dlq), m, "fields")
+}

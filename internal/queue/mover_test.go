@@ -239,6 +239,9 @@ func TestMoverRetriesWithoutMetadata(t *testing.T) {
 			if fifo && (got.GroupID != m.GroupID || got.DeduplicationID != m.ID) {
 				t.Errorf("copy's group and deduplication ID = %q, %q; want %q, %q", got.GroupID, got.DeduplicationID, m.GroupID, m.ID)
 			}
+			if !fifo && got.GroupID != m.GroupID { // a fair queue's tenant
+				t.Errorf("copy's group = %q, want %q", got.GroupID, m.GroupID)
+			}
 		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
@@ -78,4 +79,31 @@ func ToSDKAttributes(in map[string]sqsworker.MessageAttribute) map[string]types.
 		out[k] = av
 	}
 	return out
+}
+
+// DefaultGroup is the MessageGroupId of a copy sent to a FIFO queue when its
+// message had no group: it came from a standard queue.
+const DefaultGroup = "sqsworker"
+
+// Carry sets on in what a copy of a message carries over besides its body
+// and message attributes: its X-Ray trace header (traceHeader, its
+// AWSTraceHeader system attribute; none when empty) and its group. A FIFO
+// queue needs a group: the message's, or DefaultGroup. On a standard queue a
+// message's group is its tenant in a fair queue: its copy keeps it, so that
+// SQS goes on scheduling the copy among its tenant's messages rather than as
+// a message of no tenant. A standard queue's message without a group gets
+// none. The deduplication ID, which each kind of copy sets its own way, is
+// left to the caller.
+func Carry(in *sqs.SendMessageInput, group, traceHeader string, fifo bool) {
+	if traceHeader != "" {
+		in.MessageSystemAttributes = map[string]types.MessageSystemAttributeValue{
+			string(types.MessageSystemAttributeNameForSendsAWSTraceHeader): {DataType: aws.String("String"), StringValue: aws.String(traceHeader)},
+		}
+	}
+	switch {
+	case group != "":
+		in.MessageGroupId = aws.String(group)
+	case fifo:
+		in.MessageGroupId = aws.String(DefaultGroup)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
@@ -70,5 +71,35 @@ func TestToSDKAttributes(t *testing.T) {
 	m := map[string]sqsworker.MessageAttribute{"b": {DataType: "Binary", BinaryValue: []byte{1, 2}, StringValue: "xyz"}}
 	if got := sqsworker.MessageSize("", m); got != len("b")+len("Binary")+2 {
 		t.Errorf("MessageSize = %d", got)
+	}
+}
+
+// TestCarry: a copy keeps its message's X-Ray header and group; a FIFO
+// queue's copy of a message without a group gets DefaultGroup, a standard
+// queue's none.
+func TestCarry(t *testing.T) {
+	const xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
+	for _, c := range []struct {
+		group, trace string
+		fifo         bool
+		wantGroup    string // "": none
+	}{
+		{"orders-7", xray, true, "orders-7"},
+		{"", "", true, DefaultGroup},
+		{"tenant-a", "", false, "tenant-a"},
+		{"", xray, false, ""},
+	} {
+		in := &sqs.SendMessageInput{}
+		Carry(in, c.group, c.trace, c.fifo)
+		if got := aws.ToString(in.MessageGroupId); got != c.wantGroup || (c.wantGroup == "") != (in.MessageGroupId == nil) {
+			t.Errorf("Carry(%q, fifo=%v): group %v, want %q", c.group, c.fifo, in.MessageGroupId, c.wantGroup)
+		}
+		th := in.MessageSystemAttributes[string(types.MessageSystemAttributeNameForSendsAWSTraceHeader)]
+		if aws.ToString(th.StringValue) != c.trace || (c.trace == "") != (in.MessageSystemAttributes == nil) {
+			t.Errorf("Carry(trace %q): system attributes %v", c.trace, in.MessageSystemAttributes)
+		}
+		if in.MessageDeduplicationId != nil {
+			t.Errorf("Carry set a deduplication ID")
+		}
 	}
 }
