@@ -138,8 +138,12 @@
 // by itself may happen twice. A standard queue's message takes nothing
 // over, a fair queue's included: SQS may deliver it again while its first
 // receive is still in flight. Nor does a message without the heartbeat,
-// whose handler nothing cancels when its lease ends. The rule assumes that
-// the workers of a queue share their ClaimGrace and heartbeat Interval.
+// whose handler nothing cancels when its lease ends. The claim also records
+// its holder's share of the grace that the next receive does not wait for
+// (ClaimGrace less LossLag), and is taken over by that, not by the next
+// receive's own: workers of one queue configured otherwise (two versions
+// during a deployment, a ClaimGrace or a visibility timeout changed) wait
+// as long as the holder's configuration needs, no shorter and no longer.
 //
 // # Cache
 //

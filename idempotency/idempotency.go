@@ -409,8 +409,8 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	if by.MessageID != "" {
 		// Should its extensions fail, the claim is given up LossLag past
 		// its visibility deadline, before its next receive takes it
-		// over, not at the end of the grace.
-		early = g.takeOverGrace(lease)
+		// over, not at the end of the grace: by the Grace it records.
+		early = by.Grace
 	}
 	k := g.startKeeper(ctx, key, token, leaseUntil, early, cancel, log)
 	if lease != nil {
@@ -805,7 +805,7 @@ func takeOverWait(r *Record, by Receive) (time.Duration, bool) {
 	if by.MessageID == "" || r.Status != StatusInProgress || r.Holder.MessageID != by.MessageID || r.Holder.Count >= by.Count {
 		return 0, false
 	}
-	return r.LeaseExpiry.Sub(by.TakeOver) + 100*time.Millisecond, true
+	return r.LeaseExpiry.Add(-r.Holder.Grace).Sub(by.TakeOver) + 100*time.Millisecond, true
 }
 
 // leaseUntil is when a new claim's lease ends: with the message's visibility,
@@ -836,7 +836,7 @@ func (g *Guard) fifoReceive(m *sqsworker.Message, lease *visibility.Lease, now t
 	if lease == nil || !strings.HasSuffix(m.QueueURL, ".fifo") || m.ID == "" || m.ReceiveCount <= 0 {
 		return Receive{}
 	}
-	return Receive{MessageID: m.ID, Count: m.ReceiveCount, TakeOver: now.Add(g.takeOverGrace(lease) - clockSkew)}
+	return Receive{MessageID: m.ID, Count: m.ReceiveCount, Grace: g.takeOverGrace(lease), TakeOver: now.Add(-clockSkew)}
 }
 
 // takeOverGrace is how much of ClaimGrace a claim its message's next

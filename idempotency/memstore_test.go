@@ -126,13 +126,12 @@ func (s *MemStore) Claim(ctx context.Context, key, payloadHash string, leaseUnti
 	now := time.Now()
 	if r, ok := s.recs[key]; ok && r.Expiry.Unix() >= now.Unix() &&
 		(r.Status != StatusInProgress || r.LeaseExpiry.UnixMilli() >= now.UnixMilli()) &&
-		!(r.Status == StatusInProgress && by.MessageID != "" && r.Holder.MessageID == by.MessageID && r.Holder.Count < by.Count &&
-			r.LeaseExpiry.UnixMilli() < by.TakeOver.UnixMilli()) {
+		!by.takeable(&r) {
 		return "", copyRecord(&r), nil
 	}
 	token := newToken()
 	s.recs[key] = Record{Key: key, Status: StatusInProgress, Expiry: time.Unix(max(now.Add(s.ttl).Unix(), ceilUnix(leaseUntil)), 0),
-		LeaseExpiry: time.UnixMilli(leaseUntil.UnixMilli()), Token: token, PayloadHash: payloadHash, Holder: Receive{MessageID: by.MessageID, Count: by.Count}}
+		LeaseExpiry: time.UnixMilli(leaseUntil.UnixMilli()), Token: token, PayloadHash: payloadHash, Holder: Receive{MessageID: by.MessageID, Count: by.Count, Grace: by.Grace.Truncate(time.Millisecond)}}
 	return token, nil, nil
 }
 

@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -66,6 +67,63 @@ func TestClaimTakenOverByALaterReceive(t *testing.T) {
 	})
 }
 
+// A claim is taken over by the Grace its holder recorded, not the taker's:
+// workers of one queue configured otherwise (a deployment under way, a
+// ClaimGrace or a visibility timeout changed) neither cut short the wait
+// that lets a holder still running be cancelled, nor wait longer than it
+// and spend a receive. The holder's deadline is 10s past; its lease ends
+// 30s after it (ClaimGrace). A holder that recorded a Grace of 5s (LossLag
+// 25s) is not taken over by a receive whose own Grace, 25s, would; one that
+// recorded 25s (LossLag 5s) is, by a receive whose own Grace, 5s, would
+// not. Alike, they take over or not as before. The new claim records the
+// taker's own Grace.
+func TestTakeOverByTheHoldersGrace(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		s := b.direct
+		now := time.Now()
+		deadline := now.Add(-10 * time.Second)
+		for i, c := range []struct {
+			holders, takers time.Duration
+			taken           bool
+		}{
+			{holders: 5 * time.Second, takers: 25 * time.Second, taken: false},
+			{holders: 25 * time.Second, takers: 5 * time.Second, taken: true},
+			{holders: 25 * time.Second, takers: 25 * time.Second, taken: true},
+			{holders: 5 * time.Second, takers: 5 * time.Second, taken: false},
+		} {
+			key := fmt.Sprint("grace-", i)
+			first, _, err := s.Claim(ctx, key, "h", deadline.Add(30*time.Second), idempotency.Receive{MessageID: "m1", Count: 1, Grace: c.holders, TakeOver: now})
+			if err != nil || first == "" {
+				t.Fatalf("%s: the holder's claim: %q, %v", key, first, err)
+			}
+			by := idempotency.Receive{MessageID: "m1", Count: 2, Grace: c.takers, TakeOver: now.Add(-time.Second)}
+			token, existing, err := s.Claim(ctx, key, "h", now.Add(time.Hour), by)
+			if err != nil {
+				t.Fatalf("%s: the next receive's claim: %v", key, err)
+			}
+			if taken := existing == nil; taken != c.taken {
+				t.Errorf("holder's Grace %s, taker's %s: taken over %v, want %v", c.holders, c.takers, taken, c.taken)
+			}
+			_, held, err := s.Claim(ctx, key, "h", now, idempotency.Receive{})
+			if err != nil || held == nil {
+				t.Fatalf("%s: reading the record: %v, %+v", key, err, held)
+			}
+			want := idempotency.Receive{MessageID: "m1", Count: 1, Grace: c.holders}
+			if c.taken {
+				want = idempotency.Receive{MessageID: "m1", Count: 2, Grace: c.takers}
+				if held.Token != token {
+					t.Errorf("%s: the record's token is not the taker's", key)
+				}
+			}
+			if held.Holder != want {
+				t.Errorf("%s: the record's holder is %+v, want %+v", key, held.Holder, want)
+			}
+		}
+	})
+}
+
 // fifoMsg is msg received on a FIFO queue, in group "g", for the n-th time.
 func fifoMsg(key string, n int) *sqsworker.Message {
 	m := msg(key, "payload")
@@ -95,67 +153,76 @@ func held(t *testing.T, m *sqsworker.Message) context.Context {
 // seconds, and is postponed until then otherwise. On a standard queue (a fair queue's message,
 // with its group, included), or without the heartbeat, it waits for the
 // whole lease, as SQS may deliver a standard queue's message again while
-// its first receive is still in flight.
+// its first receive is still in flight. The holder's Grace rules, which its
+// claim records: a next receive of another ClaimGrace (a minute) waits as
+// long.
 func TestGuardNextReceiveTakesOverTheDeadHolder(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, b backend) {
-		g, _ := idempotency.New(b.store, idempotency.Config{Logger: quiet()})
-		ctx := context.Background()
-		runs := 0
-		work := g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, _ *sqsworker.Message) error {
-			runs++
-			return idempotency.AddWrites(ctx, effectWrite(b.effects, "dead"))
-		}))
-		// dead leaves the claim of m's first receive, whose lease (its
-		// visibility deadline and the grace) ends in leaseLeft.
-		dead := func(m *sqsworker.Message, leaseLeft time.Duration) {
-			t.Helper()
-			if tok := b.holder("dead"); tok != "" {
-				if err := b.direct.Release(ctx, "dead", tok); err != nil {
+		// The holder's configuration, which its claim records, rules
+		// the takeover, whatever the next receive's ClaimGrace.
+		for _, claimGrace := range []time.Duration{0, time.Minute} {
+			key := fmt.Sprint("dead-", claimGrace)
+			g, _ := idempotency.New(b.store, idempotency.Config{Logger: quiet(), ClaimGrace: claimGrace})
+			ctx := context.Background()
+			runs := 0
+			work := g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, _ *sqsworker.Message) error {
+				runs++
+				return idempotency.AddWrites(ctx, effectWrite(b.effects, key))
+			}))
+			// dead leaves the claim of m's first receive, whose lease (its
+			// visibility deadline and the grace) ends in leaseLeft.
+			dead := func(m *sqsworker.Message, leaseLeft time.Duration) {
+				t.Helper()
+				if tok := b.holder(key); tok != "" {
+					if err := b.direct.Release(ctx, key, tok); err != nil {
+						t.Fatal(err)
+					}
+				}
+				first := *m
+				first.ReceiveCount = 1
+				// Recorded as a FIFO receive's claim whatever the queue,
+				// so that only the next receive's own queue decides, with
+				// the Grace a Guard of the default ClaimGrace (30s) and
+				// this heartbeat (LossLag 20s) records.
+				by := idempotency.Receive{MessageID: m.ID, Count: 1, Grace: 10 * time.Second}
+				if _, _, err := b.direct.Claim(ctx, key, idempotency.BodyHash(&first), time.Now().Add(leaseLeft), by); err != nil {
 					t.Fatal(err)
 				}
 			}
-			first := *m
-			first.ReceiveCount = 1
-			// Recorded as a FIFO receive's claim whatever the queue,
-			// so that only the next receive's own queue decides.
-			by := idempotency.Receive{MessageID: m.ID, Count: 1}
-			if _, _, err := b.direct.Claim(ctx, "dead", idempotency.BodyHash(&first), time.Now().Add(leaseLeft), by); err != nil {
-				t.Fatal(err)
+			postponed := func(what string, ctx context.Context, m *sqsworker.Message) time.Duration {
+				t.Helper()
+				err := work.HandleMessage(ctx, m)
+				ra, ok := errors.AsType[*sqsworker.RetryAfterError](err)
+				if !sqsworker.IsPostponed(err) || !ok || runs != 0 {
+					t.Fatalf("%s: %v, %d runs; want postponed, no run", what, err, runs)
+				}
+				return ra.Delay
 			}
-		}
-		postponed := func(what string, ctx context.Context, m *sqsworker.Message) time.Duration {
-			t.Helper()
-			err := work.HandleMessage(ctx, m)
-			ra, ok := errors.AsType[*sqsworker.RetryAfterError](err)
-			if !sqsworker.IsPostponed(err) || !ok || runs != 0 {
-				t.Fatalf("%s: %v, %d runs; want postponed, no run", what, err, runs)
+
+			standard := fifoMsg(key, 2)
+			standard.QueueURL = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs" // a fair queue: a group, no .fifo
+			dead(standard, time.Minute)
+			postponed("standard queue, next receive", held(t, standard), standard)
+
+			m := fifoMsg(key, 2)
+			dead(m, time.Minute)
+			postponed("FIFO queue without the heartbeat, next receive", ctx, m)
+			dead(m, 40*time.Second) // its deadline 10s ahead, as its record says
+			if d := postponed("FIFO queue, next receive long before the takeover", held(t, m), m); d > 35*time.Second || d < 25*time.Second {
+				t.Errorf("postponed %s, want until the holder's deadline is 21s past (31s), not the lease's end (40s) nor sooner", d)
 			}
-			return ra.Delay
-		}
-
-		standard := fifoMsg("dead", 2)
-		standard.QueueURL = "https://sqs.us-east-1.amazonaws.com/123456789012/jobs" // a fair queue: a group, no .fifo
-		dead(standard, time.Minute)
-		postponed("standard queue, next receive", held(t, standard), standard)
-
-		m := fifoMsg("dead", 2)
-		dead(m, time.Minute)
-		postponed("FIFO queue without the heartbeat, next receive", ctx, m)
-		dead(m, 40*time.Second) // its deadline 10s ahead, as its record says
-		if d := postponed("FIFO queue, next receive long before the takeover", held(t, m), m); d > 35*time.Second {
-			t.Errorf("postponed %s, want until the holder's deadline is 21s past (31s), not the lease's end (40s)", d)
-		}
-		dead(m, 10*time.Second) // its deadline 20s ago: the takeover a second away
-		if err := work.HandleMessage(held(t, m), m); err != nil || runs != 1 {
-			t.Fatalf("FIFO queue, next receive a second before the takeover: %v, %d runs; want it to wait, then run once", err, runs)
-		}
-		if n := b.applied("dead"); n != 1 {
-			t.Errorf("effect applied %d times, want 1", n)
-		}
-		m = fifoMsg("dead", 3)
-		if err := work.HandleMessage(held(t, m), m); err != nil || runs != 1 {
-			t.Errorf("FIFO queue, the receive after the job completed: %v, %d runs; want acknowledged as a duplicate", err, runs)
+			dead(m, 10*time.Second) // its deadline 20s ago: the takeover a second away
+			if err := work.HandleMessage(held(t, m), m); err != nil || runs != 1 {
+				t.Fatalf("FIFO queue, next receive a second before the takeover: %v, %d runs; want it to wait, then run once", err, runs)
+			}
+			if n := b.applied(key); n != 1 {
+				t.Errorf("effect applied %d times, want 1", n)
+			}
+			m = fifoMsg(key, 3)
+			if err := work.HandleMessage(held(t, m), m); err != nil || runs != 1 {
+				t.Errorf("FIFO queue, the receive after the job completed: %v, %d runs; want acknowledged as a duplicate", err, runs)
+			}
 		}
 	})
 }

@@ -73,30 +73,47 @@ type Store interface {
 // timeout of its earlier receive has ended: a claim made by an earlier
 // receive of the same message belongs to a holder that died, or that lost
 // the message's lease. Its next receive takes the claim over once the
-// claim's lease ends before TakeOver, rather than after the whole lease and
-// Config.ClaimGrace: in a crash loop, waiting would spend one of the
-// receives the queue's redrive policy allows with every crash, and send a
-// job no handler failed to the dead-letter queue.
+// claim's lease, less the Grace the claim records, ends before TakeOver,
+// rather than after the whole lease and Config.ClaimGrace: in a crash loop,
+// waiting would spend one of the receives the queue's redrive policy
+// allows with every crash, and send a job no handler failed to the
+// dead-letter queue.
 //
-// The Guard sets TakeOver so that the earlier holder's visibility deadline,
-// as its claim records it, lies at least its heartbeat's LossLag (and a
-// second for clocks) in the past: by then a holder that is still running
-// has had its handler's context cancelled, by its heartbeat
+// The Guard records as Grace its ClaimGrace less its heartbeat's LossLag,
+// and sets TakeOver a second (for clocks) before now: the earlier holder's
+// visibility deadline, as its claim records it, then lies at least that
+// holder's LossLag in the past. By then a holder that is still running has
+// had its handler's context cancelled, by its heartbeat
 // (visibility.Lease.LossLag) or, when it could not record a later deadline
 // (its claim's extensions failed), by its claim's keeper, which gives such
-// a claim up at that time. The rule assumes that the workers of a queue
-// share their ClaimGrace and heartbeat Interval. It makes a Receive only
-// for the messages of a queue whose URL ends in ".fifo", held by the
-// visibility heartbeat. The zero Receive (a standard queue's message,
-// which SQS may deliver again while its first receive is still in flight,
-// fair queues' included; one without the heartbeat; one whose receive
-// count is unknown) takes nothing over.
+// a claim up at that time. Each claim is taken over by its own holder's
+// Grace, so that workers of a queue whose ClaimGrace or heartbeat Interval
+// differ (two versions during a deployment, a queue whose visibility
+// timeout changed) do not cut one another's wait short. The Guard makes a
+// Receive only for the messages of a queue whose URL ends in ".fifo", held
+// by the visibility heartbeat. The zero Receive (a standard queue's
+// message, which SQS may deliver again while its first receive is still in
+// flight, fair queues' included; one without the heartbeat; one whose
+// receive count is unknown) takes nothing over.
 type Receive struct {
 	MessageID string
 	Count     int
+	// Grace is the part of the claim's lease that the message's next
+	// receive does not wait for, recorded with the claim (to the
+	// millisecond).
+	Grace time.Duration
 	// TakeOver: the claim of an earlier receive of the message is taken
-	// over if its lease ends before TakeOver. Zero in a Record's Holder.
+	// over if its lease, less its Grace, ends before TakeOver. Zero in a
+	// Record's Holder.
 	TakeOver time.Time
+}
+
+// takeable reports whether by may take over the in-progress claim r, as
+// Receive describes. r.Holder.Grace counts to the millisecond, as the
+// stores record it.
+func (by Receive) takeable(r *Record) bool {
+	return by.MessageID != "" && r.Status == StatusInProgress && r.Holder.MessageID == by.MessageID && r.Holder.Count < by.Count &&
+		r.LeaseExpiry.UnixMilli()-r.Holder.Grace.Milliseconds() < by.TakeOver.UnixMilli()
 }
 
 // ErrNotHolder is returned by Complete, Release and ExtendLease when the
@@ -150,11 +167,11 @@ type StoreConfig struct {
 
 	// Attribute names. Defaults: "id", "status", "expiry" (epoch seconds,
 	// the TTL attribute), "lease_expiry" (epoch milliseconds),
-	// "lease_token", "payload_hash", "result", "holder_message_id" and
-	// "holder_receive_count" (the Receive that made an in-progress claim,
-	// on a FIFO queue).
+	// "lease_token", "payload_hash", "result", "holder_message_id",
+	// "holder_receive_count" and "holder_grace_ms" (the Receive that made
+	// an in-progress claim, on a FIFO queue).
 	KeyAttr, StatusAttr, ExpiryAttr, LeaseAttr, TokenAttr, HashAttr, ResultAttr string
-	HolderAttr, ReceivesAttr                                                    string
+	HolderAttr, ReceivesAttr, GraceAttr                                         string
 }
 
 // DefaultTTL is the default StoreConfig.TTL.
@@ -184,6 +201,7 @@ func (c StoreConfig) withDefaults() StoreConfig {
 	def(&c.ResultAttr, "result")
 	def(&c.HolderAttr, "holder_message_id")
 	def(&c.ReceivesAttr, "holder_receive_count")
+	def(&c.GraceAttr, "holder_grace_ms")
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
 	}
@@ -194,7 +212,7 @@ func (c StoreConfig) withDefaults() StoreConfig {
 // attributes, "" if there is none.
 func duplicateAttr(c StoreConfig) string {
 	seen := map[string]bool{}
-	for _, a := range []string{c.KeyAttr, c.StatusAttr, c.ExpiryAttr, c.LeaseAttr, c.TokenAttr, c.HashAttr, c.ResultAttr, c.HolderAttr, c.ReceivesAttr} {
+	for _, a := range []string{c.KeyAttr, c.StatusAttr, c.ExpiryAttr, c.LeaseAttr, c.TokenAttr, c.HashAttr, c.ResultAttr, c.HolderAttr, c.ReceivesAttr, c.GraceAttr} {
 		if seen[a] {
 			return a
 		}
@@ -253,7 +271,7 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 			len(cfg.KeyPrefix), MaxKeyPrefixSize, MaxKeySize))
 	}
 	if dup := duplicateAttr(cfg.withDefaults()); dup != "" {
-		errs = append(errs, fmt.Errorf("attribute name %q is given to two of the record's attributes (KeyAttr, StatusAttr, ExpiryAttr, LeaseAttr, TokenAttr, HashAttr, ResultAttr, HolderAttr, ReceivesAttr): give each its own", dup))
+		errs = append(errs, fmt.Errorf("attribute name %q is given to two of the record's attributes (KeyAttr, StatusAttr, ExpiryAttr, LeaseAttr, TokenAttr, HashAttr, ResultAttr, HolderAttr, ReceivesAttr, GraceAttr): give each its own", dup))
 	}
 	table, err := parseTable(cfg.Table)
 	if err != nil {
@@ -267,7 +285,7 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 	s := &DynamoStore{api: api, opts: dynamohttp.Options(api), cfg: cfg, now: time.Now, names: map[string]string{
 		"#k": cfg.KeyAttr, "#s": cfg.StatusAttr, "#e": cfg.ExpiryAttr, "#l": cfg.LeaseAttr,
 		"#t": cfg.TokenAttr, "#h": cfg.HashAttr, "#r": cfg.ResultAttr,
-		"#m": cfg.HolderAttr, "#c": cfg.ReceivesAttr,
+		"#m": cfg.HolderAttr, "#c": cfg.ReceivesAttr, "#g": cfg.GraceAttr,
 	}}
 	s.tableName, s.region, s.account = table.name, table.region, table.account
 	if o, ok := api.(interface{ Options() dynamodb.Options }); ok && s.region == "" {
@@ -371,16 +389,45 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 	if payloadHash != "" {
 		item[s.cfg.HashAttr] = str(payloadHash)
 	}
+	if by.MessageID != "" {
+		item[s.cfg.HolderAttr] = str(by.MessageID)
+		item[s.cfg.ReceivesAttr] = num(int64(by.Count))
+		item[s.cfg.GraceAttr] = num(by.Grace.Milliseconds())
+	}
+	r, err := s.putClaim(ctx, key, token, item, now, by, by.Grace)
+	if err == nil && r != nil && r.Holder.Grace != by.Grace.Truncate(time.Millisecond) && by.takeable(r) {
+		// An earlier receive's claim, made with a Grace of its own (a
+		// worker configured otherwise), which that Grace lets this
+		// receive take over.
+		r, err = s.putClaim(ctx, key, token, item, now, by, r.Holder.Grace)
+	}
+	if err == nil {
+		if r != nil {
+			return "", r, nil
+		}
+		return token, nil, nil
+	}
+	if retryable(err) && !errors.Is(err, context.Canceled) {
+		s.forget(ctx, key, token)
+	}
+	return "", nil, s.fail("claiming", key, err)
+}
+
+// putClaim puts item, the claim of token, with one conditional PutItem. by,
+// when it is a Receive, may take over an earlier receive's claim made with
+// a Grace of grace: its condition compares the claim's lease with
+// by.TakeOver plus grace, as DynamoDB conditions can add nothing. It
+// returns the record that holds the key when the condition fails on
+// another token's.
+func (s *DynamoStore) putClaim(ctx context.Context, key, token string, item map[string]types.AttributeValue, now time.Time, by Receive, grace time.Duration) (*Record, error) {
 	cond := "attribute_not_exists(#k) OR #e < :now OR (#s = :inprogress AND #l < :nowms)"
 	names := s.namesFor("#k", "#e", "#s", "#l")
 	values := map[string]types.AttributeValue{":now": num(now.Unix()), ":nowms": num(now.UnixMilli()), ":inprogress": str(StatusInProgress)}
 	if by.MessageID != "" {
-		item[s.cfg.HolderAttr] = str(by.MessageID)
-		item[s.cfg.ReceivesAttr] = num(int64(by.Count))
-		cond += " OR (#s = :inprogress AND #m = :holder AND #c < :receives AND #l < :takeover)"
-		names["#m"], names["#c"] = s.names["#m"], s.names["#c"]
+		cond += " OR (#s = :inprogress AND #m = :holder AND #c < :receives AND #g = :grace AND #l < :takeover)"
+		names["#m"], names["#c"], names["#g"] = s.names["#m"], s.names["#c"], s.names["#g"]
 		values[":holder"], values[":receives"] = str(by.MessageID), num(int64(by.Count))
-		values[":takeover"] = num(by.TakeOver.UnixMilli())
+		values[":grace"], values[":takeover"] = num(grace.Milliseconds()), num(by.TakeOver.UnixMilli()+grace.Milliseconds())
 	}
 	_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &s.cfg.Table,
@@ -390,21 +437,14 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, s.opts...)
-	if err == nil {
-		return token, nil, nil
-	}
 	var taken *types.ConditionalCheckFailedException
 	if errors.As(err, &taken) {
-		r := s.record(key, taken.Item)
-		if r.Token == token {
-			return token, nil, nil
+		if r := s.record(key, taken.Item); r.Token != token {
+			return r, nil
 		}
-		return "", r, nil
+		return nil, nil
 	}
-	if retryable(err) && !errors.Is(err, context.Canceled) {
-		s.forget(ctx, key, token)
-	}
-	return "", nil, s.fail("claiming", key, err)
+	return nil, err
 }
 
 // forgetTimeout bounds the best-effort release of a claim whose outcome is
@@ -443,7 +483,8 @@ func (s *DynamoStore) record(key string, item map[string]types.AttributeValue) *
 		r.LeaseExpiry = time.UnixMilli(ms)
 	}
 	if r.Status == StatusInProgress {
-		r.Holder = Receive{MessageID: getS(s.cfg.HolderAttr), Count: int(getN(s.cfg.ReceivesAttr))}
+		r.Holder = Receive{MessageID: getS(s.cfg.HolderAttr), Count: int(getN(s.cfg.ReceivesAttr)),
+			Grace: time.Duration(getN(s.cfg.GraceAttr)) * time.Millisecond}
 	}
 	if v, ok := item[s.cfg.ResultAttr].(*types.AttributeValueMemberB); ok {
 		r.Result = v.Value
