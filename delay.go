@@ -32,6 +32,15 @@ const (
 	// drop it, which is why `dlq redrive` looks for it first (see the dlq
 	// package).
 	AttrPriorAttempts = "sqsworker.prior-attempts"
+	// AttrPackedAttributes holds, as one JSON String attribute, message
+	// attributes of a job's own that the runtimes packed into it on a
+	// waiting copy: SQS takes ten message attributes, and a job with ten
+	// of its own leaves no room for the copy's idempotency key, time and
+	// prior attempts, which stay beside it. The runtimes unpack it before
+	// the handler sees the message, which then has every attribute it was
+	// sent with, and the runtimes' own. Its value maps each name to its
+	// data type ("t"), string value ("s") and binary value ("b", base64).
+	AttrPackedAttributes = "sqsworker.attributes"
 	// MaxMessageDelay is the longest delay SQS gives a message when it is
 	// sent (DelaySeconds): 15 minutes.
 	MaxMessageDelay = 15 * time.Minute

@@ -433,10 +433,12 @@ func TestEmulatorShutdownReleaseCrashAfterCopy(t *testing.T) {
 
 // A message whose copy has no room for its time and prior attempts — ten
 // message attributes already, or a body near SQS's size limit — still waits
-// in a copy on its last receive, without them: its count of attempts starts
-// again, and it runs once, never dead-lettered. Before, the copy was not
-// sent, and SQS moved the job to the dead-letter queue on its next receive
-// though no handler failed there.
+// in a copy on its last receive, and runs once, never dead-lettered. With
+// ten attributes the copy packs the job's own into one and keeps its prior
+// attempts: it runs as its second attempt. Near the size limit it goes
+// without them: its count of attempts starts again. Before, the copy was
+// not sent, and SQS moved the job to the dead-letter queue on its next
+// receive though no handler failed there.
 func TestShutdownReleaseCopyDoesNotFit(t *testing.T) {
 	t.Parallel()
 	tenAttrs := map[string]types.MessageAttributeValue{}
@@ -444,14 +446,17 @@ func TestShutdownReleaseCopyDoesNotFit(t *testing.T) {
 		tenAttrs[fmt.Sprint("a", i)] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("v")}
 	}
 	big := strings.Repeat("x", sqsworker.MaxMessageSize-16)
-	for name, in := range map[string]sqs.SendMessageInput{
-		"ten-attributes": {MessageBody: aws.String("job"), MessageAttributes: tenAttrs},
-		"size-limit":     {MessageBody: aws.String(big)},
+	for name, c := range map[string]struct {
+		in   sqs.SendMessageInput
+		runs int // as attempt
+	}{
+		"ten-attributes": {sqs.SendMessageInput{MessageBody: aws.String("job"), MessageAttributes: tenAttrs}, 2},
+		"size-limit":     {sqs.SendMessageInput{MessageBody: aws.String(big)}, 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			eachQueue(t, "release-nofit", func(t *testing.T, q relQueue) {
-				in := in
+				in := c.in
 				in.QueueUrl = &q.url
 				r := stopAtSecondAttempt(t, q.api, worker.Config{QueueURL: q.url}, false, func() {
 					if _, err := q.api.SendMessage(context.Background(), &in); err != nil {
@@ -461,7 +466,7 @@ func TestShutdownReleaseCopyDoesNotFit(t *testing.T) {
 				if s := r.w.Stats(); s.Released != 1 || s.Requeued != 1 || s.RequeueFailures != 0 {
 					t.Errorf("stats %+v: want 1 release, in a copy", s)
 				}
-				q.runCopyAs(t, 1)
+				q.runCopyAs(t, c.runs)
 			})
 		})
 	}

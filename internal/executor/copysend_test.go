@@ -157,8 +157,10 @@ func TestLastReceiveCopyGivenUp(t *testing.T) {
 }
 
 // A waiting copy with no room for the job's prior attempts (nine message
-// attributes of its own besides them) says so once, when a send goes, not
-// at every send SQS refuses: before, each of the four sends logged it.
+// attributes of its own besides them, which would pass SQS's size limit
+// packed into one: a value near it of characters JSON escapes) says so
+// once, when a send goes, not at every send SQS refuses: before, each of
+// the four sends logged it.
 func TestNoRoomForPriorAttemptsSaidOnce(t *testing.T) {
 	s := newSim(t, 1, func(*sqsworker.Message) error { return nil })
 	var logs bytes.Buffer
@@ -167,6 +169,7 @@ func TestNoRoomForPriorAttemptsSaidOnce(t *testing.T) {
 	for i := range 9 {
 		attrs[fmt.Sprint("a", i)] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("v")}
 	}
+	attrs["a0"] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(strings.Repeat(`"`, sqsworker.MaxMessageSize-1000))}
 	s.f.Send(s.url, "job", func(in *sqs.SendMessageInput) { in.MessageAttributes = attrs })
 	j := s.receiveOne() // the last receive maxReceiveCount 1 allows
 	j.LeaseEnd = time.Now().Add(time.Minute)

@@ -461,6 +461,13 @@ func (e *Executor) requeueHeld(j *Job, ack Acker, nb time.Time, prior int, delay
 	})
 }
 
+// copyKeeps names the attributes a waiting copy keeps beside the job's own
+// when it packs them (sqsmsg.Pack): those the runtimes read before the
+// handler runs.
+func copyKeeps(name string) bool {
+	return name == sqsworker.AttrNotBefore || name == sqsworker.AttrPriorAttempts || name == jobkey.Attribute
+}
+
 // requeueBy is requeue whose send, under ctx, ends by by, when set.
 // restart allows a copy without room for its prior attempts to go without
 // them: for a message that made no attempt on this receive (see
@@ -489,7 +496,9 @@ func (e *Executor) requeueBy(ctx context.Context, j *Job, nb time.Time, prior in
 	// attempts, so that its count of attempts starts again. The job's key
 	// comes before them: a copy without it gets its own message ID as its
 	// key, and a duplicate (a send retried, an original not deleted)
-	// applies the job twice. A failed attempt's copy (restart false) keeps
+	// applies the job twice. Ten attributes of the job's own are packed
+	// into one first, which leaves room for all of them; only the size
+	// limit leaves any out. A failed attempt's copy (restart false) keeps
 	// its prior attempts or is not sent: without them, a job failing for
 	// good would start again at every copy, never dead-lettered.
 	_, hasKey := attrs[jobkey.Attribute]
@@ -500,6 +509,18 @@ func (e *Executor) requeueBy(ctx context.Context, j *Job, nb time.Time, prior in
 			n, size = n+1, size+len(jobkey.Attribute)+len(key.DataType)+len(key.StringValue)
 		}
 		return n <= sqsworker.MaxMessageAttributes && size <= sqsworker.MaxMessageSize
+	}
+	if !fits(true) {
+		// Ten attributes of the job's own leave no room for its key,
+		// time and attempts: they go packed into one, which the
+		// runtimes unpack before the handler sees the message, and the
+		// copy keeps everything.
+		if packed, ok := sqsmsg.Pack(attrs, copyKeeps); ok {
+			all := attrs
+			if attrs = packed; !fits(true) {
+				attrs = all
+			}
+		}
 	}
 	// The copy's time may go when its message delay covers it.
 	nbSpare := !e.Requeue.FIFO && !nb.After(steps().Now().Add(delay))

@@ -703,3 +703,112 @@ func TestEmulatorLongBackoffWithoutRoomIsDeadLettered(t *testing.T) {
 		t.Errorf("%d messages left in the queue", v+i+d)
 	}
 }
+
+// A job sent with ten message attributes, SQS's limit (nine of its own, a
+// binary one among them, and its time), waits in copies that pack its own
+// into one, through the worker and the Lambda adapter on the emulator,
+// with the reply to the first copy's send lost (two copies): both run under
+// the first message's key, so that the idempotency middleware (DynamoDB
+// Local) applies the job's effect once, and the handler sees every
+// attribute as it was sent. Nothing is dead-lettered (maxReceiveCount 2: a
+// copy at each step).
+func TestEmulatorCopiesOfTenAttributesRunOnce(t *testing.T) {
+	localtest.Require(t)
+	localtest.RequireDynamoDB(t)
+	t.Parallel()
+	useEmuSteps(t)
+	db := localtest.NewDynamoDB(t)
+	for name, start := range runtimes {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
+			if err := idempotency.CreateTable(ctx, db, cfg); err != nil {
+				t.Fatal(err)
+			}
+			localtest.DeleteTableOnCleanup(t, db, cfg.Table)
+			store, err := idempotency.NewDynamoStore(ctx, db, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mw, err := idempotency.Middleware(store, idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			own := map[string]types.MessageAttributeValue{"blob": {DataType: aws.String("Binary"), BinaryValue: []byte{0, 1, 255}}}
+			for i := range sqsworker.MaxMessageAttributes - 2 {
+				own[fmt.Sprint("own-", i)] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(fmt.Sprint("v", i))}
+			}
+			api := &counting{Client: localtest.NewSQS(t), sendsBefore: 1, loseSends: 1}
+			q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: 2})
+			var (
+				mu     sync.Mutex
+				keys   []string
+				wrong  []string
+				effect ran
+			)
+			inner := effect.handler(nil)
+			stop := start(t, api, q, sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				k, _ := m.Attribute("idempotency-key")
+				mu.Lock()
+				keys = append(keys, k)
+				for n, a := range own {
+					if g := m.MessageAttributes[n]; g.StringValue != aws.ToString(a.StringValue) || !slices.Equal(g.BinaryValue, a.BinaryValue) {
+						wrong = append(wrong, n)
+					}
+				}
+				mu.Unlock()
+				return mw(inner).HandleMessage(ctx, m)
+			}))
+			nb := time.Now().Add(forty)
+			in := &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: aws.String("job"), MessageAttributes: maps.Clone(own),
+				DelaySeconds: int32(emuSteps.MessageDelay / time.Second)}
+			in.MessageAttributes[sqsworker.AttrNotBefore] = types.MessageAttributeValue{DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(nb.UnixMilli(), 10))}
+			out, err := api.SendMessage(ctx, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var state string // what the queues held when last looked at
+			done := func() bool {
+				mu.Lock()
+				n := len(keys)
+				mu.Unlock()
+				v, i, d := localtest.Depth(t, api.Client, q.URL)
+				dv, di, dd := localtest.Depth(t, api.Client, q.DLQURL)
+				api.mu.Lock()
+				state = fmt.Sprintf("%d runs; queue %d visible, %d in flight, %d delayed; dead-letter queue %d; %d sends, %d lost replies left",
+					n, v, i, d, dv+di+dd, api.c.Sends, api.loseSends)
+				api.mu.Unlock()
+				return n >= 2 && v+i+d == 0
+			}
+			// The Lambda adapter may get both copies in one batch: the
+			// second then finds the key in progress and is postponed for
+			// the first claim's lease (the invocation's 30s and the
+			// grace), waiting in copies, before it is acknowledged as a
+			// duplicate.
+			for deadline := time.Now().Add(forty + 100*time.Second); !done(); time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("both copies did not come: %s", state)
+				}
+			}
+			time.Sleep(time.Second)
+			stop()
+			mu.Lock()
+			defer mu.Unlock()
+			for _, k := range keys {
+				if k != "message-id:"+aws.ToString(out.MessageId) {
+					t.Errorf("a copy ran under key %q, want the first message's, message-id:%s", k, aws.ToString(out.MessageId))
+				}
+			}
+			if len(wrong) > 0 {
+				t.Errorf("the handler did not see these attributes as sent: %v", wrong)
+			}
+			if runs := effect.get(); len(runs) != 1 || runs[0].at.Before(nb) {
+				t.Errorf("the effect ran %d times for %d copies (%+v), want once, not before its time", len(runs), len(keys), runs)
+			}
+			if v, i, d := localtest.Depth(t, api.Client, q.DLQURL); v+i+d != 0 {
+				t.Errorf("%d messages dead-lettered", v+i+d)
+			}
+		})
+	}
+}

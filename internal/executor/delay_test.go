@@ -1,11 +1,13 @@
 package executor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -458,6 +460,55 @@ func TestHoldCopyGetsTheFirstMessagesKey(t *testing.T) {
 	if len(s.runs) != 1 || s.runs[0].key != "message-id:"+id || s.runs[0].id == id || s.runs[0].traceHdr != xray {
 		t.Errorf("runs %+v: want one copy with key message-id:%s and the X-Ray header", s.runs, id)
 	}
+}
+
+// A job sent with ten message attributes, SQS's limit (nine of its own and
+// its time), waits in copies that pack its own into one (sqsworker.AttrPackedAttributes) beside
+// the copy's key, time and prior attempts: a send whose reply is lost
+// leaves two copies that share the first message's key, so that the
+// idempotency middleware applies the job once; the handler sees every
+// attribute the job was sent with, binary ones included, and not the packed
+// one. Before, the copies had no room for the key and were each keyed by
+// their own message ID: the job's effect ran twice.
+func TestCopiesOfTenAttributesKeepTheKey(t *testing.T) {
+	own := map[string]types.MessageAttributeValue{}
+	for i := range sqsworker.MaxMessageAttributes - 2 {
+		own[fmt.Sprint("own-", i)] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(fmt.Sprint("v", i))}
+	}
+	own["blob"] = types.MessageAttributeValue{DataType: aws.String("Binary.gz"), BinaryValue: []byte{0, 1, 2, 255}}
+	var seen []map[string]sqsworker.MessageAttribute
+	// maxReceiveCount 2: no receive to spare for holding it by its
+	// visibility, so a copy at each step.
+	s := newSim(t, 2, func(m *sqsworker.Message) error {
+		seen = append(seen, m.MessageAttributes)
+		return nil
+	})
+	s.api.loseNext = 1
+	id := s.f.Send(s.url, "job", func(in *sqs.SendMessageInput) {
+		in.DelaySeconds = 900
+		in.MessageAttributes = maps.Clone(own)
+		in.MessageAttributes[sqsworker.AttrNotBefore] = types.MessageAttributeValue{DataType: aws.String("Number"),
+			StringValue: aws.String(strconv.FormatInt(s.clock.Now().Add(40*time.Minute).UnixMilli(), 10))}
+	})
+	s.runUntilIdle(2 * time.Hour)
+	if len(s.runs) != 2 {
+		t.Fatalf("the handler ran %d times, want twice (two copies)", len(s.runs))
+	}
+	for i, r := range s.runs {
+		if r.key != "message-id:"+id {
+			t.Errorf("copy %d runs under key %q, want message-id:%s: the job's effect would apply twice", i, r.key, id)
+		}
+		for name, a := range own {
+			got := seen[i][name]
+			if got.DataType != aws.ToString(a.DataType) || got.StringValue != aws.ToString(a.StringValue) || !bytes.Equal(got.BinaryValue, a.BinaryValue) {
+				t.Errorf("copy %d: attribute %s is %+v, want what the job was sent with", i, name, got)
+			}
+		}
+		if _, ok := seen[i][sqsworker.AttrPackedAttributes]; ok {
+			t.Errorf("copy %d: the handler sees the packed attribute", i)
+		}
+	}
+	s.checkNotDeadLettered()
 }
 
 // A fair queue's message (a standard queue's, sent with a group: its

@@ -19,6 +19,7 @@ import (
 	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
+	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/visibility"
 )
@@ -309,7 +310,7 @@ func (e *Executor) call(j *Job) (end time.Time, took time.Duration, err error) {
 		c.BreakerProbes.Add(1)
 		e.Metrics.Add(metrics.BreakerProbes, 1, e.Queue)
 	}
-	err = outcome.Call(ctx, e.Handler, m)
+	err = outcome.Call(ctx, e.Handler, sqsmsg.Unpacked(m))
 	end = time.Now()
 	if outcome.Cut(ctx, err, e.Breaker.IsDependencyFailure) { // counts as nothing
 		e.Breaker.Abort(j.Probe)

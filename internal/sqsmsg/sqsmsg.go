@@ -2,6 +2,8 @@
 package sqsmsg
 
 import (
+	"encoding/json"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -106,4 +108,59 @@ func Carry(in *sqs.SendMessageInput, group, traceHeader string, fifo bool) {
 	case fifo:
 		in.MessageGroupId = aws.String(DefaultGroup)
 	}
+}
+
+// packed is one attribute in sqsworker.AttrPackedAttributes.
+type packed struct {
+	DataType    string `json:"t"`
+	StringValue string `json:"s,omitempty"`
+	BinaryValue []byte `json:"b,omitempty"`
+}
+
+// Pack returns attrs with the attributes keep does not name packed into one,
+// sqsworker.AttrPackedAttributes, beside those it names, and true; or attrs
+// and false when fewer than two would go in it. attrs is not changed.
+func Pack(attrs map[string]sqsworker.MessageAttribute, keep func(name string) bool) (map[string]sqsworker.MessageAttribute, bool) {
+	in := make(map[string]packed, len(attrs))
+	out := make(map[string]sqsworker.MessageAttribute, 4)
+	for k, v := range attrs {
+		if keep(k) {
+			out[k] = v
+			continue
+		}
+		in[k] = packed{DataType: v.DataType, StringValue: v.StringValue, BinaryValue: v.BinaryValue}
+	}
+	if len(in) < 2 {
+		return attrs, false
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		return attrs, false
+	}
+	out[sqsworker.AttrPackedAttributes] = sqsworker.MessageAttribute{DataType: "String", StringValue: string(b)}
+	return out, true
+}
+
+// Unpacked returns m, or, when m carries sqsworker.AttrPackedAttributes
+// (see Pack), a copy of m whose MessageAttributes hold the attributes
+// packed in it instead, beside the others: what the handler sees. An
+// attribute of the same name beside it wins; a value that does not parse
+// is left as it is.
+func Unpacked(m *sqsworker.Message) *sqsworker.Message {
+	a, ok := m.MessageAttributes[sqsworker.AttrPackedAttributes]
+	if !ok {
+		return m
+	}
+	var in map[string]packed
+	if err := json.Unmarshal([]byte(a.StringValue), &in); err != nil {
+		return m
+	}
+	c := *m
+	c.MessageAttributes = make(map[string]sqsworker.MessageAttribute, len(m.MessageAttributes)+len(in))
+	for k, v := range in {
+		c.MessageAttributes[k] = sqsworker.MessageAttribute{DataType: v.DataType, StringValue: v.StringValue, BinaryValue: v.BinaryValue}
+	}
+	maps.Copy(c.MessageAttributes, m.MessageAttributes)
+	delete(c.MessageAttributes, sqsworker.AttrPackedAttributes)
+	return &c
 }

@@ -103,3 +103,47 @@ func TestCarry(t *testing.T) {
 		}
 	}
 }
+
+// TestPackUnpacked: the attributes Pack packs come back from Unpacked as
+// they were, binary and custom types included, beside those it kept; the
+// packed attribute is gone from the handler's copy, and the message itself
+// is left as received. A message without packed attributes, or with a
+// value that does not parse, is returned as it is.
+func TestPackUnpacked(t *testing.T) {
+	attrs := map[string]sqsworker.MessageAttribute{
+		"a":                     {DataType: "String", StringValue: `quote " and ünïcode`},
+		"n":                     {DataType: "Number.int", StringValue: "42"},
+		"b":                     {DataType: "Binary", BinaryValue: []byte{0, 1, 255}},
+		sqsworker.AttrNotBefore: {DataType: "Number", StringValue: "1764374400000"},
+	}
+	keep := func(name string) bool { return name == sqsworker.AttrNotBefore }
+	packed, ok := Pack(attrs, keep)
+	if !ok || len(packed) != 2 || packed[sqsworker.AttrNotBefore].StringValue != attrs[sqsworker.AttrNotBefore].StringValue || len(attrs) != 4 {
+		t.Fatalf("Pack = %v, %v; want the kept attribute and the packed one, attrs unchanged", packed, ok)
+	}
+	m := &sqsworker.Message{ID: "id-1", MessageAttributes: packed}
+	got := Unpacked(m)
+	if got == m || len(got.MessageAttributes) != len(attrs) || got.ID != "id-1" || len(m.MessageAttributes) != 2 {
+		t.Fatalf("Unpacked: %+v; want a copy with the four attributes, m unchanged", got)
+	}
+	for k, v := range attrs {
+		g := got.MessageAttributes[k]
+		if g.DataType != v.DataType || g.StringValue != v.StringValue || !bytes.Equal(g.BinaryValue, v.BinaryValue) {
+			t.Errorf("attribute %s = %+v, want %+v", k, g, v)
+		}
+	}
+	if _, ok := Pack(map[string]sqsworker.MessageAttribute{"a": attrs["a"], sqsworker.AttrNotBefore: attrs[sqsworker.AttrNotBefore]}, keep); ok {
+		t.Error("Pack packed a single attribute: it saves nothing")
+	}
+	plain := &sqsworker.Message{MessageAttributes: attrs}
+	bad := &sqsworker.Message{MessageAttributes: map[string]sqsworker.MessageAttribute{sqsworker.AttrPackedAttributes: {DataType: "String", StringValue: "{not json"}}}
+	if Unpacked(plain) != plain || Unpacked(bad) != bad || Unpacked(&sqsworker.Message{}) == nil {
+		t.Error("Unpacked changed a message without packed attributes, or with a value that does not parse")
+	}
+	// An attribute beside the packed one wins over one of its name inside.
+	clash := map[string]sqsworker.MessageAttribute{"a": {DataType: "String", StringValue: "beside"}}
+	clash[sqsworker.AttrPackedAttributes] = packed[sqsworker.AttrPackedAttributes]
+	if v := Unpacked(&sqsworker.Message{MessageAttributes: clash}).MessageAttributes["a"].StringValue; v != "beside" {
+		t.Errorf("attribute a = %q, want the one beside the packed attribute", v)
+	}
+}
