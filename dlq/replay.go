@@ -153,7 +153,8 @@ type ReplayedMessage struct {
 	// ErrorClass and FailedAt are from its failure metadata.
 	ErrorClass string    `json:"errorClass"`
 	FailedAt   time.Time `json:"failedAt,omitzero"`
-	// GroupID is its FIFO message group.
+	// GroupID is its message group: a FIFO queue's, or a fair queue's
+	// tenant.
 	GroupID string `json:"groupId,omitempty"`
 	// Destination is the URL of the queue it was (or would be) sent to.
 	Destination string `json:"destination"`
@@ -201,10 +202,10 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 // but sqsworker.AttrPriorAttempts, so that the replayed job starts from
 // fresh attempts (SQS's own redrive and its move tasks keep the attribute
 // a copy waiting for a long backoff carries; the runtimes' dead-letter
-// copies have none),
-// the X-Ray trace header and, on FIFO queues, the message group; its
-// deduplication ID is the original message ID and its replay count. It gets
-// the Number attribute [AttrReplays]: 1, or one more than the message had.
+// copies have none), the X-Ray trace header and the message group (a FIFO
+// queue's, or a fair queue's tenant); on FIFO queues, its deduplication ID
+// is the original message ID and its replay count. It gets the Number attribute
+// [AttrReplays]: 1, or one more than the message had.
 // A message without an idempotency-key attribute and without failure
 // metadata naming its original (one SQS's redrive moved, which keeps its
 // ID) gets idempotency-key "message-id:" and its ID, the key the idempotency
@@ -673,6 +674,9 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 	if len(attrs) == 0 {
 		in.MessageAttributes = nil
 	}
+	// The destination is of the dead-letter queue's type (see Target):
+	// a FIFO group goes to a FIFO queue, a fair queue's tenant to a
+	// standard one.
 	sqsmsg.Carry(in, m.GroupID, m.Attributes[sqsworker.AttrAWSTraceHeader], dest.FIFO)
 	if dest.FIFO {
 		// The same replay retried is deduplicated; the next replay of the

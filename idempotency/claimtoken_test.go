@@ -113,7 +113,7 @@ func TestLostTakeOverResponseIsTheClaim(t *testing.T) {
 		}
 		return forward
 	})
-	token, existing, err := store.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 2, TakeOver: until.Add(time.Hour)})
+	token, existing, err := store.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 2, LapsedBy: until.Add(time.Hour)})
 	if n := p.requests("PutItem"); n < 2 {
 		t.Fatalf("%d PutItem requests: the client did not retry the claim", n)
 	}

@@ -125,9 +125,9 @@
 // records, not at the end of the grace (such a claim's holder keeps less
 // of the grace through a DynamoDB brownout: half the visibility timeout and
 // LossLag). The next receive waits for the takeover in its handler, its
-// message held by the heartbeat, when it is due within LossLag and two
-// seconds (as it is when SQS has just delivered the message again), and is
-// postponed otherwise. Waiting for the whole grace would cost a
+// message held by the heartbeat, when it is due within the longer of its
+// LossLag and ClaimGrace, and two seconds (as it is when SQS has just
+// delivered the message again), and is postponed otherwise. Waiting for the whole grace would cost a
 // receive with every crash of a crash loop faster than the grace, while the
 // message waited at the head of its group, and send a job no handler failed
 // to the dead-letter queue once the redrive policy's maxReceiveCount was

@@ -389,11 +389,14 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 			break
 		}
 		// An earlier receive of this message holds the key, to be taken
-		// over within LossLag and a second (see Receive): wait for it
-		// here, with the message held by the heartbeat, once. Postponed,
-		// the message would spend a receive coming back.
+		// over within its holder's LossLag and a second (see Receive):
+		// wait for it here, with the message held by the heartbeat, once.
+		// Postponed, the message would spend a receive coming back. The
+		// holder's LossLag is not recorded: the longer of this Guard's
+		// LossLag and ClaimGrace bounds the wait, so that a holder whose
+		// heartbeat lags more than this one's is waited for too.
 		wait, soon := takeOverWait(existing, by)
-		if try > 0 || !soon || wait > lease.LossLag()+clockSkew+time.Second || !ctxsleep.Sleep(ctx, wait) {
+		if try > 0 || !soon || wait > max(lease.LossLag(), g.cfg.ClaimGrace)+clockSkew+time.Second || !ctxsleep.Sleep(ctx, wait) {
 			return g.duplicate(ctx, m, key, hash, existing, now, false, by)
 		}
 		now = g.now()
@@ -805,7 +808,7 @@ func takeOverWait(r *Record, by Receive) (time.Duration, bool) {
 	if by.MessageID == "" || r.Status != StatusInProgress || r.Holder.MessageID != by.MessageID || r.Holder.Count >= by.Count {
 		return 0, false
 	}
-	return r.LeaseExpiry.Add(-r.Holder.Grace).Sub(by.TakeOver) + 100*time.Millisecond, true
+	return r.LeaseExpiry.Add(-r.Holder.Grace).Sub(by.LapsedBy) + 100*time.Millisecond, true
 }
 
 // leaseUntil is when a new claim's lease ends: with the message's visibility,
@@ -836,7 +839,7 @@ func (g *Guard) fifoReceive(m *sqsworker.Message, lease *visibility.Lease, now t
 	if lease == nil || !strings.HasSuffix(m.QueueURL, ".fifo") || m.ID == "" || m.ReceiveCount <= 0 {
 		return Receive{}
 	}
-	return Receive{MessageID: m.ID, Count: m.ReceiveCount, Grace: g.takeOverGrace(lease), TakeOver: now.Add(-clockSkew)}
+	return Receive{MessageID: m.ID, Count: m.ReceiveCount, Grace: g.takeOverGrace(lease), LapsedBy: now.Add(-clockSkew)}
 }
 
 // takeOverGrace is how much of ClaimGrace a claim its message's next

@@ -27,16 +27,16 @@ func TestClaimTakenOverByALaterReceive(t *testing.T) {
 		ctx := context.Background()
 		s := b.direct
 		until := time.Now().Add(time.Hour)
-		later := until.Add(time.Hour) // a TakeOver that the first claim's lease ends before
-		first, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 2, TakeOver: later})
+		later := until.Add(time.Hour) // a LapsedBy that the first claim's lease ends before
+		first, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 2, LapsedBy: later})
 		if err != nil || existing != nil {
 			t.Fatalf("first claim: %v, %+v", err, existing)
 		}
 		for _, by := range []idempotency.Receive{
-			{MessageID: "m1", Count: 2, TakeOver: later}, // the same receive
-			{MessageID: "m1", Count: 1, TakeOver: later}, // an earlier one
-			{MessageID: "m2", Count: 9, TakeOver: later}, // another message with the key
-			{MessageID: "m1", Count: 3, TakeOver: until}, // the next, too soon
+			{MessageID: "m1", Count: 2, LapsedBy: later}, // the same receive
+			{MessageID: "m1", Count: 1, LapsedBy: later}, // an earlier one
+			{MessageID: "m2", Count: 9, LapsedBy: later}, // another message with the key
+			{MessageID: "m1", Count: 3, LapsedBy: until}, // the next, too soon
 			{}, // a standard queue's message
 		} {
 			_, existing, err := s.Claim(ctx, "k", "h", until, by)
@@ -47,7 +47,7 @@ func TestClaimTakenOverByALaterReceive(t *testing.T) {
 				t.Errorf("claim by %+v: the record's holder is %+v, want %+v", by, existing.Holder, want)
 			}
 		}
-		second, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 3, TakeOver: later})
+		second, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 3, LapsedBy: later})
 		if err != nil || existing != nil || second == "" || second == first {
 			t.Fatalf("claim by the next receive: %q, %v, %+v; want it taken over", second, err, existing)
 		}
@@ -60,7 +60,7 @@ func TestClaimTakenOverByALaterReceive(t *testing.T) {
 		if err := s.Complete(ctx, "k", second, nil); err != nil {
 			t.Fatalf("the second holder's completion: %v", err)
 		}
-		_, existing, err = s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 4, TakeOver: later})
+		_, existing, err = s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 4, LapsedBy: later})
 		if err != nil || existing == nil || existing.Status != idempotency.StatusCompleted || existing.Holder != (idempotency.Receive{}) {
 			t.Errorf("claim of a completed key by a later receive: %v, %+v; want the completed record", err, existing)
 		}
@@ -94,11 +94,11 @@ func TestTakeOverByTheHoldersGrace(t *testing.T) {
 			{holders: 5 * time.Second, takers: 5 * time.Second, taken: false},
 		} {
 			key := fmt.Sprint("grace-", i)
-			first, _, err := s.Claim(ctx, key, "h", deadline.Add(30*time.Second), idempotency.Receive{MessageID: "m1", Count: 1, Grace: c.holders, TakeOver: now})
+			first, _, err := s.Claim(ctx, key, "h", deadline.Add(30*time.Second), idempotency.Receive{MessageID: "m1", Count: 1, Grace: c.holders, LapsedBy: now})
 			if err != nil || first == "" {
 				t.Fatalf("%s: the holder's claim: %q, %v", key, first, err)
 			}
-			by := idempotency.Receive{MessageID: "m1", Count: 2, Grace: c.takers, TakeOver: now.Add(-time.Second)}
+			by := idempotency.Receive{MessageID: "m1", Count: 2, Grace: c.takers, LapsedBy: now.Add(-time.Second)}
 			token, existing, err := s.Claim(ctx, key, "h", now.Add(time.Hour), by)
 			if err != nil {
 				t.Fatalf("%s: the next receive's claim: %v", key, err)
@@ -120,6 +120,48 @@ func TestTakeOverByTheHoldersGrace(t *testing.T) {
 			if held.Holder != want {
 				t.Errorf("%s: the record's holder is %+v, want %+v", key, held.Holder, want)
 			}
+		}
+	})
+}
+
+// A holder whose heartbeat lags more than the next receive's (its LossLag
+// 5s, the next receive's 1s: an Interval of 0.5s) is waited for in the
+// handler all the same, when SQS has just delivered the message again, and
+// the job runs once: not postponed for the next receive's own LossLag, which
+// would spend a receive.
+func TestGuardWaitsForAHolderThatLagsMore(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		g, _ := idempotency.New(b.store, idempotency.Config{Logger: quiet()})
+		runs := 0
+		work := g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, _ *sqsworker.Message) error {
+			runs++
+			return idempotency.AddWrites(ctx, effectWrite(b.effects, "lags"))
+		}))
+		m := fifoMsg("lags", 2)
+		first := *m
+		first.ReceiveCount = 1
+		// The holder's deadline has just passed; its lease ends with the
+		// grace (30s), of which it recorded 25s.
+		by := idempotency.Receive{MessageID: m.ID, Count: 1, Grace: 25 * time.Second}
+		if _, _, err := b.direct.Claim(context.Background(), "lags", idempotency.BodyHash(&first), time.Now().Add(30*time.Second), by); err != nil {
+			t.Fatal(err)
+		}
+		ext, err := visibility.New(sqstest.NewFake(), visibility.Config{QueueURL: m.QueueURL, VisibilityTimeout: time.Hour, Interval: 500 * time.Millisecond, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, lease := ext.Track(context.Background(), m, time.Now())
+		defer lease.Release()
+		start := time.Now()
+		if err := work.HandleMessage(ctx, m); err != nil || runs != 1 {
+			t.Fatalf("next receive: %v, %d runs; want it to wait for the holder's LossLag, then run once", err, runs)
+		}
+		if took := time.Since(start); took < 5*time.Second {
+			t.Errorf("ran after %s, before the holder's LossLag (5s) and a second had passed", took)
+		}
+		if n := b.applied("lags"); n != 1 {
+			t.Errorf("effect applied %d times, want 1", n)
 		}
 	})
 }
@@ -149,9 +191,10 @@ func held(t *testing.T, m *sqsworker.Message) context.Context {
 // received again after its holder died runs once the holder's visibility
 // deadline lies the heartbeat's LossLag and a second in the past (here,
 // 21s), not at the end of its claim's lease, ClaimGrace (30s) included: it
-// waits for that in its handler, when it is due within LossLag and two
-// seconds, and is postponed until then otherwise. On a standard queue (a fair queue's message,
-// with its group, included), or without the heartbeat, it waits for the
+// waits for that in its handler, when it is due within the longer of
+// LossLag and ClaimGrace, and two seconds, and is postponed until then
+// otherwise. On a standard queue (a fair queue's message, with its group,
+// included), or without the heartbeat, it waits for the
 // whole lease, as SQS may deliver a standard queue's message again while
 // its first receive is still in flight. The holder's Grace rules, which its
 // claim records: a next receive of another ClaimGrace (a minute) waits as
@@ -208,9 +251,12 @@ func TestGuardNextReceiveTakesOverTheDeadHolder(t *testing.T) {
 			m := fifoMsg(key, 2)
 			dead(m, time.Minute)
 			postponed("FIFO queue without the heartbeat, next receive", ctx, m)
-			dead(m, 40*time.Second) // its deadline 10s ahead, as its record says
-			if d := postponed("FIFO queue, next receive long before the takeover", held(t, m), m); d > 35*time.Second || d < 25*time.Second {
-				t.Errorf("postponed %s, want until the holder's deadline is 21s past (31s), not the lease's end (40s) nor sooner", d)
+			// Its deadline a minute ahead, as its record says: the
+			// takeover is further off than this Guard waits in a handler
+			// (its LossLag or ClaimGrace, and two seconds).
+			dead(m, 90*time.Second)
+			if d := postponed("FIFO queue, next receive long before the takeover", held(t, m), m); d > 85*time.Second || d < 75*time.Second {
+				t.Errorf("postponed %s, want until the holder's deadline is 21s past (81s), not the lease's end (90s) nor sooner", d)
 			}
 			dead(m, 10*time.Second) // its deadline 20s ago: the takeover a second away
 			if err := work.HandleMessage(held(t, m), m); err != nil || runs != 1 {
@@ -286,7 +332,7 @@ func TestClaimWithoutReceiveNotTakenOver(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, existing, err := b.direct.Claim(ctx, "plain", "h", until, idempotency.Receive{MessageID: "id-plain", Count: 5, TakeOver: until.Add(time.Hour)})
+		_, existing, err := b.direct.Claim(ctx, "plain", "h", until, idempotency.Receive{MessageID: "id-plain", Count: 5, LapsedBy: until.Add(time.Hour)})
 		if err != nil || existing == nil || existing.Token != first || existing.Holder != (idempotency.Receive{}) {
 			t.Errorf("claim by a receive: %v, %+v; want the first claim's record, without a holder", err, existing)
 		}
@@ -301,7 +347,7 @@ func TestTakeOverWithAttributeNamesOfItsOwn(t *testing.T) {
 	s := newStore(t, db, idempotency.StoreConfig{HolderAttr: "by_message", ReceivesAttr: "by_receive"})
 	ctx := context.Background()
 	until := time.Now().Add(time.Hour)
-	first, _, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 1, TakeOver: until.Add(time.Hour)})
+	first, _, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 1, LapsedBy: until.Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +355,7 @@ func TestTakeOverWithAttributeNamesOfItsOwn(t *testing.T) {
 	if item["by_message"] != "m1" || item["by_receive"] != "1" {
 		t.Errorf("item %v, want the holder under by_message and by_receive", item)
 	}
-	second, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 2, TakeOver: until.Add(time.Hour)})
+	second, existing, err := s.Claim(ctx, "k", "h", until, idempotency.Receive{MessageID: "m1", Count: 2, LapsedBy: until.Add(time.Hour)})
 	if err != nil || existing != nil || second == first {
 		t.Errorf("claim by the next receive: %v, %+v; want it taken over", err, existing)
 	}

@@ -50,7 +50,8 @@ type Record struct {
 }
 
 // Store keeps idempotency records. DynamoStore is the implementation for
-// production; its methods make one request each.
+// production; its methods make one request each, but for the takeover of a
+// claim made with another Grace (see Receive), which takes two.
 type Store interface {
 	// Claim takes key for a new holder, by, until leaseUntil: it succeeds
 	// when there is no record, when the record has expired, when an
@@ -73,14 +74,14 @@ type Store interface {
 // timeout of its earlier receive has ended: a claim made by an earlier
 // receive of the same message belongs to a holder that died, or that lost
 // the message's lease. Its next receive takes the claim over once the
-// claim's lease, less the Grace the claim records, ends before TakeOver,
+// claim's lease, less the Grace the claim records, ends before LapsedBy,
 // rather than after the whole lease and Config.ClaimGrace: in a crash loop,
 // waiting would spend one of the receives the queue's redrive policy
 // allows with every crash, and send a job no handler failed to the
 // dead-letter queue.
 //
 // The Guard records as Grace its ClaimGrace less its heartbeat's LossLag,
-// and sets TakeOver a second (for clocks) before now: the earlier holder's
+// and sets LapsedBy a second (for clocks) before now: the earlier holder's
 // visibility deadline, as its claim records it, then lies at least that
 // holder's LossLag in the past. By then a holder that is still running has
 // had its handler's context cancelled, by its heartbeat
@@ -102,10 +103,10 @@ type Receive struct {
 	// receive does not wait for, recorded with the claim (to the
 	// millisecond).
 	Grace time.Duration
-	// TakeOver: the claim of an earlier receive of the message is taken
-	// over if its lease, less its Grace, ends before TakeOver. Zero in a
+	// LapsedBy: the claim of an earlier receive of the message is taken
+	// over if its lease, less its Grace, ends before LapsedBy. Zero in a
 	// Record's Holder.
-	TakeOver time.Time
+	LapsedBy time.Time
 }
 
 // takeable reports whether by may take over the in-progress claim r, as
@@ -113,7 +114,7 @@ type Receive struct {
 // stores record it.
 func (by Receive) takeable(r *Record) bool {
 	return by.MessageID != "" && r.Status == StatusInProgress && r.Holder.MessageID == by.MessageID && r.Holder.Count < by.Count &&
-		r.LeaseExpiry.UnixMilli()-r.Holder.Grace.Milliseconds() < by.TakeOver.UnixMilli()
+		r.LeaseExpiry.UnixMilli()-r.Holder.Grace.Milliseconds() < by.LapsedBy.UnixMilli()
 }
 
 // ErrNotHolder is returned by Complete, Release and ExtendLease when the
@@ -363,9 +364,10 @@ func (s *DynamoStore) namesFor(keys ...string) map[string]string {
 // Config returns the store's configuration, defaults filled in.
 func (s *DynamoStore) Config() StoreConfig { return s.cfg }
 
-// Claim puts an in-progress record with one conditional PutItem. When the key
-// is taken, ReturnValuesOnConditionCheckFailure=ALL_OLD returns the record
-// that holds it in the same round trip.
+// Claim puts an in-progress record with one conditional PutItem (two for
+// some takeovers, below). When the key is taken,
+// ReturnValuesOnConditionCheckFailure=ALL_OLD returns the record that holds
+// it in the same round trip.
 //
 // The claim's token is made before the request: when the condition fails on
 // a record holding that very token, an earlier attempt of the same request
@@ -377,7 +379,12 @@ func (s *DynamoStore) Config() StoreConfig { return s.cfg }
 // duplicates postponed, until the lease ends.
 //
 // A claim made by a Receive records it, and one more term of the condition
-// lets a later receive of the same message take it over.
+// lets a later receive of the same message take it over. That term pins the
+// Grace it was computed with, as DynamoDB conditions cannot add: when the
+// claim that holds the key was made with another Grace, which lets the
+// receive take it over, a second PutItem does, with that Grace pinned.
+// Records written before Grace was recorded have none: they are taken
+// over only once their lease ends.
 func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseUntil time.Time, by Receive) (string, *Record, error) {
 	now := s.now()
 	token := newToken()
@@ -416,7 +423,7 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 // putClaim puts item, the claim of token, with one conditional PutItem. by,
 // when it is a Receive, may take over an earlier receive's claim made with
 // a Grace of grace: its condition compares the claim's lease with
-// by.TakeOver plus grace, as DynamoDB conditions can add nothing. It
+// by.LapsedBy plus grace, as DynamoDB conditions can add nothing. It
 // returns the record that holds the key when the condition fails on
 // another token's.
 func (s *DynamoStore) putClaim(ctx context.Context, key, token string, item map[string]types.AttributeValue, now time.Time, by Receive, grace time.Duration) (*Record, error) {
@@ -427,7 +434,7 @@ func (s *DynamoStore) putClaim(ctx context.Context, key, token string, item map[
 		cond += " OR (#s = :inprogress AND #m = :holder AND #c < :receives AND #g = :grace AND #l < :takeover)"
 		names["#m"], names["#c"], names["#g"] = s.names["#m"], s.names["#c"], s.names["#g"]
 		values[":holder"], values[":receives"] = str(by.MessageID), num(int64(by.Count))
-		values[":grace"], values[":takeover"] = num(grace.Milliseconds()), num(by.TakeOver.UnixMilli()+grace.Milliseconds())
+		values[":grace"], values[":takeover"] = num(grace.Milliseconds()), num(by.LapsedBy.UnixMilli()+grace.Milliseconds())
 	}
 	_, err := s.api.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           &s.cfg.Table,

@@ -53,7 +53,8 @@ type Mover struct {
 
 // Move sends a copy of m to the dead-letter queue: the same body, the same
 // message attributes plus failure metadata (see sqsworker.Failure), the same
-// X-Ray trace header, and on FIFO queues the same message group. A replayed
+// X-Ray trace header, and the same message group (a FIFO queue's, or a
+// fair queue's tenant). A replayed
 // job without an idempotency-key (its failure metadata names the message it
 // was, which the idempotency middleware's DefaultKey keys it by) gets that
 // key as an idempotency-key attribute, when it fits beside the metadata
