@@ -32,7 +32,12 @@ type Message struct {
 	// MessageAttributes holds the message attributes the producer set, all
 	// of them; nil when there are none. A copy the runtimes moved to a
 	// dead-letter queue also has its failure metadata here (see
-	// [ParseFailure]).
+	// [ParseFailure]). A waiting copy of a job sent with ten attributes
+	// packs them into one ([AttrPackedAttributes]), unpacked before the
+	// handler sees them: the handler then sees, besides the job's ten, the
+	// copy's own ([AttrNotBefore], [AttrPriorAttempts], its idempotency
+	// key), more than SQS takes in one message. A handler that forwards
+	// them to a message of its own leaves those three out.
 	MessageAttributes map[string]MessageAttribute
 	// ReceiveCount is the number of times the message has been received,
 	// this receive included (SQS's ApproximateReceiveCount): 1 on the first

@@ -93,7 +93,10 @@ func (c *Coordinator) redriveMax(ctx context.Context, url string) int {
 // runtime drops them when it has not, to send the copy all the same, which
 // would then look like a chunk's first delivery: it would run the chunk's
 // handler again rather than find the chunk counted. Without room, the
-// chunk sends the completion itself.
+// chunk sends the completion itself. It counts the chunk's attributes one
+// by one, as if the runtime could not pack them into one
+// (sqsworker.AttrPackedAttributes), which may make the room it says is
+// not there: a chunk of many attributes then takes the longer, safe way.
 func copyRoom(m *sqsworker.Message) bool {
 	attrs := make(map[string]sqsworker.MessageAttribute, len(m.MessageAttributes)+2)
 	for name, v := range m.MessageAttributes {

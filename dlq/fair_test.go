@@ -79,3 +79,42 @@ func TestReplayFairQueueOnEmulator(t *testing.T) {
 		t.Errorf("dead-letter queue holds %d visible, %d in flight after the replay, want none", v, f)
 	}
 }
+
+// A dead letter whose job waited in a copy that packed its own attributes
+// (sqsworker.AttrPackedAttributes) is matched by them, shown with them, and
+// replayed as it is stored: the runtimes unpack it again. Before, a filter
+// on one of the job's own attributes passed it over.
+func TestPackedDeadLetterMatchesItsOwnAttributes(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	ctx := context.Background()
+	own := map[string]sqsworker.MessageAttribute{"tenant": {DataType: "String", StringValue: "acme"}, "region": {DataType: "String", StringValue: "eu"}}
+	packed, ok := sqsmsg.Pack(own, func(string) bool { return false })
+	if !ok {
+		t.Fatal("nothing packed")
+	}
+	attrs, _ := sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}.AddTo(packed)
+	e.f.Send(e.ordersDLQ, "job", func(in *sqs.SendMessageInput) { in.MessageAttributes = sdkAttributes(attrs) })
+	q := openOrdersDLQ(t, e.f)
+	filter := Filter{Attributes: []Attribute{{Name: "tenant", Value: "acme"}}}
+	res, err := q.Scan(ctx, ScanConfig{Filter: filter})
+	if err != nil || len(res.Messages) != 1 {
+		t.Fatalf("scan for tenant=acme: %v, %d messages; want the packed dead letter", err, len(res.Messages))
+	}
+	if v, _ := res.Messages[0].Attribute("region"); v != "eu" {
+		t.Errorf("listed with region %q, want its own attribute, eu", v)
+	}
+	if rr, err := q.Replay(ctx, ReplayConfig{Filter: filter}); err != nil || rr.Moved != 1 {
+		t.Fatalf("replay of tenant=acme: %v, %+v", err, rr)
+	}
+	out, err := e.f.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(e.orders), MessageAttributeNames: []string{"All"}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("receive: %v", err)
+	}
+	if _, stored := out.Messages[0].MessageAttributes[sqsworker.AttrPackedAttributes]; !stored {
+		t.Errorf("replayed with attributes %v, want them as stored, packed", out.Messages[0].MessageAttributes)
+	}
+	if v, _ := sqsmsg.Unpacked(sqsmsg.FromSDK(e.orders, &out.Messages[0])).Attribute("tenant"); v != "acme" {
+		t.Errorf("the replayed job's tenant, unpacked: %q", v)
+	}
+}

@@ -19,8 +19,11 @@ const AttrReplays = "sqsworker.replays"
 type Message struct {
 	// Message is the message as the runtimes see messages: ID (its ID in
 	// the dead-letter queue), body, system and message attributes, FIFO
-	// group. Its ReceiptHandle is the one of the scan that read it, which
-	// released it at its end.
+	// group. Its message attributes are those its handler saw: a waiting
+	// copy's packed ones unpacked (see sqsworker.AttrPackedAttributes),
+	// which filters and listings match and show; a replay sends the
+	// message as it is stored. Its ReceiptHandle is the one of the scan
+	// that read it, which released it at its end.
 	sqsworker.Message
 	// Failure is the failure metadata, when HasFailure.
 	Failure sqsworker.Failure
@@ -57,7 +60,7 @@ type Message struct {
 }
 
 func newMessage(queueURL string, m types.Message) *Message {
-	d := &Message{raw: m, Message: *sqsmsg.FromSDK(queueURL, &m)}
+	d := &Message{raw: m, Message: *sqsmsg.Unpacked(sqsmsg.FromSDK(queueURL, &m))}
 	d.Failure, d.HasFailure = sqsworker.ParseFailure(d.MessageAttributes)
 	if v, ok := d.Attribute(AttrReplays); ok {
 		if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -56,9 +57,10 @@ import (
 // handler is idempotent. Copies keep the idempotency key (a copy of a
 // message without one gets "message-id:" and the first message's ID — for a
 // replayed job, the ID its failure metadata names — which is what the
-// idempotency middleware's DefaultKey would have used, unless
-// the key would take an eleventh attribute or push the copy over the queue's
-// MaximumMessageSize), so the idempotency middleware runs the job once.
+// idempotency middleware's DefaultKey would have used, unless the key would
+// push the copy over the queue's MaximumMessageSize; ten attributes of the
+// job's own are packed into one to make room, see sqsmsg.Pack), so the
+// idempotency middleware runs the job once.
 
 // Steps are the limits a hold works within. The zero value of a field means
 // SQS's: tests set shorter ones with SetStepsForTest.
@@ -462,10 +464,10 @@ func (e *Executor) requeueHeld(j *Job, ack Acker, nb time.Time, prior int, delay
 }
 
 // copyKeeps names the attributes a waiting copy keeps beside the job's own
-// when it packs them (sqsmsg.Pack): those the runtimes read before the
-// handler runs.
+// when it packs them (sqsmsg.Pack): the runtimes' and the dead-letter
+// tools' (their names begin with "sqsworker."), and the job's key.
 func copyKeeps(name string) bool {
-	return name == sqsworker.AttrNotBefore || name == sqsworker.AttrPriorAttempts || name == jobkey.Attribute
+	return strings.HasPrefix(name, "sqsworker.") || name == jobkey.Attribute
 }
 
 // requeueBy is requeue whose send, under ctx, ends by by, when set.
@@ -473,6 +475,13 @@ func copyKeeps(name string) bool {
 // them: for a message that made no attempt on this receive (see
 // waitInCopy).
 func (e *Executor) requeueBy(ctx context.Context, j *Job, nb time.Time, prior int, delay time.Duration, by time.Time, restart bool) error {
+	return e.requeueWith(ctx, j, nb, prior, delay, by, restart, true)
+}
+
+// requeueWith is requeueBy; mayPack lets the copy pack the job's own
+// attributes into one when they leave no room for the runtimes'.
+func (e *Executor) requeueWith(ctx context.Context, j *Job, nb time.Time, prior int, delay time.Duration, by time.Time, restart, mayPack bool) error {
+	octx := ctx
 	m := j.Msg
 	attrs := maps.Clone(m.MessageAttributes)
 	if attrs == nil {
@@ -510,15 +519,16 @@ func (e *Executor) requeueBy(ctx context.Context, j *Job, nb time.Time, prior in
 		}
 		return n <= sqsworker.MaxMessageAttributes && size <= sqsworker.MaxMessageSize
 	}
-	if !fits(true) {
+	packed := false
+	if mayPack && !fits(true) {
 		// Ten attributes of the job's own leave no room for its key,
 		// time and attempts: they go packed into one, which the
 		// runtimes unpack before the handler sees the message, and the
 		// copy keeps everything.
-		if packed, ok := sqsmsg.Pack(attrs, copyKeeps); ok {
+		if p, ok := sqsmsg.Pack(attrs, copyKeeps); ok {
 			all := attrs
-			if attrs = packed; !fits(true) {
-				attrs = all
+			if attrs, packed = p, true; !fits(true) {
+				attrs, packed = all, false
 			}
 		}
 	}
@@ -581,6 +591,13 @@ func (e *Executor) requeueBy(ctx context.Context, j *Job, nb time.Time, prior in
 		defer cancelBy()
 	}
 	_, err := e.Requeue.API.SendMessage(ctx, in)
+	if err != nil && packed && queue.IsInvalidParameter(err) {
+		// Perhaps over the queue's MaximumMessageSize (below SQS's
+		// limit), which the message fit without the packing's JSON: the
+		// copy goes as it would unpacked.
+		cancel()
+		return e.requeueWith(octx, j, nb, prior, delay, by, restart, false)
+	}
 	if err != nil && queue.IsInvalidParameter(err) {
 		// Perhaps over the queue's MaximumMessageSize (below SQS's limit),
 		// which the message fit without what the copy adds: the copy goes
@@ -614,7 +631,7 @@ func (e *Executor) requeueBy(ctx context.Context, j *Job, nb time.Time, prior in
 	// Said once, by the send that went: a send refused and tried again
 	// would say it again at each try.
 	if _, kept := in.MessageAttributes[sqsworker.AttrPriorAttempts]; err == nil && !kept && prior > 0 {
-		j.log(e).Warn("no room in the waiting copy for its prior attempts (the job's own message attributes, its body, or the queue's MaximumMessageSize take it): its count of attempts starts again",
+		j.log(e).Warn("no room in the waiting copy for its prior attempts (the job's body and attributes, or the queue's MaximumMessageSize, take it): its count of attempts starts again",
 			"message_id", m.ID, "prior_attempts", prior)
 	}
 	if err != nil {

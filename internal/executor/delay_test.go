@@ -511,6 +511,34 @@ func TestCopiesOfTenAttributesKeepTheKey(t *testing.T) {
 	s.checkNotDeadLettered()
 }
 
+// A copy packed for a job with ten attributes that SQS refuses (a queue's
+// MaximumMessageSize below 1 MiB, which the message fit without the
+// packing's JSON: values of characters JSON escapes) is sent again
+// unpacked, as it was before packing: the job waits and runs once, on time,
+// and is not dead-lettered. Before, the copy's retries kept the packed
+// attribute, every send was refused, and the job was held by its
+// visibility, spending its receives.
+func TestRefusedPackedCopyGoesUnpacked(t *testing.T) {
+	s := newSim(t, 2, nil)
+	s.url = s.f.CreateQueue("jobs-small", map[string]string{"VisibilityTimeout": "30", "MaximumMessageSize": "2048",
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":2}`, sqstest.QueueARN("jobs-dlq"))})
+	s.ex.Requeue.URL = s.url
+	nb := s.clock.Now().Add(40 * time.Minute)
+	attrs := map[string]types.MessageAttributeValue{
+		sqsworker.AttrNotBefore: {DataType: aws.String("Number"), StringValue: aws.String(strconv.FormatInt(nb.UnixMilli(), 10))},
+	}
+	for i := range 9 {
+		attrs[fmt.Sprint("a", i)] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(strings.Repeat(`"`, 150))}
+	}
+	s.f.Send(s.url, "job", func(in *sqs.SendMessageInput) { in.DelaySeconds = 900; in.MessageAttributes = attrs })
+	s.runUntilIdle(2 * time.Hour)
+	if len(s.runs) != 1 || s.runs[0].at.Before(nb) || s.runs[0].attempt != 1 {
+		t.Errorf("runs %+v: want one first attempt, not before %s", s.runs, nb.Format(time.TimeOnly))
+	}
+	s.checkNotDeadLettered()
+	s.checkRequeueFailures(0)
+}
+
 // A fair queue's message (a standard queue's, sent with a group: its
 // tenant) waits in copies that keep its group, through a delay past SQS's
 // 15 minutes and a backoff past its 12 hours, so that SQS goes on

@@ -2,6 +2,7 @@
 package sqsmsg
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"strconv"
@@ -119,25 +120,37 @@ type packed struct {
 
 // Pack returns attrs with the attributes keep does not name packed into one,
 // sqsworker.AttrPackedAttributes, beside those it names, and true; or attrs
-// and false when fewer than two would go in it. attrs is not changed.
+// and false when fewer than two would go in it. Attributes attrs already
+// holds packed go in it too (an attribute beside them wins, as Unpacked
+// has it); attrs holding a packed value that does not parse are left as
+// they are. attrs is not changed.
 func Pack(attrs map[string]sqsworker.MessageAttribute, keep func(name string) bool) (map[string]sqsworker.MessageAttribute, bool) {
 	in := make(map[string]packed, len(attrs))
+	if a, ok := attrs[sqsworker.AttrPackedAttributes]; ok {
+		if err := json.Unmarshal([]byte(a.StringValue), &in); err != nil {
+			return attrs, false
+		}
+	}
 	out := make(map[string]sqsworker.MessageAttribute, 4)
 	for k, v := range attrs {
-		if keep(k) {
+		switch {
+		case k == sqsworker.AttrPackedAttributes:
+		case keep(k):
 			out[k] = v
-			continue
+		default:
+			in[k] = packed{DataType: v.DataType, StringValue: v.StringValue, BinaryValue: v.BinaryValue}
 		}
-		in[k] = packed{DataType: v.DataType, StringValue: v.StringValue, BinaryValue: v.BinaryValue}
 	}
 	if len(in) < 2 {
 		return attrs, false
 	}
-	b, err := json.Marshal(in)
-	if err != nil {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // "<" as itself, not six bytes of escape
+	if err := enc.Encode(in); err != nil {
 		return attrs, false
 	}
-	out[sqsworker.AttrPackedAttributes] = sqsworker.MessageAttribute{DataType: "String", StringValue: string(b)}
+	out[sqsworker.AttrPackedAttributes] = sqsworker.MessageAttribute{DataType: "String", StringValue: strings.TrimSuffix(b.String(), "\n")}
 	return out, true
 }
 

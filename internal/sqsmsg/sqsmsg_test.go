@@ -2,6 +2,7 @@ package sqsmsg
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,5 +146,39 @@ func TestPackUnpacked(t *testing.T) {
 	clash[sqsworker.AttrPackedAttributes] = packed[sqsworker.AttrPackedAttributes]
 	if v := Unpacked(&sqsworker.Message{MessageAttributes: clash}).MessageAttributes["a"].StringValue; v != "beside" {
 		t.Errorf("attribute a = %q, want the one beside the packed attribute", v)
+	}
+}
+
+// TestPackMergesAndKeepsHTML: attributes already packed go into the new
+// packed value (one level, never nested), an attribute beside them wins,
+// and characters JSON would escape for HTML are kept as they are, so that
+// packing costs no more room than it must.
+func TestPackMergesAndKeepsHTML(t *testing.T) {
+	keep := func(name string) bool { return name == "kept" }
+	first, ok := Pack(map[string]sqsworker.MessageAttribute{
+		"a": {DataType: "String", StringValue: "<b>&</b>"}, "b": {DataType: "String", StringValue: "old"},
+	}, keep)
+	if !ok || !strings.Contains(first[sqsworker.AttrPackedAttributes].StringValue, "<b>&</b>") {
+		t.Fatalf("Pack = %v, %v; want HTML characters unescaped", first, ok)
+	}
+	attrs := map[string]sqsworker.MessageAttribute{
+		sqsworker.AttrPackedAttributes: first[sqsworker.AttrPackedAttributes],
+		"b":                            {DataType: "String", StringValue: "new"},
+		"c":                            {DataType: "String", StringValue: "c"},
+		"kept":                         {DataType: "String", StringValue: "k"},
+	}
+	again, ok := Pack(attrs, keep)
+	if !ok || len(again) != 2 {
+		t.Fatalf("Pack again = %v, %v; want the kept attribute and one packed", again, ok)
+	}
+	got := Unpacked(&sqsworker.Message{MessageAttributes: again}).MessageAttributes
+	want := map[string]string{"a": "<b>&</b>", "b": "new", "c": "c", "kept": "k"}
+	if len(got) != len(want) {
+		t.Errorf("unpacked %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k].StringValue != v {
+			t.Errorf("attribute %s = %q, want %q", k, got[k].StringValue, v)
+		}
 	}
 }
