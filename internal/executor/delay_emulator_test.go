@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -566,21 +567,7 @@ func TestEmulatorDelayDuplicateRunsOnceUnderIdempotency(t *testing.T) {
 	localtest.RequireDynamoDB(t)
 	t.Parallel()
 	useEmuSteps(t)
-	db := localtest.NewDynamoDB(t)
-	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
-	ctx := context.Background()
-	if err := idempotency.CreateTable(ctx, db, cfg); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, cfg.Table)
-	store, err := idempotency.NewDynamoStore(ctx, db, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw, err := idempotency.Middleware(store, idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mw := idempotencyOnDynamoDB(t, localtest.NewDynamoDB(t))
 	api := &counting{Client: localtest.NewSQS(t), sendsBefore: 1, loseSends: 1}
 	q := localtest.NewQueue(t, api.Client, localtest.QueueOptions{MaxReceiveCount: 2})
 	var copies, effects ran
@@ -722,19 +709,7 @@ func TestEmulatorCopiesOfTenAttributesRunOnce(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
-			if err := idempotency.CreateTable(ctx, db, cfg); err != nil {
-				t.Fatal(err)
-			}
-			localtest.DeleteTableOnCleanup(t, db, cfg.Table)
-			store, err := idempotency.NewDynamoStore(ctx, db, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mw, err := idempotency.Middleware(store, idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
+			mw := idempotencyOnDynamoDB(t, db)
 			own := map[string]types.MessageAttributeValue{"blob": {DataType: aws.String("Binary"), BinaryValue: []byte{0, 1, 255}}}
 			for i := range sqsworker.MaxMessageAttributes - 2 {
 				own[fmt.Sprint("own-", i)] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(fmt.Sprint("v", i))}
@@ -811,4 +786,25 @@ func TestEmulatorCopiesOfTenAttributesRunOnce(t *testing.T) {
 			}
 		})
 	}
+}
+
+// idempotencyOnDynamoDB returns the idempotency middleware over a table of
+// its own in DynamoDB Local (db), deleted when t ends.
+func idempotencyOnDynamoDB(t *testing.T, db *dynamodb.Client) sqsworker.Middleware {
+	t.Helper()
+	ctx := context.Background()
+	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
+	if err := idempotency.CreateTable(ctx, db, cfg); err != nil {
+		t.Fatal(err)
+	}
+	localtest.DeleteTableOnCleanup(t, db, cfg.Table)
+	store, err := idempotency.NewDynamoStore(ctx, db, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw, err := idempotency.Middleware(store, idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
 }

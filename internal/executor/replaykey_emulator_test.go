@@ -79,20 +79,7 @@ func newKeyedReplay(t *testing.T, maxReceive int, fail func(*sqsworker.Message) 
 	localtest.Require(t)
 	localtest.RequireDynamoDB(t)
 	ctx := context.Background()
-	db := localtest.NewDynamoDB(t)
-	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
-	if err := idempotency.CreateTable(ctx, db, cfg); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, cfg.Table)
-	store, err := idempotency.NewDynamoStore(ctx, db, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw, err := idempotency.Middleware(store, idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mw := idempotencyOnDynamoDB(t, localtest.NewDynamoDB(t))
 	proxy, err := faultproxy.ForEndpoint(localtest.Endpoint())
 	if err != nil {
 		t.Fatal(err)
