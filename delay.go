@@ -40,6 +40,9 @@ const (
 	// the handler sees the message, which then has every attribute it was
 	// sent with, and the runtimes' own. Its value maps each name to its
 	// data type ("t"), string value ("s") and binary value ("b", base64).
+	// The name is reserved, as every name beginning with "sqsworker." is:
+	// a message sent with it, whose value parses so, is taken for a packed
+	// one (the producer refuses such names).
 	AttrPackedAttributes = "sqsworker.attributes"
 	// MaxMessageDelay is the longest delay SQS gives a message when it is
 	// sent (DelaySeconds): 15 minutes.
