@@ -125,3 +125,39 @@ func TestLostTakeOverResponseIsTheClaim(t *testing.T) {
 		t.Errorf("the key after the takeover: %+v, %v; want it held by the taker's token and receive", held, err)
 	}
 }
+
+// The takeover of a claim made with another Grace takes a second PutItem
+// (the first is refused on the Grace it pins); when that one's response is
+// lost, the SDK's retry fails on the taker's own item, and the claim is the
+// taker's all the same.
+func TestLostSecondTakeOverResponseIsTheClaim(t *testing.T) {
+	t.Parallel()
+	p := startFaultProxy(t)
+	store, direct := proxiedStore(t, p, localtest.NewDynamoDB(t))
+	ctx := context.Background()
+	now := time.Now()
+	// The holder's deadline 10s past, its lease 30s after it, of which it
+	// recorded 25s: taken over by that Grace, not by the taker's 5s.
+	lease := now.Add(20 * time.Second)
+	if _, _, err := direct.Claim(ctx, "k", "h", lease, idempotency.Receive{MessageID: "m1", Count: 1, Grace: 25 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	p.setRule(func(op string, n int) fault {
+		if op == "PutItem" && n == 2 {
+			return dropResponse
+		}
+		return forward
+	})
+	by := idempotency.Receive{MessageID: "m1", Count: 2, Grace: 5 * time.Second, LapsedBy: now.Add(-time.Second)}
+	token, existing, err := store.Claim(ctx, "k", "h", now.Add(time.Hour), by)
+	if n := p.requests("PutItem"); n < 3 {
+		t.Fatalf("%d PutItem requests: want the refused one, the second and the SDK's retry of it", n)
+	}
+	if err != nil || existing != nil || token == "" {
+		t.Fatalf("takeover whose second response was lost: %q, %+v, %v; want the claim", token, existing, err)
+	}
+	if _, held, err := direct.Claim(ctx, "k", "h", now, idempotency.Receive{}); err != nil || held == nil || held.Token != token ||
+		held.Holder != (idempotency.Receive{MessageID: "m1", Count: 2, Grace: 5 * time.Second}) {
+		t.Errorf("the key after the takeover: %+v, %v; want it held by the taker's token, receive and Grace", held, err)
+	}
+}
