@@ -578,7 +578,11 @@ func TestEmulatorDelayDuplicateRunsOnceUnderIdempotency(t *testing.T) {
 		return mw(inner).HandleMessage(ctx, m)
 	}))
 	nb := sendDelayed(t, api, q.URL, forty)
-	localtest.Eventually(t, 40*time.Second, func() bool {
+	// The two copies come together: the second waits for the first in the
+	// idempotency middleware, or, should the first outlast that wait (a
+	// machine loaded by the other tests), is postponed for the first
+	// claim's lease (the visibility timeout's 30 s and the 30 s grace).
+	localtest.Eventually(t, forty+100*time.Second, func() bool {
 		v, i, d := localtest.Depth(t, api.Client, q.URL)
 		return len(copies.get()) >= 2 && v+i+d == 0
 	}, "both copies did not come")
@@ -756,11 +760,13 @@ func TestEmulatorCopiesOfTenAttributesRunOnce(t *testing.T) {
 				api.mu.Unlock()
 				return n >= 2 && v+i+d == 0
 			}
-			// The Lambda adapter may get both copies in one batch: the
-			// second then finds the key in progress and is postponed for
-			// the first claim's lease (the invocation's 30s and the
-			// grace), waiting in copies, before it is acknowledged as a
-			// duplicate.
+			// Both copies may run at once (one batch, or two receives
+			// of one worker): the second waits for the first in the
+			// idempotency middleware. Should the first outlast that
+			// wait (a machine loaded by the other tests), the second is
+			// postponed for the first claim's lease (the visibility or
+			// the invocation's 30 s, and the 30 s grace), waiting in
+			// copies, before it is acknowledged as a duplicate.
 			for deadline := time.Now().Add(forty + 100*time.Second); !done(); time.Sleep(50 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatalf("both copies did not come: %s", state)

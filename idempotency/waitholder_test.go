@@ -1,0 +1,125 @@
+package idempotency_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/lambda"
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+	"github.com/sqsworker/sqsworker/worker"
+)
+
+// Two copies of one job running at once in one process (a producer's send
+// retried after its reply was lost, or SQS delivering a message twice) have
+// one effect, and the second is not postponed for the first's claim, which
+// would hold it for the claim's lease (the visibility timeout and 30 s) and
+// spend a receive: it waits for the first to finish, and is acknowledged.
+// The worker on the local SQS, the claims on DynamoDB Local; each handler
+// run takes a second, so that the two overlap.
+func TestWorkerDuplicateWaitsForItsHolder(t *testing.T) {
+	localtest.Require(t)
+	localtest.RequireDynamoDB(t)
+	t.Parallel()
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2})
+	guard, err := idempotency.New(newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eff effects
+	var deliveries, again atomic.Int64
+	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		deliveries.Add(1)
+		if m.ReceiveCount > 1 {
+			again.Add(1)
+		}
+		return guard.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			time.Sleep(time.Second)
+			k, _ := m.Attribute(idempotency.KeyAttribute)
+			eff.add(k)
+			return nil
+		})).HandleMessage(ctx, m)
+	})
+	runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 2}, h)
+	sendKeyed(t, sq, q.URL, []string{"order-7", "order-7"})
+	localtest.Eventually(t, 120*time.Second, func() bool { return deliveries.Load() >= 2 && drained(t, sq, q.URL) },
+		"the queue was not drained")
+	if n := eff.snapshot()["order-7"]; n != 1 {
+		t.Errorf("%d effects, want 1", n)
+	}
+	s := guard.Stats()
+	t.Logf("idempotency %+v", s)
+	if s.InProgress != 0 || again.Load() != 0 || deliveries.Load() != 2 {
+		t.Errorf("%d deliveries, %d of them a second receive; %d postponed: want 2 deliveries, each received once, none postponed",
+			deliveries.Load(), again.Load(), s.InProgress)
+	}
+	if !drained(t, sq, q.DLQURL) {
+		t.Error("a message was dead-lettered")
+	}
+}
+
+// The same through the Lambda adapter, both copies in one batch of the
+// local SQS: the invocation reports no failure (the copy that would have
+// been postponed is not handed back to the event source mapping).
+func TestLambdaDuplicateInTheBatchWaitsForItsHolder(t *testing.T) {
+	localtest.Require(t)
+	localtest.RequireDynamoDB(t)
+	t.Parallel()
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{})
+	guard, err := idempotency.New(newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eff effects
+	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		time.Sleep(time.Second)
+		k, _ := m.Attribute(idempotency.KeyAttribute)
+		eff.add(k)
+		return nil
+	}), guard.Middleware)
+	fn, err := lambda.NewHandler(h, lambda.Config{Client: sq, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		QueueURL: func(string) (string, error) { return q.URL, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendKeyed(t, sq, q.URL, []string{"payment-77", "payment-77"})
+	var batch []types.Message
+	localtest.Eventually(t, 30*time.Second, func() bool {
+		out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, MaxNumberOfMessages: 10,
+			WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, out.Messages...)
+		return len(batch) >= 2
+	}, "the two copies did not come")
+	attrs, err := sq.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: &q.URL,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the function's timeout
+	defer cancel()
+	resp, err := fn(ctx, sqstest.SQSEvent(attrs.Attributes[string(types.QueueAttributeNameQueueArn)], batch))
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Errorf("invocation: %+v, %v: want no failure", resp, err)
+	}
+	if n := eff.snapshot()["payment-77"]; n != 1 {
+		t.Errorf("%d effects, want 1", n)
+	}
+	if s := guard.Stats(); s.Claimed != 1 || s.Duplicates != 1 || s.Waited != 1 || s.InProgress != 0 {
+		t.Errorf("stats %+v: want one claim, one duplicate that waited, none postponed", s)
+	}
+}
