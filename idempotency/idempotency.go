@@ -139,7 +139,7 @@ type Stats struct {
 	Duplicates     int64 // duplicates of completed keys, not run
 	CacheHits      int64 // of which answered from the in-memory cache
 	InProgress     int64 // duplicates postponed while another holder runs
-	Waited         int64 // duplicates that waited for a holder running in this process to finish, rather than being postponed
+	Waited         int64 // messages that waited for a handler of their key in this process to finish, rather than being postponed
 	PayloadChanged int64 // keys reused with another payload
 	MissingKeys    int64 // messages without a key
 	Released       int64 // claims released after a handler failure, or a commit that was cancelled or failed
@@ -183,10 +183,10 @@ type Guard struct {
 	// logged once.
 	keysUnchecked atomic.Bool
 
-	// runningMu guards running: the claims this Guard's handlers are
-	// running, by key (see awaitHolder).
+	// runningMu guards running: the keys this Guard's handlers are
+	// handling (see enter).
 	runningMu sync.Mutex
-	running   map[string]running
+	running   map[string]*running
 	waited    atomic.Int64
 }
 
@@ -285,10 +285,11 @@ func SetResult(ctx context.Context, result []byte) {
 //     cache answers;
 //   - a duplicate of a key another holder is running is postponed until that
 //     claim's lease ends, with sqsworker.RetryAfter and a nil error, which the
-//     runtimes do not count as a failure; when the holder is a handler of the
-//     same Guard (two copies in one batch, or a send retried after its reply
-//     was lost), the duplicate first waits for it, up to 5s, and is then
-//     acknowledged, or runs if the holder failed (Stats.Waited);
+//     runtimes do not count as a failure; a message whose key a handler of
+//     the same Guard is handling (two copies in one batch, or a send retried
+//     after its reply was lost) first waits for it, up to 5s and without a
+//     request, and is then acknowledged, or runs if that handler failed
+//     (Stats.Waited);
 //   - a key reused with another payload, over MaxKeySize bytes or not valid
 //     UTF-8, is a Permanent error naming the key or the limit;
 //   - when the store cannot be reached, or has not answered the claim
@@ -366,12 +367,22 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 			return g.duplicate(ctx, m, key, hash, r, now, true, Receive{})
 		}
 	}
+	r, waited := g.enter(ctx, key)
+	defer g.leave(key, r)
+	if waited {
+		g.waited.Add(1)
+		now = g.now()
+		if g.cache != nil {
+			if r, ok := g.cache.get(key, now); ok {
+				return g.duplicate(ctx, m, key, hash, r, now, true, Receive{})
+			}
+		}
+	}
 	lease := visibility.FromContext(ctx)
 	var (
 		leaseUntil time.Time
 		by         Receive
 		token      string
-		waited     bool // for a holder in this Guard
 	)
 	for try := 0; ; try++ {
 		leaseUntil, by = g.leaseUntil(ctx, lease, now), g.fifoReceive(m, lease, now)
@@ -399,24 +410,6 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		if existing == nil {
 			break
 		}
-		if existing.Status == StatusInProgress && !waited {
-			// A handler of this Guard holds the key: a duplicate in the
-			// same batch, or the copies of a send retried after a lost
-			// reply. Wait for it to finish and look again, rather than
-			// spend a receive coming back after the claim's lease.
-			waited = true
-			done := g.awaitHolder(ctx, key, existing.Token, existing.LeaseExpiry.Sub(now))
-			now = g.now()
-			if done {
-				g.waited.Add(1)
-				if g.cache != nil {
-					if r, ok := g.cache.get(key, now); ok {
-						return g.duplicate(ctx, m, key, hash, r, now, true, Receive{})
-					}
-				}
-				continue
-			}
-		}
 		// An earlier receive of this message holds the key, to be taken
 		// over within its holder's LossLag and a second (see Receive):
 		// wait for it here, with the message held by the heartbeat, once.
@@ -431,8 +424,6 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		now = g.now()
 	}
 	g.claimed.Add(1)
-	g.hold(key, token)
-	defer g.unhold(key, token)
 	log := g.cfg.Logger.With("message_id", m.ID, "idempotency_key", key)
 
 	// Keep the claim's lease in step with the message's visibility, and

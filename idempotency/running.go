@@ -5,71 +5,77 @@ import (
 	"time"
 )
 
-// localWait bounds how long a duplicate waits for a holder of its key
-// running in the same Guard before it is postponed: long enough for a
-// short job to finish, short enough that a long one's duplicate gives its
-// handler slot back.
+// localWait bounds how long a message waits for a handler of the same Guard
+// handling its key: long enough for a short job to finish, short enough
+// that a long job's duplicate gives its handler slot back, to be postponed
+// by the claim.
 var localWait = 5 * time.Second
 
-// running is a claim a handler of the Guard is running: its token, and a
-// channel closed when the handler has finished with it, made by the first
-// duplicate to wait.
+// running is a message of a key a handler of the Guard is handling: done is
+// closed when it has finished, made by the first message of the same key to
+// wait.
 type running struct {
-	token string
-	done  chan struct{}
+	done chan struct{}
 }
 
-// hold notes that a handler of g holds key's claim by token, until unhold.
-func (g *Guard) hold(key, token string) {
-	g.runningMu.Lock()
-	defer g.runningMu.Unlock()
-	if g.running == nil {
-		g.running = make(map[string]running)
-	}
-	if old, ok := g.running[key]; ok && old.done != nil {
-		// A handler that went on after losing its claim to this one:
-		// its waiters look again, and find this claim.
-		close(old.done)
-	}
-	g.running[key] = running{token: token}
-}
-
-// unhold notes that the handler holding key's claim by token has finished
-// with it (completed or released it), and wakes the duplicates waiting.
-func (g *Guard) unhold(key, token string) {
-	g.runningMu.Lock()
-	defer g.runningMu.Unlock()
-	if r, ok := g.running[key]; ok && r.token == token {
-		if r.done != nil {
-			close(r.done)
+// enter waits, for localWait at most, while a handler of g handles key (two
+// copies in one batch, or a send retried after its reply was lost), then
+// notes that this one does, until leave(key, r). It reports whether it
+// waited for one. r is nil, and nothing noted, when the wait ended first
+// (the holder outlasted it, or ctx ended): the message goes on to its
+// claim, as one whose key another process holds.
+//
+// Once its holder has finished, a duplicate finds the key completed (from
+// the cache, without a request) or released: it is not postponed for the
+// claim's lease, which would spend a receive and hold the job for the
+// visibility timeout and ClaimGrace.
+func (g *Guard) enter(ctx context.Context, key string) (r *running, waited bool) {
+	var timeout <-chan time.Time
+	for {
+		g.runningMu.Lock()
+		cur := g.running[key]
+		if cur == nil {
+			if g.running == nil {
+				g.running = make(map[string]*running)
+			}
+			r = &running{}
+			g.running[key] = r
+			g.runningMu.Unlock()
+			return r, waited
 		}
+		if cur.done == nil {
+			cur.done = make(chan struct{})
+		}
+		done := cur.done
+		g.runningMu.Unlock()
+		if timeout == nil {
+			t := time.NewTimer(localWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-done:
+			waited = true
+		case <-timeout:
+			return nil, waited
+		case <-ctx.Done():
+			return nil, waited
+		}
+	}
+}
+
+// leave notes that the handler that entered key, with r, has finished, and
+// wakes the messages waiting for it.
+func (g *Guard) leave(key string, r *running) {
+	if r == nil {
+		return
+	}
+	g.runningMu.Lock()
+	defer g.runningMu.Unlock()
+	if g.running[key] == r {
 		delete(g.running, key)
 	}
-}
-
-// awaitHolder waits, for localWait and no longer than limit, until the
-// handler of g holding key's claim by token has finished with it, and
-// reports whether it did. It returns false at once when no handler of g
-// holds that claim: its holder runs elsewhere.
-func (g *Guard) awaitHolder(ctx context.Context, key, token string, limit time.Duration) bool {
-	g.runningMu.Lock()
-	r, ok := g.running[key]
-	if !ok || r.token != token {
-		g.runningMu.Unlock()
-		return false
+	if r.done != nil {
+		close(r.done)
 	}
-	if r.done == nil {
-		r.done = make(chan struct{})
-		g.running[key] = r
-	}
-	g.runningMu.Unlock()
-	t := time.NewTimer(min(localWait, max(limit, 0)))
-	defer t.Stop()
-	select {
-	case <-r.done:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	}
-	return false
 }

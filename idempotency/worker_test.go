@@ -158,7 +158,9 @@ func TestWorkerEndToEndExactlyOnceEffects(t *testing.T) {
 
 // With the worker's heartbeat, the claim's lease moves with the message's
 // visibility: a duplicate arriving after the first visibility timeout is
-// postponed, not run.
+// postponed, not run. The job outlasts the 5 s a duplicate waits for a
+// handler of its key in the same process, so that the duplicate meets the
+// claim.
 func TestClaimLeaseFollowsHeartbeat(t *testing.T) {
 	t.Parallel()
 	sq := localtest.NewSQS(t)
@@ -176,7 +178,7 @@ func TestClaimLeaseFollowsHeartbeat(t *testing.T) {
 		case started <- struct{}{}:
 		default:
 		}
-		time.Sleep(6 * time.Second)
+		time.Sleep(10 * time.Second)
 		k, _ := m.Attribute(idempotency.KeyAttribute)
 		eff.add(k)
 		return nil
@@ -195,7 +197,7 @@ func TestClaimLeaseFollowsHeartbeat(t *testing.T) {
 	if got := eff.snapshot()["long"]; got != 1 {
 		t.Errorf("%d effects, want 1", got)
 	}
-	if s := guard.Stats(); s.InProgress == 0 || s.Duplicates != 1 {
+	if s := guard.Stats(); s.InProgress == 0 || s.Duplicates != 1 || s.Waited != 0 {
 		t.Errorf("stats = %+v, want the duplicate postponed, then acknowledged", s)
 	}
 }
