@@ -109,7 +109,11 @@
 // in progress.
 //
 // A duplicate of a running job is postponed until the claim's lease, grace
-// included, ends; it is then acknowledged if the job completed.
+// included, ends; it is then acknowledged if the job completed. A duplicate
+// of a job running in the same process (two copies in one batch, or a send
+// retried after its reply was lost) first waits for it, until 5s after the
+// job started: then it is acknowledged, or runs if the job failed, without
+// spending a receive.
 //
 // One holder waits less: the next receive of the same message on a FIFO
 // queue (its URL ends in ".fifo"), held by the visibility heartbeat. SQS

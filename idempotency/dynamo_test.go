@@ -46,25 +46,33 @@ func isPostponed(err error) bool {
 	return errors.As(err, &ra) && ra.Err == nil
 }
 
-// 16 goroutines racing on one key: the handler runs exactly once; the others
-// are acknowledged (completed) or postponed (in progress).
+// 16 workers racing on one key (a Guard each, on one table, as 16
+// processes: a Guard's own messages of one key wait for one another before
+// their claim): the handler runs exactly once; the others are acknowledged
+// (completed) or postponed (in progress).
 func TestRaceOnOneKeyRunsOnce(t *testing.T) {
 	t.Parallel()
 	c := localtest.NewDynamoDB(t)
-	g, err := idempotency.New(newStore(t, c, idempotency.StoreConfig{}), idempotency.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := newStore(t, c, idempotency.StoreConfig{})
 	var runs atomic.Int64
-	h := g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-		runs.Add(1)
-		time.Sleep(100 * time.Millisecond)
-		return nil
-	}))
+	guards := make([]*idempotency.Guard, 16)
+	handlers := make([]sqsworker.Handler, len(guards))
+	for i := range guards {
+		g, err := idempotency.New(store, idempotency.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		guards[i] = g
+		handlers[i] = g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			runs.Add(1)
+			time.Sleep(100 * time.Millisecond)
+			return nil
+		}))
+	}
 	var acked, postponed, other atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for range 16 {
+	for _, h := range handlers {
 		wg.Go(func() {
 			<-start
 			switch err := h.HandleMessage(context.Background(), msg("order-1", `{"order":1}`)); {
@@ -84,11 +92,19 @@ func TestRaceOnOneKeyRunsOnce(t *testing.T) {
 		t.Errorf("handler ran %d times; %d acknowledged, %d postponed", runs.Load(), acked.Load(), postponed.Load())
 	}
 	// The postponed ones, tried again, are acknowledged without running.
-	if err := h.HandleMessage(context.Background(), msg("order-1", `{"order":1}`)); err != nil || runs.Load() != 1 {
+	if err := handlers[0].HandleMessage(context.Background(), msg("order-1", `{"order":1}`)); err != nil || runs.Load() != 1 {
 		t.Errorf("retry after completion: %v, runs %d", err, runs.Load())
 	}
-	if s := g.Stats(); s.Claimed != 1 || s.Duplicates+s.InProgress != 16 {
-		t.Errorf("stats = %+v", s)
+	var sum idempotency.Stats
+	for _, g := range guards {
+		s := g.Stats()
+		sum.Claimed += s.Claimed
+		sum.Duplicates += s.Duplicates
+		sum.InProgress += s.InProgress
+		sum.Waited += s.Waited
+	}
+	if sum.Claimed != 1 || sum.Duplicates+sum.InProgress != 16 || sum.Waited != 0 {
+		t.Errorf("stats = %+v", sum)
 	}
 }
 

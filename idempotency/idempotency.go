@@ -139,7 +139,7 @@ type Stats struct {
 	Duplicates     int64 // duplicates of completed keys, not run
 	CacheHits      int64 // of which answered from the in-memory cache
 	InProgress     int64 // duplicates postponed while another holder runs
-	Waited         int64 // messages that waited for a handler of their key in this process to finish, rather than being postponed
+	Waited         int64 // messages that waited for a handler of their key in this process to finish before their claim
 	PayloadChanged int64 // keys reused with another payload
 	MissingKeys    int64 // messages without a key
 	Released       int64 // claims released after a handler failure, or a commit that was cancelled or failed
@@ -287,9 +287,10 @@ func SetResult(ctx context.Context, result []byte) {
 //     claim's lease ends, with sqsworker.RetryAfter and a nil error, which the
 //     runtimes do not count as a failure; a message whose key a handler of
 //     the same Guard is handling (two copies in one batch, or a send retried
-//     after its reply was lost) first waits for it, up to 5s and without a
-//     request, and is then acknowledged, or runs if that handler failed
-//     (Stats.Waited);
+//     after its reply was lost) first waits for it, until 5s after it started
+//     (and for no more than half of the time left to its context's
+//     deadline), and is then acknowledged, or runs if that handler failed
+//     (Stats.Waited); a job still running by then postpones it as above;
 //   - a key reused with another payload, over MaxKeySize bytes or not valid
 //     UTF-8, is a Permanent error naming the key or the limit;
 //   - when the store cannot be reached, or has not answered the claim
@@ -367,11 +368,18 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 			return g.duplicate(ctx, m, key, hash, r, now, true, Receive{})
 		}
 	}
-	r, waited := g.enter(ctx, key)
+	r, waited, err := g.enter(ctx, key)
 	defer g.leave(key, r)
-	if waited {
-		g.waited.Add(1)
+	if err != nil {
+		// Stopped while waiting for a handler of the key here: not a
+		// failure of the job's, nor of the store's.
+		return fmt.Errorf("idempotency: message %s stopped waiting for the handler of key %q in this process: %w", m.ID, key, err)
+	}
+	if r == nil || waited {
 		now = g.now()
+	}
+	if waited && r != nil {
+		g.waited.Add(1)
 		if g.cache != nil {
 			if r, ok := g.cache.get(key, now); ok {
 				return g.duplicate(ctx, m, key, hash, r, now, true, Receive{})

@@ -5,31 +5,39 @@ import (
 	"time"
 )
 
-// localWait bounds how long a message waits for a handler of the same Guard
-// handling its key: long enough for a short job to finish, short enough
-// that a long job's duplicate gives its handler slot back, to be postponed
-// by the claim.
+// localWait bounds how long after a handler of the Guard started on a key
+// the other messages of that key wait for it: long enough for a short job
+// to finish, short enough that the duplicates of a long one (or of one that
+// ignores its context and never returns) give their handler slots back, to
+// be postponed by the claim.
 var localWait = 5 * time.Second
 
-// running is a message of a key a handler of the Guard is handling: done is
-// closed when it has finished, made by the first message of the same key to
-// wait.
+// running is a message of a key a handler of the Guard is handling, since
+// start; done is closed when it has finished, made by the first message of
+// the same key to wait.
 type running struct {
-	done chan struct{}
+	start time.Time
+	done  chan struct{}
 }
 
-// enter waits, for localWait at most, while a handler of g handles key (two
-// copies in one batch, or a send retried after its reply was lost), then
-// notes that this one does, until leave(key, r). It reports whether it
-// waited for one. r is nil, and nothing noted, when the wait ended first
-// (the holder outlasted it, or ctx ended): the message goes on to its
-// claim, as one whose key another process holds.
+// enter waits while a handler of g handles key (two copies in one batch,
+// or a send retried after its reply was lost), until localWait after that
+// handler started, and no more than half of what is left to ctx's deadline,
+// then notes that this one handles key, until leave(key, r). It reports
+// whether it waited for one to finish. r is nil, and nothing noted, when the
+// wait ended first: the message goes on to its claim, as one whose key
+// another process holds. A message whose context ends while it waits is not
+// claimed: enter returns ctx's cause.
 //
-// Once its holder has finished, a duplicate finds the key completed (from
-// the cache, without a request) or released: it is not postponed for the
-// claim's lease, which would spend a receive and hold the job for the
-// visibility timeout and ClaimGrace.
-func (g *Guard) enter(ctx context.Context, key string) (r *running, waited bool) {
+// Once its holder has finished, a duplicate finds the key completed or
+// released: it is not postponed for the claim's lease, which would spend a
+// receive and hold the job for the visibility timeout and ClaimGrace.
+func (g *Guard) enter(ctx context.Context, key string) (r *running, waited bool, err error) {
+	if k, ok := KeyFromContext(ctx); ok && k == key {
+		// Nested in a middleware that holds the key itself: no wait
+		// for oneself.
+		return nil, false, nil
+	}
 	var timeout <-chan time.Time
 	for {
 		g.runningMu.Lock()
@@ -38,28 +46,37 @@ func (g *Guard) enter(ctx context.Context, key string) (r *running, waited bool)
 			if g.running == nil {
 				g.running = make(map[string]*running)
 			}
-			r = &running{}
+			r = &running{start: g.now()}
 			g.running[key] = r
 			g.runningMu.Unlock()
-			return r, waited
+			return r, waited, nil
+		}
+		if timeout == nil {
+			now := g.now()
+			wait := cur.start.Add(localWait).Sub(now)
+			if dl, ok := ctx.Deadline(); ok {
+				wait = min(wait, dl.Sub(now)/2)
+			}
+			if wait <= 0 {
+				g.runningMu.Unlock()
+				return nil, waited, nil
+			}
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
 		}
 		if cur.done == nil {
 			cur.done = make(chan struct{})
 		}
 		done := cur.done
 		g.runningMu.Unlock()
-		if timeout == nil {
-			t := time.NewTimer(localWait)
-			defer t.Stop()
-			timeout = t.C
-		}
 		select {
 		case <-done:
 			waited = true
 		case <-timeout:
-			return nil, waited
+			return nil, waited, nil
 		case <-ctx.Done():
-			return nil, waited
+			return nil, waited, context.Cause(ctx)
 		}
 	}
 }

@@ -18,7 +18,7 @@ func keyed(id string) *sqsworker.Message {
 		KeyAttribute: {DataType: "String", StringValue: "order-1"}}}
 }
 
-// waitersOf reports whether a duplicate waits for the holder of key in g.
+// waitersOf reports whether a message waits for the handler of key in g.
 func waitersOf(g *Guard, key string) bool {
 	g.runningMu.Lock()
 	defer g.runningMu.Unlock()
@@ -30,30 +30,36 @@ func waitersOf(g *Guard, key string) bool {
 // in one batch, or a send retried after its reply was lost) waits for that
 // handler rather than being postponed for the claim's lease, which would
 // spend a receive and hold the job for the lease (the visibility timeout and
-// the 30 s grace): it is acknowledged when the holder completes, runs when
-// the holder fails, and is postponed as before when the holder outlasts the
-// wait; it is not acknowledged when its context ends first. The Guard's map
-// of running keys is empty once its handlers return.
+// the 30 s grace): it is acknowledged when the holder completes, and runs
+// when the holder fails. It is postponed as before when the holder runs
+// past localWait from its start (whether the duplicate came early and
+// waited, or late and did not), or when half of what was left to its
+// context's deadline has passed; when its context is cancelled while it
+// waits, it returns the cause without a request to the store. The Guard's
+// map of running keys is empty once its handlers return.
 func TestDuplicateWaitsForAHolderInTheSameGuard(t *testing.T) {
 	for _, c := range []struct {
 		name     string
-		fail     error // the holder's outcome
-		slow     bool  // the holder outlasts the wait
-		cancel   bool  // the duplicate's context ends while it waits
-		runs     int64 // of the handler, in all
-		postpone bool  // the duplicate is postponed
+		fail     error         // the holder's outcome
+		wait     time.Duration // localWait
+		late     bool          // the duplicate comes after localWait
+		deadline time.Duration // of the duplicate's context
+		cancel   bool          // the duplicate's context is cancelled while it waits
+		runs     int64         // of the handler, in all
+		postpone bool          // the duplicate is postponed
 	}{
-		{name: "holder completes", runs: 1},
-		{name: "holder fails", fail: errors.New("webhook down"), runs: 2},
-		{name: "holder outlasts the wait", slow: true, runs: 1, postpone: true},
-		{name: "duplicate's context ends", cancel: true, runs: 1},
+		{name: "holder completes", wait: time.Hour, runs: 1},
+		{name: "holder fails", wait: time.Hour, fail: errors.New("webhook down"), runs: 2},
+		{name: "holder outlasts the wait", wait: 200 * time.Millisecond, runs: 1, postpone: true},
+		{name: "duplicate comes late", wait: 200 * time.Millisecond, late: true, runs: 1, postpone: true},
+		{name: "duplicate's deadline", wait: time.Hour, deadline: 400 * time.Millisecond, runs: 1, postpone: true},
+		{name: "duplicate's context cancelled", wait: time.Hour, cancel: true, runs: 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if c.slow {
-				defer func(d time.Duration) { localWait = d }(localWait)
-				localWait = 200 * time.Millisecond
-			}
-			g, err := New(NewMemStore(0), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			defer func(d time.Duration) { localWait = d }(localWait)
+			localWait = c.wait
+			store := NewMemStore(0)
+			g, err := New(store, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -70,21 +76,32 @@ func TestDuplicateWaitsForAHolderInTheSameGuard(t *testing.T) {
 			first := make(chan error, 1)
 			go func() { first <- h.HandleMessage(context.Background(), keyed("m-1")) }()
 			<-started
+			if c.late {
+				time.Sleep(2 * c.wait)
+			}
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
+			if c.deadline > 0 {
+				ctx, cancel = context.WithTimeout(ctx, c.deadline)
+				defer cancel()
+			}
+			claims := store.Calls(OpClaim)
 			second := make(chan error, 1)
 			go func() { second <- h.HandleMessage(ctx, keyed("m-2")) }()
-			for !waitersOf(g, "order-1") {
-				time.Sleep(time.Millisecond)
-			}
-			if c.cancel {
-				cancel()
-			}
 			var err2 error
-			if c.slow || c.cancel {
+			if c.postpone || c.cancel {
+				if c.cancel {
+					for !waitersOf(g, "order-1") {
+						time.Sleep(time.Millisecond)
+					}
+					cancel()
+				}
 				err2 = <-second // gave up waiting, the holder still running
 				close(finish)
 			} else {
+				for !waitersOf(g, "order-1") {
+					time.Sleep(time.Millisecond)
+				}
 				close(finish)
 				err2 = <-second
 			}
@@ -95,8 +112,8 @@ func TestDuplicateWaitsForAHolderInTheSameGuard(t *testing.T) {
 			postponed := errors.As(err2, &ra) && ra.Err == nil
 			switch {
 			case c.cancel:
-				if err2 == nil {
-					t.Error("duplicate: acknowledged after its context ended, its holder still running")
+				if !errors.Is(err2, context.Canceled) || store.Calls(OpClaim) != claims {
+					t.Errorf("duplicate: %v after %d claims, want context.Canceled and no claim", err2, store.Calls(OpClaim)-claims)
 				}
 			case postponed != c.postpone || (!c.postpone && err2 != nil):
 				t.Errorf("duplicate: %v, postponed %v, want %v", err2, postponed, c.postpone)
@@ -105,14 +122,36 @@ func TestDuplicateWaitsForAHolderInTheSameGuard(t *testing.T) {
 				t.Errorf("handler ran %d times, want %d", n, c.runs)
 			}
 			s := g.Stats()
-			if waited := !c.postpone && !c.cancel; s.Waited != map[bool]int64{true: 1}[waited] || (c.postpone && s.InProgress != 1) {
-				t.Errorf("stats %+v: want Waited %d, and the slow holder's duplicate postponed", s, map[bool]int64{true: 1}[waited])
+			if waited := !c.postpone && !c.cancel; s.Waited != map[bool]int64{true: 1}[waited] || (c.postpone && s.InProgress != 1) || s.StoreErrors != 0 {
+				t.Errorf("stats %+v: want Waited %d, no store error, and a postponed duplicate counted", s, map[bool]int64{true: 1}[waited])
 			}
 			g.runningMu.Lock()
 			defer g.runningMu.Unlock()
 			if len(g.running) != 0 {
-				t.Errorf("%d claims still noted as running", len(g.running))
+				t.Errorf("%d keys still noted as running", len(g.running))
 			}
 		})
+	}
+}
+
+// A Guard's middleware nested in its own (a configuration mistake) does not
+// wait for itself.
+func TestNestedGuardDoesNotWaitForItself(t *testing.T) {
+	defer func(d time.Duration) { localWait = d }(localWait)
+	localWait = time.Hour
+	g, err := New(NewMemStore(0), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.Middleware(g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil })))
+	done := make(chan error, 1)
+	go func() { done <- h.HandleMessage(context.Background(), keyed("m-1")) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the inner middleware waits for the outer one")
+	}
+	if s := g.Stats(); s.Waited != 0 {
+		t.Errorf("stats %+v", s)
 	}
 }

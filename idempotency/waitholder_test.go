@@ -94,25 +94,10 @@ func TestLambdaDuplicateInTheBatchWaitsForItsHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	sendKeyed(t, sq, q.URL, []string{"payment-77", "payment-77"})
-	var batch []types.Message
-	localtest.Eventually(t, 30*time.Second, func() bool {
-		out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, MaxNumberOfMessages: 10,
-			WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"},
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		batch = append(batch, out.Messages...)
-		return len(batch) >= 2
-	}, "the two copies did not come")
-	attrs, err := sq.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: &q.URL,
-		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	batch := receiveBoth(t, sq, q.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the function's timeout
 	defer cancel()
-	resp, err := fn(ctx, sqstest.SQSEvent(attrs.Attributes[string(types.QueueAttributeNameQueueArn)], batch))
+	resp, err := fn(ctx, sqstest.SQSEvent(queueARN(t, sq, q.URL), batch))
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Errorf("invocation: %+v, %v: want no failure", resp, err)
 	}
@@ -122,4 +107,75 @@ func TestLambdaDuplicateInTheBatchWaitsForItsHolder(t *testing.T) {
 	if s := guard.Stats(); s.Claimed != 1 || s.Duplicates != 1 || s.Waited != 1 || s.InProgress != 0 {
 		t.Errorf("stats %+v: want one claim, one duplicate that waited, none postponed", s)
 	}
+}
+
+// In a Lambda function of a short timeout (3 s, Lambda's default), whose
+// job outlasts the invocation, a duplicate in the batch waits for its
+// holder no more than half of the time left, then meets the holder's claim
+// on DynamoDB Local and is postponed for its lease, as a duplicate of a job
+// still running: the store answered in time, no store error is counted
+// (nothing for the circuit breaker). Waiting to the handlers' deadline, it
+// would have been released to come back at once, and spent a receive.
+func TestLambdaShortTimeoutDuplicateIsPostponed(t *testing.T) {
+	localtest.Require(t)
+	localtest.RequireDynamoDB(t)
+	t.Parallel()
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{})
+	guard, err := idempotency.New(newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		select {
+		case <-time.After(10 * time.Second):
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}), guard.Middleware)
+	fn, err := lambda.NewHandler(h, lambda.Config{Client: sq, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		QueueURL: func(string) (string, error) { return q.URL, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendKeyed(t, sq, q.URL, []string{"payment-78", "payment-78"})
+	batch := receiveBoth(t, sq, q.URL)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	resp, err := fn(ctx, sqstest.SQSEvent(queueARN(t, sq, q.URL), batch))
+	if err != nil || len(resp.BatchItemFailures) != 2 {
+		t.Errorf("invocation: %+v, %v: want both handed back, the job cut by the deadline, its duplicate postponed", resp, err)
+	}
+	if s := guard.Stats(); s.Claimed != 1 || s.InProgress != 1 || s.StoreErrors != 0 || s.Waited != 0 {
+		t.Errorf("stats %+v: want one claim, one duplicate postponed, no store error", s)
+	}
+}
+
+// receiveBoth receives the two messages sent to url, for one batch.
+func receiveBoth(t *testing.T, sq *sqs.Client, url string) []types.Message {
+	t.Helper()
+	var batch []types.Message
+	localtest.Eventually(t, 30*time.Second, func() bool {
+		out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10,
+			WaitTimeSeconds: 1, MessageAttributeNames: []string{"All"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, out.Messages...)
+		return len(batch) >= 2
+	}, "the two copies did not come")
+	return batch
+}
+
+// queueARN returns the ARN of the queue at url.
+func queueARN(t *testing.T, sq *sqs.Client, url string) string {
+	t.Helper()
+	attrs, err := sq.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: &url,
+		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return attrs.Attributes[string(types.QueueAttributeNameQueueArn)]
 }

@@ -60,8 +60,9 @@ func TestOccurrenceFiredTwiceRunsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A duplicate of a running job is postponed for the claim's lease:
-	// a short grace brings it back soon.
+	// A duplicate of a job running elsewhere, or here for more than 5 s,
+	// is postponed for the claim's lease: a short grace brings it back
+	// soon.
 	guard, err := idempotency.New(store, idempotency.Config{Key: schedule.Key, ClaimGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
