@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -50,9 +51,26 @@ func TestChaosShort(t *testing.T) {
 	}
 	for _, r := range results {
 		if !r.Pass {
-			t.Errorf("%s: %s", r.Label, strings.Join(r.Failures, "; "))
+			t.Errorf("%s: %s\n%s", r.Label, strings.Join(r.Failures, "; "), logTail(r.LogFile, 60))
 		}
 	}
+}
+
+// logTail returns the last n lines of a scenario's log above the debug
+// level, so that a failure in CI, whose temporary directory is gone once
+// the test ends, can be read from the test's output.
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(log unreadable: %v)", err)
+	}
+	var lines []string
+	for l := range strings.Lines(string(b)) {
+		if !strings.Contains(l, `"level":"DEBUG"`) {
+			lines = append(lines, l)
+		}
+	}
+	return "log " + path + ", its last lines above debug:\n" + strings.Join(lines[max(0, len(lines)-n):], "")
 }
 
 func TestSelectUnknownScenario(t *testing.T) {
