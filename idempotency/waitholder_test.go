@@ -72,27 +72,13 @@ func TestWorkerDuplicateWaitsForItsHolder(t *testing.T) {
 // local SQS: the invocation reports no failure (the copy that would have
 // been postponed is not handed back to the event source mapping).
 func TestLambdaDuplicateInTheBatchWaitsForItsHolder(t *testing.T) {
-	localtest.Require(t)
-	localtest.RequireDynamoDB(t)
-	t.Parallel()
-	sq := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, sq, localtest.QueueOptions{})
-	guard, err := idempotency.New(newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var eff effects
-	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+	sq, q, guard, fn := lambdaWithGuard(t, func(ctx context.Context, m *sqsworker.Message) error {
 		time.Sleep(time.Second)
 		k, _ := m.Attribute(idempotency.KeyAttribute)
 		eff.add(k)
 		return nil
-	}), guard.Middleware)
-	fn, err := lambda.NewHandler(h, lambda.Config{Client: sq, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		QueueURL: func(string) (string, error) { return q.URL, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	sendKeyed(t, sq, q.URL, []string{"payment-77", "payment-77"})
 	batch := receiveBoth(t, sq, q.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // the function's timeout
@@ -117,28 +103,14 @@ func TestLambdaDuplicateInTheBatchWaitsForItsHolder(t *testing.T) {
 // (nothing for the circuit breaker). Waiting to the handlers' deadline, it
 // would have been released to come back at once, and spent a receive.
 func TestLambdaShortTimeoutDuplicateIsPostponed(t *testing.T) {
-	localtest.Require(t)
-	localtest.RequireDynamoDB(t)
-	t.Parallel()
-	sq := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, sq, localtest.QueueOptions{})
-	guard, err := idempotency.New(newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+	sq, q, guard, fn := lambdaWithGuard(t, func(ctx context.Context, m *sqsworker.Message) error {
 		select {
 		case <-time.After(10 * time.Second):
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
-	}), guard.Middleware)
-	fn, err := lambda.NewHandler(h, lambda.Config{Client: sq, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		QueueURL: func(string) (string, error) { return q.URL, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	sendKeyed(t, sq, q.URL, []string{"payment-78", "payment-78"})
 	batch := receiveBoth(t, sq, q.URL)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -178,4 +150,27 @@ func queueARN(t *testing.T, sq *sqs.Client, url string) string {
 		t.Fatal(err)
 	}
 	return attrs.Attributes[string(types.QueueAttributeNameQueueArn)]
+}
+
+// lambdaWithGuard returns the Lambda adapter's function over job behind a
+// Guard (on a table of DynamoDB Local), for a queue of the local SQS, with
+// the SQS client, the queue and the Guard. It skips the test without the
+// local stack, and runs it in parallel.
+func lambdaWithGuard(t *testing.T, job sqsworker.HandlerFunc) (*sqs.Client, localtest.Queue, *idempotency.Guard, lambda.HandlerFunc) {
+	t.Helper()
+	localtest.Require(t)
+	localtest.RequireDynamoDB(t)
+	t.Parallel()
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{})
+	guard, err := idempotency.New(newStore(t, localtest.NewDynamoDB(t), idempotency.StoreConfig{}), idempotency.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := lambda.NewHandler(sqsworker.Chain(job, guard.Middleware), lambda.Config{Client: sq,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), QueueURL: func(string) (string, error) { return q.URL, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sq, q, guard, fn
 }
