@@ -3,8 +3,10 @@ package chaos
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -428,4 +430,43 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// workerRetries returns how many messages the worker of pid retried or
+// postponed in its life, from the figures it logs as it stops (a line of
+// the scenario's log, name): the messages it leaves hidden on purpose, for
+// their backoff or until its last receives have surely ended.
+func workerRetries(name string, pid int) (int, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg    string `json:"msg"`
+			Pid    int    `json:"pid"`
+			Worker string `json:"worker"`
+		}
+		if !strings.Contains(sc.Text(), `"chaosworker stopped"`) || json.Unmarshal(sc.Bytes(), &line) != nil ||
+			line.Msg != "chaosworker stopped" || line.Pid != pid {
+			continue
+		}
+		n := 0
+		for _, field := range []string{"Retried", "Postponed"} {
+			m := regexp.MustCompile(`\b` + field + `:(\d+)`).FindStringSubmatch(line.Worker)
+			if m == nil {
+				return 0, fmt.Errorf("the worker's last figures have no %s: %s", field, line.Worker)
+			}
+			v, _ := strconv.Atoi(m[1])
+			n += v
+		}
+		return n, nil
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("no figures logged by worker %d as it stopped", pid)
 }
