@@ -11,8 +11,9 @@
 //     (or released if the handler failed, so that the retry can claim it);
 //   - a duplicate of a completed key is acknowledged without running the
 //     handler;
-//   - a duplicate of a key another worker is running is postponed until that
-//     claim's lease ends, without counting as a failure;
+//   - a duplicate of a key another process is running is postponed until
+//     that claim's lease ends, without counting as a failure (one running
+//     under the same Guard is waited for first, briefly);
 //   - a key reused for another payload is a Permanent error naming it.
 //
 // [DynamoStore] keeps the records in DynamoDB with conditional writes: a
@@ -110,10 +111,10 @@
 //
 // A duplicate of a running job is postponed until the claim's lease, grace
 // included, ends; it is then acknowledged if the job completed. A duplicate
-// of a job running in the same process (two copies in one batch, or a send
-// retried after its reply was lost) first waits for it, until 5s after the
-// job started: then it is acknowledged, or runs if the job failed, without
-// spending a receive.
+// of a job running under the same Guard (two copies in one batch, or a send
+// retried after its reply was lost; share one Guard in a process) first
+// waits for it, until 5s after the job started: then it is acknowledged, or
+// runs if the job failed, without spending a receive.
 //
 // One holder waits less: the next receive of the same message on a FIFO
 // queue (its URL ends in ".fifo"), held by the visibility heartbeat. SQS

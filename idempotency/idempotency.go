@@ -188,6 +188,7 @@ type Guard struct {
 	runningMu sync.Mutex
 	running   map[string]*running
 	waited    atomic.Int64
+	localWait time.Duration // see the constant
 }
 
 // New validates cfg and returns a Guard over store.
@@ -236,7 +237,7 @@ func New(store Store, cfg Config) (*Guard, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = metrics.Nop{}
 	}
-	g := &Guard{store: store, cfg: cfg, now: time.Now}
+	g := &Guard{store: store, cfg: cfg, now: time.Now, localWait: localWait}
 	if cfg.CacheSize > 0 {
 		g.cache = newLRU(cfg.CacheSize)
 	}
@@ -287,7 +288,8 @@ func SetResult(ctx context.Context, result []byte) {
 //     claim's lease ends, with sqsworker.RetryAfter and a nil error, which the
 //     runtimes do not count as a failure; a message whose key a handler of
 //     the same Guard is handling (two copies in one batch, or a send retried
-//     after its reply was lost) first waits for it, until 5s after it started
+//     after its reply was lost: one Guard per process sees them all) first
+//     waits for it, until 5s after it started
 //     (and for no more than half of the time left to its context's
 //     deadline), and is then acknowledged, or runs if that handler failed
 //     (Stats.Waited); a job still running by then postpones it as above;

@@ -6,11 +6,11 @@ import (
 )
 
 // localWait bounds how long after a handler of the Guard started on a key
-// the other messages of that key wait for it: long enough for a short job
-// to finish, short enough that the duplicates of a long one (or of one that
-// ignores its context and never returns) give their handler slots back, to
-// be postponed by the claim.
-var localWait = 5 * time.Second
+// the other messages of that key wait for it (Guard.localWait, set to this
+// by New): long enough for a short job to finish, short enough that the
+// duplicates of a long one (or of one that ignores its context and never
+// returns) give their handler slots back, to be postponed by the claim.
+const localWait = 5 * time.Second
 
 // running is a message of a key a handler of the Guard is handling, since
 // start; done is closed when it has finished, made by the first message of
@@ -21,7 +21,7 @@ type running struct {
 }
 
 // enter waits while a handler of g handles key (two copies in one batch,
-// or a send retried after its reply was lost), until localWait after that
+// or a send retried after its reply was lost), until g.localWait after that
 // handler started, and no more than half of what is left to ctx's deadline,
 // then notes that this one handles key, until leave(key, r). It reports
 // whether it waited for one to finish. r is nil, and nothing noted, when the
@@ -53,7 +53,7 @@ func (g *Guard) enter(ctx context.Context, key string) (r *running, waited bool,
 		}
 		if timeout == nil {
 			now := g.now()
-			wait := cur.start.Add(localWait).Sub(now)
+			wait := cur.start.Add(g.localWait).Sub(now)
 			if dl, ok := ctx.Deadline(); ok {
 				wait = min(wait, dl.Sub(now)/2)
 			}
@@ -76,6 +76,11 @@ func (g *Guard) enter(ctx context.Context, key string) (r *running, waited bool,
 		case <-timeout:
 			return nil, waited, nil
 		case <-ctx.Done():
+			select {
+			case <-timeout: // both: the wait ended first, or as soon
+				return nil, waited, nil
+			default:
+			}
 			return nil, waited, context.Cause(ctx)
 		}
 	}

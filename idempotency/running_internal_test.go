@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync/atomic"
@@ -56,13 +57,12 @@ func TestDuplicateWaitsForAHolderInTheSameGuard(t *testing.T) {
 		{name: "duplicate's context cancelled", wait: time.Hour, cancel: true, runs: 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			defer func(d time.Duration) { localWait = d }(localWait)
-			localWait = c.wait
 			store := NewMemStore(0)
 			g, err := New(store, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
+			g.localWait = c.wait
 			var runs atomic.Int64
 			started, finish := make(chan struct{}), make(chan struct{})
 			h := g.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
@@ -137,12 +137,11 @@ func TestDuplicateWaitsForAHolderInTheSameGuard(t *testing.T) {
 // A Guard's middleware nested in its own (a configuration mistake) does not
 // wait for itself.
 func TestNestedGuardDoesNotWaitForItself(t *testing.T) {
-	defer func(d time.Duration) { localWait = d }(localWait)
-	localWait = time.Hour
 	g, err := New(NewMemStore(0), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
+	g.localWait = time.Hour
 	h := g.Middleware(g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil })))
 	done := make(chan error, 1)
 	go func() { done <- h.HandleMessage(context.Background(), keyed("m-1")) }()
@@ -153,5 +152,55 @@ func TestNestedGuardDoesNotWaitForItself(t *testing.T) {
 	}
 	if s := g.Stats(); s.Waited != 0 {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// Sixteen messages of one key at once under one Guard (a batch of copies)
+// run the handler once: the first claims, the others wait for it one after
+// another (each waking to find the key completed, or held by the next
+// waiter), and are acknowledged, none postponed. Nothing is left noted as
+// running.
+func TestManyWaitersOfOneKey(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(map[bool]string{false: "holder completes", true: "first holder fails"}[fail], func(t *testing.T) {
+			g, err := New(NewMemStore(0), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			g.localWait = time.Hour
+			var runs atomic.Int64
+			h := g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+				time.Sleep(20 * time.Millisecond)
+				if runs.Add(1) == 1 && fail {
+					return errors.New("webhook down")
+				}
+				return nil
+			}))
+			errs := make(chan error, 16)
+			for i := range 16 {
+				go func() { errs <- h.HandleMessage(context.Background(), keyed(fmt.Sprint("m-", i))) }()
+			}
+			failed := 0
+			for range 16 {
+				if err := <-errs; err != nil {
+					failed++
+					if !fail {
+						t.Errorf("a copy: %v", err)
+					}
+				}
+			}
+			want := map[bool]int64{false: 1, true: 2}[fail]
+			if n := runs.Load(); n != want || failed != int(want-1) {
+				t.Errorf("handler ran %d times, %d copies failed; want %d runs, %d failed", n, failed, want, want-1)
+			}
+			if s := g.Stats(); s.InProgress != 0 || s.Waited != 15 {
+				t.Errorf("stats %+v: want 15 waited, none postponed", s)
+			}
+			g.runningMu.Lock()
+			defer g.runningMu.Unlock()
+			if len(g.running) != 0 {
+				t.Errorf("%d keys still noted as running", len(g.running))
+			}
+		})
 	}
 }

@@ -25,7 +25,7 @@ import (
 // would hold it for the claim's lease (the visibility timeout and 30 s) and
 // spend a receive: it waits for the first to finish, and is acknowledged.
 // The worker on the local SQS, the claims on DynamoDB Local; each handler
-// run takes a second, so that the two overlap.
+// run takes 3 s, so that the two overlap.
 func TestWorkerDuplicateWaitsForItsHolder(t *testing.T) {
 	localtest.Require(t)
 	localtest.RequireDynamoDB(t)
@@ -36,6 +36,7 @@ func TestWorkerDuplicateWaitsForItsHolder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	idempotency.SetLocalWait(guard, time.Minute) // not the claim's time on a loaded machine
 	var eff effects
 	var deliveries, again atomic.Int64
 	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
@@ -44,7 +45,7 @@ func TestWorkerDuplicateWaitsForItsHolder(t *testing.T) {
 			again.Add(1)
 		}
 		return guard.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-			time.Sleep(time.Second)
+			time.Sleep(3 * time.Second)
 			k, _ := m.Attribute(idempotency.KeyAttribute)
 			eff.add(k)
 			return nil
@@ -59,9 +60,9 @@ func TestWorkerDuplicateWaitsForItsHolder(t *testing.T) {
 	}
 	s := guard.Stats()
 	t.Logf("idempotency %+v", s)
-	if s.InProgress != 0 || again.Load() != 0 || deliveries.Load() != 2 {
-		t.Errorf("%d deliveries, %d of them a second receive; %d postponed: want 2 deliveries, each received once, none postponed",
-			deliveries.Load(), again.Load(), s.InProgress)
+	if s.InProgress != 0 || s.Waited != 1 || again.Load() != 0 || deliveries.Load() != 2 {
+		t.Errorf("%d deliveries, %d of them a second receive; %d waited, %d postponed: want 2 deliveries, each received once, one waited, none postponed",
+			deliveries.Load(), again.Load(), s.Waited, s.InProgress)
 	}
 	if !drained(t, sq, q.DLQURL) {
 		t.Error("a message was dead-lettered")
@@ -95,17 +96,17 @@ func TestLambdaDuplicateInTheBatchWaitsForItsHolder(t *testing.T) {
 	}
 }
 
-// In a Lambda function of a short timeout (3 s, Lambda's default), whose
-// job outlasts the invocation, a duplicate in the batch waits for its
-// holder no more than half of the time left, then meets the holder's claim
-// on DynamoDB Local and is postponed for its lease, as a duplicate of a job
-// still running: the store answered in time, no store error is counted
-// (nothing for the circuit breaker). Waiting to the handlers' deadline, it
-// would have been released to come back at once, and spent a receive.
+// In a Lambda function whose job outlasts the invocation (8 s), a
+// duplicate in the batch waits for its holder no more than half of the
+// time left, then meets the holder's claim on DynamoDB Local and is
+// postponed for its lease, as a duplicate of a job still running: the store
+// answered in time, no store error is counted (nothing for the circuit
+// breaker). Waiting to the handlers' deadline, it would have been released
+// to come back at once, and spent a receive.
 func TestLambdaShortTimeoutDuplicateIsPostponed(t *testing.T) {
 	sq, q, guard, fn := lambdaWithGuard(t, func(ctx context.Context, m *sqsworker.Message) error {
 		select {
-		case <-time.After(10 * time.Second):
+		case <-time.After(time.Minute):
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -113,7 +114,7 @@ func TestLambdaShortTimeoutDuplicateIsPostponed(t *testing.T) {
 	})
 	sendKeyed(t, sq, q.URL, []string{"payment-78", "payment-78"})
 	batch := receiveBoth(t, sq, q.URL)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
 	defer cancel()
 	resp, err := fn(ctx, sqstest.SQSEvent(queueARN(t, sq, q.URL), batch))
 	if err != nil || len(resp.BatchItemFailures) != 2 {
@@ -167,6 +168,7 @@ func lambdaWithGuard(t *testing.T, job sqsworker.HandlerFunc) (*sqs.Client, loca
 	if err != nil {
 		t.Fatal(err)
 	}
+	idempotency.SetLocalWait(guard, time.Minute) // not the claim's time on a loaded machine
 	fn, err := lambda.NewHandler(sqsworker.Chain(job, guard.Middleware), lambda.Config{Client: sq,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), QueueURL: func(string) (string, error) { return q.URL, nil }})
 	if err != nil {

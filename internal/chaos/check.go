@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -432,11 +431,11 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
-// workerRetries returns how many messages the worker of pid retried or
-// postponed in its life, from the figures it logs as it stops (a line of
-// the scenario's log, name): the messages it leaves hidden on purpose, for
-// their backoff or until its last receives have surely ended.
-func workerRetries(name string, pid int) (int, error) {
+// retriedAtStop returns how many messages the worker of pid retried once
+// it was stopping (postponed too, when it logs at the debug level), from its
+// log lines in the scenario's log (name): the messages it leaves hidden on
+// purpose, for their backoff or until its last receives have surely ended.
+func retriedAtStop(name string, pid int) (int, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return 0, err
@@ -444,29 +443,31 @@ func workerRetries(name string, pid int) (int, error) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	stopping := false
+	ids := map[string]bool{}
 	for sc.Scan() {
 		var line struct {
-			Msg    string `json:"msg"`
-			Pid    int    `json:"pid"`
-			Worker string `json:"worker"`
+			Msg       string `json:"msg"`
+			Pid       int    `json:"pid"`
+			MessageID string `json:"message_id"`
 		}
-		if !strings.Contains(sc.Text(), `"chaosworker stopped"`) || json.Unmarshal(sc.Bytes(), &line) != nil ||
-			line.Msg != "chaosworker stopped" || line.Pid != pid {
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Pid != pid {
 			continue
 		}
-		n := 0
-		for _, field := range []string{"Retried", "Postponed"} {
-			m := regexp.MustCompile(`\b` + field + `:(\d+)`).FindStringSubmatch(line.Worker)
-			if m == nil {
-				return 0, fmt.Errorf("the worker's last figures have no %s: %s", field, line.Worker)
+		switch line.Msg {
+		case "shutting down":
+			stopping = true
+		case "dependency unavailable; retrying", "handler failed; retrying", "message postponed":
+			if stopping {
+				ids[line.MessageID] = true
 			}
-			v, _ := strconv.Atoi(m[1])
-			n += v
 		}
-		return n, nil
 	}
 	if err := sc.Err(); err != nil {
 		return 0, err
 	}
-	return 0, fmt.Errorf("no figures logged by worker %d as it stopped", pid)
+	if !stopping {
+		return 0, fmt.Errorf("worker %d logged no shutdown", pid)
+	}
+	return len(ids), nil
 }

@@ -250,7 +250,8 @@ func fault(ctx context.Context, p *faultproxy.Proxy, m faultproxy.Mode, d time.D
 }
 
 // sigtermSpec: 100 jobs of 3s, all in flight, then SIGTERM: each must
-// finish or be released, none stay invisible; then a restarted worker
+// finish or be released (or be retried as the worker stops, failed for a
+// dependency), none stay invisible otherwise; then a restarted worker
 // drains the queue.
 func sigtermSpec(_ bool, marker string) spec {
 	ms := int(sigtermJobLength / time.Millisecond)
@@ -268,7 +269,9 @@ func sigtermSpec(_ bool, marker string) spec {
 // SIGTERM. The running jobs finish; a message the worker's last long polls
 // (free handler slots keep some under way) bring while it stops, its
 // group unlocked by a finished job, is not released, which would have
-// SQS dead-letter it on its next receive, but runs. None stays invisible, and a restarted worker drains the queue.
+// SQS dead-letter it on its next receive, but runs. None stays invisible
+// but those retried as the worker stops, and a restarted worker drains the
+// queue.
 func fifoSigtermSpec(_ bool, marker string) spec {
 	const jobs = fifoGroups * fifoSigtermPerGroup
 	ms := int(sigtermJobLength / time.Millisecond)
@@ -287,8 +290,8 @@ func fifoSigtermSpec(_ bool, marker string) spec {
 
 // sigtermScript waits for inFlight messages in flight (inFlightNote names
 // what they are in the note when fewer came), then sends the worker SIGTERM a second later: each of
-// the jobs must finish or be released (or be retried, failed for a
-// dependency), none stay invisible otherwise; then a restarted worker
+// the jobs must finish or be released (or be retried as the worker stops,
+// as its log says), none stay invisible otherwise; then a restarted worker
 // drains the queue.
 func sigtermScript(jobs, inFlight int, inFlightNote string) func(ctx context.Context, r *run) error {
 	return func(ctx context.Context, r *run) error {
@@ -335,13 +338,13 @@ func sigtermScript(jobs, inFlight int, inFlightNote string) func(ctx context.Con
 			// idempotency store slow on a loaded machine) is retried:
 			// hidden for its backoff, or until the worker's last
 			// receives have surely ended, on purpose.
-			switch retried, err := workerRetries(r.out.Name(), r.worker.pid()); {
+			switch retried, err := retriedAtStop(r.out.Name(), r.worker.pid()); {
 			case err != nil:
-				r.fail("%d messages still invisible after the worker stopped, and its figures unread: %v", after.inFlight, err)
+				r.fail("%d messages still invisible after the worker stopped, and its log unread: %v", after.inFlight, err)
 			case after.inFlight > retried:
-				r.fail("%d messages still invisible after the worker stopped: neither finished, released nor retried (%d retried or postponed)", after.inFlight, retried)
+				r.fail("%d messages still invisible after the worker stopped: neither finished, released nor retried (%d retried as it stopped)", after.inFlight, retried)
 			default:
-				r.note("%d messages invisible after the worker stopped, of the %d it retried or postponed (a dependency failed): hidden for their backoff", after.inFlight, retried)
+				r.note("%d messages invisible after the worker stopped, of the %d it retried as it stopped: hidden for their backoff", after.inFlight, retried)
 			}
 		}
 		if done+after.total() < jobs {
