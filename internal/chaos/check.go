@@ -396,20 +396,28 @@ func failureReason(m *sqsworker.Message) string {
 
 // countInFile counts the lines of a file that hold s.
 func countInFile(name, s string) (int, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	n := 0
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), s) {
+	err := eachLine(name, func(line []byte) {
+		if strings.Contains(string(line), s) {
 			n++
 		}
+	})
+	return n, err
+}
+
+// eachLine calls f with each line of the file name (up to 16 MiB each).
+func eachLine(name string, f func(line []byte)) error {
+	file, err := os.Open(name)
+	if err != nil {
+		return err
 	}
-	return n, sc.Err()
+	defer file.Close()
+	sc := bufio.NewScanner(file)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		f(sc.Bytes())
+	}
+	return sc.Err()
 }
 
 // list names up to maxListed items, sorted.
@@ -436,23 +444,16 @@ func sortedKeys[V any](m map[string]V) []string {
 // log lines in the scenario's log (name): the messages it leaves hidden on
 // purpose, for their backoff or until its last receives have surely ended.
 func retriedAtStop(name string, pid int) (int, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	stopping := false
 	ids := map[string]bool{}
-	for sc.Scan() {
+	err := eachLine(name, func(b []byte) {
 		var line struct {
 			Msg       string `json:"msg"`
 			Pid       int    `json:"pid"`
 			MessageID string `json:"message_id"`
 		}
-		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Pid != pid {
-			continue
+		if json.Unmarshal(b, &line) != nil || line.Pid != pid {
+			return
 		}
 		switch line.Msg {
 		case "shutting down":
@@ -462,8 +463,8 @@ func retriedAtStop(name string, pid int) (int, error) {
 				ids[line.MessageID] = true
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
+	})
+	if err != nil {
 		return 0, err
 	}
 	if !stopping {
