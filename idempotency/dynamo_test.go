@@ -15,6 +15,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/idemtest"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
@@ -22,17 +23,7 @@ import (
 // newStore creates a fresh table and a store on it.
 func newStore(t *testing.T, c *dynamodb.Client, cfg idempotency.StoreConfig) *idempotency.DynamoStore {
 	t.Helper()
-	cfg.Table = localtest.UniqueName(t, false)
-	ctx := context.Background()
-	if err := idempotency.CreateTable(ctx, c, cfg); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, c, cfg.Table)
-	s, err := idempotency.NewDynamoStore(ctx, c, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return idemtest.NewStore(t, c, cfg)
 }
 
 func msg(key, body string) *sqsworker.Message {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/idemtest"
 	"github.com/sqsworker/sqsworker/schedule"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
@@ -46,20 +47,11 @@ func (r *runs) get(k string) int {
 // malformed envelope never runs and is dead-lettered with its reason.
 func TestOccurrenceFiredTwiceRunsOnce(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	sq := localtest.NewSQS(t)
 	db := localtest.NewDynamoDB(t)
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second, MaxReceiveCount: 5})
 
-	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
-	if err := idempotency.CreateTable(ctx, db, cfg); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, cfg.Table)
-	store, err := idempotency.NewDynamoStore(ctx, db, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := idemtest.NewStore(t, db, idempotency.StoreConfig{})
 	// A duplicate of a job running elsewhere, or here for more than 5 s,
 	// is postponed for the claim's lease: a short grace brings it back
 	// soon.

@@ -22,6 +22,7 @@ import (
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/bubble"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
+	"github.com/sqsworker/sqsworker/internal/idemtest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -149,19 +150,10 @@ func (v viaProxy) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opt
 func TestEmulatorLastReceiveCopyLostReplies(t *testing.T) {
 	t.Parallel()
 	localtest.RequireDynamoDB(t)
-	ctx := context.Background()
 	q := emuRelQueue(t)
 	proxy, via := proxiedSQS(t)
 	db := localtest.NewDynamoDB(t)
-	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
-	if err := idempotency.CreateTable(ctx, db, cfg); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, cfg.Table)
-	store, err := idempotency.NewDynamoStore(ctx, db, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	store := idemtest.NewStore(t, db, idempotency.StoreConfig{})
 	guard, err := idempotency.New(store, idempotency.Config{ClaimGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)

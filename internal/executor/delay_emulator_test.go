@@ -22,6 +22,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/executor"
+	"github.com/sqsworker/sqsworker/internal/idemtest"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/producer"
@@ -798,17 +799,7 @@ func TestEmulatorCopiesOfTenAttributesRunOnce(t *testing.T) {
 // its own in DynamoDB Local (db), deleted when t ends.
 func idempotencyOnDynamoDB(t *testing.T, db *dynamodb.Client) sqsworker.Middleware {
 	t.Helper()
-	ctx := context.Background()
-	cfg := idempotency.StoreConfig{Table: localtest.UniqueName(t, false)}
-	if err := idempotency.CreateTable(ctx, db, cfg); err != nil {
-		t.Fatal(err)
-	}
-	localtest.DeleteTableOnCleanup(t, db, cfg.Table)
-	store, err := idempotency.NewDynamoStore(ctx, db, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw, err := idempotency.Middleware(store, idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	mw, err := idempotency.Middleware(idemtest.NewStore(t, db, idempotency.StoreConfig{}), idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
