@@ -81,7 +81,7 @@ func instructions(ctx context.Context, c *sqs.Client, s settings, child string) 
 			ci := (k + rep) % len(consumers)
 			cons := consumers[ci]
 			out := filepath.Join(dir, fmt.Sprintf("%s-%d.out", fileName(cons.name), rep))
-			command := []string{"env", "GOMAXPROCS=1", "GODEBUG=asyncpreemptoff=1",
+			command := []string{"env", "GOMAXPROCS=1", "GODEBUG=" + godebug(s.childEnv, "asyncpreemptoff=1"),
 				valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=" + out, "--log-file=" + out + ".log", child}
 			r, err := runChild(ctx, c, s, command, cons.name, n, cons.args, 0, nil)
 			if err != nil {
@@ -123,6 +123,17 @@ func instructions(ctx context.Context, c *sqs.Client, s settings, child string) 
 	fmt.Printf("\n- worker, heartbeat on: %.3f× the raw loop's instructions per message (issue 14's target for CPU: ≤ 1.10), %.3f× the raw loop's that receives every attribute, as the worker does\n\n",
 		median(instrRatios(runs[1], runs[0])), median(instrRatios(runs[1], runs[all])))
 	return nil
+}
+
+// godebug is the GODEBUG of a child run under valgrind: base, then the
+// settings of a GODEBUG in env (-child-env), which win where both set one.
+func godebug(env []string, base string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok && v != "" {
+			base += "," + v
+		}
+	}
+	return base
 }
 
 // fileName turns a consumer's name into a file name: its letters and

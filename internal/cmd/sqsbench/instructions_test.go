@@ -81,3 +81,19 @@ func TestFileName(t *testing.T) {
 		t.Errorf("fileName = %q, want %q", got, want)
 	}
 }
+
+func TestGodebugJoinsTheChildEnv(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{nil, "asyncpreemptoff=1"},
+		{[]string{"GOGC=400"}, "asyncpreemptoff=1"},
+		{[]string{"GODEBUG=gcshrinkstackoff=1", "GOGC=400"}, "asyncpreemptoff=1,gcshrinkstackoff=1"},
+		{[]string{"GODEBUG="}, "asyncpreemptoff=1"},
+	} {
+		if got := godebug(c.env, "asyncpreemptoff=1"); got != c.want {
+			t.Errorf("godebug(%q) = %q, want %q", c.env, got, c.want)
+		}
+	}
+}

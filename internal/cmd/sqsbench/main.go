@@ -197,6 +197,7 @@ type settings struct {
 	instrMessages int
 	instrReps     int
 	instrKeep     string
+	childEnv      []string // -child-env: added to each child's environment
 }
 
 func main() {
@@ -248,8 +249,16 @@ func parseSettings() (settings, error) {
 	flag.IntVar(&s.instrMessages, "instructions-messages", 5000, "instructions: messages per run (cachegrind runs a child about 20 times slower)")
 	flag.IntVar(&s.instrReps, "instructions-reps", 3, "instructions: repetitions of each consumer")
 	flag.StringVar(&s.instrKeep, "instructions-keep", "", "instructions: keep cachegrind's outputs in this directory, one per run (CONSUMER-REP.out, for cg_annotate), instead of a temporary one")
+	childEnv := flag.String("child-env", "", "space-separated NAME=VALUE pairs added to each child's environment, for trials such as GOGC=400 or GODEBUG=gcshrinkstackoff=1 (a GODEBUG joins the one -instructions sets)")
 	flag.Parse()
 	var errs []error
+	for f := range strings.FieldsSeq(*childEnv) {
+		if name, _, ok := strings.Cut(f, "="); !ok || name == "" {
+			errs = append(errs, fmt.Errorf("-child-env: %q is not NAME=VALUE", f))
+			continue
+		}
+		s.childEnv = append(s.childEnv, f)
+	}
 	for f := range strings.SplitSeq(*sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 20 {
@@ -659,6 +668,9 @@ func runChild(ctx context.Context, c *sqs.Client, s settings, command []string, 
 
 	argv := slices.Concat(command[1:], args, []string{"-queue-url", queueURL, "-messages", strconv.Itoa(n)})
 	cmd := exec.CommandContext(ctx, command[0], argv...)
+	if len(s.childEnv) > 0 {
+		cmd.Env = append(os.Environ(), s.childEnv...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	busy0, steal0 := machineBusy()
