@@ -488,6 +488,20 @@ func run(ctx context.Context, s settings) error {
 // consumerList returns the consumers compared: the raw loop first, the two
 // workers second and third, the raw loop letting its polls end fourth, and,
 // with all, the raw loop receiving every attribute last.
+// The raw loops that -raw-attributes adds: the one asking for every
+// attribute, as the worker does, and the one that also deletes beside its
+// receives, as the worker does: the like-for-like reference for the
+// worker's own cost.
+const (
+	nameAllAttrs = "raw SDK loop, all attributes"
+	nameBeside   = "raw SDK loop, all attributes, deletes beside"
+)
+
+// consumerIndex is the index of the consumer named name, or -1.
+func consumerIndex(consumers []consumer, name string) int {
+	return slices.IndexFunc(consumers, func(c consumer) bool { return c.name == name })
+}
+
 func consumerList(s settings, all bool) []consumer {
 	common := []string{"-wait-time", s.waitTime.String()}
 	consumers := []consumer{
@@ -497,7 +511,9 @@ func consumerList(s settings, all bool) []consumer {
 		{"raw SDK loop, polls left to end", append([]string{"-mode", "raw", "-raw-goroutines", strconv.Itoa(s.goroutines), "-raw-let-polls-end"}, common...)},
 	}
 	if all {
-		consumers = append(consumers, consumer{"raw SDK loop, all attributes", append([]string{"-mode", "raw", "-raw-goroutines", strconv.Itoa(s.goroutines), "-raw-attributes"}, common...)})
+		consumers = append(consumers,
+			consumer{nameAllAttrs, append([]string{"-mode", "raw", "-raw-goroutines", strconv.Itoa(s.goroutines), "-raw-attributes"}, common...)},
+			consumer{nameBeside, append([]string{"-mode", "raw", "-raw-goroutines", strconv.Itoa(s.goroutines), "-raw-attributes", "-raw-deletes-beside"}, common...)})
 	}
 	return consumers
 }
