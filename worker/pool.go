@@ -206,6 +206,10 @@ func (p *pool) receiving(q int) (stop func() bool) {
 // noGrace is receiving's stop when no grace timer runs.
 func noGrace() bool { return false }
 
+// watchesAge reports whether queue q has an age budget, for which
+// received needs the age of a receive's oldest message.
+func (p *pool) watchesAge(q int) bool { return p.queues[q].maxAge > 0 } // set once, in New
+
 // received records what a receive of queue q brought: n messages of the
 // asked for, the oldest of them oldest old (from its SentTimestamp).
 func (p *pool) received(q, n, asked int, oldest time.Duration) {

@@ -170,7 +170,11 @@ func (c *consumer) poll(hctx context.Context) {
 		}
 		attempt.Done()
 		c.w.limits.take(len(out.Messages))
-		pool.received(qi, len(out.Messages), n, oldest(out.Messages))
+		var age time.Duration
+		if pool.watchesAge(qi) {
+			age = oldest(out.Messages)
+		}
+		pool.received(qi, len(out.Messages), n, age)
 		pool.release(qi, n-len(out.Messages))
 		if len(out.Messages) > 0 {
 			c.dispatch(hctx, out.Messages, probe)

@@ -2,6 +2,7 @@ package sqsmsg
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -181,4 +182,19 @@ func TestPackMergesAndKeepsHTML(t *testing.T) {
 			t.Errorf("attribute %s = %q, want %q", k, got[k].StringValue, v)
 		}
 	}
+}
+
+// parseMillis reads timestamps as strconv.ParseInt does, whatever the
+// string.
+func FuzzParseMillis(f *testing.F) {
+	for _, s := range []string{"1733234567890", "0", "", "-1", "+12", "1_000", "0x10", "9223372036854775807", "9223372036854775808", "12345678901234567890", " 1", "1e3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, gerr := parseMillis(s)
+		want, werr := strconv.ParseInt(s, 10, 64)
+		if got != want || (gerr == nil) != (werr == nil) {
+			t.Errorf("parseMillis(%q) = %d, %v; ParseInt: %d, %v", s, got, gerr, want, werr)
+		}
+	})
 }
