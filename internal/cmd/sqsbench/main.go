@@ -11,7 +11,10 @@
 // default) and off; and the raw loop again, letting its last receives end as
 // the worker does (a long poll cut short stays open at SQS, which hands it
 // the next message sent, to stay invisible for a visibility timeout with its
-// receive count raised). Each repetition runs all four at each size, in an order
+// receive count raised). -raw-attributes adds the raw loop asking for every
+// attribute, as the worker does, and that loop again with its deletes
+// beside its receives, as the worker makes them: the like-for-like
+// reference for the worker's own cost. Each repetition runs them all at each size, in an order
 // that rotates from one repetition to the next; medians over the repetitions
 // are reported, with their spread, and each worker figure is also divided by
 // the raw loop's of the same repetition and size.
@@ -217,7 +220,7 @@ func parseSettings() (settings, error) {
 	sizes := flag.String("messages", "20000,60000", "messages per run, comma-separated sizes")
 	flag.IntVar(&s.reps, "reps", 3, "repetitions: each runs every consumer at every size")
 	flag.IntVar(&s.goroutines, "raw-goroutines", 8, "goroutines of the raw loop")
-	flag.BoolVar(&s.rawAttrs, "raw-attributes", false, "add a fourth consumer: the raw loop receiving every system and message attribute, as the worker does")
+	flag.BoolVar(&s.rawAttrs, "raw-attributes", false, "add two consumers: the raw loop receiving every system and message attribute, as the worker does, and the same loop deleting beside its receives, as the worker does (the like-for-like reference for the worker's own cost)")
 	flag.IntVar(&s.concurrency, "concurrency", 80, "worker Config.Concurrency")
 	flag.DurationVar(&s.waitTime, "wait-time", time.Second, "long-poll wait of each receive, raw loop and worker")
 	flag.DurationVar(&s.settle, "settle", time.Second, "pause between preloading a queue and the exec")
