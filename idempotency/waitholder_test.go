@@ -13,6 +13,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -175,4 +176,78 @@ func lambdaWithGuard(t *testing.T, job sqsworker.HandlerFunc) (*sqs.Client, loca
 		t.Fatal(err)
 	}
 	return sq, q, guard, fn
+}
+
+// A duplicate waiting for its holder while DynamoDB goes away, refusing
+// connections or leaving requests unanswered, for 10 s: the holder's job
+// ran, and its commit (the effect, in one transaction with the completion)
+// is retried until DynamoDB is back; the duplicate's wait ends after 5 s
+// and its claim fails as an outage, so it is retried, not run, and not
+// dead-lettered, though its queue allows two receives; once DynamoDB is
+// back it finds the key completed and is acknowledged. One effect, both
+// copies deleted, nothing dead-lettered. The worker on the local SQS,
+// the store on DynamoDB Local behind a fault proxy.
+func TestWorkerDuplicateWaitsThroughAStoreOutage(t *testing.T) {
+	localtest.Require(t)
+	localtest.RequireDynamoDB(t)
+	t.Parallel()
+	for _, mode := range []string{"refused", "black-holed"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			store, db, proxy := storeBehindProxy(t)
+			effects := newEffectsTable(t, db)
+			sq := localtest.NewSQS(t)
+			q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 2})
+			guard, err := idempotency.New(store, idempotency.Config{Logger: quiet()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs, deliveries atomic.Int64
+			outage := func() error {
+				if mode == "refused" {
+					return proxy.Refuse()
+				}
+				return proxy.Blackhole()
+			}
+			var restore atomic.Pointer[time.Timer]
+			t.Cleanup(func() {
+				if tm := restore.Load(); tm != nil {
+					tm.Stop()
+				}
+			})
+			inner := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				if runs.Add(1) == 1 {
+					// Claimed; DynamoDB goes away while the job runs and
+					// its duplicate waits.
+					if err := outage(); err != nil {
+						return err
+					}
+					restore.Store(time.AfterFunc(10*time.Second, func() { _ = proxy.Pass() }))
+					time.Sleep(2 * time.Second)
+				}
+				key, _ := idempotency.KeyFromContext(ctx)
+				return idempotency.AddWrites(ctx, effectWrite(effects, key))
+			})
+			h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				deliveries.Add(1)
+				return guard.Middleware(inner).HandleMessage(ctx, m)
+			})
+			runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 2}, h)
+			sendKeyed(t, sq, q.URL, []string{"outage-1", "outage-1"})
+			localtest.Eventually(t, 180*time.Second, func() bool {
+				return runs.Load() > 0 && proxy.Mode() == faultproxy.Pass && drained(t, sq, q.URL)
+			}, "the queue was not drained after the outage")
+			if n := applied(t, db, effects, "outage-1"); n != 1 || runs.Load() != 1 {
+				t.Errorf("effect applied %d times, the job ran %d times: want once each", n, runs.Load())
+			}
+			s := guard.Stats()
+			t.Logf("%d deliveries; idempotency %+v", deliveries.Load(), s)
+			if s.StoreErrors == 0 || s.Duplicates == 0 {
+				t.Errorf("stats %+v: want store errors during the outage, and the copy acknowledged as a duplicate", s)
+			}
+			if !drained(t, sq, q.DLQURL) {
+				t.Error("a message was dead-lettered")
+			}
+		})
+	}
 }
