@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,7 +14,6 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
-	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -179,18 +179,23 @@ func lambdaWithGuard(t *testing.T, job sqsworker.HandlerFunc) (*sqs.Client, loca
 }
 
 // A duplicate waiting for its holder while DynamoDB goes away, refusing
-// connections or leaving requests unanswered, for 10 s: the holder's job
+// connections or leaving requests unanswered, for 20 s: the holder's job
 // ran, and its commit (the effect, in one transaction with the completion)
-// is retried until DynamoDB is back; the duplicate's wait ends after 5 s
-// and its claim fails as an outage, so it is retried, not run, and not
-// dead-lettered, though its queue allows two receives; once DynamoDB is
-// back it finds the key completed and is acknowledged. One effect, both
-// copies deleted, nothing dead-lettered. The worker on the local SQS,
-// the store on DynamoDB Local behind a fault proxy.
+// is retried until DynamoDB is back; the duplicate waits for the holder
+// until its wait's bound, then its claim fails as an outage, so it is
+// retried, not run, and not dead-lettered, though its queue allows two
+// receives; once DynamoDB is back it finds the key completed and is
+// acknowledged. One effect, both copies deleted, nothing dead-lettered.
+// The worker on the local SQS, the store on DynamoDB Local behind a fault
+// proxy. The wait's bound is 8 s rather than 5 s, counted from before the
+// holder's claim: on a loaded machine that claim alone can take seconds,
+// and the duplicate must still be waiting when the outage begins. The
+// outage outlasts the wait and a claim's 5 s attempt.
 func TestWorkerDuplicateWaitsThroughAStoreOutage(t *testing.T) {
 	localtest.Require(t)
 	localtest.RequireDynamoDB(t)
 	t.Parallel()
+	const wait, outageFor = 8 * time.Second, 20 * time.Second
 	for _, mode := range []string{"refused", "black-holed"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
@@ -202,7 +207,7 @@ func TestWorkerDuplicateWaitsThroughAStoreOutage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var runs, deliveries atomic.Int64
+			idempotency.SetLocalWait(guard, wait)
 			outage := func() error {
 				if mode == "refused" {
 					return proxy.Refuse()
@@ -210,40 +215,74 @@ func TestWorkerDuplicateWaitsThroughAStoreOutage(t *testing.T) {
 				return proxy.Blackhole()
 			}
 			var restore atomic.Pointer[time.Timer]
+			passErr := make(chan error, 1)
 			t.Cleanup(func() {
 				if tm := restore.Load(); tm != nil {
 					tm.Stop()
 				}
 			})
+			var runs atomic.Int64
+			var ran sync.Map // the IDs of the messages that ran the job
 			inner := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+				ran.Store(m.ID, true)
 				if runs.Add(1) == 1 {
 					// Claimed; DynamoDB goes away while the job runs and
 					// its duplicate waits.
 					if err := outage(); err != nil {
 						return err
 					}
-					restore.Store(time.AfterFunc(10*time.Second, func() { _ = proxy.Pass() }))
+					restore.Store(time.AfterFunc(outageFor, func() { passErr <- proxy.Pass() }))
 					time.Sleep(2 * time.Second)
 				}
 				key, _ := idempotency.KeyFromContext(ctx)
 				return idempotency.AddWrites(ctx, effectWrite(effects, key))
 			})
+			// What each delivery did: when it began, and the error of
+			// those that ran no job.
+			var mu sync.Mutex
+			var first time.Time
+			var unavailable []time.Duration // after the first delivery began
+			var deliveries int
 			h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-				deliveries.Add(1)
-				return guard.Middleware(inner).HandleMessage(ctx, m)
+				began := time.Now()
+				mu.Lock()
+				deliveries++
+				if first.IsZero() {
+					first = began
+				}
+				mu.Unlock()
+				err := guard.Middleware(inner).HandleMessage(ctx, m)
+				if _, job := ran.Load(m.ID); sqsworker.IsUnavailable(err) && !job {
+					mu.Lock()
+					unavailable = append(unavailable, time.Since(first))
+					mu.Unlock()
+				}
+				return err
 			})
 			runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 2}, h)
 			sendKeyed(t, sq, q.URL, []string{"outage-1", "outage-1"})
-			localtest.Eventually(t, 180*time.Second, func() bool {
-				return runs.Load() > 0 && proxy.Mode() == faultproxy.Pass && drained(t, sq, q.URL)
-			}, "the queue was not drained after the outage")
+			select {
+			case err := <-passErr:
+				if err != nil {
+					t.Fatalf("ending the outage: %v", err)
+				}
+			case <-time.After(outageFor + 120*time.Second):
+				t.Fatal("the job did not run: no outage")
+			}
+			localtest.Eventually(t, 180*time.Second, func() bool { return drained(t, sq, q.URL) },
+				"the queue was not drained after the outage")
 			if n := applied(t, db, effects, "outage-1"); n != 1 || runs.Load() != 1 {
 				t.Errorf("effect applied %d times, the job ran %d times: want once each", n, runs.Load())
 			}
-			s := guard.Stats()
-			t.Logf("%d deliveries; idempotency %+v", deliveries.Load(), s)
-			if s.StoreErrors == 0 || s.Duplicates == 0 {
-				t.Errorf("stats %+v: want store errors during the outage, and the copy acknowledged as a duplicate", s)
+			mu.Lock()
+			t.Logf("%d deliveries; failed as an outage, without running, at %v; idempotency %+v", deliveries, unavailable, guard.Stats())
+			if deliveries < 3 || len(unavailable) == 0 || unavailable[0] < wait {
+				t.Errorf("%d deliveries, failures as an outage at %v: want the duplicate to wait %v, fail as an outage, and come again",
+					deliveries, unavailable, wait)
+			}
+			mu.Unlock()
+			if s := guard.Stats(); s.Duplicates != 1 {
+				t.Errorf("stats %+v: want the copy acknowledged as a duplicate", s)
 			}
 			if !drained(t, sq, q.DLQURL) {
 				t.Error("a message was dead-lettered")

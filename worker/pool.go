@@ -208,7 +208,7 @@ func noGrace() bool { return false }
 
 // watchesAge reports whether queue q has an age budget, for which
 // received needs the age of a receive's oldest message.
-func (p *pool) watchesAge(q int) bool { return p.queues[q].maxAge > 0 } // set once, in New
+func (p *pool) watchesAge(q int) bool { return p.queues[q].maxAge > 0 } // fixed before the pool is built
 
 // received records what a receive of queue q brought: n messages of the
 // asked for, the oldest of them oldest old (from its SentTimestamp).

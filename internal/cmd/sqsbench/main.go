@@ -488,9 +488,6 @@ func run(ctx context.Context, s settings) error {
 	return nil
 }
 
-// consumerList returns the consumers compared: the raw loop first, the two
-// workers second and third, the raw loop letting its polls end fourth, and,
-// with all, the raw loop receiving every attribute last.
 // The raw loops that -raw-attributes adds: the one asking for every
 // attribute, as the worker does, and the one that also deletes beside its
 // receives, as the worker does: the like-for-like reference for the
@@ -505,6 +502,10 @@ func consumerIndex(consumers []consumer, name string) int {
 	return slices.IndexFunc(consumers, func(c consumer) bool { return c.name == name })
 }
 
+// consumerList returns the consumers compared: the raw loop first, the two
+// workers second and third, the raw loop letting its polls end fourth, and,
+// with all, the raw loop receiving every attribute, then that loop deleting
+// beside its receives (nameAllAttrs, nameBeside).
 func consumerList(s settings, all bool) []consumer {
 	common := []string{"-wait-time", s.waitTime.String()}
 	consumers := []consumer{

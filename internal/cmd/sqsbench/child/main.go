@@ -119,7 +119,7 @@ func parseSettings(args []string) (settings, error) {
 	fs.Int64Var(&s.messages, "messages", 0, "messages in the queue: the child exits once it has deleted them all")
 	fs.IntVar(&s.goroutines, "raw-goroutines", 8, "goroutines of the raw loop")
 	fs.BoolVar(&s.attributes, "raw-attributes", false, "raw loop: receive every system and message attribute, as the worker does")
-	fs.BoolVar(&s.split, "raw-deletes-beside", false, "raw loop: deletes beside the receives, as the worker makes them: each receiving goroutine hands its batch to one of as many deleting goroutines and receives again at once (connection pool widened to 64 per host, as the worker's)")
+	fs.BoolVar(&s.split, "raw-deletes-beside", false, "raw loop: deletes beside the receives, as the worker makes them: each receiving goroutine hands its batch to one of as many deleting goroutines and receives again at once (connection pool widened to 64 idle connections per host, room for its 16 calls, as the worker widens its own)")
 	fs.BoolVar(&s.letEnd, "raw-let-polls-end", false, "raw loop: once the last delete has landed, let the receives under way end rather than cancel them, as the worker does")
 	fs.IntVar(&s.worker.Concurrency, "concurrency", 80, "worker Config.Concurrency")
 	fs.IntVar(&s.worker.Pollers, "pollers", 0, "worker Config.Pollers (0: the default, Concurrency/10)")
@@ -189,8 +189,10 @@ func run(s settings) (err error) {
 		return fmt.Errorf("loading the AWS configuration: %w", err)
 	}
 	t := newTally(s.messages)
-	if s.split {
-		cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(func(tr *http.Transport) { tr.MaxIdleConnsPerHost = 64 })
+	if bc, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok && s.split {
+		// Widened, not replaced: it keeps what the configuration set
+		// (AWS_CA_BUNDLE, say).
+		cfg.HTTPClient = bc.WithTransportOptions(func(tr *http.Transport) { tr.MaxIdleConnsPerHost = 64 })
 	}
 	client := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, t.addTo) })
 
