@@ -542,3 +542,29 @@ func TestReplayStartsFromFreshAttempts(t *testing.T) {
 		t.Errorf("tenant %q", got)
 	}
 }
+
+// A copy this run replayed that SQS's redrive moves back to the dead-letter
+// queue (its handler's process died on its last receive) is the copy
+// itself, its ID kept, with the failure the run replayed: it is not
+// replayed a second time by the same run, as a copy that a runtime
+// dead-lettered is not.
+func TestReplayedCopyRedrivenBackIsNotReplayedAgain(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	e.deadLetterJobs(2)
+	api := &redrivenOnSend{Fake: e.f, t: t, source: e.orders}
+	q := openOrdersDLQ(t, api)
+	res, err := q.Replay(context.Background(), ReplayConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moved != 2 || res.FailedAgain != 1 {
+		t.Errorf("moved %d, failed again %d; want both jobs moved once and the redriven copy left", res.Moved, res.FailedAgain)
+	}
+	if v, f, _ := e.f.Depth(e.ordersDLQ); v+f != 1 {
+		t.Errorf("%d messages in the dead-letter queue, want the redriven copy", v+f)
+	}
+	if v, f, _ := e.f.Depth(e.orders); v+f != 1 {
+		t.Errorf("%d messages in the source queue, want the other job's copy", v+f)
+	}
+}

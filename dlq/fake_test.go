@@ -183,3 +183,34 @@ func (*throttled) ErrorCode() string   { return "RequestThrottled" }
 func (*throttled) HTTPStatusCode() int { return 400 }
 
 var _ error = (*throttled)(nil)
+
+// redrivenOnSend is the fake whose SQS redrive moves back to the
+// dead-letter queue the first copy a replay sends to source, as when the
+// process handling it dies on its last receive: the copy itself, its
+// message ID kept.
+type redrivenOnSend struct {
+	*sqstest.Fake
+	t      *testing.T
+	source string
+	done   bool
+}
+
+func (r *redrivenOnSend) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	out, err := r.Fake.SendMessage(ctx, in, opts...)
+	if err != nil || r.done || aws.ToString(in.QueueUrl) != r.source {
+		return out, err
+	}
+	r.done = true
+	got, rerr := r.Fake.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: in.QueueUrl, MaxNumberOfMessages: 1})
+	if rerr != nil || len(got.Messages) != 1 || aws.ToString(got.Messages[0].MessageId) != aws.ToString(out.MessageId) {
+		r.t.Errorf("receiving the copy: %v, %d messages", rerr, len(got.Messages))
+		return out, err
+	}
+	if _, err := r.Fake.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: in.QueueUrl, ReceiptHandle: got.Messages[0].ReceiptHandle}); err != nil {
+		r.t.Error(err)
+	}
+	if again, err := r.Fake.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: in.QueueUrl}); err != nil || len(again.Messages) != 0 {
+		r.t.Errorf("the copy was not moved: %v, %d messages", err, len(again.Messages))
+	}
+	return out, err
+}

@@ -398,9 +398,13 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		stay()
 		return nil
 	}
-	if m.HasFailure && r.sent[m.Failure.MessageID] {
+	if r.sent[m.ID] || (m.HasFailure && r.sent[m.Failure.MessageID]) {
 		// A copy this run sent failed again already: it is not replayed
 		// again, or a replay while the handler still fails would never end.
+		// Dead-lettered by a runtime, it is a copy of the copy whose
+		// failure names it; moved by SQS's redrive (its handler's process
+		// died, say), it is the copy itself, its ID kept, and its failure
+		// still the one this run replayed.
 		r.res.FailedAgain++
 		stay()
 		return nil

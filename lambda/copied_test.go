@@ -78,3 +78,35 @@ func TestRequeuedRecordDeletedAtOnce(t *testing.T) {
 		t.Errorf("%d records of the queue in flight while the batch went on, want 1: the held one, whose copy was sent, not deleted yet", inFlight)
 	}
 }
+
+// So is a record that succeeds on the last receive its queue's redrive
+// policy allows (3 here): left to the end of the invocation, a function
+// killed later in the batch would leave it to its next receive, at which
+// SQS would move it, done, to the dead-letter queue. A record on an earlier
+// receive waits for Lambda's delete, as before.
+func TestLastReceiveSuccessDeletedAtOnce(t *testing.T) {
+	for _, c := range []struct {
+		count    string
+		inFlight int
+	}{{"3", 1}, {"2", 2}} {
+		f := newFake("300")
+		url := sqstest.QueueURL("orders")
+		inFlight := -1
+		h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			if m.Body == "look" {
+				_, inFlight, _ = f.Depth(url)
+			}
+			return nil
+		})
+		fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true})
+		ev := received(t, f, "orders", "done", "look")
+		ev.Records[0].Attributes[sqsworker.AttrReceiveCount] = c.count
+		resp, err := fn(context.Background(), ev)
+		if err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("resp %v, err %v", resp, err)
+		}
+		if inFlight != c.inFlight {
+			t.Errorf("receive %s of 3: %d records in flight while the batch went on, want %d", c.count, inFlight, c.inFlight)
+		}
+	}
+}

@@ -239,9 +239,16 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 		}
 		ext, err := st.exec.Heartbeat(a.cfg.Client, hb, info.URL, info.VisibilityTimeout)
 		if err != nil {
-			return nil, fmt.Errorf("lambda: Config.Heartbeat (set DisableHeartbeat to run without): %w", err)
+			// Failing the invocation would fail every one alike (the
+			// queue's visibility timeout changed under a setting made for
+			// the old one, say), and spend every record's receives toward
+			// the dead-letter queue: the records run without the
+			// heartbeat, as when the attributes cannot be read.
+			a.cfg.Logger.Error("Config.Heartbeat does not fit the queue's visibility timeout: running without the heartbeat, so a record whose handler outlives the visibility timeout is left to SQS; fix Config.Heartbeat (or leave its durations to default from the queue), or set DisableHeartbeat",
+				"queue", info.URL, "visibility_timeout", info.VisibilityTimeout, "error", err)
+		} else {
+			st.ext = ext
 		}
-		st.ext = ext
 	}
 	return st, nil
 }
@@ -392,26 +399,48 @@ type record struct {
 // lease looked lost (Job.PastLease): reported done all the same, not failed
 // (its job is done), it is deleted while SQS may still hold it (an
 // extension applied whose reply was lost), rather than at the end of the
-// invocation. Should that delete fail, Lambda's is still to come.
+// invocation. So is a record that succeeded on the last receive its queue's
+// redrive policy allows: left to the end of the invocation, a function
+// killed later in the batch would leave it to its next receive, at which
+// SQS moves it, done, to the dead-letter queue. Should that delete fail,
+// Lambda's is still to come. And so is a record whose handler succeeded
+// after the invocation gave up on it at its deadline (a handler that
+// ignored its context): reported failed, Lambda will not delete it, and it
+// would run again.
 func (r *record) Delete(j *executor.Job) {
-	if j.DeleteAtOnce() && r.st != nil {
+	if r.st != nil {
 		r.mu.Lock()
 		givenUp := r.givenUp
 		r.mu.Unlock()
-		r.st.deleteNow(j, givenUp)
+		if j.DeleteAtOnce() || givenUp || r.st.knownLastReceive(j) {
+			r.st.deleteNow(j, givenUp)
+		}
 	}
 	j.Done()
 	r.settle(false, 0, false)
 }
 
+// knownLastReceive reports whether j's message is on the last receive its
+// queue's redrive policy allows. Not when the policy could not be read: each
+// message might be, and each success would cost a request of its own.
+func (st *queueState) knownLastReceive(j *executor.Job) bool {
+	return !st.exec.Policy.RedriveUnknown && st.exec.OnLastReceive(j)
+}
+
 // deleteNow deletes j's message, by the time its moves must end. givenUp
 // says that the invocation returned without the record's outcome, reported
-// failed: Lambda will not delete it.
+// failed: Lambda will not delete it, and the time for moves is past, so
+// the delete has its own timeout alone (the handler may return while a
+// later invocation runs, or the environment is frozen meanwhile).
 func (st *queueState) deleteNow(j *executor.Job, givenUp bool) {
 	j.Acknowledging()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.Ctx), executor.DefaultMoveTimeout)
 	defer cancel()
-	ctx, cancelBy := deadlineBy(ctx, j.MoveBy)
+	by := j.MoveBy
+	if givenUp {
+		by = time.Time{}
+	}
+	ctx, cancelBy := deadlineBy(ctx, by)
 	defer cancelBy()
 	out, err := st.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &st.info.URL,
 		Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String("0"), ReceiptHandle: &j.Msg.ReceiptHandle}}})
@@ -427,8 +456,8 @@ func (st *queueState) deleteNow(j *executor.Job, givenUp bool) {
 		if givenUp {
 			then = "the invocation reported it failed at its deadline, so it comes back after its visibility timeout"
 		}
-		log.Warn("deleting a record at once failed (its copy was sent, or its lease looked lost); "+then, "message_id", j.Msg.ID,
-			"copied", j.Copied, "lease_looked_lost", j.PastLease, "error", err)
+		log.Warn("deleting a record at once failed (its copy was sent, its lease looked lost, it was on its last receive, or it succeeded after the invocation's deadline); "+then, "message_id", j.Msg.ID,
+			"copied", j.Copied, "lease_looked_lost", j.PastLease, "given_up", givenUp, "error", err)
 	}
 }
 

@@ -164,3 +164,41 @@ func TestRecordsOfTwoQueues(t *testing.T) {
 		t.Errorf("failures %v, want the two failed records only %v", got, want)
 	}
 }
+
+// A handler that ignored its context and succeeds after the invocation gave
+// up on it at its deadline deletes its message: reported failed, Lambda
+// will not, and the job, done, would run again when its visibility
+// timeout ends (and be dead-lettered on its last receive).
+func TestGivenUpRecordThatSucceedsLaterIsDeleted(t *testing.T) {
+	t.Parallel()
+	f := newFake("300")
+	url := sqstest.QueueURL("orders")
+	release, returned := make(chan struct{}), make(chan struct{})
+	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		if m.Body == "stall" {
+			defer close(returned)
+			<-release
+		}
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 2, SafetyMargin: time.Second, DisableHeartbeat: true})
+	ev := received(t, f, "orders", "stall", "ok")
+	resp := invokeBy(t, fn, ev, 2*time.Second)
+	if got := failedIDs(resp); len(got) != 1 || got[0] != ev.Records[0].MessageId {
+		t.Fatalf("failures %v, want the stalled record's alone", got)
+	}
+	close(release)
+	<-returned
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		// "ok" is left to Lambda's delete, which the test does not make.
+		if _, inFlight, _ := f.Depth(url); inFlight == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			_, inFlight, _ := f.Depth(url)
+			t.Fatalf("%d messages in flight after the stalled handler succeeded, want 1 (\"ok\", for Lambda to delete): the stalled one not deleted", inFlight)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
