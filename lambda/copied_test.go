@@ -6,9 +6,11 @@ package lambda_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // A record moved to the dead-letter queue is deleted as soon as its copy is
@@ -108,5 +111,47 @@ func TestLastReceiveSuccessDeletedAtOnce(t *testing.T) {
 		if inFlight != c.inFlight {
 			t.Errorf("receive %s of 3: %d records in flight while the batch went on, want %d", c.count, inFlight, c.inFlight)
 		}
+	}
+}
+
+// On the emulator (maxReceiveCount 1): a function killed after a record
+// succeeded on its last receive (Lambda gets no answer, so deletes
+// nothing) leaves only the records not done to SQS's redrive; the one
+// done was deleted at once and is not dead-lettered.
+func TestEmulatorLastReceiveSuccessOutlivesAKilledFunction(t *testing.T) {
+	t.Parallel()
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 1})
+	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		if m.Body == "killed" {
+			return errors.New("the function is killed while this record runs")
+		}
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: sq, Concurrency: 1, DisableHeartbeat: true})
+	localtest.Send(t, sq, q.URL, "", "done", "killed")
+	msgs := receiveN(t, sq, q.URL, 2)
+	if _, err := fn(context.Background(), sqstest.SQSEvent(q.ARN, msgs)); err != nil {
+		t.Fatal(err)
+	}
+	// Killed: no answer reaches Lambda, which deletes nothing; the
+	// records' visibility timeout ends (made to end here at once), and
+	// SQS's next receive moves what is left to the dead-letter queue.
+	for _, m := range msgs {
+		_, _ = sq.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{QueueUrl: &q.URL, ReceiptHandle: m.ReceiptHandle})
+	}
+	if out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1}); err != nil || len(out.Messages) != 0 {
+		t.Fatalf("receive past maxReceiveCount: %v, %d messages", err, len(out.Messages))
+	}
+	var dead []string
+	for _, m := range receiveUpTo(t, sq, q.DLQURL, 10, 5*time.Second) {
+		dead = append(dead, aws.ToString(m.Body))
+	}
+	slices.Sort(dead)
+	if !slices.Equal(dead, []string{"killed"}) {
+		t.Errorf("dead-lettered %v, want [killed] alone: the record done on its last receive was not deleted at once", dead)
+	}
+	if v, i, d := localtest.Depth(t, sq, q.URL); v+i+d != 0 {
+		t.Errorf("%d messages left in the queue", v+i+d)
 	}
 }
