@@ -253,3 +253,56 @@ func TestCutRecordDoesNotBreakARunOfFailures(t *testing.T) {
 		t.Errorf("%d handler calls, want 4: after two failures, a cut record and a failure the breaker is open, and the last record waits", n)
 	}
 }
+
+// A FIFO record on the last receive its redrive policy allows, come while
+// the breaker is open, runs rather than being postponed: postponed by its
+// visibility (a copy would go behind the rest of its group), SQS would move
+// it to the dead-letter queue on its next receive, though its job is not
+// broken. Run, it waits in flight for the probe if its dependency is still
+// down, as in the worker. Here the dependency is back before the breaker
+// knows it: the record succeeds and nothing is dead-lettered.
+func TestFIFOLastReceiveRunsWhileTheBreakerIsOpen(t *testing.T) {
+	t.Parallel()
+	f := newFake("30")
+	url := sqstest.QueueURL("orders.fifo")
+	var down atomic.Bool
+	down.Store(true)
+	var ran []string
+	var mu sync.Mutex
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		mu.Lock()
+		ran = append(ran, m.Body)
+		mu.Unlock()
+		if down.Load() {
+			return sqsworker.Unavailable(errors.New("connection refused"))
+		}
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true,
+		Breaker: sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Hour}})
+	resp, err := fn(context.Background(), received(t, f, "orders.fifo", "a"))
+	if err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("first invocation: %v %v", resp, err)
+	}
+	down.Store(false) // back, but the breaker stays open for an hour
+	g, d := "other", "last"
+	f.Send(url, "last", func(in *sqs.SendMessageInput) { in.MessageGroupId, in.MessageDeduplicationId = &g, &d })
+	out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10,
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+	if err != nil || len(out.Messages) != 1 {
+		t.Fatalf("received %d: %v", len(out.Messages), err)
+	}
+	ev := sqstest.SQSEvent(sqstest.QueueARN("orders.fifo"), out.Messages)
+	ev.Records[0].Attributes[sqsworker.AttrReceiveCount] = "3" // maxReceiveCount
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err = fn(ctx, ev)
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Errorf("the record on its last receive: %v %v, want it run and done", resp, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) != 2 || ran[1] != "last" {
+		t.Errorf("handlers ran for %v, want a and last", ran)
+	}
+}

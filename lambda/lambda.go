@@ -874,7 +874,8 @@ func (inv *invocation) runGroup(group []*record) {
 // run runs the record's handler, unless its time has not come (then it is
 // held back, see Executor.Hold), the deadline is too near to start it (then
 // it is released) or the circuit breaker is open (then it is postponed to
-// the next probe). It reports whether the record is done.
+// the next probe, unless it is a FIFO record on its last receive). It
+// reports whether the record is done.
 func (inv *invocation) run(rec *record) bool {
 	if !rec.start() {
 		return false // given up
@@ -889,10 +890,15 @@ func (inv *invocation) run(rec *record) bool {
 		return false
 	}
 	ok, probe, wait := ex.Breaker.Allow()
-	if !ok {
+	if !ok && !(ex.Requeue.FIFO && ex.OnLastReceive(&rec.job)) {
 		ex.Postpone(&rec.job, rec, max(wait, time.Second), breaker.ErrOpen)
 		return false
 	}
+	// Allowed, or a FIFO record on its last receive: postponed by its
+	// visibility (a copy would go behind the rest of its group), SQS would
+	// move it to the dead-letter queue on its next receive, though its job
+	// is not broken. It runs, not as a probe, and waits in flight for one
+	// if its dependency is still down (Executor.Run), as in the worker.
 	rec.SetProbe(&rec.job, probe)
 	return ex.Run(&rec.job, rec)
 }
