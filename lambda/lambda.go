@@ -414,10 +414,29 @@ func (r *record) Delete(j *executor.Job) {
 		r.mu.Unlock()
 		if j.DeleteAtOnce() || givenUp || r.st.knownLastReceive(j) {
 			r.st.deleteNow(j, givenUp)
+			j.Done()
+			r.settle(false, 0, false)
+			return
 		}
 	}
-	j.Done()
+	if !r.KeepsLease(j) {
+		j.Done()
+	}
 	r.settle(false, 0, false)
+}
+
+// KeepsLease: the heartbeat keeps a settled record's message invisible
+// until every record of the invocation is settled (its outcomes then end
+// the leases, before the failed records' visibility changes are sent and
+// Lambda deletes the others), unless the invocation gave up on the record.
+// Else a record done early in an invocation that outlives the queue's
+// visibility timeout would be SQS's again before Lambda deletes it, and run
+// again (dead-lettered, done, on its last receive); one failed would come
+// back before its backoff.
+func (r *record) KeepsLease(*executor.Job) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return !r.givenUp
 }
 
 // knownLastReceive reports whether j's message is on the last receive its
@@ -778,6 +797,12 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	}
 	inv.exit() // the dispatch
 	inv.wait(recs, log)
+	// The leases the records' outcomes kept (KeepsLease) end now, while
+	// the heartbeat still runs, and before the visibility changes: an
+	// extension landing after one would undo it.
+	for i := range recs {
+		recs[i].job.Done()
+	}
 	for st := range states {
 		if st.ext != nil {
 			st.beat.leave()

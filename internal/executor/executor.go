@@ -162,9 +162,25 @@ type ReleaseLimiter interface {
 	ReleaseBy(j *Job) time.Time
 }
 
-// done is j.Done, bounded also by ack's ReleaseBy, if ack has one.
+// LeaseKeeper is implemented by an Acker whose runtime ends the leases of
+// the messages it settled itself, later (the Lambda adapter: once its
+// invocation's records are all settled, before it reports their visibility
+// and Lambda deletes the others). Until then such a message is not SQS's
+// again, however long the invocation runs on.
+type LeaseKeeper interface {
+	// KeepsLease reports whether the runtime ends j's lease itself.
+	KeepsLease(j *Job) bool
+}
+
+// done is j.Done, bounded also by ack's ReleaseBy, if ack has one; unless
+// ack keeps the lease (LeaseKeeper): it is then still extended until the
+// runtime ends it (with Job.Done, which waits for an extension under way,
+// so that the message's visibility change lands after it).
 func done(j *Job, ack Acker) {
 	if j.Lease == nil {
+		return
+	}
+	if k, ok := ack.(LeaseKeeper); ok && k.KeepsLease(j) {
 		return
 	}
 	by := j.MoveBy
