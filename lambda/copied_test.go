@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -153,5 +154,38 @@ func TestEmulatorLastReceiveSuccessOutlivesAKilledFunction(t *testing.T) {
 	}
 	if v, i, d := localtest.Depth(t, sq, q.URL); v+i+d != 0 {
 		t.Errorf("%d messages left in the queue", v+i+d)
+	}
+}
+
+// stalledDeletes is the fake whose DeleteMessageBatch, once armed, does not
+// answer until its context ends: SQS slow to delete.
+type stalledDeletes struct {
+	*sqstest.Fake
+	armed atomic.Bool
+}
+
+func (s *stalledDeletes) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	if s.armed.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.Fake.DeleteMessageBatch(ctx, in, opts...)
+}
+
+// A record done on its last receive whose delete at once SQS is slow to
+// answer is reported done, not failed: Lambda's delete is still to come.
+// Reported failed, it would come back past its last receive and be
+// dead-lettered, done.
+func TestLastReceiveSuccessSlowDeleteIsNotAFailure(t *testing.T) {
+	t.Parallel()
+	f := &stalledDeletes{Fake: newFake("300")}
+	h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil })
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, SafetyMargin: time.Second, DisableHeartbeat: true})
+	ev := received(t, f.Fake, "orders", "done")
+	ev.Records[0].Attributes[sqsworker.AttrReceiveCount] = "3"
+	f.armed.Store(true)
+	resp := invokeBy(t, fn, ev, 3*time.Second)
+	if len(resp.BatchItemFailures) != 0 {
+		t.Errorf("failures %v, want none: the record's job is done", failedIDs(resp))
 	}
 }

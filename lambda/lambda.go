@@ -408,21 +408,21 @@ type record struct {
 // ignored its context): reported failed, Lambda will not delete it, and it
 // would run again.
 func (r *record) Delete(j *executor.Job) {
-	if r.st != nil {
-		r.mu.Lock()
-		givenUp := r.givenUp
-		r.mu.Unlock()
-		if j.DeleteAtOnce() || givenUp || r.st.knownLastReceive(j) {
-			r.st.deleteNow(j, givenUp)
+	// Settled first, and with it known whether the invocation gave up on
+	// the record: a slow delete below must not leave it to be reported
+	// failed (and, on its last receive, dead-lettered, done).
+	givenUp := !r.settle(false, 0, false)
+	if r.st == nil || !(j.DeleteAtOnce() || givenUp || r.st.knownLastReceive(j)) {
+		if givenUp { // else kept (KeepsLease) to the invocation's end
 			j.Done()
-			r.settle(false, 0, false)
-			return
 		}
+		return
 	}
-	if !r.KeepsLease(j) {
+	if r.st.deleteNow(j, givenUp) || givenUp {
 		j.Done()
 	}
-	r.settle(false, 0, false)
+	// A delete that failed leaves the lease to the invocation's end, as any
+	// settled record's: Lambda's delete is still to come.
 }
 
 // KeepsLease: the heartbeat keeps a settled record's message invisible
@@ -446,12 +446,13 @@ func (st *queueState) knownLastReceive(j *executor.Job) bool {
 	return !st.exec.Policy.RedriveUnknown && st.exec.OnLastReceive(j)
 }
 
-// deleteNow deletes j's message, by the time its moves must end. givenUp
+// deleteNow deletes j's message, by the time its moves must end, and
+// reports whether SQS confirmed it. givenUp
 // says that the invocation returned without the record's outcome, reported
 // failed: Lambda will not delete it, and the time for moves is past, so
 // the delete has its own timeout alone (the handler may return while a
 // later invocation runs, or the environment is frozen meanwhile).
-func (st *queueState) deleteNow(j *executor.Job, givenUp bool) {
+func (st *queueState) deleteNow(j *executor.Job, givenUp bool) bool {
 	j.Acknowledging()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(j.Ctx), executor.DefaultMoveTimeout)
 	defer cancel()
@@ -478,13 +479,14 @@ func (st *queueState) deleteNow(j *executor.Job, givenUp bool) {
 		log.Warn("deleting a record at once failed (its copy was sent, its lease looked lost, it was on its last receive, or it succeeded after the invocation's deadline); "+then, "message_id", j.Msg.ID,
 			"copied", j.Copied, "lease_looked_lost", j.PastLease, "given_up", givenUp, "error", err)
 	}
+	return err == nil
 }
 
 // Retry reports the record failed, to come back after vis.
-func (r *record) Retry(_ *executor.Job, vis time.Duration) { r.settle(true, vis, r.st == nil) }
+func (r *record) Retry(_ *executor.Job, vis time.Duration) { _ = r.settle(true, vis, r.st == nil) }
 
 // Abandon reports the record failed and leaves its visibility alone.
-func (r *record) Abandon(*executor.Job) { r.settle(true, 0, true) }
+func (r *record) Abandon(*executor.Job) { _ = r.settle(true, 0, true) }
 
 // SetProbe sets the probe the record runs as under its lock: the
 // invocation's wait reads it, should it give up on the handler
@@ -495,13 +497,15 @@ func (r *record) SetProbe(j *executor.Job, p breaker.Probe) {
 	r.mu.Unlock()
 }
 
-// settle records the record's outcome, unless the invocation gave up on it.
-func (r *record) settle(failed bool, vis time.Duration, keep bool) {
+// settle records the record's outcome, unless the invocation gave up on it;
+// it reports whether it did.
+func (r *record) settle(failed bool, vis time.Duration, keep bool) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	if !r.givenUp {
 		r.settled, r.failed, r.visibility, r.keep = true, failed, vis, keep
 	}
-	r.mu.Unlock()
+	return !r.givenUp
 }
 
 // start marks the record started, unless the invocation gave up on it.
