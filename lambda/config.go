@@ -167,6 +167,14 @@ func (c *Config) validate() error {
 	if err := c.Breaker.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if !c.DisableHeartbeat {
+		// What holds whatever the queue fails here, at the cold start; a
+		// setting that does not fit the queue's visibility timeout runs
+		// without the heartbeat, logged (see the adapter's newState).
+		if err := c.Heartbeat.CheckFields(); err != nil {
+			errs = append(errs, fmt.Errorf("Heartbeat (set DisableHeartbeat to run without): %w", err))
+		}
+	}
 	if c.MaxReceiveCount < 0 {
 		bad("MaxReceiveCount %d is negative", c.MaxReceiveCount)
 	}

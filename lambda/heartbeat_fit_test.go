@@ -114,3 +114,18 @@ func TestSettledRecordsStayInvisibleUntilTheInvocationEnds(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A heartbeat setting wrong whatever the queue fails at once, when the
+// handler is made (the cold start), not at each invocation.
+func TestHeartbeatSettingWrongForEveryQueueFailsAtOnce(t *testing.T) {
+	t.Parallel()
+	_, err := lambda.NewHandler(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }),
+		lambda.Config{Client: newFake("30"), Heartbeat: visibility.Config{Threshold: -time.Second, Extension: 1500 * time.Millisecond}})
+	if err == nil || !strings.Contains(err.Error(), "Threshold -1s is negative") || !strings.Contains(err.Error(), "Extension 1.5s") {
+		t.Errorf("NewHandler: %v, want the negative Threshold and the Extension not in whole seconds named", err)
+	}
+	if _, err := lambda.NewHandler(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }),
+		lambda.Config{Client: newFake("30"), DisableHeartbeat: true, Heartbeat: visibility.Config{Threshold: -time.Second}}); err != nil {
+		t.Errorf("with DisableHeartbeat: %v, want the heartbeat's settings unread", err)
+	}
+}

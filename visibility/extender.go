@@ -89,6 +89,34 @@ func (c Config) validate() error {
 	if c.VisibilityTimeout < time.Second || c.VisibilityTimeout > sqsworker.MaxVisibilityTimeout {
 		bad("VisibilityTimeout %s is outside 1s..12h", c.VisibilityTimeout)
 	}
+	if err := c.CheckFields(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	c = c.withDefaults()
+	if c.Threshold >= c.VisibilityTimeout {
+		bad("Threshold %s is not below VisibilityTimeout %s", c.Threshold, c.VisibilityTimeout)
+	}
+	if c.Threshold >= c.Extension {
+		bad("Threshold %s is not below Extension %s", c.Threshold, c.Extension)
+	}
+	if c.Interval >= c.Threshold {
+		bad("Interval %s is not below Threshold %s", c.Interval, c.Threshold)
+	}
+	return errors.Join(errs...)
+}
+
+// CheckFields reports what is wrong with the settings that hold whatever
+// the queue: Extension, Threshold, Interval, MaxLifetime and MaxInFlight,
+// each by itself. New checks the rest once the queue is known: QueueURL,
+// VisibilityTimeout, and how the durations compare with it and with each
+// other. A runtime that learns the queue's visibility timeout later checks
+// these first, where a mistake can fail at once.
+func (c Config) CheckFields() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	if c.Extension < 0 || c.Extension > sqsworker.MaxVisibilityTimeout || c.Extension%time.Second != 0 {
 		bad("Extension %s is not a whole number of seconds in 1s..12h", c.Extension)
 	}
@@ -103,19 +131,6 @@ func (c Config) validate() error {
 	}
 	if c.MaxInFlight < 0 {
 		bad("MaxInFlight %d is negative", c.MaxInFlight)
-	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	c = c.withDefaults()
-	if c.Threshold >= c.VisibilityTimeout {
-		bad("Threshold %s is not below VisibilityTimeout %s", c.Threshold, c.VisibilityTimeout)
-	}
-	if c.Threshold >= c.Extension {
-		bad("Threshold %s is not below Extension %s", c.Threshold, c.Extension)
-	}
-	if c.Interval >= c.Threshold {
-		bad("Interval %s is not below Threshold %s", c.Interval, c.Threshold)
 	}
 	return errors.Join(errs...)
 }
