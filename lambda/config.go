@@ -172,7 +172,7 @@ func (c *Config) validate() error {
 		// setting that does not fit the queue's visibility timeout runs
 		// without the heartbeat, logged (see the adapter's newState).
 		if err := c.Heartbeat.CheckFields(); err != nil {
-			errs = append(errs, fmt.Errorf("Heartbeat (set DisableHeartbeat to run without): %w", err))
+			errs = append(errs, fmt.Errorf("config field Heartbeat (set DisableHeartbeat to run without): %w", err))
 		}
 	}
 	if c.MaxReceiveCount < 0 {
