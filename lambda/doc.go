@@ -28,6 +28,11 @@
 //     (so that a function killed later in the batch does not leave it to be
 //     received again) and reported as handled; if the copy fails, it is
 //     reported failed and left to the redrive policy;
+//   - a record that succeeds on the last receive the queue's redrive policy
+//     allows is deleted at once too, after it is reported handled: a
+//     function killed later in the batch would leave it, done, to SQS's
+//     redrive on its next receive; should that delete fail, Lambda's, once
+//     the function returns, is still to come;
 //   - a panic is recovered into a *sqsworker.PanicError, a failure;
 //   - RetryAfter with a nil error postpones the record without counting it
 //     as a failure;
@@ -51,8 +56,12 @@
 // batchItemFailures and a nil error: an error would make Lambda count the
 // invocation as failed, back off its pollers, and retry the whole batch.
 // The function returns an error only when it cannot work at all (an event
-// that is not an SQS event, an invalid heartbeat configuration): then no
-// handler ran and nothing is deleted. A queue whose attributes cannot be read
+// that is not an SQS event): then no handler ran and nothing is deleted. A
+// heartbeat setting wrong whatever the queue fails NewHandler, at the cold
+// start; one that does not fit the queue's visibility timeout (changed
+// since, say) is logged as an error and the records run without the
+// heartbeat, rather than failing every invocation alike and spending every
+// record's receives toward the dead-letter queue. A queue whose attributes cannot be read
 // (throttled, denied, unreachable: a read is given up after the safety
 // margin, at least a second, so that an SQS that swallows the function's
 // requests does not take the handlers' time) does not stop the batch: the
@@ -104,7 +113,9 @@
 // dependency down, or postponed it) on that receive waits in flight
 // instead, within the invocation: after its backoff, and once the circuit
 // breaker lets it through, it runs again; if the handlers' time ends
-// first, it is made visible again as above.
+// first, it is made visible again as above. Nor is a FIFO record on that
+// receive postponed while the breaker is open: it runs, and waits in flight
+// that way if its dependency is still down.
 //
 // A handler that ignores its context, still running then, is left to run:
 // the function stops waiting for it and answers with the outcomes of the
@@ -112,8 +123,10 @@
 // the whole batch, the records that succeeded included. The record of such
 // a handler is reported failed, its visibility left alone (it comes back
 // after its visibility timeout, not while its handler may still run), and
-// what the handler returns later is ignored; the records that had not
-// started then are reported failed and made visible again at once.
+// what the handler returns later is ignored, but for a success: Lambda will
+// not delete the record, so the handler deletes its message itself, lest
+// the job, done, run again. The records that had not started then are
+// reported failed and made visible again at once.
 //
 // # Long records
 //
@@ -123,7 +136,10 @@
 // idempotency middleware uses the same way as in the worker. Invocations
 // that run at the same time in one execution environment share a queue's
 // heartbeat: one loop extends all their records, from the first of them to
-// start until the last ends.
+// start until the last ends. A record settled while others of its
+// invocation still run stays invisible until they are all settled: one
+// done until Lambda deletes it, one failed until its visibility is set to
+// its backoff.
 //
 // The queue's attributes (visibility timeout, redrive policy) are read on the
 // first record from that queue, and again once they are Config.QueueRefresh
