@@ -32,7 +32,9 @@
 //     allows is deleted at once too, after it is reported handled: a
 //     function killed later in the batch would leave it, done, to SQS's
 //     redrive on its next receive; should that delete fail, Lambda's, once
-//     the function returns, is still to come;
+//     the function returns, is still to come. It is a request of its own
+//     (DeleteMessageBatch of one) for each such record, which with a
+//     maxReceiveCount of 1 is every record that succeeds;
 //   - a panic is recovered into a *sqsworker.PanicError, a failure;
 //   - RetryAfter with a nil error postpones the record without counting it
 //     as a failure;
