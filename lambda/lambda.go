@@ -24,6 +24,7 @@ import (
 	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/executor"
+	"github.com/sqsworker/sqsworker/internal/logattr"
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
@@ -92,7 +93,7 @@ func NewHandler(h sqsworker.Handler, cfg Config) (HandlerFunc, error) {
 		cfg.Backoff = sqsworker.ExponentialBackoff{}
 	}
 	if cfg.QueueURL == nil {
-		cfg.QueueURL = QueueURLFromARN
+		cfg.QueueURL = new(lastURL).fromARN
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -151,6 +152,21 @@ type adapter struct {
 	// whose ARN Config.QueueURL could not map (see queueURL). It grows
 	// with the event source mappings, at most to maxLookups.
 	lookedUp map[string]lookup
+}
+
+// lastURL is QueueURLFromARN with its last answer kept: an invocation's
+// records, and a function's invocations, name the same queue or few.
+type lastURL struct{ last atomic.Pointer[[2]string] } // ARN, URL
+
+func (c *lastURL) fromARN(arn string) (string, error) {
+	if p := c.last.Load(); p != nil && p[0] == arn {
+		return p[1], nil
+	}
+	url, err := QueueURLFromARN(arn)
+	if err == nil {
+		c.last.Store(&[2]string{arn, url})
+	}
+	return url, err
 }
 
 // lookup is what GetQueueUrl answered for a queue's ARN: its URL, kept for
@@ -374,6 +390,7 @@ func deadlineBy(ctx context.Context, by time.Time) (context.Context, context.Can
 // executor's Acker for its own job.
 type record struct {
 	job executor.Job
+	msg sqsworker.Message // job.Msg
 	st  *queueState
 	// fifoSource: its eventSourceARN names a FIFO queue (known even
 	// when the queue's URL is not).
@@ -675,7 +692,7 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	start := time.Now()
 	log := a.cfg.Logger
 	if lc, ok := lambdacontext.FromContext(ctx); ok {
-		log = log.With("aws_request_id", lc.AwsRequestID)
+		log = logattr.With(log, slog.String("aws_request_id", lc.AwsRequestID))
 	}
 	// Deadlines: stop starting records at stopAt, end handlers at hardAt.
 	margin := a.cfg.SafetyMargin
@@ -725,7 +742,7 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			return resp, err // nothing ran, nothing is deleted
 		} else {
 			byURL[url] = rec.st
-			states[rec.st] = log.With("queue", url)
+			states[rec.st] = logattr.With(log, slog.String("queue", url))
 		}
 		if st := rec.st; st != nil && st.known && st.info.ARN != "" && st.info.ARN != r.EventSourceARN {
 			// Moves, copies and deletes in the name of another queue
@@ -734,7 +751,8 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 				"message_id", r.MessageId, "event_source_arn", r.EventSourceARN, "queue", url, "queue_arn", st.info.ARN)
 			rec.st, url = nil, ""
 		}
-		rec.job.Msg = NewMessage(r, url)
+		fill(&rec.msg, r, url)
+		rec.job.Msg = &rec.msg
 		rec.fifoSource = strings.HasSuffix(r.EventSourceARN, ".fifo")
 	}
 

@@ -13,7 +13,15 @@ import (
 // NewMessage builds a sqsworker.Message from an event record, with every field
 // the worker runtime fills.
 func NewMessage(r *events.SQSMessage, queueURL string) *sqsworker.Message {
-	m := &sqsworker.Message{
+	m := new(sqsworker.Message)
+	fill(m, r, queueURL)
+	return m
+}
+
+// fill sets every field of m from r, so that an invocation can keep its
+// records' messages in one array (see record).
+func fill(m *sqsworker.Message, r *events.SQSMessage, queueURL string) {
+	*m = sqsworker.Message{
 		ID:            r.MessageId,
 		Body:          r.Body,
 		ReceiptHandle: r.ReceiptHandle,
@@ -31,7 +39,6 @@ func NewMessage(r *events.SQSMessage, queueURL string) *sqsworker.Message {
 		}
 	}
 	sqsmsg.FillSystemFields(m)
-	return m
 }
 
 // QueueURLFromARN returns the URL of the queue an SQS ARN names

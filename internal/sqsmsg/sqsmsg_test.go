@@ -198,3 +198,21 @@ func FuzzParseMillis(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkFillSystemFields: the attributes of a standard queue's message
+// as the worker receives them, and of a FIFO queue's.
+func BenchmarkFillSystemFields(b *testing.B) {
+	standard := map[string]string{sqsworker.AttrReceiveCount: "1", sqsworker.AttrSentTimestamp: "1764374400000",
+		sqsworker.AttrFirstReceived: "1764374401500", sqsworker.AttrSenderID: "AIDAEXAMPLE"}
+	fifo := map[string]string{sqsworker.AttrReceiveCount: "1", sqsworker.AttrSentTimestamp: "1764374400000",
+		sqsworker.AttrFirstReceived: "1764374401500", sqsworker.AttrSenderID: "AIDAEXAMPLE",
+		sqsworker.AttrMessageGroupID: "g", sqsworker.AttrDeduplicationID: "d", sqsworker.AttrSequenceNumber: "18889"}
+	for name, attrs := range map[string]map[string]string{"standard": standard, "fifo": fifo} {
+		b.Run(name, func(b *testing.B) {
+			m := sqsworker.Message{Attributes: attrs}
+			for range b.N {
+				FillSystemFields(&m)
+			}
+		})
+	}
+}
