@@ -286,6 +286,15 @@ func (p *pool) grantLocked() {
 	if len(p.waiters) == 0 {
 		return
 	}
+	// No waiter takes more than the slots no queue uses (availLocked's
+	// hard): once they are granted, the rest of the waiters get none.
+	free := p.size
+	for _, q := range p.queues {
+		free -= q.used
+	}
+	if free <= 0 {
+		return
+	}
 	eff := p.effectiveLocked()
 	// Queues below the priority of a hungry, active queue with room left
 	// take only their reserved slots.
@@ -297,6 +306,9 @@ func (p *pool) grantLocked() {
 	}
 	shared := len(p.queues) > 1
 	for _, w := range p.waiters {
+		if free <= 0 {
+			break
+		}
 		q := p.queues[w.q]
 		need := w.want - w.got
 		if need <= 0 {
@@ -311,6 +323,7 @@ func (p *pool) grantLocked() {
 			continue
 		}
 		q.used += n
+		free -= n
 		q.peak = max(q.peak, q.used)
 		first := w.got == 0
 		w.got += n
