@@ -105,6 +105,12 @@ type ReplayResult struct {
 	// NotDeleted counts messages copied whose original could not be
 	// deleted: they are in both queues.
 	NotDeleted int `json:"notDeleted,omitempty"`
+	// Expired counts matching messages that stay, not copied, because
+	// their visibility timeout ran out before their turn came (a
+	// destination slow to answer, a low PerSecond) and SQS would not hide
+	// them again: another reader may have received them. See Stayed; a
+	// later replay moves them.
+	Expired int `json:"expired,omitempty"`
 	// FailedAgain counts copies this replay sent that failed again and came
 	// back while it ran: they are not replayed twice.
 	FailedAgain int `json:"failedAgain,omitempty"`
@@ -262,7 +268,7 @@ func (q *Queue) replay(ctx context.Context, cfg ReplayConfig, dryRun bool) (*Rep
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("dlq: Replay: %w", errors.Join(errs...))
 	}
-	r := &replayer{q: q, cfg: cfg, dryRun: dryRun, blocked: map[string]bool{}, sent: map[string]bool{}, replayed: map[string]string{}}
+	r := &replayer{q: q, cfg: cfg, dryRun: dryRun, blocked: map[string]bool{}, sent: map[string]bool{}, replayed: map[string]string{}, lost: map[string]bool{}}
 	r.res.DryRun, r.res.DLQ, r.res.Filter = dryRun, q.URL, cfg.Filter.String()
 	if cfg.Limit > 0 {
 		r.res.Filter += fmt.Sprintf(" (limit %d)", cfg.Limit)
@@ -319,6 +325,12 @@ type replayer struct {
 	s       *scanner
 	blocked map[string]bool // FIFO groups stopped at a message that stays
 	sent    map[string]bool // IDs of the copies this run sent
+	// batch is what is left of the receive under way, the message handled
+	// first, and until when its messages are hidden at least (see secure).
+	// lost holds those SQS would not hide again.
+	batch []types.Message
+	until time.Time
+	lost  map[string]bool
 	// replayed maps the identity (jobIdentity) of each job this run
 	// moved (or, in a dry run, would move) to the ID of its message.
 	replayed map[string]string
@@ -345,7 +357,11 @@ func (r *replayer) run(ctx context.Context, batch int) error {
 			r.s.complete = true
 			return nil
 		}
+		// A receive's messages share its visibility timeout, counted from
+		// when the receive was sent.
+		r.until = r.s.seen[aws.ToString(fresh[0].MessageId)].Add(r.cfg.Visibility)
 		for i, raw := range fresh {
+			r.batch = fresh[i:]
 			m := newMessage(r.q.URL, raw)
 			var err error
 			if ctx.Err() != nil {
@@ -437,6 +453,17 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		stay()
 		return r.interrupted(ctx)
 	}
+	if err := r.secure(ctx, m); err != nil {
+		r.res.Matched--
+		stay()
+		if !errors.Is(err, errExpired) {
+			return fmt.Errorf("dlq: message %s was not moved: %w; it stays in %s", m.ID, err, r.q.Name)
+		}
+		r.res.Expired++
+		r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: fmt.Sprintf(
+			"its visibility timeout ran out before its turn (a destination slow to answer, or a low rate) and SQS would not hide it again: another reader may have received it, so it was not copied; replay %s again for it", r.q.Name)})
+		return nil
+	}
 	// Recorded first: a crash between the send and the delete leaves its
 	// trace.
 	if err := r.cfg.Audit.record(ctx, AuditRecord{
@@ -499,6 +526,97 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		DLQMessageID: m.ID, NewMessageID: newID, Replays: rm.Replays, Filter: r.res.Filter, Deleted: deleted, Note: rm.Note,
 	}); err != nil {
 		return fmt.Errorf("dlq: message %s was moved to %s as %s, but the audit record failed: %w", m.ID, dest.Name, newID, err)
+	}
+	return nil
+}
+
+// errExpired: a message's visibility timeout ran out before its move, and
+// SQS would not hide it again.
+var errExpired = errors.New("its visibility timeout ran out before its turn")
+
+// secure makes sure m is held for half the visibility timeout at least
+// when its move starts, as the scanner keeps the messages it holds hidden
+// (see scanner.keepHidden). A message waiting its turn behind a destination
+// slow to answer, or behind a low PerSecond, would otherwise outlive its
+// visibility timeout, and another reader could receive it before its copy
+// was sent: its delete then refused (a FIFO queue) or applied under that
+// reader, its job would be in both queues, or replayed twice. When less is
+// left, it hides m and the rest of its receive's batch for the visibility
+// timeout again, in one call: a replay that moves a batch within half the
+// visibility timeout makes none. It returns errExpired when SQS would not
+// hide m again (its receipt handle no longer holds it, or its 12 hours from
+// its receive are up), and the call's error when that failed.
+func (r *replayer) secure(ctx context.Context, m *Message) error {
+	now := r.q.now()
+	switch {
+	case r.lost[m.ID]:
+		return errExpired
+	case r.until.Sub(now) >= r.cfg.Visibility/2:
+		return nil
+	}
+	d := r.cfg.Visibility
+	in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(r.q.URL)}
+	for i, b := range r.batch[:min(len(r.batch), 10)] {
+		id := aws.ToString(b.MessageId)
+		if r.lost[id] {
+			continue
+		}
+		// Within SQS's 12 hours from the receive, less holdSlack.
+		room := r.s.seen[id].Add(sqsworker.MaxVisibilityTimeout - holdSlack).Sub(now)
+		if room < d/2 {
+			r.lost[id] = true
+			continue
+		}
+		in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{
+			Id: aws.String(strconv.Itoa(i)), ReceiptHandle: b.ReceiptHandle,
+			VisibilityTimeout: int32(min(d, room) / time.Second),
+		})
+	}
+	if r.lost[m.ID] {
+		return errExpired
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	out, err := r.q.api.ChangeMessageVisibilityBatch(cctx, in, r.q.opts...)
+	if err != nil {
+		return fmt.Errorf("hiding it for its move: %w", err)
+	}
+	var own error
+	failed := false // an entry failed but for a lost message
+	for _, f := range out.Failed {
+		i, _ := strconv.Atoi(aws.ToString(f.Id))
+		if i < 0 || i >= len(r.batch) {
+			continue
+		}
+		id := aws.ToString(r.batch[i].MessageId)
+		switch code := aws.ToString(f.Code); code {
+		case "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", "InvalidParameterValue":
+			r.lost[id] = true
+		default:
+			failed = true
+			if id == m.ID {
+				own = fmt.Errorf("hiding it for its move: %s: %s", code, aws.ToString(f.Message))
+			}
+		}
+	}
+	if r.lost[m.ID] {
+		return errExpired
+	}
+	if own != nil {
+		return own
+	}
+	if failed {
+		// Another message of the batch is hidden no longer than before:
+		// the next one's turn hides them again.
+		return nil
+	}
+	// The entries' shortest hide: the rest of the batch is hidden at least
+	// until then, but for the lost.
+	r.until = now.Add(d)
+	for _, e := range in.Entries {
+		if u := now.Add(time.Duration(e.VisibilityTimeout) * time.Second); u.Before(r.until) {
+			r.until = u
+		}
 	}
 	return nil
 }

@@ -69,7 +69,12 @@ MaximumMessageSize) stays, listed with the reason, and the replay goes on.
   --limit N             move at most N messages
 
 Messages are received with a visibility timeout of --visibility; those left
-in place are all made visible again at once when the replay ends. On a FIFO
+in place are all made visible again at once when the replay ends. A message
+is copied only while half of --visibility or more is left of its hide: one
+with less is hidden again first (one call for the rest of its receive), and
+one that another reader received meanwhile stays, not copied, and the
+replay exits non-zero. Give --visibility more than twice the time one move
+takes. On a FIFO
 queue a group is replayed in order, up to its first message that stays. A
 copy that fails again and comes back while the replay runs is not replayed
 a second time. A message that is a copy of a job the replay moved already
@@ -205,6 +210,9 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 			res.OtherSource, q.Name, queueName(cfg.To))
 	case res.Unsent > 0:
 		return fmt.Errorf("%d matching message(s) stay in %s: SQS refused their copies (see above)", res.Unsent, q.Name)
+	case res.Expired > 0:
+		return fmt.Errorf("%d matching message(s) stay in %s, not copied: their visibility timeout ran out before their turn and SQS would not hide them again, so another reader may hold them (a destination slow to answer, or a low --rate; see above); run the replay again once no other reader holds them",
+			res.Expired, q.Name)
 	case res.Refused > 0:
 		return fmt.Errorf("%d matching message(s) stay in %s: their source queue does not send its dead letters there (see above); give --to to send them to a queue of your choice",
 			res.Refused, q.Name)

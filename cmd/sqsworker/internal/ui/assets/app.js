@@ -354,6 +354,7 @@ async function runReplay(planId, total) {
         fill(document.getElementById("last-result"), el("div", { class: "panel plan" }, el("span", { class: j.error ? "err" : "ok", id: "replay-result" },
           `Moved ${r.moved} message(s) to ${[...new Set((r.messages || []).map((m) => queueName(m.destination)))].join(", ") || "–"}` +
           (r.notDeleted ? `; ${r.notDeleted} copied but not deleted (in both queues)` : "") +
+          (r.expired ? `; ${r.expired} not copied: their visibility timeout ran out before their turn, and another reader may hold them (replay again)` : "") +
           (r.duplicates ? `; ${r.duplicates} duplicate copy(ies) deleted` : "") +
           (j.error ? ": " + j.error : ". Recorded in the audit log.")),
           j.notice ? el("p", { class: "warn", id: "replay-notice" }, j.notice) : null));

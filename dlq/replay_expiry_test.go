@@ -1,0 +1,175 @@
+package dlq
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
+)
+
+// slowSends is the fake whose every SendMessage is applied, then takes step
+// of its clock to answer: a destination slow to answer. After each, a
+// second reader of the dead-letter queue (another operator's scan, say)
+// takes what is visible there.
+type slowSends struct {
+	*sqstest.Fake
+	clock *sqstest.Clock
+	step  time.Duration
+	read  func()
+}
+
+func (s slowSends) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	out, err := s.Fake.SendMessage(ctx, in, opts...)
+	s.clock.Advance(s.step)
+	s.read()
+	return out, err
+}
+
+// expiryEnv dead-letters three jobs, and returns the fake's clock and a
+// second reader of orders-dlq, which counts what it received.
+func expiryEnv(t *testing.T) (*fakeEnv, *sqstest.Clock, func(), *int) {
+	t.Helper()
+	e := newFakeEnv()
+	clock := sqstest.NewClock(time.Now())
+	e.f.Now = clock.Now
+	e.deadLetterJobs(3)
+	var taken int
+	read := func() {
+		out, err := e.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(e.ordersDLQ), MaxNumberOfMessages: 10, VisibilityTimeout: 600})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		taken += len(out.Messages)
+	}
+	return e, clock, read, &taken
+}
+
+// A destination slow to answer outlasts the visibility timeout of the
+// messages waiting their turn in a receive's batch. Each is hidden again
+// before its copy is sent: no second reader takes one meanwhile, and none
+// ends in both queues. Before, two of the three were copied, then their
+// deletes refused (their receipt handles stale): in both queues, and read
+// by the second reader too.
+func TestReplayKeepsWaitingMessagesHidden(t *testing.T) {
+	t.Parallel()
+	e, clock, read, taken := expiryEnv(t)
+	q := openOrdersDLQ(t, slowSends{Fake: e.f, clock: clock, step: 1500 * time.Millisecond, read: read})
+	q.now = clock.Now
+	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moved != 3 || res.NotDeleted != 0 || res.Expired != 0 || *taken != 0 {
+		t.Errorf("moved %d, not deleted %d, expired %d; the second reader took %d; want 3 moved and no other", res.Moved, res.NotDeleted, res.Expired, *taken)
+	}
+	e.wantDLQDepth(t, "after the replay", 0, 0)
+	if v, f, _ := e.f.Depth(e.orders); v != 3 || f != 0 {
+		t.Errorf("orders holds %d visible, %d in flight, want the 3 jobs", v, f)
+	}
+}
+
+// A message whose visibility timeout ran out before its turn, and which
+// another reader received meanwhile, is not copied: it stays, counted in
+// Expired and listed in Stayed with what to do. Before, it was copied and
+// its delete refused: in both queues.
+func TestReplayLeavesAMessageAnotherReaderTook(t *testing.T) {
+	t.Parallel()
+	e, clock, read, taken := expiryEnv(t)
+	q := openOrdersDLQ(t, e.f)
+	q.now = clock.Now
+	first := true
+	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 2 * time.Second, Progress: func(Progress) {
+		if first {
+			// After the first message's move: long enough for any hide.
+			first = false
+			clock.Advance(10 * time.Second)
+			read()
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moved != 1 || res.NotDeleted != 0 || res.Expired != 2 || *taken != 2 || len(res.Stayed) != 2 {
+		t.Fatalf("moved %d, not deleted %d, expired %d, stayed %d; the second reader took %d; want 1 moved, 2 expired and taken", res.Moved, res.NotDeleted, res.Expired, len(res.Stayed), *taken)
+	}
+	if r := res.Stayed[0].Reason; !strings.Contains(r, "visibility timeout ran out") || !strings.Contains(r, "replay orders-dlq again") {
+		t.Errorf("reason: %s", r)
+	}
+	// The reader's two, in flight; the first job alone copied.
+	e.wantDLQDepth(t, "after the replay", 0, 2)
+	if v, _, _ := e.f.Depth(e.orders); v != 1 {
+		t.Errorf("orders holds %d, want the one job moved", v)
+	}
+}
+
+// TestReplayKeepsWaitingMessagesHidden on the local SQS: each copy's send
+// is applied, its reply 1.5 s late, with a visibility timeout of 2 s; a
+// second reader polls the dead-letter queue from the first send on.
+func TestReplayKeepsWaitingMessagesHiddenOnEmulator(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	orders := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	sendDeadLetters(t, c, orders.DLQURL, orders.URL, 3)
+	// The second reader starts with the first copy's send: the replay has
+	// received the batch by then.
+	sending, sent := make(chan struct{}), sync.Once{}
+	slow := localtest.NewSQS(t, func(o *sqs.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("slowSend",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					out, md, err := next.HandleInitialize(ctx, in)
+					if _, send := in.Parameters.(*sqs.SendMessageInput); send {
+						sent.Do(func() { close(sending) })
+						time.Sleep(1500 * time.Millisecond)
+					}
+					return out, md, err
+				}), middleware.After)
+		})
+	})
+	ctx, stop := context.WithCancel(context.Background())
+	var taken atomic.Int32
+	var reader sync.WaitGroup
+	reader.Go(func() {
+		select {
+		case <-sending:
+		case <-ctx.Done():
+		}
+		for ctx.Err() == nil {
+			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(orders.DLQURL),
+				MaxNumberOfMessages: 10, VisibilityTimeout: 600, WaitTimeSeconds: 1})
+			if err == nil {
+				taken.Add(int32(len(out.Messages)))
+			}
+		}
+	})
+	q, err := Open(context.Background(), slow, orders.DLQURL, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 2 * time.Second})
+	stop()
+	reader.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moved != 3 || res.NotDeleted != 0 || res.Expired != 0 || taken.Load() != 0 {
+		t.Errorf("moved %d, not deleted %d, expired %d; the second reader took %d; want 3 moved and no other", res.Moved, res.NotDeleted, res.Expired, taken.Load())
+	}
+	if v, f := depth(t, c, orders.DLQURL); v+f != 0 {
+		t.Errorf("the dead-letter queue holds %d visible, %d in flight, want none", v, f)
+	}
+	if v, f := depth(t, c, orders.URL); v != 3 || f != 0 {
+		t.Errorf("orders holds %d visible, %d in flight, want the 3 jobs", v, f)
+	}
+}
