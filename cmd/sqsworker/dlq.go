@@ -94,6 +94,11 @@ func (d *dlqCmd) open(ctx context.Context, nameOrURL string) (*dlq.Queue, error)
 	if errors.Is(err, dlq.ErrNotDeadLetterQueue) || errors.Is(err, dlq.ErrCannotCheck) {
 		return nil, fmt.Errorf("%w (give --force to act on it anyway)", err)
 	}
+	if dlq.IsQueueMissing(err) {
+		// Named with the region and endpoint asked, as the other commands
+		// name a missing queue.
+		return nil, d.a.queueError(nameOrURL, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -356,12 +356,12 @@ func TestDlqErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"dlq", "ls", "no-such-queue-dlq"}, 1, `queue "no-such-queue-dlq" does not exist`},
-		{[]string{"dlq", "show", "no-such-queue-dlq", "id"}, 1, `queue "no-such-queue-dlq" does not exist`},
-		{[]string{"dlq", "replay", "no-such-queue-dlq"}, 1, `queue "no-such-queue-dlq" does not exist`},
+		{[]string{"dlq", "ls", "no-such-queue-dlq"}, 1, "queue no-such-queue-dlq does not exist in us-east-1 at " + localtest.Endpoint() + ": check the name and the region"},
+		{[]string{"dlq", "show", "no-such-queue-dlq", "id"}, 1, "queue no-such-queue-dlq does not exist in us-east-1 at " + localtest.Endpoint() + ": check the name and the region"},
+		{[]string{"dlq", "replay", "no-such-queue-dlq"}, 1, "queue no-such-queue-dlq does not exist in us-east-1 at " + localtest.Endpoint() + ": check the name and the region"},
 		{[]string{"dlq", "replay", dlqName, "--to", "no-such-queue"}, 1, `--to: queue "no-such-queue" does not exist`},
-		{[]string{"dlq", "purge", "no-such-queue-dlq", "--yes", "--audit", audit}, 1, `queue "no-such-queue-dlq" does not exist`},
-		{[]string{"dlq", "redrive", "no-such-queue-dlq"}, 1, `queue "no-such-queue-dlq" does not exist`},
+		{[]string{"dlq", "purge", "no-such-queue-dlq", "--yes", "--audit", audit}, 1, "queue no-such-queue-dlq does not exist in us-east-1 at " + localtest.Endpoint() + ": check the name and the region"},
+		{[]string{"dlq", "redrive", "no-such-queue-dlq"}, 1, "queue no-such-queue-dlq does not exist in us-east-1 at " + localtest.Endpoint() + ": check the name and the region"},
 		{[]string{"dlq", "replay", dlqName, "--to", queueName(fifo.URL), "--yes", "--audit", audit}, 1,
 			"is a FIFO queue but dead-letter queue " + dlqName + " is a standard queue"},
 		{[]string{"dlq", "replay", dlqName, "--to", dlqName, "--yes", "--audit", audit}, 1, "is the dead-letter queue itself"},
