@@ -200,8 +200,8 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	case runErr != nil:
 		return runErr
 	case res.NotDeleted > 0:
-		return fmt.Errorf("%d message(s) were copied but could not be deleted from %s: they are in both queues (see the audit log)",
-			res.NotDeleted, q.Name)
+		return fmt.Errorf("%d message(s) were copied but could not be deleted from %s: they are in both queues (see the audit log); each copy carries its job's idempotency key (unless its note above says not), so a later `sqsworker dlq replay %s` sends the originals again under the same key, and a handler behind the idempotency middleware runs each job once",
+			res.NotDeleted, q.Name, q.Name)
 	case undeleted > 0:
 		return fmt.Errorf("%d duplicate copy(ies) of replayed jobs could not be deleted from %s: they stay, and a later replay sends their jobs again, under the same idempotency key (see above and the audit log)",
 			undeleted, q.Name)
