@@ -1,20 +1,24 @@
-// Package logattr gives a logger attributes that are formatted only when it
-// logs a record.
+// Package logattr gives a logger attributes that its handler gets only when
+// the logger is first used.
 //
-// slog.Logger.With formats its attributes at once, in the handlers of the
-// standard library: the right trade for a logger that logs many records,
-// the wrong one for a logger made for each Lambda invocation, most of which
-// log nothing.
+// slog.Logger.With hands its attributes to the handler at once, and the
+// standard library's handlers format them then: the right trade for a logger
+// that logs many records, the wrong one for a logger made for each Lambda
+// invocation, most of which log nothing.
 package logattr
 
 import (
 	"context"
 	"log/slog"
-	"sync/atomic"
+	"slices"
+	"sync"
 )
 
-// With returns a logger that logs as l.With(attrs...) does, formatting the
-// attributes when it first handles a record rather than now.
+// With returns a logger that logs as l.With(attrs...) does, handing the
+// attributes to l's handler (its WithAttrs) when the logger is first asked
+// whether it logs a level, or first handles a record, rather than now.
+// Attributes whose values are slog.LogValuers are resolved then too. The
+// logger's handler is this package's; the caller's handler is behind it.
 func With(l *slog.Logger, attrs ...slog.Attr) *slog.Logger {
 	if len(attrs) == 0 {
 		return l
@@ -30,33 +34,33 @@ func with(h slog.Handler, attrs []slog.Attr) *handler {
 	return &handler{next: h, attrs: attrs}
 }
 
-// handler is next with attrs added, once a record is handled.
+// handler is next with attrs added, once they are needed.
 type handler struct {
 	next  slog.Handler
-	attrs []slog.Attr
-	with  atomic.Pointer[slog.Handler] // next.WithAttrs(attrs), once made
+	attrs []slog.Attr // never handed on itself: children append to it
+	once  sync.Once
+	with  slog.Handler // next.WithAttrs(a copy of attrs), made once
 }
 
+// formatted is next with the attributes: made once, whoever asks first,
+// from a copy of them, which next's WithAttrs may keep or change.
 func (h *handler) formatted() slog.Handler {
-	if f := h.with.Load(); f != nil {
-		return *f
-	}
-	f := h.next.WithAttrs(h.attrs)
-	h.with.Store(&f)
-	return f
+	h.once.Do(func() { h.with = h.next.WithAttrs(slices.Clone(h.attrs)) })
+	return h.with
 }
 
-// Enabled is next's: attributes do not change what is enabled.
+// Enabled is the formatted handler's: a handler may enable levels by its
+// attributes.
 func (h *handler) Enabled(ctx context.Context, level slog.Level) bool {
-	return h.next.Enabled(ctx, level)
+	return h.formatted().Enabled(ctx, level)
 }
 
-// Handle formats the attributes, the first time, and handles r with them.
+// Handle handles r with the attributes.
 func (h *handler) Handle(ctx context.Context, r slog.Record) error {
 	return h.formatted().Handle(ctx, r)
 }
 
-// WithAttrs stays lazy: the attributes join those not yet formatted.
+// WithAttrs stays lazy: the attributes join those not yet handed on.
 func (h *handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	if len(attrs) == 0 {
 		return h
@@ -64,7 +68,7 @@ func (h *handler) WithAttrs(attrs []slog.Attr) slog.Handler {
 	return with(h, attrs)
 }
 
-// WithGroup formats the attributes first: they belong outside the group.
+// WithGroup hands the attributes on first: they belong outside the group.
 func (h *handler) WithGroup(name string) slog.Handler {
 	return h.formatted().WithGroup(name)
 }

@@ -2,7 +2,9 @@ package logattr_test
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 
@@ -131,4 +133,78 @@ func stripTime(s string) string {
 		out.Write(line)
 	}
 	return out.String()
+}
+
+// keyPrefixer is a handler that takes what WithAttrs's contract allows: it
+// changes the slice it is given in place (prefixing each key), and keeps
+// it. It counts its WithAttrs calls, and enables Debug once it carries the
+// attribute debug=true.
+type keyPrefixer struct {
+	mu    *sync.Mutex
+	out   *bytes.Buffer
+	calls *int
+	attrs []slog.Attr
+}
+
+func (h keyPrefixer) Enabled(_ context.Context, l slog.Level) bool {
+	for _, a := range h.attrs {
+		if a.Key == "app.debug" && a.Value.Bool() {
+			return true
+		}
+	}
+	return l >= slog.LevelInfo
+}
+
+func (h keyPrefixer) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.out.WriteString(r.Message)
+	for _, a := range h.attrs {
+		h.out.WriteString(" " + a.Key + "=" + a.Value.String())
+	}
+	h.out.WriteString("\n")
+	return nil
+}
+
+func (h keyPrefixer) WithAttrs(as []slog.Attr) slog.Handler {
+	h.mu.Lock()
+	*h.calls++
+	h.mu.Unlock()
+	for i := range as {
+		as[i].Key = "app." + as[i].Key
+	}
+	h.attrs = append(h.attrs[:len(h.attrs):len(h.attrs)], as...)
+	return h
+}
+
+func (h keyPrefixer) WithGroup(string) slog.Handler { return h }
+
+// A handler that changes the attributes it is handed gets them once, as a
+// copy of its own: records logged at once from many goroutines, and a
+// child made after its parent logged, carry each key prefixed once, as with
+// slog's With. A handler that enables levels by its attributes sees them.
+func TestHandlerOwnsWhatItIsHanded(t *testing.T) {
+	var mu sync.Mutex
+	var out bytes.Buffer
+	calls := 0
+	base := slog.New(keyPrefixer{mu: &mu, out: &out, calls: &calls})
+	l := logattr.With(base, slog.String("q", "u"))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() { l.Info("m") })
+	}
+	wg.Wait()
+	if n := strings.Count(out.String(), "m app.q=u\n"); n != 8 || calls != 1 {
+		t.Errorf("%d of 8 records right, %d WithAttrs calls (want 1):\n%s", n, calls, out.String())
+	}
+	out.Reset()
+	logattr.With(l, slog.String("req", "1")).Info("child")
+	if got := out.String(); got != "child app.q=u app.req=1\n" {
+		t.Errorf("a child made after its parent logged: %q", got)
+	}
+	out.Reset()
+	logattr.With(base, slog.Bool("debug", true)).Debug("shown")
+	if got := out.String(); got != "shown app.debug=true\n" {
+		t.Errorf("a handler enabling Debug by its attributes: %q", got)
+	}
 }
