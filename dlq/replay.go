@@ -268,7 +268,7 @@ func (q *Queue) replay(ctx context.Context, cfg ReplayConfig, dryRun bool) (*Rep
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("dlq: Replay: %w", errors.Join(errs...))
 	}
-	r := &replayer{q: q, cfg: cfg, dryRun: dryRun, blocked: map[string]bool{}, sent: map[string]bool{}, replayed: map[string]string{}, lost: map[string]bool{}}
+	r := &replayer{q: q, cfg: cfg, dryRun: dryRun, blocked: map[string]bool{}, sent: map[string]bool{}, replayed: map[string]string{}, lost: map[string]string{}}
 	r.res.DryRun, r.res.DLQ, r.res.Filter = dryRun, q.URL, cfg.Filter.String()
 	if cfg.Limit > 0 {
 		r.res.Filter += fmt.Sprintf(" (limit %d)", cfg.Limit)
@@ -327,10 +327,10 @@ type replayer struct {
 	sent    map[string]bool // IDs of the copies this run sent
 	// batch is what is left of the receive under way, the message handled
 	// first, and until when its messages are hidden at least (see secure).
-	// lost holds those SQS would not hide again.
+	// lost holds those SQS would not hide again, with its error code.
 	batch []types.Message
 	until time.Time
-	lost  map[string]bool
+	lost  map[string]string
 	// replayed maps the identity (jobIdentity) of each job this run
 	// moved (or, in a dry run, would move) to the ID of its message.
 	replayed map[string]string
@@ -363,6 +363,9 @@ func (r *replayer) run(ctx context.Context, batch int) error {
 		for i, raw := range fresh {
 			r.batch = fresh[i:]
 			m := newMessage(r.q.URL, raw)
+			// A batch that secure keeps hidden may outlast the visibility
+			// timeout: the messages held meanwhile are kept hidden too.
+			r.s.keepHidden(ctx)
 			var err error
 			if ctx.Err() != nil {
 				r.s.hold(m.ID, m.ReceiptHandle)
@@ -453,15 +456,22 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		stay()
 		return r.interrupted(ctx)
 	}
-	if err := r.secure(ctx, m); err != nil {
+	until, err := r.secure(ctx, m)
+	if err != nil {
 		r.res.Matched--
 		stay()
 		if !errors.Is(err, errExpired) {
 			return fmt.Errorf("dlq: message %s was not moved: %w; it stays in %s", m.ID, err, r.q.Name)
 		}
 		r.res.Expired++
-		r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: fmt.Sprintf(
-			"its visibility timeout ran out before its turn (a destination slow to answer, or a low rate) and SQS would not hide it again: another reader may have received it, so it was not copied; replay %s again for it", r.q.Name)})
+		reason := fmt.Sprintf("its visibility timeout ran out before its turn (a destination slow to answer, or a low rate) and SQS would not hide it again: another reader may have received it, so it was not copied; replay %s again for it", r.q.Name)
+		r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: reason})
+		if aerr := r.cfg.Audit.record(ctx, AuditRecord{
+			Action: ActionReplayFailed, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
+			DLQMessageID: m.ID, Filter: r.res.Filter, Note: "not copied: " + reason,
+		}); aerr != nil {
+			return fmt.Errorf("dlq: message %s was not moved (%s), and the audit record failed: %w", m.ID, reason, aerr)
+		}
 		return nil
 	}
 	// Recorded first: a crash between the send and the delete leaves its
@@ -474,10 +484,13 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		stay()
 		return fmt.Errorf("dlq: message %s was not moved: the audit record failed: %w", m.ID, err)
 	}
-	// The send and the delete run to their end even if ctx is cancelled now.
+	// The send and the delete run to their end even if ctx is cancelled
+	// now, each within the message's hide (see leased).
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
-	newID, replays, note, err := r.send(mctx, m, dest)
+	sctx, cancelSend := r.leased(mctx, until)
+	newID, replays, note, err := r.send(sctx, m, dest)
+	cancelSend()
 	if err != nil {
 		r.res.Matched--
 		stay()
@@ -508,7 +521,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		r.replayed[identity] = m.ID
 	}
 	deleted := true
-	if _, err := r.q.api.DeleteMessage(mctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}, r.q.opts...); err != nil {
+	if err := r.deleteHeld(mctx, m); err != nil {
 		deleted = false
 		r.res.NotDeleted++
 		r.s.hold(m.ID, m.ReceiptHandle) // if it comes back in this run, it is not copied again
@@ -534,37 +547,44 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 // SQS would not hide it again.
 var errExpired = errors.New("its visibility timeout ran out before its turn")
 
-// secure makes sure m is held for half the visibility timeout at least
-// when its move starts, as the scanner keeps the messages it holds hidden
-// (see scanner.keepHidden). A message waiting its turn behind a destination
+// secure makes sure m is held for half the visibility timeout at least,
+// and returns until when it is hidden at least. The replay calls it before
+// it copies m and again before it deletes m, and sends each request within
+// that hide (see leased). A message waiting its turn behind a destination
 // slow to answer, or behind a low PerSecond, would otherwise outlive its
 // visibility timeout, and another reader could receive it before its copy
-// was sent: its delete then refused (a FIFO queue) or applied under that
-// reader, its job would be in both queues, or replayed twice. When less is
-// left, it hides m and the rest of its receive's batch for the visibility
-// timeout again, in one call: a replay that moves a batch within half the
-// visibility timeout makes none. It returns errExpired when SQS would not
-// hide m again (its receipt handle no longer holds it, or its 12 hours from
-// its receive are up), and the call's error when that failed.
-func (r *replayer) secure(ctx context.Context, m *Message) error {
+// was sent or before its delete: the delete, its receipt handle stale, then
+// refused (a FIFO queue) or applied without effect (SQS may accept a stale
+// handle and do nothing), its job would be in both queues, or replayed
+// twice. When less is left, it hides m and the rest of its receive's batch
+// for the visibility timeout again, in one call: a replay that moves a
+// batch within half the visibility timeout makes none. It returns
+// errExpired when SQS would not hide m again (its receipt handle no longer
+// holds it: it was received again, or is visible; its 12 hours from its
+// receive are up), and the call's error when that failed. That SQS refuses
+// a stale handle, which a queue's own SQS does and the local emulator does
+// not, is what tells a message another reader received from one hidden
+// again.
+func (r *replayer) secure(ctx context.Context, m *Message) (time.Time, error) {
 	now := r.q.now()
 	switch {
-	case r.lost[m.ID]:
-		return errExpired
+	case r.lost[m.ID] != "":
+		return time.Time{}, errExpired
 	case r.until.Sub(now) >= r.cfg.Visibility/2:
-		return nil
+		return r.until, nil
 	}
 	d := r.cfg.Visibility
 	in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: aws.String(r.q.URL)}
 	for i, b := range r.batch[:min(len(r.batch), 10)] {
 		id := aws.ToString(b.MessageId)
-		if r.lost[id] {
+		if r.lost[id] != "" {
 			continue
 		}
-		// Within SQS's 12 hours from the receive, less holdSlack.
+		// Within SQS's 12 hours from the receive, less holdSlack: what is
+		// left of them, if less than d.
 		room := r.s.seen[id].Add(sqsworker.MaxVisibilityTimeout - holdSlack).Sub(now)
-		if room < d/2 {
-			r.lost[id] = true
+		if room < time.Second {
+			r.lost[id] = "its 12 hours from its receive are up"
 			continue
 		}
 		in.Entries = append(in.Entries, types.ChangeMessageVisibilityBatchRequestEntry{
@@ -572,14 +592,14 @@ func (r *replayer) secure(ctx context.Context, m *Message) error {
 			VisibilityTimeout: int32(min(d, room) / time.Second),
 		})
 	}
-	if r.lost[m.ID] {
-		return errExpired
+	if r.lost[m.ID] != "" {
+		return time.Time{}, errExpired
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	out, err := r.q.api.ChangeMessageVisibilityBatch(cctx, in, r.q.opts...)
 	if err != nil {
-		return fmt.Errorf("hiding it for its move: %w", err)
+		return time.Time{}, fmt.Errorf("hiding it for its move: %w", err)
 	}
 	var own error
 	failed := false // an entry failed but for a lost message
@@ -591,7 +611,7 @@ func (r *replayer) secure(ctx context.Context, m *Message) error {
 		id := aws.ToString(r.batch[i].MessageId)
 		switch code := aws.ToString(f.Code); code {
 		case "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", "InvalidParameterValue":
-			r.lost[id] = true
+			r.lost[id] = code
 		default:
 			failed = true
 			if id == m.ID {
@@ -599,26 +619,60 @@ func (r *replayer) secure(ctx context.Context, m *Message) error {
 			}
 		}
 	}
-	if r.lost[m.ID] {
-		return errExpired
+	if r.lost[m.ID] != "" {
+		return time.Time{}, errExpired
 	}
 	if own != nil {
-		return own
-	}
-	if failed {
-		// Another message of the batch is hidden no longer than before:
-		// the next one's turn hides them again.
-		return nil
+		return time.Time{}, own
 	}
 	// The entries' shortest hide: the rest of the batch is hidden at least
 	// until then, but for the lost.
-	r.until = now.Add(d)
+	until := now.Add(d)
 	for _, e := range in.Entries {
-		if u := now.Add(time.Duration(e.VisibilityTimeout) * time.Second); u.Before(r.until) {
-			r.until = u
+		if u := now.Add(time.Duration(e.VisibilityTimeout) * time.Second); u.Before(until) {
+			until = u
 		}
 	}
-	return nil
+	if !failed {
+		r.until = until
+	}
+	// Else another message of the batch is hidden no longer than before:
+	// its turn hides them again.
+	return until, nil
+}
+
+// leased bounds ctx by until, less leaseMargin: a request m's receipt handle
+// is sent with must reach SQS while it still holds m. The bound counts
+// from the replay's clock (Queue.now), which, like until, starts no later
+// than SQS's own.
+func (r *replayer) leased(ctx context.Context, until time.Time) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, until.Sub(r.q.now())-r.leaseMargin())
+}
+
+// leaseMargin is what leased keeps of a hide for the request's way to SQS:
+// a second, or an eighth of the visibility timeout if less.
+func (r *replayer) leaseMargin() time.Duration { return min(time.Second, r.cfg.Visibility/8) }
+
+// deleteHeld deletes m from the dead-letter queue while the replay holds
+// it: hidden again first if half the visibility timeout is no longer left
+// (its copy's send took that long), and the delete sent within that hide.
+// A message SQS would not hide again because it is visible (not in flight:
+// its hide ran out, and no reader holds it) is deleted all the same, its
+// receipt handle still its latest; one another reader received is not.
+func (r *replayer) deleteHeld(ctx context.Context, m *Message) error {
+	dctx, cancel := ctx, context.CancelFunc(func() {})
+	until, err := r.secure(ctx, m)
+	switch code := r.lost[m.ID]; {
+	case err == nil:
+		dctx, cancel = r.leased(ctx, until)
+	case !errors.Is(err, errExpired):
+		return err
+	case code != "MessageNotInflight" && code != "AWS.SimpleQueueService.MessageNotInflight":
+		return fmt.Errorf("its visibility timeout ran out before its delete, and SQS would not hide it again (%s): another reader may have received it", code)
+	}
+	defer cancel()
+	_, err = r.q.api.DeleteMessage(dctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}, r.q.opts...)
+	return err
 }
 
 // drop deletes m, a copy of a job this run replayed (m.DuplicateOf), from
@@ -648,7 +702,7 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 	// The delete runs to its end even if ctx is cancelled now.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
-	if _, err := r.q.api.DeleteMessage(mctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}, r.q.opts...); err != nil {
+	if err := r.deleteHeld(mctx, m); err != nil {
 		r.s.hold(m.ID, m.ReceiptHandle)
 		dm.Note = fmt.Sprintf("a copy of a replayed job, not deleted: %v", err)
 		r.res.Dropped = append(r.res.Dropped, dm)

@@ -113,14 +113,18 @@ func TestReplayLeavesAMessageAnotherReaderTook(t *testing.T) {
 	}
 }
 
-// TestReplayKeepsWaitingMessagesHidden on the local SQS: each copy's send
-// is applied, its reply 1.5 s late, with a visibility timeout of 2 s; a
-// second reader polls the dead-letter queue from the first send on.
+// TestReplayKeepsWaitingMessagesHidden on the local SQS: five messages,
+// each copy's send applied and its reply a second late, with a visibility
+// timeout of 4 s; a second reader polls the dead-letter queue from the
+// first send on. Before, the fourth and fifth messages' hides ran out while
+// the fourth was sent: the reader took them, and the replay's deletes with
+// their stale receipt handles did nothing (the local SQS accepts them):
+// both jobs in both queues, and the replay reporting every message moved.
 func TestReplayKeepsWaitingMessagesHiddenOnEmulator(t *testing.T) {
 	t.Parallel()
 	c := localtest.NewSQS(t)
 	orders := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
-	sendDeadLetters(t, c, orders.DLQURL, orders.URL, 3)
+	sendDeadLetters(t, c, orders.DLQURL, orders.URL, 5)
 	// The second reader starts with the first copy's send: the replay has
 	// received the batch by then.
 	sending, sent := make(chan struct{}), sync.Once{}
@@ -131,7 +135,7 @@ func TestReplayKeepsWaitingMessagesHiddenOnEmulator(t *testing.T) {
 					out, md, err := next.HandleInitialize(ctx, in)
 					if _, send := in.Parameters.(*sqs.SendMessageInput); send {
 						sent.Do(func() { close(sending) })
-						time.Sleep(1500 * time.Millisecond)
+						time.Sleep(time.Second)
 					}
 					return out, md, err
 				}), middleware.After)
@@ -157,19 +161,110 @@ func TestReplayKeepsWaitingMessagesHiddenOnEmulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 2 * time.Second})
+	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 4 * time.Second})
 	stop()
 	reader.Wait()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Moved != 3 || res.NotDeleted != 0 || res.Expired != 0 || taken.Load() != 0 {
-		t.Errorf("moved %d, not deleted %d, expired %d; the second reader took %d; want 3 moved and no other", res.Moved, res.NotDeleted, res.Expired, taken.Load())
+	if res.Moved != 5 || res.NotDeleted != 0 || res.Expired != 0 || taken.Load() != 0 {
+		t.Errorf("moved %d, not deleted %d, expired %d; the second reader took %d; want 5 moved and no other", res.Moved, res.NotDeleted, res.Expired, taken.Load())
 	}
 	if v, f := depth(t, c, orders.DLQURL); v+f != 0 {
 		t.Errorf("the dead-letter queue holds %d visible, %d in flight, want none", v, f)
 	}
-	if v, f := depth(t, c, orders.URL); v != 3 || f != 0 {
-		t.Errorf("orders holds %d visible, %d in flight, want the 3 jobs", v, f)
+	if v, f := depth(t, c, orders.URL); v != 5 || f != 0 {
+		t.Errorf("orders holds %d visible, %d in flight, want the 5 jobs", v, f)
+	}
+}
+
+// A copy whose send outlasts the visibility timeout of its original: with
+// no other reader, the original, visible again, is deleted all the same
+// (SQS would not hide it again, as it is not in flight); received by
+// another reader meanwhile, it is not deleted, and the replay says so:
+// copied but not deleted, in both queues, never a delete of a message
+// another reader holds.
+func TestReplaySendLongerThanTheHide(t *testing.T) {
+	t.Parallel()
+	for _, other := range []bool{false, true} {
+		t.Run(map[bool]string{false: "alone", true: "another reader"}[other], func(t *testing.T) {
+			t.Parallel()
+			e := newFakeEnv()
+			clock := sqstest.NewClock(time.Now())
+			e.f.Now = clock.Now
+			e.deadLetterJobs(1)
+			taken := 0
+			read := func() {
+				if !other {
+					return
+				}
+				out, err := e.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+					QueueUrl: aws.String(e.ordersDLQ), MaxNumberOfMessages: 10, VisibilityTimeout: 600})
+				if err != nil {
+					t.Error(err)
+				}
+				taken += len(out.Messages)
+			}
+			q := openOrdersDLQ(t, slowSends{Fake: e.f, clock: clock, step: 3 * time.Second, read: read})
+			q.now = clock.Now
+			res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 2 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, _, _ := e.f.Depth(e.orders); v != 1 {
+				t.Errorf("orders holds %d, want the copy", v)
+			}
+			if !other {
+				if res.Moved != 1 || res.NotDeleted != 0 {
+					t.Errorf("moved %d, not deleted %d; want the message moved", res.Moved, res.NotDeleted)
+				}
+				e.wantDLQDepth(t, "after the replay", 0, 0)
+				return
+			}
+			if res.Moved != 0 || res.NotDeleted != 1 || taken != 1 || len(res.Messages) != 1 ||
+				!strings.Contains(res.Messages[0].Note, "ran out before its delete") {
+				t.Errorf("moved %d, not deleted %d, the reader took %d, %+v; want 1 not deleted, said why", res.Moved, res.NotDeleted, taken, res.Messages)
+			}
+			e.wantDLQDepth(t, "after the replay: the other reader's", 0, 1)
+		})
+	}
+}
+
+// TestReplaySendLongerThanTheHide's first case on the local SQS: a copy's
+// send applied, its reply 3 s late, past its original's 2 s visibility
+// timeout, and no other reader: the original is deleted all the same.
+func TestReplaySendLongerThanTheHideOnEmulator(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	orders := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	sendDeadLetters(t, c, orders.DLQURL, orders.URL, 1)
+	slow := localtest.NewSQS(t, func(o *sqs.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("slowSend",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					out, md, err := next.HandleInitialize(ctx, in)
+					if _, send := in.Parameters.(*sqs.SendMessageInput); send {
+						time.Sleep(3 * time.Second)
+					}
+					return out, md, err
+				}), middleware.After)
+		})
+	})
+	q, err := Open(context.Background(), slow, orders.DLQURL, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moved != 1 || res.NotDeleted != 0 {
+		t.Errorf("moved %d, not deleted %d (%+v); want the message moved", res.Moved, res.NotDeleted, res.Messages)
+	}
+	if v, f := depth(t, c, orders.DLQURL); v+f != 0 {
+		t.Errorf("the dead-letter queue holds %d visible, %d in flight, want none", v, f)
+	}
+	if v, f := depth(t, c, orders.URL); v != 1 || f != 0 {
+		t.Errorf("orders holds %d visible, %d in flight, want the job", v, f)
 	}
 }

@@ -351,7 +351,7 @@ async function runReplay(planId, total) {
       if (j.done) {
         // The result stays above the list, which is read again.
         const r = j.result || { moved: 0 };
-        fill(document.getElementById("last-result"), el("div", { class: "panel plan" }, el("span", { class: j.error ? "err" : "ok", id: "replay-result" },
+        fill(document.getElementById("last-result"), el("div", { class: "panel plan" }, el("span", { class: j.error || r.notDeleted || r.expired ? "err" : "ok", id: "replay-result" },
           `Moved ${r.moved} message(s) to ${[...new Set((r.messages || []).map((m) => queueName(m.destination)))].join(", ") || "–"}` +
           (r.notDeleted ? `; ${r.notDeleted} copied but not deleted (in both queues)` : "") +
           (r.expired ? `; ${r.expired} not copied: their visibility timeout ran out before their turn, and another reader may hold them (replay again)` : "") +
