@@ -189,3 +189,35 @@ func TestLastReceiveSuccessSlowDeleteIsNotAFailure(t *testing.T) {
 		t.Errorf("failures %v, want none: the record's job is done", failedIDs(resp))
 	}
 }
+
+// Without the heartbeat, a record's lease is counted from the earliest its
+// receive can have been: the batching window before the invocation, as
+// with the heartbeat. A record that succeeds past that end (visibility 3 s,
+// window 2 s, a handler of 1.5 s) is deleted at once, as a success past
+// its lease is; counted from the invocation's start, its lease looked held
+// a second and a half longer than SQS held it, and the record was left to
+// Lambda's delete at the end, by then SQS's to hand out again.
+func TestLeaseWithoutHeartbeatCountsTheBatchingWindow(t *testing.T) {
+	t.Parallel()
+	f := newFake("3")
+	url := sqstest.QueueURL("orders")
+	inFlight := -1
+	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		switch m.Body {
+		case "slow":
+			time.Sleep(1500 * time.Millisecond)
+		case "look":
+			_, inFlight, _ = f.Depth(url)
+		}
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true, BatchingWindow: 2 * time.Second})
+	ev := received(t, f, "orders", "slow", "look")
+	resp, err := fn(context.Background(), ev)
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("resp %v, err %v", resp, err)
+	}
+	if inFlight != 1 {
+		t.Errorf("%d records in flight once the slow one succeeded past its lease, want 1 (it deleted at once)", inFlight)
+	}
+}

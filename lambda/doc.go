@@ -40,7 +40,9 @@
 //     as a failure;
 //   - a record whose lease looked lost when its handler returned (the
 //     heartbeat found it lost or run out; without a heartbeat, the queue's
-//     visibility timeout had passed) is reported failed with its
+//     visibility timeout had passed, counted, as the heartbeat counts it,
+//     from Config.BatchingWindow before the invocation, the earliest the
+//     event source mapping can have received it) is reported failed with its
 //     visibility left alone if the handler failed (another consumer may
 //     hold it now); if the handler succeeded, its job is done: it is
 //     deleted at once and reported handled, the delete landing if SQS

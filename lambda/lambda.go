@@ -799,9 +799,11 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			j.Ctx, j.Lease = rec.st.ext.Track(hctx, j.Msg, receivedAt)
 		case rec.st != nil && rec.st.known && rec.st.info.VisibilityTimeout > 0:
 			// Without the heartbeat the message is SQS's again once its
-			// visibility timeout has passed: by then from the start, the
-			// latest its receive can have been.
-			j.LeaseEnd = start.Add(rec.st.info.VisibilityTimeout)
+			// visibility timeout has passed, counted from the earliest
+			// its receive can have been, as the heartbeat counts it: what
+			// the lease bounds (a copy's send, an acknowledgement) must
+			// end by then.
+			j.LeaseEnd = receivedAt.Add(rec.st.info.VisibilityTimeout)
 		}
 	}
 

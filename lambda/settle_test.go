@@ -176,7 +176,9 @@ func TestBatchingWindowFromEnvironment(t *testing.T) {
 // would come back after the visibility timeout of its receive (15 minutes)
 // rather than its backoff.
 func TestFailedRecordVisibilityWithinTwelveHoursOfBatchedReceive(t *testing.T) {
-	f := newFake("300")
+	// The queue's visibility timeout, which the mapping's receive takes,
+	// and which the adapter counts from the batching window's start.
+	f := newFake("900")
 	var shift atomic.Int64 // the Fake's clock, ahead of or behind the real one
 	f.Now = func() time.Time { return time.Now().Add(time.Duration(shift.Load())) }
 	const window = 5 * time.Minute
