@@ -14,15 +14,19 @@ import (
 // zero Filter selects every message.
 type Filter struct {
 	// ErrorClasses selects messages whose failure metadata has one of
-	// these error classes.
+	// these error classes. A message SQS's own redrive moved (its
+	// RedriveSource set) never matches: the metadata it carries, if any,
+	// is of an earlier failure (a replayed copy keeps its original's), not
+	// of the one that brought it here, which SQS does not say.
 	ErrorClasses []string
 	// Attributes selects messages whose message attributes have all of
 	// these values (String and Number attributes; failure metadata
 	// attributes such as sqsworker.error-class count too).
 	Attributes []Attribute
 	// Since and Until select messages that failed at or after Since and
-	// before Until (the failed-at time of their failure metadata). The zero
-	// time is no bound.
+	// before Until (the failed-at time of their failure metadata; never a
+	// message SQS's redrive moved, as for ErrorClasses). The zero time is no
+	// bound.
 	Since, Until time.Time
 	// BodyContains selects messages whose body contains this text.
 	BodyContains string
@@ -100,15 +104,17 @@ func ValidJSONPath(path string) bool {
 }
 
 // Match reports whether m passes every condition. Conditions on the failure
-// metadata (error class, time) never match a message without it.
+// metadata (error class, time) never match a message without it, nor one
+// SQS's redrive moved, whose metadata is of an earlier failure.
 func (f Filter) Match(m *Message) bool {
+	failed := m.HasFailure && m.RedriveSource == ""
 	if len(f.IDs) > 0 && !slices.Contains(f.IDs, m.ID) {
 		return false
 	}
 	if len(f.ErrorClasses) > 0 {
 		ok := false
 		for _, c := range f.ErrorClasses {
-			if m.HasFailure && m.Failure.ErrorClass == c {
+			if failed && m.Failure.ErrorClass == c {
 				ok = true
 				break
 			}
@@ -124,7 +130,7 @@ func (f Filter) Match(m *Message) bool {
 	}
 	if !f.Since.IsZero() || !f.Until.IsZero() {
 		at := m.Failure.FailedAt
-		if !m.HasFailure || at.IsZero() || (!f.Since.IsZero() && at.Before(f.Since)) || (!f.Until.IsZero() && !at.Before(f.Until)) {
+		if !failed || at.IsZero() || (!f.Since.IsZero() && at.Before(f.Since)) || (!f.Until.IsZero() && !at.Before(f.Until)) {
 			return false
 		}
 	}

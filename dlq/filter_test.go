@@ -114,12 +114,16 @@ func TestFilterMatchAndDescription(t *testing.T) {
 		{msg("a", in, "acme", `{"order":{"id":8}}`), false},                   // json field
 		{msg("a", in, "acme", `{"ordre":{"id":7}}`), false},                   // body contains
 		{msg("a", time.Time{}, "acme", body), false},                          // no failure time
+		{redriven(msg("a", in, "acme", body)), false},                         // metadata of an earlier failure
 		{newMessage("q", types.Message{Body: aws.String(body)}), false},       // no metadata
 		{newMessage("q", types.Message{Body: aws.String("not json")}), false}, // no metadata
 	} {
 		if got := f.Match(tc.m); got != tc.want {
 			t.Errorf("%+v: match %v, want %v", tc.m.Failure, got, tc.want)
 		}
+	}
+	if f := (Filter{Attributes: []Attribute{{"tenant", "acme"}}}); !f.Match(redriven(msg("a", in, "acme", body))) {
+		t.Error("a message SQS's redrive moved did not match a filter without failure conditions")
 	}
 	if all := (Filter{}); all.Validate() != nil || all.String() != "all messages" || !all.Match(newMessage("q", types.Message{Body: aws.String("x")})) {
 		t.Errorf("zero filter: %v, %q", all.Validate(), all.String())
@@ -160,4 +164,11 @@ func TestFilterIDs(t *testing.T) {
 	if err := (Filter{IDs: []string{" "}}).Validate(); err == nil || !strings.Contains(err.Error(), "empty message ID") {
 		t.Errorf("empty ID: %v", err)
 	}
+}
+
+// redriven is m as SQS's redrive would have moved it: its failure metadata
+// that of an earlier failure (a replayed copy's, kept from its original).
+func redriven(m *Message) *Message {
+	m.RedriveSource = "arn:aws:sqs:us-east-1:000000000000:q"
+	return m
 }

@@ -88,6 +88,9 @@ Filters (all optional; a message must pass every one given):
   --attr NAME=VALUE     the message attribute NAME has the value VALUE (repeatable)
   --since T, --until T  failed at or after T / before T: RFC 3339
                         (2026-11-29T14:00:00Z) or a duration ago (2h ago, 30m, 7d)
+                        (--error-class, --since and --until never select a
+                        message SQS's redrive moved: its failure metadata, if
+                        any, is of an earlier failure)
   --body-contains S     the body contains S
   --json-field P=V      the body is JSON whose field at the dot path P (order.id,
                         items.0.sku) is V (repeatable)`
