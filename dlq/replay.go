@@ -370,8 +370,10 @@ func (r *replayer) run(ctx context.Context, batch int) error {
 			if ctx.Err() != nil {
 				r.s.hold(m.ID, m.ReceiptHandle)
 				err = r.interrupted(ctx)
-			} else {
-				err = r.handle(ctx, m)
+			} else if err = r.handle(ctx, m); ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.Is(err, ErrInterrupted) {
+				// A lookup that the interruption cut short: reported as
+				// the interruption it is.
+				err = r.interrupted(ctx)
 			}
 			if err != nil {
 				for _, rest := range fresh[i+1:] {

@@ -1,0 +1,53 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/sqsworker/sqsworker/sqstest"
+)
+
+// cancelOnLookup is the fake whose GetQueueAttributes, once armed, is
+// where the operator's Ctrl-C lands: it cancels the replay's context and
+// fails as the SDK does then.
+type cancelOnLookup struct {
+	*sqstest.Fake
+	cancel context.CancelFunc
+	armed  bool
+	url    string // the source queue's
+}
+
+func (c *cancelOnLookup) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, opts ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	if c.armed && aws.ToString(in.QueueUrl) == c.url {
+		c.armed = false
+		c.cancel()
+		return nil, ctx.Err()
+	}
+	return c.Fake.GetQueueAttributes(ctx, in, opts...)
+}
+
+// A Ctrl-C while the replay checks a message's source queue is reported as
+// the interruption it is, not as a failure of the check; nothing moves,
+// and every message stays. Before, the replay ended with "checking its
+// source queue: context canceled".
+func TestReplayInterruptedDuringSourceLookup(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	e.deadLetterJobs(3)
+	ctx, cancel := context.WithCancel(context.Background())
+	api := &cancelOnLookup{Fake: e.f, cancel: cancel, url: e.orders}
+	q := openOrdersDLQ(t, api)
+	api.armed = true
+	res, err := q.Replay(ctx, ReplayConfig{})
+	if api.armed {
+		t.Fatal("the replay looked up no queue's attributes: the test does not reach its point")
+	}
+	if !errors.Is(err, ErrInterrupted) || !errors.Is(err, context.Canceled) || res == nil || !res.Interrupted || res.Moved != 0 {
+		t.Errorf("err %v, result %+v; want an interruption, nothing moved", err, res)
+	}
+	e.wantDLQDepth(t, "after the replay", 3, 0)
+}
