@@ -389,6 +389,34 @@ func (q *Queue) note(format string, args ...any) {
 	q.log.Info("dlq: "+s, "queue", q.URL)
 }
 
+// ForeignDestination says, for a destination given to a replay, when it is
+// not a source queue of q (its redrive policy does not name q): a slip,
+// such as orders-v2 for orders, would send the messages to a queue they did
+// not fail in, to run under another handler. A replay does not refuse such a
+// destination, which is the operator's choice: a tool shows the warning,
+// before a dry run's plan and a replay. Empty when t sends its dead letters
+// to q.
+func (q *Queue) ForeignDestination(ctx context.Context, t Target) (string, error) {
+	out, err := q.api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(t.URL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy},
+	}, q.opts...)
+	if err != nil {
+		return "", fmt.Errorf("dlq: reading the redrive policy of %s: %w", t.Name, err)
+	}
+	if p, err := ParseRedrivePolicy(out.Attributes["RedrivePolicy"]); err == nil && p.DeadLetterTargetARN == q.ARN {
+		return "", nil
+	}
+	msg := fmt.Sprintf("%s does not send its dead letters to %s: the messages would go to a queue they did not fail in", t.Name, q.Name)
+	if len(q.Sources) > 0 {
+		names := make([]string, len(q.Sources))
+		for i, u := range q.Sources {
+			names[i] = u[strings.LastIndexByte(u, '/')+1:]
+		}
+		msg += " (its source queues: " + strings.Join(names, ", ") + ")"
+	}
+	return msg, nil
+}
+
 // Target resolves a queue given by name, URL or ARN as a destination for
 // this queue's messages: it must exist, be of the same type (standard or
 // FIFO), not be this queue, and not be a dead-letter queue, where that can

@@ -155,6 +155,15 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 		if err != nil {
 			return toError(err)
 		}
+		// A slip (orders-v2 for orders) is the operator's to catch: said
+		// before the dry run's plan, and before the replay.
+		warn, err := q.ForeignDestination(ctx, to)
+		if err != nil {
+			return fmt.Errorf("--to: %w", err)
+		}
+		if warn != "" {
+			fmt.Fprintf(d.a.err, "warning: --to %s: %s\n", o.to, warn)
+		}
 		cfg.To = to.URL
 	}
 	var res *dlq.ReplayResult

@@ -454,3 +454,22 @@ func TestDlqHelp(t *testing.T) {
 		}
 	}
 }
+
+// A replay --to a queue that does not send its dead letters to the
+// dead-letter queue (a slip: orders-v2 for orders) warns before the dry
+// run's plan and before the replay, as the web UI does; --to the source
+// queue itself does not.
+func TestDlqReplayWarnsOfAForeignDestination(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{}, job{body: "x", fail: classError{"c", "boom"}, permanent: true})
+	other := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	dlqName, otherName := queueName(q.DLQURL), queueName(other.URL)
+	_, stderr, code := runCLI(t, "", "dlq", "replay", dlqName, "--to", otherName)
+	if code != 0 || !strings.Contains(stderr, "warning: --to "+otherName+": "+otherName+" does not send its dead letters to "+dlqName+": the messages would go to a queue they did not fail in") {
+		t.Errorf("dry run --to %s: exit %d\n%s", otherName, code, stderr)
+	}
+	_, stderr, code = runCLI(t, "", "dlq", "replay", dlqName, "--to", queueName(q.URL))
+	if code != 0 || strings.Contains(stderr, "warning: --to") {
+		t.Errorf("dry run --to its source: exit %d\n%s", code, stderr)
+	}
+}

@@ -15,10 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-
 	"github.com/sqsworker/sqsworker/cmd/sqsworker/internal/brief"
 	"github.com/sqsworker/sqsworker/dlq"
 )
@@ -574,13 +570,13 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		cfg.To = t.URL
-		warn, err := s.otherDestination(ctx, oq.q, t)
+		warn, err := oq.q.ForeignDestination(ctx, t)
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
 		if warn != "" {
-			warnings = append(warnings, warn)
+			warnings = append(warnings, warn+". Check the destination before you confirm.")
 		}
 	}
 	release, err := s.hold(ctx, oq, "dry run")
@@ -613,30 +609,6 @@ func (s *Server) handlePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	out.PlanID = s.keepPlan(p)
 	writeJSON(w, http.StatusOK, out)
-}
-
-// otherDestination says, for a destination the operator gave, when it is
-// not a source queue of q (its redrive policy does not name q): a slip
-// the library does not catch, since a destination given is a choice.
-func (s *Server) otherDestination(ctx context.Context, q *dlq.Queue, t dlq.Target) (string, error) {
-	out, err := s.cfg.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(t.URL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy},
-	})
-	if err != nil {
-		return "", fmt.Errorf("reading the redrive policy of %s: %w", t.Name, err)
-	}
-	if p, err := dlq.ParseRedrivePolicy(out.Attributes["RedrivePolicy"]); err == nil && p.DeadLetterTargetARN == q.ARN {
-		return "", nil
-	}
-	msg := fmt.Sprintf("%s does not send its dead letters to %s: the messages would go to a queue they did not fail in", t.Name, q.Name)
-	if len(q.Sources) > 0 {
-		names := make([]string, len(q.Sources))
-		for i, u := range q.Sources {
-			names[i] = u[strings.LastIndexByte(u, '/')+1:]
-		}
-		msg += " (its source queues: " + strings.Join(names, ", ") + ")"
-	}
-	return msg + ". Check the destination before you confirm.", nil
 }
 
 func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
