@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"net"
 	"strings"
 	"sync/atomic"
 
@@ -33,8 +34,11 @@ type PurgeConfig struct {
 //
 // When the reply to PurgeQueue is lost, SQS has purged the queue and the
 // SDK's retry of the request is answered PurgeQueueInProgress: that purge
-// is this one, and Purge returns nil (with a warning in the log). Only a
-// first attempt answered PurgeQueueInProgress is [ErrPurgeInProgress].
+// is this one, and Purge returns nil (with a warning in the log). A retry
+// so answered after attempts that SQS cannot have applied (refused with an
+// error response, such as throttling, or a connection never made) meets
+// another purge, made within the minute: that is [ErrPurgeInProgress], as
+// for a first attempt so answered.
 func (q *Queue) Purge(ctx context.Context, cfg PurgeConfig) error {
 	p, ok := q.api.(Purger)
 	if !ok {
@@ -52,9 +56,10 @@ func (q *Queue) Purge(ctx context.Context, cfg PurgeConfig) error {
 		return fmt.Errorf("dlq: not purged: the audit record failed: %w", err)
 	}
 	var attempts atomic.Int32
-	opts := append(slices.Clip(q.opts), countAttempts(&attempts))
+	var applied atomic.Bool // an attempt failed in a way SQS may have applied
+	opts := append(slices.Clip(q.opts), countAttempts(&attempts, &applied))
 	if _, err := p.PurgeQueue(ctx, &sqs.PurgeQueueInput{QueueUrl: aws.String(q.URL)}, opts...); err != nil {
-		if isPurgeInProgress(err) && attempts.Load() > 1 {
+		if isPurgeInProgress(err) && attempts.Load() > 1 && applied.Load() {
 			// An earlier attempt of this request was sent and its reply
 			// lost (or failed after SQS applied it): the purge under way is
 			// this one.
@@ -111,8 +116,9 @@ func isPurgeInProgress(err error) bool {
 }
 
 // countAttempts is an option of an SQS call that counts the attempts the
-// SDK's retryer sends of it into n.
-func countAttempts(n *atomic.Int32) func(*sqs.Options) {
+// SDK's retryer sends of it into n, and sets applied when one fails in a
+// way SQS may have applied it (see mayHaveApplied).
+func countAttempts(n *atomic.Int32, applied *atomic.Bool) func(*sqs.Options) {
 	return func(o *sqs.Options) {
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
 			// The end of the finalize step is inside the retry loop: once per
@@ -120,8 +126,29 @@ func countAttempts(n *atomic.Int32) func(*sqs.Options) {
 			return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("dlqCountAttempts",
 				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
 					n.Add(1)
-					return next.HandleFinalize(ctx, in)
+					out, md, err := next.HandleFinalize(ctx, in)
+					if err != nil && mayHaveApplied(err) {
+						applied.Store(true)
+					}
+					return out, md, err
 				}), middleware.After)
 		})
 	}
+}
+
+// mayHaveApplied reports whether a request that failed with err may have
+// been applied by SQS: anything but an error response of SQS's (4xx), which
+// applies nothing, or a connection that was never made (refused, or a
+// host not found).
+func mayHaveApplied(err error) bool {
+	var re interface{ HTTPStatusCode() int }
+	if errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500 {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	var dns *net.DNSError
+	return !errors.As(err, &dns)
 }

@@ -25,14 +25,23 @@ import (
 // purgeLimitingProxy forwards SQS calls to the local endpoint, and answers
 // a PurgeQueue of a queue purged less than 60 seconds ago as SQS does
 // (403 PurgeQueueInProgress), which the emulator does not. It returns the
-// proxy's address, host:port on the loopback interface.
-func purgeLimitingProxy(t *testing.T) string {
+// proxy's address, host:port on the loopback interface. While *throttle is
+// above 0, it answers a PurgeQueue RequestThrottled instead (counting it
+// down), which SQS does not apply.
+func purgeLimitingProxy(t *testing.T, throttle *atomic.Int32) string {
 	t.Helper()
 	var mu sync.Mutex
 	purged := map[string]time.Time{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
+			return
+		}
+		if r.Header.Get("X-Amz-Target") == "AmazonSQS.PurgeQueue" && throttle.Add(-1) >= 0 {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			w.Header().Set("X-Amzn-Query-Error", "RequestThrottled;Sender")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = io.WriteString(w, `{"__type":"com.amazonaws.sqs#RequestThrottled","message":"Rate exceeded"}`)
 			return
 		}
 		if r.Header.Get("X-Amz-Target") == "AmazonSQS.PurgeQueue" {
@@ -73,7 +82,7 @@ func TestDlqPurgeLostReply(t *testing.T) {
 	waitVisible(t, c, q.DLQURL, 3)
 	audit := filepath.Join(t.TempDir(), "audit.jsonl")
 
-	p, err := faultproxy.New(purgeLimitingProxy(t))
+	p, err := faultproxy.New(purgeLimitingProxy(t, new(atomic.Int32)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,6 +134,48 @@ func TestDlqPurgeLostReply(t *testing.T) {
 	code, stdout, stderr = purge()
 	if code != 1 || stdout != "" || !strings.Contains(stderr, "not purged") || !strings.Contains(stderr, "purged less than 60 seconds ago") {
 		t.Errorf("a second purge within the minute: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	waitVisible(t, c, q.DLQURL, 1)
+}
+
+// Another operator purged the queue a moment ago; this purge's first
+// attempt is throttled (SQS applies nothing), and the SDK's retry is
+// answered PurgeQueueInProgress: that purge is the other one, not this
+// one. The command says the queue was not purged, exits 1 and records the
+// refusal. (It said "purged", exited 0 and recorded none, taking the other
+// purge for its own, as when its own reply is lost.)
+func TestDlqPurgeRetryMeetsAnotherPurge(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	throttle := new(atomic.Int32)
+	addr := purgeLimitingProxy(t, throttle)
+	viaProxy := func(o *sqs.Options) { o.BaseEndpoint = aws.String("http://" + addr) }
+	other := localtest.NewSQS(t, viaProxy)
+	if _, err := other.PurgeQueue(context.Background(), &sqs.PurgeQueueInput{QueueUrl: aws.String(q.DLQURL)}); err != nil {
+		t.Fatalf("the other operator's purge: %v", err)
+	}
+	localtest.Send(t, c, q.DLQURL, "", "sent after the other purge")
+	waitVisible(t, c, q.DLQURL, 1)
+	throttle.Store(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli := startCLIWith(t, ctx, strings.NewReader(""), []rootOption{withSQSOptions(viaProxy)},
+		"dlq", "purge", q.DLQURL, "--yes", "--audit", audit)
+	code := cli.wait(t)
+	stdout, stderr := cli.stdout.String(), cli.stderr.String()
+	if throttle.Load() >= 0 {
+		t.Fatalf("the purge's first attempt was not throttled (%d left)", throttle.Load())
+	}
+	if code != 1 || strings.Contains(stdout, "purged") || !strings.Contains(stderr, "not purged") || !strings.Contains(stderr, "purged less than 60 seconds ago") {
+		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	var actions []string
+	for _, l := range readAudit(t, audit) {
+		actions = append(actions, l.Action)
+	}
+	if len(actions) != 2 || actions[0] != dlq.ActionPurge || actions[1] != dlq.ActionPurgeFailed {
+		t.Errorf("audit actions %q, want %q then %q", actions, dlq.ActionPurge, dlq.ActionPurgeFailed)
 	}
 	waitVisible(t, c, q.DLQURL, 1)
 }
