@@ -221,3 +221,44 @@ func TestLeaseWithoutHeartbeatCountsTheBatchingWindow(t *testing.T) {
 		t.Errorf("%d records in flight once the slow one succeeded past its lease, want 1 (it deleted at once)", inFlight)
 	}
 }
+
+// TestEmulatorLastReceiveSuccessOutlivesAKilledFunction with the reply to
+// the delete at once lost (SQS deleted the message; the SDK sends the
+// delete again, which SQS answers as a success): the record is done, the
+// function killed later in the batch leaves only the record not done to
+// SQS's redrive.
+func TestEmulatorLastReceiveSuccessDeleteReplyLost(t *testing.T) {
+	t.Parallel()
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 1})
+	p, via := proxiedSQS(t)
+	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		if m.Body == "killed" {
+			return errors.New("the function is killed while this record runs")
+		}
+		// The next request through the proxy is this record's delete.
+		return p.LoseReplies(1)
+	})
+	fn := newHandler(t, h, lambda.Config{Client: via, Concurrency: 1, DisableHeartbeat: true})
+	localtest.Send(t, sq, q.URL, "", "done", "killed")
+	msgs := receiveN(t, sq, q.URL, 2)
+	if _, err := fn(context.Background(), sqstest.SQSEvent(q.ARN, msgs)); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Stats().LostReplies; n != 1 {
+		t.Fatalf("the proxy lost %d replies, want the delete's", n)
+	}
+	for _, m := range msgs {
+		_, _ = sq.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{QueueUrl: &q.URL, ReceiptHandle: m.ReceiptHandle})
+	}
+	if out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1}); err != nil || len(out.Messages) != 0 {
+		t.Fatalf("receive past maxReceiveCount: %v, %d messages", err, len(out.Messages))
+	}
+	var dead []string
+	for _, m := range receiveUpTo(t, sq, q.DLQURL, 10, 5*time.Second) {
+		dead = append(dead, aws.ToString(m.Body))
+	}
+	if !slices.Equal(dead, []string{"killed"}) {
+		t.Errorf("the dead-letter queue holds %v, want [killed]", dead)
+	}
+}
