@@ -42,20 +42,19 @@
 // them again and take them for the end of the queue.
 //
 // A replay copies a message, and deletes it, only while half its
-// visibility timeout or more is left, and sends each of these requests
-// within what is left: a message waiting its turn behind a destination slow
-// to answer, or behind a low rate, would otherwise outlive its visibility
-// timeout, and another reader could receive it before its copy was sent or
-// its delete: the delete, its receipt handle stale, then refused or applied
-// without effect, the job would be in both queues, or replayed twice. A
+// visibility timeout or more is left, and sends the delete within what is
+// left: a message waiting its turn behind a destination slow to answer, or
+// behind a low rate, would otherwise outlive its visibility timeout, and
+// another reader could receive it before its copy was sent or its delete:
+// the delete, its receipt handle stale, then refused or applied without
+// effect, the job would be in both queues, or replayed twice, unsaid. A
 // message with less left is hidden again for the visibility timeout first,
 // with the rest of its receive, in one call. One that SQS will not hide
-// again because another reader received it meanwhile stays, not copied
-// ([ReplayResult.Expired]), or, copied already, is not deleted
-// ([ReplayResult.NotDeleted]); one merely visible again is deleted all the
-// same. That SQS refuses a stale receipt handle tells the two apart. The
-// visibility timeout is best more than twice the time one move (a send and
-// a delete) takes.
+// again (visible again, or received by another reader meanwhile) stays, not
+// copied ([ReplayResult.Expired]), or, copied already, is not deleted
+// ([ReplayResult.NotDeleted]), each said with what to do. The visibility
+// timeout is best more than twice the time one move (a send and a delete)
+// takes.
 //
 // # Where a replay sends a message
 //

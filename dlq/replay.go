@@ -370,8 +370,9 @@ func (r *replayer) run(ctx context.Context, batch int) error {
 			if ctx.Err() != nil {
 				r.s.hold(m.ID, m.ReceiptHandle)
 				err = r.interrupted(ctx)
-			} else if err = r.handle(ctx, m); ctx.Err() != nil && errors.Is(err, ctx.Err()) && !errors.Is(err, ErrInterrupted) {
-				// A lookup that the interruption cut short: reported as
+			} else if err = r.handle(ctx, m); errors.Is(ctx.Err(), context.Canceled) && errors.Is(err, context.Canceled) && !errors.Is(err, ErrInterrupted) {
+				// A lookup that the interruption cut short (the move's own
+				// context is never cancelled, only timed out): reported as
 				// the interruption it is.
 				err = r.interrupted(ctx)
 			}
@@ -458,8 +459,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		stay()
 		return r.interrupted(ctx)
 	}
-	until, err := r.secure(ctx, m)
-	if err != nil {
+	if _, err := r.secure(ctx, m); err != nil {
 		r.res.Matched--
 		stay()
 		if !errors.Is(err, errExpired) {
@@ -487,12 +487,12 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		return fmt.Errorf("dlq: message %s was not moved: the audit record failed: %w", m.ID, err)
 	}
 	// The send and the delete run to their end even if ctx is cancelled
-	// now, each within the message's hide (see leased).
+	// now; the delete within the message's hide (see deleteHeld).
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
-	sctx, cancelSend := r.leased(mctx, until)
-	newID, replays, note, err := r.send(sctx, m, dest)
-	cancelSend()
+	// The send is not bounded by the hide: it names no receipt handle,
+	// and cutting it short would not undo it, only lose its copy's ID.
+	newID, replays, note, err := r.send(mctx, m, dest)
 	if err != nil {
 		r.res.Matched--
 		stay()
@@ -551,8 +551,8 @@ var errExpired = errors.New("its visibility timeout ran out before its turn")
 
 // secure makes sure m is held for half the visibility timeout at least,
 // and returns until when it is hidden at least. The replay calls it before
-// it copies m and again before it deletes m, and sends each request within
-// that hide (see leased). A message waiting its turn behind a destination
+// it copies m and again before it deletes m, and sends the delete within
+// that hide (see deleteHeld). A message waiting its turn behind a destination
 // slow to answer, or behind a low PerSecond, would otherwise outlive its
 // visibility timeout, and another reader could receive it before its copy
 // was sent or before its delete: the delete, its receipt handle stale, then
@@ -643,35 +643,37 @@ func (r *replayer) secure(ctx context.Context, m *Message) (time.Time, error) {
 	return until, nil
 }
 
-// leased bounds ctx by until, less leaseMargin: a request m's receipt handle
-// is sent with must reach SQS while it still holds m. The bound counts
-// from the replay's clock (Queue.now), which, like until, starts no later
-// than SQS's own.
-func (r *replayer) leased(ctx context.Context, until time.Time) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, until.Sub(r.q.now())-r.leaseMargin())
-}
-
-// leaseMargin is what leased keeps of a hide for the request's way to SQS:
-// a second, or an eighth of the visibility timeout if less.
+// leaseMargin is what a delete keeps of a hide for the request's way to
+// SQS: a second, or an eighth of the visibility timeout if less.
 func (r *replayer) leaseMargin() time.Duration { return min(time.Second, r.cfg.Visibility/8) }
 
 // deleteHeld deletes m from the dead-letter queue while the replay holds
 // it: hidden again first if half the visibility timeout is no longer left
-// (its copy's send took that long), and the delete sent within that hide.
-// A message SQS would not hide again because it is visible (not in flight:
-// its hide ran out, and no reader holds it) is deleted all the same, its
-// receipt handle still its latest; one another reader received is not.
+// (its copy's send took that long), and the delete bounded by what is left
+// of the hide, less leaseMargin: a delete with a receipt handle that no
+// longer holds m may be refused, or applied without effect (SQS may accept
+// a stale handle and do nothing), which would leave the job in both queues
+// unsaid. A message SQS would not hide again (visible again, or received
+// by another reader: SQS need not say which) is not deleted, and said so.
+// A re-hide that failed otherwise (throttled, say) leaves the delete to
+// the hide m had, if enough of it is left.
 func (r *replayer) deleteHeld(ctx context.Context, m *Message) error {
-	dctx, cancel := ctx, context.CancelFunc(func() {})
+	before := r.until
 	until, err := r.secure(ctx, m)
-	switch code := r.lost[m.ID]; {
-	case err == nil:
-		dctx, cancel = r.leased(ctx, until)
-	case !errors.Is(err, errExpired):
-		return err
-	case code != "MessageNotInflight" && code != "AWS.SimpleQueueService.MessageNotInflight":
-		return fmt.Errorf("its visibility timeout ran out before its delete, and SQS would not hide it again (%s): another reader may have received it", code)
+	switch {
+	case errors.Is(err, errExpired):
+		return fmt.Errorf("its visibility timeout ran out before its delete, and SQS would not hide it again (%s): it may be visible again, or held by another reader", r.lost[m.ID])
+	case err != nil:
+		until = before
 	}
+	left := until.Sub(r.q.now()) - r.leaseMargin()
+	if left <= 0 {
+		if err != nil {
+			return err
+		}
+		return errors.New("its visibility timeout ran out while it was hidden again (SQS was slow to answer)")
+	}
+	dctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	_, err = r.q.api.DeleteMessage(dctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}, r.q.opts...)
 	return err

@@ -72,8 +72,9 @@ Messages are received with a visibility timeout of --visibility; those left
 in place are all made visible again at once when the replay ends. A message
 is copied, and deleted, only while half of --visibility or more is left of
 its hide: one with less is hidden again first (one call for the rest of its
-receive), and one that another reader received meanwhile is not copied, or
-not deleted, and the replay exits non-zero. Give --visibility more than
+receive), and one that SQS will not hide again (visible again, or received
+by another reader meanwhile) is not copied, or not deleted, and the replay
+exits non-zero. Give --visibility more than
 twice the time one move takes. On a FIFO
 queue a group is replayed in order, up to its first message that stays. A
 copy that fails again and comes back while the replay runs is not replayed
