@@ -62,10 +62,12 @@ type Config struct {
 	Heartbeat visibility.Config
 
 	// DisableHeartbeat turns the heartbeat off. A record whose handler
-	// then returns after the queue's visibility timeout, counted from the
-	// invocation's start, no longer holds its message (SQS may have handed
-	// it out again): it is left to SQS, reported failed with its
-	// visibility left alone, neither dead-lettered nor copied.
+	// then returns after the queue's visibility timeout, counted as the
+	// heartbeat counts it (from the invocation's start, less
+	// BatchingWindow), no longer holds its message (SQS may have handed
+	// it out again): a failure is left to SQS, reported failed with its
+	// visibility left alone, neither dead-lettered nor copied; a success
+	// is deleted at once.
 	DisableHeartbeat bool
 
 	// Breaker configures the circuit breaker, on by default, kept per

@@ -6,7 +6,9 @@ package lambda_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -222,43 +224,68 @@ func TestLeaseWithoutHeartbeatCountsTheBatchingWindow(t *testing.T) {
 	}
 }
 
-// TestEmulatorLastReceiveSuccessOutlivesAKilledFunction with the reply to
-// the delete at once lost (SQS deleted the message; the SDK sends the
-// delete again, which SQS answers as a success): the record is done, the
-// function killed later in the batch leaves only the record not done to
-// SQS's redrive.
+// A record that succeeded on its last receive, whose delete at once is
+// applied and its reply lost (the SDK sends the delete again, which finds
+// the message gone), on the local SQS: the record is reported done, not
+// failed, and its message is gone while the batch goes on (the next record
+// looks at the queue), not left to Lambda's delete at the end.
 func TestEmulatorLastReceiveSuccessDeleteReplyLost(t *testing.T) {
 	t.Parallel()
 	sq := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, sq, localtest.QueueOptions{MaxReceiveCount: 1})
 	p, via := proxiedSQS(t)
+	inFlight := -1
 	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
-		if m.Body == "killed" {
-			return errors.New("the function is killed while this record runs")
+		if m.Body == "look" {
+			_, inFlight = localtestDepth(t, sq, q.URL)
+			return nil
 		}
 		// The next request through the proxy is this record's delete.
 		return p.LoseReplies(1)
 	})
 	fn := newHandler(t, h, lambda.Config{Client: via, Concurrency: 1, DisableHeartbeat: true})
-	localtest.Send(t, sq, q.URL, "", "done", "killed")
+	localtest.Send(t, sq, q.URL, "", "done", "look")
 	msgs := receiveN(t, sq, q.URL, 2)
-	if _, err := fn(context.Background(), sqstest.SQSEvent(q.ARN, msgs)); err != nil {
-		t.Fatal(err)
+	if msgs[0].Body == nil || *msgs[0].Body != "done" {
+		msgs[0], msgs[1] = msgs[1], msgs[0]
+	}
+	resp, err := fn(context.Background(), sqstest.SQSEvent(q.ARN, msgs))
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("resp %v, err %v; want every record done", resp, err)
 	}
 	if n := p.Stats().LostReplies; n != 1 {
 		t.Fatalf("the proxy lost %d replies, want the delete's", n)
 	}
-	for _, m := range msgs {
-		_, _ = sq.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{QueueUrl: &q.URL, ReceiptHandle: m.ReceiptHandle})
+	if inFlight != 1 {
+		t.Errorf("%d messages in flight while the batch went on, want 1: the record done was not deleted at once", inFlight)
 	}
-	if out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, MaxNumberOfMessages: 10, WaitTimeSeconds: 1}); err != nil || len(out.Messages) != 0 {
-		t.Fatalf("receive past maxReceiveCount: %v, %d messages", err, len(out.Messages))
-	}
-	var dead []string
-	for _, m := range receiveUpTo(t, sq, q.DLQURL, 10, 5*time.Second) {
-		dead = append(dead, aws.ToString(m.Body))
-	}
-	if !slices.Equal(dead, []string{"killed"}) {
-		t.Errorf("the dead-letter queue holds %v, want [killed]", dead)
+}
+
+// localtestDepth is the visible and in-flight counts of a queue.
+func localtestDepth(t *testing.T, c *sqs.Client, url string) (visible, inFlight int) {
+	v, f, _ := localtest.Depth(t, c, url)
+	return v, f
+}
+
+// A queue whose visibility timeout is not longer than the batching window
+// is named at once, with the fix: its records' leases look lost before
+// they run. One whose timeout is longer is not.
+func TestVisibilityNoLongerThanTheBatchingWindowIsLogged(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		window time.Duration
+		logged bool
+	}{{60 * time.Second, true}, {30 * time.Second, true}, {10 * time.Second, false}} {
+		f := newFake("30")
+		var logs logBuffer
+		fn := newHandler(t, jobs, lambda.Config{Client: f, BatchingWindow: c.window, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if _, err := fn(context.Background(), received(t, f, "orders", "ok")); err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Contains(logs.String(), "visibility timeout is not longer than the event source mapping's batching window") &&
+			strings.Contains(logs.String(), "at least six times the function's timeout plus the batching window")
+		if got != c.logged {
+			t.Errorf("window %s, visibility 30s: logged %v, want %v\n%s", c.window, got, c.logged, logs.String())
+		}
 	}
 }

@@ -248,6 +248,13 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 	}
 	a.mu.Unlock()
 	st.exec.Breaker = b
+	if known && a.cfg.BatchingWindow > 0 && info.VisibilityTimeout <= a.cfg.BatchingWindow {
+		// Every record's lease is counted from the window's start: each
+		// would look lost before it runs, its failures left to SQS's
+		// redrive without backoff, each success deleted on its own.
+		a.cfg.Logger.Error("the queue's visibility timeout is not longer than the event source mapping's batching window: a record may be visible again before the function is invoked, so failures get no backoff and are left to the queue's redrive policy; set the queue's visibility timeout to at least six times the function's timeout plus the batching window",
+			"queue", info.URL, "visibility_timeout", info.VisibilityTimeout, "batching_window", a.cfg.BatchingWindow)
+	}
 	if known && !a.cfg.DisableHeartbeat && info.VisibilityTimeout >= time.Second {
 		hb := a.cfg.Heartbeat
 		if hb.Logger == nil {
