@@ -107,7 +107,7 @@ func ValidJSONPath(path string) bool {
 // metadata (error class, time) never match a message without it, nor one
 // SQS's redrive moved, whose metadata is of an earlier failure.
 func (f Filter) Match(m *Message) bool {
-	failed := m.HasFailure && m.RedriveSource == ""
+	failed := m.HasFailure && !m.Redriven()
 	if len(f.IDs) > 0 && !slices.Contains(f.IDs, m.ID) {
 		return false
 	}

@@ -71,6 +71,14 @@ func newMessage(queueURL string, m types.Message) *Message {
 	return d
 }
 
+// Redriven reports whether SQS's own redrive moved m here (RedriveSource
+// is set). Its failure metadata, if any, is then of an earlier failure (a
+// replayed copy keeps its original's), not of the one that brought it
+// here, which SQS does not say: the filters on the failure
+// ([Filter.ErrorClasses], Since, Until) never select it, and summaries by
+// error class should not count it under the class its metadata names.
+func (m *Message) Redriven() bool { return m.RedriveSource != "" }
+
 // OriginalID is the ID of the message in the queue it failed in: from the
 // failure metadata, else the dead-letter message's own ID.
 func (m *Message) OriginalID() string {

@@ -153,6 +153,18 @@ type classCount struct {
 	LastFailed  time.Time `json:"lastFailed,omitzero"`
 }
 
+// redrivenClass is the error class a summary counts the messages SQS's own
+// redrive moved under: the failure that brought them is not known.
+const redrivenClass = "(moved by SQS's redrive)"
+
+// arnName is the queue name at the end of an ARN (or the text itself).
+func arnName(arn string) string {
+	if i := strings.LastIndexByte(arn, ':'); i >= 0 {
+		return arn[i+1:]
+	}
+	return arn
+}
+
 // summarize prints the messages counted per error class and source queue,
 // the most frequent first.
 func (a *app) summarize(ms []*dlq.Message) error {
@@ -160,6 +172,11 @@ func (a *app) summarize(ms []*dlq.Message) error {
 	var counts []*classCount
 	for _, m := range ms {
 		k := [2]string{orDash(m.Failure.ErrorClass), orDash(queueName(m.Failure.SourceQueue))}
+		if m.Redriven() {
+			// Its metadata, if any, is of an earlier failure: counted
+			// apart, as --error-class never selects it.
+			k = [2]string{redrivenClass, arnName(m.RedriveSource)}
+		}
 		c := byKey[k]
 		if c == nil {
 			c = &classCount{ErrorClass: k[0], SourceQueue: k[1]}
@@ -167,7 +184,7 @@ func (a *app) summarize(ms []*dlq.Message) error {
 			counts = append(counts, c)
 		}
 		c.Messages++
-		if m.Failure.FailedAt.After(c.LastFailed) {
+		if !m.Redriven() && m.Failure.FailedAt.After(c.LastFailed) {
 			c.LastFailed = m.Failure.FailedAt
 		}
 	}

@@ -308,7 +308,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		Classes: []string{}, Actions: s.cfg.AllowActions, PurgeWarning: purgeWarning,
 	}
 	for _, m := range res.Messages {
-		if m.HasFailure {
+		if m.HasFailure && !m.Redriven() { // a redriven message's class is of an earlier failure
 			classes[m.Failure.ErrorClass] = true
 			if at := m.Failure.FailedAt; !at.IsZero() && (oldest.IsZero() || at.Before(oldest)) {
 				oldest = at
