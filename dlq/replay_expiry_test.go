@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqsworker/sqsworker/sqstest"
@@ -269,5 +270,33 @@ func TestReplaySendLongerThanTheHideOnEmulator(t *testing.T) {
 	}
 	if v, f := depth(t, c, orders.URL); v != 1 || f != 0 {
 		t.Errorf("orders holds %d visible, %d in flight, want the job", v, f)
+	}
+}
+
+// staleHandles is the fake whose visibility changes all fail as SQS fails
+// those of a receipt handle that no longer holds its message (deleted, or
+// visible again): InvalidParameterValue, naming the ReceiptHandle.
+type staleHandles struct{ *sqstest.Fake }
+
+func (s staleHandles) ChangeMessageVisibilityBatch(_ context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	out := &sqs.ChangeMessageVisibilityBatchOutput{}
+	for _, e := range in.Entries {
+		out.Failed = append(out.Failed, types.BatchResultErrorEntry{Id: e.Id, Code: aws.String("InvalidParameterValue"), SenderFault: true,
+			Message: aws.String("Value " + aws.ToString(e.ReceiptHandle) + " for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change.")})
+	}
+	return out, nil
+}
+
+// A release of held messages whose receipt handles no longer hold them, as
+// SQS answers it (InvalidParameterValue), is not an error: the messages are
+// SQS's again already. Before, a replay or a scan whose held messages had
+// come back (a slow run) ended with "releasing messages … failed".
+func TestReleaseOfStaleHandlesIsNoError(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	e.deadLetterJobs(3)
+	q := openOrdersDLQ(t, staleHandles{e.f})
+	if _, err := q.Scan(context.Background(), ScanConfig{}); err != nil {
+		t.Errorf("scan: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -558,6 +559,14 @@ func (s *scanner) change(ctx context.Context, held map[string]heldMsg, visibilit
 			switch aws.ToString(f.Code) {
 			case "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight":
 				continue
+			case "InvalidParameterValue":
+				// SQS's answer for a receipt handle of a message deleted,
+				// or no longer in flight under it: "Value … for parameter
+				// ReceiptHandle is invalid. Reason: Message does not exist
+				// or is not available for visibility timeout change."
+				if strings.Contains(aws.ToString(f.Message), "ReceiptHandle") {
+					continue
+				}
 			}
 			errs = append(errs, fmt.Errorf("%s: %s", aws.ToString(f.Code), aws.ToString(f.Message)))
 		}
