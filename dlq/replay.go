@@ -8,6 +8,7 @@ import (
 	"golang.org/x/time/rate"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -368,17 +369,14 @@ func (r *replayer) run(ctx context.Context, batch int) error {
 			r.s.keepHidden(ctx)
 			var err error
 			if ctx.Err() != nil {
-				r.s.hold(m.ID, m.ReceiptHandle)
+				r.s.holdUntil(m.ID, m.ReceiptHandle, r.until)
 				err = r.interrupted(ctx)
-			} else if err = r.handle(ctx, m); errors.Is(ctx.Err(), context.Canceled) && errors.Is(err, context.Canceled) && !errors.Is(err, ErrInterrupted) {
-				// A lookup that the interruption cut short (the move's own
-				// context is never cancelled, only timed out): reported as
-				// the interruption it is.
-				err = r.interrupted(ctx)
+			} else {
+				err = r.handle(ctx, m)
 			}
 			if err != nil {
 				for _, rest := range fresh[i+1:] {
-					r.s.hold(aws.ToString(rest.MessageId), aws.ToString(rest.ReceiptHandle))
+					r.s.holdUntil(aws.ToString(rest.MessageId), aws.ToString(rest.ReceiptHandle), r.until)
 				}
 				return err
 			}
@@ -386,9 +384,18 @@ func (r *replayer) run(ctx context.Context, batch int) error {
 	}
 }
 
-func (r *replayer) interrupted(ctx context.Context) error {
+func (r *replayer) interrupted(ctx context.Context) error { return r.interruptedBy(ctx, nil) }
+
+// interruptedBy is interrupted, by err when ctx has not ended yet: a rate
+// limit's wait that would end past ctx's deadline.
+func (r *replayer) interruptedBy(ctx context.Context, err error) error {
 	r.res.Interrupted = true
-	return fmt.Errorf("%w: %d message(s) moved, the others stay in %s: %w", ErrInterrupted, r.res.Moved, r.q.Name, context.Cause(ctx))
+	if cause := context.Cause(ctx); cause != nil || err == nil {
+		err = cause
+	} else {
+		err = fmt.Errorf("%w: %v", context.DeadlineExceeded, err)
+	}
+	return fmt.Errorf("%w: %d message(s) moved, the others stay in %s: %w", ErrInterrupted, r.res.Moved, r.q.Name, err)
 }
 
 // handle decides the fate of one message. Every message that is not deleted
@@ -400,7 +407,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	}
 	group := m.GroupID
 	stay := func() {
-		r.s.hold(m.ID, m.ReceiptHandle)
+		r.s.holdUntil(m.ID, m.ReceiptHandle, r.until)
 		if r.q.FIFO {
 			r.blocked[group] = true // later messages of the group must stay behind it
 		}
@@ -434,6 +441,10 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	dest, ok, err := r.destination(ctx, m)
 	if err != nil {
 		stay()
+		if ctx.Err() != nil {
+			// A lookup the interruption cut short.
+			return r.interrupted(ctx)
+		}
 		return err
 	}
 	if !ok {
@@ -447,7 +458,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	}
 	if r.dryRun {
 		_, rm.Replays, rm.Note = copyAttributes(m)
-		r.s.hold(m.ID, m.ReceiptHandle)
+		r.s.holdUntil(m.ID, m.ReceiptHandle, r.until)
 		r.res.Messages = append(r.res.Messages, rm)
 		if hasIdentity {
 			r.replayed[identity] = m.ID
@@ -457,24 +468,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	if err := r.wait(ctx); err != nil {
 		r.res.Matched--
 		stay()
-		return r.interrupted(ctx)
-	}
-	if _, err := r.secure(ctx, m); err != nil {
-		r.res.Matched--
-		stay()
-		if !errors.Is(err, errExpired) {
-			return fmt.Errorf("dlq: message %s was not moved: %w; it stays in %s", m.ID, err, r.q.Name)
-		}
-		r.res.Expired++
-		reason := fmt.Sprintf("its visibility timeout ran out before its turn (a destination slow to answer, or a low rate) and SQS would not hide it again: another reader may have received it, so it was not copied; replay %s again for it", r.q.Name)
-		r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: reason})
-		if aerr := r.cfg.Audit.record(ctx, AuditRecord{
-			Action: ActionReplayFailed, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
-			DLQMessageID: m.ID, Filter: r.res.Filter, Note: "not copied: " + reason,
-		}); aerr != nil {
-			return fmt.Errorf("dlq: message %s was not moved (%s), and the audit record failed: %w", m.ID, reason, aerr)
-		}
-		return nil
+		return r.interruptedBy(ctx, err)
 	}
 	// Recorded first: a crash between the send and the delete leaves its
 	// trace.
@@ -484,10 +478,37 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	}); err != nil {
 		r.res.Matched--
 		stay()
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return r.interrupted(ctx)
+		}
 		return fmt.Errorf("dlq: message %s was not moved: the audit record failed: %w", m.ID, err)
 	}
-	// The send and the delete run to their end even if ctx is cancelled
-	// now; the delete within the message's hide (see deleteHeld).
+	// What runs from here runs to its end even if ctx is cancelled now:
+	// the start is recorded, and its end must be.
+	actx, cancelAudit := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	defer cancelAudit()
+	if _, err := r.secure(ctx, m); err != nil {
+		r.res.Matched--
+		stay()
+		reason := fmt.Sprintf("it could not be hidden for its move: %v", err)
+		if errors.Is(err, errExpired) {
+			r.res.Expired++
+			reason = fmt.Sprintf("its visibility timeout ran out before its turn (a destination slow to answer, or a low rate) and SQS would not hide it again: another reader may have received it, so it was not copied; replay %s again for it", r.q.Name)
+			r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: reason})
+		}
+		if aerr := r.cfg.Audit.record(actx, AuditRecord{
+			Action: ActionReplayFailed, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
+			DLQMessageID: m.ID, Filter: r.res.Filter, Note: "not copied: " + reason,
+		}); aerr != nil {
+			return fmt.Errorf("dlq: message %s was not moved (%s), and the audit record failed: %w", m.ID, reason, aerr)
+		}
+		if !errors.Is(err, errExpired) {
+			return fmt.Errorf("dlq: message %s was not moved: %w; it stays in %s", m.ID, err, r.q.Name)
+		}
+		return nil
+	}
+	// The send runs to its end even if ctx is cancelled now, within
+	// moveTimeout; the delete and the last audit record have their own.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
 	// The send is not bounded by the hide: it names no receipt handle,
@@ -501,7 +522,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		if refused {
 			what = "SQS refused it"
 		}
-		if aerr := r.cfg.Audit.record(mctx, AuditRecord{
+		if aerr := r.cfg.Audit.record(actx, AuditRecord{
 			Action: ActionReplayFailed, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
 			DLQMessageID: m.ID, Filter: r.res.Filter, Note: fmt.Sprintf("not copied: %s: %v", what, err),
 		}); aerr != nil {
@@ -523,10 +544,12 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		r.replayed[identity] = m.ID
 	}
 	deleted := true
-	if err := r.deleteHeld(mctx, m); err != nil {
+	dctx, cancelDelete := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	defer cancelDelete()
+	if err := r.deleteHeld(dctx, m); err != nil {
 		deleted = false
 		r.res.NotDeleted++
-		r.s.hold(m.ID, m.ReceiptHandle) // if it comes back in this run, it is not copied again
+		r.s.holdUntil(m.ID, m.ReceiptHandle, r.until) // if it comes back in this run, it is not copied again
 		rm.Note = joinNotes(rm.Note, fmt.Sprintf("copied, but not deleted from the dead-letter queue: %v", err))
 		r.q.log.Warn("dlq: a message was copied but not deleted from the dead-letter queue: it is in both queues",
 			"queue", r.q.URL, "message", m.ID, "destination", dest.URL, "error", err)
@@ -536,7 +559,9 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	}
 	r.res.Messages = append(r.res.Messages, rm)
 	// Recorded as the move ran: to its end, even if ctx is cancelled now.
-	if err := r.cfg.Audit.record(mctx, AuditRecord{
+	ectx, cancelEnd := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	defer cancelEnd()
+	if err := r.cfg.Audit.record(ectx, AuditRecord{
 		Action: ActionReplay, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
 		DLQMessageID: m.ID, NewMessageID: newID, Replays: rm.Replays, Filter: r.res.Filter, Deleted: deleted, Note: rm.Note,
 	}); err != nil {
@@ -611,8 +636,9 @@ func (r *replayer) secure(ctx context.Context, m *Message) (time.Time, error) {
 			continue
 		}
 		id := aws.ToString(r.batch[i].MessageId)
-		switch code := aws.ToString(f.Code); code {
-		case "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight", "InvalidParameterValue":
+		switch code := aws.ToString(f.Code); {
+		case code == "ReceiptHandleIsInvalid", code == "MessageNotInflight", code == "AWS.SimpleQueueService.MessageNotInflight",
+			code == "InvalidParameterValue" && strings.Contains(aws.ToString(f.Message), "ReceiptHandle"):
 			r.lost[id] = code
 		default:
 			failed = true
@@ -690,7 +716,7 @@ func (r *replayer) deleteHeld(ctx context.Context, m *Message) error {
 func (r *replayer) drop(ctx context.Context, m *Message) error {
 	dm := DroppedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), DuplicateOf: m.DuplicateOf}
 	if r.dryRun {
-		r.s.hold(m.ID, m.ReceiptHandle)
+		r.s.holdUntil(m.ID, m.ReceiptHandle, r.until)
 		r.res.Duplicates++
 		r.res.Dropped = append(r.res.Dropped, dm)
 		return nil
@@ -700,14 +726,14 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 		Action: ActionReplayStart, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
 		Filter: r.res.Filter, Note: "to be deleted: " + what,
 	}); err != nil {
-		r.s.hold(m.ID, m.ReceiptHandle)
+		r.s.holdUntil(m.ID, m.ReceiptHandle, r.until)
 		return fmt.Errorf("dlq: message %s, a copy of the replayed message %s, was not deleted: the audit record failed: %w", m.ID, m.DuplicateOf, err)
 	}
 	// The delete runs to its end even if ctx is cancelled now.
 	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
 	if err := r.deleteHeld(mctx, m); err != nil {
-		r.s.hold(m.ID, m.ReceiptHandle)
+		r.s.holdUntil(m.ID, m.ReceiptHandle, r.until)
 		dm.Note = fmt.Sprintf("a copy of a replayed job, not deleted: %v", err)
 		r.res.Dropped = append(r.res.Dropped, dm)
 		r.q.log.Warn("dlq: a duplicate copy of a replayed job could not be deleted from the dead-letter queue",

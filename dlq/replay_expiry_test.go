@@ -2,6 +2,9 @@ package dlq
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
@@ -90,7 +94,12 @@ func TestReplayLeavesAMessageAnotherReaderTook(t *testing.T) {
 	q := openOrdersDLQ(t, e.f)
 	q.now = clock.Now
 	first := true
-	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 2 * time.Second, Progress: func(Progress) {
+	var actions []string
+	audit := Audit{Record: func(_ context.Context, r AuditRecord) error {
+		actions = append(actions, r.Action)
+		return nil
+	}}
+	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 2 * time.Second, Audit: audit, Progress: func(Progress) {
 		if first {
 			// After the first message's move: long enough for any hide.
 			first = false
@@ -106,6 +115,11 @@ func TestReplayLeavesAMessageAnotherReaderTook(t *testing.T) {
 	}
 	if r := res.Stayed[0].Reason; !strings.Contains(r, "visibility timeout ran out") || !strings.Contains(r, "replay orders-dlq again") {
 		t.Errorf("reason: %s", r)
+	}
+	// Each start closed: the one moved, then the two not copied.
+	want := []string{ActionReplayStart, ActionReplay, ActionReplayStart, ActionReplayFailed, ActionReplayStart, ActionReplayFailed}
+	if !slices.Equal(actions, want) {
+		t.Errorf("audit actions %q, want %q", actions, want)
 	}
 	// The reader's two, in flight; the first job alone copied.
 	e.wantDLQDepth(t, "after the replay", 0, 2)
@@ -298,5 +312,60 @@ func TestReleaseOfStaleHandlesIsNoError(t *testing.T) {
 	q := openOrdersDLQ(t, staleHandles{e.f})
 	if _, err := q.Scan(context.Background(), ScanConfig{}); err != nil {
 		t.Errorf("scan: %v", err)
+	}
+}
+
+// Messages that stay, held while the rest of their receive moves behind a
+// slow destination, are kept hidden as the batch goes on: a second reader
+// polling the dead-letter queue takes none of them. Before, once the
+// held messages had been hidden again in one round, those held later in
+// the batch were not, and came back to the other reader mid-run.
+func TestReplayKeepsMessagesThatStayHidden(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	clock := sqstest.NewClock(time.Now())
+	e.f.Now = clock.Now
+	var move []string
+	for i := range 10 {
+		id := deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, fmt.Sprint("job ", i))
+		if i%3 != 0 {
+			move = append(move, id)
+		}
+	}
+	taken := 0
+	read := func() {
+		out, err := e.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(e.ordersDLQ), MaxNumberOfMessages: 10, VisibilityTimeout: 600})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		taken += len(out.Messages)
+	}
+	q := openOrdersDLQ(t, slowSends{Fake: e.f, clock: clock, step: 1500 * time.Millisecond, read: read})
+	q.now = clock.Now
+	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 4 * time.Second, Filter: Filter{IDs: move}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moved != len(move) || taken != 0 {
+		t.Errorf("moved %d of %d; the second reader took %d, want none", res.Moved, len(move), taken)
+	}
+	e.wantDLQDepth(t, "after the replay: the 4 that stay, released", 4, 0)
+}
+
+// A rate whose next turn comes after the context's deadline ends the
+// replay as an interruption by that deadline, said so; before, the error
+// read "…: %!w(<nil>)" and matched no deadline.
+func TestReplayRatePastTheDeadline(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	e.deadLetterJobs(3)
+	q := openOrdersDLQ(t, e.f)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := q.Replay(ctx, ReplayConfig{PerSecond: 0.05})
+	if !errors.Is(err, ErrInterrupted) || !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "%!") || res.Moved != 1 || !res.Interrupted {
+		t.Errorf("err %v, moved %d, interrupted %v; want an interruption by the deadline after 1 moved", err, res.Moved, res.Interrupted)
 	}
 }

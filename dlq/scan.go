@@ -483,6 +483,18 @@ func (s *scanner) hold(id, receipt string) {
 	s.held[id] = heldMsg{receipt: receipt, at: at}
 }
 
+// holdUntil is hold for a message hidden until at least until (zero: not
+// known, as for hold): keepHidden hides the held messages again before
+// then. A replay hides the rest of a receive's batch again as it goes (see
+// replayer.secure), later than the receive: a message of it held after a
+// keepHidden round would otherwise come back before the next round.
+func (s *scanner) holdUntil(id, receipt string, until time.Time) {
+	s.hold(id, receipt)
+	if !until.IsZero() && (s.hiddenUntil.IsZero() || until.Before(s.hiddenUntil)) {
+		s.hiddenUntil = until
+	}
+}
+
 // forget drops a message that was deleted.
 func (s *scanner) forget(id string) {
 	delete(s.held, id)
