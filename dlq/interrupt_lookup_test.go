@@ -3,6 +3,7 @@ package dlq
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -50,4 +51,31 @@ func TestReplayInterruptedDuringSourceLookup(t *testing.T) {
 		t.Errorf("err %v, result %+v; want an interruption, nothing moved", err, res)
 	}
 	e.wantDLQDepth(t, "after the replay", 3, 0)
+}
+
+// A Ctrl-C while the replay records that it drops a duplicate copy of a job
+// (an audit sink that honours its context) is reported as the
+// interruption it is, not as a failed audit record.
+func TestReplayInterruptedDuringDropRecord(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	duplicateFixture(e)
+	q := openOrdersDLQ(t, e.f)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cut := false
+	res, err := q.Replay(ctx, ReplayConfig{Audit: Audit{Record: func(ctx context.Context, r AuditRecord) error {
+		if r.Action == ActionReplayStart && strings.HasPrefix(r.Note, "to be deleted") && !cut {
+			cut = true
+			cancel()
+			return ctx.Err()
+		}
+		return nil
+	}}})
+	if !cut {
+		t.Fatal("no duplicate was dropped: the test does not reach its point")
+	}
+	if !errors.Is(err, ErrInterrupted) || !errors.Is(err, context.Canceled) || res == nil || !res.Interrupted {
+		t.Errorf("err %v; want an interruption", err)
+	}
 }

@@ -441,8 +441,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	dest, ok, err := r.destination(ctx, m)
 	if err != nil {
 		stay()
-		if ctx.Err() != nil {
-			// A lookup the interruption cut short.
+		if cutShort(ctx, err) { // a lookup the interruption cut short
 			return r.interrupted(ctx)
 		}
 		return err
@@ -478,15 +477,14 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	}); err != nil {
 		r.res.Matched--
 		stay()
-		if errors.Is(ctx.Err(), context.Canceled) {
+		if cutShort(ctx, err) {
 			return r.interrupted(ctx)
 		}
 		return fmt.Errorf("dlq: message %s was not moved: the audit record failed: %w", m.ID, err)
 	}
 	// What runs from here runs to its end even if ctx is cancelled now:
-	// the start is recorded, and its end must be.
-	actx, cancelAudit := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
-	defer cancelAudit()
+	// the start is recorded, and its end must be, each closing record
+	// within its own bound (closing).
 	if _, err := r.secure(ctx, m); err != nil {
 		r.res.Matched--
 		stay()
@@ -496,7 +494,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 			reason = fmt.Sprintf("its visibility timeout ran out before its turn (a destination slow to answer, or a low rate) and SQS would not hide it again: another reader may have received it, so it was not copied; replay %s again for it", r.q.Name)
 			r.res.Stayed = append(r.res.Stayed, StayedMessage{MessageID: m.ID, OriginalMessageID: m.OriginalID(), Reason: reason})
 		}
-		if aerr := r.cfg.Audit.record(actx, AuditRecord{
+		if aerr := r.closing(ctx, AuditRecord{
 			Action: ActionReplayFailed, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
 			DLQMessageID: m.ID, Filter: r.res.Filter, Note: "not copied: " + reason,
 		}); aerr != nil {
@@ -522,7 +520,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		if refused {
 			what = "SQS refused it"
 		}
-		if aerr := r.cfg.Audit.record(actx, AuditRecord{
+		if aerr := r.closing(ctx, AuditRecord{
 			Action: ActionReplayFailed, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
 			DLQMessageID: m.ID, Filter: r.res.Filter, Note: fmt.Sprintf("not copied: %s: %v", what, err),
 		}); aerr != nil {
@@ -559,15 +557,28 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	}
 	r.res.Messages = append(r.res.Messages, rm)
 	// Recorded as the move ran: to its end, even if ctx is cancelled now.
-	ectx, cancelEnd := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
-	defer cancelEnd()
-	if err := r.cfg.Audit.record(ectx, AuditRecord{
+	if err := r.closing(ctx, AuditRecord{
 		Action: ActionReplay, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
 		DLQMessageID: m.ID, NewMessageID: newID, Replays: rm.Replays, Filter: r.res.Filter, Deleted: deleted, Note: rm.Note,
 	}); err != nil {
 		return fmt.Errorf("dlq: message %s was moved to %s as %s, but the audit record failed: %w", m.ID, dest.Name, newID, err)
 	}
 	return nil
+}
+
+// closing records rec, which ends a move whose start was recorded: to its
+// end even if ctx is cancelled now, within a bound of its own (not what a
+// slow send or delete left of theirs).
+func (r *replayer) closing(ctx context.Context, rec AuditRecord) error {
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	defer cancel()
+	return r.cfg.Audit.record(actx, rec)
+}
+
+// cutShort reports whether err is ctx's ending: a call made with ctx that
+// the interruption (or the caller's deadline) cut short.
+func cutShort(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && errors.Is(err, ctx.Err())
 }
 
 // errExpired: a message's visibility timeout ran out before its move, and
@@ -727,6 +738,9 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 		Filter: r.res.Filter, Note: "to be deleted: " + what,
 	}); err != nil {
 		r.s.holdUntil(m.ID, m.ReceiptHandle, r.until)
+		if cutShort(ctx, err) {
+			return r.interrupted(ctx)
+		}
 		return fmt.Errorf("dlq: message %s, a copy of the replayed message %s, was not deleted: the audit record failed: %w", m.ID, m.DuplicateOf, err)
 	}
 	// The delete runs to its end even if ctx is cancelled now.
@@ -738,7 +752,7 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 		r.res.Dropped = append(r.res.Dropped, dm)
 		r.q.log.Warn("dlq: a duplicate copy of a replayed job could not be deleted from the dead-letter queue",
 			"queue", r.q.URL, "message", m.ID, "duplicate_of", m.DuplicateOf, "error", err)
-		if aerr := r.cfg.Audit.record(mctx, AuditRecord{
+		if aerr := r.closing(ctx, AuditRecord{
 			Action: ActionReplayFailed, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
 			Filter: r.res.Filter, Note: fmt.Sprintf("not deleted: %s; it stays: %v", what, err),
 		}); aerr != nil {
@@ -749,7 +763,7 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 	r.s.forget(m.ID)
 	r.res.Duplicates++
 	r.res.Dropped = append(r.res.Dropped, dm)
-	if err := r.cfg.Audit.record(mctx, AuditRecord{
+	if err := r.closing(ctx, AuditRecord{
 		Action: ActionDropDuplicate, DLQ: r.q.URL, OriginalMessageID: m.OriginalID(), DLQMessageID: m.ID,
 		Filter: r.res.Filter, Deleted: true, Note: what,
 	}); err != nil {
