@@ -39,25 +39,58 @@ func (s slowSends) SendMessage(ctx context.Context, in *sqs.SendMessageInput, op
 	return out, err
 }
 
-// expiryEnv dead-letters three jobs, and returns the fake's clock and a
-// second reader of orders-dlq, which counts what it received.
-func expiryEnv(t *testing.T) (*fakeEnv, *sqstest.Clock, func(), *int) {
-	t.Helper()
+// clockedEnv is newFakeEnv on a clock of the test's own.
+func clockedEnv() (*fakeEnv, *sqstest.Clock) {
 	e := newFakeEnv()
 	clock := sqstest.NewClock(time.Now())
 	e.f.Now = clock.Now
-	e.deadLetterJobs(3)
-	var taken int
-	read := func() {
+	return e, clock
+}
+
+// otherReader returns a second reader of orders-dlq (another operator's
+// scan, say), which takes what is visible there when called, and counts
+// it in taken.
+func otherReader(t *testing.T, e *fakeEnv, taken *int) func() {
+	return func() {
 		out, err := e.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(e.ordersDLQ), MaxNumberOfMessages: 10, VisibilityTimeout: 600})
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		taken += len(out.Messages)
+		*taken += len(out.Messages)
 	}
-	return e, clock, read, &taken
+}
+
+// expiryEnv dead-letters three jobs, and returns the fake's clock and a
+// second reader of orders-dlq, which counts what it received.
+func expiryEnv(t *testing.T) (*fakeEnv, *sqstest.Clock, func(), *int) {
+	t.Helper()
+	e, clock := clockedEnv()
+	e.deadLetterJobs(3)
+	taken := new(int)
+	return e, clock, otherReader(t, e, taken), taken
+}
+
+// slowSendClient is a client of the local SQS whose every SendMessage is
+// applied and answered delay late: a destination slow to answer. onSend,
+// if set, is called as each send is applied.
+func slowSendClient(t *testing.T, delay time.Duration, onSend func()) *sqs.Client {
+	return localtest.NewSQS(t, func(o *sqs.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("slowSend",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					out, md, err := next.HandleInitialize(ctx, in)
+					if _, send := in.Parameters.(*sqs.SendMessageInput); send {
+						if onSend != nil {
+							onSend()
+						}
+						time.Sleep(delay)
+					}
+					return out, md, err
+				}), middleware.After)
+		})
+	})
 }
 
 // A destination slow to answer outlasts the visibility timeout of the
@@ -143,19 +176,7 @@ func TestReplayKeepsWaitingMessagesHiddenOnEmulator(t *testing.T) {
 	// The second reader starts with the first copy's send: the replay has
 	// received the batch by then.
 	sending, sent := make(chan struct{}), sync.Once{}
-	slow := localtest.NewSQS(t, func(o *sqs.Options) {
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("slowSend",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					out, md, err := next.HandleInitialize(ctx, in)
-					if _, send := in.Parameters.(*sqs.SendMessageInput); send {
-						sent.Do(func() { close(sending) })
-						time.Sleep(time.Second)
-					}
-					return out, md, err
-				}), middleware.After)
-		})
-	})
+	slow := slowSendClient(t, time.Second, func() { sent.Do(func() { close(sending) }) })
 	ctx, stop := context.WithCancel(context.Background())
 	var taken atomic.Int32
 	var reader sync.WaitGroup
@@ -204,21 +225,12 @@ func TestReplaySendLongerThanTheHide(t *testing.T) {
 	for _, other := range []bool{false, true} {
 		t.Run(map[bool]string{false: "alone", true: "another reader"}[other], func(t *testing.T) {
 			t.Parallel()
-			e := newFakeEnv()
-			clock := sqstest.NewClock(time.Now())
-			e.f.Now = clock.Now
+			e, clock := clockedEnv()
 			e.deadLetterJobs(1)
 			taken := 0
-			read := func() {
-				if !other {
-					return
-				}
-				out, err := e.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-					QueueUrl: aws.String(e.ordersDLQ), MaxNumberOfMessages: 10, VisibilityTimeout: 600})
-				if err != nil {
-					t.Error(err)
-				}
-				taken += len(out.Messages)
+			read := func() {}
+			if other {
+				read = otherReader(t, e, &taken)
 			}
 			q := openOrdersDLQ(t, slowSends{Fake: e.f, clock: clock, step: 3 * time.Second, read: read})
 			q.now = clock.Now
@@ -256,18 +268,7 @@ func TestReplaySendLongerThanTheHideOnEmulator(t *testing.T) {
 	c := localtest.NewSQS(t)
 	orders := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
 	sendDeadLetters(t, c, orders.DLQURL, orders.URL, 1)
-	slow := localtest.NewSQS(t, func(o *sqs.Options) {
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("slowSend",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					out, md, err := next.HandleInitialize(ctx, in)
-					if _, send := in.Parameters.(*sqs.SendMessageInput); send {
-						time.Sleep(3 * time.Second)
-					}
-					return out, md, err
-				}), middleware.After)
-		})
-	})
+	slow := slowSendClient(t, 3*time.Second, nil)
 	q, err := Open(context.Background(), slow, orders.DLQURL, Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -322,9 +323,7 @@ func TestReleaseOfStaleHandlesIsNoError(t *testing.T) {
 // the batch were not, and came back to the other reader mid-run.
 func TestReplayKeepsMessagesThatStayHidden(t *testing.T) {
 	t.Parallel()
-	e := newFakeEnv()
-	clock := sqstest.NewClock(time.Now())
-	e.f.Now = clock.Now
+	e, clock := clockedEnv()
 	var move []string
 	for i := range 10 {
 		id := deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, fmt.Sprint("job ", i))
@@ -333,16 +332,7 @@ func TestReplayKeepsMessagesThatStayHidden(t *testing.T) {
 		}
 	}
 	taken := 0
-	read := func() {
-		out, err := e.f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-			QueueUrl: aws.String(e.ordersDLQ), MaxNumberOfMessages: 10, VisibilityTimeout: 600})
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		taken += len(out.Messages)
-	}
-	q := openOrdersDLQ(t, slowSends{Fake: e.f, clock: clock, step: 1500 * time.Millisecond, read: read})
+	q := openOrdersDLQ(t, slowSends{Fake: e.f, clock: clock, step: 1500 * time.Millisecond, read: otherReader(t, e, &taken)})
 	q.now = clock.Now
 	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 4 * time.Second, Filter: Filter{IDs: move}})
 	if err != nil {
