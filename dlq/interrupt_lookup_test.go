@@ -3,8 +3,10 @@ package dlq
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -78,4 +80,46 @@ func TestReplayInterruptedDuringDropRecord(t *testing.T) {
 	if !errors.Is(err, ErrInterrupted) || !errors.Is(err, context.Canceled) || res == nil || !res.Interrupted {
 		t.Errorf("err %v; want an interruption", err)
 	}
+}
+
+// hangingSends is the fake whose SendMessage does not answer until its
+// context ends, and then a little later, as a transport takes its time to
+// give up: a destination that swallows requests.
+type hangingSends struct{ *sqstest.Fake }
+
+func (hangingSends) SendMessage(ctx context.Context, _ *sqs.SendMessageInput, _ ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	<-ctx.Done()
+	time.Sleep(50 * time.Millisecond)
+	return nil, ctx.Err()
+}
+
+// A send that takes the whole move's bound leaves the record that closes
+// the move a bound of its own: an audit sink that honours its context
+// records the replay-failed, and the replay-start is closed. Before, the
+// closing record shared the send's spent context, failed, and the replay
+// ended with "the audit record failed", its start left open.
+func TestReplayClosesAMoveWhoseSendTookItsBound(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	e.deadLetterJobs(1)
+	q := openOrdersDLQ(t, hangingSends{e.f})
+	q.moveTimeout = 300 * time.Millisecond
+	var actions []string
+	res, err := q.Replay(context.Background(), ReplayConfig{Audit: Audit{Record: func(ctx context.Context, r AuditRecord) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		actions = append(actions, r.Action)
+		return nil
+	}}})
+	if err == nil || strings.Contains(err.Error(), "audit record failed") || !strings.Contains(err.Error(), "sending the copy") {
+		t.Errorf("err %v; want the send's failure, recorded", err)
+	}
+	if want := []string{ActionReplayStart, ActionReplayFailed}; !slices.Equal(actions, want) {
+		t.Errorf("audit actions %q, want %q", actions, want)
+	}
+	if res == nil || res.Moved != 0 {
+		t.Errorf("result %+v; want nothing moved", res)
+	}
+	e.wantDLQDepth(t, "after the replay", 1, 0)
 }

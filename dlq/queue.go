@@ -97,6 +97,9 @@ type Queue struct {
 	opts []func(*sqs.Options) // given to every call of api: sdkhttp.SQSOptions
 	log  *slog.Logger
 	now  func() time.Time // the clock of scans: time.Now, a fake's in tests
+	// moveTimeout bounds each step of a replay's move that runs to its
+	// end when the replay is interrupted: moveTimeout, shorter in tests.
+	moveTimeout time.Duration
 
 	force  bool                // Config.Force
 	listed map[string][]string // by dead-letter queue ARN, the other sources ListQueues found
@@ -201,7 +204,7 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 	q := &Queue{
 		URL: u, ARN: a["QueueArn"], Name: queueName(u),
 		FIFO: a["FifoQueue"] == "true" || queue.IsFIFOURL(u),
-		api:  api, opts: opts, log: log, now: time.Now, targets: map[string]targetEntry{}, force: cfg.Force,
+		api:  api, opts: opts, log: log, now: time.Now, moveTimeout: moveTimeout, targets: map[string]targetEntry{}, force: cfg.Force,
 	}
 	var ownDLQ string // the name of the queue's own dead-letter queue
 	refuse := func(reason string) error {

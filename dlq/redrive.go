@@ -263,7 +263,7 @@ func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePl
 	out, err := mt.StartMessageMoveTask(ctx, in, q.opts...)
 	// The outcome is recorded even if ctx ended meanwhile: the task may
 	// run.
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.moveTimeout)
 	defer cancel()
 	if err != nil {
 		err = moveTaskError("StartMessageMoveTask", err)

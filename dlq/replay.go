@@ -507,7 +507,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	}
 	// The send runs to its end even if ctx is cancelled now, within
 	// moveTimeout; the delete and the last audit record have their own.
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.q.moveTimeout)
 	defer cancel()
 	// The send is not bounded by the hide: it names no receipt handle,
 	// and cutting it short would not undo it, only lose its copy's ID.
@@ -542,7 +542,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		r.replayed[identity] = m.ID
 	}
 	deleted := true
-	dctx, cancelDelete := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	dctx, cancelDelete := context.WithTimeout(context.WithoutCancel(ctx), r.q.moveTimeout)
 	defer cancelDelete()
 	if err := r.deleteHeld(dctx, m); err != nil {
 		deleted = false
@@ -570,7 +570,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 // end even if ctx is cancelled now, within a bound of its own (not what a
 // slow send or delete left of theirs).
 func (r *replayer) closing(ctx context.Context, rec AuditRecord) error {
-	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.q.moveTimeout)
 	defer cancel()
 	return r.cfg.Audit.record(actx, rec)
 }
@@ -744,7 +744,7 @@ func (r *replayer) drop(ctx context.Context, m *Message) error {
 		return fmt.Errorf("dlq: message %s, a copy of the replayed message %s, was not deleted: the audit record failed: %w", m.ID, m.DuplicateOf, err)
 	}
 	// The delete runs to its end even if ctx is cancelled now.
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.q.moveTimeout)
 	defer cancel()
 	if err := r.deleteHeld(mctx, m); err != nil {
 		r.s.holdUntil(m.ID, m.ReceiptHandle, r.until)
