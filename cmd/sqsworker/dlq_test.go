@@ -7,12 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
@@ -471,5 +473,37 @@ func TestDlqReplayWarnsOfAForeignDestination(t *testing.T) {
 	_, stderr, code = runCLI(t, "", "dlq", "replay", dlqName, "--to", queueName(q.URL))
 	if code != 0 || strings.Contains(stderr, "warning: --to") {
 		t.Errorf("dry run --to its source: exit %d\n%s", code, stderr)
+	}
+}
+
+// When the check of --to's redrive policy fails (throttled, say), the
+// command says so and goes on: the check only warns.
+func TestDlqReplayGoesOnWhenTheDestinationCheckFails(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{}, job{body: "x", fail: classError{"c", "boom"}, permanent: true})
+	other := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	// Opening the dead-letter queue reads the policy first, to list its
+	// sources; the check after it fails.
+	var reads atomic.Int32
+	failCheck := func(o *sqs.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("failRedriveCheck",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if ga, ok := in.Parameters.(*sqs.GetQueueAttributesInput); ok && aws.ToString(ga.QueueUrl) == other.URL &&
+						len(ga.AttributeNames) == 1 && ga.AttributeNames[0] == types.QueueAttributeNameRedrivePolicy && reads.Add(1) > 1 {
+						return middleware.InitializeOutput{}, middleware.Metadata{}, errors.New("throttled")
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli := startCLIWith(t, ctx, strings.NewReader(""), []rootOption{withSQSOptions(failCheck)},
+		"dlq", "replay", queueName(q.DLQURL), "--to", queueName(other.URL))
+	code := cli.wait(t)
+	if stderr := cli.stderr.String(); code != 0 || !strings.Contains(stderr, "warning: --to "+queueName(other.URL)+": could not check that it sends its dead letters to "+queueName(q.DLQURL)) ||
+		!strings.Contains(stderr, "throttled") {
+		t.Errorf("exit %d\n%s", code, stderr)
 	}
 }
