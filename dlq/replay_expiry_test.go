@@ -359,3 +359,49 @@ func TestReplayRatePastTheDeadline(t *testing.T) {
 		t.Errorf("err %v, moved %d, interrupted %v; want an interruption by the deadline after 1 moved", err, res.Moved, res.Interrupted)
 	}
 }
+
+// refusedHides is the fake whose visibility changes all fail with
+// InvalidParameterValue and the given message.
+type refusedHides struct {
+	*sqstest.Fake
+	message string
+}
+
+func (s refusedHides) ChangeMessageVisibilityBatch(_ context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	out := &sqs.ChangeMessageVisibilityBatchOutput{}
+	for _, e := range in.Entries {
+		out.Failed = append(out.Failed, types.BatchResultErrorEntry{Id: e.Id, Code: aws.String("InvalidParameterValue"), SenderFault: true, Message: aws.String(s.message)})
+	}
+	return out, nil
+}
+
+// A re-hide refused with InvalidParameterValue is a message no longer
+// held only when SQS names the ReceiptHandle: such messages stay, expired.
+// Refused for its VisibilityTimeout (SQS's 12 hours), it is an error of the
+// replay's own, which stops it, not taken for another reader's receive.
+func TestReplayTellsARefusedHideByItsReason(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		message string
+		expired int
+		err     string
+	}{
+		{"Value AAAA for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for visibility timeout change.", 2, ""},
+		{"Value 43200 for parameter VisibilityTimeout is invalid. Reason: Total VisibilityTimeout for the message is beyond the limit [43200 seconds]", 0, "hiding it for its move"},
+	} {
+		e, clock := clockedEnv()
+		e.deadLetterJobs(3)
+		q := openOrdersDLQ(t, refusedHides{Fake: e.f, message: c.message})
+		q.now = clock.Now
+		first := true
+		res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 2 * time.Second, Progress: func(Progress) {
+			if first {
+				first = false
+				clock.Advance(time.Second + 500*time.Millisecond) // less than half the hide left
+			}
+		}})
+		if res.Expired != c.expired || (c.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), c.err) {
+			t.Errorf("refused as %q: expired %d, err %v; want %d expired, error %q", c.message, res.Expired, err, c.expired, c.err)
+		}
+	}
+}
