@@ -8,7 +8,6 @@ import (
 	"golang.org/x/time/rate"
 	"math"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -647,15 +646,13 @@ func (r *replayer) secure(ctx context.Context, m *Message) (time.Time, error) {
 			continue
 		}
 		id := aws.ToString(r.batch[i].MessageId)
-		switch code := aws.ToString(f.Code); {
-		case code == "ReceiptHandleIsInvalid", code == "MessageNotInflight", code == "AWS.SimpleQueueService.MessageNotInflight",
-			code == "InvalidParameterValue" && strings.Contains(aws.ToString(f.Message), "ReceiptHandle"):
-			r.lost[id] = code
-		default:
-			failed = true
-			if id == m.ID {
-				own = fmt.Errorf("hiding it for its move: %s: %s", code, aws.ToString(f.Message))
-			}
+		if staleReceipt(f) {
+			r.lost[id] = aws.ToString(f.Code)
+			continue
+		}
+		failed = true
+		if id == m.ID {
+			own = fmt.Errorf("hiding it for its move: %s: %s", aws.ToString(f.Code), aws.ToString(f.Message))
 		}
 	}
 	if r.lost[m.ID] != "" {

@@ -568,22 +568,29 @@ func (s *scanner) change(ctx context.Context, held map[string]heldMsg, visibilit
 			continue
 		}
 		for _, f := range out.Failed {
-			switch aws.ToString(f.Code) {
-			case "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight":
-				continue
-			case "InvalidParameterValue":
-				// SQS's answer for a receipt handle of a message deleted,
-				// or no longer in flight under it: "Value … for parameter
-				// ReceiptHandle is invalid. Reason: Message does not exist
-				// or is not available for visibility timeout change."
-				if strings.Contains(aws.ToString(f.Message), "ReceiptHandle") {
-					continue
-				}
+			if !staleReceipt(f) {
+				errs = append(errs, fmt.Errorf("%s: %s", aws.ToString(f.Code), aws.ToString(f.Message)))
 			}
-			errs = append(errs, fmt.Errorf("%s: %s", aws.ToString(f.Code), aws.ToString(f.Message)))
 		}
 	}
 	return until, errors.Join(errs...)
+}
+
+// staleReceipt reports whether a visibility change failed because its
+// receipt handle no longer holds the message (deleted, visible again, or
+// received again since), not for a fault of the request: SQS's
+// ReceiptHandleIsInvalid and MessageNotInflight, and its
+// InvalidParameterValue that names the ReceiptHandle ("Value … for
+// parameter ReceiptHandle is invalid. Reason: Message does not exist or is
+// not available for visibility timeout change.").
+func staleReceipt(f types.BatchResultErrorEntry) bool {
+	switch aws.ToString(f.Code) {
+	case "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight":
+		return true
+	case "InvalidParameterValue":
+		return strings.Contains(aws.ToString(f.Message), "ReceiptHandle")
+	}
+	return false
 }
 
 // sleep waits for d, or until ctx ends.
