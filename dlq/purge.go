@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/sqsworker/sqsworker/internal/awserr"
 )
 
 // ErrPurgeInProgress is matched (with errors.Is) by the error of
@@ -117,7 +118,7 @@ func isPurgeInProgress(err error) bool {
 
 // countAttempts is an option of an SQS call that counts the attempts the
 // SDK's retryer sends of it into n, and sets applied when one fails in a
-// way SQS may have applied it (see mayHaveApplied).
+// way SQS may have applied it (see awserr.MayHaveApplied).
 func countAttempts(n *atomic.Int32, applied *atomic.Bool) func(*sqs.Options) {
 	return func(o *sqs.Options) {
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
@@ -127,28 +128,11 @@ func countAttempts(n *atomic.Int32, applied *atomic.Bool) func(*sqs.Options) {
 				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
 					n.Add(1)
 					out, md, err := next.HandleFinalize(ctx, in)
-					if err != nil && mayHaveApplied(err) {
+					if err != nil && awserr.MayHaveApplied(err) {
 						applied.Store(true)
 					}
 					return out, md, err
 				}), middleware.After)
 		})
 	}
-}
-
-// mayHaveApplied reports whether a request that failed with err may have
-// been applied by SQS: anything but an error response of SQS's (4xx), which
-// applies nothing, or a connection that was never made (refused, or a
-// host not found).
-func mayHaveApplied(err error) bool {
-	var re interface{ HTTPStatusCode() int }
-	if errors.As(err, &re) && re.HTTPStatusCode() >= 400 && re.HTTPStatusCode() < 500 {
-		return false
-	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return false
-	}
-	var dns *net.DNSError
-	return !errors.As(err, &dns)
 }

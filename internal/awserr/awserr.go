@@ -5,6 +5,7 @@ package awserr
 import (
 	"context"
 	"errors"
+	"net"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
@@ -86,4 +87,19 @@ func MayHaveReceived(err error) bool {
 		return code < 400 || code >= 500
 	}
 	return true
+}
+
+// MayHaveApplied reports whether a request that failed with err may have
+// been applied by SQS: what MayHaveReceived says, less a connection that
+// was never made (refused, or a host not found), which sent nothing.
+func MayHaveApplied(err error) bool {
+	if !MayHaveReceived(err) {
+		return false
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	var dns *net.DNSError
+	return !errors.As(err, &dns)
 }

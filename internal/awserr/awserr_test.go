@@ -70,3 +70,24 @@ func TestMayHaveReceived(t *testing.T) {
 		}
 	}
 }
+
+// A request SQS answered with an error, or never received (a connection
+// never made), was not applied; any other failure may have been.
+func TestMayHaveApplied(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"throttled", fmt.Errorf("purge: %w", statusErr(400)), false},
+		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}, false},
+		{"no such host", &net.DNSError{Err: "no such host", Name: "sqs.example", IsNotFound: true}, false},
+		{"server fault", statusErr(500), true},
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}, true},
+		{"deadline", context.DeadlineExceeded, true},
+	} {
+		if got := MayHaveApplied(c.err); got != c.want {
+			t.Errorf("%s: MayHaveApplied(%v) = %v, want %v", c.name, c.err, got, c.want)
+		}
+	}
+}
