@@ -99,11 +99,7 @@ func (q *Queue) PurgeWarning(ctx context.Context) string {
 	}
 	of := q.Name
 	if len(q.Sources) > 1 { // a dead-letter queue shared by several sources
-		names := make([]string, len(q.Sources))
-		for i, u := range q.Sources {
-			names[i] = queueName(u)
-		}
-		slices.Sort(names)
+		names := q.sourceNames()
 		of = fmt.Sprintf("%s, the dead letters of all %d of its source queues (%s),", q.Name, len(names), strings.Join(names, ", "))
 	}
 	return fmt.Sprintf("Purging deletes %s of %s for good.", count, of)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -411,13 +412,19 @@ func (q *Queue) ForeignDestination(ctx context.Context, t Target) (string, error
 	}
 	msg := fmt.Sprintf("%s does not send its dead letters to %s: the messages would go to a queue they did not fail in", t.Name, q.Name)
 	if len(q.Sources) > 0 {
-		names := make([]string, len(q.Sources))
-		for i, u := range q.Sources {
-			names[i] = u[strings.LastIndexByte(u, '/')+1:]
-		}
-		msg += " (its source queues: " + strings.Join(names, ", ") + ")"
+		msg += " (its source queues: " + strings.Join(q.sourceNames(), ", ") + ")"
 	}
 	return msg, nil
+}
+
+// sourceNames returns the names of q's source queues, sorted.
+func (q *Queue) sourceNames() []string {
+	names := make([]string, len(q.Sources))
+	for i, u := range q.Sources {
+		names[i] = queueName(u)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // Target resolves a queue given by name, URL or ARN as a destination for

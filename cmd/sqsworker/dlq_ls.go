@@ -157,14 +157,6 @@ type classCount struct {
 // redrive moved under: the failure that brought them is not known.
 const redrivenClass = "(moved by SQS's redrive)"
 
-// arnName is the queue name at the end of an ARN (or the text itself).
-func arnName(arn string) string {
-	if i := strings.LastIndexByte(arn, ':'); i >= 0 {
-		return arn[i+1:]
-	}
-	return arn
-}
-
 // summarize prints the messages counted per error class and source queue,
 // the most frequent first.
 func (a *app) summarize(ms []*dlq.Message) error {
@@ -175,7 +167,11 @@ func (a *app) summarize(ms []*dlq.Message) error {
 		if m.Redriven() {
 			// Its metadata, if any, is of an earlier failure: counted
 			// apart, as --error-class never selects it.
-			k = [2]string{redrivenClass, arnName(m.RedriveSource)}
+			from := m.RedriveSource
+			if a, err := dlq.ParseARN(from); err == nil {
+				from = a.Name
+			}
+			k = [2]string{redrivenClass, from}
 		}
 		c := byKey[k]
 		if c == nil {
