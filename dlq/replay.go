@@ -327,7 +327,8 @@ type replayer struct {
 	sent    map[string]bool // IDs of the copies this run sent
 	// batch is what is left of the receive under way, the message handled
 	// first, and until when its messages are hidden at least (see secure).
-	// lost holds those SQS would not hide again, with its error code.
+	// lost holds those of it SQS would not hide again, with the error code:
+	// cleared at each receive, so that it does not grow with the run.
 	batch []types.Message
 	until time.Time
 	lost  map[string]string
@@ -358,8 +359,10 @@ func (r *replayer) run(ctx context.Context, batch int) error {
 			return nil
 		}
 		// A receive's messages share its visibility timeout, counted from
-		// when the receive was sent.
+		// when the receive was sent. What secure found lost was of the
+		// batch before: none of it comes fresh again (see scanner.receive).
 		r.until = r.s.seen[aws.ToString(fresh[0].MessageId)].Add(r.cfg.Visibility)
+		clear(r.lost)
 		for i, raw := range fresh {
 			r.batch = fresh[i:]
 			m := newMessage(r.q.URL, raw)

@@ -74,11 +74,10 @@ is copied, and deleted, only while half of --visibility or more is left of
 its hide: one with less is hidden again first (one call for the rest of its
 receive), and one that SQS will not hide again (visible again, or received
 by another reader meanwhile) is not copied, or not deleted, and the replay
-exits non-zero. Give --visibility more than
-twice the time one move takes. On a FIFO
-queue a group is replayed in order, up to its first message that stays. A
-copy that fails again and comes back while the replay runs is not replayed
-a second time. A message that is a copy of a job the replay moved already
+exits non-zero. Give --visibility more than twice the time one move takes.
+On a FIFO queue a group is replayed in order, up to its first message that
+stays. A copy that fails again and comes back while the replay runs is not
+replayed a second time. A message that is a copy of a job the replay moved already
 (the same original message ID, source queue, body and attributes: a
 dead-letter send whose reply was lost, sent again by the SDK) is deleted
 instead of replayed, and counted as a dropped duplicate: the job runs once.
@@ -157,9 +156,8 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 			return toError(err)
 		}
 		// A slip (orders-v2 for orders) is the operator's to catch: said
-		// before the dry run's plan, and before the replay.
-		// A check for a warning: should it fail, the replay goes on,
-		// and says so.
+		// before the dry run's plan, and before the replay. The check
+		// only warns: should it fail, the replay goes on, and says so.
 		switch warn, err := q.ForeignDestination(ctx, to); {
 		case ctx.Err() != nil:
 			return ctx.Err()
