@@ -405,3 +405,70 @@ func TestReplayTellsARefusedHideByItsReason(t *testing.T) {
 		}
 	}
 }
+
+// TestReplayKeepsMessagesThatStayHidden on the local SQS: ten messages,
+// the four of another error class staying, each copy's send answered a
+// second late, a visibility timeout of 4 s, and a second reader polling
+// the dead-letter queue from the first send to the last message handled:
+// it takes none of them.
+func TestReplayKeepsMessagesThatStayHiddenOnEmulator(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	orders := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	in := &sqs.SendMessageBatchInput{QueueUrl: aws.String(orders.DLQURL)}
+	for i := range 10 {
+		class := "move"
+		if i%3 == 0 {
+			class = "stay"
+		}
+		attrs, _ := sqsworker.Failure{ErrorClass: class, Error: "boom", Attempts: 1, SourceQueue: orders.URL,
+			MessageID: fmt.Sprint("orig-", i), FailedAt: time.Now()}.AddTo(nil)
+		in.Entries = append(in.Entries, types.SendMessageBatchRequestEntry{
+			Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String(fmt.Sprint("job ", i)), MessageAttributes: sdkAttributes(attrs)})
+	}
+	if out, err := c.SendMessageBatch(context.Background(), in); err != nil || len(out.Failed) > 0 {
+		t.Fatalf("sending dead letters: %v %v", err, out)
+	}
+	sending, sent := make(chan struct{}), sync.Once{}
+	slow := slowSendClient(t, time.Second, func() { sent.Do(func() { close(sending) }) })
+	ctx, stop := context.WithCancel(context.Background())
+	var taken atomic.Int32
+	var reader sync.WaitGroup
+	reader.Go(func() {
+		select {
+		case <-sending:
+		case <-ctx.Done():
+		}
+		for ctx.Err() == nil {
+			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(orders.DLQURL),
+				MaxNumberOfMessages: 10, VisibilityTimeout: 600, WaitTimeSeconds: 1})
+			if err == nil {
+				taken.Add(int32(len(out.Messages)))
+			}
+		}
+	})
+	q, err := Open(context.Background(), slow, orders.DLQURL, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The reader stops once the last message is handled: the replay then
+	// releases those that stay, visible to anyone.
+	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 4 * time.Second, Filter: Filter{ErrorClasses: []string{"move"}},
+		Progress: func(p Progress) {
+			if p.Scanned == 10 {
+				stop()
+				reader.Wait()
+			}
+		}})
+	stop()
+	reader.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Moved != 6 || taken.Load() != 0 {
+		t.Errorf("moved %d of 6; the second reader took %d, want none", res.Moved, taken.Load())
+	}
+	if v, f := depth(t, c, orders.URL); v != 6 || f != 0 {
+		t.Errorf("orders holds %d visible, %d in flight, want the 6 jobs", v, f)
+	}
+}
