@@ -289,3 +289,35 @@ func TestVisibilityNoLongerThanTheBatchingWindowIsLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseWithoutHeartbeatCountsTheBatchingWindow on the local SQS: the
+// record that succeeds past its lease, counted from the batching window's
+// start, is deleted while the batch goes on.
+func TestEmulatorLeaseWithoutHeartbeatCountsTheBatchingWindow(t *testing.T) {
+	t.Parallel()
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{VisibilityTimeout: 3 * time.Second})
+	inFlight := -1
+	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		switch m.Body {
+		case "slow":
+			time.Sleep(1500 * time.Millisecond)
+		case "look":
+			_, inFlight = localtestDepth(t, sq, q.URL)
+		}
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: sq, Concurrency: 1, DisableHeartbeat: true, BatchingWindow: 2 * time.Second})
+	localtest.Send(t, sq, q.URL, "", "slow", "look")
+	msgs := receiveN(t, sq, q.URL, 2)
+	if aws.ToString(msgs[0].Body) != "slow" {
+		msgs[0], msgs[1] = msgs[1], msgs[0]
+	}
+	resp, err := fn(context.Background(), sqstest.SQSEvent(q.ARN, msgs))
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("resp %v, err %v", resp, err)
+	}
+	if inFlight != 1 {
+		t.Errorf("%d records in flight once the slow one succeeded past its lease, want 1 (it deleted at once)", inFlight)
+	}
+}
