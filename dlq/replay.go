@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"golang.org/x/time/rate"
 	"math"
+	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -513,12 +515,15 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	defer cancel()
 	// The send is not bounded by the hide: it names no receipt handle,
 	// and cutting it short would not undo it, only lose its copy's ID.
-	newID, replays, note, err := r.send(mctx, m, dest)
+	newID, replays, note, mayBeSent, err := r.send(mctx, m, dest)
 	if err != nil {
 		r.res.Matched--
 		stay()
 		refused := queue.IsInvalidParameter(err)
-		what := "the send failed (it may have been applied)"
+		what := "the send failed"
+		if mayBeSent {
+			what += " (it may have been applied)"
+		}
 		if refused {
 			what = "SQS refused it"
 		}
@@ -529,7 +534,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 			return fmt.Errorf("dlq: message %s was not moved, and the audit record failed: %w", m.ID, errors.Join(err, aerr))
 		}
 		if !refused {
-			return fmt.Errorf("dlq: sending the copy of message %s to %s: %w; it stays in %s", m.ID, dest.Name, err, r.q.Name)
+			return r.sendFailed(mctx, m, dest, mayBeSent, err)
 		}
 		// This message's own refusal: the others may go.
 		r.res.Unsent++
@@ -566,6 +571,23 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		return fmt.Errorf("dlq: message %s was moved to %s as %s, but the audit record failed: %w", m.ID, dest.Name, newID, err)
 	}
 	return nil
+}
+
+// sendFailed is the error of a replay stopped by a copy that failed
+// otherwise than by SQS's refusal: it names a send SQS did not answer
+// within moveTimeout, and says when the copy may have been sent all the
+// same (see send), and what to do.
+func (r *replayer) sendFailed(mctx context.Context, m *Message, dest Target, mayBeSent bool, err error) error {
+	what := ""
+	if errors.Is(mctx.Err(), context.DeadlineExceeded) {
+		what = fmt.Sprintf(" (SQS did not answer within %v)", r.q.moveTimeout)
+	}
+	next := "replay it again once SQS answers"
+	if mayBeSent {
+		next = fmt.Sprintf("its copy may be in %s all the same (SQS may have applied the send before the failure); "+
+			"a replay once SQS answers sends another copy of the same job (the same job key: behind the idempotency middleware, the job runs once)", dest.Name)
+	}
+	return fmt.Errorf("dlq: sending the copy of message %s to %s%s: %w; it stays in %s: %s", m.ID, dest.Name, what, err, r.q.Name, next)
 }
 
 // closing records rec, which ends a move whose start was recorded: to its
@@ -884,7 +906,15 @@ func compactFailure(m *Message) (map[string]types.MessageAttributeValue, bool) {
 
 // send sends the copy of m to dest and returns its message ID and its replay
 // count.
-func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID string, replays int, note string, err error) {
+//
+// When it fails, mayBeSent tells whether SQS may have applied an attempt
+// of it all the same: one that did not end in a refusal (an answer lost,
+// or none within the bound).
+func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID string, replays int, note string, mayBeSent bool, err error) {
+	var attempts atomic.Int32
+	var applied atomic.Bool
+	opts := append(slices.Clip(r.q.opts), countAttempts(&attempts, &applied))
+	defer func() { mayBeSent = err != nil && applied.Load() }()
 	attrs, replays, note := copyAttributes(m)
 	in := &sqs.SendMessageInput{
 		QueueUrl:          aws.String(dest.URL),
@@ -907,7 +937,7 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 		}
 		in.MessageDeduplicationId = aws.String(dedup)
 	}
-	out, err := r.q.api.SendMessage(ctx, in, r.q.opts...)
+	out, err := r.q.api.SendMessage(ctx, in, opts...)
 	// Refused, perhaps over the queue's MaximumMessageSize, which the
 	// message fit without what its copy adds: the copy goes without its
 	// replay count, then without the key, which matters more.
@@ -918,19 +948,19 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 			in.MessageDeduplicationId = aws.String(m.OriginalID() + "-" + m.ID)
 		}
 		note = joinNotes(note, fmt.Sprintf("%s left out: SQS refused the copy with it (%v)", AttrReplays, err))
-		out, err = r.q.api.SendMessage(ctx, in, r.q.opts...)
+		out, err = r.q.api.SendMessage(ctx, in, opts...)
 	}
 	if _, need := originalKey(m); err != nil && need && queue.IsInvalidParameter(err) {
 		if _, added := in.MessageAttributes[jobkey.Attribute]; added {
 			delete(in.MessageAttributes, jobkey.Attribute)
 			note = joinNotes(note, fmt.Sprintf("%s not added: SQS refused the copy with it (%v)", jobkey.Attribute, err))
-			out, err = r.q.api.SendMessage(ctx, in, r.q.opts...)
+			out, err = r.q.api.SendMessage(ctx, in, opts...)
 		}
 	}
 	if err != nil {
-		return "", 0, "", err
+		return "", 0, "", false, err
 	}
-	return aws.ToString(out.MessageId), replays, note, nil
+	return aws.ToString(out.MessageId), replays, note, false, nil
 }
 
 func joinNotes(a, b string) string {
