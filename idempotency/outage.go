@@ -1,44 +1,14 @@
 package idempotency
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"syscall"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/sqsworker/sqsworker/internal/dynamoerr"
 )
-
-// outageCodes are the error codes of DynamoDB requests refused because
-// DynamoDB is overloaded, throttled or failing on its side: an outage, not a
-// fault of the request.
-var outageCodes = map[string]bool{
-	"ProvisionedThroughputExceededException": true,
-	"ThrottlingException":                    true,
-	"Throttling":                             true,
-	"RequestLimitExceeded":                   true,
-	"InternalServerError":                    true,
-	"InternalFailure":                        true,
-	"ServiceUnavailable":                     true,
-	"ServiceUnavailableException":            true,
-	"RequestTimeout":                         true,
-	"RequestTimeoutException":                true,
-}
-
-// outageReasons are the cancellation reasons of a transaction that say
-// DynamoDB throttled it.
-var outageReasons = map[string]bool{
-	"ThrottlingError":               true,
-	"ProvisionedThroughputExceeded": true,
-	"RequestLimitExceeded":          true,
-}
 
 // isOutage reports whether err, a failed store request, means DynamoDB is
 // unreachable, slow, throttled or failing on its side (network errors,
@@ -48,36 +18,7 @@ var outageReasons = map[string]bool{
 // denied), a transaction conflict (contention on an item, not an outage)
 // and a cancelled context are not.
 func isOutage(err error) bool {
-	if err == nil || errors.Is(err, ErrNotHolder) {
-		return false
-	}
-	if errors.Is(err, context.Canceled) {
-		return false // the caller gave up: shutting down, not an outage
-	}
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) {
-		for _, r := range tce.CancellationReasons {
-			if outageReasons[aws.ToString(r.Code)] {
-				return true
-			}
-		}
-		return false
-	}
-	var send *smithyhttp.RequestSendError
-	var quota ratelimit.QuotaExceededError // a value, as the SDK returns it
-	var deser *smithy.DeserializationError
-	var netErr net.Error
-	if errors.As(err, &send) || errors.As(err, &quota) || errors.As(err, &deser) || errors.As(err, &netErr) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) {
-		return true // no answer, or a broken one
-	}
-	var api smithy.APIError
-	if errors.As(err, &api) && outageCodes[api.ErrorCode()] {
-		return true
-	}
-	var status interface{ HTTPStatusCode() int }
-	return errors.As(err, &status) && (status.HTTPStatusCode() >= 500 || status.HTTPStatusCode() == 429)
+	return !errors.Is(err, ErrNotHolder) && dynamoerr.Outage(err)
 }
 
 // isConflict reports whether err is DynamoDB refusing a write because a
@@ -96,17 +37,6 @@ func isConflict(err error) bool {
 // until an operator fixes the table; the error says what to fix.
 var ErrMisconfigured = errors.New("DynamoDB refused the request for the store's configuration, not for the job")
 
-// credentialCodes are the error codes of requests whose credentials
-// DynamoDB does not accept.
-var credentialCodes = map[string]bool{
-	"UnrecognizedClientException":         true,
-	"InvalidSignatureException":           true,
-	"MissingAuthenticationTokenException": true,
-	"IncompleteSignatureException":        true,
-	"ExpiredTokenException":               true,
-	"InvalidClientTokenId":                true,
-}
-
 // misconfiguration returns what an operator should fix when err, the
 // failure of a request about the records of table, is DynamoDB refusing
 // it for the store's configuration: the table missing (ResourceNotFound),
@@ -115,17 +45,12 @@ var credentialCodes = map[string]bool{
 // checked), a ValidationException, which then means the table's key schema
 // does not fit. It returns "" for any other error.
 func misconfiguration(err error, table, keyAttr string, validation bool) string {
-	var api smithy.APIError
-	if !errors.As(err, &api) {
-		return ""
-	}
-	code := api.ErrorCode()
-	switch {
-	case code == "ResourceNotFoundException":
+	switch why, code := dynamoerr.Refused(err); {
+	case why == dynamoerr.TableMissing:
 		return fmt.Sprintf("table %s does not exist (in the client's region and account): create it (idempotency.CreateTable, or the infrastructure code) or correct StoreConfig.Table; with the handler's writes (AddWrites), their tables must exist too", table)
-	case code == "AccessDeniedException":
-		return fmt.Sprintf("the credentials may not write to table %s: grant the role dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem and dynamodb:DescribeTable on it (and, with the handler's writes, the actions of those writes on their tables)", table)
-	case credentialCodes[code]:
+	case why == dynamoerr.AccessDenied:
+		return fmt.Sprintf("the credentials may not write to table %s: grant the role dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:GetItem and dynamodb:DescribeTable on it (the infrastructure's IdempotencyTable.GrantStore grants them) (and, with the handler's writes, the actions of those writes on their tables)", table)
+	case why == dynamoerr.BadCredentials:
 		return fmt.Sprintf("DynamoDB does not accept the credentials of the requests to table %s (%s): check the role or the keys the process runs with, and the client's region", table, code)
 	case validation && code == "ValidationException":
 		return fmt.Sprintf("table %s does not fit the store: its partition key must be the string attribute %q (StoreConfig.KeyAttr), with no sort key; recreate the table (idempotency.CreateTable) or correct StoreConfig", table, keyAttr)
