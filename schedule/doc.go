@@ -11,7 +11,10 @@
 //
 // Key derives a deterministic idempotency key from them,
 // "schedule:NAME@TIME" with TIME in UTC RFC 3339, for idempotency.Config.Key:
-// an occurrence sent twice, or its job redelivered, runs the handler once.
+// an occurrence sent twice, or its job redelivered, runs the handler once
+// while its idempotency record lives (idempotency.StoreConfig.TTL), given
+// that its two sends have one body (the sqsinfra construct refuses the
+// context attributes that differ between sends).
 // Parse returns the occurrence (name, time, payload) to a handler, in the
 // worker and on Lambda alike.
 //

@@ -224,6 +224,9 @@ type JobQueue struct {
 	// contentDeduplication reports a FIFO queue made with
 	// ContentBasedDeduplication (a Schedule's FIFO target needs it).
 	contentDeduplication bool
+	// schedules maps the Name of each Schedule sending to the queue to
+	// its construct's path: one Name, one schedule (see ScheduleProps.Name).
+	schedules map[string]string
 }
 
 // NewJobQueue defines a JobQueue; it panics, failing synthesis, on invalid

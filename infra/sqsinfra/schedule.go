@@ -44,8 +44,12 @@ type ScheduleProps struct {
 	// Name is the schedule's name in each job's envelope, the first half
 	// of the occurrence's idempotency key (schedule.Key): 1 to 64
 	// letters, digits, '-', '_' and '.'. Keep it when changing the
-	// expression, or the new schedule's occurrences get new keys.
-	// Required.
+	// expression, or the new schedule's occurrences get new keys. Two
+	// schedules whose jobs share an idempotency table need two Names (and
+	// two schedules of one Queue are refused one): with one, an
+	// occurrence of the second would be taken for the first's, and
+	// acknowledged unrun, or dead-lettered as another payload under its
+	// key. Required.
 	Name string
 	// Expression is when the schedule fires: "cron(minutes hours
 	// day-of-month month day-of-week year)", "rate(value unit)" or
@@ -57,9 +61,14 @@ type ScheduleProps struct {
 	TimeZone string
 	// Payload is the job's own input, marshalled to JSON in the
 	// envelope's "payload" (encoding/json, without HTML escaping). A
-	// string containing a context attribute such as
-	// "<aws.scheduler.execution-id>" is replaced by EventBridge Scheduler
-	// too. Default nil: null.
+	// string containing "<aws.scheduler.schedule-arn>" or
+	// "<aws.scheduler.scheduled-time>" is replaced by EventBridge Scheduler
+	// too. "<aws.scheduler.execution-id>" and
+	// "<aws.scheduler.attempt-number>" are refused: they differ between
+	// two sends of one occurrence (a retry after a lost reply), whose
+	// bodies must be the same for the idempotency middleware (which
+	// dead-letters a second body under one key) and for a FIFO queue's
+	// content-based deduplication. Default nil: null.
 	Payload any
 	// FlexibleWindow lets EventBridge Scheduler send each occurrence up to
 	// this long after its time (to spread load), whole minutes from 1 to
@@ -197,9 +206,16 @@ func NewSchedule(scope constructs.Construct, id string, props *ScheduleProps) *S
 	if err != nil {
 		errs.add("Payload: %v", err)
 	}
+	if other, ok := q.schedules[props.Name]; ok && scheduleNameRe.MatchString(props.Name) {
+		errs.add("Name %q is that of the schedule %s of the same queue: the occurrences of two schedules with one Name share their idempotency keys, and one would be taken for the other's; give each its own Name", props.Name, other)
+	}
 	errs.check()
 
 	c := &Schedule{Construct: constructs.NewConstruct(scope, jsii.String(id)), Input: input}
+	if q.schedules == nil {
+		q.schedules = map[string]string{}
+	}
+	q.schedules[props.Name] = pathOf(c.Construct)
 	stack := awscdk.Stack_Of(c.Construct)
 	c.Role = awsiam.NewRole(c.Construct, jsii.String("Role"), &awsiam.RoleProps{
 		AssumedBy: awsiam.NewServicePrincipal(jsii.String("scheduler.amazonaws.com"), &awsiam.ServicePrincipalOpts{
@@ -281,9 +297,19 @@ func ScheduleInput(name string, payload any) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	for _, a := range perSendAttributes {
+		if bytes.Contains(p, []byte(a)) {
+			return "", fmt.Errorf("it contains %s, which EventBridge Scheduler replaces by a value of each send: two sends of one occurrence (a retry after a lost reply) would have two bodies, and the idempotency middleware dead-letters the second as another payload under the occurrence's key; leave it out (%s and %s are the same on every send)",
+				a, "<aws.scheduler.scheduled-time>", "<aws.scheduler.schedule-arn>")
+		}
+	}
 	b, err := marshal(envelope{meta{Name: name, ScheduledTime: ScheduledTimeAttribute}, p})
 	return string(b), err
 }
+
+// perSendAttributes are the context attributes of EventBridge Scheduler
+// whose values differ between two sends of one occurrence.
+var perSendAttributes = []string{"<aws.scheduler.execution-id>", "<aws.scheduler.attempt-number>"}
 
 // marshal is v as JSON without HTML escaping.
 func marshal(v any) ([]byte, error) {

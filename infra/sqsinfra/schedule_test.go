@@ -149,6 +149,19 @@ func TestScheduleInvalidProps(t *testing.T) {
 			return &sqsinfra.ScheduleProps{Queue: sqsinfra.NewJobQueue(s, "Q", nil), Name: "n", Expression: "rate(1 hour)",
 				DeadLetterQueue: awssqs.NewQueue(s, jsii.String("D"), &awssqs.QueueProps{Fifo: jsii.Bool(true)})}
 		}, []string{"DeadLetterQueue must be a standard queue"}},
+		{"a context attribute of each send in the payload", func(s awscdk.Stack) *sqsinfra.ScheduleProps {
+			return &sqsinfra.ScheduleProps{Queue: sqsinfra.NewJobQueue(s, "Q", nil), Name: "n", Expression: "rate(1 hour)",
+				Payload: map[string]string{"run": "<aws.scheduler.execution-id>"}}
+		}, []string{"Payload: it contains <aws.scheduler.execution-id>", "dead-letters the second", "<aws.scheduler.scheduled-time>"}},
+		{"the attempt number in the payload", func(s awscdk.Stack) *sqsinfra.ScheduleProps {
+			return &sqsinfra.ScheduleProps{Queue: sqsinfra.NewJobQueue(s, "Q", nil), Name: "n", Expression: "rate(1 hour)",
+				Payload: "try <aws.scheduler.attempt-number>"}
+		}, []string{"Payload: it contains <aws.scheduler.attempt-number>"}},
+		{"a Name another schedule of the queue has", func(s awscdk.Stack) *sqsinfra.ScheduleProps {
+			q := sqsinfra.NewJobQueue(s, "Q", nil)
+			sqsinfra.NewSchedule(s, "First", &sqsinfra.ScheduleProps{Queue: q, Name: "nightly-report", Expression: "cron(0 3 * * ? *)"})
+			return &sqsinfra.ScheduleProps{Queue: q, Name: "nightly-report", Expression: "cron(0 4 * * ? *)"}
+		}, []string{`Name "nightly-report" is that of the schedule`, "First", "give each its own Name"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg := panics(func() {
