@@ -648,11 +648,11 @@ func TestOperatorPolicy(t *testing.T) {
 			// Actions sorted by @aws-cdk/aws-iam:minimizePolicies.
 			map[string]any{"Sid": "InspectAndRedriveDeadLetterQueue", "Effect": "Allow", "Resource": dlq, "Action": []any{
 				"sqs:CancelMessageMoveTask", "sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl",
-				"sqs:ListMessageMoveTasks", "sqs:ReceiveMessage", "sqs:StartMessageMoveTask",
+				"sqs:ListDeadLetterSourceQueues", "sqs:ListMessageMoveTasks", "sqs:ReceiveMessage", "sqs:StartMessageMoveTask",
 			}},
 			map[string]any{"Sid": "ReplayToSourceQueue", "Effect": "Allow",
 				"Resource": getAtt("JobsQueue", "Arn"),
-				"Action":   []any{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}},
+				"Action":   []any{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ListDeadLetterSourceQueues", "sqs:SendMessage"}},
 		}, "Version": "2012-10-17"},
 	})
 }

@@ -20,8 +20,8 @@ type OperatorPolicyProps struct {
 
 // OperatorPolicy is an IAM managed policy for the people and tools who
 // inspect and replay dead-lettered jobs (`sqsworker dlq ls/replay/redrive`):
-// receive, change visibility, delete and read attributes on the dead-letter
-// queue; send to the source queue; start, list and cancel SQS message move
+// receive, change visibility, delete, read attributes and list the source
+// queues of the dead-letter queue; send to the source queue; start, list and cancel SQS message move
 // tasks (redrive) from the dead-letter queue; and, only with AllowPurge,
 // purge it. Attach it to a role, group or user.
 type OperatorPolicy struct {
@@ -48,6 +48,10 @@ func NewOperatorPolicy(scope constructs.Construct, id string, props *OperatorPol
 	inspect := []*string{
 		jsii.String("sqs:ReceiveMessage"), jsii.String("sqs:ChangeMessageVisibility"),
 		jsii.String("sqs:DeleteMessage"), jsii.String("sqs:GetQueueAttributes"), jsii.String("sqs:GetQueueUrl"),
+		// The CLI opens a dead-letter queue only once it has listed the
+		// queues that send their dead letters to it: without this, every
+		// `sqsworker dlq` command fails (or needs --force).
+		jsii.String("sqs:ListDeadLetterSourceQueues"),
 		// Message move tasks (redrive) are started, listed and cancelled
 		// on the source of the move: the dead-letter queue.
 		jsii.String("sqs:StartMessageMoveTask"), jsii.String("sqs:ListMessageMoveTasks"), jsii.String("sqs:CancelMessageMoveTask"),
@@ -61,7 +65,9 @@ func NewOperatorPolicy(scope constructs.Construct, id string, props *OperatorPol
 		}),
 		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid:       jsii.String("ReplayToSourceQueue"),
-			Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl"),
+			// ListDeadLetterSourceQueues: a replay checks that its
+			// destination is no dead-letter queue.
+			Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ListDeadLetterSourceQueues"),
 			Resources: &[]*string{src},
 		}),
 	}
