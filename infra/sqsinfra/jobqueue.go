@@ -99,7 +99,9 @@ type JobQueueProps struct {
 	// needs.
 	VisibilityTimeout awscdk.Duration
 	// RetentionPeriod is how long the queue keeps a message, whole seconds
-	// from 1 minute to 14 days. Default 4 days (SQS's default).
+	// from 1 minute to 14 days; at most 13 days for a standard queue with
+	// the generated dead-letter queue, whose 14 days count from a message's
+	// first send. Default 4 days (SQS's default).
 	RetentionPeriod awscdk.Duration
 
 	// MaxReceiveCount is the redrive policy's maxReceiveCount: the receive
@@ -109,7 +111,9 @@ type JobQueueProps struct {
 	MaxReceiveCount *float64
 	// DeadLetterQueue is an existing dead-letter queue to use. It must be a
 	// FIFO queue exactly when Fifo is set; its RedriveAllowPolicy is its
-	// owner's to set. Default: a new queue with a retention of 14 days,
+	// owner's to set. For a standard queue, its retention must be longer
+	// than the queue's: SQS keeps a message's enqueue time when it moves
+	// it there. Default: a new queue with a retention of 14 days,
 	// the same encryption, TLS enforced and a RedriveAllowPolicy that
 	// admits this queue only.
 	DeadLetterQueue awssqs.IQueue
@@ -235,6 +239,11 @@ func NewJobQueue(scope constructs.Construct, id string, props *JobQueueProps) *J
 	return newJobQueue(scope, id, props, "JobQueue", 60)
 }
 
+// maxRetentionWithDLQ is the longest RetentionPeriod of a standard queue
+// with the generated dead-letter queue, in seconds: a day shorter than the
+// dead-letter queue's 14 days, which count from a message's first send.
+const maxRetentionWithDLQ = 13 * 86400
+
 // newJobQueue is NewJobQueue for the construct kind (in error messages),
 // with a latency budget of at least minBudget seconds: a minute for a
 // JobQueue, whose budget also sets a PollerService's scaling target; a
@@ -252,6 +261,9 @@ func newJobQueue(scope constructs.Construct, id string, props *JobQueueProps, ki
 	rs := errs.seconds("RetentionPeriod", props.RetentionPeriod, awscdk.Duration_Days(jsii.Number(4)))
 	if known(rs) && (rs < 60 || rs > 14*86400 || !isWhole(rs)) {
 		errs.add("RetentionPeriod must be whole seconds from 1 minute to 14 days, got %gs", rs)
+	}
+	if known(rs) && !props.Fifo && props.DeadLetterQueue == nil && rs > maxRetentionWithDLQ {
+		errs.add("RetentionPeriod must be at most %d days for a standard queue (got %g days): its dead-letter queue keeps messages 14 days from their first send (SQS keeps a standard message's enqueue time when it moves it), and a message dead-lettered late in a longer retention would expire there within hours", maxRetentionWithDLQ/86400, rs/86400)
 	}
 	maxReceive := errs.number("MaxReceiveCount", props.MaxReceiveCount, DefaultMaxReceiveCount)
 	if known(maxReceive) && (maxReceive < 1 || maxReceive > 1000 || !isWhole(maxReceive)) {

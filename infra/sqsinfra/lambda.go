@@ -87,10 +87,10 @@ type LambdaConsumerProps struct {
 	// Default one month.
 	LogRetention awslogs.RetentionDays
 	// ReservedConcurrency reserves (and caps) the function's concurrent
-	// executions; at least MaxConcurrency when both are set, or the event
+	// executions, from 2; it needs MaxConcurrency, at most it, or the event
 	// source's invocations are throttled (and a throttled batch spends a
-	// receive of each message). 0 stops the function. Default nil: the
-	// account's unreserved pool.
+	// receive of each message, so that jobs end in the dead-letter queue
+	// unrun). Default nil: the account's unreserved pool.
 	ReservedConcurrency *float64
 	// Tracing is the function's X-Ray tracing mode; Active lets the
 	// function write traces (xray:PutTraceSegments on *). Default: Lambda's
@@ -284,7 +284,11 @@ func newLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 		case !known(reserved):
 		case reserved < 0 || !isWhole(reserved):
 			errs.add("ReservedConcurrency must be a whole number >= 0, got %g", reserved)
-		case len(sources) == 1 && capped && known(sum) && reserved < sum:
+		case reserved == 0:
+			errs.add("ReservedConcurrency 0 throttles every invocation while the event source goes on receiving, and each throttled batch spends a receive of its messages, which end in the dead-letter queue unrun; to pause the consumer, disable its event source mapping instead")
+		case len(sources) == 1 && !capped:
+			errs.add("ReservedConcurrency (%g) needs MaxConcurrency (from 2 to it): an uncapped event source scales its invocations past the reserved concurrency, and each throttled batch spends a receive of its messages, which end in the dead-letter queue unrun", reserved)
+		case len(sources) == 1 && known(sum) && reserved < sum:
 			errs.add("ReservedConcurrency (%g) must be at least MaxConcurrency (%g): the event source would invoke more often than the function may run, and each throttled batch spends a receive of its messages", reserved, sum)
 		case len(sources) > 1 && !capped:
 			errs.add("ReservedConcurrency (%g) needs a MaxConcurrency on every level: an uncapped event source could take all of the reserved concurrency and throttle the others, and each throttled batch spends a receive of its messages", reserved)

@@ -341,6 +341,11 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 			queues = append(queues, l.Queue)
 		}
 	}
+	for _, jq := range queues {
+		if jq.visibilitySeconds < 1 {
+			errs.add("the queue %s has a VisibilityTimeout of 0: the worker hides each message it runs for the queue's visibility timeout and extends it (the heartbeat, 1 s at least), and would exit at start; give JobQueueProps.VisibilityTimeout a whole number of seconds from 1 (default %ds)", pathOf(jq.Construct), DefaultVisibilityTimeoutSec)
+		}
+	}
 	// q holds what the queues share (the metrics namespace, the alarm
 	// topic): the queue, or the highest level.
 	q := queues[0]

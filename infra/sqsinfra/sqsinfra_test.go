@@ -177,6 +177,21 @@ func TestInvalidProps(t *testing.T) {
 			q := sqsinfra.NewJobQueue(s, "Q", nil)
 			sqsinfra.NewLambdaConsumer(s, "C", &sqsinfra.LambdaConsumerProps{Queue: q, CodeDir: &codeDir, MaxConcurrency: jsii.Number(10), ReservedConcurrency: jsii.Number(5)})
 		}, []string{"ReservedConcurrency (5) must be at least MaxConcurrency (10)"}},
+		{"a retention as long as the dead-letter queue's", func(s awscdk.Stack) {
+			sqsinfra.NewJobQueue(s, "Q", &sqsinfra.JobQueueProps{RetentionPeriod: awscdk.Duration_Days(jsii.Number(14))})
+		}, []string{"RetentionPeriod must be at most 13 days for a standard queue (got 14 days)", "enqueue time"}},
+		{"a poller of a queue without visibility timeout", func(s awscdk.Stack) {
+			q := sqsinfra.NewJobQueue(s, "Q", &sqsinfra.JobQueueProps{VisibilityTimeout: secs(0)})
+			poller(s, &sqsinfra.PollerServiceProps{Queue: q, HandlerURL: jsii.String("http://h:8080/")})
+		}, []string{"has a VisibilityTimeout of 0", "JobQueueProps.VisibilityTimeout"}},
+		{"reserved concurrency without MaxConcurrency", func(s awscdk.Stack) {
+			q := sqsinfra.NewJobQueue(s, "Q", nil)
+			sqsinfra.NewLambdaConsumer(s, "C", &sqsinfra.LambdaConsumerProps{Queue: q, CodeDir: &codeDir, ReservedConcurrency: jsii.Number(5)})
+		}, []string{"ReservedConcurrency (5) needs MaxConcurrency (from 2 to it)", "dead-letter queue unrun"}},
+		{"reserved concurrency 0", func(s awscdk.Stack) {
+			q := sqsinfra.NewJobQueue(s, "Q", nil)
+			sqsinfra.NewLambdaConsumer(s, "C", &sqsinfra.LambdaConsumerProps{Queue: q, CodeDir: &codeDir, ReservedConcurrency: jsii.Number(0)})
+		}, []string{"ReservedConcurrency 0 throttles every invocation", "disable its event source mapping"}},
 		{"filter on attributes", func(s awscdk.Stack) {
 			q := sqsinfra.NewJobQueue(s, "Q", nil)
 			sqsinfra.NewLambdaConsumer(s, "C", &sqsinfra.LambdaConsumerProps{Queue: q, CodeDir: &codeDir,
