@@ -248,11 +248,12 @@ func TestAlarms(t *testing.T) {
 	for prefix, want := range map[string]map[string]any{
 		"JobsDeadLetterAlarm": notifying(map[string]any{
 			"Metrics": []any{
-				expression("MAX([DIFF(visible), sent])"),
+				expression("MAX([DIFF(FILL(visible, 0) + FILL(inFlight, 0)), sent])"),
+				metric("inFlight", "AWS/SQS", "ApproximateNumberOfMessagesNotVisible", "Maximum"),
 				metric("sent", "AWS/SQS", "NumberOfMessagesSent", "Sum"),
 				metric("visible", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum"),
 			},
-			"Threshold": 0, "ComparisonOperator": "GreaterThanThreshold", "EvaluationPeriods": 2, "DatapointsToAlarm": 1,
+			"Threshold": 0, "ComparisonOperator": "GreaterThanThreshold", "EvaluationPeriods": 15, "DatapointsToAlarm": 1,
 		}),
 		"JobsOldestMessageAgeAlarm": notifying(map[string]any{
 			"Namespace": "AWS/SQS", "MetricName": "ApproximateAgeOfOldestMessage", "Statistic": "Maximum", "Period": 60,

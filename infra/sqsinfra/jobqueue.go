@@ -532,22 +532,29 @@ func (c *JobQueue) addAlarms(p commonProps, a *QueueAlarmProps) {
 		// the next incident. A message moved by the redrive policy raises
 		// the queue's depth; one sent by a runtime (permanent failures)
 		// is counted in NumberOfMessagesSent as well, which SQS does not
-		// do for redrive moves. DIFF needs the previous minute, hence two
-		// evaluation periods, one of which must breach.
+		// do for redrive moves. The depth is visible and in flight
+		// together, so that inspecting the queue (`sqsworker dlq ls`
+		// receives and releases its messages) is no arrival. SQS reports
+		// nothing for a queue empty and idle for six hours, so the first
+		// move into such a queue has no minute before it to differ from:
+		// FILL makes that gap a depth of 0. Its metrics can take up to
+		// 15 minutes to resume, so the alarm looks back 15 minutes, any
+		// one of which may breach.
 		c.DeadLetterAlarm = awscloudwatch.NewAlarm(c.Construct, jsii.String("DeadLetterAlarm"), &awscloudwatch.AlarmProps{
-			AlarmDescription: jsii.String("Messages arrived in the dead-letter queue: jobs failed permanently or ran out of attempts. Inspect them with `sqsworker dlq ls`; the alarm returns to OK a minute or two later and fires again at the next arrival."),
+			AlarmDescription: jsii.String("Messages arrived in the dead-letter queue: jobs failed permanently or ran out of attempts. Inspect them with `sqsworker dlq ls`; the alarm returns to OK about 15 minutes later and fires again at the next arrival."),
 			Metric: awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
-				Expression: jsii.String("MAX([DIFF(visible), sent])"),
+				Expression: jsii.String("MAX([DIFF(FILL(visible, 0) + FILL(inFlight, 0)), sent])"),
 				UsingMetrics: &map[string]awscloudwatch.IMetric{
-					"visible": c.DeadLetterQueue.MetricApproximateNumberOfMessagesVisible(perMinute("Maximum")),
-					"sent":    c.DeadLetterQueue.MetricNumberOfMessagesSent(perMinute("Sum")),
+					"visible":  c.DeadLetterQueue.MetricApproximateNumberOfMessagesVisible(perMinute("Maximum")),
+					"inFlight": c.DeadLetterQueue.MetricApproximateNumberOfMessagesNotVisible(perMinute("Maximum")),
+					"sent":     c.DeadLetterQueue.MetricNumberOfMessagesSent(perMinute("Sum")),
 				},
 				Label:  jsii.String("Messages arrived in the dead-letter queue"),
 				Period: minute(),
 			}),
 			Threshold:          jsii.Number(0),
 			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-			EvaluationPeriods:  jsii.Number(2),
+			EvaluationPeriods:  jsii.Number(15),
 			DatapointsToAlarm:  jsii.Number(1),
 			// SQS stops reporting the metrics of a queue inactive for a
 			// while: no data means no arrival.
