@@ -173,11 +173,8 @@ func NewDashboard(scope constructs.Construct, id string, props *DashboardProps) 
 	if p := props.Poller; p != nil {
 		backlog := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
 			Expression: jsii.String(p.BacklogPerTaskExpression),
-			UsingMetrics: &map[string]awscloudwatch.IMetric{
-				"visible": q.Queue.MetricApproximateNumberOfMessagesVisible(opts("Sum", "visible")),
-				"running": p.RunningTaskMetric("Average", period),
-			},
-			Label: jsii.String("visible messages per running task"), Period: period,
+			UsingMetrics: p.backlogMetrics(period),
+			Label:        jsii.String("visible messages per running task"), Period: period,
 		})
 		c.Dashboard.AddWidgets(
 			graph("Backlog per task", []awscloudwatch.IMetric{backlog}, nil, line{p.BacklogPerTaskTarget, "scaling target"}),

@@ -103,10 +103,11 @@ type PollerServiceProps struct {
 	// environment has QUEUE_URL_<LEVEL> and DEAD_LETTER_QUEUE_URL_<LEVEL>
 	// per level (the name in upper case, hyphens as underscores) instead
 	// of QUEUE_URL and DEAD_LETTER_QUEUE_URL, the task role may consume
-	// every level, and scaling tracks the visible messages of all levels
-	// per task, with the target derived from the longest latency budget
-	// (the higher levels are served first; their age alarms watch their
-	// budgets). Not with Queue. Default nil.
+	// every level, and scaling tracks the visible messages per task of
+	// the level in most trouble: each level's own and the higher levels'
+	// (served first), weighed by the longest latency budget over its own,
+	// against the target derived from the longest budget (see
+	// PollerService). Not with Queue. Default nil.
 	PriorityQueues *PriorityQueues
 	// Table, when set, is the idempotency table the tasks use as a
 	// DynamoStore (IdempotencyTable.GrantStore); its name is in the
@@ -261,6 +262,12 @@ type PollerServiceProps struct {
 // target tracking idle: a step scaling policy adds one task when messages
 // are visible or in flight while the desired count is zero.
 //
+// With PriorityQueues, the target is derived from the longest budget, and
+// a level of budget B counts the visible messages of its own and the
+// higher levels times longest / B: with the default levels, 5 critical
+// jobs per task (1 s budget) weigh as much as 18,000 low ones (an hour),
+// and the level in most trouble sets the backlog (BacklogPerTaskExpression).
+//
 // The task role may receive, delete, change the visibility of and read the
 // attributes of the queue's messages, send to its dead-letter queue, and
 // use the idempotency table and the effect tables; nothing else. Deploying
@@ -295,6 +302,10 @@ type PollerService struct {
 	BacklogPerTaskTarget float64
 	// BacklogPerTaskExpression is the scaling policy's metric math.
 	BacklogPerTaskExpression string
+	// backlogQueues are the queues whose visible messages
+	// BacklogPerTaskExpression reads, as backlogIDs.
+	backlogQueues []*JobQueue
+	backlogIDs    []string
 	// ScaleFromZeroAlarm fires when messages wait for a service scaled to
 	// zero; nil unless MinTasks is 0.
 	ScaleFromZeroAlarm awscloudwatch.Alarm
@@ -648,6 +659,40 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 	return c
 }
 
+// backlogExpression returns the metric IDs of the queues' visible
+// messages ("visible", or "visible0", "visible1", ... for the levels of
+// PriorityQueues) and the backlog per task: visible / running for one
+// queue. A level's jobs wait behind its own and the higher levels' (the
+// worker drains them first), against its own latency budget: each level
+// weighs the visible messages of its own and the higher levels by the
+// longest budget over its own, so that the target, derived from the
+// longest budget, holds for every level, and the level in most trouble
+// scales the service (MAX). Summing the levels against the longest
+// budget's target would leave a flood of critical jobs, whose budget is
+// 3,600 times shorter than low's, with no task added.
+func backlogExpression(queues []*JobQueue) (ids []string, expr string) {
+	if len(queues) == 1 {
+		return []string{"visible"}, "visible / running"
+	}
+	longest := 0.0
+	for _, q := range queues {
+		longest = max(longest, durationSeconds(q.LatencyBudget))
+	}
+	var terms []string
+	for i, q := range queues {
+		ids = append(ids, fmt.Sprintf("visible%d", i))
+		term := strings.Join(ids, " + ")
+		if i > 0 {
+			term = "(" + term + ")"
+		}
+		if b := durationSeconds(q.LatencyBudget); b > 0 && b < longest {
+			term += " * " + strconv.FormatFloat(longest/b, 'g', -1, 64)
+		}
+		terms = append(terms, term)
+	}
+	return ids, "MAX([" + strings.Join(terms, ", ") + "]) / running"
+}
+
 // BacklogPerTaskTarget is the scaling target of a PollerService:
 // budget / 2 / job × concurrency (budget and job in seconds), the backlog a
 // task drains in half the latency budget.
@@ -686,6 +731,17 @@ func (c *PollerService) serviceMetric(name, stat, label string, period awscdk.Du
 	})
 }
 
+// backlogMetrics are the metrics BacklogPerTaskExpression reads, by ID,
+// for a graph of period.
+func (c *PollerService) backlogMetrics(period awscdk.Duration) *map[string]awscloudwatch.IMetric {
+	m := map[string]awscloudwatch.IMetric{"running": c.RunningTaskMetric("Average", period)}
+	for i, q := range c.backlogQueues {
+		m[c.backlogIDs[i]] = q.Queue.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+			Period: period, Statistic: jsii.String("Sum"), Label: jsii.String("visible " + *q.Construct.Node().Id())})
+	}
+	return &m
+}
+
 // RunningTaskMetric is the service's running tasks (Container Insights).
 func (c *PollerService) RunningTaskMetric(stat string, period awscdk.Duration) awscloudwatch.Metric {
 	return c.serviceMetric("RunningTaskCount", stat, "running tasks", period)
@@ -721,16 +777,9 @@ func (c *PollerService) scale(queues []*JobQueue, minTasks, maxTasks, scaleIn, s
 	// (CustomizedMetricSpecification.Metrics) supports: so an L1 policy.
 	// One queue's visible messages are "visible"; the levels of
 	// PriorityQueues are visible0, visible1, ... summed.
-	ids := []string{"visible"}
-	visible := "visible"
-	if len(queues) > 1 {
-		ids = nil
-		for i := range queues {
-			ids = append(ids, fmt.Sprintf("visible%d", i))
-		}
-		visible = "(" + strings.Join(ids, " + ") + ")"
-	}
-	c.BacklogPerTaskExpression = visible + " / running"
+	ids, expr := backlogExpression(queues)
+	c.BacklogPerTaskExpression = expr
+	c.backlogQueues, c.backlogIDs = queues, ids
 	dim := func(n string, v *string) *awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricDimensionProperty {
 		return &awsapplicationautoscaling.CfnScalingPolicy_TargetTrackingMetricDimensionProperty{Name: jsii.String(n), Value: v}
 	}

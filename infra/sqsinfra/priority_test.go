@@ -178,11 +178,24 @@ func TestPriorityPoller(t *testing.T) {
 	pq := sqsinfra.NewPriorityQueues(s, "P", &sqsinfra.PriorityQueuesProps{Levels: levels})
 	p := sqsinfra.NewPollerService(s, "W", &sqsinfra.PollerServiceProps{PriorityQueues: pq, Image: image(), Handler: handler(),
 		JobDuration: secs(1), Concurrency: jsii.Number(10), MinTasks: jsii.Number(0)})
-	if p.BacklogPerTaskExpression != "(visible0 + visible1) / running" {
+	// critical's 1 s budget against low's hour: its jobs weigh 3,600 times.
+	if p.BacklogPerTaskExpression != "MAX([visible0 * 3600, (visible0 + visible1)]) / running" {
 		t.Errorf("backlog expression %q", p.BacklogPerTaskExpression)
 	}
 	if p.ScaleFromZeroExpression != "IF(FILL(desired, 0) == 0, visible0 + inflight0 + visible1 + inflight1, 0)" {
 		t.Errorf("scale from zero %q", p.ScaleFromZeroExpression)
+	}
+	// A dashboard of the poller graphs that expression with every level's
+	// metric (before, with the first level's only, the graph was an error).
+	sqsinfra.NewDashboard(s, "D", &sqsinfra.DashboardProps{Queue: pq.Levels[0].Queue, Poller: p})
+	var body []byte
+	for _, r := range resourcesOf(assertions.Template_FromStack(s, nil), "AWS::CloudWatch::Dashboard") {
+		body, _ = json.Marshal(props(r)["DashboardBody"])
+	}
+	for _, want := range []string{`MAX([visible0 * 3600, (visible0 + visible1)]) / running`, `\"id\":\"visible0\"`, `\"id\":\"visible1\"`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("the dashboard's body does not hold %s: %s", want, body)
+		}
 	}
 	// The longest budget (low's hour): 3600 / 2 / 1 s × 10.
 	if p.BacklogPerTaskTarget != 18000 {
