@@ -22,7 +22,8 @@ type DashboardProps struct {
 	Namespace *string
 	// HandlerName is the handler dimension of the handler_duration graph
 	// (worker.Config.HandlerName, `sqsworker run --handler-name`; on
-	// Lambda the function's name). Default "handler".
+	// Lambda the function's name). Default: Consumer's function name with
+	// a Consumer and no Poller, else "handler".
 	HandlerName *string
 	// Consumer, when set, adds its Lambda function's errors, throttles and
 	// duration. Default nil.
@@ -72,9 +73,13 @@ func NewDashboard(scope constructs.Construct, id string, props *DashboardProps) 
 			errs.add("Namespace must be a literal, non-empty namespace, got %q", ns)
 		}
 	}
-	handler := DefaultHandlerName
-	if props.HandlerName != nil {
-		handler = *props.HandlerName
+	handler := jsii.String(DefaultHandlerName)
+	switch {
+	case props.HandlerName != nil:
+		handler = props.HandlerName
+	case props.Consumer != nil && props.Poller == nil:
+		// The Lambda runtime's handler dimension is its function's name.
+		handler = props.Consumer.Function.FunctionName()
 	}
 	ps := errs.seconds("Period", props.Period, awscdk.Duration_Minutes(jsii.Number(1)))
 	if known(ps) && (ps < 60 || !isWhole(ps/60)) {
@@ -125,7 +130,7 @@ func NewDashboard(scope constructs.Construct, id string, props *DashboardProps) 
 	// named after the function), a line per handler and error class.
 	c.FailuresByErrorClass = fmt.Sprintf(`SEARCH('{%s,queue,handler,error_class} MetricName="messages_failed" queue="%s"', 'Sum', %g)`,
 		ns, *queueName, ps)
-	qh := map[string]*string{"queue": queueName, "handler": jsii.String(handler)}
+	qh := map[string]*string{"queue": queueName, "handler": handler}
 	qd := map[string]*string{"queue": queueName}
 	budget := durationSeconds(q.LatencyBudget)
 

@@ -795,3 +795,24 @@ func TestDelayAndBatchGrants(t *testing.T) {
 		t.Errorf("GrantBatchRead: actions on the table = %v, want %v", got, want)
 	}
 }
+
+// A dashboard of a Lambda consumer graphs its handler's latency under the
+// function's name, the handler dimension the Lambda runtime gives its
+// metrics (before, under "handler": an empty graph).
+func TestDashboardOfALambdaConsumer(t *testing.T) {
+	s := newStack()
+	q := sqsinfra.NewJobQueue(s, "Q", nil)
+	c := sqsinfra.NewLambdaConsumer(s, "C", &sqsinfra.LambdaConsumerProps{Queue: q, CodeDir: &codeDir})
+	sqsinfra.NewDashboard(s, "D", &sqsinfra.DashboardProps{Queue: q, Consumer: c})
+	var body []byte
+	for _, r := range resourcesOf(assertions.Template_FromStack(s, nil), "AWS::CloudWatch::Dashboard") {
+		body, _ = json.Marshal(props(r)["DashboardBody"])
+	}
+	fn := *awscdk.Stack_Of(c.Function).GetLogicalId(c.Function.Node().DefaultChild().(awscdk.CfnElement))
+	if want := `handler_duration\",\"handler\",\"",{"Ref":"` + fn + `"}`; !strings.Contains(string(body), want) {
+		t.Errorf("the dashboard does not graph handler_duration under the function's name (%s): %s", fn, body)
+	}
+	if strings.Contains(string(body), `\"handler\",\"handler\"`) {
+		t.Errorf("the dashboard graphs the default handler name: %s", body)
+	}
+}
