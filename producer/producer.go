@@ -38,7 +38,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -49,6 +48,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/jobkey"
+	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 )
@@ -213,9 +213,13 @@ type Producer struct {
 	cfg  Config
 	fifo bool
 
-	sizeMu   sync.Mutex
-	sizeRead bool // the queue's limit is known, or will not be read
-	size     int  // the queue's MaximumMessageSize, once sizeRead
+	// sizeTurn is held by the one call that reads the queue's limit: a
+	// channel, so that the others wait within their own contexts.
+	sizeTurn  chan struct{}
+	sizeRead  bool      // the queue's limit is known, or will not be read
+	size      int       // the queue's MaximumMessageSize, once sizeRead
+	sizeRetry time.Time // after a read that failed for a while: when to read again
+	now       func() time.Time
 
 	// batchBound is one less than the smallest call SQS refused as too
 	// long: calls are kept below it.
@@ -243,7 +247,7 @@ func New(api API, cfg Config) (*Producer, error) {
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = 5
 	}
-	p := &Producer{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, fifo: strings.HasSuffix(cfg.QueueURL, ".fifo")}
+	p := &Producer{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, fifo: strings.HasSuffix(cfg.QueueURL, ".fifo"), sizeTurn: make(chan struct{}, 1), now: time.Now}
 	p.batchBound.Store(MaxMessageSize)
 	return p, nil
 }
@@ -287,31 +291,57 @@ func (p *Producer) check(ctx context.Context, m Message) error {
 	return nil
 }
 
+// sizeReadTimeout bounds the read of a queue's MaximumMessageSize, and
+// sizeRetryAfter is how long a read that failed for a while (throttled,
+// SQS unreachable) is not tried again.
+const (
+	sizeReadTimeout = 10 * time.Second
+	sizeRetryAfter  = time.Minute
+)
+
 // maxSize returns the queue's MaximumMessageSize: Config.MaxMessageSize, or
 // the queue's attribute, read on the first call; MaxMessageSize when it
-// cannot be read. A read cut short by ctx is tried again on the next call.
+// cannot be read. Refused (access denied, say), the read is not tried
+// again; failed for a while (throttling, SQS unreachable or slow, within
+// sizeReadTimeout), it is tried again a minute later; cut short by ctx, on
+// the next call. Calls that come while one reads wait for it within their
+// own ctx.
 func (p *Producer) maxSize(ctx context.Context) int {
 	if p.cfg.MaxMessageSize > 0 {
 		return p.cfg.MaxMessageSize
 	}
-	p.sizeMu.Lock()
-	defer p.sizeMu.Unlock()
+	select {
+	case p.sizeTurn <- struct{}{}:
+	case <-ctx.Done():
+		return MaxMessageSize // the send that follows fails with ctx's error
+	}
+	defer func() { <-p.sizeTurn }()
 	if p.sizeRead {
 		return p.size
+	}
+	if p.now().Before(p.sizeRetry) {
+		return MaxMessageSize
 	}
 	api, ok := p.api.(attributesAPI)
 	if !ok {
 		p.sizeRead, p.size = true, MaxMessageSize
 		return p.size
 	}
-	out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+	rctx, cancel := context.WithTimeout(ctx, sizeReadTimeout)
+	defer cancel()
+	out, err := api.GetQueueAttributes(rctx, &sqs.GetQueueAttributesInput{
 		QueueUrl:       &p.cfg.QueueURL,
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameMaximumMessageSize},
 	}, p.opts...)
-	if err != nil {
-		if ctx.Err() == nil {
-			p.sizeRead, p.size = true, MaxMessageSize
-		}
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return MaxMessageSize
+	case awserr.IsFatal(err):
+		p.sizeRead, p.size = true, MaxMessageSize
+		return p.size
+	default:
+		p.sizeRetry = p.now().Add(sizeRetryAfter)
 		return MaxMessageSize
 	}
 	p.sizeRead, p.size = true, MaxMessageSize
