@@ -47,8 +47,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/awserr"
+	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
 )
