@@ -177,7 +177,7 @@ func NewDashboard(scope constructs.Construct, id string, props *DashboardProps) 
 	)
 	if p := props.Poller; p != nil {
 		backlog := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
-			Expression: jsii.String(p.BacklogPerTaskExpression),
+			Expression:   jsii.String(p.BacklogPerTaskExpression),
 			UsingMetrics: p.backlogMetrics(period),
 			Label:        jsii.String("visible messages per running task"), Period: period,
 		})

@@ -64,7 +64,7 @@ func NewOperatorPolicy(scope constructs.Construct, id string, props *OperatorPol
 			Sid: jsii.String("InspectAndRedriveDeadLetterQueue"), Actions: &inspect, Resources: &[]*string{dlq},
 		}),
 		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid:       jsii.String("ReplayToSourceQueue"),
+			Sid: jsii.String("ReplayToSourceQueue"),
 			// ListDeadLetterSourceQueues: a replay checks that its
 			// destination is no dead-letter queue.
 			Actions:   jsii.Strings("sqs:SendMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ListDeadLetterSourceQueues"),
