@@ -20,6 +20,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/stopby"
 	"github.com/sqsworker/sqsworker/producer"
 )
@@ -601,6 +602,16 @@ func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[s
 		// dead-letter queue, named, until the queue is back and the
 		// chunk replayed (it is counted: its replay sends the job).
 		return "", sqsworker.Permanent(fmt.Errorf("batch: the callback queue %s of batch %q does not exist: create it again, then replay this chunk from the dead-letter queue to send the completion job: %w", queue, id, err))
+	}
+	if err != nil && awserr.IsFatal(err) {
+		// SQS refused the job for the callback queue or the role (access
+		// denied, the queue's KMS key, a job over the queue's
+		// MaximumMessageSize): no outage, and a fault of this batch's
+		// callback queue alone, which the circuit breaker must not count
+		// against the other jobs. The chunk, counted, waits for the fix.
+		return "", sqsworker.PartlyUnavailable(fmt.Errorf("batch: SQS refused the completion job of batch %q for its callback queue %s: "+
+			"grant the role sqs:SendMessage on it (and, for a queue encrypted with a KMS key, kms:GenerateDataKey and kms:Decrypt on the key), "+
+			"or raise its MaximumMessageSize over the job's size; the chunk is counted and sends the job once SQS takes it: %w", id, queue, err))
 	}
 	if err != nil {
 		return "", sqsworker.Unavailable(fmt.Errorf("batch: sending the completion job of batch %q to %s: %w", id, queue, err))
