@@ -136,8 +136,8 @@ type Config struct {
 	ExpiryAttr string
 	// TTL is how long a batch and its chunk items are kept after the batch
 	// is created: longer than the batch may take, dead-letter replays
-	// included; Create refuses a chunk delayed as long. Default 14 days,
-	// SQS's longest message retention.
+	// included; Create refuses a chunk delayed as long. At least MinTTL.
+	// Default 14 days, SQS's longest message retention.
 	TTL time.Duration
 	// MaxReceiveCount, when set, is the attempt after whose failure SQS (or
 	// the runtime) dead-letters a chunk: the queue's maxReceiveCount. A
@@ -152,7 +152,8 @@ type Config struct {
 	// job holds the right to send it: another consumer sends it only once
 	// the lease has ended without the send being marked done. It must
 	// cover one SendMessage and one UpdateItem. It also bounds the marking
-	// of the send once the chunk's run has ended. Default 30s.
+	// of the send once the chunk's run has ended. At least MinNotifyLease.
+	// Default 30s.
 	NotifyLease time.Duration
 	// Logger receives what the middleware could not do. Message bodies are
 	// never logged. Default slog.Default().
@@ -163,6 +164,15 @@ type Config struct {
 const (
 	DefaultTTL         = 14 * 24 * time.Hour
 	DefaultNotifyLease = 30 * time.Second
+)
+
+// Least values of Config: a shorter TTL would let DynamoDB delete a batch
+// its chunks still need (each then dead-lettered as of an unknown batch),
+// and a shorter NotifyLease would end before a SendMessage and an
+// UpdateItem (every consumer then sending the completion job).
+const (
+	MinTTL         = time.Hour
+	MinNotifyLease = time.Second
 )
 
 // Coordinator creates batches, counts their chunks, sends their completion
@@ -200,14 +210,14 @@ func New(ctx context.Context, db DynamoAPI, q SQSAPI, cfg Config) (*Coordinator,
 		//lint:ignore ST1005 the message starts with the name of the field
 		errs = append(errs, errors.New("Table is required: the name of the idempotency table, where batches are kept"))
 	}
-	if cfg.TTL < 0 {
-		errs = append(errs, fmt.Errorf("TTL %s is negative", cfg.TTL))
+	if cfg.TTL < 0 || cfg.TTL > 0 && cfg.TTL < MinTTL {
+		errs = append(errs, fmt.Errorf("TTL %s is under %s: a batch's item must outlive its chunks, their retries and their replays from the dead-letter queue (0: the default, %s)", cfg.TTL, MinTTL, DefaultTTL))
 	}
 	if cfg.MaxReceiveCount < 0 {
 		errs = append(errs, fmt.Errorf("MaxReceiveCount %d is negative", cfg.MaxReceiveCount))
 	}
-	if cfg.NotifyLease < 0 {
-		errs = append(errs, fmt.Errorf("NotifyLease %s is negative", cfg.NotifyLease))
+	if cfg.NotifyLease < 0 || cfg.NotifyLease > 0 && cfg.NotifyLease < MinNotifyLease {
+		errs = append(errs, fmt.Errorf("NotifyLease %s is under %s: it must cover one SendMessage and one UpdateItem (0: the default, %s)", cfg.NotifyLease, MinNotifyLease, DefaultNotifyLease))
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("batch: invalid Config: %w", errors.Join(errs...))

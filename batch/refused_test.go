@@ -142,3 +142,26 @@ func isPermanent(err error) bool {
 	var p *sqsworker.PermanentError
 	return errors.As(err, &p)
 }
+
+// A TTL or a NotifyLease too short to work is refused with what it must
+// cover. Before, a TTL of 14 (nanoseconds, meant as days) was taken: the
+// batch's item expired at once, and each chunk was dead-lettered as of an
+// unknown batch; a NotifyLease of 30 ns let every consumer send the
+// completion job.
+func TestTooShortDurationsAreRefused(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	for _, tc := range []struct {
+		cfg  batch.Config
+		want string
+	}{
+		{batch.Config{TTL: 14}, "TTL 14ns is under 1h0m0s"},
+		{batch.Config{TTL: 30 * time.Minute}, "TTL 30m0s is under 1h0m0s: a batch's item must outlive its chunks"},
+		{batch.Config{NotifyLease: 30}, "NotifyLease 30ns is under 1s: it must cover one SendMessage and one UpdateItem"},
+	} {
+		tc.cfg.Table = e.table
+		if _, err := batch.New(context.Background(), e.db, e.sqs, tc.cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%+v): %v; want %q", tc.cfg, err, tc.want)
+		}
+	}
+}
