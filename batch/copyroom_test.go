@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/batch"
@@ -101,4 +105,106 @@ func runFailingFirst(t *testing.T, e *fakeEnv, eff *effects, cfg worker.Config, 
 		t.Fatal(err)
 	}
 	return callbacks + len(receive(t, e.sqs, e.callbacks, 10))
+}
+
+// The same with room in the attributes but not in the queue's
+// MaximumMessageSize: a chunks' queue kept at 256 KiB, and a completing
+// chunk within a few bytes of it, which Create takes. The runtime's copy,
+// its prior attempts added, would be over the queue's size: SQS would
+// refuse it, and the runtime would send it without its prior attempts, a
+// first delivery again. The chunk sends the completion itself: the effect
+// is applied once. Before, room was counted against 1 MiB, and the
+// handler ran twice.
+func TestCompletionSenderWithoutRoomInTheQueuesSize(t *testing.T) {
+	t.Parallel()
+	localtest.RequireDynamoDB(t)
+	e := newFakeEnv(t, batch.Config{})
+	const limit = 256 << 10
+	dlq := e.sqs.CreateQueue("size-dlq", nil)
+	chunks := e.sqs.CreateQueue("size", map[string]string{"VisibilityTimeout": "30", "MaximumMessageSize": strconv.Itoa(limit),
+		"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":2}`, sqstest.QueueARN("size-dlq"))})
+	ctx := context.Background()
+	// The attributes Create gives a chunk of this batch, measured on a
+	// probe of the same ID's length on another queue.
+	probeQueue := e.sqs.CreateQueue("probe", nil)
+	probe := e.spec("size-a", 1)
+	probe.QueueURL = probeQueue
+	if err := e.coord.Create(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
+	pm := receive(t, e.sqs, probeQueue, 1)[0]
+	attrBytes := sqsworker.MessageSize("", pm.MessageAttributes)
+	s := e.spec("size-b", 1)
+	s.QueueURL = chunks
+	s.Chunks[0].Body = strings.Repeat("x", limit-attrBytes-8)
+	if err := e.coord.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	var eff effects
+	callbacks := runFailingFirst(t, e, &eff, worker.Config{QueueURL: chunks}, 3*time.Second, func() bool {
+		v, fl, d := e.sqs.Depth(chunks)
+		return v+fl+d == 0
+	})
+	if callbacks != 1 {
+		t.Errorf("%d completion jobs, want 1", callbacks)
+	}
+	if n := eff.get("size-b#0"); n != 1 {
+		t.Errorf("the chunk's handler succeeded %d times, want once: its effect applied again", n)
+	}
+	if v, fl, d := e.sqs.Depth(dlq); v+fl+d != 0 {
+		t.Errorf("%d chunks dead-lettered, want none", v+fl+d)
+	}
+}
+
+// TestCompletionSenderWithoutRoomInTheQueuesSize on the local SQS: its
+// chunks' queue set to 256 KiB, the chunk within a few bytes of it.
+func TestCompletionSenderWithoutRoomInTheQueuesSizeOnEmulator(t *testing.T) {
+	t.Parallel()
+	e := newEmulatorEnv(t, 2)
+	ctx := context.Background()
+	const limit = 256 << 10
+	if _, err := e.sqs.SetQueueAttributes(ctx, &sqs.SetQueueAttributesInput{QueueUrl: aws.String(e.work),
+		Attributes: map[string]string{"MaximumMessageSize": strconv.Itoa(limit), "VisibilityTimeout": "2"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The attributes Create gives a chunk of this batch, measured on a
+	// probe of the same ID's length sent to the callback queue.
+	probe := e.spec("size-a", 1)
+	probe.QueueURL = e.callbacks
+	if err := e.coord.Create(ctx, probe); err != nil {
+		t.Fatal(err)
+	}
+	pm := receive(t, e.sqs, e.callbacks, 1)[0]
+	attrBytes := sqsworker.MessageSize("", pm.MessageAttributes)
+	if _, err := e.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(e.callbacks), ReceiptHandle: aws.String(pm.ReceiptHandle)}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.spec("size-b", 1)
+	s.Chunks[0].Body = strings.Repeat("x", limit-attrBytes-8)
+	if err := e.coord.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	var eff effects
+	var calls atomic.Int64
+	h := e.coord.Middleware(eff.handler(func(*sqsworker.Message) error {
+		if calls.Add(1) == 1 {
+			return errors.New("the first attempt fails")
+		}
+		return nil
+	}))
+	callbacks := 0
+	e.runWorker(t, h, "the completion sent and the chunk settled", func() bool {
+		callbacks += len(receive(t, e.sqs, e.callbacks, 10))
+		v, f, d := localtest.Depth(t, e.sqs, e.work)
+		return callbacks > 0 && v+f+d == 0
+	})
+	if callbacks != 1 {
+		t.Errorf("%d completion jobs, want 1", callbacks)
+	}
+	if n := eff.get("size-b#0"); n != 1 {
+		t.Errorf("the chunk's handler succeeded %d times, want once: its effect applied again", n)
+	}
+	if v, f, _ := localtest.Depth(t, e.sqs, e.chunks.DLQURL); v+f != 0 {
+		t.Errorf("%d chunks dead-lettered, want none", v+f)
+	}
 }

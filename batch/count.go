@@ -497,7 +497,7 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int, m *sqsworker
 		// On the last receive, the runtime postpones it in a copy.
 		return c.held(out.Item, i, until.Sub(now))
 	}
-	if c.lastReceive(ctx, m) && !strings.HasSuffix(m.QueueURL, ".fifo") && copyRoom(m) {
+	if c.lastReceive(ctx, m) && !strings.HasSuffix(m.QueueURL, ".fifo") && copyRoom(m, c.limits(ctx, m.QueueURL).maxSize) {
 		// A crash from here to the completion's mark would leave the
 		// chunk to SQS's move to the dead-letter queue: postponed
 		// instead, the runtime hands it to a fresh copy of its message

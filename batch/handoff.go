@@ -24,12 +24,22 @@ import (
 // postponed instead, which the runtime carries out with a fresh copy of its
 // message (see notify).
 
-// redrive caches the maxReceiveCount of the chunks' queues, read when a
-// completion is due.
+// redrive caches what the completion's sender on its last receive reads
+// of the chunks' queues: their maxReceiveCount and MaximumMessageSize.
 type redrive struct {
-	mu  sync.Mutex
-	max map[string]int // by queue URL; 0: no redrive policy
+	mu sync.Mutex
+	q  map[string]queueLimits // by queue URL
 }
+
+// queueLimits are a chunks' queue's maxReceiveCount (0: no redrive policy,
+// or unknown) and MaximumMessageSize (0: unknown).
+type queueLimits struct{ maxReceive, maxSize int }
+
+// unknownMaxSize is the size copyRoom counts against when the queue's
+// MaximumMessageSize could not be read: SQS's default before 2025, which
+// queues made before then kept. Counting against less than the queue's
+// own only takes the longer, safe way.
+const unknownMaxSize = 256 << 10
 
 // lastReceive reports whether m, a chunk's message, is on the last receive
 // its queue's redrive policy allows: Config.MaxReceiveCount when set, else
@@ -55,36 +65,46 @@ func (c *Coordinator) lastReceive(ctx context.Context, m *sqsworker.Message) boo
 // redriveMax returns the maxReceiveCount of the queue at url, 0 when it has
 // no redrive policy or it could not be read.
 func (c *Coordinator) redriveMax(ctx context.Context, url string) int {
+	return c.limits(ctx, url).maxReceive
+}
+
+// limits returns what the queue at url allows, read once (a read that
+// failed is tried again at the next call).
+func (c *Coordinator) limits(ctx context.Context, url string) queueLimits {
 	api, ok := c.sqs.(queueAttributesAPI)
 	if !ok || url == "" {
-		return 0
+		return queueLimits{}
 	}
 	c.redrive.mu.Lock()
-	n, known := c.redrive.max[url]
+	l, known := c.redrive.q[url]
 	c.redrive.mu.Unlock()
 	if known {
-		return n
+		return l
 	}
 	out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(url), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameRedrivePolicy},
+		QueueUrl: aws.String(url), AttributeNames: []sqstypes.QueueAttributeName{
+			sqstypes.QueueAttributeNameRedrivePolicy, sqstypes.QueueAttributeNameMaximumMessageSize},
 	}, c.sqsOpts...)
 	if err != nil {
 		c.cfg.Logger.Warn("batch: reading the redrive policy of the chunks' queue failed; set Config.MaxReceiveCount",
 			"queue", url, "error", err)
-		return 0
+		return queueLimits{}
 	}
 	if rp := out.Attributes[string(sqstypes.QueueAttributeNameRedrivePolicy)]; rp != "" {
-		if _, n, err = queue.ParseRedrivePolicy(rp); err != nil {
-			n = 0
+		if _, n, err := queue.ParseRedrivePolicy(rp); err == nil {
+			l.maxReceive = n
 		}
 	}
-	c.redrive.mu.Lock()
-	if c.redrive.max == nil {
-		c.redrive.max = map[string]int{}
+	if n, err := strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameMaximumMessageSize)]); err == nil && n > 0 {
+		l.maxSize = n
 	}
-	c.redrive.max[url] = n
+	c.redrive.mu.Lock()
+	if c.redrive.q == nil {
+		c.redrive.q = map[string]queueLimits{}
+	}
+	c.redrive.q[url] = l
 	c.redrive.mu.Unlock()
-	return n
+	return l
 }
 
 // copyRoom reports whether the runtime's copy of m, a chunk postponed on
@@ -97,7 +117,12 @@ func (c *Coordinator) redriveMax(ctx context.Context, url string) int {
 // by one, as if the runtime could not pack them into one
 // (sqsworker.AttrPackedAttributes), which may make the room it says is
 // not there: a chunk of many attributes then takes the longer, safe way.
-func copyRoom(m *sqsworker.Message) bool {
+// maxSize is the queue's MaximumMessageSize (0: unknown, counted as
+// unknownMaxSize).
+func copyRoom(m *sqsworker.Message, maxSize int) bool {
+	if maxSize <= 0 {
+		maxSize = unknownMaxSize
+	}
 	attrs := make(map[string]sqsworker.MessageAttribute, len(m.MessageAttributes)+2)
 	for name, v := range m.MessageAttributes {
 		if !sqsworker.IsFailureAttribute(name) && name != sqsworker.AttrNotBefore {
@@ -108,5 +133,5 @@ func copyRoom(m *sqsworker.Message) bool {
 	if _, ok := attrs[jobkey.Attribute]; !ok {
 		attrs[jobkey.Attribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: jobkey.Default(m)}
 	}
-	return len(attrs) <= sqsworker.MaxMessageAttributes && sqsworker.MessageSize(m.Body, attrs) <= sqsworker.MaxMessageSize
+	return len(attrs) <= sqsworker.MaxMessageAttributes && sqsworker.MessageSize(m.Body, attrs) <= min(maxSize, sqsworker.MaxMessageSize)
 }
