@@ -238,7 +238,7 @@ func expression(expr string) any {
 // alarm topic (ALARM and OK), except the scale-from-zero alarm, whose
 // action is the step scaling policy.
 func TestAlarms(t *testing.T) {
-	count(t, "AWS::CloudWatch::Alarm", 10)
+	count(t, "AWS::CloudWatch::Alarm", 11)
 	topic := []any{ref("JobsAlarmTopic")}
 	notifying := func(p map[string]any) map[string]any {
 		p["AlarmActions"], p["OKActions"] = topic, topic
@@ -293,6 +293,12 @@ func TestAlarms(t *testing.T) {
 		"PollerCpuAlarm": notifying(map[string]any{
 			"Namespace": "AWS/ECS", "MetricName": "CPUUtilization", "Statistic": "Average", "Period": 60,
 			"Threshold": 80, "ComparisonOperator": "GreaterThanThreshold", "EvaluationPeriods": 5,
+		}),
+		// The nightly schedule has no dead-letter queue: a dropped
+		// occurrence is a lost job.
+		"NightlyDroppedAlarm": notifying(map[string]any{
+			"Namespace": "AWS/Scheduler", "MetricName": "InvocationDroppedCount", "Statistic": "Sum", "Period": 60,
+			"Threshold": 0, "ComparisonOperator": "GreaterThanThreshold", "EvaluationPeriods": 1,
 		}),
 		"PollerMemoryAlarm": notifying(map[string]any{
 			"Namespace": "AWS/ECS", "MetricName": "MemoryUtilization", "Statistic": "Average", "Period": 60,

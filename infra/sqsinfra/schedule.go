@@ -86,7 +86,8 @@ type ScheduleProps struct {
 	// DeadLetterQueue receives the occurrences EventBridge Scheduler
 	// could not send after its retries (a standard queue; the role may
 	// send to it), with an alarm on arrivals. Default nil: such an
-	// occurrence is dropped.
+	// occurrence is dropped, and DroppedAlarm fires (set one to keep the
+	// occurrences: a dropped job is lost).
 	DeadLetterQueue awssqs.IQueue
 	// MessageGroupID is the message group of the jobs on a FIFO queue
 	// (only there), 1 to 128 characters. Default: Name.
@@ -134,6 +135,11 @@ type Schedule struct {
 	// DeadLetterAlarm fires when occurrences arrive in DeadLetterQueue;
 	// nil without one.
 	DeadLetterAlarm awscloudwatch.Alarm
+	// DroppedAlarm fires when EventBridge Scheduler drops occurrences of
+	// the schedule group's schedules after their retries (its
+	// InvocationDroppedCount): without DeadLetterQueue, those jobs are
+	// lost. Nil with a DeadLetterQueue.
+	DroppedAlarm awscloudwatch.Alarm
 }
 
 var (
@@ -273,6 +279,27 @@ func NewSchedule(scope constructs.Construct, id string, props *ScheduleProps) *S
 			TreatMissingData: awscloudwatch.TreatMissingData_NOT_BREACHING,
 		})
 		notify(q.AlarmTopic, c.DeadLetterAlarm)
+	} else {
+		// No dead-letter queue: a dropped occurrence is a lost job, and
+		// only EventBridge Scheduler's metric tells (by schedule group).
+		group := awsscheduler.ScheduleGroup_FromDefaultScheduleGroup(c.Construct, jsii.String("Group"))
+		groupName := "default"
+		if props.GroupName != nil {
+			group = awsscheduler.ScheduleGroup_FromScheduleGroupName(c.Construct, jsii.String("Group"), props.GroupName)
+			groupName = *props.GroupName
+		}
+		c.DroppedAlarm = awscloudwatch.NewAlarm(c.Construct, jsii.String("DroppedAlarm"), &awscloudwatch.AlarmProps{
+			AlarmDescription: jsii.String(fmt.Sprintf("EventBridge Scheduler dropped occurrences of schedules of the group %s (the schedule %q among them) after their retries: their jobs were never sent (a queue or KMS policy denying the schedule's role, or an outage longer than MaxEventAge). Give the schedule a DeadLetterQueue to keep them.", groupName, props.Name)),
+			Metric: group.MetricDropped(&awscloudwatch.MetricOptions{
+				Period: minute(), Statistic: jsii.String("Sum"),
+			}),
+			Threshold:          jsii.Number(0),
+			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+			EvaluationPeriods:  jsii.Number(1),
+			// No data: nothing dropped.
+			TreatMissingData: awscloudwatch.TreatMissingData_NOT_BREACHING,
+		})
+		notify(q.AlarmTopic, c.DroppedAlarm)
 	}
 	return c
 }

@@ -125,6 +125,15 @@ func TestScheduleFifoAndOptions(t *testing.T) {
 	if strings.Contains(string(b), "DeadLetterConfig") {
 		t.Error("a dead-letter config without DeadLetterQueue")
 	}
+	// Without a dead-letter queue, a dropped occurrence is a lost job:
+	// an alarm on the schedule group's InvocationDroppedCount tells.
+	check(t, "the dropped-occurrences alarm", func() {
+		tpl.HasResourceProperties(jsii.String("AWS::CloudWatch::Alarm"), map[string]any{
+			"Namespace": "AWS/Scheduler", "MetricName": "InvocationDroppedCount", "Statistic": "Sum",
+			"Dimensions": []any{map[string]any{"Name": "ScheduleGroup", "Value": "default"}},
+			"Threshold":  0, "ComparisonOperator": "GreaterThanThreshold", "TreatMissingData": "notBreaching",
+		})
+	})
 }
 
 func TestScheduleInvalidProps(t *testing.T) {
