@@ -325,9 +325,18 @@ type PollerService struct {
 	TaskShortfallAlarm awscloudwatch.Alarm
 }
 
-var fargateCPU = map[float64][2]float64{ // CPU units: memory MiB range
-	256: {512, 2048}, 512: {1024, 4096}, 1024: {2048, 8192}, 2048: {4096, 16384},
-	4096: {8192, 30720}, 8192: {16384, 61440}, 16384: {32768, 122880},
+var fargateCPU = map[float64][3]float64{ // CPU units: memory MiB from, to, in steps of
+	256: {512, 2048, 512}, 512: {1024, 4096, 1024}, 1024: {2048, 8192, 1024}, 2048: {4096, 16384, 1024},
+	4096: {8192, 30720, 1024}, 8192: {16384, 61440, 4096}, 16384: {32768, 122880, 8192},
+}
+
+// fargateMemory reports whether Fargate runs a task of cpu units with mem
+// MiB, r being fargateCPU[cpu]: at 256 units, 512, 1024 or 2048 MiB only.
+func fargateMemory(cpu, mem float64, r [3]float64) bool {
+	if cpu == 256 {
+		return mem == 512 || mem == 1024 || mem == 2048
+	}
+	return mem >= r[0] && mem <= r[1] && isWhole(mem/r[2])
 }
 
 // NewPollerService defines a PollerService; it panics, failing synthesis,
@@ -409,8 +418,12 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 	mem := errs.number("MemoryMiB", props.MemoryMiB, DefaultPollerMemory)
 	if r, ok := fargateCPU[cpu]; known(cpu) && !ok {
 		errs.add("CPU must be one of 256, 512, 1024, 2048, 4096, 8192, 16384, got %g", cpu)
-	} else if ok && known(mem) && (mem < r[0] || mem > r[1] || !isWhole(mem)) {
-		errs.add("MemoryMiB must be a whole number from %g to %g for CPU %g, got %g", r[0], r[1], cpu, mem)
+	} else if ok && known(mem) && !fargateMemory(cpu, mem, r) {
+		if cpu == 256 {
+			errs.add("MemoryMiB must be 512, 1024 or 2048 for CPU 256 (Fargate's sizes), got %g", mem)
+		} else {
+			errs.add("MemoryMiB must be from %g to %g in steps of %g for CPU %g (Fargate's sizes), got %g", r[0], r[1], r[2], cpu, mem)
+		}
 	}
 
 	concurrency := errs.number("Concurrency", props.Concurrency, DefaultConcurrency)

@@ -244,6 +244,12 @@ func TestInvalidProps(t *testing.T) {
 				BacklogPerTask: jsii.Number(0), StopTimeout: secs(200), CPUAlarmPercent: jsii.Number(0), TaskShortfallAlarmAfter: secs(30)})
 		}, []string{"MinTasks must be a whole number >= 0", "CPU must be one of", "BacklogPerTask must be > 0", "at most 120",
 			"CPUAlarmPercent must be more than 0 and at most 100, got 0 (DisableCPUAlarm turns the alarm off)", "TaskShortfallAlarmAfter must be whole minutes"}},
+		{"a task size Fargate does not run", func(s awscdk.Stack) {
+			poller(s, &sqsinfra.PollerServiceProps{Handler: handler(), CPU: jsii.Number(256), MemoryMiB: jsii.Number(1000)})
+		}, []string{"MemoryMiB must be 512, 1024 or 2048 for CPU 256 (Fargate's sizes), got 1000"}},
+		{"a memory between Fargate's steps", func(s awscdk.Stack) {
+			poller(s, &sqsinfra.PollerServiceProps{Handler: handler(), CPU: jsii.Number(1024), MemoryMiB: jsii.Number(2500)})
+		}, []string{"MemoryMiB must be from 2048 to 8192 in steps of 1024 for CPU 1024 (Fargate's sizes), got 2500"}},
 		{"poller without queue", func(s awscdk.Stack) {
 			sqsinfra.NewPollerService(s, "P", nil)
 		}, []string{"Queue is required"}},
