@@ -3,6 +3,7 @@ package sqsinfra
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -239,6 +240,9 @@ func NewJobQueue(scope constructs.Construct, id string, props *JobQueueProps) *J
 	return newJobQueue(scope, id, props, "JobQueue", 60)
 }
 
+// queueNameRe is what SQS takes as a queue's name.
+var queueNameRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,80}(\.fifo)?$`)
+
 // maxRetentionWithDLQ is the longest RetentionPeriod of a standard queue
 // with the generated dead-letter queue, in seconds: a day shorter than the
 // dead-letter queue's 14 days, which count from a message's first send.
@@ -273,6 +277,9 @@ func newJobQueue(scope constructs.Construct, id string, props *JobQueueProps, ki
 		errs.add("ContentBasedDeduplication needs Fifo")
 	}
 	if n := props.QueueName; n != nil && !*awscdk.Token_IsUnresolved(n) {
+		if !queueNameRe.MatchString(*n) {
+			errs.add("QueueName %q must be 1 to 80 letters, digits, '-' and '_' (and \".fifo\" for a FIFO queue)", *n)
+		}
 		if props.Fifo != strings.HasSuffix(*n, ".fifo") {
 			errs.add("QueueName %q must end in \".fifo\" exactly when Fifo is set (Fifo=%t)", *n, props.Fifo)
 		}
@@ -290,6 +297,9 @@ func newJobQueue(scope constructs.Construct, id string, props *JobQueueProps, ki
 		}
 	}
 	common := checkCommon(errs, props.LatencyBudget, props.MetricsNamespace, &props.Alarms, minBudget)
+	if known(common.budget) && known(rs) && common.budget >= rs {
+		errs.add("LatencyBudget (%gs) must be shorter than RetentionPeriod (%gs): a message expires before its age passes the budget, and the age alarm never fires", common.budget, rs)
+	}
 	errs.check()
 
 	c := &JobQueue{
@@ -447,8 +457,8 @@ func checkCommon(errs *propErrors, budget awscdk.Duration, namespace *string, a 
 		errs.add("Alarms.DepthThreshold must be >= 1, got %g", p.depth)
 	}
 	p.periods = errs.number("Alarms.EvaluationPeriods", a.EvaluationPeriods, DefaultAlarmEvaluationPeriods)
-	if known(p.periods) && (p.periods < 1 || !isWhole(p.periods)) {
-		errs.add("Alarms.EvaluationPeriods must be a whole number >= 1, got %g", p.periods)
+	if known(p.periods) && (p.periods < 1 || p.periods > 1440 || !isWhole(p.periods)) {
+		errs.add("Alarms.EvaluationPeriods must be a whole number from 1 to 1440 (CloudWatch evaluates a day at most, of one-minute periods), got %g", p.periods)
 	}
 	b := errs.seconds("Alarms.BreakerOpenFor", a.BreakerOpenFor, awscdk.Duration_Minutes(jsii.Number(DefaultBreakerOpenMinutes)))
 	if p.breakerMinutes = b / 60; known(b) && (p.breakerMinutes < 1 || p.breakerMinutes > 60 || !isWhole(p.breakerMinutes)) {

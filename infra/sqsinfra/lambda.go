@@ -2,9 +2,12 @@ package sqsinfra
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
@@ -46,6 +49,14 @@ const (
 	MetricsNamespaceEnv = "SQSWORKER_METRICS_NAMESPACE"
 )
 
+// lambdaReservedEnv are environment variables Lambda sets and refuses in a
+// function's configuration (besides AWS_LAMBDA_*).
+var lambdaReservedEnv = map[string]bool{
+	"_HANDLER": true, "_X_AMZN_TRACE_ID": true, "AWS_REGION": true, "AWS_DEFAULT_REGION": true, "AWS_EXECUTION_ENV": true,
+	"AWS_ACCESS_KEY": true, "AWS_ACCESS_KEY_ID": true, "AWS_SECRET_ACCESS_KEY": true, "AWS_SESSION_TOKEN": true,
+	"LAMBDA_TASK_ROOT": true, "LAMBDA_RUNTIME_DIR": true,
+}
+
 // Defaults of LambdaConsumerProps.
 const (
 	DefaultBatchSize          = 10
@@ -81,7 +92,10 @@ type LambdaConsumerProps struct {
 	Timeout awscdk.Duration
 	// MemorySize in MiB, from 128 to 10240. Default 256.
 	MemorySize *float64
-	// Environment is added to the function's environment. Default none.
+	// Environment is added to the function's environment; not the
+	// variables the construct sets (SQSWORKER_BATCHING_WINDOW,
+	// SQSWORKER_METRICS_NAMESPACE, IDEMPOTENCY_TABLE with Table) nor those
+	// Lambda reserves. Default none.
 	Environment map[string]string
 	// LogRetention is how long the function's log group keeps logs.
 	// Default one month.
@@ -311,6 +325,14 @@ func newLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 	}
 	if props.Vpc == nil && (props.VpcSubnets != nil || props.SecurityGroups != nil) {
 		errs.add("VpcSubnets and SecurityGroups need Vpc")
+	}
+	for _, k := range slices.Sorted(maps.Keys(props.Environment)) {
+		switch {
+		case k == BatchingWindowEnv || k == MetricsNamespaceEnv || k == "IDEMPOTENCY_TABLE" && props.Table != nil:
+			errs.add("Environment sets %s, which the construct sets from its props (the batching window the heartbeat counts from, the metrics' namespace, the idempotency table): set those props instead", k)
+		case lambdaReservedEnv[k] || strings.HasPrefix(k, "AWS_LAMBDA_"):
+			errs.add("Environment sets %s, which Lambda reserves: the deployment would fail", k)
+		}
 	}
 	errs.check()
 

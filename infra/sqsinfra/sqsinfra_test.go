@@ -244,6 +244,20 @@ func TestInvalidProps(t *testing.T) {
 				BacklogPerTask: jsii.Number(0), StopTimeout: secs(200), CPUAlarmPercent: jsii.Number(0), TaskShortfallAlarmAfter: secs(30)})
 		}, []string{"MinTasks must be a whole number >= 0", "CPU must be one of", "BacklogPerTask must be > 0", "at most 120",
 			"CPUAlarmPercent must be more than 0 and at most 100, got 0 (DisableCPUAlarm turns the alarm off)", "TaskShortfallAlarmAfter must be whole minutes"}},
+		{"an environment variable the construct sets", func(s awscdk.Stack) {
+			q := sqsinfra.NewJobQueue(s, "Q", nil)
+			sqsinfra.NewLambdaConsumer(s, "C", &sqsinfra.LambdaConsumerProps{Queue: q, CodeDir: &codeDir,
+				Environment: map[string]string{"SQSWORKER_BATCHING_WINDOW": "0s", "AWS_REGION": "eu-west-1", "MY_SETTING": "ok"}})
+		}, []string{"Environment sets SQSWORKER_BATCHING_WINDOW, which the construct sets", "Environment sets AWS_REGION, which Lambda reserves"}},
+		{"alarm periods past a day", func(s awscdk.Stack) {
+			sqsinfra.NewJobQueue(s, "Q", &sqsinfra.JobQueueProps{Alarms: sqsinfra.QueueAlarmProps{EvaluationPeriods: jsii.Number(1441)}})
+		}, []string{"Alarms.EvaluationPeriods must be a whole number from 1 to 1440"}},
+		{"a queue name SQS refuses", func(s awscdk.Stack) {
+			sqsinfra.NewJobQueue(s, "Q", &sqsinfra.JobQueueProps{QueueName: jsii.String("orders:eu")})
+		}, []string{`QueueName "orders:eu" must be 1 to 80 letters, digits, '-' and '_'`}},
+		{"a latency budget past the retention", func(s awscdk.Stack) {
+			sqsinfra.NewJobQueue(s, "Q", &sqsinfra.JobQueueProps{LatencyBudget: awscdk.Duration_Hours(jsii.Number(2)), RetentionPeriod: awscdk.Duration_Hours(jsii.Number(1))})
+		}, []string{"LatencyBudget (7200s) must be shorter than RetentionPeriod (3600s)"}},
 		{"a task size Fargate does not run", func(s awscdk.Stack) {
 			poller(s, &sqsinfra.PollerServiceProps{Handler: handler(), CPU: jsii.Number(256), MemoryMiB: jsii.Number(1000)})
 		}, []string{"MemoryMiB must be 512, 1024 or 2048 for CPU 256 (Fargate's sizes), got 1000"}},
