@@ -56,8 +56,12 @@ var ErrGuardOutside = errors.New("its handler added writes (idempotency.AddWrite
 // when they are refused, and the chunk's retry would find it counted and
 // never apply them.
 //
-// A chunk already counted, when it is delivered again, is acknowledged
-// without running next (one consistent GetItem, for redeliveries only).
+// A chunk already counted, when it is delivered again (SQS's receive count
+// over 1), is acknowledged without running next (one consistent GetItem,
+// for redeliveries only). A copy of a chunk sent again (Create called again,
+// a SendMessageBatch retried after a lost reply, a replay by SQS's own
+// redrive) arrives as a first delivery, and runs next again: behind
+// WithIdempotency, it runs once.
 func (c *Coordinator) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	return c.outer(c.inner(next), false)
 }

@@ -187,7 +187,7 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": num(c.now().UnixMilli())},
 	}, c.dbOpts...)
 	if err != nil {
-		return c.dynamoErr(fmt.Sprintf("marking the chunks of batch %q sent (they were: calling Create again sends them again, harmlessly)", s.ID), err)
+		return c.dynamoErr(fmt.Sprintf("marking the chunks of batch %q sent (they were: calling Create again sends them again; a chunk counted is counted once, and its handler runs once behind WithIdempotency, at least once behind Middleware alone)", s.ID), err)
 	}
 	return nil
 }

@@ -7,8 +7,10 @@
 // with the [Attribute] "batch-chunk" ("<batch ID>#<chunk index>") and an
 // idempotency key of its own ([ChunkKey], "batch#<ID>#<index>"). Creating a
 // batch again with the same ID and the same spec (after a crash, say)
-// sends its chunks again unless they were all sent, harmlessly, since a
-// chunk is counted once however often it arrives; with another spec it is
+// sends its chunks again unless they were all sent: a chunk is counted once
+// however often it arrives, and its handler runs once behind
+// [Coordinator.WithIdempotency] (a copy sent again arrives as a first
+// delivery, which [Coordinator.Middleware] alone runs again); with another spec it is
 // a [*SpecMismatchError]. The ID of a batch that expired is refused, with
 // a [*ReusedIDError], while items of its counted or failed chunks remain
 // (they expire Config.TTL after their count): the new batch's chunks would
@@ -109,8 +111,9 @@
 //
 // # Cost
 //
-// Create reads the MaximumMessageSize of the chunks' queue and of the
-// callback queue (two GetQueueAttributes), reads the batch's item and its
+// Create reads the MaximumMessageSize of the chunks' queue (twice: once to
+// check the spec, once for its sends) and of the callback queue (three
+// GetQueueAttributes), reads the batch's item and its
 // chunks' items for the leftovers of an expired batch (one consistent
 // BatchGetItem per 100 chunks), writes the batch and its
 // completion job (one TransactWriteItems of two items), sends its chunks ten per SendMessageBatch, and marks them

@@ -389,8 +389,11 @@ type Result struct {
 // up to the queue's MaximumMessageSize, in order, retrying the entries SQS
 // failed on its side. A call SQS refuses as too long is split in two and
 // sent again. On a FIFO queue, an entry is not retried once a later message
-// of its group was sent, and once a message of a group is not sent the
-// group's later messages are not sent either ([ErrEarlierMessageNotSent]).
+// of its group was sent (SQS may store a later message of a group in the
+// same call as an earlier one it fails, a retry's call included: the earlier
+// is then reported not sent, with the reason, rather than stored behind it),
+// and once a message of a group is reported not sent, the group's messages
+// not yet in a call are not sent either ([ErrEarlierMessageNotSent]).
 // SendBatch returns one Result per message, in the order given, and an
 // error that joins the messages that were not sent (nil when all were).
 func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, error) {
