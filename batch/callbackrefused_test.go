@@ -108,3 +108,39 @@ func TestRefusedCompletionIsNoOutageOnEmulator(t *testing.T) {
 		t.Errorf("the chunk ran %d times, want once", n)
 	}
 }
+
+// missingCallbacks is SQS answering a send to one queue with the legacy
+// spelling of a missing queue, which some endpoints still return.
+type missingCallbacks struct {
+	*sqstest.Fake
+	queue string
+}
+
+func (d *missingCallbacks) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	if aws.ToString(in.QueueUrl) == d.queue {
+		return nil, &smithy.OperationError{ServiceID: "SQS", OperationName: "SendMessage",
+			Err: &smithy.GenericAPIError{Code: "AWS.SimpleQueueService.NonExistentQueue", Message: "The specified queue does not exist.", Fault: smithy.FaultClient}}
+	}
+	return d.Fake.SendMessage(ctx, in, opts...)
+}
+
+// A callback queue SQS reports missing under the legacy code is the
+// missing queue it is (the chunk dead-lettered, naming the fix), not a
+// refusal for the role.
+func TestMissingCallbackQueueByTheLegacyCode(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{})
+	c, err := batch.New(context.Background(), e.db, &missingCallbacks{Fake: e.sqs, queue: e.callbacks}, batch.Config{Table: e.table, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Create(ctx, e.spec("gone", 1)); err != nil {
+		t.Fatal(err)
+	}
+	var fx effects
+	err = c.Middleware(fx.handler(nil)).HandleMessage(ctx, receive(t, e.sqs, e.work, 1)[0])
+	if !isPermanent(err) || sqsworker.IsUnavailable(err) || !strings.Contains(err.Error(), "does not exist: create it again") {
+		t.Errorf("a completion to a missing callback queue: %v; want permanent, naming the fix", err)
+	}
+}

@@ -15,7 +15,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
@@ -600,8 +599,7 @@ func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[s
 		return "", sqsworker.Permanent(fmt.Errorf("batch: the callback of batch %q: %w", id, err))
 	}
 	msgID, err := p.Send(ctx, m)
-	var missing *sqstypes.QueueDoesNotExist
-	if errors.As(err, &missing) {
+	if awserr.IsQueueMissing(err) {
 		// No outage: the queue is gone. The chunk waits in the
 		// dead-letter queue, named, until the queue is back and the
 		// chunk replayed (it is counted: its replay sends the job).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -27,9 +28,17 @@ import (
 // redrive caches what the completion's sender on its last receive reads
 // of the chunks' queues: their maxReceiveCount and MaximumMessageSize.
 type redrive struct {
-	mu sync.Mutex
-	q  map[string]queueLimits // by queue URL
+	mu    sync.Mutex
+	q     map[string]queueLimits // by queue URL
+	retry map[string]time.Time   // by queue URL: after a failed read, when to read again
 }
+
+// limitsReadTimeout bounds a read of a chunks' queue's attributes, and
+// limitsRetryAfter is how long a read that failed is not tried again.
+const (
+	limitsReadTimeout = 10 * time.Second
+	limitsRetryAfter  = time.Minute
+)
 
 // queueLimits are a chunks' queue's maxReceiveCount (0: no redrive policy,
 // or unknown) and MaximumMessageSize (0: unknown).
@@ -68,8 +77,9 @@ func (c *Coordinator) redriveMax(ctx context.Context, url string) int {
 	return c.limits(ctx, url).maxReceive
 }
 
-// limits returns what the queue at url allows, read once (a read that
-// failed is tried again at the next call).
+// limits returns what the queue at url allows, read once, within
+// limitsReadTimeout (a read that failed is tried again limitsRetryAfter
+// later; meanwhile nothing is known).
 func (c *Coordinator) limits(ctx context.Context, url string) queueLimits {
 	api, ok := c.sqs.(queueAttributesAPI)
 	if !ok || url == "" {
@@ -77,17 +87,32 @@ func (c *Coordinator) limits(ctx context.Context, url string) queueLimits {
 	}
 	c.redrive.mu.Lock()
 	l, known := c.redrive.q[url]
+	retry := c.redrive.retry[url]
 	c.redrive.mu.Unlock()
-	if known {
+	if known || c.now().Before(retry) {
 		return l
 	}
-	out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+	rctx, cancel := context.WithTimeout(ctx, limitsReadTimeout)
+	defer cancel()
+	out, err := api.GetQueueAttributes(rctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(url), AttributeNames: []sqstypes.QueueAttributeName{
 			sqstypes.QueueAttributeNameRedrivePolicy, sqstypes.QueueAttributeNameMaximumMessageSize},
 	}, c.sqsOpts...)
 	if err != nil {
-		c.cfg.Logger.Warn("batch: reading the redrive policy of the chunks' queue failed; set Config.MaxReceiveCount",
+		fix := "set Config.MaxReceiveCount, and grant the role sqs:GetQueueAttributes on the queue"
+		if c.cfg.MaxReceiveCount > 0 {
+			fix = "grant the role sqs:GetQueueAttributes on the queue"
+		}
+		c.cfg.Logger.Warn("batch: reading the redrive policy and the MaximumMessageSize of the chunks' queue failed (tried again in a minute): "+fix,
 			"queue", url, "error", err)
+		if ctx.Err() == nil {
+			c.redrive.mu.Lock()
+			if c.redrive.retry == nil {
+				c.redrive.retry = map[string]time.Time{}
+			}
+			c.redrive.retry[url] = c.now().Add(limitsRetryAfter)
+			c.redrive.mu.Unlock()
+		}
 		return queueLimits{}
 	}
 	if rp := out.Attributes[string(sqstypes.QueueAttributeNameRedrivePolicy)]; rp != "" {

@@ -515,13 +515,13 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	defer cancel()
 	// The send is not bounded by the hide: it names no receipt handle,
 	// and cutting it short would not undo it, only lose its copy's ID.
-	newID, replays, note, mayBeSent, err := r.send(mctx, m, dest)
+	newID, replays, note, failure, err := r.send(mctx, m, dest)
 	if err != nil {
 		r.res.Matched--
 		stay()
 		refused := queue.IsInvalidParameter(err)
 		what := "the send failed"
-		if mayBeSent {
+		if failure.mayBeSent {
 			what += " (it may have been applied)"
 		}
 		if refused {
@@ -534,7 +534,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 			return fmt.Errorf("dlq: message %s was not moved, and the audit record failed: %w", m.ID, errors.Join(err, aerr))
 		}
 		if !refused {
-			return r.sendFailed(mctx, m, dest, mayBeSent, err)
+			return r.sendFailed(mctx, m, dest, failure, err)
 		}
 		// This message's own refusal: the others may go.
 		r.res.Unsent++
@@ -573,19 +573,27 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 	return nil
 }
 
+// sendFailure is what send tells of a copy that failed: whether SQS may
+// have applied it all the same, and whether it carries the job's key.
+type sendFailure struct{ mayBeSent, keyed bool }
+
 // sendFailed is the error of a replay stopped by a copy that failed
 // otherwise than by SQS's refusal: it names a send SQS did not answer
 // within moveTimeout, and says when the copy may have been sent all the
 // same (see send), and what to do.
-func (r *replayer) sendFailed(mctx context.Context, m *Message, dest Target, mayBeSent bool, err error) error {
+func (r *replayer) sendFailed(mctx context.Context, m *Message, dest Target, f sendFailure, err error) error {
 	what := ""
 	if errors.Is(mctx.Err(), context.DeadlineExceeded) {
 		what = fmt.Sprintf(" (SQS did not answer within %v)", r.q.moveTimeout)
 	}
 	next := "replay it again once SQS answers"
-	if mayBeSent {
+	switch {
+	case f.mayBeSent && f.keyed:
 		next = fmt.Sprintf("its copy may be in %s all the same (SQS may have applied the send before the failure); "+
 			"a replay once SQS answers sends another copy of the same job (the same job key: behind the idempotency middleware, the job runs once)", dest.Name)
+	case f.mayBeSent:
+		next = fmt.Sprintf("its copy may be in %s all the same (SQS may have applied the send before the failure), without the job's key (SQS refused the copy with it): "+
+			"look for it there before you replay this message again, or its job runs twice", dest.Name)
 	}
 	return fmt.Errorf("dlq: sending the copy of message %s to %s%s: %w; it stays in %s: %s", m.ID, dest.Name, what, err, r.q.Name, next)
 }
@@ -907,16 +915,24 @@ func compactFailure(m *Message) (map[string]types.MessageAttributeValue, bool) {
 // send sends the copy of m to dest and returns its message ID and its replay
 // count.
 //
-// When it fails, mayBeSent tells whether SQS may have applied an attempt
-// of it all the same: one that did not end in a refusal (an answer lost,
-// or none within the bound).
-func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID string, replays int, note string, mayBeSent bool, err error) {
+// When it fails, failure tells whether SQS may have applied an attempt
+// of it all the same (one that did not end in a refusal: an answer lost,
+// or none within the bound), and whether the copy it sent last carries
+// the job's key.
+func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID string, replays int, note string, failure sendFailure, err error) {
 	var attempts atomic.Int32
 	var applied atomic.Bool
 	opts := append(slices.Clip(r.q.opts), countAttempts(&attempts, &applied))
-	defer func() { mayBeSent = err != nil && applied.Load() }()
+	var in *sqs.SendMessageInput
+	defer func() {
+		if err != nil {
+			_, need := originalKey(m)
+			_, added := in.MessageAttributes[jobkey.Attribute]
+			failure = sendFailure{mayBeSent: applied.Load(), keyed: !need || added}
+		}
+	}()
 	attrs, replays, note := copyAttributes(m)
-	in := &sqs.SendMessageInput{
+	in = &sqs.SendMessageInput{
 		QueueUrl:          aws.String(dest.URL),
 		MessageBody:       m.raw.Body,
 		MessageAttributes: attrs,
@@ -958,9 +974,9 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 		}
 	}
 	if err != nil {
-		return "", 0, "", false, err
+		return "", 0, "", sendFailure{}, err
 	}
-	return aws.ToString(out.MessageId), replays, note, false, nil
+	return aws.ToString(out.MessageId), replays, note, sendFailure{}, nil
 }
 
 func joinNotes(a, b string) string {

@@ -39,28 +39,44 @@ func TestSendWaitsForTheSizeReadWithinItsContext(t *testing.T) {
 	if err := proxy.Blackhole(); err != nil {
 		t.Fatal(err)
 	}
-	var firstDone atomic.Bool
+	firstCtx, cancelFirst := context.WithCancel(context.Background())
+	defer cancelFirst()
 	first := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		_, err := p.Send(ctx, producer.Message{Body: "first"})
-		firstDone.Store(true)
+		_, err := p.Send(firstCtx, producer.Message{Body: "first"})
 		first <- err
 	}()
 	// The first Send is reading the size once its request is swallowed.
 	localtest.Eventually(t, time.Minute, func() bool { return proxy.Stats().Discarded > 0 }, "the first read swallowed")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	_, err = p.Send(ctx, producer.Message{Body: "second"})
-	if !errors.Is(err, context.DeadlineExceeded) || firstDone.Load() {
-		t.Errorf("the second Send: %v (the first done: %v); want its own deadline, while the first still waits", err, firstDone.Load())
+	second := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := p.Send(ctx, producer.Message{Body: "second"})
+		second <- err
+	}()
+	secondDone := false
+	select {
+	case err := <-second:
+		secondDone = true
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("the second Send: %v; want its own deadline", err)
+		}
+	case <-time.After(time.Minute):
+		t.Error("the second Send still waits a minute past its 1 s deadline: it waits for the first's read")
 	}
+	select {
+	case err := <-first:
+		t.Errorf("the first Send returned while SQS swallowed its read: %v", err)
+	default:
+	}
+	cancelFirst()
 	if err := proxy.Pass(); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-first; err != nil {
-		t.Logf("the first Send, once SQS answered again: %v", err)
+	<-first
+	if !secondDone {
+		<-second
 	}
 }
 

@@ -248,7 +248,7 @@ func TestAlarms(t *testing.T) {
 	for prefix, want := range map[string]map[string]any{
 		"JobsDeadLetterAlarm": notifying(map[string]any{
 			"Metrics": []any{
-				expression("MAX([DIFF(FILL(visible, 0) + FILL(inFlight, 0)), sent])"),
+				expression("MAX([DIFF(FILL(FILL(visible, REPEAT), 0) + FILL(FILL(inFlight, REPEAT), 0)), sent])"),
 				metric("inFlight", "AWS/SQS", "ApproximateNumberOfMessagesNotVisible", "Maximum"),
 				metric("sent", "AWS/SQS", "NumberOfMessagesSent", "Sum"),
 				metric("visible", "AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum"),

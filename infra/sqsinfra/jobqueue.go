@@ -547,13 +547,15 @@ func (c *JobQueue) addAlarms(p commonProps, a *QueueAlarmProps) {
 		// receives and releases its messages) is no arrival. SQS reports
 		// nothing for a queue empty and idle for six hours, so the first
 		// move into such a queue has no minute before it to differ from:
-		// FILL makes that gap a depth of 0. Its metrics can take up to
+		// FILL makes that leading gap a depth of 0, and a gap between two
+		// datapoints (one missing) the depth before it, not 0, which
+		// would count the whole depth as arrivals. Its metrics can take up to
 		// 15 minutes to resume, so the alarm looks back 15 minutes, any
 		// one of which may breach.
 		c.DeadLetterAlarm = awscloudwatch.NewAlarm(c.Construct, jsii.String("DeadLetterAlarm"), &awscloudwatch.AlarmProps{
 			AlarmDescription: jsii.String("Messages arrived in the dead-letter queue: jobs failed permanently or ran out of attempts. Inspect them with `sqsworker dlq ls`; the alarm returns to OK about 15 minutes later and fires again at the next arrival."),
 			Metric: awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
-				Expression: jsii.String("MAX([DIFF(FILL(visible, 0) + FILL(inFlight, 0)), sent])"),
+				Expression: jsii.String("MAX([DIFF(FILL(FILL(visible, REPEAT), 0) + FILL(FILL(inFlight, REPEAT), 0)), sent])"),
 				UsingMetrics: &map[string]awscloudwatch.IMetric{
 					"visible":  c.DeadLetterQueue.MetricApproximateNumberOfMessagesVisible(perMinute("Maximum")),
 					"inFlight": c.DeadLetterQueue.MetricApproximateNumberOfMessagesNotVisible(perMinute("Maximum")),

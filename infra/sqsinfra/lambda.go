@@ -301,7 +301,7 @@ func newLambdaConsumer(scope constructs.Construct, id string, props *LambdaConsu
 		case reserved == 0:
 			errs.add("ReservedConcurrency 0 throttles every invocation while the event source goes on receiving, and each throttled batch spends a receive of its messages, which end in the dead-letter queue unrun; to pause the consumer, disable its event source mapping instead")
 		case len(sources) == 1 && !capped:
-			errs.add("ReservedConcurrency (%g) needs MaxConcurrency (from 2 to it): an uncapped event source scales its invocations past the reserved concurrency, and each throttled batch spends a receive of its messages, which end in the dead-letter queue unrun", reserved)
+			errs.add("ReservedConcurrency (%g) needs MaxConcurrency (from 2 to it): an uncapped event source scales its invocations past the reserved concurrency, and each throttled batch spends a receive of its messages, which end in the dead-letter queue unrun (for jobs one at a time, use a FIFO queue with one message group)", reserved)
 		case len(sources) == 1 && known(sum) && reserved < sum:
 			errs.add("ReservedConcurrency (%g) must be at least MaxConcurrency (%g): the event source would invoke more often than the function may run, and each throttled batch spends a receive of its messages", reserved, sum)
 		case len(sources) > 1 && !capped:

@@ -362,7 +362,9 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 		}
 	}
 	for _, jq := range queues {
-		if jq.visibilitySeconds < 1 {
+		// The default command takes the queue's visibility timeout; a
+		// Command of the user's may pass --visibility-timeout.
+		if props.Command == nil && jq.visibilitySeconds < 1 {
 			errs.add("the queue %s has a VisibilityTimeout of 0: the worker hides each message it runs for the queue's visibility timeout and extends it (the heartbeat, 1 s at least), and would exit at start; give JobQueueProps.VisibilityTimeout a whole number of seconds from 1 (default %ds)", pathOf(jq.Construct), DefaultVisibilityTimeoutSec)
 		}
 	}
@@ -699,7 +701,7 @@ func backlogExpression(queues []*JobQueue) (ids []string, expr string) {
 			term = "(" + term + ")"
 		}
 		if b := durationSeconds(q.LatencyBudget); b > 0 && b < longest {
-			term += " * " + strconv.FormatFloat(longest/b, 'g', -1, 64)
+			term += " * " + strconv.FormatFloat(longest/b, 'f', -1, 64)
 		}
 		terms = append(terms, term)
 	}

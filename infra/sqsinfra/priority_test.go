@@ -307,3 +307,30 @@ func TestPriorityInvalidProps(t *testing.T) {
 		})
 	}
 }
+
+// A weight of a million or more is written in full, not in exponent form
+// (1.0368e+06), which CloudWatch's metric math does not document.
+func TestPriorityPollerLargeWeight(t *testing.T) {
+	s := newStack()
+	levels := []sqsinfra.PriorityLevel{{Name: "critical"},
+		{Name: "archive", LatencyBudget: awscdk.Duration_Days(jsii.Number(12)), RetentionPeriod: awscdk.Duration_Days(jsii.Number(13))}}
+	pq := sqsinfra.NewPriorityQueues(s, "P", &sqsinfra.PriorityQueuesProps{Levels: levels})
+	p := sqsinfra.NewPollerService(s, "W", &sqsinfra.PollerServiceProps{PriorityQueues: pq, Image: image(), Handler: handler()})
+	if want := "MAX([visible0 * 1036800, (visible0 + visible1)]) / running"; p.BacklogPerTaskExpression != want {
+		t.Errorf("backlog expression %q, want %q", p.BacklogPerTaskExpression, want)
+	}
+}
+
+// A poller with a Command of its own over a queue of visibility timeout 0
+// is taken: its command may pass --visibility-timeout; only the default
+// command, which takes the queue's, is refused.
+func TestPollerCommandOverAQueueWithoutVisibility(t *testing.T) {
+	s := newStack()
+	q := sqsinfra.NewJobQueue(s, "Q", &sqsinfra.JobQueueProps{VisibilityTimeout: secs(0)})
+	if msg := panics(func() {
+		sqsinfra.NewPollerService(s, "W", &sqsinfra.PollerServiceProps{Queue: q, Image: image(),
+			Command: []string{"run", "--visibility-timeout", "60s", "--http", "http://127.0.0.1:8080/jobs"}})
+	}); msg != "" {
+		t.Errorf("a poller with its own command: %s", msg)
+	}
+}
