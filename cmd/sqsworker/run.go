@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"os/exec"
@@ -20,12 +21,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -108,6 +111,10 @@ A COMMAND (after --) runs once per message, with the body on stdin and in its
 environment:
 
   SQS_MESSAGE_ID      the message ID
+  SQS_JOB_KEY         the job's key, the same for every copy of the job (its
+                      idempotency-key attribute, else the ID of the message
+                      it was first sent as): deduplicate on it, not on the
+                      message ID, which a copy the worker makes changes
   SQS_RECEIVE_COUNT   the receive count: 1 on the first attempt
   SQS_GROUP_ID        the message group (FIFO queues; else empty)
   SQS_QUEUE_URL       the queue's URL
@@ -120,8 +127,10 @@ Its stdout and stderr go to sqsworker's stderr, each line prefixed with
 "[MESSAGE-ID] ". Its exit status decides the message's fate:
 
   0            done: the message is deleted
-  75           EX_TEMPFAIL, retry later: the message comes back after
-               --retry-after (default 30s, or $SQSWORKER_RETRY_AFTER)
+  75           EX_TEMPFAIL, what the job needs is down: the message comes
+               back after --retry-after (default 30s, or
+               $SQSWORKER_RETRY_AFTER), counts toward the circuit breaker,
+               and is never dead-lettered
   65           EX_DATAERR, permanent failure: the message goes to the
                dead-letter queue at once
   other, or    failure: retried with backoff, to the dead-letter queue after
@@ -147,6 +156,8 @@ With --http URL, each message is POSTed to URL (like Elastic Beanstalk's
 sqsd), with the body as the request body and the headers
 
   X-Sqs-Message-Id      the message ID
+  X-Sqs-Job-Key         the job's key, as SQS_JOB_KEY above: deduplicate
+                        on it (percent-encoded if it cannot be a header value)
   X-Sqs-Receive-Count   the receive count
   X-Sqs-Group-Id        the message group (FIFO queues)
   X-Sqs-Attr-<Name>     each message attribute; Binary values in base64,
@@ -157,20 +168,35 @@ sqsd), with the body as the request body and the headers
 The response status decides:
 
   2xx                  done: the message is deleted
-  429, 503             the application is busy or down: retry after the
-                       Retry-After header (seconds or an HTTP date), else
-                       after --retry-after; never dead-lettered
-  connection refused   the application is not there (yet): retried, never
-  or reset, unknown    dead-lettered
-  host
-  other 4xx            permanent failure: to the dead-letter queue at once
-  5xx, 3xx (redirects  failure: retried with backoff, to the dead-letter
-  are not followed),   queue after the redrive policy's maxReceiveCount
-  timeouts
+  429, 502, 503, 504   the application is busy or down, or the gateway in
+                       front of it: retry after the Retry-After header
+                       (seconds or an HTTP date), else after --retry-after;
+                       counts toward the circuit breaker, never
+                       dead-lettered
+  401, 403, 404, 405,  the endpoint refuses the request, not the job (a
+  407, 421             wrong URL, method or credentials): counts toward the
+                       circuit breaker, never dead-lettered
+  no request sent      the application is not there (yet), or not reachable
+  (connection refused  as configured: retried, counts toward the circuit
+  or reset, unknown    breaker, never dead-lettered
+  host, dial timeout,
+  TLS failure)
+  other 4xx (400, 410, permanent failure: to the dead-letter queue at once
+  422, ...), or any
+  4xx with the header
+  X-Sqs-Permanent: true
+  408, 409, 425, 5xx,  failure: retried with backoff, to the dead-letter
+  3xx (redirects are   queue after the redrive policy's maxReceiveCount
+  not followed), the
+  connection lost
+  after the request
+  was sent (the
+  application
+  crashed), timeouts
 
 With --http, a request may take --handler-timeout (default 5m; 0 for none)
 in all, and wait --response-header-timeout (default 5m, or the handler
-timeout when it is longer) for the response to start: a stuck endpoint holds
+timeout when it is longer; none with --handler-timeout 0) for the response to start: a stuck endpoint holds
 a handler slot no longer. The URL is logged without its user information and
 query string, which may hold secrets; they are sent.
 
@@ -233,6 +259,9 @@ over all the queues: without tokens, no receive is made.`,
 			}
 			if !cmd.Flags().Changed("response-header-timeout") {
 				f.responseHeaderTimeout = max(defaultHTTPTimeout, f.handlerTimeout)
+				if f.handlerTimeout == 0 {
+					f.responseHeaderTimeout = 0 // --handler-timeout 0: none
+				}
 			}
 			if len(f.queues) > 0 {
 				return a.run(cmd.Context(), f, "", args)
@@ -596,7 +625,9 @@ func (h *commandHandler) HandleMessage(ctx context.Context, m *sqsworker.Message
 	if errors.As(err, &ee) && ee.Exited() {
 		switch code := ee.ExitCode(); code {
 		case exitTempFail:
-			return sqsworker.RetryAfter(h.retryAfter, &exitStatusError{code})
+			// What the job needs is down, not the job: the breaker counts
+			// it, and it is never dead-lettered for it.
+			return sqsworker.RetryAfter(h.retryAfter, sqsworker.Unavailable(&exitStatusError{code}))
 		case exitDataErr:
 			return sqsworker.Permanent(&exitStatusError{code})
 		default:
@@ -615,6 +646,7 @@ func (h *commandHandler) HandleMessage(ctx context.Context, m *sqsworker.Message
 func (h *commandHandler) environment(m *sqsworker.Message) ([]string, error) {
 	env := append(slices.Clip(h.env),
 		"SQS_MESSAGE_ID="+m.ID,
+		"SQS_JOB_KEY="+idempotency.DefaultKey(m),
 		"SQS_RECEIVE_COUNT="+strconv.Itoa(m.ReceiveCount),
 		"SQS_GROUP_ID="+m.GroupID,
 		"SQS_QUEUE_URL="+cmp.Or(m.QueueURL, h.queueURL),
@@ -726,7 +758,7 @@ func runBaseEnv(env []string) []string {
 		name, _, _ := strings.Cut(kv, "=")
 		switch {
 		case strings.HasPrefix(name, "SQS_ATTR_"),
-			name == "SQS_MESSAGE_ID", name == "SQS_RECEIVE_COUNT", name == "SQS_GROUP_ID", name == "SQS_QUEUE_URL":
+			name == "SQS_MESSAGE_ID", name == "SQS_JOB_KEY", name == "SQS_RECEIVE_COUNT", name == "SQS_GROUP_ID", name == "SQS_QUEUE_URL":
 			continue
 		}
 		out = append(out, kv)
@@ -788,6 +820,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	}
 	req.Header.Set("Content-Type", h.contentType)
 	req.Header.Set("X-Sqs-Message-Id", m.ID)
+	req.Header.Set("X-Sqs-Job-Key", headerSafe(idempotency.DefaultKey(m)))
 	req.Header.Set("X-Sqs-Receive-Count", strconv.Itoa(m.ReceiveCount))
 	if m.GroupID != "" {
 		req.Header.Set("X-Sqs-Group-Id", m.GroupID)
@@ -809,6 +842,10 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	if len(encoded) > 0 {
 		req.Header.Set("X-Sqs-Encoded-Attrs", strings.Join(encoded, ", "))
 	}
+	var wrote atomic.Bool // the whole request was written: the application may have it
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(info httptrace.WroteRequestInfo) { wrote.Store(info.Err == nil) },
+	}))
 	resp, err := h.client.Do(req)
 	if err != nil {
 		err = h.redact(err) // *url.Error: the method, the URL and the cause
@@ -822,7 +859,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 			}
 			return fmt.Errorf("request stopped: %w", cause)
 		}
-		return connectionError(err)
+		return connectionError(err, wrote.Load())
 	}
 	// Read a little of the body, so that the connection can be reused;
 	// the body is not logged, it may echo the message's.
@@ -833,14 +870,33 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	switch {
 	case code >= 200 && code < 300:
 		return nil
-	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
-		// The application is overloaded or down, not the message: these
-		// count toward the circuit breaker and never dead-letter it.
+	case code >= 400 && code < 500 && strings.EqualFold(strings.TrimSpace(resp.Header.Get("X-Sqs-Permanent")), "true"):
+		return sqsworker.Permanent(serr)
+	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable, code == http.StatusBadGateway, code == http.StatusGatewayTimeout:
+		// The application is overloaded or down, or the gateway in front
+		// of it, not the message: these count toward the circuit breaker
+		// and never dead-letter it.
 		return sqsworker.RetryAfter(parseRetryAfter(resp.Header.Get("Retry-After"), h.retryAfter, time.Now()), sqsworker.Unavailable(serr))
+	case endpointStatus[code]:
+		// The endpoint refuses every request alike (a wrong path, method
+		// or credentials): an operator's mistake, which would otherwise
+		// dead-letter the whole queue in seconds.
+		return sqsworker.Unavailable(&classedError{"endpoint-refused", fmt.Errorf("the endpoint %s refused the request, not the job (a wrong URL, method or credentials?): %w", h.logURL, serr)})
+	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooEarly:
+		return serr
 	case code >= 400 && code < 500:
 		return sqsworker.Permanent(serr)
 	}
 	return serr
+}
+
+// endpointStatus are the 4xx statuses that say the endpoint refuses the
+// request, whatever the job: authentication, authorization, a path or a
+// method it does not serve, a proxy's authentication, a misdirected
+// request.
+var endpointStatus = map[int]bool{
+	http.StatusUnauthorized: true, http.StatusForbidden: true, http.StatusNotFound: true,
+	http.StatusMethodNotAllowed: true, http.StatusProxyAuthRequired: true, http.StatusMisdirectedRequest: true,
 }
 
 // redact removes the URL's secrets from err, whose text and Err fields
@@ -871,16 +927,30 @@ func redactURL(raw string) string {
 	return u.String()
 }
 
-// connectionError marks the failures that say the application is not there
-// (yet): connection refused or reset, an unknown host. They count toward the
-// worker's circuit breaker, so that a worker started before its application,
-// or an application restarting, does not dead-letter every message. Timeouts
-// and TLS failures get classes of their own.
-func connectionError(err error) error {
+// connectionError classes a request that got no response. Before the
+// whole request was written (wrote false: connection refused or reset,
+// an unknown or unreachable host, a dial timeout, a TLS failure), the
+// application is not there (yet), or not reachable as configured: these
+// count toward the worker's circuit breaker, so that a worker started
+// before its application, an application restarting, or an endpoint
+// misconfigured does not dead-letter every message. Once it was written,
+// the application had the job: a connection lost then (the application
+// crashed on it) or a timeout is the job's failure, counted toward the
+// dead-letter queue, so that a job that crashes its handler every time
+// does not come back for ever.
+func connectionError(err error, wrote bool) error {
 	var dns *net.DNSError
 	var timeout interface{ Timeout() bool }
 	var cert *tls.CertificateVerificationError
 	var rec tls.RecordHeaderError
+	var tlsAlert tls.AlertError
+	isTimeout := errors.As(err, &timeout) && timeout.Timeout()
+	if wrote {
+		if isTimeout {
+			return &classedError{"timeout", err}
+		}
+		return &classedError{"connection-lost", fmt.Errorf("the connection was lost after the request was sent (did the application crash?): %w", err)}
+	}
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return sqsworker.Unavailable(&classedError{"connection-refused", err})
@@ -888,12 +958,12 @@ func connectionError(err error) error {
 		return sqsworker.Unavailable(&classedError{"connection-reset", err})
 	case errors.As(err, &dns):
 		return sqsworker.Unavailable(&classedError{"dns", err})
-	case errors.As(err, &timeout) && timeout.Timeout():
-		return &classedError{"timeout", err}
-	case errors.As(err, &cert), errors.As(err, &rec):
-		return &classedError{"tls", err}
+	case errors.As(err, &cert), errors.As(err, &rec), errors.As(err, &tlsAlert):
+		return sqsworker.Unavailable(&classedError{"tls", err})
+	case isTimeout:
+		return sqsworker.Unavailable(&classedError{"connect-timeout", err})
 	}
-	return err
+	return sqsworker.Unavailable(&classedError{"unreachable", err})
 }
 
 // classedError gives an error a class of its own.
@@ -941,6 +1011,14 @@ func parseRetryAfter(v string, def time.Duration, now time.Time) time.Duration {
 		return sqsworker.ClampDelay(t.Sub(now).Round(time.Second))
 	}
 	return def
+}
+
+// headerSafe is v, percent-encoded when it cannot be a header value.
+func headerSafe(v string) string {
+	if validHeaderValue(v) {
+		return v
+	}
+	return url.PathEscape(v)
 }
 
 // validHeaderValue reports whether v can be sent as an HTTP header value:

@@ -266,7 +266,11 @@ func (h *httpRecorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case body == "gone":
-		http.Error(w, "no such job", http.StatusNotFound)
+		http.Error(w, "no such job", http.StatusGone)
+	case body == "unknown":
+		// A 404 of the job's own, which the application marks permanent.
+		w.Header().Set("X-Sqs-Permanent", "true")
+		http.Error(w, "no such order", http.StatusNotFound)
 	case body == "busy" && n == 1:
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "busy", http.StatusServiceUnavailable)
@@ -299,21 +303,21 @@ func TestRunHTTP(t *testing.T) {
 	defer srv.Close()
 
 	ids := map[string]string{}
-	for _, body := range []string{"ok", "busy", "throttled", "broken", "gone", "moved"} {
+	for _, body := range []string{"ok", "busy", "throttled", "broken", "gone", "unknown", "moved"} {
 		ids[body] = sendWithAttrs(t, c, q.URL, body, map[string]string{"tenant-id": "acme", "note": "line one\nline two"})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL+"/jobs", "--wait", "1s", "--retry-after", "1s", "--content-type", "text/plain")
 
-	dead := dlqBodies(t, c, q, 2)
+	dead := dlqBodies(t, c, q, 3)
 	emptyEventually(t, c, q.URL)
 	cancel()
 	if code := p.wait(t); code != 0 {
 		t.Errorf("exit %d after cancel; stderr:\n%s", code, p.stderr.String())
 	}
 
-	for body, want := range map[string]int{"ok": 1, "busy": 2, "throttled": 2, "broken": 2, "gone": 1, "moved": 2} {
+	for body, want := range map[string]int{"ok": 1, "busy": 2, "throttled": 2, "broken": 2, "gone": 1, "unknown": 1, "moved": 2} {
 		reqs := rec.get(body)
 		if len(reqs) != want {
 			t.Errorf("%s: %d requests, want %d", body, len(reqs), want)
@@ -322,6 +326,7 @@ func TestRunHTTP(t *testing.T) {
 		for i, h := range reqs {
 			checks := map[string]string{
 				"X-Sqs-Message-Id":     ids[body],
+				"X-Sqs-Job-Key":        "message-id:" + ids[body],
 				"X-Sqs-Receive-Count":  strconv.Itoa(i + 1),
 				"X-Sqs-Attr-Tenant-Id": "acme",
 				"X-Sqs-Attr-Note":      "line%20one%0Aline%20two",
@@ -335,7 +340,7 @@ func TestRunHTTP(t *testing.T) {
 			}
 		}
 	}
-	for body, class := range map[string]string{"gone": "String:http-4xx", "moved": "String:http-3xx"} {
+	for body, class := range map[string]string{"gone": "String:http-4xx", "unknown": "String:http-4xx", "moved": "String:http-3xx"} {
 		m, ok := dead[body]
 		if !ok {
 			t.Errorf("%s not dead-lettered", body)
@@ -538,7 +543,7 @@ func TestRunHTTPRedactsSecretsAndTimesOut(t *testing.T) {
 			case <-r.Context().Done():
 			}
 		case "gone":
-			http.Error(w, "no such job", http.StatusNotFound)
+			http.Error(w, "no such job", http.StatusGone)
 		}
 	}))
 	defer srv.Close()

@@ -109,7 +109,7 @@ func handler(logger *slog.Logger) http.Handler {
 		}
 		attempt, _ := strconv.Atoi(r.Header.Get("X-Sqs-Receive-Count"))
 		status, retryAfter, reason := run(r.Context(), string(body), attempt)
-		logger.Info("job", "message_id", r.Header.Get("X-Sqs-Message-Id"), "attempt", attempt, "status", status, "reason", reason)
+		logger.Info("job", "message_id", r.Header.Get("X-Sqs-Message-Id"), "job_key", r.Header.Get("X-Sqs-Job-Key"), "attempt", attempt, "status", status, "reason", reason)
 		if retryAfter > 0 {
 			w.Header().Set("Retry-After", strconv.Itoa(int((retryAfter+time.Second-1)/time.Second)))
 		}
