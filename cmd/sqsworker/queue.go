@@ -65,7 +65,12 @@ exists), and give the queue a redrive policy that moves a message there after
 that attempt with failure metadata, and the policy stays as the safety net
 for crashes. An existing --dlq queue may be shared with other queues, but not
 be a source queue itself (with a redrive policy of its own): the failed jobs
-would run there again, so it is refused.
+would run there again, so it is refused. A new dead-letter queue keeps its
+messages 14 days, SQS's longest: a standard queue's message keeps its first
+send time when SQS moves it there, so it must outlive the queue's own
+retention; an existing one that keeps them less is warned of. Fewer than 3
+--max-receives are warned of too: a crash or a deploy spends a receive
+without any fault of the job.
 
 A FIFO queue's name ends in .fifo (--fifo says so too); its dead-letter queue
 is a FIFO queue as well. A queue that exists already with the same settings
@@ -84,7 +89,7 @@ is left as it is; with other settings, SQS refuses to create it.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.dlq, "dlq", "", "dead-letter queue `NAME`: created unless it exists, and named in the queue's redrive policy")
 	fl.IntVar(&f.maxReceives, "max-receives", defaultMaxReceives, "receives of a message before SQS moves it to the dead-letter queue (maxReceiveCount)")
-	fl.DurationVar(&f.visibility, "visibility", 30*time.Second, "visibility timeout of the queue, whole seconds up to 12h")
+	fl.DurationVar(&f.visibility, "visibility", 30*time.Second, "visibility timeout of the queue, whole seconds from 1s to 12h")
 	fl.BoolVar(&f.fifo, "fifo", false, "a FIFO queue (its name ends in .fifo)")
 	fl.BoolVar(&f.contentDedup, "content-dedup", false, "FIFO queues: deduplicate by the body's SHA-256, so that messages need no deduplication ID")
 	return cmd
@@ -140,8 +145,8 @@ func (f queueCreateFlags) check(name string, visibilitySet bool) (fifo bool, err
 	if f.maxReceives < 1 || f.maxReceives > maxMaxReceives {
 		bad("--max-receives %d: want 1 to %d", f.maxReceives, maxMaxReceives)
 	}
-	if v := f.visibility; visibilitySet && (v < 0 || v > 12*time.Hour || v%time.Second != 0) {
-		bad("--visibility %s: want whole seconds up to 12h", v)
+	if v := f.visibility; visibilitySet && (v < time.Second || v > 12*time.Hour || v%time.Second != 0) {
+		bad("--visibility %s: want whole seconds from 1s to 12h (at 0, a received message is visible to the next receive at once, and runs twice)", v)
 	}
 	if f.contentDedup && !fifo {
 		bad("--content-dedup is for FIFO queues")
@@ -151,6 +156,14 @@ func (f queueCreateFlags) check(name string, visibilitySet bool) (fifo bool, err
 	}
 	return fifo, nil
 }
+
+// maxRetentionSeconds is SQS's longest MessageRetentionPeriod, 14 days:
+// a dead-letter queue's.
+const maxRetentionSeconds = 14 * 24 * 3600
+
+// minSafeMaxReceives is the least --max-receives queue create takes
+// without a warning.
+const minSafeMaxReceives = 3
 
 func (a *app) createQueue(ctx context.Context, name string, f queueCreateFlags, visibilitySet bool) error {
 	fifo, err := f.check(name, visibilitySet)
@@ -175,9 +188,19 @@ func (a *app) createQueue(ctx context.Context, name string, f queueCreateFlags, 
 		primary.VisibilityTimeoutSeconds = int(f.visibility / time.Second)
 	}
 	if f.dlq != "" {
+		if f.maxReceives < minSafeMaxReceives {
+			fmt.Fprintf(a.err, "warning: --max-receives %d: a job is dead-lettered after %d receive(s), though a crash, a deploy or a throttled Lambda invocation spends one without any fault of the job; %d or more keeps healthy jobs out of the dead-letter queue (AWS advises 5 for a Lambda consumer)\n",
+				f.maxReceives, f.maxReceives, minSafeMaxReceives)
+		}
 		dlqAttrs := map[string]string{}
 		if fifo {
 			dlqAttrs[string(types.QueueAttributeNameFifoQueue)] = "true"
+		}
+		if _, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(f.dlq)}); isQueueMissing(err) {
+			// SQS keeps a standard message's first send time when its
+			// redrive policy moves it: the dead-letter queue keeps its
+			// messages as long as SQS allows, longer than the queue's.
+			dlqAttrs[string(types.QueueAttributeNameMessageRetentionPeriod)] = strconv.Itoa(maxRetentionSeconds)
 		}
 		d, err := a.ensureQueue(ctx, c, f.dlq, dlqAttrs)
 		if err != nil {
@@ -186,10 +209,15 @@ func (a *app) createQueue(ctx context.Context, name string, f queueCreateFlags, 
 		d.FIFO = fifo
 		done = append(done, d)
 		out, err := c.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-			QueueUrl: aws.String(d.URL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn, types.QueueAttributeNameRedrivePolicy},
+			QueueUrl: aws.String(d.URL), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn, types.QueueAttributeNameRedrivePolicy,
+				types.QueueAttributeNameMessageRetentionPeriod},
 		})
 		if err != nil {
 			return a.queueError(f.dlq, err)
+		}
+		if r, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameMessageRetentionPeriod)]); err == nil && r < maxRetentionSeconds && !fifo {
+			fmt.Fprintf(a.err, "warning: the dead-letter queue %s keeps messages %s: SQS keeps a job's first send time when it moves it there, so a job that waited in %s can expire from it within hours; keep them 14 days: aws sqs set-queue-attributes --queue-url %s --attributes MessageRetentionPeriod=%d\n",
+				f.dlq, time.Duration(r)*time.Second, name, d.URL, maxRetentionSeconds)
 		}
 		if rp := out.Attributes[string(types.QueueAttributeNameRedrivePolicy)]; rp != "" {
 			// An existing live queue: the failed jobs would run there.

@@ -73,6 +73,14 @@ func TestQueueCreateAndList(t *testing.T) {
 	if attrs["VisibilityTimeout"] != "45" {
 		t.Errorf("visibility timeout %s", attrs["VisibilityTimeout"])
 	}
+	// The dead-letter queue outlives the queue's retention: SQS keeps a
+	// standard message's first send time when it moves it there.
+	if dlqAttrs["MessageRetentionPeriod"] != "1209600" {
+		t.Errorf("the dead-letter queue keeps messages %ss, want 14 days", dlqAttrs["MessageRetentionPeriod"])
+	}
+	if strings.Contains(stderr, "warning") {
+		t.Errorf("warnings for a sound queue:\n%s", stderr)
+	}
 
 	// Again: nothing changes, and it says so.
 	stdout, _, code = runCLI(t, "", "queue", "create", name, "--dlq", dlq, "--max-receives", "3", "--visibility", "45s")
@@ -151,6 +159,37 @@ func TestQueueErrors(t *testing.T) {
 		_, stderr, code := runCLI(t, "", tt.args...)
 		if code != 2 || !strings.Contains(stderr, tt.want) {
 			t.Errorf("%q: exit %d, stderr %q; want 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
+// Settings that put healthy jobs in the dead-letter queue, or lose them
+// there, are refused or warned of: a visibility timeout of 0, fewer than 3
+// receives, an existing dead-letter queue that keeps its messages less
+// than 14 days.
+func TestQueueCreateWarnsOfRiskySettings(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	name := localtest.UniqueName(t, false)
+	dlq := name + "-dlq"
+	deleteQueuesOnCleanup(t, c, name, dlq)
+	if _, stderr, code := runCLI(t, "", "queue", "create", name, "--visibility", "0s"); code != 2 || !strings.Contains(stderr, "--visibility 0s: want whole seconds from 1s to 12h") {
+		t.Errorf("--visibility 0s: exit %d, stderr:\n%s", code, stderr)
+	}
+	if _, err := c.CreateQueue(context.Background(), &sqs.CreateQueueInput{QueueName: aws.String(dlq)}); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := runCLI(t, "", "queue", "create", name, "--dlq", dlq, "--max-receives", "1")
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		"warning: --max-receives 1: a job is dead-lettered after 1 receive(s)",
+		"warning: the dead-letter queue " + dlq + " keeps messages 96h0m0s",
+		"MessageRetentionPeriod=1209600",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
 		}
 	}
 }
