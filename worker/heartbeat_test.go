@@ -77,7 +77,8 @@ func TestHeartbeatBatchesAndStops(t *testing.T) {
 	t.Parallel()
 	var counter localtest.Counter
 	c := localtest.NewCountingSQS(t, &counter)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second})
+	// A dead-letter queue, so that the worker has nothing to warn of.
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second, MaxReceiveCount: 10})
 	bodies := make([]string, 100)
 	for i := range bodies {
 		bodies[i] = fmt.Sprint(i)
@@ -156,4 +157,16 @@ func TestHeartbeatLostLeaseCancelsHandler(t *testing.T) {
 		t.Errorf("the worker acknowledged a message it no longer held: %+v", s)
 	}
 	emptyEventually(t, c, q.URL, 10*time.Second)
+}
+
+// A queue without a dead-letter queue is warned of at start: a job that
+// keeps failing there is retried until the queue's retention ends, and then
+// lost.
+func TestWarnsOfAQueueWithoutDeadLetterQueue(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	r := start(t, c, worker.Config{QueueURL: q.URL}, sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+	localtest.Eventually(t, time.Minute, func() bool { return strings.Contains(r.logs.String(), "the queue has no dead-letter queue") },
+		"no warning of the queue without a dead-letter queue:\n%s", r.logs.String())
 }
