@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/spf13/cobra"
 
 	"github.com/sqsworker/sqsworker"
@@ -84,7 +86,9 @@ type runFlags struct {
 	namespace             string
 	handlerName           string
 	queues                []string
-	rateLimit             float64
+	// force runs a queue that is another's dead-letter queue.
+	force     bool
+	rateLimit float64
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -105,7 +109,9 @@ The worker is sqsworker's: up to --concurrency messages at once, batched
 deletes, retries with exponential backoff through the visibility timeout,
 visibility heartbeats for long jobs, and moves to the queue's dead-letter
 queue (its redrive policy) with failure metadata. Message bodies are never
-logged; the worker's logs go to stderr.
+logged; the worker's logs go to stderr. A queue that is another's
+dead-letter queue is refused (its jobs go back with sqsworker dlq replay;
+--force runs it anyway), and one without a dead-letter queue is warned of.
 
 A COMMAND (after --) runs once per message, with the body on stdin and in its
 environment:
@@ -279,6 +285,7 @@ over all the queues: without tokens, no receive is made.`,
 	fl.DurationVar(&f.totalsInterval, "totals-interval", defaultTotalsInterval, "how often the totals are logged; 0 for only at the end")
 	fl.DurationVar(&f.wait, "wait", worker.DefaultWaitTime, "long-poll wait of each receive, whole seconds from 1s to 20s")
 	fl.DurationVar(&f.retryAfter, "retry-after", defaultRetryAfter, "delay before a retry asked for by exit status 75, or by a 429 or 503 without Retry-After; $"+retryAfterEnv+" sets the default")
+	fl.BoolVar(&f.force, "force", false, "run a queue that is another queue's dead-letter queue (refused otherwise: replay its jobs with sqsworker dlq replay)")
 	fl.StringVar(&f.httpURL, "http", "", "POST each message to this http:// or https:// `URL` instead of running a command (logged without its user information and query)")
 	fl.StringVar(&f.contentType, "content-type", "application/json", "Content-Type of the requests of --http")
 	fl.StringVar(&f.logLevel, "log-level", "info", "level of the worker's logs: debug, info, warn or error")
@@ -408,6 +415,13 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 	c, err := a.sqs(ctx)
 	if err != nil {
 		return err
+	}
+	if !f.force {
+		for _, u := range urls {
+			if err := refuseDeadLetterQueue(ctx, c, u); err != nil {
+				return err
+			}
+		}
 	}
 
 	// The worker's logs and the commands' output share stderr, a line at
@@ -925,6 +939,34 @@ func redactURL(raw string) string {
 	u.ForceQuery = false
 	u.Fragment, u.RawFragment = "", ""
 	return u.String()
+}
+
+// sourceLister lists the queues whose redrive policy names a queue.
+type sourceLister interface {
+	ListDeadLetterSourceQueues(ctx context.Context, in *sqs.ListDeadLetterSourceQueuesInput, opts ...func(*sqs.Options)) (*sqs.ListDeadLetterSourceQueuesOutput, error)
+}
+
+// refuseDeadLetterQueue returns an error when the queue at url is the
+// dead-letter queue of other queues: run would run their dead-lettered
+// jobs again outside their own queues, delete those that succeed, and
+// fail the others for good. When SQS cannot say (an endpoint without
+// ListDeadLetterSourceQueues, a role without it), it goes on.
+func refuseDeadLetterQueue(ctx context.Context, api sourceLister, url string) error {
+	out, err := api.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: aws.String(url), MaxResults: aws.Int32(10)})
+	if err != nil || len(out.QueueUrls) == 0 {
+		return nil
+	}
+	names := make([]string, len(out.QueueUrls))
+	for i, u := range out.QueueUrls {
+		names[i] = u[strings.LastIndex(u, "/")+1:]
+	}
+	more := ""
+	if aws.ToString(out.NextToken) != "" {
+		more = " and more"
+	}
+	name := url[strings.LastIndex(url, "/")+1:]
+	return fmt.Errorf("%s is the dead-letter queue of %s%s: run would run their dead-lettered jobs here, outside their own queues; send them back with sqsworker dlq replay %s, or pass --force to run this queue anyway",
+		name, strings.Join(names, ", "), more, name)
 }
 
 // connectionError classes a request that got no response. Before the

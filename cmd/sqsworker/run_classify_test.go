@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -117,5 +120,34 @@ cat >> %s`, attempts, attempts, done)
 	}
 	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
 		t.Errorf("%d messages dead-lettered during the outage, want none", v+f+d)
+	}
+}
+
+// sources is a queue's dead-letter sources as SQS lists them, or its error.
+type sources struct {
+	urls []string
+	err  error
+}
+
+func (s sources) ListDeadLetterSourceQueues(context.Context, *sqs.ListDeadLetterSourceQueuesInput, ...func(*sqs.Options)) (*sqs.ListDeadLetterSourceQueuesOutput, error) {
+	return &sqs.ListDeadLetterSourceQueuesOutput{QueueUrls: s.urls}, s.err
+}
+
+// run refuses a queue that is another's dead-letter queue (an operator
+// pointing it at the wrong queue would run the dead-lettered jobs there),
+// naming the source and the fix; a queue that is none, or that SQS cannot
+// say of (the local SQS lacks ListDeadLetterSourceQueues), runs.
+func TestRunRefusesADeadLetterQueue(t *testing.T) {
+	const dlqURL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq"
+	err := refuseDeadLetterQueue(context.Background(), sources{urls: []string{"https://sqs.eu-west-1.amazonaws.com/123456789012/orders"}}, dlqURL)
+	if err == nil || !strings.Contains(err.Error(), "orders-dlq is the dead-letter queue of orders") ||
+		!strings.Contains(err.Error(), "sqsworker dlq replay orders-dlq") || !strings.Contains(err.Error(), "--force") {
+		t.Errorf("a dead-letter queue: %v", err)
+	}
+	if err := refuseDeadLetterQueue(context.Background(), sources{}, dlqURL); err != nil {
+		t.Errorf("a queue that is no dead-letter queue: %v", err)
+	}
+	if err := refuseDeadLetterQueue(context.Background(), sources{err: errors.New("InvalidAction")}, dlqURL); err != nil {
+		t.Errorf("an endpoint that cannot say: %v", err)
 	}
 }
