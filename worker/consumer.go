@@ -74,7 +74,7 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 		return nil, fmt.Errorf("worker: Config.MaxReceiveCount is %d but queue %s has no dead-letter queue: set Config.DeadLetterQueueURL or a redrive policy", cfg.MaxReceiveCount, info.URL)
 	}
 	if cfg.DeadLetterQueueURL == "" && cfg.Logger != nil {
-		cfg.Logger.Warn("worker: the queue has no dead-letter queue: a job that keeps failing is retried until the queue's retention ends, and then lost; give the queue a redrive policy (sqsworker queue create --dlq, or the infrastructure's JobQueue)",
+		cfg.Logger.Warn("worker: the queue has no dead-letter queue: a job that keeps failing is retried until the queue's retention ends, and then expires unseen; give the queue a redrive policy (sqsworker queue create --dlq, or the infrastructure's JobQueue)",
 			"queue", info.URL)
 	}
 	vis := cfg.VisibilityTimeout
