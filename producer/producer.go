@@ -200,9 +200,11 @@ type Config struct {
 	// Attributes, if set, adds attributes to every message sent with ctx,
 	// such as a trace context (see the otel module's sqsotel.Inject); the
 	// message's own attributes, and its IdempotencyKey, win on the same
-	// name. They count in SQS's limits like the message's own: a message
-	// is validated once they are added. SendBatch calls it once, with its
-	// ctx. Default none.
+	// name. They are the context's, not the job's: a message they would
+	// put over SQS's limits (ten attributes, the queue's
+	// MaximumMessageSize) is sent without them, rather than refused, so
+	// that turning tracing on never fails a send. SendBatch calls it once,
+	// with its ctx. Default none.
 	Attributes func(ctx context.Context) map[string]sqsworker.MessageAttribute
 }
 
@@ -256,7 +258,7 @@ func New(api API, cfg Config) (*Producer, error) {
 // the message's own (a network failure, a cancelled ctx) does not prove
 // the message was not stored: see [Result].
 func (p *Producer) Send(ctx context.Context, m Message) (string, error) {
-	m = schedule(withAttributes(m, p.contextAttributes(ctx)), time.Now())
+	m = p.decorate(ctx, m, p.contextAttributes(ctx), time.Now())
 	if err := p.check(ctx, m); err != nil {
 		return "", err
 	}
@@ -401,7 +403,7 @@ func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, err
 	extra, now := p.contextAttributes(ctx), time.Now()
 	with := make([]Message, len(msgs))
 	for i, m := range msgs {
-		with[i] = schedule(withAttributes(m, extra), now)
+		with[i] = p.decorate(ctx, m, extra, now)
 	}
 	msgs = with
 	b := &batcher{p: p, ctx: ctx, msgs: msgs, res: res, failedGroups: map[string]int{}}
@@ -585,6 +587,28 @@ func (p *Producer) contextAttributes(ctx context.Context) map[string]sqsworker.M
 		return nil
 	}
 	return p.cfg.Attributes(ctx)
+}
+
+// decorate returns m as sent at now (see schedule), with the attributes
+// of Config.Attributes (extra) when they fit: a message they would put
+// over SQS's limits, which fits without them, is sent without them. An
+// attribute of extra that is invalid in itself is kept, for check to
+// refuse.
+func (p *Producer) decorate(ctx context.Context, m Message, extra map[string]sqsworker.MessageAttribute, now time.Time) Message {
+	plain := schedule(m, now)
+	if len(extra) == 0 {
+		return plain
+	}
+	with := schedule(withAttributes(m, extra), now)
+	for name, a := range extra {
+		if validateAttribute(name, a) != nil {
+			return with // a hook's own mistake is refused, not hidden
+		}
+	}
+	if p.check(ctx, with) != nil && p.check(ctx, plain) == nil {
+		return plain
+	}
+	return with
 }
 
 // withAttributes returns m with the attributes of extra it does not set

@@ -653,44 +653,37 @@ func TestAttributesHookSendBatch(t *testing.T) {
 	}
 }
 
-// The hook's attributes count in SQS's limits: a message they push over ten
-// attributes or over 1 MiB is refused before any request, by Send and by
-// SendBatch, which still sends the others.
-func TestAttributesHookCountsInLimits(t *testing.T) {
+// The hook's attributes are the context's, not the job's: a message they
+// would push over ten attributes or over 1 MiB is sent without them, by
+// Send and by SendBatch, rather than refused (turning tracing on must not
+// fail a send); a message with room gets them.
+func TestAttributesHookLeftOutOverTheLimits(t *testing.T) {
 	t.Parallel()
 	p, api, _ := attributesHookProducer(t, false)
 	ctx := context.WithValue(context.Background(), attributesHookKey{}, "tp")
 	nine := producer.Message{Body: "x", Attributes: attrs(9)}
-	if err := producer.Validate(nine, false); err != nil {
-		t.Fatalf("nine attributes alone: %v", err)
-	}
-	_, err := p.Send(ctx, nine)
-	if err == nil || !strings.Contains(err.Error(), "11 message attributes, over SQS's limit of 10") {
-		t.Errorf("Send of 9 attributes + 2 from the hook: err = %v, want the limit of 10", err)
-	}
 	big := producer.Message{Body: strings.Repeat("x", producer.MaxMessageSize-20)}
-	if err := producer.Validate(big, false); err != nil {
-		t.Fatalf("the big message alone: %v", err)
-	}
-	_, err = p.Send(ctx, big)
-	if err == nil || !strings.Contains(err.Error(), "over SQS's limit of 1048576") {
-		t.Errorf("Send of a message the hook pushes over 1 MiB: err = %v, want the size limit", err)
-	}
-	if len(api.sends) != 0 {
-		t.Errorf("%d SendMessage calls, want none", len(api.sends))
-	}
-	res, err := p.SendBatch(ctx, []producer.Message{nine, {Body: "fine"}, big})
-	if err == nil {
-		t.Fatal("SendBatch returned no error")
-	}
-	for i, r := range res {
-		if failed := i != 1; failed != (r.Err != nil) {
-			t.Errorf("result %d = %+v, want failed=%v", i, r, failed)
+	for _, m := range []producer.Message{nine, big} {
+		if _, err := p.Send(ctx, m); err != nil {
+			t.Errorf("Send of a message the hook would push over a limit: %v, want it sent without the hook's attributes", err)
 		}
 	}
-	// Without the hook's attributes both fit.
-	if _, err := p.Send(context.Background(), nine); err != nil {
-		t.Errorf("Send without a trace in ctx: %v", err)
+	res, err := p.SendBatch(ctx, []producer.Message{nine, {Body: "fine"}, big})
+	if err != nil {
+		t.Fatalf("SendBatch: %v", err)
+	}
+	for i, r := range res {
+		if r.Err != nil {
+			t.Errorf("result %d = %+v, want it sent", i, r)
+		}
+	}
+	if len(api.sends) != 2 {
+		t.Fatalf("%d SendMessage calls, want 2", len(api.sends))
+	}
+	for i, in := range api.sends {
+		if _, traced := in.MessageAttributes["traceparent"]; traced {
+			t.Errorf("send %d carries the hook's attributes over the limits: %v", i, attributesHookValues(in.MessageAttributes))
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/faultproxy"
 	"github.com/sqsworker/sqsworker/producer"
 	"github.com/sqsworker/sqsworker/sqstest"
@@ -118,5 +120,50 @@ func TestThrottledSizeReadIsTriedAgain(t *testing.T) {
 	}
 	if n := f.calls.Load(); n != 2 {
 		t.Errorf("%d reads, want 2", n)
+	}
+}
+
+// The attributes of Config.Attributes (a trace context) are left out of a
+// message they would put over SQS's ten attributes, which is sent with its
+// own; a message with room gets them. Before, turning tracing on failed
+// the send of every message with ten attributes of its own, and only when
+// its caller was traced.
+func TestContextAttributesLeftOutWhenNoRoom(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	url := f.CreateQueue("jobs", nil)
+	p, err := producer.New(f, producer.Config{QueueURL: url, Attributes: func(context.Context) map[string]sqsworker.MessageAttribute {
+		return map[string]sqsworker.MessageAttribute{"traceparent": {DataType: "String", StringValue: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := map[string]sqsworker.MessageAttribute{}
+	for i := range 10 {
+		full[fmt.Sprint("own-", i)] = sqsworker.MessageAttribute{DataType: "String", StringValue: "v"}
+	}
+	ctx := context.Background()
+	if _, err := p.Send(ctx, producer.Message{Body: "full", Attributes: full}); err != nil {
+		t.Fatalf("a message with ten attributes of its own: %v", err)
+	}
+	if _, err := p.Send(ctx, producer.Message{Body: "room", Attributes: map[string]sqsworker.MessageAttribute{"own": {DataType: "String", StringValue: "v"}}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := p.SendBatch(ctx, []producer.Message{{Body: "full-batch", Attributes: full}})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("SendBatch of a message with ten attributes: %v %+v", err, res)
+	}
+	out, err := f.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(url), MaxNumberOfMessages: 10, MessageAttributeNames: []string{"All"}})
+	if err != nil || len(out.Messages) != 3 {
+		t.Fatalf("%d messages, %v", len(out.Messages), err)
+	}
+	for _, m := range out.Messages {
+		_, traced := m.MessageAttributes["traceparent"]
+		switch body := aws.ToString(m.Body); {
+		case body == "room" && !traced:
+			t.Errorf("%s: no traceparent, want it added", body)
+		case body != "room" && (traced || len(m.MessageAttributes) != 10):
+			t.Errorf("%s: %d attributes (traceparent %v), want its own ten", body, len(m.MessageAttributes), traced)
+		}
 	}
 }

@@ -19,7 +19,9 @@ import (
 // otel.SetTextMapPropagator is called.
 //
 // It is meant for producer.Config.Attributes. Its attributes count in SQS's
-// limit of ten per message.
+// limit of ten per message: the producer leaves them out of a message they
+// would put over it (or over the queue's size), which is then sent
+// untraced rather than refused.
 func Inject(ctx context.Context) map[string]sqsworker.MessageAttribute {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return nil
