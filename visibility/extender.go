@@ -498,6 +498,10 @@ func (e *Extender) Round(ctx context.Context) {
 		return
 	}
 	e.rounds.Add(1)
+	// The leases that run out first are sent first: when more are due
+	// than MaxInFlight calls carry at once (a backlog, SQS slow to
+	// answer), those with time left wait, not those about to run out.
+	slices.SortFunc(due, func(a, b *Lease) int { return a.deadline().Compare(b.deadline()) })
 	// Fill the last call's free entries with the messages due soonest.
 	if free := (maxBatch - len(due)%maxBatch) % maxBatch; free > 0 && len(early) > 0 {
 		slices.SortFunc(early, func(a, b *Lease) int { return a.deadline().Compare(b.deadline()) })

@@ -799,3 +799,62 @@ func TestLossSeenWithinLossLagWhileCallsHang(t *testing.T) {
 		}
 	})
 }
+
+// orderAPI records the receipt handles of each ChangeMessageVisibilityBatch
+// call, in the order they come, and answers each after delay.
+type orderAPI struct {
+	*sqstest.Fake
+	delay time.Duration
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (o *orderAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, opts ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	var handles []string
+	for _, e := range in.Entries {
+		handles = append(handles, aws.ToString(e.ReceiptHandle))
+	}
+	o.mu.Lock()
+	o.calls = append(o.calls, handles)
+	o.mu.Unlock()
+	time.Sleep(o.delay)
+	return o.Fake.ChangeMessageVisibilityBatch(ctx, in, opts...)
+}
+
+// When more leases are due than MaxInFlight calls carry at once, the ones
+// that run out first are sent first: a backlog of leases received late
+// does not keep the oldest waiting until they run out. Before, the newest
+// went first, and with SQS slow to answer the oldest were lost.
+func TestDueLeasesSentOldestFirst(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		f, url, _ := setup(t, 30*time.Second, 0)
+		api := &orderAPI{Fake: f, delay: time.Second}
+		e, err := visibility.New(api, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, MaxInFlight: 1, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var order []string // receipt handles, oldest lease first
+		for range 30 {
+			f.Send(url, "job")
+			out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, VisibilityTimeout: 30})
+			if err != nil || len(out.Messages) != 1 {
+				t.Fatal(err)
+			}
+			m := sqsmsg.FromSDK(url, &out.Messages[0])
+			e.Track(context.Background(), m, time.Now())
+			order = append(order, m.ReceiptHandle)
+			time.Sleep(100 * time.Millisecond)
+		}
+		time.Sleep(16 * time.Second) // all due: less than Threshold left
+		e.Round(context.Background())
+		if len(api.calls) != 3 {
+			t.Fatalf("%d calls, want 3", len(api.calls))
+		}
+		if got := slices.Concat(api.calls...); !slices.Equal(got, order) {
+			t.Errorf("leases sent in the order %v, want the oldest first %v", got, order)
+		}
+		if s := e.Stats(); s.Lost != 0 {
+			t.Errorf("stats %+v: leases lost", s)
+		}
+	})
+}
