@@ -42,5 +42,6 @@
 // number of keys likely to be down at once.
 //
 // Memory stays bounded over a poller's life: only keys with failures, open
-// or probing are tracked, at most Config.MaxKeys of them.
+// or probing are tracked, at most Config.MaxKeys of them (one more while a
+// new key's first failures are counted beside open keys only).
 package keybreaker

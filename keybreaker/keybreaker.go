@@ -47,10 +47,11 @@ type Config struct {
 	IsFailure func(error) bool
 	// MaxKeys bounds the keys tracked at once: those with failures, open or
 	// probing (a key that succeeds is forgotten). When it is reached, the
-	// key with failures but not open updated longest ago is forgotten, or,
-	// when every key tracked is open, the open one updated longest ago: a
-	// stream of keys failing now and then does not push the open keys out.
-	// Default 10,000.
+	// key with failures but not open updated longest ago is forgotten; when
+	// every other key tracked is open, a new key's failures are counted as
+	// one key more, and only once it opens is the open key updated longest
+	// ago forgotten: a stream of keys failing now and then does not push
+	// the open keys out. Default 10,000.
 	MaxKeys int
 	// Logger receives a line when a key's breaker opens, and when it
 	// closes again. Default slog.Default().
@@ -310,7 +311,7 @@ func (b *Breaker) recordLocked(key string, probe uint64, err error, failed, post
 		el = b.failing.PushFront(e)
 		b.keys[key] = el
 		if len(b.keys) > b.cfg.MaxKeys {
-			b.forgetOne()
+			b.forgetOne(el, false)
 		}
 	} else {
 		b.listOf(e).MoveToFront(el)
@@ -323,7 +324,11 @@ func (b *Breaker) recordLocked(key string, probe uint64, err error, failed, post
 	case e.failures >= b.cfg.Failures:
 		e.open, e.interval = true, b.cfg.OpenFor
 		b.failing.Remove(el)
-		b.keys[key] = b.open.PushFront(e)
+		el = b.open.PushFront(e)
+		b.keys[key] = el
+		if len(b.keys) > b.cfg.MaxKeys {
+			b.forgetOne(el, true)
+		}
 	default:
 		return nil
 	}
@@ -343,15 +348,25 @@ func (b *Breaker) listOf(e *entry) *list.List {
 	return &b.failing
 }
 
-// forgetOne forgets the failing key updated longest ago, other than the
-// one just added at the front; or, when there is none, the open key
-// updated longest ago.
-func (b *Breaker) forgetOne() {
-	l := &b.failing
-	if l.Len() < 2 {
-		l = &b.open
+// forgetOne forgets, past MaxKeys, the failing key updated longest ago
+// other than keep; or, when there is none and open is true (keep has just
+// opened), the open key updated longest ago other than keep. A new key's
+// first failures do not push an open key out: while it is the only failing
+// key, one more key than MaxKeys is tracked, until it opens (and pushes
+// out the oldest open key) or succeeds (and is forgotten). So a stream of
+// keys failing now and then does not push the open keys out.
+func (b *Breaker) forgetOne(keep *list.Element, open bool) {
+	old := b.failing.Back()
+	if old == keep || old == nil {
+		if !open {
+			return
+		}
+		if old = b.open.Back(); old == keep || old == nil {
+			return
+		}
+		b.open.Remove(old)
+	} else {
+		b.failing.Remove(old)
 	}
-	old := l.Back()
-	l.Remove(old)
 	delete(b.keys, old.Value.(*entry).key)
 }

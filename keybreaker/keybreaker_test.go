@@ -373,3 +373,47 @@ func TestSlowLogHoldsBackNoOtherKey(t *testing.T) {
 		t.Errorf("the failing job: %v", err)
 	}
 }
+
+// A stream of keys failing once, then succeeding, does not push the open
+// keys out, as MaxKeys says: each new key's failure is counted as one key
+// more until it succeeds. Before, each one-off failure forgot an open key,
+// whose jobs then ran on against a dependency still down.
+func TestOneOffFailuresKeepTheOpenKeys(t *testing.T) {
+	b, _ := newBreaker(t, keybreaker.Config{Failures: 2, MaxKeys: 3})
+	down := map[string]bool{}
+	mw := b.Middleware(sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		if down[m.ID] {
+			return errDown
+		}
+		return nil
+	}))
+	for i := range 3 {
+		k := fmt.Sprint("down-", i)
+		down[k] = true
+		for range 2 {
+			_ = mw.HandleMessage(context.Background(), job(k))
+		}
+	}
+	if s := b.Stats(); s.Open != 3 {
+		t.Fatalf("stats %+v, want 3 keys open", s)
+	}
+	for i := range 50 {
+		k := fmt.Sprint("flaky-", i)
+		down[k] = true
+		_ = mw.HandleMessage(context.Background(), job(k))
+		down[k] = false
+		_ = mw.HandleMessage(context.Background(), job(k))
+	}
+	if s := b.Stats(); s.Open != 3 || s.Tracked > 3 {
+		t.Errorf("stats %+v, want the 3 open keys kept, and nothing else tracked", s)
+	}
+	// A new key that fails until it opens takes the place of the open key
+	// updated longest ago.
+	down["new"] = true
+	for range 2 {
+		_ = mw.HandleMessage(context.Background(), job("new"))
+	}
+	if s := b.Stats(); s.Open != 3 || s.Tracked != 3 {
+		t.Errorf("stats %+v, want 3 open keys, the new one among them", s)
+	}
+}
