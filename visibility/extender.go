@@ -668,11 +668,12 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		case f.SenderFault && p.l.acknowledging():
 			// Deleted while this call was under way.
 			p.l.end(ErrReleased)
-		case f.SenderFault && p.capped && pastTwelveHours(f):
+		case f.SenderFault && pastTwelveHours(f):
 			// SQS counts its 12 hours from its own receive, before the
 			// lease's receivedAt (a reply takes time; the Lambda adapter's
 			// is an estimate): an extension up to a MaxLifetime of 12
-			// hours can go past them, and SQS refuses it. The lease has
+			// hours, cut there or not (the receive may be earlier by more
+			// than an Extension), can go past them, and SQS refuses it. The lease has
 			// reached its lifetime; the message stays invisible until its
 			// deadline, as it does when it expires.
 			e.expire(p.l)

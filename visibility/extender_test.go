@@ -858,3 +858,24 @@ func TestDueLeasesSentOldestFirst(t *testing.T) {
 		}
 	})
 }
+
+// The same when the lease is tracked well after SQS's receive (here 40s,
+// more than an Extension): the extension SQS refuses was not cut at
+// MaxLifetime, and the lease still ends as having reached its lifetime,
+// not as lost. Before, it was counted lost.
+func TestUncutExtensionRefusedPastTwelveHours(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 2*time.Minute, 1) // received hidden for 2m
+		e, stop := running(t, f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second})
+		time.Sleep(40 * time.Second)
+		ctx, _ := e.Track(context.Background(), msgs[0], time.Now())
+		<-ctx.Done()
+		stop()
+		if cause := context.Cause(ctx); !errors.Is(cause, visibility.ErrMaxLifetime) {
+			t.Errorf("cause = %v, want ErrMaxLifetime", cause)
+		}
+		if s := e.Stats(); s.Lost != 0 || s.Expired != 1 {
+			t.Errorf("stats %+v: want no lease lost, one expired", s)
+		}
+	})
+}
