@@ -65,6 +65,10 @@ const (
 	EMFMaxMetrics = 100
 	// EMFMaxValues is the most values of one metric in one record.
 	EMFMaxValues = 100
+	// EMFMaxRecordBytes is the most bytes of one record's metrics a
+	// record takes, below CloudWatch Logs' 256 KB per event (with room
+	// for the dimensions and the metadata).
+	EMFMaxRecordBytes = 200 << 10
 	// EMFMaxDimensions is the most dimension keys in one dimension set.
 	EMFMaxDimensions = 30
 	// EMFMaxDimensionValue is the longest dimension value, in characters.
@@ -308,7 +312,8 @@ type emfEntry struct {
 }
 
 // records turns one set of dimensions into EMF records, as few as the
-// limits on metrics per record and values per metric allow.
+// limits on metrics per record, values per metric and bytes per record
+// allow.
 func (e *EMF) records(d Dims, s *emfSet, ts int64) []map[string]any {
 	dimNames := []string{} // "[[]]" without dimensions, never "[null]"
 	base := map[string]any{}
@@ -353,12 +358,17 @@ func (e *EMF) records(d Dims, s *emfSet, ts int64) []map[string]any {
 	type record struct {
 		members map[string]any
 		metrics []emfMetric
+		size    int // bytes of the members' names and values, and of metrics
 	}
 	var recs []*record
 	for _, en := range entries {
+		size := 2*len(en.def.Name) + 48
+		if b, err := json.Marshal(en.value); err == nil {
+			size += len(b)
+		}
 		var r *record
 		for k := en.part; k < len(recs); k++ {
-			if _, taken := recs[k].members[en.def.Name]; !taken && len(recs[k].metrics) < EMFMaxMetrics {
+			if _, taken := recs[k].members[en.def.Name]; !taken && len(recs[k].metrics) < EMFMaxMetrics && recs[k].size+size <= EMFMaxRecordBytes {
 				r = recs[k]
 				break
 			}
@@ -372,6 +382,7 @@ func (e *EMF) records(d Dims, s *emfSet, ts int64) []map[string]any {
 		}
 		r.members[en.def.Name] = en.value
 		r.metrics = append(r.metrics, en.def)
+		r.size += size
 	}
 	out := make([]map[string]any, 0, len(recs))
 	for _, r := range recs {

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -106,4 +107,43 @@ func TestEMFSplitsLargeHistograms(t *testing.T) {
 	if len(lines) != 3 || total != 250 {
 		t.Errorf("%d records with %d values", len(lines), total)
 	}
+}
+
+// Records stay under CloudWatch Logs' 256 KB per event however many
+// histograms are observed: 100 histograms with long names, of 100
+// distinct values each, made one record of 314,828 bytes, which
+// CloudWatch drops. Every value is still written.
+func TestEMFRecordsStayUnder256KB(t *testing.T) {
+	var buf bytes.Buffer
+	e := metrics.NewEMF(&buf, "test")
+	long := strings.Repeat("x", 200) // metric names up to 255 characters
+	for h := range 100 {
+		for v := range 100 {
+			// 100 distinct values (3 significant digits), each observed
+			// 3 times, with sums of full precision.
+			for k := range 3 {
+				e.Observe(fmt.Sprintf("custom_duration_%02d_%s", h, long), (1.01+float64(v)*0.01)*1e-5*(1+float64(k)*1e-9), metrics.Dims{Queue: "q"})
+			}
+		}
+	}
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	total, longest := 0, 0
+	for _, l := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+		longest = max(longest, len(l))
+		if len(l) > 256<<10 {
+			t.Errorf("a record of %d bytes, over 256 KB", len(l))
+		}
+		r := validEMF(t, l)
+		for k, v := range r {
+			if strings.HasPrefix(k, "custom_duration_") {
+				total += len(v.(map[string]any)["Values"].([]any))
+			}
+		}
+	}
+	if total != 100*100 {
+		t.Errorf("%d values written, want %d", total, 100*100)
+	}
+	t.Logf("longest record: %d bytes", longest)
 }
