@@ -270,18 +270,11 @@ func NewSchedule(scope constructs.Construct, id string, props *ScheduleProps) *S
 	// The role's policy must exist before the schedule first fires.
 	c.Schedule.Node().AddDependency(c.Role)
 
+	sumPerMinute := &awscloudwatch.MetricOptions{Period: minute(), Statistic: jsii.String("Sum")}
 	if dlq := props.DeadLetterQueue; dlq != nil {
-		c.DeadLetterAlarm = awscloudwatch.NewAlarm(c.Construct, jsii.String("DeadLetterAlarm"), &awscloudwatch.AlarmProps{
-			AlarmDescription: jsii.String(fmt.Sprintf("EventBridge Scheduler could not send occurrences of the schedule %q to the queue after its retries: they are in the schedule's dead-letter queue.", props.Name)),
-			Metric: dlq.MetricNumberOfMessagesSent(&awscloudwatch.MetricOptions{
-				Period: minute(), Statistic: jsii.String("Sum"),
-			}),
-			Threshold:          jsii.Number(0),
-			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-			EvaluationPeriods:  jsii.Number(1),
-			// An inactive queue reports nothing: no arrival.
-			TreatMissingData: awscloudwatch.TreatMissingData_NOT_BREACHING,
-		})
+		// An inactive queue reports nothing: no arrival.
+		c.DeadLetterAlarm = anyInAMinute(c.Construct, "DeadLetterAlarm", dlq.MetricNumberOfMessagesSent(sumPerMinute),
+			fmt.Sprintf("EventBridge Scheduler could not send occurrences of the schedule %q to the queue after its retries: they are in the schedule's dead-letter queue.", props.Name))
 		notify(q.AlarmTopic, c.DeadLetterAlarm)
 	} else {
 		// No dead-letter queue: a dropped occurrence is a lost job, and
@@ -292,20 +285,24 @@ func NewSchedule(scope constructs.Construct, id string, props *ScheduleProps) *S
 			group = awsscheduler.ScheduleGroup_FromScheduleGroupName(c.Construct, jsii.String("Group"), props.GroupName)
 			groupName = *props.GroupName
 		}
-		c.DroppedAlarm = awscloudwatch.NewAlarm(c.Construct, jsii.String("DroppedAlarm"), &awscloudwatch.AlarmProps{
-			AlarmDescription: jsii.String(fmt.Sprintf("EventBridge Scheduler dropped occurrences of schedules of the group %s (the schedule %q among them) after their retries: their jobs were never sent (a queue or KMS policy denying the schedule's role, or an outage longer than MaxEventAge). Give the schedule a DeadLetterQueue to keep them.", groupName, props.Name)),
-			Metric: group.MetricDropped(&awscloudwatch.MetricOptions{
-				Period: minute(), Statistic: jsii.String("Sum"),
-			}),
-			Threshold:          jsii.Number(0),
-			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
-			EvaluationPeriods:  jsii.Number(1),
-			// No data: nothing dropped.
-			TreatMissingData: awscloudwatch.TreatMissingData_NOT_BREACHING,
-		})
+		c.DroppedAlarm = anyInAMinute(c.Construct, "DroppedAlarm", group.MetricDropped(sumPerMinute),
+			fmt.Sprintf("EventBridge Scheduler dropped occurrences of schedules of the group %s (the schedule %q among them) after their retries: their jobs were never sent (a queue or KMS policy denying the schedule's role, or an outage longer than MaxEventAge). Give the schedule a DeadLetterQueue to keep them.", groupName, props.Name))
 		notify(q.AlarmTopic, c.DroppedAlarm)
 	}
 	return c
+}
+
+// anyInAMinute is an alarm on metric, a sum per minute, above 0 in a
+// minute; no data is no event.
+func anyInAMinute(scope constructs.Construct, id string, metric awscloudwatch.IMetric, description string) awscloudwatch.Alarm {
+	return awscloudwatch.NewAlarm(scope, jsii.String(id), &awscloudwatch.AlarmProps{
+		AlarmDescription:   jsii.String(description),
+		Metric:             metric,
+		Threshold:          jsii.Number(0),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
 }
 
 // ScheduleInput is the message body template of a schedule named name
