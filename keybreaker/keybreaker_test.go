@@ -414,6 +414,10 @@ func TestOneOffFailuresKeepTheOpenKeys(t *testing.T) {
 		_ = mw.HandleMessage(context.Background(), job("new"))
 	}
 	if s := b.Stats(); s.Open != 3 || s.Tracked != 3 {
-		t.Errorf("stats %+v, want 3 open keys, the new one among them", s)
+		t.Errorf("stats %+v, want 3 open keys, and no more tracked", s)
+	}
+	// The new key is open: its next job waits for a probe, not run.
+	if err := mw.HandleMessage(context.Background(), job("new")); err == nil || errors.Is(err, errDown) {
+		t.Errorf("the new key's next job: %v, want it held back by its open breaker", err)
 	}
 }

@@ -362,7 +362,10 @@ func (e *EMF) records(d Dims, s *emfSet, ts int64) []map[string]any {
 	}
 	var recs []*record
 	for _, en := range entries {
-		size := 2*len(en.def.Name) + 48
+		size := 48
+		if b, err := json.Marshal(en.def.Name); err == nil {
+			size += 2 * len(b) // as a member and in the metrics, escaped
+		}
 		if b, err := json.Marshal(en.value); err == nil {
 			size += len(b)
 		}

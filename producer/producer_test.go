@@ -656,7 +656,8 @@ func TestAttributesHookSendBatch(t *testing.T) {
 // The hook's attributes are the context's, not the job's: a message they
 // would push over ten attributes or over 1 MiB is sent without them, by
 // Send and by SendBatch, rather than refused (turning tracing on must not
-// fail a send); a message with room gets them.
+// fail a send). TestContextAttributesLeftOutWhenNoRoom checks that a
+// message with room gets them.
 func TestAttributesHookLeftOutOverTheLimits(t *testing.T) {
 	t.Parallel()
 	p, api, _ := attributesHookProducer(t, false)

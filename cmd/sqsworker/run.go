@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/url"
 	"os"
 	"os/exec"
@@ -21,7 +20,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -163,7 +161,8 @@ sqsd), with the body as the request body and the headers
 
   X-Sqs-Message-Id      the message ID
   X-Sqs-Job-Key         the job's key, as SQS_JOB_KEY above: deduplicate
-                        on it (percent-encoded if it cannot be a header value)
+                        on it; percent-encoded if it cannot be a header
+                        value, and then X-Sqs-Job-Key-Encoded: true
   X-Sqs-Receive-Count   the receive count
   X-Sqs-Group-Id        the message group (FIFO queues)
   X-Sqs-Attr-<Name>     each message attribute; Binary values in base64,
@@ -174,31 +173,27 @@ sqsd), with the body as the request body and the headers
 The response status decides:
 
   2xx                  done: the message is deleted
-  429, 502, 503, 504   the application is busy or down, or the gateway in
-                       front of it: retry after the Retry-After header
-                       (seconds or an HTTP date), else after --retry-after;
-                       counts toward the circuit breaker, never
-                       dead-lettered
-  401, 403, 404, 405,  the endpoint refuses the request, not the job (a
-  407, 421             wrong URL, method or credentials): counts toward the
+  429, 503             the application is busy or down: retry after the
+                       Retry-After header (seconds or an HTTP date), else
+                       after --retry-after; counts toward the circuit
+                       breaker, never dead-lettered
+  401, 405, 407, 421   the endpoint refuses the request, not the job (a
+                       wrong method or credentials): counts toward the
                        circuit breaker, never dead-lettered
-  no request sent      the application is not there (yet), or not reachable
-  (connection refused  as configured: retried, counts toward the circuit
-  or reset, unknown    breaker, never dead-lettered
-  host, dial timeout,
-  TLS failure)
-  other 4xx (400, 410, permanent failure: to the dead-letter queue at once
-  422, ...), or any
-  4xx with the header
+  connection refused,  the application is not there (yet), or not reachable
+  reset or closed,     as configured: retried, counts toward the circuit
+  unknown host, dial   breaker, never dead-lettered
+  timeout, TLS
+  certificate refused
+  other 4xx (400, 403, permanent failure: to the dead-letter queue at once
+  404, 410, 422, ...),
+  or any 4xx with the
+  header
   X-Sqs-Permanent: true
   408, 409, 425, 5xx,  failure: retried with backoff, to the dead-letter
   3xx (redirects are   queue after the redrive policy's maxReceiveCount
-  not followed), the
-  connection lost
-  after the request
-  was sent (the
-  application
-  crashed), timeouts
+  not followed),
+  timeouts
 
 With --http, a request may take --handler-timeout (default 5m; 0 for none)
 in all, and wait --response-header-timeout (default 5m, or the handler
@@ -834,7 +829,12 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	}
 	req.Header.Set("Content-Type", h.contentType)
 	req.Header.Set("X-Sqs-Message-Id", m.ID)
-	req.Header.Set("X-Sqs-Job-Key", headerSafe(idempotency.DefaultKey(m)))
+	if key := idempotency.DefaultKey(m); validHeaderValue(key) {
+		req.Header.Set("X-Sqs-Job-Key", key)
+	} else {
+		req.Header.Set("X-Sqs-Job-Key", url.PathEscape(key))
+		req.Header.Set("X-Sqs-Job-Key-Encoded", "true")
+	}
 	req.Header.Set("X-Sqs-Receive-Count", strconv.Itoa(m.ReceiveCount))
 	if m.GroupID != "" {
 		req.Header.Set("X-Sqs-Group-Id", m.GroupID)
@@ -856,10 +856,6 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	if len(encoded) > 0 {
 		req.Header.Set("X-Sqs-Encoded-Attrs", strings.Join(encoded, ", "))
 	}
-	var wrote atomic.Bool // the whole request was written: the application may have it
-	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) { wrote.Store(info.Err == nil) },
-	}))
 	resp, err := h.client.Do(req)
 	if err != nil {
 		err = h.redact(err) // *url.Error: the method, the URL and the cause
@@ -873,7 +869,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 			}
 			return fmt.Errorf("request stopped: %w", cause)
 		}
-		return connectionError(err, wrote.Load())
+		return connectionError(err)
 	}
 	// Read a little of the body, so that the connection can be reused;
 	// the body is not logged, it may echo the message's.
@@ -886,10 +882,12 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 		return nil
 	case code >= 400 && code < 500 && strings.EqualFold(strings.TrimSpace(resp.Header.Get("X-Sqs-Permanent")), "true"):
 		return sqsworker.Permanent(serr)
-	case code == http.StatusTooManyRequests, code == http.StatusServiceUnavailable, code == http.StatusBadGateway, code == http.StatusGatewayTimeout:
-		// The application is overloaded or down, or the gateway in front
-		// of it, not the message: these count toward the circuit breaker
-		// and never dead-letter it.
+	case code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable:
+		// The application is overloaded or down, not the message: these
+		// count toward the circuit breaker and never dead-letter it. (A
+		// proxy's 502 and 504 are not among them: behind a proxy, an
+		// application that crashes on a job, or a job longer than the
+		// proxy's timeout, gets them every time.)
 		return sqsworker.RetryAfter(parseRetryAfter(resp.Header.Get("Retry-After"), h.retryAfter, time.Now()), sqsworker.Unavailable(serr))
 	case endpointStatus[code]:
 		// The endpoint refuses every request alike (a wrong path, method
@@ -905,12 +903,12 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 }
 
 // endpointStatus are the 4xx statuses that say the endpoint refuses the
-// request, whatever the job: authentication, authorization, a path or a
-// method it does not serve, a proxy's authentication, a misdirected
-// request.
+// request, whatever the job: no credentials, a method it does not serve, a
+// proxy's authentication, a misdirected request. 403 and 404 are not among
+// them: many applications answer them for one job's record or tenant.
 var endpointStatus = map[int]bool{
-	http.StatusUnauthorized: true, http.StatusForbidden: true, http.StatusNotFound: true,
-	http.StatusMethodNotAllowed: true, http.StatusProxyAuthRequired: true, http.StatusMisdirectedRequest: true,
+	http.StatusUnauthorized: true, http.StatusMethodNotAllowed: true,
+	http.StatusProxyAuthRequired: true, http.StatusMisdirectedRequest: true,
 }
 
 // redact removes the URL's secrets from err, whose text and Err fields
@@ -969,30 +967,23 @@ func refuseDeadLetterQueue(ctx context.Context, api sourceLister, url string) er
 		name, strings.Join(names, ", "), more, name)
 }
 
-// connectionError classes a request that got no response. Before the
-// whole request was written (wrote false: connection refused or reset,
-// an unknown or unreachable host, a dial timeout, a TLS failure), the
+// connectionError classes a request that got no response. A connection
+// that could not be made (refused, an unknown or unreachable host, a dial
+// timeout, a TLS certificate refused) or that was reset or closed says the
 // application is not there (yet), or not reachable as configured: these
 // count toward the worker's circuit breaker, so that a worker started
 // before its application, an application restarting, or an endpoint
-// misconfigured does not dead-letter every message. Once it was written,
-// the application had the job: a connection lost then (the application
-// crashed on it) or a timeout is the job's failure, counted toward the
-// dead-letter queue, so that a job that crashes its handler every time
-// does not come back for ever.
-func connectionError(err error, wrote bool) error {
+// misconfigured does not dead-letter every message. (A reset or a close
+// may also be an application crashing on the job; the client cannot tell
+// it from one not there, behind a proxy that accepts for it.) Other
+// timeouts are the job's.
+func connectionError(err error) error {
 	var dns *net.DNSError
 	var timeout interface{ Timeout() bool }
 	var cert *tls.CertificateVerificationError
 	var rec tls.RecordHeaderError
-	var tlsAlert tls.AlertError
-	isTimeout := errors.As(err, &timeout) && timeout.Timeout()
-	if wrote {
-		if isTimeout {
-			return &classedError{"timeout", err}
-		}
-		return &classedError{"connection-lost", fmt.Errorf("the connection was lost after the request was sent (did the application crash?): %w", err)}
-	}
+	var op *net.OpError
+	dial := errors.As(err, &op) && op.Op == "dial"
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return sqsworker.Unavailable(&classedError{"connection-refused", err})
@@ -1000,12 +991,14 @@ func connectionError(err error, wrote bool) error {
 		return sqsworker.Unavailable(&classedError{"connection-reset", err})
 	case errors.As(err, &dns):
 		return sqsworker.Unavailable(&classedError{"dns", err})
-	case errors.As(err, &cert), errors.As(err, &rec), errors.As(err, &tlsAlert):
+	case errors.As(err, &cert), errors.As(err, &rec):
 		return sqsworker.Unavailable(&classedError{"tls", err})
-	case isTimeout:
-		return sqsworker.Unavailable(&classedError{"connect-timeout", err})
+	case dial:
+		return sqsworker.Unavailable(&classedError{"unreachable", err})
+	case errors.As(err, &timeout) && timeout.Timeout():
+		return &classedError{"timeout", err}
 	}
-	return sqsworker.Unavailable(&classedError{"unreachable", err})
+	return err
 }
 
 // classedError gives an error a class of its own.
@@ -1053,14 +1046,6 @@ func parseRetryAfter(v string, def time.Duration, now time.Time) time.Duration {
 		return sqsworker.ClampDelay(t.Sub(now).Round(time.Second))
 	}
 	return def
-}
-
-// headerSafe is v, percent-encoded when it cannot be a header value.
-func headerSafe(v string) string {
-	if validHeaderValue(v) {
-		return v
-	}
-	return url.PathEscape(v)
 }
 
 // validHeaderValue reports whether v can be sent as an HTTP header value:
