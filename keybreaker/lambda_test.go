@@ -63,7 +63,9 @@ func TestWebhookEndpointDownOnLambda(t *testing.T) {
 		t.Helper()
 		for deadline := time.Now().Add(120 * time.Second); !cond(); poll() {
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 120 s; keybreaker %+v", what, kb.Stats())
+				v, f, d := localtest.Depth(t, c, q.URL)
+				t.Fatalf("%s: not within 120 s; keybreaker %+v; delivered %d of %d to the down endpoint (%d calls), %d of %d to the other; queue %d visible, %d in flight, %d delayed",
+					what, kb.Stats(), len(down.delivered()), len(downJobs), down.calls.Load(), len(up.delivered()), len(upJobs), v, f, d)
 			}
 		}
 	}
