@@ -28,6 +28,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/worker"
@@ -893,7 +894,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 		// The endpoint refuses every request alike (a wrong path, method
 		// or credentials): an operator's mistake, which would otherwise
 		// dead-letter the whole queue in seconds.
-		return sqsworker.Unavailable(&classedError{"endpoint-refused", fmt.Errorf("the endpoint %s refused the request, not the job (a wrong URL, method or credentials?): %w", h.logURL, serr)})
+		return sqsworker.Unavailable(&classedError{"endpoint-refused", fmt.Errorf("the endpoint %s refused the request, not the job (a wrong method or credentials?): %w", h.logURL, serr)})
 	case code == http.StatusRequestTimeout, code == http.StatusConflict, code == http.StatusTooEarly:
 		return serr
 	case code >= 400 && code < 500:
@@ -939,30 +940,25 @@ func redactURL(raw string) string {
 	return u.String()
 }
 
-// sourceLister lists the queues whose redrive policy names a queue.
-type sourceLister interface {
-	ListDeadLetterSourceQueues(ctx context.Context, in *sqs.ListDeadLetterSourceQueuesInput, opts ...func(*sqs.Options)) (*sqs.ListDeadLetterSourceQueuesOutput, error)
-}
-
 // refuseDeadLetterQueue returns an error when the queue at url is the
 // dead-letter queue of other queues: run would run their dead-lettered
 // jobs again outside their own queues, delete those that succeed, and
 // fail the others for good. When SQS cannot say (an endpoint without
 // ListDeadLetterSourceQueues, a role without it), it goes on.
-func refuseDeadLetterQueue(ctx context.Context, api sourceLister, url string) error {
+func refuseDeadLetterQueue(ctx context.Context, api dlq.SourceLister, url string) error {
 	out, err := api.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: aws.String(url), MaxResults: aws.Int32(10)})
 	if err != nil || len(out.QueueUrls) == 0 {
 		return nil
 	}
 	names := make([]string, len(out.QueueUrls))
 	for i, u := range out.QueueUrls {
-		names[i] = u[strings.LastIndex(u, "/")+1:]
+		names[i] = queueName(u)
 	}
 	more := ""
 	if aws.ToString(out.NextToken) != "" {
 		more = " and more"
 	}
-	name := url[strings.LastIndex(url, "/")+1:]
+	name := queueName(url)
 	return fmt.Errorf("%s is the dead-letter queue of %s%s: run would run their dead-lettered jobs here, outside their own queues; send them back with sqsworker dlq replay %s, or pass --force to run this queue anyway",
 		name, strings.Join(names, ", "), more, name)
 }
