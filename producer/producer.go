@@ -258,8 +258,8 @@ func New(api API, cfg Config) (*Producer, error) {
 // the message's own (a network failure, a cancelled ctx) does not prove
 // the message was not stored: see [Result].
 func (p *Producer) Send(ctx context.Context, m Message) (string, error) {
-	m = p.decorate(ctx, m, p.contextAttributes(ctx), time.Now())
-	if err := p.check(ctx, m); err != nil {
+	m, err := p.decorate(ctx, m, p.contextAttributes(ctx), time.Now())
+	if err != nil {
 		return "", err
 	}
 	e := entry("0", m)
@@ -402,15 +402,16 @@ func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, err
 	res := make([]Result, len(msgs))
 	extra, now := p.contextAttributes(ctx), time.Now()
 	with := make([]Message, len(msgs))
+	invalid := make([]error, len(msgs))
 	for i, m := range msgs {
-		with[i] = p.decorate(ctx, m, extra, now)
+		with[i], invalid[i] = p.decorate(ctx, m, extra, now)
 	}
 	msgs = with
 	b := &batcher{p: p, ctx: ctx, msgs: msgs, res: res, failedGroups: map[string]int{}}
 	var batch []int // indexes of the messages of the next call
 	size := 0
 	for i, m := range msgs {
-		if err := p.check(ctx, m); err != nil {
+		if err := invalid[i]; err != nil {
 			b.fail(i, err)
 			continue
 		}
@@ -590,25 +591,30 @@ func (p *Producer) contextAttributes(ctx context.Context) map[string]sqsworker.M
 }
 
 // decorate returns m as sent at now (see schedule), with the attributes
-// of Config.Attributes (extra) when they fit: a message they would put
-// over SQS's limits, which fits without them, is sent without them. An
-// attribute of extra that is invalid in itself is kept, for check to
-// refuse.
-func (p *Producer) decorate(ctx context.Context, m Message, extra map[string]sqsworker.MessageAttribute, now time.Time) Message {
-	plain := schedule(m, now)
+// of Config.Attributes (extra) when they fit, and check's verdict on it
+// (each message is checked once, twice only when extra does not fit): a
+// message they would put over SQS's limits, which fits without them, is
+// sent without them. An attribute of extra that is invalid in itself is
+// kept, and refused.
+func (p *Producer) decorate(ctx context.Context, m Message, extra map[string]sqsworker.MessageAttribute, now time.Time) (Message, error) {
 	if len(extra) == 0 {
-		return plain
+		m = schedule(m, now)
+		return m, p.check(ctx, m)
 	}
 	with := schedule(withAttributes(m, extra), now)
+	err := p.check(ctx, with)
+	if err == nil {
+		return with, nil
+	}
 	for name, a := range extra {
 		if validateAttribute(name, a) != nil {
-			return with // a hook's own mistake is refused, not hidden
+			return with, err // a hook's own mistake is refused, not hidden
 		}
 	}
-	if p.check(ctx, with) != nil && p.check(ctx, plain) == nil {
-		return plain
+	if plain := schedule(m, now); p.check(ctx, plain) == nil {
+		return plain, nil
 	}
-	return with
+	return with, err
 }
 
 // withAttributes returns m with the attributes of extra it does not set
