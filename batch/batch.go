@@ -190,9 +190,8 @@ type Coordinator struct {
 	// failedCap is the most indexes the batch's failed_chunks set
 	// holds: MaxFailedIndexes, smaller in tests.
 	failedCap int
-	// redrive is the maxReceiveCount of the chunks' queues, when
-	// cfg.MaxReceiveCount is not set (see lastReceive).
-	redrive redrive
+	// queues caches the limits of the chunks' queues (see limits).
+	queues limitsCache
 }
 
 // New validates cfg and checks that the table exists with the expected

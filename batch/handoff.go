@@ -25,12 +25,19 @@ import (
 // postponed instead, which the runtime carries out with a fresh copy of its
 // message (see notify).
 
-// redrive caches what the completion's sender on its last receive reads
-// of the chunks' queues: their maxReceiveCount and MaximumMessageSize.
-type redrive struct {
-	mu    sync.Mutex
-	q     map[string]queueLimits // by queue URL
-	retry map[string]time.Time   // by queue URL: after a failed read, when to read again
+// limitsCache caches what the completion's sender on its last receive
+// reads of the chunks' queues: their maxReceiveCount and
+// MaximumMessageSize. It holds an entry per queue.
+type limitsCache struct {
+	mu sync.Mutex
+	q  map[string]limitsRead // by queue URL
+}
+
+// limitsRead is a queue's limits as read, or, after a read that failed,
+// when to read them again.
+type limitsRead struct {
+	queueLimits
+	retryAt time.Time // zero: read
 }
 
 // limitsReadTimeout bounds a read of a chunks' queue's attributes, and
@@ -66,15 +73,9 @@ func (c *Coordinator) lastReceive(ctx context.Context, m *sqsworker.Message) boo
 	}
 	mrc := c.cfg.MaxReceiveCount
 	if mrc == 0 {
-		mrc = c.redriveMax(ctx, m.QueueURL)
+		mrc = c.limits(ctx, m.QueueURL).maxReceive
 	}
 	return mrc > 1 && n == mrc
-}
-
-// redriveMax returns the maxReceiveCount of the queue at url, 0 when it has
-// no redrive policy or it could not be read.
-func (c *Coordinator) redriveMax(ctx context.Context, url string) int {
-	return c.limits(ctx, url).maxReceive
 }
 
 // limits returns what the queue at url allows, read once, within
@@ -85,12 +86,11 @@ func (c *Coordinator) limits(ctx context.Context, url string) queueLimits {
 	if !ok || url == "" {
 		return queueLimits{}
 	}
-	c.redrive.mu.Lock()
-	l, known := c.redrive.q[url]
-	retry := c.redrive.retry[url]
-	c.redrive.mu.Unlock()
-	if known || c.now().Before(retry) {
-		return l
+	c.queues.mu.Lock()
+	r, known := c.queues.q[url]
+	c.queues.mu.Unlock()
+	if known && (r.retryAt.IsZero() || c.now().Before(r.retryAt)) {
+		return r.queueLimits
 	}
 	rctx, cancel := context.WithTimeout(ctx, limitsReadTimeout)
 	defer cancel()
@@ -106,15 +106,11 @@ func (c *Coordinator) limits(ctx context.Context, url string) queueLimits {
 		c.cfg.Logger.Warn("batch: reading the redrive policy and the MaximumMessageSize of the chunks' queue failed (tried again in a minute): "+fix,
 			"queue", url, "error", err)
 		if ctx.Err() == nil {
-			c.redrive.mu.Lock()
-			if c.redrive.retry == nil {
-				c.redrive.retry = map[string]time.Time{}
-			}
-			c.redrive.retry[url] = c.now().Add(limitsRetryAfter)
-			c.redrive.mu.Unlock()
+			c.queues.store(url, limitsRead{retryAt: c.now().Add(limitsRetryAfter)})
 		}
 		return queueLimits{}
 	}
+	var l queueLimits
 	if rp := out.Attributes[string(sqstypes.QueueAttributeNameRedrivePolicy)]; rp != "" {
 		if _, n, err := queue.ParseRedrivePolicy(rp); err == nil {
 			l.maxReceive = n
@@ -123,13 +119,18 @@ func (c *Coordinator) limits(ctx context.Context, url string) queueLimits {
 	if n, err := strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameMaximumMessageSize)]); err == nil && n > 0 {
 		l.maxSize = n
 	}
-	c.redrive.mu.Lock()
-	if c.redrive.q == nil {
-		c.redrive.q = map[string]queueLimits{}
-	}
-	c.redrive.q[url] = l
-	c.redrive.mu.Unlock()
+	c.queues.store(url, limitsRead{queueLimits: l})
 	return l
+}
+
+// store records r as what is known of the queue at url.
+func (lc *limitsCache) store(url string, r limitsRead) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.q == nil {
+		lc.q = map[string]limitsRead{}
+	}
+	lc.q[url] = r
 }
 
 // copyRoom reports whether the runtime's copy of m, a chunk postponed on
