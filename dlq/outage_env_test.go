@@ -142,3 +142,53 @@ func TestReplayThroughAnOutageOnEmulator(t *testing.T) {
 		})
 	}
 }
+
+// A copy that SQS took only without the job's key (the destination's
+// MaximumMessageSize left no room for it), and whose send then got no
+// answer, may be in the destination keyless: the replay's error says so,
+// and warns that replaying the message again runs its job twice, rather
+// than promising the same key. On the local SQS, the keyless send
+// swallowed by a fault proxy.
+func TestReplayKeylessCopyNotAnsweredOnEmulator(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	orders := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	if _, err := c.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: aws.String(orders.URL),
+		Attributes: map[string]string{"MaximumMessageSize": "1024"}}); err != nil {
+		t.Fatal(err)
+	}
+	// No failure metadata and no key (a message SQS's own redrive moved):
+	// its copy needs the key the replay adds, which does not fit.
+	localtest.Send(t, c, orders.DLQURL, "", strings.Repeat("x", 1000))
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	pc := localtest.NewSQS(t, func(o *sqs.Options) {
+		o.BaseEndpoint = aws.String(p.URL())
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("swallowKeyless",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if send, ok := in.Parameters.(*sqs.SendMessageInput); ok {
+						if _, keyed := send.MessageAttributes["idempotency-key"]; !keyed {
+							if err := p.Blackhole(); err != nil {
+								return middleware.InitializeOutput{}, middleware.Metadata{}, err
+							}
+						}
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	})
+	q, err := Open(context.Background(), pc, orders.DLQURL, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.moveTimeout = 3 * time.Second
+	_, err = q.Replay(context.Background(), ReplayConfig{To: orders.URL})
+	if err == nil || !strings.Contains(err.Error(), "without the job's key") || !strings.Contains(err.Error(), "or its job runs twice") ||
+		strings.Contains(err.Error(), "the same job key") {
+		t.Errorf("the replay: %v; want the keyless copy's risk said", err)
+	}
+}
