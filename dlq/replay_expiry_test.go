@@ -175,31 +175,13 @@ func TestReplayKeepsWaitingMessagesHiddenOnEmulator(t *testing.T) {
 	sendDeadLetters(t, c, orders.DLQURL, orders.URL, 5)
 	// The second reader starts with the first copy's send: the replay has
 	// received the batch by then.
-	sending, sent := make(chan struct{}), sync.Once{}
-	slow := slowSendClient(t, time.Second, func() { sent.Do(func() { close(sending) }) })
-	ctx, stop := context.WithCancel(context.Background())
-	var taken atomic.Int32
-	var reader sync.WaitGroup
-	reader.Go(func() {
-		select {
-		case <-sending:
-		case <-ctx.Done():
-		}
-		for ctx.Err() == nil {
-			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(orders.DLQURL),
-				MaxNumberOfMessages: 10, VisibilityTimeout: 600, WaitTimeSeconds: 1})
-			if err == nil {
-				taken.Add(int32(len(out.Messages)))
-			}
-		}
-	})
+	slow, taken, stop := secondReader(t, c, orders.DLQURL)
 	q, err := Open(context.Background(), slow, orders.DLQURL, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	res, err := q.Replay(context.Background(), ReplayConfig{Visibility: 4 * time.Second})
 	stop()
-	reader.Wait()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,24 +411,7 @@ func TestReplayKeepsMessagesThatStayHiddenOnEmulator(t *testing.T) {
 	if out, err := c.SendMessageBatch(context.Background(), in); err != nil || len(out.Failed) > 0 {
 		t.Fatalf("sending dead letters: %v %v", err, out)
 	}
-	sending, sent := make(chan struct{}), sync.Once{}
-	slow := slowSendClient(t, time.Second, func() { sent.Do(func() { close(sending) }) })
-	ctx, stop := context.WithCancel(context.Background())
-	var taken atomic.Int32
-	var reader sync.WaitGroup
-	reader.Go(func() {
-		select {
-		case <-sending:
-		case <-ctx.Done():
-		}
-		for ctx.Err() == nil {
-			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(orders.DLQURL),
-				MaxNumberOfMessages: 10, VisibilityTimeout: 600, WaitTimeSeconds: 1})
-			if err == nil {
-				taken.Add(int32(len(out.Messages)))
-			}
-		}
-	})
+	slow, taken, stop := secondReader(t, c, orders.DLQURL)
 	q, err := Open(context.Background(), slow, orders.DLQURL, Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -457,11 +422,9 @@ func TestReplayKeepsMessagesThatStayHiddenOnEmulator(t *testing.T) {
 		Progress: func(p Progress) {
 			if p.Scanned == 10 {
 				stop()
-				reader.Wait()
 			}
 		}})
 	stop()
-	reader.Wait()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,4 +434,34 @@ func TestReplayKeepsMessagesThatStayHiddenOnEmulator(t *testing.T) {
 	if v, f := depth(t, c, orders.URL); v != 6 || f != 0 {
 		t.Errorf("orders holds %d visible, %d in flight, want the 6 jobs", v, f)
 	}
+}
+
+// secondReader returns a client of the local SQS whose sends are answered
+// a second late, and starts a second reader of dlqURL with the first of
+// them (the replay has received its batch by then): it takes what it
+// receives, hidden for 10 minutes, counted in taken, until stop, which
+// waits for it and may be called more than once.
+func secondReader(t *testing.T, c *sqs.Client, dlqURL string) (slow *sqs.Client, taken *atomic.Int32, stop func()) {
+	t.Helper()
+	sending, sent := make(chan struct{}), sync.Once{}
+	slow = slowSendClient(t, time.Second, func() { sent.Do(func() { close(sending) }) })
+	ctx, cancel := context.WithCancel(context.Background())
+	taken = new(atomic.Int32)
+	var reader sync.WaitGroup
+	reader.Go(func() {
+		select {
+		case <-sending:
+		case <-ctx.Done():
+		}
+		for ctx.Err() == nil {
+			out, err := c.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(dlqURL),
+				MaxNumberOfMessages: 10, VisibilityTimeout: 600, WaitTimeSeconds: 1})
+			if err == nil {
+				taken.Add(int32(len(out.Messages)))
+			}
+		}
+	})
+	stop = func() { cancel(); reader.Wait() }
+	t.Cleanup(stop)
+	return slow, taken, stop
 }
