@@ -49,3 +49,30 @@ func BenchmarkSendTraced(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSendBatchKeys is SendBatch of ten small messages without keys of
+// their own, with the keys the Producer generates and without them.
+func BenchmarkSendBatchKeys(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		disable bool
+	}{{"generated", false}, {"disabled", true}} {
+		b.Run(c.name, func(b *testing.B) {
+			p, err := producer.New(stubSend{}, producer.Config{QueueURL: "https://sqs.eu-west-1.amazonaws.com/123456789012/jobs",
+				MaxMessageSize: producer.MaxMessageSize, DisableGeneratedKeys: c.disable})
+			if err != nil {
+				b.Fatal(err)
+			}
+			msgs := make([]producer.Message, 10)
+			for i := range msgs {
+				msgs[i].Body = `{"order":42,"customer":"c-7"}`
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := p.SendBatch(context.Background(), msgs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -12,7 +12,10 @@
 // are not sent either.
 //
 // A message reported as not sent may still have reached the queue, and one
-// reported sent may have reached it twice: see [Result].
+// reported sent may have reached it twice: see [Result]. On a standard
+// queue, a message sent without an idempotency key gets a generated one
+// (Config.DisableGeneratedKeys), so that the two copies a lost answer
+// leaves run the job once under the idempotency middleware.
 //
 // # Delays of any length
 //
@@ -206,6 +209,19 @@ type Config struct {
 	// that turning tracing on never fails a send. SendBatch calls it once,
 	// with its ctx. Default none.
 	Attributes func(ctx context.Context) map[string]sqsworker.MessageAttribute
+	// DisableGeneratedKeys, if true, sends a message of a standard queue
+	// that has no IdempotencyKey (and no "idempotency-key" attribute)
+	// without one. By default such a message gets a generated key, "auto:"
+	// and 26 random characters, in that attribute (one of SQS's ten, and
+	// 49 bytes of the message's size): when the answer to a call is lost
+	// and the SDK sends it again, a standard queue stores the message
+	// twice, with two message IDs but this one key, so that the
+	// idempotency middleware runs the job once. A message that would not
+	// fit within SQS's limits with the key is sent without it, as it was
+	// given, and its job's key is then its first message ID. FIFO queues
+	// get no generated key: they drop the second copy by its deduplication
+	// ID. Default false.
+	DisableGeneratedKeys bool
 }
 
 // Producer sends messages to one queue. It is safe for concurrent use.
@@ -369,7 +385,9 @@ func (p *Producer) maxSize(ctx context.Context) int {
 //     second copy reported in MessageID;
 //   - a call whose answer was lost on the way back (the connection reset
 //     once SQS had stored the messages) is sent again by the SDK: a
-//     standard queue then holds each of its messages twice, reported sent;
+//     standard queue then holds each of its messages twice, reported sent,
+//     both copies under the message's idempotency key (given, or
+//     generated: see Config.DisableGeneratedKeys);
 //   - a call cut short (ctx cancelled, a lost connection, a timeout) may
 //     have been carried out by SQS although its messages are reported as
 //     failed; sending them again then makes duplicates;
@@ -378,9 +396,12 @@ func (p *Producer) maxSize(ctx context.Context) int {
 //
 // FIFO queues drop such duplicates within their five-minute deduplication
 // interval, by the message's DeduplicationID or its content. On a standard
-// queue give messages an IdempotencyKey, and run the handlers under the
-// idempotency middleware (package idempotency), so that a second delivery
-// is acknowledged without running the job again.
+// queue run the handlers under the idempotency middleware (package
+// idempotency), so that a second delivery is acknowledged without running
+// the job again. The key the Producer generates covers the copies of one
+// Send or SendBatch; give messages an IdempotencyKey of the job's own (an
+// order's ID, say) to cover a batch sent again by the caller, after an
+// error or a crash.
 type Result struct {
 	MessageID string
 	// Err is the reason the message may not have been sent: see Result.
@@ -590,31 +611,54 @@ func (p *Producer) contextAttributes(ctx context.Context) map[string]sqsworker.M
 	return p.cfg.Attributes(ctx)
 }
 
-// decorate returns m as sent at now (see schedule), with the attributes
-// of Config.Attributes (extra) when they fit, and check's verdict on it
-// (each message is checked once, twice only when extra does not fit): a
-// message they would put over SQS's limits, which fits without them, is
-// sent without them. An attribute of extra that is invalid in itself is
-// kept, and refused.
+// decorate returns m as sent at now (see schedule), with a generated
+// idempotency key when it needs one (see Config.DisableGeneratedKeys) and
+// the attributes of Config.Attributes (extra), when they fit, and check's
+// verdict on it. Each message is checked once; only one that does not fit
+// with them is checked again, left without extra first, then without the
+// generated key, then without both: the key keeps a lost answer's second
+// copy from running the job twice, the context's attributes only trace it.
+// An attribute of extra that is invalid in itself is kept, and refused. A
+// message that fits in none of these ways is returned as given, with its
+// own error.
 func (p *Producer) decorate(ctx context.Context, m Message, extra map[string]sqsworker.MessageAttribute, now time.Time) (Message, error) {
-	if len(extra) == 0 {
-		m = schedule(m, now)
-		return m, p.check(ctx, m)
+	m = schedule(m, now)
+	keyed := m
+	generated := p.needsKey(m, extra)
+	if generated {
+		keyed.IdempotencyKey = jobkey.New()
 	}
-	with := schedule(withAttributes(m, extra), now)
-	err := p.check(ctx, with)
-	if err == nil {
-		return with, nil
+	full := withAttributes(keyed, extra)
+	err := p.check(ctx, full)
+	if err == nil || !generated && len(extra) == 0 {
+		return full, err
 	}
 	for name, a := range extra {
 		if validateAttribute(name, a) != nil {
-			return with, err // a hook's own mistake is refused, not hidden
+			return full, err // a hook's own mistake is refused, not hidden
 		}
 	}
-	if plain := schedule(m, now); p.check(ctx, plain) == nil {
-		return plain, nil
+	if generated && len(extra) > 0 {
+		for _, try := range []Message{keyed, withAttributes(m, extra)} {
+			if p.check(ctx, try) == nil {
+				return try, nil
+			}
+		}
 	}
-	return with, err
+	return m, p.check(ctx, m)
+}
+
+// needsKey reports whether m, to be sent with the attributes extra, gets a
+// generated idempotency key: on a standard queue, when it has none (a FIFO
+// queue drops the second copy of a call sent again, by its deduplication
+// ID), unless Config.DisableGeneratedKeys.
+func (p *Producer) needsKey(m Message, extra map[string]sqsworker.MessageAttribute) bool {
+	if p.cfg.DisableGeneratedKeys || p.fifo || m.IdempotencyKey != "" {
+		return false
+	}
+	_, own := m.Attributes[IdempotencyKeyAttribute]
+	_, hook := extra[IdempotencyKeyAttribute]
+	return !own && !hook
 }
 
 // withAttributes returns m with the attributes of extra it does not set
@@ -642,7 +686,7 @@ func entry(id string, m Message) types.SendMessageBatchRequestEntry {
 	e := types.SendMessageBatchRequestEntry{
 		Id:                aws.String(id),
 		MessageBody:       aws.String(m.Body),
-		MessageAttributes: sqsmsg.ToSDKAttributes(attributes(m)),
+		MessageAttributes: sdkAttributes(m),
 		DelaySeconds:      int32(min(m.Delay, MaxDelay) / time.Second),
 	}
 	if m.GroupID != "" {
@@ -654,36 +698,78 @@ func entry(id string, m Message) types.SendMessageBatchRequestEntry {
 	return e
 }
 
-// attributes returns the message's attributes with its idempotency key and,
-// for a delay over MaxDelay, the time it may run.
-func attributes(m Message) map[string]sqsworker.MessageAttribute {
-	long := m.Delay > MaxDelay || time.Until(m.NotBefore) > MaxDelay
-	if m.IdempotencyKey == "" && !long {
-		return m.Attributes
-	}
-	out := make(map[string]sqsworker.MessageAttribute, len(m.Attributes)+2)
-	for k, v := range m.Attributes {
-		out[k] = v
-	}
+// fieldAttributes returns the attributes m's fields add to its own
+// Attributes, replacing those of the same name: its idempotency key and,
+// for a delay over MaxDelay, the time it may run. An array, not a map: a
+// message is sized and checked without allocating.
+func fieldAttributes(m Message) (attrs [2]namedAttribute, n int) {
 	if m.IdempotencyKey != "" {
-		out[IdempotencyKeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: m.IdempotencyKey}
+		attrs[n] = namedAttribute{IdempotencyKeyAttribute, sqsworker.MessageAttribute{DataType: "String", StringValue: m.IdempotencyKey}}
+		n++
 	}
-	if long {
+	if m.Delay > MaxDelay || time.Until(m.NotBefore) > MaxDelay {
 		at := m.runAt
 		if at.IsZero() { // not sent yet (Validate, Size): the same size
 			at = time.Now().Add(m.Delay)
 		}
-		out[sqsworker.AttrNotBefore] = sqsworker.NotBeforeAttribute(at)
+		attrs[n] = namedAttribute{sqsworker.AttrNotBefore, sqsworker.NotBeforeAttribute(at)}
+		n++
+	}
+	return attrs, n
+}
+
+type namedAttribute struct {
+	name string
+	attr sqsworker.MessageAttribute
+}
+
+// sdkAttributes returns the attributes m is sent with, in the SDK's shape.
+func sdkAttributes(m Message) map[string]types.MessageAttributeValue {
+	fields, n := fieldAttributes(m)
+	if n == 0 {
+		return sqsmsg.ToSDKAttributes(m.Attributes)
+	}
+	out := make(map[string]types.MessageAttributeValue, len(m.Attributes)+n)
+	for k, v := range m.Attributes {
+		out[k] = sqsmsg.ToSDKAttribute(v)
+	}
+	for _, f := range fields[:n] {
+		out[f.name] = sqsmsg.ToSDKAttribute(f.attr)
 	}
 	return out
+}
+
+// attributeCount returns the number of attributes m is sent with.
+func attributeCount(m Message) int {
+	fields, n := fieldAttributes(m)
+	count := len(m.Attributes)
+	for _, f := range fields[:n] {
+		if _, own := m.Attributes[f.name]; !own {
+			count++
+		}
+	}
+	return count
 }
 
 // Size returns the size SQS counts for a message: its body, and its
 // attributes' names, types and values.
 func Size(m Message) int {
 	n := len(m.Body)
-	for k, v := range attributes(m) {
-		n += len(k) + len(v.DataType) + len(v.StringValue) + len(v.BinaryValue)
+	fields, nf := fieldAttributes(m)
+	size := func(k string, v sqsworker.MessageAttribute) int {
+		return len(k) + len(v.DataType) + len(v.StringValue) + len(v.BinaryValue)
+	}
+own:
+	for k, v := range m.Attributes {
+		for _, f := range fields[:nf] {
+			if k == f.name {
+				continue own // replaced
+			}
+		}
+		n += size(k, v)
+	}
+	for _, f := range fields[:nf] {
+		n += size(f.name, f.attr)
 	}
 	return n
 }
@@ -721,13 +807,12 @@ func Validate(m Message, fifo bool) error {
 			bad("NotBefore %s is more than 365 days ahead (sqsworker.MaxDelay): send the job later", m.NotBefore.Format(time.RFC3339))
 		}
 	}
-	attrs := attributes(m)
-	if len(attrs) > sqsworker.MaxMessageAttributes {
-		if _, long := attrs[sqsworker.AttrNotBefore]; long {
+	if count := attributeCount(m); count > sqsworker.MaxMessageAttributes {
+		if m.Delay > MaxDelay || time.Until(m.NotBefore) > MaxDelay {
 			bad("%d message attributes, over SQS's limit of %d: a delay over 15m takes one (%s) to carry the time the job may run; drop an attribute or shorten the delay",
-				len(attrs), sqsworker.MaxMessageAttributes, sqsworker.AttrNotBefore)
+				count, sqsworker.MaxMessageAttributes, sqsworker.AttrNotBefore)
 		} else {
-			bad("%d message attributes, over SQS's limit of %d", len(attrs), sqsworker.MaxMessageAttributes)
+			bad("%d message attributes, over SQS's limit of %d", count, sqsworker.MaxMessageAttributes)
 		}
 	}
 	if _, clash := m.Attributes[IdempotencyKeyAttribute]; clash && m.IdempotencyKey != "" {

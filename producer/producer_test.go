@@ -547,7 +547,8 @@ func attributesHookProducer(t *testing.T, fifo bool) (*producer.Producer, *attri
 	url := api.CreateQueue(name, attrs)
 	calls := new(int)
 	p, err := producer.New(api, producer.Config{
-		QueueURL: url,
+		QueueURL:             url,
+		DisableGeneratedKeys: true, // the hook's attributes alone (generated keys: keys_test.go)
 		Attributes: func(ctx context.Context) map[string]sqsworker.MessageAttribute {
 			*calls++
 			tp, ok := ctx.Value(attributesHookKey{}).(string)

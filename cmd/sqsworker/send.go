@@ -85,7 +85,11 @@ do not set the field (a line's attributes are added to the --attr ones, and
 win on the same name).
 
 The idempotency key is sent as the "idempotency-key" attribute, which the
-idempotency middleware reads. FIFO queues (names ending in .fifo) need a
+idempotency middleware reads. A message of a standard queue without one gets
+a generated key ("auto:" and 26 random characters) when it fits in SQS's
+limits, so that a call SQS stored but whose answer was lost, which the SDK
+sends again, runs its jobs once under that middleware; sending a file again
+makes new keys, so give each line an idempotencyKey to cover a second run. FIFO queues (names ending in .fifo) need a
 message group (--group or "groupId"), and a deduplication ID unless the queue
 has content-based deduplication; they take no per-message delay.
 

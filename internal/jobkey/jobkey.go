@@ -6,6 +6,7 @@
 package jobkey
 
 import (
+	"crypto/rand"
 	"encoding/hex"
 
 	"github.com/sqsworker/sqsworker"
@@ -44,3 +45,12 @@ func Default(m *sqsworker.Message) string {
 	}
 	return OfID(m.ID)
 }
+
+// GeneratedPrefix begins the keys New generates.
+const GeneratedPrefix = "auto:"
+
+// New returns a key for a job sent without one: GeneratedPrefix and 26
+// random characters (128 bits), so that the copies of one send (a call the
+// SDK sends again after its answer was lost) share it, and no other job
+// has it.
+func New() string { return GeneratedPrefix + rand.Text() }

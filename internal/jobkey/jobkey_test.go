@@ -16,3 +16,14 @@ func TestDefault(t *testing.T) {
 		t.Errorf("with failure metadata naming the first message: %q", got)
 	}
 }
+
+func TestNew(t *testing.T) {
+	seen := map[string]bool{}
+	for range 1000 {
+		k := New()
+		if len(k) != len(GeneratedPrefix)+26 || k[:len(GeneratedPrefix)] != GeneratedPrefix || seen[k] {
+			t.Fatalf("New() = %q: want %s and 26 characters, never twice", k, GeneratedPrefix)
+		}
+		seen[k] = true
+	}
+}

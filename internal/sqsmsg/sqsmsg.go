@@ -84,15 +84,21 @@ func ToSDKAttributes(in map[string]sqsworker.MessageAttribute) map[string]types.
 	}
 	out := make(map[string]types.MessageAttributeValue, len(in))
 	for k, v := range in {
-		av := types.MessageAttributeValue{DataType: aws.String(v.DataType)}
-		if strings.HasPrefix(v.DataType, "Binary") {
-			av.BinaryValue = v.BinaryValue
-		} else {
-			av.StringValue = aws.String(v.StringValue)
-		}
-		out[k] = av
+		out[k] = ToSDKAttribute(v)
 	}
 	return out
+}
+
+// ToSDKAttribute converts one attribute to the SDK's type, as
+// ToSDKAttributes does.
+func ToSDKAttribute(v sqsworker.MessageAttribute) types.MessageAttributeValue {
+	av := types.MessageAttributeValue{DataType: aws.String(v.DataType)}
+	if strings.HasPrefix(v.DataType, "Binary") {
+		av.BinaryValue = v.BinaryValue
+	} else {
+		av.StringValue = aws.String(v.StringValue)
+	}
+	return av
 }
 
 // DefaultGroup is the MessageGroupId of a copy sent to a FIFO queue when its

@@ -1,0 +1,165 @@
+package producer_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/producer"
+	"github.com/sqsworker/sqsworker/sqstest"
+)
+
+// keysProducer returns a Producer of a queue of the fake, recording its
+// calls; hook, if not nil, is its Config.Attributes.
+func keysProducer(t *testing.T, fifo, disable bool, hook func(context.Context) map[string]sqsworker.MessageAttribute) (*producer.Producer, *attributesHookAPI) {
+	t.Helper()
+	api := &attributesHookAPI{Fake: sqstest.NewFake()}
+	name, attrs := "jobs", map[string]string(nil)
+	if fifo {
+		name, attrs = "jobs.fifo", map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"}
+	}
+	p, err := producer.New(api, producer.Config{QueueURL: api.CreateQueue(name, attrs), MaxMessageSize: producer.MaxMessageSize,
+		DisableGeneratedKeys: disable, Attributes: hook})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, api
+}
+
+func keyOf(attrs map[string]types.MessageAttributeValue) string {
+	return aws.ToString(attrs[producer.IdempotencyKeyAttribute].StringValue)
+}
+
+func attrsN(n int) map[string]sqsworker.MessageAttribute {
+	out := make(map[string]sqsworker.MessageAttribute, n)
+	for i := range n {
+		out[fmt.Sprint("a", i)] = sqsworker.MessageAttribute{DataType: "String", StringValue: "v"}
+	}
+	return out
+}
+
+// A message of a standard queue sent without a key gets one of its own,
+// the same in every attempt of its call and in no other message; a key
+// given, in IdempotencyKey or as the attribute, is kept.
+func TestGeneratedKeys(t *testing.T) {
+	t.Parallel()
+	p, api := keysProducer(t, false, false, nil)
+	msgs := make([]producer.Message, 12)
+	for i := range msgs {
+		msgs[i].Body = fmt.Sprint("m", i)
+	}
+	msgs[1].IdempotencyKey = "own"
+	msgs[2].Attributes = map[string]sqsworker.MessageAttribute{producer.IdempotencyKeyAttribute: {DataType: "String", StringValue: "attr"}}
+	if _, err := p.SendBatch(context.Background(), msgs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Send(context.Background(), producer.Message{Body: "single"}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	check := func(body, key string) {
+		t.Helper()
+		switch body {
+		case "m1":
+			if key != "own" {
+				t.Errorf("m1 sent with the key %q, want its own", key)
+			}
+			return
+		case "m2":
+			if key != "attr" {
+				t.Errorf("m2 sent with the key %q, want its attribute's", key)
+			}
+			return
+		}
+		if !strings.HasPrefix(key, "auto:") || len(key) != len("auto:")+26 || seen[key] {
+			t.Errorf("%s sent with the key %q, want auto: and 26 characters of its own", body, key)
+		}
+		seen[key] = true
+	}
+	for _, b := range api.batches {
+		for _, e := range b.Entries {
+			check(aws.ToString(e.MessageBody), keyOf(e.MessageAttributes))
+		}
+	}
+	for _, s := range api.sends {
+		check(aws.ToString(s.MessageBody), keyOf(s.MessageAttributes))
+	}
+	if len(seen) != 11 {
+		t.Errorf("%d generated keys, want 11", len(seen))
+	}
+	if msgs[0].IdempotencyKey != "" {
+		t.Errorf("the caller's message was changed: %+v", msgs[0])
+	}
+}
+
+// No key is generated for a FIFO queue (its deduplication ID drops a call
+// sent again), nor with DisableGeneratedKeys.
+func TestNoGeneratedKeys(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name          string
+		fifo, disable bool
+	}{{"fifo", true, false}, {"disabled", false, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			p, api := keysProducer(t, c.fifo, c.disable, nil)
+			m := producer.Message{Body: "x"}
+			if c.fifo {
+				m.GroupID = "g"
+			}
+			if _, err := p.Send(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.SendBatch(context.Background(), []producer.Message{m}); err != nil {
+				t.Fatal(err)
+			}
+			if len(api.sends[0].MessageAttributes) != 0 || len(api.batches[0].Entries[0].MessageAttributes) != 0 {
+				t.Errorf("sent with attributes %v and %v, want none", api.sends[0].MessageAttributes, api.batches[0].Entries[0].MessageAttributes)
+			}
+		})
+	}
+}
+
+// A message the key would put over SQS's limits is sent as it was given,
+// not refused: ten attributes of its own, or a body at the queue's size;
+// when there is room for the key or the context's attributes, not both,
+// the key is sent.
+func TestGeneratedKeyLeftOutWhenNoRoom(t *testing.T) {
+	t.Parallel()
+	trace := func(context.Context) map[string]sqsworker.MessageAttribute {
+		return map[string]sqsworker.MessageAttribute{"traceparent": {DataType: "String", StringValue: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
+	}
+	p, api := keysProducer(t, false, false, trace)
+	full := producer.Message{Body: "ten", Attributes: attrsN(sqsworker.MaxMessageAttributes)}
+	if _, err := p.Send(context.Background(), full); err != nil {
+		t.Fatalf("a message with ten attributes: %v", err)
+	}
+	big := producer.Message{Body: strings.Repeat("b", producer.MaxMessageSize)}
+	if _, err := p.Send(context.Background(), big); err != nil {
+		t.Fatalf("a body of 1 MiB: %v", err)
+	}
+	nine := producer.Message{Body: "nine", Attributes: attrsN(sqsworker.MaxMessageAttributes - 1)}
+	if _, err := p.Send(context.Background(), nine); err != nil {
+		t.Fatalf("a message with nine attributes: %v", err)
+	}
+	if got := api.sends[0].MessageAttributes; len(got) != sqsworker.MaxMessageAttributes || keyOf(got) != "" {
+		t.Errorf("ten attributes: sent with %d attributes, key %q; want its ten", len(got), keyOf(got))
+	}
+	if got := api.sends[1].MessageAttributes; len(got) != 0 {
+		t.Errorf("1 MiB body: sent with %d attributes, want none", len(got))
+	}
+	if got := api.sends[2].MessageAttributes; len(got) != sqsworker.MaxMessageAttributes || !strings.HasPrefix(keyOf(got), "auto:") {
+		t.Errorf("nine attributes and a trace: sent with %d attributes, key %q; want its nine and a generated key", len(got), keyOf(got))
+	}
+	// A message invalid on its own is refused with its own error, which
+	// counts neither the key nor the trace.
+	_, err := p.Send(context.Background(), producer.Message{Body: "eleven", Attributes: attrsN(sqsworker.MaxMessageAttributes + 1)})
+	if err == nil || !strings.Contains(err.Error(), "11 ") {
+		t.Errorf("eleven attributes: %v, want the refusal of its 11", err)
+	}
+}
