@@ -96,7 +96,10 @@ has content-based deduplication; they take no per-message delay.
 Messages are checked before anything is sent: a message SQS would refuse
 (empty or over 1 MiB, more than 10 attributes, a bad attribute name or value,
 a delay over 365 days, ...) or a line that is not valid JSON is reported with its
-line number and not sent; the other messages are. Messages are sent as they
+line number and not sent; the other messages are. On a FIFO queue, a line
+not sent (refused, failed, or maybe sent) holds back its group's later lines,
+and a line whose group cannot be read holds back every later line: sending
+again from the first line not sent keeps each group's order. Messages are sent as they
 are read, with SendMessageBatch, ten (and at most 1 MiB) per call; the entries
 SQS fails on its side are retried. A failure whose request got no answer (the
 network, a timeout, an SQS 5xx) is reported as "may have been sent".
@@ -231,7 +234,7 @@ func (a *app) send(ctx context.Context, f sendFlags, queueArg string, bodies []s
 	// cuts them short.
 	sendCtx, stop := untilStopNow(ctx)
 	defer stop()
-	s := &sender{a: a, p: p, ctx: ctx, sendCtx: sendCtx, prog: a.progress("sent", "messages")}
+	s := &sender{a: a, p: p, ctx: ctx, sendCtx: sendCtx, prog: a.progress("sent", "messages"), fifo: q.fifo}
 	if len(bodies) > 0 {
 		if err := q.checkFlags(f, queueArg); err != nil {
 			return err
@@ -287,6 +290,16 @@ type sender struct {
 	slots   []int // index in results of each of pending
 	size    int   // of pending, in bytes
 
+	// fifo is true for a FIFO queue: once a line of a group is not sent,
+	// the group's later lines are not sent either, so that the group's
+	// order holds when the line is sent again (see hold). failedGroups
+	// holds the first such line of each group; failedUnknown the first
+	// line not sent whose group is not known (a line that is not JSON),
+	// which holds back every later line.
+	fifo          bool
+	failedGroups  map[string]int
+	failedUnknown int
+
 	// interrupted is set when the first interrupt stopped the input;
 	// after is the last line (or argument) handled then, and of is the
 	// number of BODY arguments.
@@ -294,9 +307,49 @@ type sender struct {
 	after, of   int
 }
 
+// failed records, for a FIFO queue, that results[slot], a message of group
+// (unknown: "" and known false), was not sent.
+func (s *sender) failed(slot int, group string, known bool) {
+	if !s.fifo {
+		return
+	}
+	line := s.results[slot].Index
+	switch {
+	case !known:
+		if s.failedUnknown == 0 || line < s.failedUnknown {
+			s.failedUnknown = line
+		}
+	case s.failedGroups[group] == 0 || line < s.failedGroups[group]:
+		if s.failedGroups == nil {
+			s.failedGroups = map[string]int{}
+		}
+		s.failedGroups[group] = line
+	}
+}
+
+// hold returns, for a FIFO queue, why m is not sent: an earlier line of its
+// group, or one whose group is not known, was not sent. "" when m may go.
+func (s *sender) hold(m producer.Message) string {
+	if !s.fifo {
+		return ""
+	}
+	if line := s.failedGroups[m.GroupID]; line != 0 && (s.failedUnknown == 0 || line < s.failedUnknown) {
+		return fmt.Sprintf("not sent: %s %d of its group %q was not sent before it; send again from %s %d, to keep the group's order", s.what, line, m.GroupID, s.what, line)
+	}
+	if line := s.failedUnknown; line != 0 {
+		return fmt.Sprintf("not sent: %s %d, whose group is not known, was not sent before it; send again from %s %d, to keep its group's order", s.what, line, s.what, line)
+	}
+	return ""
+}
+
 // add queues m, the message of results[slot], sending the call before when
-// m does not fit in it.
+// m does not fit in it; on a FIFO queue, m is not sent when hold says so.
 func (s *sender) add(m producer.Message, slot int) {
+	if why := s.hold(m); why != "" {
+		s.results[slot].Error = why
+		s.failed(slot, m.GroupID, true)
+		return
+	}
 	n := producer.Size(m)
 	if len(s.pending) > 0 && s.size+n > producer.MaxMessageSize {
 		s.flush()
@@ -320,6 +373,9 @@ func (s *sender) flush() {
 		out := &s.results[s.slots[i]]
 		out.MessageID = r.MessageID
 		out.Error = sendErrorText(r.Err)
+		if r.Err != nil {
+			s.failed(s.slots[i], s.pending[i].GroupID, true)
+		}
 		if r.Err != nil && outcomeUnknown(r.Err) {
 			out.MaybeSent = true
 			out.Error = "may have been sent: " + out.Error
@@ -360,6 +416,7 @@ func (s *sender) sendArgs(base producer.Message, bodies []string) {
 		s.results = append(s.results, sendResult{Index: i + 1})
 		if err := producer.Validate(m, false); err != nil {
 			s.results[i].Error = sendErrorText(err)
+			s.failed(i, m.GroupID, true)
 			continue
 		}
 		s.add(m, i)
@@ -431,6 +488,7 @@ func (s *sender) sendLines(base producer.Message, q sendQueue, raw bool) error {
 		switch {
 		case l.tooLong:
 			s.results = append(s.results, sendResult{Index: l.n, Error: fmt.Sprintf("the line is over %d MiB; a message is at most 1 MiB", sendMaxLine>>20)})
+			s.failed(len(s.results)-1, "", false)
 		case len(bytes.TrimSpace(l.text)) == 0:
 			// skipped
 		default:
@@ -448,6 +506,11 @@ func (s *sender) sendLines(base producer.Message, q sendQueue, raw bool) error {
 			if err != nil {
 				r := &s.results[len(s.results)-1]
 				r.Error = err.Error()
+				group, known := base.GroupID, raw
+				if !raw {
+					group, known = lineGroup(l.text, base)
+				}
+				s.failed(len(s.results)-1, group, known)
 				var he *hintError
 				if errors.As(err, &he) {
 					r.hint = he.hint
@@ -843,6 +906,22 @@ func parseSendLine(line []byte, base producer.Message, q sendQueue) (producer.Me
 		m.Attributes[name] = attr
 	}
 	return m, checkForQueue(m, q)
+}
+
+// lineGroup returns the group of a JSON line parseSendLine refused: its
+// "groupId", or base's; known is false when the line is not a JSON object
+// whose "groupId" can be read.
+func lineGroup(line []byte, base producer.Message) (group string, known bool) {
+	var l struct {
+		GroupID *string `json:"groupId"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(line), &l) != nil {
+		return "", false
+	}
+	if l.GroupID != nil {
+		return *l.GroupID, true
+	}
+	return base.GroupID, true
 }
 
 // checkForQueue checks a message for the queue: what SQS would refuse, and

@@ -686,3 +686,70 @@ func TestSendScheduleErrors(t *testing.T) {
 		}
 	}
 }
+
+// On a FIFO queue, a line not sent holds back its group's later lines,
+// across calls too, so that sending again from it keeps the group's order:
+// line 3 (group a) is over the queue's MaximumMessageSize and fails in the
+// first call, so line 11 (group a, in the second call) is not sent; line 13
+// is not JSON, its group unknown, so every later line waits. Group b's
+// lines before line 13 are sent. Before, line 11 was sent ahead of line 3.
+func TestSendFIFOFailedLineHoldsItsGroup(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, ContentDedup: true})
+	if _, err := c.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: &q.URL,
+		Attributes: map[string]string{"MaximumMessageSize": "1024"}}); err != nil {
+		t.Fatal(err)
+	}
+	line := func(body, group string) string { return fmt.Sprintf(`{"body": %q, "groupId": %q}`+"\n", body, group) }
+	stdin := line("a1", "a") + line("b1", "b") + line(strings.Repeat("x", 2000), "a")
+	for i := 4; i <= 10; i++ {
+		stdin += line(fmt.Sprint("b", i), "b")
+	}
+	stdin += line("a11", "a") + line("b12", "b") + "not json\n" + line("b14", "b")
+	stdout, stderr, code := runCLI(t, stdin, "send", q.URL, "-o", "json")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	var res []sendResult
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	errs := map[int]string{}
+	for _, r := range res {
+		if r.Error != "" {
+			errs[r.Index] = r.Error
+		}
+	}
+	want := map[int]string{
+		3:  "over the queue's MaximumMessageSize",
+		11: `line 3 of its group "a" was not sent before it; send again from line 3`,
+		13: "not a JSON object",
+		14: "line 13, whose group is not known, was not sent before it",
+	}
+	if len(errs) != len(want) {
+		t.Errorf("lines not sent: %v, want %v", errs, want)
+	}
+	for i, w := range want {
+		if !strings.Contains(errs[i], w) {
+			t.Errorf("line %d: %q, want %q", i, errs[i], w)
+		}
+	}
+	got := map[string]bool{}
+	for _, m := range drainAtLeast(t, c, q.URL, 10) {
+		got[m.body] = true
+	}
+	if len(got) != 10 {
+		t.Errorf("the queue held %d messages, want 10", len(got))
+	}
+	for _, b := range []string{"a1", "b1", "b4", "b10", "b12"} {
+		if !got[b] {
+			t.Errorf("%s not in the queue", b)
+		}
+	}
+	for _, b := range []string{"a11", "b14"} {
+		if got[b] {
+			t.Errorf("%s in the queue, sent ahead of a line of its group not sent", b)
+		}
+	}
+}
