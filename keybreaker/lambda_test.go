@@ -1,7 +1,10 @@
 package keybreaker_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +30,11 @@ func TestWebhookEndpointDownOnLambda(t *testing.T) {
 	down.down.Store(true)
 	const failures, concurrency = 3, 4
 	kb := newWebhookBreaker(t, failures)
-	fn, err := lambda.NewHandler(kb.Middleware(deliver), lambda.Config{Client: c, Concurrency: concurrency, Logger: quiet(),
+	// The adapter's warnings and errors, told on failure: a waiting copy
+	// that could not be sent, say, is logged, not returned.
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	fn, err := lambda.NewHandler(kb.Middleware(deliver), lambda.Config{Client: c, Concurrency: concurrency, Logger: logger,
 		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -64,8 +71,10 @@ func TestWebhookEndpointDownOnLambda(t *testing.T) {
 		for deadline := time.Now().Add(120 * time.Second); !cond(); poll() {
 			if time.Now().After(deadline) {
 				v, f, d := localtest.Depth(t, c, q.URL)
-				t.Fatalf("%s: not within 120 s; keybreaker %+v; delivered %d of %d to the down endpoint (%d calls), %d of %d to the other; queue %d visible, %d in flight, %d delayed",
-					what, kb.Stats(), len(down.delivered()), len(downJobs), down.calls.Load(), len(up.delivered()), len(upJobs), v, f, d)
+				dv, df, dd := localtest.Depth(t, c, q.DLQURL)
+				t.Logf("the adapter's warnings and errors:\n%s", logs.String())
+				t.Fatalf("%s: not within 120 s; keybreaker %+v; delivered %d of %d to the down endpoint (%d calls), %d of %d to the other; queue %d visible, %d in flight, %d delayed; dead-letter queue %d visible, %d in flight, %d delayed",
+					what, kb.Stats(), len(down.delivered()), len(downJobs), down.calls.Load(), len(up.delivered()), len(upJobs), v, f, d, dv, df, dd)
 			}
 		}
 	}
@@ -83,4 +92,27 @@ func TestWebhookEndpointDownOnLambda(t *testing.T) {
 	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
 		t.Errorf("%d jobs dead-lettered", v+f+d)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writes, which keeps
+// its last 64 KiB.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() > 64<<10 {
+		rest := b.buf.Bytes()[b.buf.Len()-32<<10:]
+		b.buf = *bytes.NewBuffer(append([]byte(nil), rest...))
+	}
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
