@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
@@ -125,41 +126,77 @@ func TestNoGeneratedKeys(t *testing.T) {
 	}
 }
 
-// A message the key would put over SQS's limits is sent as it was given,
-// not refused: ten attributes of its own, or a body at the queue's size;
-// when there is room for the key or the context's attributes, not both,
-// the key is sent.
+// The key is added only where it takes nothing else's room: a message
+// with ten attributes of its own, or nine with the context's, or eight
+// (one is left for a dead-letter copy's failure metadata), or a body at
+// the queue's size, is sent without it, not refused, and the context's
+// attributes are kept.
 func TestGeneratedKeyLeftOutWhenNoRoom(t *testing.T) {
 	t.Parallel()
 	trace := func(context.Context) map[string]sqsworker.MessageAttribute {
 		return map[string]sqsworker.MessageAttribute{"traceparent": {DataType: "String", StringValue: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
 	}
 	p, api := keysProducer(t, false, false, trace)
-	full := producer.Message{Body: "ten", Attributes: attrsN(sqsworker.MaxMessageAttributes)}
-	if _, err := p.Send(context.Background(), full); err != nil {
-		t.Fatalf("a message with ten attributes: %v", err)
-	}
-	big := producer.Message{Body: strings.Repeat("b", producer.MaxMessageSize)}
-	if _, err := p.Send(context.Background(), big); err != nil {
-		t.Fatalf("a body of 1 MiB: %v", err)
-	}
-	nine := producer.Message{Body: "nine", Attributes: attrsN(sqsworker.MaxMessageAttributes - 1)}
-	if _, err := p.Send(context.Background(), nine); err != nil {
-		t.Fatalf("a message with nine attributes: %v", err)
-	}
-	if got := api.sends[0].MessageAttributes; len(got) != sqsworker.MaxMessageAttributes || keyOf(got) != "" {
-		t.Errorf("ten attributes: sent with %d attributes, key %q; want its ten", len(got), keyOf(got))
-	}
-	if got := api.sends[1].MessageAttributes; len(got) != 0 {
-		t.Errorf("1 MiB body: sent with %d attributes, want none", len(got))
-	}
-	if got := api.sends[2].MessageAttributes; len(got) != sqsworker.MaxMessageAttributes || !strings.HasPrefix(keyOf(got), "auto:") {
-		t.Errorf("nine attributes and a trace: sent with %d attributes, key %q; want its nine and a generated key", len(got), keyOf(got))
+	for _, c := range []struct {
+		name          string
+		m             producer.Message
+		attrs         int
+		keyed, traced bool
+	}{
+		{"ten attributes", producer.Message{Body: "ten", Attributes: attrsN(10)}, 10, false, false},
+		{"nine and the trace", producer.Message{Body: "nine", Attributes: attrsN(9)}, 10, false, true},
+		{"eight and the trace", producer.Message{Body: "eight", Attributes: attrsN(8)}, 9, false, true},
+		{"seven and the trace", producer.Message{Body: "seven", Attributes: attrsN(7)}, 9, true, true},
+		{"a body at the queue's size", producer.Message{Body: strings.Repeat("b", producer.MaxMessageSize-len("traceparent")-len("String")-55)}, 1, false, true},
+	} {
+		api.sends = nil
+		if _, err := p.Send(context.Background(), c.m); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got := api.sends[0].MessageAttributes
+		_, traced := got["traceparent"]
+		if len(got) != c.attrs || (keyOf(got) != "") != c.keyed || traced != c.traced {
+			t.Errorf("%s: sent with %d attributes, key %q, traced %v; want %d, a generated key %v, traced %v", c.name, len(got), keyOf(got), traced, c.attrs, c.keyed, c.traced)
+		}
 	}
 	// A message invalid on its own is refused with its own error, which
 	// counts neither the key nor the trace.
 	_, err := p.Send(context.Background(), producer.Message{Body: "eleven", Attributes: attrsN(sqsworker.MaxMessageAttributes + 1)})
 	if err == nil || !strings.Contains(err.Error(), "11 ") {
 		t.Errorf("eleven attributes: %v, want the refusal of its 11", err)
+	}
+}
+
+// sendOnly is a client without GetQueueAttributes: the Producer cannot
+// read the queue's MaximumMessageSize.
+type sendOnly struct{ api *attributesHookAPI }
+
+func (s sendOnly) SendMessage(ctx context.Context, in *sqs.SendMessageInput, opts ...func(*sqs.Options)) (*sqs.SendMessageOutput, error) {
+	return s.api.SendMessage(ctx, in, opts...)
+}
+
+func (s sendOnly) SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
+	return s.api.SendMessageBatch(ctx, in, opts...)
+}
+
+// While the queue's MaximumMessageSize is not known, the key is added only
+// to a message within 256 KiB with it, the limit of older queues: a
+// message SQS took without the key is not refused for it.
+func TestGeneratedKeyWithinOlderQueuesSizeWhenUnknown(t *testing.T) {
+	t.Parallel()
+	api := &attributesHookAPI{Fake: sqstest.NewFake()}
+	p, err := producer.New(sendOnly{api}, producer.Config{QueueURL: api.CreateQueue("jobs", nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	near := producer.Message{Body: strings.Repeat("n", 256<<10-20)}
+	if _, err := p.SendBatch(context.Background(), []producer.Message{near, {Body: "small"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range api.batches[0].Entries {
+		keyed := keyOf(e.MessageAttributes) != ""
+		if small := aws.ToString(e.MessageBody) == "small"; keyed != small {
+			t.Errorf("a body of %d bytes sent with a key %v, want %v", len(aws.ToString(e.MessageBody)), keyed, small)
+		}
 	}
 }

@@ -212,15 +212,18 @@ type Config struct {
 	// DisableGeneratedKeys, if true, sends a message of a standard queue
 	// that has no IdempotencyKey (and no "idempotency-key" attribute)
 	// without one. By default such a message gets a generated key, "auto:"
-	// and 26 random characters, in that attribute (one of SQS's ten, and
-	// 49 bytes of the message's size): when the answer to a call is lost
-	// and the SDK sends it again, a standard queue stores the message
-	// twice, with two message IDs but this one key, so that the
-	// idempotency middleware runs the job once. A message that would not
-	// fit within SQS's limits with the key is sent without it, as it was
-	// given, and its job's key is then its first message ID. FIFO queues
-	// get no generated key: they drop the second copy by its deduplication
-	// ID. Default false.
+	// and 26 random characters, in that attribute (52 bytes of the
+	// message's size): when the answer to a call is lost and the SDK sends
+	// it again, a standard queue stores the message twice, with two
+	// message IDs but this one key, so that the idempotency middleware
+	// runs the job once. The key takes no room anything else needs: a
+	// message is sent without it when, with it and Attributes' attributes,
+	// it would have ten attributes (one is left for the failure metadata
+	// of a dead-letter copy) or be over the queue's MaximumMessageSize
+	// (256 KiB, the limit of older queues, while that is not known); its
+	// job's key is then its first message ID. FIFO queues get no generated
+	// key: they drop the second copy by its deduplication ID. Default
+	// false.
 	DisableGeneratedKeys bool
 }
 
@@ -236,6 +239,7 @@ type Producer struct {
 	sizeTurn  chan struct{}
 	sizeRead  bool      // the queue's limit is known, or will not be read
 	size      int       // the queue's MaximumMessageSize, once sizeRead
+	sizeKnown bool      // once sizeRead: the read answered, size is the queue's own
 	sizeRetry time.Time // after a read that failed for a while: when to read again
 	now       func() time.Time
 
@@ -293,6 +297,11 @@ func (p *Producer) Send(ctx context.Context, m Message) (string, error) {
 // check validates m for this queue: Validate's rules, then those that
 // depend on the queue.
 func (p *Producer) check(ctx context.Context, m Message) error {
+	return p.checkWithin(m, p.maxSize(ctx))
+}
+
+// checkWithin is check, the queue's MaximumMessageSize being limit.
+func (p *Producer) checkWithin(m Message, limit int) error {
 	if err := Validate(m, p.fifo); err != nil {
 		return err
 	}
@@ -300,7 +309,7 @@ func (p *Producer) check(ctx context.Context, m Message) error {
 	if !p.fifo && m.DeduplicationID != "" {
 		errs = append(errs, errors.New("a deduplication ID is for FIFO queues: a standard queue refuses it"))
 	}
-	if limit, n := p.maxSize(ctx), Size(m); n > limit {
+	if n := Size(m); n > limit {
 		errs = append(errs, fmt.Errorf("the message is %d bytes, over the queue's MaximumMessageSize of %d", n, limit))
 	}
 	if len(errs) > 0 {
@@ -325,25 +334,42 @@ const (
 // the next call. Calls that come while one reads wait for it within their
 // own ctx.
 func (p *Producer) maxSize(ctx context.Context) int {
+	n, _ := p.limit(ctx)
+	return n
+}
+
+// keyRoomUnknown is the size a message with a generated key must keep
+// within while the queue's MaximumMessageSize is not known: the limit of
+// the queues created before SQS raised it to 1 MiB.
+const keyRoomUnknown = 256 << 10
+
+// limit is maxSize, and whether the size is the queue's own (Config's, or
+// read from the queue) rather than SQS's largest, assumed.
+func (p *Producer) limit(ctx context.Context) (int, bool) {
 	if p.cfg.MaxMessageSize > 0 {
-		return p.cfg.MaxMessageSize
+		return p.cfg.MaxMessageSize, true
 	}
+	return p.readSize(ctx)
+}
+
+// readSize is limit when Config does not give the size.
+func (p *Producer) readSize(ctx context.Context) (size int, known bool) {
 	select {
 	case p.sizeTurn <- struct{}{}:
 	case <-ctx.Done():
-		return MaxMessageSize // the send that follows fails with ctx's error
+		return MaxMessageSize, false // the send that follows fails with ctx's error
 	}
 	defer func() { <-p.sizeTurn }()
 	if p.sizeRead {
-		return p.size
+		return p.size, p.sizeKnown
 	}
 	if p.now().Before(p.sizeRetry) {
-		return MaxMessageSize
+		return MaxMessageSize, false
 	}
 	api, ok := p.api.(attributesAPI)
 	if !ok {
 		p.sizeRead, p.size = true, MaxMessageSize
-		return p.size
+		return p.size, false
 	}
 	rctx, cancel := context.WithTimeout(ctx, sizeReadTimeout)
 	defer cancel()
@@ -354,19 +380,19 @@ func (p *Producer) maxSize(ctx context.Context) int {
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
-		return MaxMessageSize
+		return MaxMessageSize, false
 	case awserr.IsFatal(err):
 		p.sizeRead, p.size = true, MaxMessageSize
-		return p.size
+		return p.size, false
 	default:
 		p.sizeRetry = p.now().Add(sizeRetryAfter)
-		return MaxMessageSize
+		return MaxMessageSize, false
 	}
-	p.sizeRead, p.size = true, MaxMessageSize
+	p.sizeRead, p.size, p.sizeKnown = true, MaxMessageSize, true
 	if n, err := strconv.Atoi(out.Attributes[string(types.QueueAttributeNameMaximumMessageSize)]); err == nil && n >= MinMessageSize && n < MaxMessageSize {
 		p.size = n
 	}
-	return p.size
+	return p.size, true
 }
 
 // Result is the outcome of one message of a batch.
@@ -386,8 +412,8 @@ func (p *Producer) maxSize(ctx context.Context) int {
 //   - a call whose answer was lost on the way back (the connection reset
 //     once SQS had stored the messages) is sent again by the SDK: a
 //     standard queue then holds each of its messages twice, reported sent,
-//     both copies under the message's idempotency key (given, or
-//     generated: see Config.DisableGeneratedKeys);
+//     both copies under the message's idempotency key (given, or generated
+//     when it has room for one: see Config.DisableGeneratedKeys);
 //   - a call cut short (ctx cancelled, a lost connection, a timeout) may
 //     have been carried out by SQS although its messages are reported as
 //     failed; sending them again then makes duplicates;
@@ -611,26 +637,30 @@ func (p *Producer) contextAttributes(ctx context.Context) map[string]sqsworker.M
 	return p.cfg.Attributes(ctx)
 }
 
-// decorate returns m as sent at now (see schedule), with a generated
-// idempotency key when it needs one (see Config.DisableGeneratedKeys) and
-// the attributes of Config.Attributes (extra), when they fit, and check's
-// verdict on it. Each message is checked once; only one that does not fit
-// with them is checked again, left without extra first, then without the
-// generated key, then without both: the key keeps a lost answer's second
-// copy from running the job twice, the context's attributes only trace it.
-// An attribute of extra that is invalid in itself is kept, and refused. A
-// message that fits in none of these ways is returned as given, with its
-// own error.
+// decorate returns m as sent at now (see schedule), with the attributes of
+// Config.Attributes (extra) and a generated idempotency key (see
+// Config.DisableGeneratedKeys) when they fit, and check's verdict on it.
+// The key is added only where it takes nothing else's room (see
+// keyFits). Each message is checked once; only one that does not fit with
+// extra is checked again, without extra, with the key if it fits then, and
+// without either. An attribute of extra that is invalid in itself is kept,
+// and refused. A message that fits in none of these ways is returned as
+// given, with its own error.
 func (p *Producer) decorate(ctx context.Context, m Message, extra map[string]sqsworker.MessageAttribute, now time.Time) (Message, error) {
 	m = schedule(m, now)
-	keyed := m
-	generated := p.needsKey(m, extra)
-	if generated {
-		keyed.IdempotencyKey = jobkey.New()
+	limit, known := p.limit(ctx)
+	var key string
+	if p.needsKey(m, extra) {
+		key = jobkey.New()
 	}
-	full := withAttributes(keyed, extra)
-	err := p.check(ctx, full)
-	if err == nil || !generated && len(extra) == 0 {
+	full := withAttributes(m, extra)
+	if key != "" {
+		if keyed := withKey(full, key); keyFits(keyed, limit, known) {
+			full = keyed
+		}
+	}
+	err := p.checkWithin(full, limit)
+	if err == nil || len(extra) == 0 {
 		return full, err
 	}
 	for name, a := range extra {
@@ -638,14 +668,29 @@ func (p *Producer) decorate(ctx context.Context, m Message, extra map[string]sqs
 			return full, err // a hook's own mistake is refused, not hidden
 		}
 	}
-	if generated && len(extra) > 0 {
-		for _, try := range []Message{keyed, withAttributes(m, extra)} {
-			if p.check(ctx, try) == nil {
-				return try, nil
-			}
-		}
+	if keyed := withKey(m, key); key != "" && keyFits(keyed, limit, known) && p.checkWithin(keyed, limit) == nil {
+		return keyed, nil
 	}
-	return m, p.check(ctx, m)
+	return m, p.checkWithin(m, limit)
+}
+
+// withKey returns m with the idempotency key key ("" for none).
+func withKey(m Message, key string) Message {
+	m.IdempotencyKey = key
+	return m
+}
+
+// keyFits reports whether m, with a generated key, leaves the room the key
+// must not take: an attribute for the failure metadata of a dead-letter
+// copy (so at most nine), and a size within the queue's MaximumMessageSize
+// limit, or keyRoomUnknown when that is not known (the queue's may be
+// lower than the 1 MiB assumed: the key must not get a message refused
+// that SQS took without it).
+func keyFits(m Message, limit int, known bool) bool {
+	if !known {
+		limit = min(limit, keyRoomUnknown)
+	}
+	return attributeCount(m) < sqsworker.MaxMessageAttributes && Size(m) <= limit
 }
 
 // needsKey reports whether m, to be sent with the attributes extra, gets a

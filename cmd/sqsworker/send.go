@@ -86,8 +86,8 @@ win on the same name).
 
 The idempotency key is sent as the "idempotency-key" attribute, which the
 idempotency middleware reads. A message of a standard queue without one gets
-a generated key ("auto:" and 26 random characters) when it fits in SQS's
-limits, so that a call SQS stored but whose answer was lost, which the SDK
+a generated key ("auto:" and 26 random characters) when it has room for it
+(up to nine attributes with it, and within the queue's size), so that a call SQS stored but whose answer was lost, which the SDK
 sends again, runs its jobs once under that middleware; sending a file again
 makes new keys, so give each line an idempotencyKey to cover a second run. FIFO queues (names ending in .fifo) need a
 message group (--group or "groupId"), and a deduplication ID unless the queue
