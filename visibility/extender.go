@@ -68,10 +68,14 @@ type Config struct {
 	// Default a third of Threshold, at most 10s.
 	Interval time.Duration
 	// MaxLifetime is the longest a message is kept invisible, counted from
-	// its receive. Default and at most 12h, SQS's own limit.
+	// its receive. Default and at most 12h, SQS's own limit, which SQS
+	// counts from its own receive, before the one the Extender is told:
+	// extensions end 30 s short of 12h.
 	MaxLifetime time.Duration
-	// MaxInFlight bounds the batch calls of one round made at once.
-	// Default 4.
+	// MaxInFlight bounds the batch calls of one round made at once. Raise
+	// it with the messages received at once: a round must extend them
+	// all within the time they have left (Threshold), each call taking as
+	// long as SQS does to answer. Default 4 (the worker's: its Pollers).
 	MaxInFlight int
 	// OnExtend, if set, runs after every successful extension with the
 	// message and the time it is now invisible until.
@@ -334,8 +338,8 @@ func (l *Lease) OnExtend(f func(until time.Time)) {
 // lease from a released one. Calling it more than once is harmless.
 //
 // No extension is sent for the message once Release is called, and one
-// already sent is waited for (at most Config.Interval, the longest an
-// extension call may take): a visibility change sent after Release returns
+// already sent is waited for (at most Config.Interval, or 2 s when that is
+// shorter, the longest an extension call may take): a visibility change sent after Release returns
 // reaches SQS after every extension, which would otherwise undo it (a
 // shorter visibility, or a longer one), and Deadline counts an extension
 // that landed meanwhile. A lease being acknowledged (Acknowledging) is not
@@ -525,27 +529,44 @@ func (e *Extender) Round(ctx context.Context) {
 		wg.Go(func() {
 			defer func() { <-sem }()
 			e.extend(ctx, batch)
+			e.ranOutIn(batch)
 		})
 	}
 	wg.Wait()
 	e.ranOutIn(due)
 }
 
-// ranOutIn ends the leases of ls whose deadline has passed.
+// ranOutIn ends the leases of ls whose deadline has passed, but for those
+// whose extension call is under way: SQS may have applied it, its answer
+// not yet read. Such a lease is seen when its call returns (extend's
+// caller calls ranOutIn again), within the call's timeout.
 func (e *Extender) ranOutIn(ls []*Lease) {
 	now := time.Now()
+	var out []*Lease
+	e.mu.Lock()
 	for _, l := range ls {
-		if !now.Before(l.deadline()) {
-			e.ranOut(l)
+		if !l.ended && l.calls == 0 && !now.Before(l.deadline()) {
+			out = append(out, l)
 		}
+	}
+	e.mu.Unlock()
+	for _, l := range out {
+		e.ranOut(l)
 	}
 }
 
+// twelveHourMargin is kept from SQS's 12 hours, which it counts from its
+// own receive, earlier than a lease's receivedAt by the time its answer
+// took: an extension planned to end at 12 hours from receivedAt is refused.
+const twelveHourMargin = 30 * time.Second
+
 // extensionEnd is when an extension of l sent at t would end: Extension
-// after t, or earlier at l's MaxLifetime, in whole seconds from t.
+// after t, or earlier at l's MaxLifetime (12 hours less twelveHourMargin at
+// most), in whole seconds from t.
 func (e *Extender) extensionEnd(l *Lease, t time.Time) time.Time {
 	d := e.cfg.Extension
-	if capAt := l.receivedAt.Add(e.cfg.MaxLifetime); capAt.Before(t.Add(d)) {
+	life := min(e.cfg.MaxLifetime, sqsworker.MaxVisibilityTimeout-twelveHourMargin)
+	if capAt := l.receivedAt.Add(life); capAt.Before(t.Add(d)) {
 		d = capAt.Sub(t).Truncate(time.Second)
 	}
 	return t.Add(d)
@@ -566,6 +587,26 @@ func (e *Extender) expire(l *Lease) {
 		e.expired.Add(1)
 		e.log.Warn("message reached its maximum lifetime; no longer extended", "message_id", l.msg.ID, "max_lifetime", e.cfg.MaxLifetime)
 	}
+}
+
+// minCallTimeout is the least time an extension call is given while none
+// of its leases runs out sooner: enough for an SDK retry or a new
+// connection, which a short Interval (a third of half a 2 s visibility
+// timeout) is not.
+const minCallTimeout = 2 * time.Second
+
+// callTimeout bounds the extension call of sends, made at start: Interval,
+// or longer, up to minCallTimeout, while the earliest deadline of its
+// leases is further. A call never outlives that deadline by more than
+// Interval, so that LossLag holds.
+func (e *Extender) callTimeout(sends []pending, start time.Time) time.Duration {
+	earliest := sends[0].l.deadline()
+	for _, p := range sends[1:] {
+		if d := p.l.deadline(); d.Before(earliest) {
+			earliest = d
+		}
+	}
+	return max(e.cfg.Interval, min(minCallTimeout, earliest.Sub(start)))
 }
 
 // pending is one extension of a call: the lease and when its message will be
@@ -643,7 +684,7 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 		}
 	}
 	e.calls.Add(1)
-	cctx, cancel := context.WithTimeout(ctx, e.cfg.Interval)
+	cctx, cancel := context.WithTimeout(ctx, e.callTimeout(sends, start))
 	defer cancel()
 	out, err := e.api.ChangeMessageVisibilityBatch(cctx, in, e.opts...)
 	if err != nil {
@@ -656,10 +697,21 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 	for _, f := range out.Failed {
 		failed[aws.ToString(f.Id)] = f
 	}
+	ok := make(map[string]bool, len(out.Successful))
+	for _, r := range out.Successful {
+		ok[aws.ToString(r.Id)] = true
+	}
 	var hooks []func()
 	for i, p := range sends {
-		f, bad := failed[strconv.Itoa(i)]
+		id := strconv.Itoa(i)
+		f, bad := failed[id]
 		switch {
+		case !bad && !ok[id]:
+			// In neither list of the answer: not known to be extended.
+			// Tried again next round, as a failed call's leases are.
+			if !p.l.released() {
+				e.log.Warn("extending visibility: the answer does not name the message; retrying next round", "message_id", p.l.msg.ID)
+			}
 		case !bad:
 			e.extended.Add(1)
 			if run := e.extendedTo(&sends[i]); run != nil {

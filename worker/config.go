@@ -59,7 +59,9 @@ type Config struct {
 	// however long that takes (up to Heartbeat.MaxLifetime). The worker
 	// sets its QueueURL and VisibilityTimeout; the other fields default as
 	// documented in visibility.Config, from the visibility timeout in
-	// effect. Logger defaults to Config.Logger.
+	// effect, but for MaxInFlight, which defaults to Pollers (at least 4):
+	// each receive's messages fall due together. Logger defaults to
+	// Config.Logger.
 	Heartbeat visibility.Config
 
 	// DisableHeartbeat turns the heartbeat off: messages are then held for

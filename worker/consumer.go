@@ -111,6 +111,7 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 		if hb.Logger == nil {
 			hb.Logger = cfg.Logger
 		}
+		hb.MaxInFlight = heartbeatCalls(cfg)
 		ext, err := c.exec.Heartbeat(w.api, hb, info.URL, vis)
 		if err != nil {
 			return nil, fmt.Errorf("worker: Config.Heartbeat (set DisableHeartbeat to run without): %w", err)

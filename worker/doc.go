@@ -15,7 +15,7 @@
 //
 // A worker has up to Config.Pollers receives, as many acknowledgement
 // batches (at least 4) and the heartbeat's calls (Heartbeat.MaxInFlight,
-// default 4) under way at once, and each handler a dead-letter move or a
+// by default as many as Pollers, at least 4) under way at once, and each handler a dead-letter move or a
 // delayed copy: more than the 10 idle connections per host that the SDK's
 // default HTTP client keeps. When the client is an *sqs.Client, the worker
 // makes its calls through its own HTTP client around the client's:
