@@ -42,6 +42,8 @@ func (c *Coordinator) refusalFix(err error) string {
 		return fmt.Sprintf("the credentials may not use table %s: grant the role dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:GetItem and dynamodb:DescribeTable on it (the infrastructure's IdempotencyTable.GrantStore grants them), and dynamodb:BatchGetItem to read a batch's progress", c.cfg.Table)
 	case dynamoerr.BadCredentials:
 		return fmt.Sprintf("DynamoDB does not accept the credentials of the requests to table %s (%s): check the role or the keys the process runs with, and the client's region", c.cfg.Table, code)
+	case dynamoerr.NoCredentials:
+		return fmt.Sprintf("the process could not get credentials for the requests to table %s (%s): check its role (the task's or function's, a role to assume and its trust policy) and the SDK's credential settings", c.cfg.Table, code)
 	}
 	return ""
 }

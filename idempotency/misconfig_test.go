@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
@@ -128,5 +131,78 @@ func TestWrongKeySchemaIsMisconfiguration(t *testing.T) {
 		HandleMessage(ctx, msg("schema", "payload"))
 	if !sqsworker.IsUnavailable(err) || !errors.Is(err, idempotency.ErrMisconfigured) || !strings.Contains(err.Error(), `partition key must be the string attribute "id"`) || ran {
 		t.Errorf("claim on a table keyed by another attribute: %v (ran %v); want Unavailable, ErrMisconfigured, naming the key", err, ran)
+	}
+}
+
+// The process cannot get credentials for DynamoDB (the role to assume
+// refuses them: STS AccessDenied inside the DynamoDB call's error), on the
+// emulators, with a redrive policy of maxReceiveCount 2: every claim fails
+// as Unavailable and misconfigured, naming the role; the circuit breaker
+// opens; no message is dead-lettered; once credentials come back every job
+// runs, once. Before, the error was the job's own: each claim spent a
+// counted attempt and the jobs were dead-lettered.
+func TestCredentialsNotGotWaitNotDeadLettered(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	sq := localtest.NewSQS(t)
+	db := localtest.NewDynamoDB(t)
+	store := newStore(t, db, idempotency.StoreConfig{})
+	var fail atomic.Bool
+	good := db.Options().Credentials
+	denied := localtest.NewDynamoDB(t, func(o *dynamodb.Options) {
+		o.Credentials = aws.CredentialsProviderFunc(func(ctx context.Context) (aws.Credentials, error) {
+			if fail.Load() {
+				return aws.Credentials{}, &smithy.OperationError{ServiceID: "STS", OperationName: "AssumeRoleWithWebIdentity",
+					Err: &smithy.GenericAPIError{Code: "AccessDenied", Message: "Not authorized to perform sts:AssumeRoleWithWebIdentity"}}
+			}
+			return good.Retrieve(ctx)
+		})
+	})
+	deniedStore, err := idempotency.NewDynamoStore(ctx, denied, store.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{VisibilityTimeout: 2 * time.Second, MaxReceiveCount: 2})
+	var logs logBuffer
+	guard, err := idempotency.New(deniedStore, idempotency.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eff effects
+	h := sqsworker.Chain(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		k, _ := m.Attribute(idempotency.KeyAttribute)
+		eff.add(k)
+		return nil
+	}), guard.Middleware)
+	keys := make([]string, 6)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("job-%d", i)
+	}
+	sendKeyed(t, sq, q.URL, keys)
+	w := runWorker(t, sq, worker.Config{QueueURL: q.URL, Concurrency: 2,
+		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second},
+		Breaker: sqsworker.BreakerConfig{Threshold: 3, ProbeInterval: 500 * time.Millisecond, MaxProbeInterval: time.Second}}, h)
+	localtest.Eventually(t, 120*time.Second, func() bool { return guard.Stats().StoreErrors >= int64(2*len(keys)) },
+		"claims not tried: %+v", guard.Stats())
+	if v, f, d := localtest.Depth(t, sq, q.DLQURL); v+f+d != 0 {
+		t.Errorf("while credentials could not be got: %d messages dead-lettered", v+f+d)
+	}
+	if s := w.Stats(); s.BreakerOpens == 0 || s.Succeeded != 0 {
+		t.Errorf("while credentials could not be got: worker %+v; want the breaker opened, nothing succeeded", s)
+	}
+	fail.Store(false)
+	localtest.Eventually(t, 120*time.Second, func() bool { return drained(t, sq, q.URL) }, "queue not drained once credentials came back: %+v", w.Stats())
+	got := eff.snapshot()
+	for _, k := range keys {
+		if got[k] != 1 {
+			t.Errorf("%s: %d effects, want 1", k, got[k])
+		}
+	}
+	if v, f, d := localtest.Depth(t, sq, q.DLQURL); v+f+d != 0 {
+		t.Errorf("%d messages dead-lettered", v+f+d)
+	}
+	if out := logs.String(); !strings.Contains(out, "could not get credentials") || !strings.Contains(out, "AccessDenied") {
+		t.Errorf("the log does not say credentials could not be got:\n%s", out)
 	}
 }

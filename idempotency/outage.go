@@ -30,8 +30,8 @@ func isConflict(err error) bool {
 
 // ErrMisconfigured matches the errors of store requests that DynamoDB
 // refused for the store's configuration, not for the job: the table does
-// not exist, the credentials may not use it or are not accepted, or its key
-// schema does not fit the store. A DynamoStore returns them marked
+// not exist, the credentials may not use it, are not accepted or could not
+// be got, or its key schema does not fit the store. A DynamoStore returns them marked
 // sqsworker.Unavailable, so that the runtimes' circuit breaker opens and
 // the jobs wait (rather than spend their receives and be dead-lettered)
 // until an operator fixes the table; the error says what to fix.
@@ -52,6 +52,8 @@ func misconfiguration(err error, table, keyAttr string, validation bool) string 
 		return fmt.Sprintf("the credentials may not write to table %s: grant the role dynamodb:PutItem, dynamodb:UpdateItem, dynamodb:DeleteItem, dynamodb:GetItem and dynamodb:DescribeTable on it (the infrastructure's IdempotencyTable.GrantStore grants them) (and, with the handler's writes, the actions of those writes on their tables)", table)
 	case why == dynamoerr.BadCredentials:
 		return fmt.Sprintf("DynamoDB does not accept the credentials of the requests to table %s (%s): check the role or the keys the process runs with, and the client's region", table, code)
+	case why == dynamoerr.NoCredentials:
+		return fmt.Sprintf("the process could not get credentials for the requests to table %s (%s): check its role (the task's or function's, a role to assume and its trust policy) and the SDK's credential settings", table, code)
 	case validation && code == "ValidationException":
 		return fmt.Sprintf("table %s does not fit the store: its partition key must be the string attribute %q (StoreConfig.KeyAttr), with no sort key; recreate the table (idempotency.CreateTable) or correct StoreConfig", table, keyAttr)
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -33,6 +34,10 @@ var outageCodes = map[string]bool{
 	"ServiceUnavailableException":            true,
 	"RequestTimeout":                         true,
 	"RequestTimeoutException":                true,
+	// STS failing to reach the identity provider of a web identity (EKS,
+	// ECS roles): the credentials of the request could not be got, for
+	// now (see NoCredentials).
+	"IDPCommunicationError": true,
 }
 
 // outageReasons are the cancellation reasons of a transaction that say
@@ -97,6 +102,12 @@ const (
 	// BadCredentials: DynamoDB does not accept the credentials (unknown,
 	// expired, or a bad signature).
 	BadCredentials
+	// NoCredentials: the SDK could not get credentials for the request,
+	// which DynamoDB never saw: the role to assume refused them (STS
+	// AccessDenied, InvalidIdentityToken), the instance or task has no
+	// role, the SSO session expired. Not when getting them failed for an
+	// outage (Outage).
+	NoCredentials
 )
 
 // credentialCodes are the error codes of requests whose credentials
@@ -117,7 +128,14 @@ var credentialCodes = map[string]bool{
 // fixes the table, the role or the region.
 func Refused(err error) (Refusal, string) {
 	var api smithy.APIError
-	if !errors.As(err, &api) {
+	hasCode := errors.As(err, &api)
+	if noCredentials(err) && !Outage(err) {
+		if hasCode {
+			return NoCredentials, api.ErrorCode()
+		}
+		return NoCredentials, "credentials"
+	}
+	if !hasCode {
 		return NotRefused, ""
 	}
 	switch code := api.ErrorCode(); {
@@ -130,4 +148,25 @@ func Refused(err error) (Refusal, string) {
 	default:
 		return NotRefused, code
 	}
+}
+
+// noCredentials reports whether err failed in getting the request's
+// credentials, before it was sent: the SDK's identity resolution ("get
+// identity: ..."), or a call of another service on its way (STS, SSO, the
+// instance metadata service) inside the DynamoDB operation's error.
+func noCredentials(err error) bool {
+	if err == nil {
+		return false
+	}
+	for e := err; e != nil; {
+		var op *smithy.OperationError
+		if !errors.As(e, &op) {
+			break
+		}
+		if op.ServiceID != "DynamoDB" {
+			return true
+		}
+		e = op.Err
+	}
+	return strings.Contains(err.Error(), "get identity: ")
 }

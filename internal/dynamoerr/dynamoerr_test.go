@@ -53,3 +53,39 @@ func TestOutage(t *testing.T) {
 		}
 	}
 }
+
+// credsErr is the error of a DynamoDB request whose credentials could not
+// be got, as the SDK wraps it: inner is the credential provider's error.
+func credsErr(inner error) error {
+	return &smithy.OperationError{ServiceID: "DynamoDB", OperationName: "PutItem",
+		Err: fmt.Errorf("get identity: get credentials: failed to refresh cached credentials, %w", inner)}
+}
+
+func stsErr(code string) error {
+	return &smithy.OperationError{ServiceID: "STS", OperationName: "AssumeRoleWithWebIdentity", Err: &smithy.GenericAPIError{Code: code, Message: "m"}}
+}
+
+// Credentials that could not be got: a refusal (the role to assume, no
+// instance role) is NoCredentials, the operator's to fix; STS or the
+// metadata service failing for now is an outage.
+func TestCredentialsNotGot(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		refuse Refusal
+		outage bool
+	}{
+		{credsErr(stsErr("AccessDenied")), NoCredentials, false},
+		{credsErr(stsErr("InvalidIdentityToken")), NoCredentials, false},
+		{credsErr(errors.New("no EC2 IMDS role found")), NoCredentials, false},
+		{credsErr(stsErr("IDPCommunicationError")), NotRefused, true},
+		{credsErr(&smithy.OperationError{ServiceID: "ec2imds", OperationName: "GetMetadata", Err: context.DeadlineExceeded}), NotRefused, true},
+		{apiErr("AccessDeniedException"), AccessDenied, false},
+	} {
+		if got, _ := Refused(c.err); got != c.refuse {
+			t.Errorf("Refused(%v) = %v, want %v", c.err, got, c.refuse)
+		}
+		if got := Outage(c.err); got != c.outage {
+			t.Errorf("Outage(%v) = %v, want %v", c.err, got, c.outage)
+		}
+	}
+}
