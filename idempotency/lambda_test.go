@@ -4,12 +4,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -170,5 +172,95 @@ func TestLambdaCompletionEndsByDeadline(t *testing.T) {
 				t.Errorf("stats = %+v, want failed requests", s)
 			}
 		})
+	}
+}
+
+// slowCommit is DynamoDB applying a commit 120 ms after it is sent, whether
+// or not its caller still waits for the answer.
+type slowCommit struct{ *dynamodb.Client }
+
+func (s slowCommit) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	select {
+	case <-time.After(120 * time.Millisecond):
+	case <-ctx.Done():
+		// Under way all the same: DynamoDB applies it.
+	}
+	out, err := s.Client.TransactWriteItems(context.WithoutCancel(ctx), in, opts...)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return out, err
+}
+
+// A handler that returns just before its deadline in a Lambda invocation
+// with a small safety margin (200 ms), its commit taking 120 ms, on the
+// fake SQS and DynamoDB Local: the work after the handler ends before the
+// invocation stops waiting for the record, so that the record is settled
+// by its outcome, not given up as a handler that ignores its context (whose
+// record, reported failed with its visibility left alone, SQS moves to the
+// dead-letter queue on its last receive, though its job was done). Sent
+// again, the job is not run again. Before, the commit could run 250 ms past
+// the handlers' deadline, past the invocation's give-up.
+func TestLambdaJustInTimeCommitSettlesItsRecord(t *testing.T) {
+	t.Parallel()
+	db := localtest.NewDynamoDB(t)
+	table := newStore(t, db, idempotency.StoreConfig{}).Config().Table
+	effects := newEffectsTable(t, db)
+	store, err := idempotency.NewDynamoStore(context.Background(), slowCommit{db}, idempotency.StoreConfig{Table: table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int32
+	h := guard.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		runs.Add(1)
+		if dl, ok := ctx.Deadline(); ok {
+			time.Sleep(time.Until(dl) - 20*time.Millisecond) // done just in time
+		}
+		return idempotency.AddWrites(ctx, effectWrite(effects, "payment-80"))
+	}))
+	f := sqstest.NewFake()
+	url := f.CreateQueue("payments", nil)
+	var logs logBuffer
+	fn, err := lambda.NewHandler(h, lambda.Config{Client: f, SafetyMargin: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Send(url, "charge 10 EUR", func(in *sqs.SendMessageInput) {
+		in.MessageAttributes = map[string]types.MessageAttributeValue{
+			idempotency.KeyAttribute: {DataType: aws.String("String"), StringValue: aws.String("payment-80")},
+		}
+	})
+	invoke := func(timeout time.Duration) events.SQSEventResponse {
+		out, _ := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MessageAttributeNames: []string{"All"}, VisibilityTimeout: 1,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+		if len(out.Messages) != 1 {
+			t.Fatalf("received %d messages, want 1", len(out.Messages))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		resp, err := fn(ctx, sqstest.SQSEvent(sqstest.QueueARN("payments"), out.Messages))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	invoke(1500 * time.Millisecond)
+	if strings.Contains(logs.String(), "ignores its context") {
+		t.Errorf("a record whose handler returned was given up as one that ignores its context:\n%s", logs.String())
+	}
+	time.Sleep(1100 * time.Millisecond) // the first receive's visibility timeout, if the record was not released
+	if resp := invoke(10 * time.Second); len(resp.BatchItemFailures) != 0 {
+		t.Errorf("sent again: %v, want the record done", resp)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want once", n)
+	}
+	if n := applied(t, db, effects, "payment-80"); n != 1 {
+		t.Errorf("the effect was applied %d times, want once", n)
 	}
 }

@@ -774,8 +774,11 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		hctx, cancel = context.WithDeadlineCause(ctx, deadline.Add(-margin/2), ErrDeadline)
 		defer cancel()
 		// What finishes a job after its handler (the idempotency
-		// middleware's completion) ends by then too.
-		hctx = stopby.With(hctx, deadline.Add(-margin/2))
+		// middleware's completion) ends by then too, or shortly after for
+		// a handler done just in time, but before the invocation stops
+		// waiting (moveBy): a record whose commit landed is then not
+		// reported as a handler that ignores its context.
+		hctx = stopby.With(hctx, deadline.Add(-margin/2), deadline.Add(-margin*3/8))
 		// Handlers not ended by the time the moves must end ignore their
 		// context: the invocation stops waiting for them then, so that
 		// Lambda gets the outcome of the others.

@@ -35,34 +35,45 @@ func (c *cause) Is(target error) bool { return target == ErrStopping }
 
 type key struct{}
 
-// With returns ctx carrying t.
-func With(ctx context.Context, t time.Time) context.Context {
-	return context.WithValue(ctx, key{}, t)
+// limits are the times a context carries: see With.
+type limits struct{ soft, hard time.Time }
+
+// With returns ctx carrying soft, the time by which the work after its
+// handler should end, and hard, the latest it may end (the time the runtime
+// stops waiting for the job's outcome), or zero for none.
+func With(ctx context.Context, soft, hard time.Time) context.Context {
+	return context.WithValue(ctx, key{}, limits{soft, hard})
 }
 
-// From returns the time ctx carries, if any.
+// From returns the soft time ctx carries, if any.
 func From(ctx context.Context) (time.Time, bool) {
-	t, ok := ctx.Value(key{}).(time.Time)
-	return t, ok
+	l, ok := ctx.Value(key{}).(limits)
+	return l.soft, ok
 }
 
 // Late is the least time End gives the work after a handler that returned
-// shortly before the time its context carries, or after it: an answer from
-// a healthy dependency, and not much of what is left of a Lambda
+// shortly before the soft time its context carries, or after it: an answer
+// from a healthy dependency, and not much of what is left of a Lambda
 // invocation after its handlers' deadline (half its safety margin, at
 // least 100ms).
 const Late = 250 * time.Millisecond
 
 // End returns when the work after a handler that ran with ctx must end, as
-// of now: the time ctx carries, or Late after now if that is later. ok is
-// false when ctx carries none: the process does not stop then.
+// of now: the soft time ctx carries, or Late after now if that is later,
+// but never past its hard time, after which the runtime no longer waits for
+// the job's outcome (it would report a job whose work landed as not done).
+// ok is false when ctx carries none: the process does not stop then.
 func End(ctx context.Context, now time.Time) (end time.Time, ok bool) {
-	end, ok = From(ctx)
+	l, ok := ctx.Value(key{}).(limits)
 	if !ok {
 		return time.Time{}, false
 	}
+	end = l.soft
 	if late := now.Add(Late); late.After(end) {
 		end = late
+	}
+	if !l.hard.IsZero() && end.After(l.hard) {
+		end = l.hard
 	}
 	return end, true
 }

@@ -13,7 +13,7 @@ func TestWithFrom(t *testing.T) {
 		t.Error("a context without a stop time has one")
 	}
 	at := time.Now().Add(time.Second)
-	ctx, cancel := context.WithTimeout(With(context.Background(), at), time.Minute)
+	ctx, cancel := context.WithTimeout(With(context.Background(), at, time.Time{}), time.Minute)
 	defer cancel()
 	if got, ok := From(ctx); !ok || !got.Equal(at) {
 		t.Errorf("From = %v, %v, want %v", got, ok, at)
@@ -37,18 +37,24 @@ func TestCause(t *testing.T) {
 	}
 }
 
-// End gives the time the context carries, or Late from now when that is
-// later, and nothing without one.
+// End gives the soft time the context carries, or Late from now when that
+// is later but no later than its hard time, and nothing without one.
 func TestEnd(t *testing.T) {
 	now := time.Now()
 	if _, ok := End(context.Background(), now); ok {
 		t.Error("End of a context carrying no time: ok")
 	}
 	at := now.Add(time.Second)
-	if got, ok := End(With(context.Background(), at), now); !ok || !got.Equal(at) {
+	if got, ok := End(With(context.Background(), at, time.Time{}), now); !ok || !got.Equal(at) {
 		t.Errorf("End a second ahead = %v, %v, want %v", got, ok, at)
 	}
-	if got, ok := End(With(context.Background(), now.Add(-time.Second)), now); !ok || !got.Equal(now.Add(Late)) {
+	if got, ok := End(With(context.Background(), now.Add(-time.Second), time.Time{}), now); !ok || !got.Equal(now.Add(Late)) {
 		t.Errorf("End a second past = %v, %v, want Late from now", got, ok)
+	}
+	// Late from now goes no further than the hard time: the runtime stops
+	// waiting for the job's outcome then.
+	hard := now.Add(50 * time.Millisecond)
+	if got, ok := End(With(context.Background(), now.Add(-time.Second), hard), now); !ok || !got.Equal(hard) {
+		t.Errorf("End past the soft time, 50ms before the hard one = %v, %v, want the hard time", got, ok)
 	}
 }
