@@ -363,6 +363,13 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		// would share one record.
 		return sqsworker.Permanent(fmt.Errorf("idempotency: message %s: its idempotency key is not valid UTF-8: encode binary keys (hex or base64)", m.ID))
 	}
+	if outer, ok := ctx.Value(pendingKey{}).(*pending); ok && outer.key == key && sameStore(outer.store, g.store) {
+		// Nested in a middleware that holds this key's claim in the same
+		// records (a Guard in its own chain twice): that claim covers
+		// this run, and its writes. A claim of its own would find it, and
+		// postpone the job for as long as the outer one failed for it.
+		return next.HandleMessage(ctx, m)
+	}
 	now := g.now()
 	hash := g.cfg.PayloadHash(m)
 	if g.cache != nil {
@@ -455,7 +462,7 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		k.extendTo(lease.Deadline())
 	}
 	var result []byte
-	p := &pending{key: key}
+	p := &pending{key: key, store: g.store}
 	p.wc, _ = g.store.(WriteCommitter)
 	herr := call(context.WithValue(context.WithValue(hctx, resultKey{}, &result), pendingKey{}, p), next, m)
 	writes, size, refused := p.seal()
@@ -886,3 +893,19 @@ func (g *Guard) takeOverGrace(lease *visibility.Lease) time.Duration {
 // clockSkew is the room left for the clocks of two hosts, and for a
 // receive's round trip, when a claim is taken over (see Receive).
 const clockSkew = time.Second
+
+// sameStore reports whether a and b keep their records in the same place:
+// the same Store, or two DynamoStores of one table and key prefix.
+func sameStore(a, b Store) (same bool) {
+	da, aok := a.(*DynamoStore)
+	db, bok := b.(*DynamoStore)
+	if aok && bok {
+		return da.tableName == db.tableName && da.region == db.region && da.account == db.account && da.cfg.KeyPrefix == db.cfg.KeyPrefix
+	}
+	defer func() {
+		if recover() != nil { // a Store of a type == cannot compare
+			same = false
+		}
+	}()
+	return a == b
+}

@@ -206,3 +206,72 @@ func TestCredentialsNotGotWaitNotDeadLettered(t *testing.T) {
 		t.Errorf("the log does not say credentials could not be got:\n%s", out)
 	}
 }
+
+// Two Guards of one DynamoDB table nested in one handler chain (two stores
+// made for it, on DynamoDB Local): the inner runs the handler under the
+// outer's claim, once, and its writes commit with it. It claimed the key
+// again, found the outer claim, and postponed the job on every receive.
+func TestNestedGuardsOfOneTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := localtest.NewDynamoDB(t)
+	outerStore := newStore(t, db, idempotency.StoreConfig{})
+	innerStore, err := idempotency.NewDynamoStore(ctx, db, outerStore.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	effects := newEffectsTable(t, db)
+	outer, _ := idempotency.New(outerStore, idempotency.Config{})
+	inner, _ := idempotency.New(innerStore, idempotency.Config{})
+	var runs atomic.Int32
+	h := outer.Middleware(inner.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		runs.Add(1)
+		return idempotency.AddWrites(ctx, effectWrite(effects, "order-nested"))
+	})))
+	m := &sqsworker.Message{ID: "m-1", Body: "b", MessageAttributes: map[string]sqsworker.MessageAttribute{
+		idempotency.KeyAttribute: {DataType: "String", StringValue: "order-nested"}}}
+	if err := h.HandleMessage(ctx, m); err != nil || runs.Load() != 1 {
+		t.Fatalf("%v, the handler ran %d times; want nil, once", err, runs.Load())
+	}
+	if n := applied(t, db, effects, "order-nested"); n != 1 {
+		t.Errorf("the effect was applied %d times, want once", n)
+	}
+	// Sent again: a duplicate, not run.
+	if err := h.HandleMessage(ctx, m); err != nil || runs.Load() != 1 {
+		t.Errorf("again: %v, the handler ran %d times; want nil, once in all", err, runs.Load())
+	}
+}
+
+// cutAfterPut is DynamoDB applying a claim whose caller's context was
+// cancelled meanwhile (the runtime stopping): the PutItem lands, the caller
+// sees its context's error.
+type cutAfterPut struct{ *dynamodb.Client }
+
+func (c cutAfterPut) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if _, err := c.Client.PutItem(context.WithoutCancel(ctx), in, opts...); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("operation error DynamoDB: PutItem: %w", context.Canceled)
+}
+
+// A claim written by DynamoDB while its caller was cut short is deleted,
+// on DynamoDB Local: the message's next receive claims the key at once. It
+// was left in place, holding the key until its lease ended (the visibility
+// timeout and ClaimGrace later).
+func TestClaimCutShortIsForgotten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := localtest.NewDynamoDB(t)
+	store := newStore(t, db, idempotency.StoreConfig{})
+	cut, err := idempotency.NewDynamoStore(ctx, cutAfterPut{db}, store.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cut.Claim(ctx, "order-cut", "h", time.Now().Add(time.Hour), idempotency.Receive{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Claim: %v, want the context's cancellation", err)
+	}
+	token, existing, err := store.Claim(ctx, "order-cut", "h", time.Now().Add(time.Hour), idempotency.Receive{})
+	if err != nil || existing != nil || token == "" {
+		t.Errorf("the next claim: token %q, existing %+v, %v; want the key free", token, existing, err)
+	}
+}

@@ -134,24 +134,43 @@ func TestDuplicateWaitsForAHolderInTheSameGuard(t *testing.T) {
 	}
 }
 
-// A Guard's middleware nested in its own (a configuration mistake) does not
-// wait for itself.
+// A Guard's middleware nested in its own (a configuration mistake), or in
+// another Guard's of the same store, does not wait for itself, and runs the
+// handler once, under the outer claim. The inner one claimed the key again,
+// found the outer claim and postponed the job: the handler never ran, the
+// job postponed on every receive, never dead-lettered.
 func TestNestedGuardDoesNotWaitForItself(t *testing.T) {
-	g, err := New(NewMemStore(0), Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	store := NewMemStore(0)
+	g, err := New(store, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.localWait = time.Hour
-	h := g.Middleware(g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil })))
-	done := make(chan error, 1)
-	go func() { done <- h.HandleMessage(context.Background(), keyed("m-1")) }()
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the inner middleware waits for the outer one")
+	other, err := New(store, Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if s := g.Stats(); s.Waited != 0 {
-		t.Errorf("stats %+v", s)
+	g.localWait, other.localWait = time.Hour, time.Hour
+	for name, inner := range map[string]*Guard{"itself": g, "another Guard of the store": other} {
+		var runs atomic.Int64
+		h := g.Middleware(inner.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+			runs.Add(1)
+			return nil
+		})))
+		done := make(chan error, 1)
+		m := keyed("m-" + name)
+		m.MessageAttributes[KeyAttribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: "order-" + name}
+		go func() { done <- h.HandleMessage(context.Background(), m) }()
+		select {
+		case err := <-done:
+			if err != nil || runs.Load() != 1 {
+				t.Errorf("nested in %s: %v, the handler ran %d times; want nil, once", name, err, runs.Load())
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("nested in %s: the inner middleware waits for the outer one", name)
+		}
+	}
+	if s := g.Stats(); s.Waited != 0 || s.Claimed != 2 {
+		t.Errorf("stats %+v, want 2 claims, no wait", s)
 	}
 }
 

@@ -414,7 +414,10 @@ func (s *DynamoStore) Claim(ctx context.Context, key, payloadHash string, leaseU
 		}
 		return token, nil, nil
 	}
-	if retryable(err) && !errors.Is(err, context.Canceled) {
+	if retryable(err) {
+		// Cut short too (the runtime stopping, the lease lost): the
+		// claim may have been written, and would hold the key until its
+		// lease ended. forget outlives ctx, for a moment.
 		s.forget(ctx, key, token)
 	}
 	return "", nil, s.fail("claiming", key, err)

@@ -59,8 +59,9 @@ type pendingKey struct{}
 // pending is what the middleware keeps for one handler run: its key and the
 // writes it added, to commit with the claim's completion.
 type pending struct {
-	key string // "" when the handler runs without a claim
-	wc  WriteCommitter
+	key   string // "" when the handler runs without a claim
+	store Store  // whose record the claim of key is
+	wc    WriteCommitter
 
 	mu      sync.Mutex
 	writes  []types.TransactWriteItem
