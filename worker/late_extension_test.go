@@ -242,9 +242,9 @@ func stopBehindLateExtension(t *testing.T, q lateQueue) {
 	}
 }
 
-// A message received nearly 12 hours ago (about 11h59m30s), released at the
-// shutdown deadline, cannot be hidden until the last receives have surely
-// ended: SQS keeps a message invisible for at most 12 hours from its
+// A message received nearly 12 hours ago (about 11h59m, its heartbeat
+// ending 30s short of 12h), released at the shutdown deadline, cannot be
+// hidden until the last receives have surely ended: SQS keeps a message invisible for at most 12 hours from its
 // receive. Its stop hide, cut to what the 12 hours leave less a minute's
 // slack (nothing), would make it visible at once, before its lease ends,
 // for the other loop's long poll under way to take; it keeps its lease
@@ -264,7 +264,7 @@ func TestFakeStopHideNearTwelveHours(t *testing.T) {
 			}))
 		f.Send(url, "m")
 		received := <-started
-		time.Sleep(12*time.Hour - 45*time.Second - time.Since(received))
+		time.Sleep(12*time.Hour - 75*time.Second - time.Since(received)) // the heartbeat stops 30s short of 12h
 		synctest.Wait()
 		// The heartbeat extends the lease by 30s once 15s or less are left.
 		if left := time.Until(time.Unix(0, until.Load())); left > 20*time.Second {
