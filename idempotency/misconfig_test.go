@@ -13,6 +13,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
@@ -273,5 +274,41 @@ func TestClaimCutShortIsForgotten(t *testing.T) {
 	token, existing, err := store.Claim(ctx, "order-cut", "h", time.Now().Add(time.Hour), idempotency.Receive{})
 	if err != nil || existing != nil || token == "" {
 		t.Errorf("the next claim: token %q, existing %+v, %v; want the key free", token, existing, err)
+	}
+}
+
+// noOldItem is a DynamoAPI that drops the record DynamoDB returns with a
+// failed condition (ALL_OLD).
+type noOldItem struct{ *dynamodb.Client }
+
+func (c noOldItem) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := c.Client.PutItem(ctx, in, opts...)
+	var failed *ddbtypes.ConditionalCheckFailedException
+	if errors.As(err, &failed) {
+		return nil, &ddbtypes.ConditionalCheckFailedException{Message: failed.Message}
+	}
+	return out, err
+}
+
+// A claim whose failed condition comes back without the record (a
+// DynamoAPI wrapper that drops it), on DynamoDB Local, is the store's
+// misconfiguration: unavailable, saying what to fix. It was read as
+// another holder's claim with no lease, and the job postponed every second
+// for ever.
+func TestClaimAnswerWithoutRecordIsMisconfiguration(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := localtest.NewDynamoDB(t)
+	store := newStore(t, db, idempotency.StoreConfig{})
+	if _, _, err := store.Claim(ctx, "order-held", "h", time.Now().Add(time.Hour), idempotency.Receive{}); err != nil {
+		t.Fatal(err)
+	}
+	stripped, err := idempotency.NewDynamoStore(ctx, noOldItem{db}, store.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, existing, err := stripped.Claim(ctx, "order-held", "h", time.Now().Add(time.Hour), idempotency.Receive{})
+	if !sqsworker.IsUnavailable(err) || !errors.Is(err, idempotency.ErrMisconfigured) || !strings.Contains(err.Error(), "ALL_OLD") {
+		t.Errorf("Claim: existing %+v, %v; want unavailable, misconfigured, naming ALL_OLD", existing, err)
 	}
 }

@@ -449,6 +449,12 @@ func (s *DynamoStore) putClaim(ctx context.Context, key, token string, item map[
 	}, s.opts...)
 	var taken *types.ConditionalCheckFailedException
 	if errors.As(err, &taken) {
+		if len(taken.Item) == 0 {
+			// DynamoDB returns the record that failed the condition
+			// (ALL_OLD): without it, another holder with no lease would be
+			// read, and the job postponed every second for ever.
+			return nil, sqsworker.Unavailable(fmt.Errorf("%w: the claim's condition failed and the answer has no record (ReturnValuesOnConditionCheckFailure ALL_OLD): the DynamoAPI given to NewDynamoStore must pass DynamoDB's answer on whole", ErrMisconfigured))
+		}
 		if r := s.record(key, taken.Item); r.Token != token {
 			return r, nil
 		}
