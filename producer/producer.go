@@ -294,13 +294,8 @@ func (p *Producer) Send(ctx context.Context, m Message) (string, error) {
 	return aws.ToString(out.MessageId), nil
 }
 
-// check validates m for this queue: Validate's rules, then those that
-// depend on the queue.
-func (p *Producer) check(ctx context.Context, m Message) error {
-	return p.checkWithin(m, p.maxSize(ctx))
-}
-
-// checkWithin is check, the queue's MaximumMessageSize being limit.
+// checkWithin validates m for this queue, whose MaximumMessageSize is
+// limit: Validate's rules, then those that depend on the queue.
 func (p *Producer) checkWithin(m Message, limit int) error {
 	if err := Validate(m, p.fifo); err != nil {
 		return err
@@ -639,7 +634,7 @@ func (p *Producer) contextAttributes(ctx context.Context) map[string]sqsworker.M
 
 // decorate returns m as sent at now (see schedule), with the attributes of
 // Config.Attributes (extra) and a generated idempotency key (see
-// Config.DisableGeneratedKeys) when they fit, and check's verdict on it.
+// Config.DisableGeneratedKeys) when they fit, and checkWithin's verdict on it.
 // The key is added only where it takes nothing else's room (see
 // keyFits). Each message is checked once; only one that does not fit with
 // extra is checked again, without extra, with the key if it fits then, and
