@@ -189,6 +189,13 @@ func (k *keeper) lost(cause error) {
 // the deadline after the first; each failed one counts in
 // Stats.StoreErrors. It returns op's last error.
 func (g *Guard) retry(ctx context.Context, deadline time.Time, op func(context.Context) error) error {
+	if ctx.Err() != nil {
+		// No time left before the first attempt (a Lambda invocation
+		// about to stop waiting for the record): a request sent now
+		// could land after the record's outcome is reported. Not a
+		// failure of the store's.
+		return fmt.Errorf("%w: %w", errNoTime, context.Cause(ctx))
+	}
 	for attempt := 1; ; attempt++ {
 		end := time.Now().Add(attemptTimeout)
 		if attempt > 1 {
@@ -218,6 +225,11 @@ func (g *Guard) retry(ctx context.Context, deadline time.Time, op func(context.C
 	}
 }
 
+// errNoTime is the error of a request to finish a claim (complete, commit,
+// release) not sent because no time was left for it: the handler returned
+// at the end of the time the process had (see stopby.End). Not an outage.
+var errNoTime = errors.New("idempotency: no time left to record the job's outcome: its handler returned too close to the Lambda invocation's deadline (it ignored its context's deadline)")
+
 // permanentCodes are the error codes of DynamoDB requests that retrying
 // cannot fix: the request itself, the table or the credentials are wrong.
 // Throttling, which DynamoDB models as a client fault, is not among them.
@@ -242,7 +254,8 @@ var permanentCodes = map[string]bool{
 // items); network errors, timeouts, throttling, transaction conflicts and
 // server faults may pass, and so may the errors of other stores.
 func retryable(err error) bool {
-	if errors.Is(err, ErrNotHolder) || errors.Is(err, errRecordRefused) || errors.Is(err, ErrInvalidWrites) {
+	if errors.Is(err, ErrNotHolder) || errors.Is(err, errRecordRefused) || errors.Is(err, ErrInvalidWrites) ||
+		errors.Is(err, ErrMisconfigured) || errors.Is(err, errNoTime) {
 		return false
 	}
 	var cancelled *TransactionCanceledError

@@ -900,7 +900,10 @@ func sameStore(a, b Store) (same bool) {
 	da, aok := a.(*DynamoStore)
 	db, bok := b.(*DynamoStore)
 	if aok && bok {
-		return da.tableName == db.tableName && da.region == db.region && da.account == db.account && da.cfg.KeyPrefix == db.cfg.KeyPrefix
+		// A table named by its ARN in one and by its name in the other
+		// has an account in one only.
+		sameAccount := da.account == db.account || da.account == "" || db.account == ""
+		return da.tableName == db.tableName && da.region == db.region && sameAccount && da.cfg.KeyPrefix == db.cfg.KeyPrefix
 	}
 	defer func() {
 		if recover() != nil { // a Store of a type == cannot compare

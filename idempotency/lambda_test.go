@@ -17,6 +17,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/stopby"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -262,5 +263,39 @@ func TestLambdaJustInTimeCommitSettlesItsRecord(t *testing.T) {
 	}
 	if n := applied(t, db, effects, "payment-80"); n != 1 {
 		t.Errorf("the effect was applied %d times, want once", n)
+	}
+}
+
+// A handler that returns when no time is left before the Lambda invocation
+// stops waiting for its record (it ignored its context's deadline), on
+// DynamoDB Local: its commit is not sent (it could land after the record is
+// reported), and the job's error says so, not marked unavailable: no
+// DynamoDB outage for the circuit breaker to count. It was sent with a
+// context already ended, failed locally, and counted as an outage.
+func TestNoTimeLeftToCommitIsNoOutage(t *testing.T) {
+	t.Parallel()
+	db := localtest.NewDynamoDB(t)
+	store := newStore(t, db, idempotency.StoreConfig{})
+	effects := newEffectsTable(t, db)
+	guard, err := idempotency.New(store, idempotency.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := guard.Middleware(sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		return idempotency.AddWrites(ctx, effectWrite(effects, "payment-81"))
+	}))
+	past := time.Now().Add(-time.Second)
+	ctx := stopby.With(context.Background(), past, past)
+	m := &sqsworker.Message{ID: "m-81", Body: "charge", MessageAttributes: map[string]sqsworker.MessageAttribute{
+		idempotency.KeyAttribute: {DataType: "String", StringValue: "payment-81"}}}
+	err = h.HandleMessage(ctx, m)
+	if err == nil || sqsworker.IsUnavailable(err) || !strings.Contains(err.Error(), "no time left") {
+		t.Errorf("HandleMessage: %v; want the job's error, saying no time was left, not unavailable", err)
+	}
+	if n := applied(t, db, effects, "payment-81"); n != 0 {
+		t.Errorf("the effect was applied %d times, want none", n)
+	}
+	if s := guard.Stats(); s.StoreErrors != 0 {
+		t.Errorf("stats %+v: want no store error", s)
 	}
 }

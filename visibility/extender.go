@@ -75,7 +75,8 @@ type Config struct {
 	// MaxInFlight bounds the batch calls of one round made at once. Raise
 	// it with the messages received at once: a round must extend them
 	// all within the time they have left (Threshold), each call taking as
-	// long as SQS does to answer. Default 4 (the worker's: its Pollers).
+	// long as SQS does to answer. Default 4 (the worker's: its Pollers, at
+	// least 4).
 	MaxInFlight int
 	// OnExtend, if set, runs after every successful extension with the
 	// message and the time it is now invisible until.
@@ -315,8 +316,10 @@ func (l *Lease) Deadline() time.Time { return l.deadline() }
 
 // LossLag bounds how long after its Deadline a lease whose extensions fail
 // is seen lost and its context cancelled, while the Extender runs: two of
-// Config.Interval, the wait for a round and for the call under way in it,
-// each bounded by Interval. (A Config.OnExtend or Lease.OnExtend hook that
+// Config.Interval, the wait for a round, and the wait within it (a round
+// looks at its leases every Interval while its calls are under way, and a
+// call runs at most an Interval past the earliest deadline of its own
+// leases). (A Config.OnExtend or Lease.OnExtend hook that
 // blocks holds its round up, and the bound with it.) Another receive of the
 // message may come from SQS at the Deadline already: the idempotency
 // middleware keeps a claim from such a receive for this long more.
@@ -338,8 +341,8 @@ func (l *Lease) OnExtend(f func(until time.Time)) {
 // lease from a released one. Calling it more than once is harmless.
 //
 // No extension is sent for the message once Release is called, and one
-// already sent is waited for (at most Config.Interval, or 2 s when that is
-// shorter, the longest an extension call may take): a visibility change sent after Release returns
+// already sent is waited for (at most the longer of Config.Interval and
+// 2 s, the longest an extension call may take): a visibility change sent after Release returns
 // reaches SQS after every extension, which would otherwise undo it (a
 // shorter visibility, or a longer one), and Deadline counts an extension
 // that landed meanwhile. A lease being acknowledged (Acknowledging) is not
@@ -513,18 +516,16 @@ func (e *Extender) Round(ctx context.Context) {
 	}
 	sem := make(chan struct{}, e.cfg.MaxInFlight)
 	var wg sync.WaitGroup
+	// While calls are under way, the leases whose deadline passes (those
+	// whose extension failed, those still waiting for their call) are
+	// seen lost every Interval, not when a slow call of the round ends
+	// (see LossLag).
+	tick := time.NewTicker(e.cfg.Interval)
+	defer tick.Stop()
 	for batch := range slices.Chunk(due, maxBatch) {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done(): // Run is stopping: no more calls
+		if !e.turn(ctx, sem, tick.C, due) {
+			break // Run is stopping: no more calls
 		}
-		if ctx.Err() != nil {
-			break
-		}
-		// A call that hangs holds its turn for up to Interval: the
-		// leases whose deadline passed meanwhile, those whose extension
-		// failed and those still waiting for their call alike, are seen
-		// lost now, not a round later (see LossLag).
 		e.ranOutIn(due)
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -532,8 +533,33 @@ func (e *Extender) Round(ctx context.Context) {
 			e.ranOutIn(batch)
 		})
 	}
-	wg.Wait()
+	calls := make(chan struct{})
+	go func() { wg.Wait(); close(calls) }() // ends with the round's calls
+	for waiting := true; waiting; {
+		select {
+		case <-calls:
+			waiting = false
+		case <-tick.C:
+			e.ranOutIn(due)
+		}
+	}
 	e.ranOutIn(due)
+}
+
+// turn waits for a free call of the round (sem), seeing the leases of due
+// that ran out at every tick meanwhile. It reports false when ctx ends
+// first.
+func (e *Extender) turn(ctx context.Context, sem chan struct{}, tick <-chan time.Time, due []*Lease) bool {
+	for {
+		select {
+		case sem <- struct{}{}:
+			return true
+		case <-ctx.Done():
+			return false
+		case <-tick:
+			e.ranOutIn(due)
+		}
+	}
 }
 
 // ranOutIn ends the leases of ls whose deadline has passed, but for those

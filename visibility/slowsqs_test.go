@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -201,5 +202,56 @@ func TestEntryMissingFromTheAnswerIsNotExtended(t *testing.T) {
 			t.Errorf("stats %+v, deadline in %s, lease %v; want not extended, 10s left, held", s, lease.Deadline().Sub(start), context.Cause(ctx))
 		}
 		lease.Release()
+	})
+}
+
+// hangOrFail fails at once the calls that carry the receipt handle fail,
+// and holds the others until their context ends (SQS swallowing them).
+type hangOrFail struct {
+	*sqstest.Fake
+	fail string
+}
+
+func (h *hangOrFail) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	if aws.ToString(in.Entries[0].ReceiptHandle) == h.fail {
+		return nil, errors.New("connection reset")
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A lease whose extension failed at once is seen lost within LossLag of its
+// deadline while another call of the round hangs for its own leases' time
+// (up to 2 s): the round looks at its leases every Interval meanwhile. It
+// was seen only when the hanging call ended, 1.8 s after its deadline with
+// a LossLag of 1.33 s.
+func TestLossSeenWithinLossLagWhileACallHangs(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 4*time.Second, 11)
+		e, err := visibility.New(&hangOrFail{Fake: f, fail: msgs[0].ReceiptHandle},
+			visibility.Config{QueueURL: url, VisibilityTimeout: 4 * time.Second, MaxInFlight: 2, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		ctx, lease := e.Track(context.Background(), msgs[0], now.Add(-3800*time.Millisecond)) // 200 ms left
+		for _, m := range msgs[1:] {
+			e.Track(context.Background(), m, now.Add(-2*time.Second)) // 2 s left
+		}
+		lost := make(chan time.Time, 1)
+		go func() {
+			<-ctx.Done()
+			lost <- time.Now()
+		}()
+		e.Round(context.Background())
+		synctest.Wait()
+		var lostAt time.Time
+		select {
+		case lostAt = <-lost:
+		default:
+		}
+		if lostAt.IsZero() || lostAt.Sub(lease.Deadline()) > lease.LossLag() {
+			t.Errorf("the lease was seen lost %s after its deadline (at %v), want within LossLag %s", lostAt.Sub(lease.Deadline()), lostAt.Sub(now), lease.LossLag())
+		}
 	})
 }

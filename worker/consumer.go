@@ -339,8 +339,9 @@ func (c *consumer) Retry(j *executor.Job, vis time.Duration) {
 // release of a message's lease waits for a heartbeat extension under way no
 // later than ackFlushGrace past the shutdown deadline (the handlers cut
 // short then wait that long at most), so that an extension SQS does not
-// answer, which the heartbeat gives up only after its Interval, does not
-// hold the stop up for an Interval past the deadline. An extension SQS
+// answer, which the heartbeat gives up only after its Interval (2 s at
+// least, while the lease has that long), does not hold the stop up past
+// the deadline. An extension SQS
 // answers lands within the grace, before the message's visibility change,
 // which it would otherwise undo. A release that started waiting before the
 // stop keeps its wait.

@@ -199,7 +199,8 @@
 // and after any heartbeat extension of it under way has returned, so that
 // a late extension does not undo it; while stopping, that wait ends 5s
 // past the shutdown deadline at the latest, as the heartbeat gives an
-// extension that SQS does not answer up only after its Interval: a message
+// extension that SQS does not answer up only after its Interval (2 s at
+// least, while the lease has that long): a message
 // whose extension still lands after its release then comes back when the
 // extension ends, not at once.
 //

@@ -345,14 +345,14 @@ func (s *sender) hold(m producer.Message) string {
 // add queues m, the message of results[slot], sending the call before when
 // m does not fit in it; on a FIFO queue, m is not sent when hold says so.
 func (s *sender) add(m producer.Message, slot int) {
+	n := producer.Size(m)
+	if len(s.pending) > 0 && s.size+n > producer.MaxMessageSize {
+		s.flush() // before hold: a line of m's group may fail in it
+	}
 	if why := s.hold(m); why != "" {
 		s.results[slot].Error = why
 		s.failed(slot, m.GroupID, true)
 		return
-	}
-	n := producer.Size(m)
-	if len(s.pending) > 0 && s.size+n > producer.MaxMessageSize {
-		s.flush()
 	}
 	s.pending = append(s.pending, m)
 	s.slots = append(s.slots, slot)

@@ -753,3 +753,32 @@ func TestSendFIFOFailedLineHoldsItsGroup(t *testing.T) {
 		}
 	}
 }
+
+// A FIFO line whose size makes the call before it go out is held back when
+// a line of its group fails in that call: line 1 (600 KB, group a) is over
+// the queue's 512 KiB and fails in the call line 2 (500 KB, group a) sends
+// on its way; line 2 is not sent. It was queued before the call, and sent.
+func TestSendFIFOHoldAcrossASizeFlush(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true, ContentDedup: true})
+	if _, err := c.SetQueueAttributes(context.Background(), &sqs.SetQueueAttributesInput{QueueUrl: &q.URL,
+		Attributes: map[string]string{"MaximumMessageSize": "524288"}}); err != nil {
+		t.Fatal(err)
+	}
+	stdin := strings.Repeat("x", 600_000) + "\n" + strings.Repeat("y", 500_000) + "\n"
+	stdout, stderr, code := runCLI(t, stdin, "send", q.URL, "--raw", "--group", "a", "-o", "json")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\nstderr: %s", code, stderr)
+	}
+	var res []sendResult
+	if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+		t.Fatalf("%v: %s", err, stdout)
+	}
+	if len(res) != 2 || !strings.Contains(res[0].Error, "MaximumMessageSize") || !strings.Contains(res[1].Error, `line 1 of its group "a" was not sent before it`) {
+		t.Errorf("results %+v, want line 1 refused and line 2 held back", res)
+	}
+	if v, f, d := localtest.Depth(t, c, q.URL); v+f+d != 0 {
+		t.Errorf("the queue holds %d messages, want none", v+f+d)
+	}
+}

@@ -129,7 +129,7 @@ var credentialCodes = map[string]bool{
 func Refused(err error) (Refusal, string) {
 	var api smithy.APIError
 	hasCode := errors.As(err, &api)
-	if noCredentials(err) && !Outage(err) {
+	if noCredentials(err) && !Outage(err) && !errors.Is(err, context.Canceled) {
 		if hasCode {
 			return NoCredentials, api.ErrorCode()
 		}
@@ -150,6 +150,9 @@ func Refused(err error) (Refusal, string) {
 	}
 }
 
+// credentialServices are the services the SDK calls to get credentials.
+var credentialServices = map[string]bool{"STS": true, "SSO": true, "SSO OIDC": true, "ec2imds": true, "Signin": true}
+
 // noCredentials reports whether err failed in getting the request's
 // credentials, before it was sent: the SDK's identity resolution ("get
 // identity: ..."), or a call of another service on its way (STS, SSO, the
@@ -163,7 +166,7 @@ func noCredentials(err error) bool {
 		if !errors.As(e, &op) {
 			break
 		}
-		if op.ServiceID != "DynamoDB" {
+		if credentialServices[op.ServiceID] {
 			return true
 		}
 		e = op.Err

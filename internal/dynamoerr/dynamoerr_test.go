@@ -89,3 +89,16 @@ func TestCredentialsNotGot(t *testing.T) {
 		}
 	}
 }
+
+// A credentials fetch cut short by the caller (shutting down) is neither a
+// refusal nor an outage; a DynamoDB-like client's own operation error (a
+// wrapper's service name) is not taken for a credentials failure.
+func TestCredentialsFetchCancelled(t *testing.T) {
+	if got, _ := Refused(credsErr(fmt.Errorf("sts: %w", context.Canceled))); got != NotRefused {
+		t.Errorf("a cancelled credentials fetch: %v, want NotRefused", got)
+	}
+	dax := &smithy.OperationError{ServiceID: "DAX", OperationName: "PutItem", Err: &smithy.GenericAPIError{Code: "ValidationException"}}
+	if got, _ := Refused(dax); got != NotRefused {
+		t.Errorf("another client's operation error: %v, want NotRefused", got)
+	}
+}
