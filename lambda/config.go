@@ -55,10 +55,15 @@ type Config struct {
 	// Heartbeat configures the visibility heartbeat that keeps records
 	// invisible while they wait and run, for records that outlive the
 	// queue's visibility timeout. QueueURL and VisibilityTimeout are set by
-	// the adapter; the rest default as in visibility.Config. The event
-	// does not say when the event source mapping received the records: the
-	// heartbeat counts from the start of the invocation, less
-	// BatchingWindow.
+	// the adapter; the rest default as in visibility.Config, but for
+	// MaxInFlight, which defaults to DefaultHeartbeatCalls: an invocation
+	// tracks its records from its start, up to 10,000 of them. The event
+	// does not say when the event source mapping received the records:
+	// the heartbeat counts from the start of the invocation, less
+	// BatchingWindow, or from when SQS first handed a record out, if
+	// earlier, on its first receive (a batch Lambda retried while it
+	// throttled the function); it makes a round at the invocation's start,
+	// so that the records due already are extended before they run.
 	Heartbeat visibility.Config
 
 	// DisableHeartbeat turns the heartbeat off. A record whose handler
@@ -146,6 +151,9 @@ const BatchingWindowEnv = "SQSWORKER_BATCHING_WINDOW"
 // Defaults of the Config fields.
 const (
 	DefaultConcurrency = 10
+	// DefaultHeartbeatCalls is the default Heartbeat.MaxInFlight: a
+	// round of 10,000 records (1,000 calls) ends within a few seconds.
+	DefaultHeartbeatCalls = 25
 	// MinSafetyMargin is the shortest Config.SafetyMargin: the time to
 	// report failed records after the handlers' deadline.
 	MinSafetyMargin     = 200 * time.Millisecond

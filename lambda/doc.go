@@ -41,8 +41,9 @@
 //   - a record whose lease looked lost when its handler returned (the
 //     heartbeat found it lost or run out; without a heartbeat, the queue's
 //     visibility timeout had passed, counted, as the heartbeat counts it,
-//     from Config.BatchingWindow before the invocation, the earliest the
-//     event source mapping can have received it) is reported failed with its
+//     from Config.BatchingWindow before the invocation, or from when SQS
+//     first handed the record out on its first receive, if earlier) is
+//     reported failed with its
 //     visibility left alone if the handler failed (another consumer may
 //     hold it now); if the handler succeeded, its job is done: it is
 //     deleted at once and reported handled, the delete landing if SQS

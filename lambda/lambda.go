@@ -1,6 +1,7 @@
 package lambda
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -260,6 +261,7 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 		if hb.Logger == nil {
 			hb.Logger = a.cfg.Logger
 		}
+		hb.MaxInFlight = cmp.Or(hb.MaxInFlight, DefaultHeartbeatCalls)
 		ext, err := st.exec.Heartbeat(a.cfg.Client, hb, info.URL, info.VisibilityTimeout)
 		if err != nil {
 			// Failing the invocation would fail every one alike (the
@@ -794,10 +796,11 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			st.beat.join(ctx, st.ext)
 		}
 	}
-	receivedAt := start.Add(-a.cfg.BatchingWindow)
+	windowStart := start.Add(-a.cfg.BatchingWindow)
 	for i := range recs {
 		rec := &recs[i]
 		j := &rec.job
+		receivedAt := receivedAtOf(j.Msg, windowStart)
 		j.ReceivedAt, j.Ctx, j.MoveBy, j.Log = receivedAt, hctx, moveBy, states[rec.st]
 		if j.Log == nil {
 			j.Log = log
@@ -814,6 +817,16 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			// the lease bounds (a copy's send, an acknowledgement) must
 			// end by then.
 			j.LeaseEnd = receivedAt.Add(rec.st.info.VisibilityTimeout)
+		}
+	}
+
+	// A round of each heartbeat now, not an Interval later: the records
+	// due already (an invocation that started late, a batch Lambda held
+	// while it throttled the function) are extended before their handlers
+	// run, or seen lost and not run.
+	for st := range states {
+		if st.ext != nil {
+			st.ext.Round(ctx)
 		}
 	}
 
@@ -962,6 +975,18 @@ func (inv *invocation) run(rec *record) bool {
 	return ex.Run(&rec.job, rec)
 }
 
+// receivedAtOf is the earliest the event source mapping can have received
+// m, for an invocation whose batching window started at windowStart: that,
+// or the time SQS first handed m out when this is its first receive, if
+// earlier (Lambda retries a batch it could not deliver, the function
+// throttled, for as long as the records' visibility timeout allows).
+func receivedAtOf(m *sqsworker.Message, windowStart time.Time) time.Time {
+	if m.ReceiveCount == 1 && !m.FirstReceivedAt.IsZero() && m.FirstReceivedAt.Before(windowStart) {
+		return m.FirstReceivedAt
+	}
+	return windowStart
+}
+
 // report sets the visibility of the failed records, batched per queue, so
 // that they come back after their backoff delay instead of the queue's whole
 // visibility timeout.
@@ -985,7 +1010,11 @@ func (inv *invocation) report(ctx context.Context, recs []record, log *slog.Logg
 			batchers[rec.st] = b
 		}
 		vis := executor.VisibilityOf(&rec.job, rec.visibility)
-		b.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: rec.job.Msg.ReceiptHandle, MessageID: rec.job.Msg.ID, Visibility: vis})
+		// Sent, and retried, only while the record's lease holds: lost,
+		// another consumer may hold the message, which the change would
+		// show or hide under it.
+		b.Add(ackbatch.ChangeVisibility, ackbatch.Entry{ReceiptHandle: rec.job.Msg.ReceiptHandle, MessageID: rec.job.Msg.ID, Visibility: vis,
+			Owner: (*executor.LeaseOwner)(&rec.job)})
 	}
 	fctx := context.WithoutCancel(ctx)
 	if d, ok := ctx.Deadline(); ok {

@@ -431,7 +431,7 @@ func (h *hidden) Acked(error)              {}
 // change queues the visibility change of a job's message, retried while
 // its lease holds.
 func (c *consumer) change(j *executor.Job, vis time.Duration) {
-	c.changeOwned(j, vis, (*retrying)(j))
+	c.changeOwned(j, vis, (*executor.LeaseOwner)(j))
 }
 
 // changeOwned queues the visibility change of a job's message with owner
@@ -460,12 +460,6 @@ type deleting executor.Job
 func (d *deleting) Valid(now time.Time) bool { return (*executor.Job)(d).Held(now) }
 func (d *deleting) Acked(error)              { (*executor.Job)(d).Done() }
 
-// retrying is a job as the ackbatch.Owner of its visibility change: retried
-// while its lease holds, which executor ended before the change was sent.
-type retrying executor.Job
-
-func (r *retrying) Valid(now time.Time) bool { return (*executor.Job)(r).Held(now) }
-func (r *retrying) Acked(error)              {}
 
 // Abandon leaves the message alone.
 func (c *consumer) Abandon(*executor.Job) {}

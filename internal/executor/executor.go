@@ -132,6 +132,18 @@ func (j *Job) Held(now time.Time) bool {
 	return j.LeaseEnd.IsZero() || now.Before(j.LeaseEnd)
 }
 
+// LeaseOwner is a Job as the ackbatch.Owner of its message's visibility
+// change: sent, and retried, only while its lease holds. Once the lease is
+// lost or run out another consumer may hold the message: the change would
+// show it, or hide it, under that consumer.
+type LeaseOwner Job
+
+// Valid reports whether the job's lease holds at now.
+func (o *LeaseOwner) Valid(now time.Time) bool { return (*Job)(o).Held(now) }
+
+// Acked does nothing: the change's outcome needs no follow-up.
+func (o *LeaseOwner) Acked(error) {}
+
 // Acknowledging tells the heartbeat that the message's delete is on its
 // way: the lease is still extended until Done, but a rejected extension
 // then means the delete landed.
