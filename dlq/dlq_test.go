@@ -568,3 +568,32 @@ func TestReplayedCopyRedrivenBackIsNotReplayedAgain(t *testing.T) {
 		t.Errorf("%d messages in the source queue, want the other job's copy", v+f)
 	}
 }
+
+// A queue given by an ARN of another region than the client's is refused,
+// naming the region to give the client: GetQueueUrl finds a queue by name
+// and account in the client's region, and opened the queue of the same
+// name there, which a purge or a replay would then act on. As a replay's
+// destination too.
+func TestOpenRefusesAnARNOfAnotherRegion(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv()
+	ctx := context.Background()
+	other := strings.Replace(sqstest.QueueARN("orders-dlq"), ":us-east-1:", ":eu-west-1:", 1)
+	if other == sqstest.QueueARN("orders-dlq") {
+		t.Fatalf("the fake's ARNs are not of us-east-1: %s", other)
+	}
+	if _, err := Open(ctx, e.f, other, Config{Force: true}); !errors.Is(err, ErrOtherRegion) || !strings.Contains(err.Error(), "--region eu-west-1") {
+		t.Errorf("Open(%s): %v, want it refused, naming the region", other, err)
+	}
+	q, err := Open(ctx, e.f, sqstest.QueueARN("orders-dlq"), Config{})
+	if err != nil {
+		t.Fatalf("Open by the ARN of the client's region: %v", err)
+	}
+	otherSource := strings.Replace(sqstest.QueueARN("orders"), ":us-east-1:", ":eu-west-1:", 1)
+	if _, err := q.Target(ctx, otherSource); !errors.Is(err, ErrOtherRegion) {
+		t.Errorf("Target(%s): %v, want it refused", otherSource, err)
+	}
+	if n := e.f.Calls(sqstest.OpReceiveMessage); n != 0 {
+		t.Errorf("%d receives", n)
+	}
+}

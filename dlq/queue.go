@@ -202,6 +202,9 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 		return nil, fmt.Errorf("dlq: reading the attributes of queue %s: %w", nameOrURL, err)
 	}
 	a := out.Attributes
+	if err := sameARN(nameOrURL, a["QueueArn"]); err != nil {
+		return nil, err
+	}
 	q := &Queue{
 		URL: u, ARN: a["QueueArn"], Name: queueName(u),
 		FIFO: a["FifoQueue"] == "true" || queue.IsFIFOURL(u),
@@ -242,6 +245,30 @@ func Open(ctx context.Context, api API, nameOrURL string, cfg Config) (*Queue, e
 		}
 	}
 	return q, nil
+}
+
+// ErrOtherRegion is matched by the error of a queue given by an ARN of
+// another region, partition or account than the queue the client reached
+// by its name.
+var ErrOtherRegion = errors.New("the queue's ARN is not that of the queue reached")
+
+// sameARN checks that the queue given as nameOrURL, when an ARN, is the
+// queue read, whose ARN is got: GetQueueUrl finds a queue by its name and
+// account in the client's region, so that an ARN of another region would
+// open the queue of the same name in this one.
+func sameARN(nameOrURL, got string) error {
+	if !strings.HasPrefix(nameOrURL, "arn:") || got == "" || nameOrURL == got {
+		return nil
+	}
+	want, err := ParseARN(nameOrURL)
+	if err != nil {
+		return err
+	}
+	fix := "give the client that region (--region " + want.Region + ", or AWS_REGION)"
+	if have, err := ParseARN(got); err == nil && have.Region == want.Region {
+		fix = "check the ARN's partition and account"
+	}
+	return fmt.Errorf("dlq: %s is a queue of region %s, account %s, but the client reached %s: %s: %w", nameOrURL, want.Region, want.Account, got, fix, ErrOtherRegion)
 }
 
 // resolveURL turns a queue name, URL or ARN into its URL, without the
@@ -444,6 +471,9 @@ func (q *Queue) Target(ctx context.Context, nameOrURL string) (Target, error) {
 		if IsQueueMissing(err) {
 			return Target{}, &QueueMissingError{Queue: nameOrURL, Err: err}
 		}
+		return Target{}, err
+	}
+	if err := sameARN(nameOrURL, t.ARN); err != nil {
 		return Target{}, err
 	}
 	if err := q.checkTarget(t); err != nil {
