@@ -549,6 +549,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		r.replayed[identity] = m.ID
 	}
 	deleted := true
+	var stopErr error // a delete SQS refused stops the run
 	dctx, cancelDelete := context.WithTimeout(context.WithoutCancel(ctx), r.q.moveTimeout)
 	defer cancelDelete()
 	if err := r.deleteHeld(dctx, m); err != nil {
@@ -558,6 +559,11 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		rm.Note = joinNotes(rm.Note, fmt.Sprintf("copied, but not deleted from the dead-letter queue: %v", err))
 		r.q.log.Warn("dlq: a message was copied but not deleted from the dead-letter queue: it is in both queues",
 			"queue", r.q.URL, "message", m.ID, "destination", dest.URL, "error", err)
+		if !errors.Is(err, errNotHeld) {
+			// SQS refuses deletes (throttled, unreachable, denied): each
+			// message copied from now on would stay in both queues too.
+			stopErr = fmt.Errorf("dlq: stopped after message %s: copied to %s as %s, but SQS refused its delete from the dead-letter queue (%w); the messages not yet copied stay there: run the replay again once SQS takes deletes", m.ID, dest.Name, newID, err)
+		}
 	} else {
 		r.s.forget(m.ID)
 		r.res.Moved++
@@ -568,9 +574,9 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		Action: ActionReplay, DLQ: r.q.URL, Destination: dest.URL, OriginalMessageID: m.OriginalID(),
 		DLQMessageID: m.ID, NewMessageID: newID, Replays: rm.Replays, Filter: r.res.Filter, Deleted: deleted, Note: rm.Note,
 	}); err != nil {
-		return fmt.Errorf("dlq: message %s was moved to %s as %s, but the audit record failed: %w", m.ID, dest.Name, newID, err)
+		return errors.Join(fmt.Errorf("dlq: message %s was moved to %s as %s, but the audit record failed: %w", m.ID, dest.Name, newID, err), stopErr)
 	}
-	return nil
+	return stopErr
 }
 
 // sendFailure is what send tells of a copy that failed: whether SQS may
@@ -729,7 +735,7 @@ func (r *replayer) deleteHeld(ctx context.Context, m *Message) error {
 	until, err := r.secure(ctx, m)
 	switch {
 	case errors.Is(err, errExpired):
-		return fmt.Errorf("its visibility timeout ran out before its delete, and SQS would not hide it again (%s): it may be visible again, or held by another reader", r.lost[m.ID])
+		return fmt.Errorf("%w: its visibility timeout ran out before its delete, and SQS would not hide it again (%s): it may be visible again, or held by another reader", errNotHeld, r.lost[m.ID])
 	case err != nil:
 		until = before
 	}
@@ -738,13 +744,22 @@ func (r *replayer) deleteHeld(ctx context.Context, m *Message) error {
 		if err != nil {
 			return err
 		}
-		return errors.New("its visibility timeout ran out while it was hidden again (SQS was slow to answer)")
+		return fmt.Errorf("%w: its visibility timeout ran out while it was hidden again (SQS was slow to answer)", errNotHeld)
 	}
 	dctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	_, err = r.q.api.DeleteMessage(dctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}, r.q.opts...)
+	var stale *types.ReceiptHandleIsInvalid
+	if errors.As(err, &stale) {
+		return fmt.Errorf("%w: %w", errNotHeld, err)
+	}
 	return err
 }
+
+// errNotHeld is matched by the error of a delete of a message no longer
+// held (its receipt handle stale, or its hide run out): that message's
+// fault, not SQS refusing deletes.
+var errNotHeld = errors.New("the message is no longer held")
 
 // drop deletes m, a copy of a job this run replayed (m.DuplicateOf), from
 // the dead-letter queue, or in a dry run notes that it would. It is

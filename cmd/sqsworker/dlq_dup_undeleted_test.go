@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -74,4 +75,39 @@ func TestDlqReplayDuplicateNotDeletedExits1(t *testing.T) {
 		t.Errorf("audit: %v", actions)
 	}
 	waitVisible(t, c, q.DLQURL, 1)
+}
+
+// A replay whose delete SQS refuses (the proxy refuses every DeleteMessage
+// after the first) stops after that message, rather than copying every
+// other one into both queues, and prints the message's note: three jobs,
+// the first moved, the second copied but not deleted, the third left in the
+// dead-letter queue. Before, every message was copied, each left in both
+// queues, and the notes the error pointed to were not printed.
+func TestDlqReplayStopsWhenDeletesAreRefused(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	for i := range 3 {
+		f := sqsworker.Failure{ErrorClass: "c", Error: "boom", SourceQueue: q.URL, MessageID: fmt.Sprint("m-", i), FailedAt: time.Now().UTC()}
+		sendDeadLettered(t, c, q.DLQURL, fmt.Sprint("job-", i), f, nil)
+	}
+	waitVisible(t, c, q.DLQURL, 3)
+	cmd := exec.Command(buildCLI(t), "dlq", "replay", q.DLQURL, "--yes", "--audit", filepath.Join(t.TempDir(), "audit.jsonl"))
+	cmd.Env = append(cliEnv(), "AWS_ENDPOINT_URL_SQS="+refusingProxy(t))
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if code != 1 || !strings.Contains(out.String(), "note: message ") || !strings.Contains(out.String(), "copied, but not deleted") ||
+		!strings.Contains(out.String(), "stopped after message") {
+		t.Errorf("exit %d, want 1, the note printed and the replay stopped:\n%s", code, out.String())
+	}
+	if got := drainAtLeast(t, c, q.URL, 2); len(got) != 2 {
+		t.Errorf("the source queue holds %d copies, want 2 (the first moved, the second copied)", len(got))
+	}
+	waitVisible(t, c, q.DLQURL, 2)
 }

@@ -263,6 +263,13 @@ func (d *dlqCmd) printReplay(q *dlq.Queue, res *dlq.ReplayResult, o replayOption
 		}
 	}
 	w := a.err
+	if a.output != "json" {
+		for _, m := range res.Messages {
+			if m.Note != "" {
+				fmt.Fprintf(w, "note: message %s (original %s): %s\n", m.MessageID, m.OriginalMessageID, m.Note)
+			}
+		}
+	}
 	for _, s := range res.Stayed {
 		fmt.Fprintf(w, "stays: message %s (original %s): %s\n", s.MessageID, s.OriginalMessageID, s.Reason)
 	}
