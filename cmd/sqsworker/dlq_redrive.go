@@ -94,7 +94,7 @@ A dead-letter queue named "status" or "cancel" must be given by URL.`,
   sqsworker dlq redrive orders-dlq --to orders-retry --rate 50 --yes
   sqsworker dlq redrive orders-dlq --fresh --yes   # copies, without earlier attempts
   sqsworker dlq redrive status orders-dlq
-  sqsworker dlq redrive cancel "$TASK_HANDLE" --yes`,
+  sqsworker dlq redrive cancel "$TASK_HANDLE"`,
 		Args: exactArgs(1, "DLQ"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a := d.a

@@ -25,3 +25,18 @@ func TestDlqPurgeRefusesAnARNOfAnotherRegion(t *testing.T) {
 	}
 	waitVisible(t, c, q.DLQURL, 2)
 }
+
+// A replay that leaves a matching message because nothing names its source
+// queue (no failure metadata, not moved by SQS) exits 1 naming --to, on the
+// local SQS; it exited 0 with "moved 0".
+func TestDlqReplayNoSourceExits1(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	localtest.Send(t, c, q.DLQURL, "", "plain")
+	waitVisible(t, c, q.DLQURL, 1)
+	_, stderr, code := runCLI(t, "", "dlq", "replay", q.DLQURL, "--yes", "--audit", t.TempDir()+"/audit.jsonl")
+	if code != 1 || !strings.Contains(stderr, "nothing names their source queue") || !strings.Contains(stderr, "--to") {
+		t.Errorf("exit %d, want 1 naming --to:\n%s", code, stderr)
+	}
+	waitVisible(t, c, q.DLQURL, 1)
+}

@@ -227,6 +227,9 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	case res.Refused > 0:
 		return fmt.Errorf("%d matching message(s) stay in %s: their source queue does not send its dead letters there (see above); give --to to send them to a queue of your choice",
 			res.Refused, q.Name)
+	case res.NoSource > 0 && !res.DryRun:
+		return fmt.Errorf("%d matching message(s) stay in %s: nothing names their source queue (no failure metadata); give --to to send them to a queue of your choice",
+			res.NoSource, q.Name)
 	}
 	return nil
 }
