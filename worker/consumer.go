@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/ackbatch"
+	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/breaker"
 	"github.com/sqsworker/sqsworker/internal/executor"
 	"github.com/sqsworker/sqsworker/internal/outcome"
@@ -80,6 +81,17 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 	vis := cfg.VisibilityTimeout
 	if vis == 0 {
 		vis = info.VisibilityTimeout
+	}
+	if vis < time.Second {
+		// Each long poll would take the message back at once, and run
+		// it again beside itself until SQS dead-letters it.
+		return nil, fmt.Errorf("worker: queue %s has a visibility timeout of %s: a received message is visible again at once, to be run again beside itself; set the queue's VisibilityTimeout (or Config.VisibilityTimeout) to at least 1s", info.URL, vis)
+	}
+	if margin := cfg.AckInterval + min(vis/10, time.Second); cfg.DisableHeartbeat && margin >= vis/2 {
+		// Without the heartbeat a handler's deadline is the lease less
+		// this margin: every handler would be cut short at its start, or
+		// soon after, and every job dead-lettered.
+		return nil, fmt.Errorf("worker: Config.AckInterval %s leaves handlers less than half the visibility timeout %s of queue %s without the heartbeat (the acknowledgement's margin is %s): lower AckInterval, raise the visibility timeout, or turn the heartbeat on", cfg.AckInterval, vis, info.URL, margin)
 	}
 	c := &consumer{
 		w: w, cfg: cfg, info: info, log: w.log, vis: vis,
@@ -178,6 +190,10 @@ func (c *consumer) consume(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-c.w.stopping.Done():
 		sctx = *c.w.shutdownCtx.Load()
+		// Run's context ending during the stop forces it, as a later
+		// Shutdown's does.
+		unforce := context.AfterFunc(ctx, c.w.force)
+		defer unforce()
 	case fatal = <-c.fatal:
 	}
 	if sctx == nil {
@@ -217,7 +233,12 @@ func (c *consumer) stop(ctx context.Context) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		c.log.Warn("shutdown deadline passed; cancelling running handlers", "in_flight", c.w.counts.InFlight.Load())
+	case <-c.w.forced.Done():
+	}
+	select {
+	case <-done:
+	default:
+		c.log.Warn("shutdown deadline passed, or the stop forced; cancelling running handlers", "in_flight", c.w.counts.InFlight.Load())
 		if by := time.Now().Add(ackFlushGrace).UnixNano(); c.releaseBy.Load() == 0 || c.releaseBy.Load() > by {
 			c.releaseBy.Store(by) // ctx was cancelled before its deadline, or had none
 		}
@@ -460,7 +481,6 @@ type deleting executor.Job
 func (d *deleting) Valid(now time.Time) bool { return (*executor.Job)(d).Held(now) }
 func (d *deleting) Acked(error)              { (*executor.Job)(d).Done() }
 
-
 // Abandon leaves the message alone.
 func (c *consumer) Abandon(*executor.Job) {}
 
@@ -478,6 +498,17 @@ func (c *consumer) ackResult(kind ackbatch.Kind, e ackbatch.Entry, err error) {
 		c.w.counts.AckFailures.Add(1)
 		c.log.Error("acknowledgement failed; the message will come back after its visibility timeout",
 			"op", kind.String(), "message_id", e.MessageID, "error", err)
+		if awserr.IsFatal(err) && !awserr.IsInvalidParameter(err) {
+			// The call refused for the queue or the role (access
+			// denied, the queue deleted): every job would run, fail to
+			// be acknowledged, come back and be dead-lettered by SQS,
+			// though healthy. Run stops with the error, as for a receive
+			// refused so.
+			select {
+			case c.fatal <- fmt.Errorf("worker: %s refused on %s (grant the role sqs:DeleteMessage and sqs:ChangeMessageVisibility on the queue): %w", kind, c.info.URL, err):
+			default:
+			}
+		}
 	case kind == ackbatch.Delete:
 		c.w.counts.Deleted.Add(1)
 	}

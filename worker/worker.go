@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"golang.org/x/time/rate"
@@ -65,6 +66,11 @@ type Worker struct {
 	stopping    context.Context
 	stop        context.CancelFunc
 	shutdownCtx atomic.Pointer[context.Context]
+	// forced is cancelled when a later Shutdown's context, or Run's, ends
+	// during the stop: the handlers still running are cut short then, as
+	// at the first Shutdown's deadline.
+	forced context.Context
+	force  context.CancelFunc
 
 	// pool holds the handler slots: the Worker's own, or a MultiWorker's
 	// shared by its queues, of which this is number qi.
@@ -117,6 +123,7 @@ func newWorker(api API, cfg Config) *Worker {
 		w.limits = limits{rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.RateBurst)}
 	}
 	w.stopping, w.stop = context.WithCancel(context.Background())
+	w.forced, w.force = context.WithCancel(context.Background())
 	return w
 }
 
@@ -169,12 +176,16 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 // visibility changes, and returns. It returns ctx's error when ctx ended
 // before all of that was done; Run itself returns only once every handler
 // and receive has returned, so a handler that ignores its context holds Run
-// up. Shutdown on a worker that is not running closes it.
+// up. Shutdown on a worker that is not running closes it. A later
+// Shutdown whose ctx ends first (a second signal, say) cuts the handlers
+// short then, as does Run's context ending during the stop.
 func (w *Worker) Shutdown(ctx context.Context) error {
 	w.life.shutdown(func() {
 		w.shutdownCtx.CompareAndSwap(nil, &ctx)
 		w.stop()
 	})
+	unforce := context.AfterFunc(ctx, w.force)
+	defer unforce()
 	return w.life.wait(ctx)
 }
 
@@ -184,10 +195,18 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 // and from the start of the shutdown on.
 func (w *Worker) Ready() bool { return w.ready.Load() }
 
+// loadTimeout bounds each attempt to read the queue's attributes at start.
+const loadTimeout = 20 * time.Second
+
 // loadQueue reads the queue, retrying errors that may pass.
 func (w *Worker) loadQueue(ctx context.Context) (queue.Info, error) {
 	for attempt := 1; ; attempt++ {
-		info, err := queue.Load(ctx, w.api, w.cfg.QueueURL)
+		// Bounded: an SQS that takes the request and never answers
+		// (a stalled endpoint) would hold the start for good, and, in a
+		// MultiWorker, the lower queues counted as waiting for it.
+		lctx, cancel := context.WithTimeout(ctx, loadTimeout)
+		info, err := queue.Load(lctx, w.api, w.cfg.QueueURL)
+		cancel()
 		switch {
 		case err == nil:
 			return info, nil

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
@@ -52,6 +53,18 @@ func IsFatal(err error) bool {
 	var api smithy.APIError
 	if errors.As(err, &api) {
 		return fatalCodes[api.ErrorCode()]
+	}
+	return false
+}
+
+// IsInvalidParameter reports whether err is SQS refusing a parameter of the
+// request (InvalidParameterValue): for a batch entry, often that entry's
+// alone (an expired receipt handle).
+func IsInvalidParameter(err error) bool {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		c := api.ErrorCode()
+		return c == "InvalidParameterValue" || strings.HasSuffix(c, ".InvalidParameterValue")
 	}
 	return false
 }
