@@ -88,6 +88,11 @@ type RedrivePlan struct {
 	// carry [sqsworker.AttrPriorAttempts], which a move task keeps.
 	Sampled       int `json:"sampled"`
 	PriorAttempts int `json:"priorAttempts"`
+	// NoSource is the number of messages the sample read that SQS's own
+	// redrive did not move there (no DeadLetterQueueSourceArn: copies the
+	// runtimes sent), when no destination is given: a move task without
+	// one fails on them.
+	NoSource int `json:"noSource"`
 	// Duplicates is the number of sampled messages that are copies of a
 	// job read before them in the sample (see [Message.DuplicateOf]): a
 	// move task moves every copy, where [Queue.Replay] moves one.
@@ -208,6 +213,9 @@ func (q *Queue) sample(ctx context.Context, cfg RedriveConfig, p *RedrivePlan) e
 			if _, ok := m.MessageAttributes[sqsworker.AttrPriorAttempts]; ok {
 				p.PriorAttempts++
 			}
+			if cfg.To == "" && m.RedriveSource == "" {
+				p.NoSource++
+			}
 		}
 		p.SampleNote = res.Coverage.Shortfall()
 		if res.Truncated {
@@ -242,6 +250,10 @@ func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePl
 	}
 	if p.PriorAttempts > 0 && !cfg.KeepAttempts {
 		return p, &PriorAttemptsError{Queue: q.Name, Sampled: p.Sampled, Carrying: p.PriorAttempts}
+	}
+	if p.NoSource > 0 {
+		return p, fmt.Errorf("dlq: not started: %d of the %d message(s) read were not moved to %s by SQS (copies the runtimes sent, which name their source queue in their failure metadata instead): a message move task without a destination fails on them; use `sqsworker dlq replay %s`, which sends each to the source queue its metadata names, or give a destination (--to)",
+			p.NoSource, p.Sampled, q.Name, q.Name)
 	}
 	mt := q.api.(MoveTaskAPI) // PlanRedrive checked it
 	in := &sqs.StartMessageMoveTaskInput{SourceArn: aws.String(q.ARN)}

@@ -210,3 +210,29 @@ func TestRedriveRecordedBeforeItStarts(t *testing.T) {
 		t.Errorf("start with a failing record: %v, %d task(s) started", err, len(api.started))
 	}
 }
+
+// A redrive without a destination of a dead-letter queue holding a copy
+// the runtimes sent (no DeadLetterQueueSourceArn: SQS did not move it) is
+// refused, starting and recording nothing, and points to dlq replay: a move
+// task without a destination fails on such messages. It started, and the
+// task failed. With a destination it starts.
+func TestRedriveRefusesCopiesWithoutASourceSQSKnows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newFakeEnv()
+	redrive(t, e.f, e.orders, "moved by SQS", nil)
+	e.f.Send(e.ordersDLQ, "a runtime's copy")
+	q := openOrdersDLQ(t, e.f)
+	var recs []AuditRecord
+	audit := Audit{Record: func(_ context.Context, r AuditRecord) error { recs = append(recs, r); return nil }}
+	p, err := q.StartRedrive(ctx, RedriveConfig{Sample: 100, Audit: audit})
+	if err == nil || p == nil || p.NoSource != 1 || !strings.Contains(err.Error(), "dlq replay") {
+		t.Fatalf("start: %v, %+v; want it refused, counting the copy, naming dlq replay", err, p)
+	}
+	if n := e.f.Calls(sqstest.OpStartMessageMoveTask); n != 0 || len(recs) != 0 {
+		t.Fatalf("refused, yet %d task(s) started, %d record(s)", n, len(recs))
+	}
+	if p, err := q.StartRedrive(ctx, RedriveConfig{Sample: 100, To: "lonely", Audit: audit}); err != nil || p.NoSource != 0 || p.TaskHandle == "" {
+		t.Fatalf("start with a destination: %v, %+v", err, p)
+	}
+}

@@ -196,6 +196,10 @@ func (d *dlqCmd) printRedrive(q *dlq.Queue, p *dlq.RedrivePlan, started bool) er
 	}
 	d.printSample(p)
 	next := "use --yes to start the task"
+	if p.NoSource > 0 {
+		fmt.Fprintf(a.err, "warning: %d of the %d message(s) read were not moved here by SQS (copies the runtimes sent): a move task without --to fails on them; use `sqsworker dlq replay %s` instead\n", p.NoSource, p.Sampled, q.Name)
+		next = "--yes would not start it (see the warning)"
+	}
 	if p.PriorAttempts > 0 {
 		next = "--yes alone would not start it (see the warning): use --fresh --yes to move them without earlier attempts, or --keep-attempts --yes to start the task anyway"
 	}
