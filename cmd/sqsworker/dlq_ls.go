@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -465,12 +466,17 @@ func orDash(s string) string {
 	return s
 }
 
-// oneLine puts s on one line (line breaks and tabs become spaces) and, when
-// n > 0, cuts it to n characters with an ellipsis.
+// oneLine puts s on one line (line breaks and tabs become spaces, other
+// control characters U+FFFD, so that a message's text cannot move the
+// terminal's cursor or repaint what was printed) and, when n > 0, cuts it
+// to n characters with an ellipsis.
 func oneLine(s string, n int) string {
 	s = strings.Map(func(r rune) rune {
-		if r == '\n' || r == '\r' || r == '\t' {
+		switch {
+		case r == '\n' || r == '\r' || r == '\t':
 			return ' '
+		case unicode.IsControl(r):
+			return utf8.RuneError
 		}
 		return r
 	}, s)

@@ -40,3 +40,17 @@ func TestDlqReplayNoSourceExits1(t *testing.T) {
 	}
 	waitVisible(t, c, q.DLQURL, 1)
 }
+
+// oneLine leaves no control character a message's text could move the
+// terminal's cursor with (an ESC sequence in an error text, say).
+func TestOneLineEscapesControlCharacters(t *testing.T) {
+	got := oneLine("boom\x1b[2K\x1b[1Arepainted\u009b\x07\nnext", 0)
+	for _, r := range got {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			t.Fatalf("oneLine left a control character %U: %q", r, got)
+		}
+	}
+	if !strings.Contains(got, "boom") || !strings.Contains(got, "repainted") || !strings.Contains(got, " next") {
+		t.Errorf("oneLine = %q", got)
+	}
+}
