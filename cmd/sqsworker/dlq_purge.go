@@ -2,8 +2,10 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -47,7 +49,11 @@ reported done, with a warning.`,
 			name := q.Name
 			if !af.yes {
 				fmt.Fprintf(a.err, "%s\nType the queue name (%s) to confirm: ", q.PurgeWarning(ctx), name)
-				line, rerr := bufio.NewReader(a.in).ReadString('\n')
+				line, ok, rerr := readConfirmation(ctx, a.in)
+				if !ok {
+					fmt.Fprintln(a.err)
+					return fmt.Errorf("not purged: interrupted: %w", context.Cause(ctx))
+				}
 				typed := strings.TrimSpace(line)
 				switch {
 				case typed == "" && rerr != nil:
@@ -77,4 +83,26 @@ reported done, with a warning.`,
 	}
 	af.add(cmd, "purge without asking for the queue name")
 	return cmd
+}
+
+// readConfirmation reads a line of in, or gives up when ctx ends first (an
+// interrupt): ok is false then. The read runs in a goroutine of its own,
+// which ends with the read, at the latest with the process: a read of a
+// terminal cannot be cut short.
+func readConfirmation(ctx context.Context, in io.Reader) (line string, ok bool, err error) {
+	type read struct {
+		line string
+		err  error
+	}
+	got := make(chan read, 1)
+	go func() {
+		l, err := bufio.NewReader(in).ReadString('\n')
+		got <- read{l, err}
+	}()
+	select {
+	case r := <-got:
+		return r.line, true, r.err
+	case <-ctx.Done():
+		return "", false, nil
+	}
 }

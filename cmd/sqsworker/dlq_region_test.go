@@ -1,8 +1,11 @@
 package main
 
 import (
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
@@ -53,4 +56,43 @@ func TestOneLineEscapesControlCharacters(t *testing.T) {
 	if !strings.Contains(got, "boom") || !strings.Contains(got, "repainted") || !strings.Contains(got, " next") {
 		t.Errorf("oneLine = %q", got)
 	}
+}
+
+// Ctrl-C at the purge's confirmation prompt ends the command at once,
+// nothing purged, on the local SQS. The read of the confirmation ignored
+// the interrupt: the process went on waiting for a line.
+func TestDlqPurgePromptInterrupted(t *testing.T) {
+	t.Parallel()
+	bin := buildCLI(t)
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	localtest.Send(t, c, q.DLQURL, "", "a")
+	waitVisible(t, c, q.DLQURL, 1)
+	cmd := exec.Command(bin, "dlq", "purge", q.DLQURL)
+	cmd.Env = cliEnv()
+	stdin, err := cmd.StdinPipe() // kept open: nothing typed
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	var stdout, stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	localtest.Eventually(t, 60*time.Second, func() bool { return strings.Contains(stderr.String(), "to confirm") }, "no prompt: %s", stderr.String())
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the prompt did not end on Ctrl-C\nstderr: %s", stderr.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code == 0 || !strings.Contains(stderr.String(), "not purged") {
+		t.Errorf("exit %d\nstderr: %s", code, stderr.String())
+	}
+	waitVisible(t, c, q.DLQURL, 1)
 }
