@@ -3,11 +3,13 @@ package dlq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
 )
@@ -131,4 +133,47 @@ func TestDuplicatesOfRefusedCopyStay(t *testing.T) {
 		t.Errorf("replay: %v, moved %d, %d unsent, %d duplicates dropped %v; want 0, 2, 0", err, res.Moved, res.Unsent, res.Duplicates, res.Dropped)
 	}
 	e.wantDLQDepth(t, "after the replay", 2, 0)
+}
+
+// expiredDelete fails the first DeleteMessage with err.
+type expiredDelete struct {
+	API
+	err   error
+	calls int
+}
+
+func (f *expiredDelete) DeleteMessage(ctx context.Context, in *sqs.DeleteMessageInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageOutput, error) {
+	if f.calls++; f.calls == 1 {
+		return nil, f.err
+	}
+	return f.API.DeleteMessage(ctx, in, opts...)
+}
+
+// A delete refused for its own receipt handle (expired: SQS's
+// InvalidParameterValue naming the ReceiptHandle) is that message's fault:
+// the replay goes on with the others. A delete refused otherwise (the
+// network, throttling, access) stops it after that message: every message
+// copied from then on would stay in both queues too.
+func TestReplayStopsOnlyWhenSQSRefusesDeletes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		err  error
+		stop bool
+	}{
+		{"expired receipt", &smithy.GenericAPIError{Code: "InvalidParameterValue", Message: "Value x for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired."}, false},
+		{"connection reset", errors.New("connection reset"), true},
+	} {
+		e := newFakeEnv()
+		for i := range 2 {
+			fl := sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders, MessageID: fmt.Sprint("orig-", i), FailedAt: time.Now()}
+			deadLetterKeyed(e, fl, fmt.Sprint("job ", i), fmt.Sprint("order-", i))
+		}
+		q := openOrdersDLQ(t, &expiredDelete{API: e.f, err: c.err})
+		res, err := q.Replay(context.Background(), ReplayConfig{})
+		stopped := err != nil && strings.Contains(err.Error(), "stopped after message")
+		if stopped != c.stop || res == nil || res.NotDeleted != 1 {
+			t.Errorf("%s: %v, %+v; want stopped %v, one copied but not deleted", c.name, err, res, c.stop)
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/jobkey"
@@ -749,8 +750,9 @@ func (r *replayer) deleteHeld(ctx context.Context, m *Message) error {
 	dctx, cancel := context.WithTimeout(ctx, left)
 	defer cancel()
 	_, err = r.q.api.DeleteMessage(dctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}, r.q.opts...)
-	var stale *types.ReceiptHandleIsInvalid
-	if errors.As(err, &stale) {
+	var api smithy.APIError
+	if errors.As(err, &api) && staleReceipt(types.BatchResultErrorEntry{Code: aws.String(api.ErrorCode()), Message: aws.String(api.ErrorMessage())}) {
+		// The receipt handle stale or expired: this message's alone.
 		return fmt.Errorf("%w: %w", errNotHeld, err)
 	}
 	return err

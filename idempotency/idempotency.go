@@ -494,7 +494,7 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		return err
 	}
 	rec, err := g.complete(fctx, deadline, key, token, hash, result)
-	if err != nil && result != nil && !retryable(err) && !errors.Is(err, ErrNotHolder) {
+	if err != nil && result != nil && !retryable(err) && !errors.Is(err, ErrNotHolder) && !errors.Is(err, errNoTime) {
 		// Perhaps the item was too large with the result: save none.
 		log.Warn("completing with the result failed; completing without it", "error", err)
 		rec, err = g.complete(fctx, deadline, key, token, hash, nil)
@@ -691,6 +691,11 @@ func (g *Guard) commit(ctx context.Context, deadline time.Time, c Commit, size i
 	case errors.As(err, &cancelled):
 		g.cancelled.Add(1)
 		g.release(ctx, deadline, c.Key, c.Token, log)
+		return err
+	case errors.Is(err, errNoTime):
+		// Not sent: nothing applied. The claim holds until its lease
+		// ends (no time to release it either).
+		log.Error("the writes were not committed: no time was left", "error", err)
 		return err
 	case retryable(err):
 		// Unknown outcome: perhaps committed, whose record says so to the

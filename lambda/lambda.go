@@ -820,15 +820,26 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 	}
 
-	// A round of each heartbeat now, not an Interval later: the records
-	// due already (an invocation that started late, a batch Lambda held
-	// while it throttled the function) are extended before their handlers
-	// run, or seen lost and not run.
-	for st := range states {
-		if st.ext != nil {
-			st.ext.Round(ctx)
-		}
+	// A round of each heartbeat now, not an Interval later, beside the
+	// handlers: the records due already (an invocation that started late,
+	// a batch Lambda held while it throttled the function) are extended
+	// within a round trip, not left to run out. It ends by stopAt, and
+	// before the leases do (see below); a round under way does its work.
+	kctx, cancelKick := context.WithCancel(ctx)
+	if hasDeadline {
+		var cancelBy context.CancelFunc
+		kctx, cancelBy = context.WithDeadline(kctx, inv.stopAt)
+		defer cancelBy()
 	}
+	kicked := make(chan struct{})
+	go func() {
+		defer close(kicked)
+		for st := range states {
+			if st.ext != nil {
+				st.ext.TryRound(kctx)
+			}
+		}
+	}()
 
 	if fifo(recs) {
 		inv.runGroups(recs)
@@ -844,6 +855,8 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	}
 	inv.exit() // the dispatch
 	inv.wait(recs, log)
+	cancelKick()
+	<-kicked
 	// The leases the records' outcomes kept (KeepsLease) end now, while
 	// the heartbeat still runs, and before the visibility changes: an
 	// extension landing after one would undo it.

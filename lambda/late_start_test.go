@@ -172,3 +172,47 @@ func TestNoVisibilityChangeAfterTheLeaseRanOut(t *testing.T) {
 		}
 	}
 }
+
+// hangingBeat swallows every extension (SQS taking the call and never
+// answering it).
+type hangingBeat struct{ lambda.API }
+
+func (hangingBeat) ChangeMessageVisibilityBatch(ctx context.Context, _ *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// The round at the invocation's start runs beside the handlers, not before
+// them: with 300 records due (visibility 60 s, batching window 40 s) and
+// SQS swallowing every extension, the handlers run at once and the
+// invocation reports before its deadline. Run before the handlers, the
+// round held them: none ran, and the invocation ended past its deadline.
+func TestStartRoundDoesNotHoldTheHandlers(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	url := f.CreateQueue("swallowed", map[string]string{"VisibilityTimeout": "60"})
+	var msgs []types.Message
+	for i := range 300 {
+		f.Send(url, fmt.Sprint("job-", i))
+	}
+	for len(msgs) < 300 {
+		out, err := f.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &url, MaxNumberOfMessages: 10,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, out.Messages...)
+	}
+	fn, err := lambda.NewHandler(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }),
+		lambda.Config{Client: hangingBeat{f}, Logger: quiet, BatchingWindow: 40 * time.Second, Concurrency: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Second)
+	defer cancel()
+	start := time.Now()
+	resp, err := fn(ctx, sqstest.SQSEvent(sqstest.QueueARN("swallowed"), msgs))
+	if err != nil || len(resp.BatchItemFailures) != 0 || ctx.Err() != nil {
+		t.Errorf("after %s: %d failed, %v, deadline passed %v; want every record done before the deadline", time.Since(start), len(resp.BatchItemFailures), err, ctx.Err() != nil)
+	}
+}

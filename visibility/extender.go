@@ -171,6 +171,10 @@ type Extender struct {
 	cfg  Config
 	log  *slog.Logger
 
+	// rounding is held by the round under way: rounds do not overlap, so
+	// that no lease is sent in two calls at once.
+	rounding sync.Mutex
+
 	mu sync.Mutex
 	// leases lists the leases tracked, newest first, through Lease.prev
 	// and Lease.next: adding and removing one takes no hashing nor
@@ -473,8 +477,28 @@ func (e *Extender) Run(ctx context.Context) error {
 // round starts: a call that waited behind Config.MaxInFlight others still
 // extends by Config.Extension (within MaxLifetime), and a lease that ran out
 // or reached MaxLifetime meanwhile ends instead of being sent a timeout that
-// would make its message visible at once.
+// would make its message visible at once. Rounds do not overlap: a Round
+// called while another runs waits for it.
 func (e *Extender) Round(ctx context.Context) {
+	e.rounding.Lock()
+	defer e.rounding.Unlock()
+	e.round(ctx)
+}
+
+// TryRound is Round, unless a round is under way, which does its work:
+// it then returns false at once. A runtime calls it when leases may be due
+// before the next of Run's rounds (a Lambda invocation's start).
+func (e *Extender) TryRound(ctx context.Context) bool {
+	if !e.rounding.TryLock() {
+		return false
+	}
+	defer e.rounding.Unlock()
+	e.round(ctx)
+	return true
+}
+
+// round is Round, e.rounding held.
+func (e *Extender) round(ctx context.Context) {
 	now := time.Now()
 	var due, early, lost, expired []*Lease
 	e.mu.Lock()

@@ -190,10 +190,6 @@ func (c *consumer) consume(ctx context.Context) error {
 	case <-ctx.Done():
 	case <-c.w.stopping.Done():
 		sctx = *c.w.shutdownCtx.Load()
-		// Run's context ending during the stop forces it, as a later
-		// Shutdown's does.
-		unforce := context.AfterFunc(ctx, c.w.force)
-		defer unforce()
 	case fatal = <-c.fatal:
 	}
 	if sctx == nil {
@@ -238,7 +234,7 @@ func (c *consumer) stop(ctx context.Context) {
 	select {
 	case <-done:
 	default:
-		c.log.Warn("shutdown deadline passed, or the stop forced; cancelling running handlers", "in_flight", c.w.counts.InFlight.Load())
+		c.log.Warn("shutdown deadline passed, or a later Shutdown's; cancelling running handlers", "in_flight", c.w.counts.InFlight.Load())
 		if by := time.Now().Add(ackFlushGrace).UnixNano(); c.releaseBy.Load() == 0 || c.releaseBy.Load() > by {
 			c.releaseBy.Store(by) // ctx was cancelled before its deadline, or had none
 		}

@@ -153,7 +153,10 @@ func (c *consumer) poll(hctx context.Context) {
 				return
 			}
 			if awserr.IsFatal(err) {
-				c.fatal <- fmt.Errorf("worker: receiving from %s: %w", c.info.URL, err)
+				select {
+				case c.fatal <- fmt.Errorf("worker: receiving from %s: %w", c.info.URL, err):
+				case <-c.pollCtx.Done(): // stopping for another fatal error (an acknowledgement's): it is told
+				}
 				return
 			}
 			failures++

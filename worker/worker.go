@@ -66,9 +66,9 @@ type Worker struct {
 	stopping    context.Context
 	stop        context.CancelFunc
 	shutdownCtx atomic.Pointer[context.Context]
-	// forced is cancelled when a later Shutdown's context, or Run's, ends
-	// during the stop: the handlers still running are cut short then, as
-	// at the first Shutdown's deadline.
+	// forced is cancelled when a later Shutdown's context ends during the
+	// stop: the handlers still running are cut short then, as at the
+	// first Shutdown's deadline.
 	forced context.Context
 	force  context.CancelFunc
 
@@ -178,7 +178,7 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 // and receive has returned, so a handler that ignores its context holds Run
 // up. Shutdown on a worker that is not running closes it. A later
 // Shutdown whose ctx ends first (a second signal, say) cuts the handlers
-// short then, as does Run's context ending during the stop.
+// short then.
 func (w *Worker) Shutdown(ctx context.Context) error {
 	w.life.shutdown(func() {
 		w.shutdownCtx.CompareAndSwap(nil, &ctx)

@@ -357,6 +357,9 @@ func listRows(ms []*dlq.Message, body, dups bool) [][]string {
 		if body {
 			r = append(r, oneLine(m.Body, 60))
 		}
+		for i := range r {
+			r[i] = oneLine(r[i], 0) // every cell may come from the message
+		}
 		rows = append(rows, r)
 	}
 	return rows
@@ -365,7 +368,7 @@ func listRows(ms []*dlq.Message, body, dups bool) [][]string {
 func (a *app) showMessage(m *dlq.Message, body bool) error {
 	f := m.Failure
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	line := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, oneLine(v, 0)) } // every value may come from the message
 	line("Message ID", m.ID)
 	line("Original ID", m.OriginalID())
 	if m.GroupID != "" {
@@ -407,7 +410,7 @@ func (a *app) showMessage(m *dlq.Message, body bool) error {
 		fmt.Fprintln(tw, "Attributes:")
 		for _, k := range names {
 			v := m.MessageAttributes[k]
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", k, v.DataType, attributeValue(v))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", oneLine(k, 0), oneLine(v.DataType, 0), oneLine(attributeValue(v), 0))
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -196,12 +196,12 @@ func (d *dlqCmd) printRedrive(q *dlq.Queue, p *dlq.RedrivePlan, started bool) er
 	}
 	d.printSample(p)
 	next := "use --yes to start the task"
-	if p.NoSource > 0 {
-		fmt.Fprintf(a.err, "warning: %d of the %d message(s) read were not moved here by SQS (copies the runtimes sent): a move task without --to fails on them; use `sqsworker dlq replay %s` instead\n", p.NoSource, p.Sampled, q.Name)
-		next = "--yes would not start it (see the warning)"
-	}
 	if p.PriorAttempts > 0 {
 		next = "--yes alone would not start it (see the warning): use --fresh --yes to move them without earlier attempts, or --keep-attempts --yes to start the task anyway"
+	}
+	if p.NoSource > 0 {
+		fmt.Fprintf(a.err, "warning: %d of the %d message(s) read carry no DeadLetterQueueSourceArn (SQS's redrive did not move them here: copies the runtimes sent): a move task without --to fails on them; use `sqsworker dlq replay %s` instead\n", p.NoSource, p.Sampled, q.Name)
+		next = "--yes would not start it (see the warning)"
 	}
 	_, err := fmt.Fprintf(a.out, "dry run: would move %s of %s to %s, %s; %s\n", count, q.Name, dest, rate, next)
 	return err
