@@ -255,7 +255,7 @@ var permanentCodes = map[string]bool{
 // server faults may pass, and so may the errors of other stores.
 func retryable(err error) bool {
 	if errors.Is(err, ErrNotHolder) || errors.Is(err, errRecordRefused) || errors.Is(err, ErrInvalidWrites) ||
-		errors.Is(err, ErrMisconfigured) || errors.Is(err, errNoTime) {
+		errors.Is(err, errNoOldItem) || errors.Is(err, errNoTime) {
 		return false
 	}
 	var cancelled *TransactionCanceledError

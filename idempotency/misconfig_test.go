@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -310,5 +311,46 @@ func TestClaimAnswerWithoutRecordIsMisconfiguration(t *testing.T) {
 	_, existing, err := stripped.Claim(ctx, "order-held", "h", time.Now().Add(time.Hour), idempotency.Receive{})
 	if !sqsworker.IsUnavailable(err) || !errors.Is(err, idempotency.ErrMisconfigured) || !strings.Contains(err.Error(), "ALL_OLD") {
 		t.Errorf("Claim: existing %+v, %v; want unavailable, misconfigured, naming ALL_OLD", existing, err)
+	}
+}
+
+// expiringOnce answers the first UpdateItem (a completion) with
+// ExpiredTokenException, as during a credential rotation, then passes.
+type expiringOnce struct {
+	*dynamodb.Client
+	calls atomic.Int32
+}
+
+func (c *expiringOnce) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if c.calls.Add(1) == 1 {
+		return nil, &smithy.GenericAPIError{Code: "ExpiredTokenException", Message: "The security token included in the request is expired"}
+	}
+	return c.Client.UpdateItem(ctx, in, opts...)
+}
+
+// A completion refused once for an expired token (a credential rotation),
+// on DynamoDB Local, is tried again and lands: a duplicate finds the job
+// done. Misconfigurations that no retry passes are not tried again, but an
+// expired token may pass.
+func TestCompletionRetriedAfterAnExpiredToken(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := localtest.NewDynamoDB(t)
+	store := newStore(t, db, idempotency.StoreConfig{})
+	expiring, err := idempotency.NewDynamoStore(ctx, &expiringOnce{Client: db}, store.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, _ := idempotency.New(expiring, idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	var runs atomic.Int32
+	h := guard.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { runs.Add(1); return nil }))
+	m := &sqsworker.Message{ID: "m-1", Body: "b", MessageAttributes: map[string]sqsworker.MessageAttribute{
+		idempotency.KeyAttribute: {DataType: "String", StringValue: "order-rotated"}}}
+	if err := h.HandleMessage(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := idempotency.New(store, idempotency.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err := second.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { runs.Add(1); return nil })).HandleMessage(ctx, m); err != nil || runs.Load() != 1 {
+		t.Errorf("the duplicate: %v, the handler ran %d times; want the job done once", err, runs.Load())
 	}
 }

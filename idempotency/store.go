@@ -453,7 +453,7 @@ func (s *DynamoStore) putClaim(ctx context.Context, key, token string, item map[
 			// DynamoDB returns the record that failed the condition
 			// (ALL_OLD): without it, another holder with no lease would be
 			// read, and the job postponed every second for ever.
-			return nil, sqsworker.Unavailable(fmt.Errorf("%w: the claim's condition failed and the answer has no record (ReturnValuesOnConditionCheckFailure ALL_OLD): the DynamoAPI given to NewDynamoStore must pass DynamoDB's answer on whole", ErrMisconfigured))
+			return nil, sqsworker.Unavailable(fmt.Errorf("%w: %w", ErrMisconfigured, errNoOldItem))
 		}
 		if r := s.record(key, taken.Item); r.Token != token {
 			return r, nil
@@ -462,6 +462,10 @@ func (s *DynamoStore) putClaim(ctx context.Context, key, token string, item map[
 	}
 	return nil, err
 }
+
+// errNoOldItem is the misconfiguration of a DynamoAPI that answers a failed
+// condition without the record: no retry passes it.
+var errNoOldItem = errors.New("the claim's condition failed and the answer has no record (ReturnValuesOnConditionCheckFailure ALL_OLD): the DynamoAPI given to NewDynamoStore must pass DynamoDB's answer on whole")
 
 // forgetTimeout bounds the best-effort release of a claim whose outcome is
 // unknown.
