@@ -42,7 +42,9 @@ type Config struct {
 	WaitTime time.Duration
 
 	// VisibilityTimeout is asked for on every receive, in whole seconds up
-	// to 12h. Default: the queue's own visibility timeout.
+	// to 12h. Default: the queue's own visibility timeout. Run refuses one
+	// under 1s (the queue's too): a message received would be visible
+	// again at once, to be run again beside itself.
 	VisibilityTimeout time.Duration
 
 	// HandlerTimeout bounds each handler call through its context, from
@@ -94,7 +96,9 @@ type Config struct {
 	MaxReceiveCount int
 
 	// AckInterval is the longest a delete or visibility change waits for
-	// its batch of ten to fill. Default 100ms.
+	// its batch of ten to fill. Default 100ms. Without the heartbeat, Run
+	// refuses one that, with the acknowledgement's margin, leaves handlers
+	// less than half the visibility timeout.
 	AckInterval time.Duration
 
 	// ShutdownTimeout is how long Run lets in-flight handlers finish after
