@@ -184,9 +184,11 @@ func (w *Worker) Shutdown(ctx context.Context) error {
 		w.shutdownCtx.CompareAndSwap(nil, &ctx)
 		w.stop()
 	})
-	unforce := context.AfterFunc(ctx, w.force)
-	defer unforce()
-	return w.life.wait(ctx)
+	err := w.life.wait(ctx)
+	if ctx.Err() != nil {
+		w.force() // ctx ended first: the handlers still running are cut short
+	}
+	return err
 }
 
 // Ready reports whether the worker is consuming its queue: Run has read the
