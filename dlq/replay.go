@@ -751,7 +751,7 @@ func (r *replayer) deleteHeld(ctx context.Context, m *Message) error {
 	defer cancel()
 	_, err = r.q.api.DeleteMessage(dctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.q.URL), ReceiptHandle: aws.String(m.ReceiptHandle)}, r.q.opts...)
 	var api smithy.APIError
-	if errors.As(err, &api) && staleReceipt(types.BatchResultErrorEntry{Code: aws.String(api.ErrorCode()), Message: aws.String(api.ErrorMessage())}) {
+	if errors.As(err, &api) && staleCode(api.ErrorCode(), api.ErrorMessage()) {
 		// The receipt handle stale or expired: this message's alone.
 		return fmt.Errorf("%w: %w", errNotHeld, err)
 	}

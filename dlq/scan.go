@@ -584,11 +584,17 @@ func (s *scanner) change(ctx context.Context, held map[string]heldMsg, visibilit
 // parameter ReceiptHandle is invalid. Reason: Message does not exist or is
 // not available for visibility timeout change.").
 func staleReceipt(f types.BatchResultErrorEntry) bool {
-	switch aws.ToString(f.Code) {
+	return staleCode(aws.ToString(f.Code), aws.ToString(f.Message))
+}
+
+// staleCode is staleReceipt of an error's code and message, a batch
+// entry's or a call's.
+func staleCode(code, message string) bool {
+	switch code {
 	case "ReceiptHandleIsInvalid", "MessageNotInflight", "AWS.SimpleQueueService.MessageNotInflight":
 		return true
 	case "InvalidParameterValue":
-		return strings.Contains(aws.ToString(f.Message), "ReceiptHandle")
+		return strings.Contains(message, "ReceiptHandle")
 	}
 	return false
 }
