@@ -747,16 +747,18 @@ func (e *Extender) extend(ctx context.Context, batch []*Lease) {
 	for _, f := range out.Failed {
 		failed[aws.ToString(f.Id)] = f
 	}
-	ok := make(map[string]bool, len(out.Successful))
+	var ok [maxBatch]bool // the entries the answer lists as successful, by ID
 	for _, r := range out.Successful {
-		ok[aws.ToString(r.Id)] = true
+		if n, err := strconv.Atoi(aws.ToString(r.Id)); err == nil && n >= 0 && n < maxBatch {
+			ok[n] = true
+		}
 	}
 	var hooks []func()
 	for i, p := range sends {
 		id := strconv.Itoa(i)
 		f, bad := failed[id]
 		switch {
-		case !bad && !ok[id]:
+		case !bad && !ok[i]:
 			// In neither list of the answer: not known to be extended.
 			// Tried again next round, as a failed call's leases are.
 			if !p.l.released() {
