@@ -34,6 +34,10 @@ const (
 	orderAttr       = "order"
 )
 
+// receiveAttr is the chaosworker's ReceiveAttr: on a job's item, the
+// receive count of the message that applied its effect.
+const receiveAttr = "receive"
+
 // check runs the end-of-scenario checks, once the worker has stopped, and
 // fills res's counts.
 func (r *run) check(ctx context.Context, res *Result) {
@@ -43,11 +47,12 @@ func (r *run) check(ctx context.Context, res *Result) {
 	} else if d.total() != 0 {
 		r.fail("the main queue still holds messages: %s", d)
 	}
-	applied, err := r.effects(ctx)
+	applied, receives, err := r.effects(ctx)
 	if err != nil {
 		r.fail("%v", err)
 		return
 	}
+	r.noteReceives(receives)
 	dl, err := r.deadLetters(ctx)
 	if err != nil {
 		r.fail("%v", err)
@@ -282,14 +287,16 @@ func (r *run) notePoisonReasons(reasons map[string]string) {
 	}
 }
 
-// effects reads the effects table: how many times each item was applied.
-func (r *run) effects(ctx context.Context) (map[string]int, error) {
-	out := map[string]int{}
+// effects reads the effects table: how many times each item was applied,
+// and the receive count of the message that applied it last (0 when the
+// item does not say).
+func (r *run) effects(ctx context.Context) (applied, receives map[string]int, err error) {
+	applied, receives = map[string]int{}, map[string]int{}
 	p := dynamodb.NewScanPaginator(r.ddb, &dynamodb.ScanInput{TableName: &r.effectsTable, ConsistentRead: aws.Bool(true)})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("scanning %s: %w", r.effectsTable, err)
+			return nil, nil, fmt.Errorf("scanning %s: %w", r.effectsTable, err)
 		}
 		for _, item := range page.Items {
 			id, _ := item["id"].(*dtypes.AttributeValueMemberS)
@@ -299,17 +306,47 @@ func (r *run) effects(ctx context.Context) (map[string]int, error) {
 			}
 			v, err := strconv.Atoi(n.Value)
 			if err != nil {
-				return nil, fmt.Errorf("item %s of %s: applied %q: %w", id.Value, r.effectsTable, n.Value, err)
+				return nil, nil, fmt.Errorf("item %s of %s: applied %q: %w", id.Value, r.effectsTable, n.Value, err)
 			}
-			out[id.Value] = v
+			applied[id.Value] = v
+			if rc, ok := item[receiveAttr].(*dtypes.AttributeValueMemberN); ok {
+				receives[id.Value], _ = strconv.Atoi(rc.Value)
+			}
 		}
 	}
-	return out, nil
+	return applied, receives, nil
+}
+
+// noteReceives notes how many good jobs' effects were applied at each
+// receive of their message: how close to the dead-letter queue a scenario
+// brought its jobs, which a pass or a failure alone does not tell.
+func (r *run) noteReceives(receives map[string]int) {
+	var counts []int
+	for key := range r.good {
+		rc := receives[key]
+		if rc <= 0 {
+			continue
+		}
+		for len(counts) <= rc {
+			counts = append(counts, 0)
+		}
+		counts[rc]++
+	}
+	if len(counts) <= 2 { // none, or all at their first receive
+		return
+	}
+	var parts []string
+	for rc, n := range counts {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d at receive %d", n, rc))
+		}
+	}
+	r.note("good jobs applied: %s (maxReceiveCount %d)", strings.Join(parts, ", "), r.sp.maxReceiveCount)
 }
 
 // appliedCount returns the number of good jobs applied at least once.
 func (r *run) appliedCount(ctx context.Context) (int, error) {
-	applied, err := r.effects(ctx)
+	applied, _, err := r.effects(ctx)
 	if err != nil {
 		return 0, err
 	}

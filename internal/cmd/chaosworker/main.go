@@ -388,20 +388,26 @@ func (h *handler) HandleMessage(ctx context.Context, m *sqsworker.Message) error
 			return fmt.Errorf("chaos job %s: stopped while working: %w", j.ID, context.Cause(ctx))
 		}
 	}
-	return h.applyEffect(ctx, j)
+	return h.applyEffect(ctx, j, m.ReceiveCount)
 }
 
 // EffectWrite is a job's effect as a transactional write: one more
-// application on the job's item.
-func EffectWrite(table, id string) types.TransactWriteItem {
+// application on the job's item, and the receive of its message that
+// applied it (ReceiveAttr).
+func EffectWrite(table, id string, receive int) types.TransactWriteItem {
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName:                 aws.String(table),
 		Key:                       map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: id}},
-		UpdateExpression:          aws.String("ADD #applied :one"),
-		ExpressionAttributeNames:  map[string]string{"#applied": EffectAttr},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}},
+		UpdateExpression:          aws.String("ADD #applied :one SET #receive = :receive"),
+		ExpressionAttributeNames:  map[string]string{"#applied": EffectAttr, "#receive": ReceiveAttr},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}, ":receive": &types.AttributeValueMemberN{Value: strconv.Itoa(receive)}},
 	}}
 }
+
+// ReceiveAttr is the receive count of the message whose run applied a
+// job's effect last (its ApproximateReceiveCount): how close to the
+// redrive policy's maxReceiveCount the job came.
+const ReceiveAttr = "receive"
 
 // OrderAttr is the list of an order item: the Seq of each job of its group
 // whose effect was applied, in the order they were applied.
@@ -429,8 +435,8 @@ func OrderWrite(table, group string, seq int) types.TransactWriteItem {
 // applyEffect records the job's effect, and a FIFO job's place in its
 // group: with the completion of its idempotency record, or at once with
 // UpdateItems of their own.
-func (h *handler) applyEffect(ctx context.Context, j Job) error {
-	ws := []types.TransactWriteItem{EffectWrite(h.table, j.ID)}
+func (h *handler) applyEffect(ctx context.Context, j Job, receive int) error {
+	ws := []types.TransactWriteItem{EffectWrite(h.table, j.ID, receive)}
 	if j.Group != "" {
 		ws = append(ws, OrderWrite(h.table, j.Group, j.Seq))
 	}
