@@ -39,8 +39,8 @@ func (e *MalformedError) Error() string {
 type Occurrence struct {
 	// Name is the schedule's name (ScheduleProps.Name).
 	Name string
-	// ScheduledTime is the time the occurrence was scheduled for, in UTC,
-	// to the second.
+	// ScheduledTime is the time the occurrence was scheduled for, in UTC
+	// (EventBridge Scheduler's are whole seconds).
 	ScheduledTime time.Time
 	// Payload is the schedule's payload, as JSON ("null" when it has
 	// none).
@@ -49,9 +49,11 @@ type Occurrence struct {
 
 // Key is the occurrence's idempotency key: "schedule:" + Name + "@" +
 // ScheduledTime in UTC RFC 3339, such as
-// "schedule:nightly-report@2026-12-01T03:00:00Z".
+// "schedule:nightly-report@2026-12-01T03:00:00Z", with its fraction of a
+// second when it has one ("…T03:00:00.25Z"), so that two occurrences of
+// one second are two jobs.
 func (o Occurrence) Key() string {
-	return KeyPrefix + o.Name + "@" + o.ScheduledTime.UTC().Format(time.RFC3339)
+	return KeyPrefix + o.Name + "@" + o.ScheduledTime.UTC().Format(time.RFC3339Nano)
 }
 
 // Decode unmarshals the payload into v.
@@ -67,15 +69,13 @@ type meta struct {
 	ScheduledTime string `json:"scheduledTime"`
 }
 
-type envelope struct {
-	Schedule *json.RawMessage `json:"sqsworker.schedule"`
-	Payload  json.RawMessage  `json:"payload"`
-}
-
 // Parse reads the occurrence in a message's body. It returns ErrNotEnvelope
 // for a body that is not an envelope, and a *MalformedError for an envelope
 // without a schedule name or with a scheduled time that is not RFC 3339. A
-// scheduled time with an offset is converted to UTC.
+// scheduled time with an offset is converted to UTC; its fraction of a
+// second, if any, is kept. Keys are matched exactly: a key of the envelope
+// or of its schedule part that differs from one only in case ("Payload",
+// "ScheduledTime") makes it malformed, not read as that one.
 func Parse(m *sqsworker.Message) (Occurrence, error) {
 	return ParseBody(m.Body)
 }
@@ -86,35 +86,65 @@ func ParseBody(body string) (Occurrence, error) {
 	if len(b) == 0 || b[0] != '{' {
 		return Occurrence{}, ErrNotEnvelope
 	}
-	var env envelope
+	var env map[string]json.RawMessage
 	if err := json.Unmarshal(b, &env); err != nil {
-		// An object that is not valid JSON, or whose envelope key holds
-		// something else than an object, cannot be told from a body of
+		// An object that is not valid JSON cannot be told from a body of
 		// another kind unless it has the key.
 		if !bytes.Contains(b, []byte(`"`+EnvelopeKey+`"`)) {
 			return Occurrence{}, ErrNotEnvelope
 		}
 		return Occurrence{}, &MalformedError{Problem: err.Error()}
 	}
-	if env.Schedule == nil {
+	if err := exactKeys(env, EnvelopeKey); err != nil {
+		return Occurrence{}, err
+	}
+	sched, ok := env[EnvelopeKey]
+	if !ok {
 		return Occurrence{}, ErrNotEnvelope
 	}
+	if err := exactKeys(env, "payload"); err != nil {
+		return Occurrence{}, err
+	}
+	var fields map[string]json.RawMessage
 	var s meta
-	if err := json.Unmarshal(*env.Schedule, &s); err != nil {
+	if err := json.Unmarshal(sched, &fields); err != nil || fields == nil {
+		problem := "null"
+		if err != nil {
+			problem = err.Error()
+		}
+		return Occurrence{}, &MalformedError{Problem: EnvelopeKey + " is not an object with a name and a scheduledTime: " + problem}
+	}
+	if err := exactKeys(fields, "name", "scheduledTime"); err != nil {
+		return Occurrence{}, err
+	}
+	if err := json.Unmarshal(sched, &s); err != nil {
 		return Occurrence{}, &MalformedError{Problem: EnvelopeKey + " is not an object with a name and a scheduledTime: " + err.Error()}
 	}
 	if strings.TrimSpace(s.Name) == "" {
 		return Occurrence{}, &MalformedError{Problem: "the schedule name is empty"}
 	}
-	at, err := time.Parse(time.RFC3339, s.ScheduledTime)
+	at, err := time.Parse(time.RFC3339Nano, s.ScheduledTime)
 	if err != nil {
 		return Occurrence{}, &MalformedError{Problem: fmt.Sprintf("scheduledTime %q is not an RFC 3339 time", s.ScheduledTime)}
 	}
-	payload := env.Payload
+	payload := env["payload"]
 	if len(payload) == 0 {
 		payload = json.RawMessage("null")
 	}
-	return Occurrence{Name: s.Name, ScheduledTime: at.UTC().Truncate(time.Second), Payload: payload}, nil
+	return Occurrence{Name: s.Name, ScheduledTime: at.UTC(), Payload: payload}, nil
+}
+
+// exactKeys returns a *MalformedError when obj has a key that is one of
+// names but for its case: encoding/json would read it as that one.
+func exactKeys(obj map[string]json.RawMessage, names ...string) error {
+	for k := range obj {
+		for _, n := range names {
+			if k != n && strings.EqualFold(k, n) {
+				return &MalformedError{Problem: fmt.Sprintf("key %q: want %q (keys are matched exactly)", k, n)}
+			}
+		}
+	}
+	return nil
 }
 
 // Key is the idempotency key of a message, for idempotency.Config.Key:

@@ -56,6 +56,11 @@ func TestKeyDeterministic(t *testing.T) {
 		}
 		seen[k] = at
 	}
+	// A time with a fraction of a second (a hand-made envelope) keeps it:
+	// two occurrences within one second are two jobs.
+	if k := schedule.Key(fired("2026-12-01T03:00:00.25Z")); k != "schedule:nightly-report@2026-12-01T03:00:00.25Z" {
+		t.Errorf("key of a time with a fraction %q", k)
+	}
 	// Another schedule at the same time has another key.
 	other, _ := schedule.Envelope("hourly-sync", time.Date(2026, 12, 1, 3, 0, 0, 0, time.UTC), nil)
 	if k := schedule.Key(&sqsworker.Message{Body: other}); k == schedule.Key(a) || k != "schedule:hourly-sync@2026-12-01T03:00:00Z" {
@@ -113,6 +118,12 @@ func TestMalformedEnvelope(t *testing.T) {
 		`{"sqsworker.schedule":{"name":"","scheduledTime":"2026-12-01T03:00:00Z"}}`: "the schedule name is empty",
 		`{"sqsworker.schedule":"nightly"}`:                                          "is not an object with a name and a scheduledTime",
 		`{"sqsworker.schedule":{"name":"n","scheduledTime":"2026-12-01T03:00:00Z"}`: "unexpected end of JSON input",
+		// Keys that differ from the envelope's only in case, which
+		// encoding/json would read as them.
+		`{"SQSWorker.Schedule":{"name":"n","scheduledTime":"2026-12-01T03:00:00Z"}}`:                   `key "SQSWorker.Schedule": want "sqsworker.schedule"`,
+		`{"sqsworker.schedule":{"name":"n","ScheduledTime":"2026-12-01T03:00:00Z"}}`:                   `key "ScheduledTime": want "scheduledTime"`,
+		`{"sqsworker.schedule":{"name":"n","scheduledTime":"2026-12-01T03:00:00Z"},"Payload":{"a":1}}`: `key "Payload": want "payload"`,
+		`{"sqsworker.schedule":null}`: "is not an object with a name and a scheduledTime",
 		// The context attribute left unreplaced: the template sent as is.
 		template: `scheduledTime "<aws.scheduler.scheduled-time>" is not an RFC 3339 time`,
 	} {
