@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -19,13 +20,18 @@ import (
 // calls; hook, if not nil, is its Config.Attributes.
 func keysProducer(t *testing.T, fifo, disable bool, hook func(context.Context) map[string]sqsworker.MessageAttribute) (*producer.Producer, *attributesHookAPI) {
 	t.Helper()
+	return keysProducerLogged(t, fifo, disable, hook, nil)
+}
+
+func keysProducerLogged(t *testing.T, fifo, disable bool, hook func(context.Context) map[string]sqsworker.MessageAttribute, log *slog.Logger) (*producer.Producer, *attributesHookAPI) {
+	t.Helper()
 	api := &attributesHookAPI{Fake: sqstest.NewFake()}
 	name, attrs := "jobs", map[string]string(nil)
 	if fifo {
 		name, attrs = "jobs.fifo", map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "true"}
 	}
 	p, err := producer.New(api, producer.Config{QueueURL: api.CreateQueue(name, attrs), MaxMessageSize: producer.MaxMessageSize,
-		DisableGeneratedKeys: disable, Attributes: hook})
+		DisableGeneratedKeys: disable, Attributes: hook, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +142,8 @@ func TestGeneratedKeyLeftOutWhenNoRoom(t *testing.T) {
 	trace := func(context.Context) map[string]sqsworker.MessageAttribute {
 		return map[string]sqsworker.MessageAttribute{"traceparent": {DataType: "String", StringValue: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}
 	}
-	p, api := keysProducer(t, false, false, trace)
+	var logs strings.Builder
+	p, api := keysProducerLogged(t, false, false, trace, slog.New(slog.NewTextHandler(&logs, nil)))
 	for _, c := range []struct {
 		name          string
 		m             producer.Message
@@ -164,6 +171,17 @@ func TestGeneratedKeyLeftOutWhenNoRoom(t *testing.T) {
 	_, err := p.Send(context.Background(), producer.Message{Body: "eleven", Attributes: attrsN(sqsworker.MaxMessageAttributes + 1)})
 	if err == nil || !strings.Contains(err.Error(), "11 ") {
 		t.Errorf("eleven attributes: %v, want the refusal of its 11", err)
+	}
+	// What was left out is counted, each message, and warned of once
+	// each: the trace of the first, the key of all but the seventh.
+	if got, want := p.Stats(), (producer.Stats{ContextAttributesLeftOut: 1, GeneratedKeysLeftOut: 4}); got != want {
+		t.Errorf("Stats %+v, want %+v", got, want)
+	}
+	if n := strings.Count(logs.String(), "without the attributes of Config.Attributes"); n != 1 {
+		t.Errorf("%d warnings of the trace left out, want 1:\n%s", n, logs.String())
+	}
+	if n := strings.Count(logs.String(), "without a generated idempotency key"); n != 1 {
+		t.Errorf("%d warnings of the key left out, want 1:\n%s", n, logs.String())
 	}
 }
 

@@ -39,6 +39,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -206,7 +207,8 @@ type Config struct {
 	// name. They are the context's, not the job's: a message they would
 	// put over SQS's limits (ten attributes, the queue's
 	// MaximumMessageSize) is sent without them, rather than refused, so
-	// that turning tracing on never fails a send. SendBatch calls it once,
+	// that turning tracing on never fails a send (Stats counts such
+	// messages, and the first is logged). SendBatch calls it once,
 	// with its ctx. Default none.
 	Attributes func(ctx context.Context) map[string]sqsworker.MessageAttribute
 	// DisableGeneratedKeys, if true, sends a message of a standard queue
@@ -221,10 +223,29 @@ type Config struct {
 	// it would have ten attributes (one is left for the failure metadata
 	// of a dead-letter copy) or be over the queue's MaximumMessageSize
 	// (256 KiB, the limit of older queues, while that is not known); its
-	// job's key is then its first message ID. FIFO queues get no generated
+	// job's key is then its first message ID (Stats counts such messages,
+	// and the first is logged). FIFO queues get no generated
 	// key: they drop the second copy by its deduplication ID. Default
 	// false.
 	DisableGeneratedKeys bool
+	// Logger receives a warning the first time a message is sent without
+	// Attributes' attributes, and the first time one is sent without its
+	// generated key, for want of room (Stats counts every time). Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Stats counts what a Producer left out of the messages it sent, for want
+// of room under SQS's limits (see Config.Attributes and
+// Config.DisableGeneratedKeys).
+type Stats struct {
+	// ContextAttributesLeftOut counts the messages sent without the
+	// attributes of Config.Attributes (a trace context, say).
+	ContextAttributesLeftOut uint64
+	// GeneratedKeysLeftOut counts the messages of a standard queue sent
+	// without a generated idempotency key: a send SQS stores twice after
+	// a lost answer then runs twice under the idempotency middleware.
+	GeneratedKeysLeftOut uint64
 }
 
 // Producer sends messages to one queue. It is safe for concurrent use.
@@ -246,6 +267,27 @@ type Producer struct {
 	// batchBound is one less than the smallest call SQS refused as too
 	// long: calls are kept below it.
 	batchBound atomic.Int64
+
+	// contextLeftOut and keysLeftOut count Stats.
+	contextLeftOut, keysLeftOut atomic.Uint64
+}
+
+// Stats returns what p has left out of the messages it sent so far.
+func (p *Producer) Stats() Stats {
+	return Stats{ContextAttributesLeftOut: p.contextLeftOut.Load(), GeneratedKeysLeftOut: p.keysLeftOut.Load()}
+}
+
+// leftOut counts a message sent without the context's attributes (extra)
+// or without its generated key (key), and warns of the first of each.
+func (p *Producer) leftOut(extra, key bool) {
+	if extra && p.contextLeftOut.Add(1) == 1 {
+		p.cfg.Logger.Warn("producer: a message was sent without the attributes of Config.Attributes (such as a trace context): with them it was over SQS's limits (ten attributes, the queue's MaximumMessageSize); Stats counts each such message",
+			"queue", p.cfg.QueueURL)
+	}
+	if key && p.keysLeftOut.Add(1) == 1 {
+		p.cfg.Logger.Warn("producer: a message was sent without a generated idempotency key: with it, it would have had ten attributes (one is kept for a dead-letter copy's failure metadata) or been over the queue's MaximumMessageSize; should a send's answer be lost, its job may run twice. Give it an IdempotencyKey, or leave an attribute free; Stats counts each such message",
+			"queue", p.cfg.QueueURL)
+	}
 }
 
 // New validates cfg and returns a Producer.
@@ -268,6 +310,9 @@ func New(api API, cfg Config) (*Producer, error) {
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = 5
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	p := &Producer{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, fifo: strings.HasSuffix(cfg.QueueURL, ".fifo"), sizeTurn: make(chan struct{}, 1), now: time.Now}
 	p.batchBound.Store(MaxMessageSize)
@@ -656,6 +701,9 @@ func (p *Producer) decorate(ctx context.Context, m Message, extra map[string]sqs
 	}
 	err := p.checkWithin(full, limit)
 	if err == nil || len(extra) == 0 {
+		if err == nil && key != "" && full.IdempotencyKey != key {
+			p.leftOut(false, true)
+		}
 		return full, err
 	}
 	for name, a := range extra {
@@ -664,9 +712,14 @@ func (p *Producer) decorate(ctx context.Context, m Message, extra map[string]sqs
 		}
 	}
 	if keyed := withKey(m, key); key != "" && keyFits(keyed, limit, known) && p.checkWithin(keyed, limit) == nil {
+		p.leftOut(true, false)
 		return keyed, nil
 	}
-	return m, p.checkWithin(m, limit)
+	err = p.checkWithin(m, limit)
+	if err == nil {
+		p.leftOut(true, key != "")
+	}
+	return m, err
 }
 
 // withKey returns m with the idempotency key key ("" for none).
