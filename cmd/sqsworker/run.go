@@ -98,7 +98,9 @@ func newRunCmd(a *app) *cobra.Command {
 		Long: `Run a worker on a queue (by name or URL) that hands each message to a command
 or POSTs it to an HTTP endpoint, until interrupted (SIGINT or SIGTERM), then
 shut down gracefully: stop receiving and let the long polls under way end
-(up to --wait), let running handlers finish (up to --shutdown-timeout, 25s),
+(up to --wait), let running handlers finish (up to --shutdown-timeout: 25s
+with --http, 25s less --kill-after for a command, so that its SIGTERM grace
+ends within 25s too, under ECS's default 30s stop timeout),
 make unstarted messages visible again, send pending deletes. Ctrl-C again
 (or a second SIGTERM) stops at once: receives and handlers are cut short, their
 messages made visible again, pending deletes sent. Every minute
@@ -256,6 +258,12 @@ over all the queues: without tokens, no receive is made.`,
 					f.retryAfter = d
 				}
 			}
+			if !cmd.Flags().Changed("shutdown-timeout") {
+				f.shutdownTimeout = worker.DefaultShutdownTimeout
+				if f.httpURL == "" {
+					f.shutdownTimeout = commandShutdownTimeout(f.killAfter)
+				}
+			}
 			if f.httpURL != "" && !cmd.Flags().Changed("handler-timeout") {
 				f.handlerTimeout = defaultHTTPTimeout
 			}
@@ -276,7 +284,7 @@ over all the queues: without tokens, no receive is made.`,
 	fl.DurationVar(&f.visibilityTimeout, "visibility-timeout", 0, "visibility timeout asked for on each receive, whole seconds up to 12h (default: the queue's)")
 	fl.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "longest a command or request may run; 0 for none (default: none for a command, the heartbeat keeps long jobs invisible; 5m with --http)")
 	fl.DurationVar(&f.responseHeaderTimeout, "response-header-timeout", 0, "with --http, longest wait for the response's headers once the request is sent; 0 for none (default 5m, or --handler-timeout when longer)")
-	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", worker.DefaultShutdownTimeout, "on SIGINT or SIGTERM, longest wait for running handlers before they are stopped")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 0, "on SIGINT or SIGTERM, longest wait for running handlers before they are stopped (default: 25s with --http; for a command 25s less --kill-after, 15s)")
 	fl.DurationVar(&f.killAfter, "kill-after", defaultKillAfter, "time a command stopped with SIGTERM has before its process group gets SIGKILL")
 	fl.DurationVar(&f.totalsInterval, "totals-interval", defaultTotalsInterval, "how often the totals are logged; 0 for only at the end")
 	fl.DurationVar(&f.wait, "wait", worker.DefaultWaitTime, "long-poll wait of each receive, whole seconds from 1s to 20s")
@@ -291,6 +299,16 @@ over all the queues: without tokens, no receive is made.`,
 	fl.StringArrayVar(&f.queues, "queue", nil, "a priority queue, `NAME[:PRIORITY[:RESERVED]]`, instead of QUEUE; repeat for each queue (see Priority queues above)")
 	fl.Float64Var(&f.rateLimit, "rate-limit", 0, "most messages received per second, over all the queues; 0 for no limit")
 	return cmd
+}
+
+// commandShutdownTimeout is --shutdown-timeout's default for a command:
+// the worker's default less killAfter, at least a second, so that the
+// graceful stop, with a command's SIGTERM-to-SIGKILL grace after it, ends
+// within worker.DefaultShutdownTimeout, and so within ECS's default stop
+// timeout (30s), after which ECS kills sqsworker before it has released
+// the messages of the commands it stopped.
+func commandShutdownTimeout(killAfter time.Duration) time.Duration {
+	return max(worker.DefaultShutdownTimeout-killAfter, time.Second)
 }
 
 // checkRunArgs checks run's arguments: a queue, then a command after -- or

@@ -333,3 +333,46 @@ func TestRunCtrlCTwice(t *testing.T) {
 		t.Errorf("the message is not visible again: %v", got)
 	}
 }
+
+// A command's graceful stop, with its SIGTERM-to-SIGKILL grace, ends within
+// the worker's default shutdown timeout (25s, under ECS's default 30s stop
+// timeout): --shutdown-timeout's default for a command is 25s less
+// --kill-after. Before, it was 25s, and with the default --kill-after of
+// 10s a command ignoring SIGTERM held the stop for 35s: ECS killed
+// sqsworker first, and the message stayed hidden for its visibility
+// timeout. Here --kill-after 22s leaves 3s for the handlers, and the
+// command, which ignores SIGTERM, is killed 22s after them; the message is
+// then visible again at once.
+func TestRunCommandStopFitsWithinTheShutdownTimeout(t *testing.T) {
+	t.Parallel()
+	if got := commandShutdownTimeout(defaultKillAfter); got != 15*time.Second {
+		t.Errorf("default shutdown timeout of a command %s, want 15s", got)
+	}
+	if got := commandShutdownTimeout(time.Hour); got != time.Second {
+		t.Errorf("shutdown timeout with --kill-after 1h %s, want 1s", got)
+	}
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 10 * time.Minute})
+	id := localtest.Send(t, c, q.URL, "", "stubborn")[0]
+	started := filepath.Join(t.TempDir(), "started")
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	p := startCLI(t, ctx, "", "run", q.URL, "--wait", "1s", "--kill-after", "22s",
+		"--", "sh", "-c", `trap "" TERM; touch `+started+`; sleep 600`)
+	localtest.Eventually(t, 60*time.Second, func() bool { _, err := os.Stat(started); return err == nil },
+		"the command did not start; stderr:\n%s", p.stderr.String())
+	interrupt()
+	localtest.Eventually(t, 60*time.Second, func() bool {
+		return strings.Contains(p.stderr.String(), "waiting up to 1s for the long poll, and up to 3s in all for running handlers")
+	}, "the shutdown does not wait 25s less --kill-after; stderr:\n%s", p.stderr.String())
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit %d, want 0 (a graceful stop); stderr:\n%s", code, p.stderr.String())
+	}
+	if left := processesOf(t, id); len(left) > 0 {
+		t.Errorf("processes left: %q", left)
+	}
+	got := receiveBodies(t, c, q.URL, 1)
+	if _, ok := got["stubborn"]; !ok {
+		t.Errorf("the message is not visible again: %v", got)
+	}
+}
