@@ -24,7 +24,7 @@ const (
 	ActionRedriveFailed = "redrive-failed" // an SQS message move task not started, or whose reply was lost (see Note)
 	ActionRedriveCancel = "redrive-cancel" // an SQS message move task cancelled
 	ActionPurge         = "purge"          // a purge requested (recorded before it is sent)
-	ActionPurgeFailed   = "purge-failed"   // a purge that SQS refused
+	ActionPurgeFailed   = "purge-failed"   // a purge that SQS refused, or that failed unanswered (its Note says SQS may have applied it)
 )
 
 // A replay records each message twice: [ActionReplayStart] before it sends

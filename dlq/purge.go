@@ -40,6 +40,12 @@ type PurgeConfig struct {
 // error response, such as throttling, or a connection never made) meets
 // another purge, made within the minute: that is [ErrPurgeInProgress], as
 // for a first attempt so answered.
+//
+// A purge that fails after an attempt SQS may have applied (sent, and its
+// answer lost, timed out or cut short by ctx: Ctrl-C during the call)
+// returns an error that says the queue may have been purged all the same,
+// and its [ActionPurgeFailed] record says so; that record is written even
+// when ctx was cancelled.
 func (q *Queue) Purge(ctx context.Context, cfg PurgeConfig) error {
 	p, ok := q.api.(Purger)
 	if !ok {
@@ -75,14 +81,33 @@ func (q *Queue) Purge(ctx context.Context, cfg PurgeConfig) error {
 		} else {
 			err = fmt.Errorf("dlq: purging %s: %w", q.Name, err)
 		}
+		if applied.Load() && !errors.Is(err, ErrPurgeInProgress) {
+			// Sent, and not answered (a lost answer, a timeout, Ctrl-C
+			// during the call): SQS may have purged the queue.
+			err = &maybePurgedError{err}
+		}
 		rec.Action, rec.Note = ActionPurgeFailed, err.Error()
-		if aerr := cfg.Audit.record(ctx, rec); aerr != nil {
+		// Recorded even when ctx was cancelled during the call (Ctrl-C),
+		// within a bound of its own.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.moveTimeout)
+		defer cancel()
+		if aerr := cfg.Audit.record(actx, rec); aerr != nil {
 			err = errors.Join(err, fmt.Errorf("dlq: the audit record of the failure failed: %w", aerr))
 		}
 		return err
 	}
 	return nil
 }
+
+// maybePurgedError is the failure of a purge that SQS may have applied all
+// the same: an attempt was sent and its answer lost or cut short.
+type maybePurgedError struct{ err error }
+
+func (e *maybePurgedError) Error() string {
+	return e.err.Error() + "; SQS may have purged the queue all the same (the request was sent and not answered): read its count before purging again"
+}
+
+func (e *maybePurgedError) Unwrap() error { return e.err }
 
 // PurgeWarning is what a confirmation of a purge of q says before it asks
 // for the queue's name: how many messages go, from the queue's counts read

@@ -179,3 +179,61 @@ func TestDlqPurgeRetryMeetsAnotherPurge(t *testing.T) {
 	}
 	waitVisible(t, c, q.DLQURL, 1)
 }
+
+// Ctrl-C while SQS holds the PurgeQueue call unanswered (a proxy swallowing
+// it): the purge may have been applied. The command says so and exits 1,
+// and the audit log's purge-failed record, written though the command was
+// interrupted, says so too. (Both said only that the purge failed, as if
+// SQS had refused it, of a queue that may be empty.)
+func TestDlqPurgeInterruptedDuringTheCall(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	localtest.Send(t, c, q.DLQURL, "", "a", "b")
+	waitVisible(t, c, q.DLQURL, 2)
+	audit := filepath.Join(t.TempDir(), "audit.jsonl")
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	sent := make(chan struct{})
+	var once sync.Once
+	swallowPurge := func(o *sqs.Options) {
+		o.BaseEndpoint = aws.String(p.URL())
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("swallowPurge",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if _, ok := in.Parameters.(*sqs.PurgeQueueInput); ok {
+						if err := p.Blackhole(); err != nil {
+							return middleware.InitializeOutput{}, middleware.Metadata{}, err
+						}
+						once.Do(func() { close(sent) })
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+	ctx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	cli := startCLIWith(t, ctx, strings.NewReader(""), []rootOption{withSQSOptions(swallowPurge)},
+		"dlq", "purge", q.DLQURL, "--yes", "--audit", audit)
+	select {
+	case <-sent:
+	case <-time.After(time.Minute):
+		t.Fatalf("no PurgeQueue call; stderr:\n%s", cli.stderr.String())
+	}
+	time.Sleep(time.Second) // the call under way, unanswered
+	interrupt()
+	code := cli.wait(t)
+	if code == 0 || !strings.Contains(cli.stderr.String(), "may have purged the queue all the same") {
+		t.Errorf("interrupted during the call: exit %d\nstderr: %s", code, cli.stderr.String())
+	}
+	var actions, notes []string
+	for _, l := range readAudit(t, audit) {
+		actions, notes = append(actions, l.Action), append(notes, l.Note)
+	}
+	if len(actions) != 2 || actions[0] != dlq.ActionPurge || actions[1] != dlq.ActionPurgeFailed ||
+		!strings.Contains(notes[1], "may have purged the queue all the same") {
+		t.Errorf("audit actions %q, notes %q: want a purge, then a purge-failed saying it may have been applied", actions, notes)
+	}
+}
