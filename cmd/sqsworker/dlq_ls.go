@@ -217,9 +217,11 @@ func (d *dlqCmd) newShowCmd() *cobra.Command {
 		Use:   "show DLQ MESSAGE_ID",
 		Short: "Show one dead-letter message: failure metadata, attributes and, with --body, body",
 		Long: `Show one message of a dead-letter queue: its failure metadata and whether it
-was verified, its message attributes and, with --body, its body. MESSAGE_ID is
-its ID in the dead-letter queue or its original ID (the one it had in its
-source queue). The read stops at the message.
+was verified, its message attributes and, with --body, its body (its control
+characters but newlines and tabs shown as U+FFFD, so that none reaches the
+terminal; -o json gives it exactly). MESSAGE_ID is its ID in the dead-letter
+queue or its original ID (the one it had in its source queue). The read stops
+at the message.
 ` + peekHelp,
 		Example: `  sqsworker dlq show orders-dlq 5f1c0a4e-8d0b-4c1e-9a57-3f2b6d1e0c11
   sqsworker dlq show orders-dlq 5f1c0a4e-8d0b-4c1e-9a57-3f2b6d1e0c11 --body -o json`,
@@ -417,10 +419,23 @@ func (a *app) showMessage(m *dlq.Message, body bool) error {
 		return err
 	}
 	if body {
-		_, err := fmt.Fprintf(a.out, "Body:\n%s\n", m.Body)
+		_, err := fmt.Fprintf(a.out, "Body:\n%s\n", printable(m.Body))
 		return err
 	}
 	return nil
+}
+
+// printable is a message's text as the terminal may show it: its lines and
+// tabs kept, every other control character (an ESC sequence that would
+// repaint the screen, a carriage return that would overwrite the line) as
+// U+FFFD. -o json gives the text exactly.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r != '\n' && r != '\t' && unicode.IsControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, s)
 }
 
 func attemptsText(m *dlq.Message) string {

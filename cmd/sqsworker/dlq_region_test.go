@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -95,4 +96,32 @@ func TestDlqPurgePromptInterrupted(t *testing.T) {
 		t.Errorf("exit %d\nstderr: %s", code, stderr.String())
 	}
 	waitVisible(t, c, q.DLQURL, 1)
+}
+
+// dlq show --body prints a body's lines and tabs, and every other control
+// character as U+FFFD, on the local SQS: a control sequence in a body (SQS
+// takes the C1 controls, such as U+009B, CSI, and carriage returns) reached
+// the terminal and could repaint what was printed. -o json gives the body
+// exactly.
+func TestDlqShowBodyEscapesControlCharacters(t *testing.T) {
+	t.Parallel()
+	if got := printable("a\tb\nc\x1b[2Jd\re\u009b"); got != "a\tb\nc\uFFFD[2Jd\uFFFDe\uFFFD" {
+		t.Errorf("printable = %q", got)
+	}
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	body := "line 1\n\u009b2J\u009bHline 2\r"
+	id := localtest.Send(t, c, q.DLQURL, "", body)[0]
+	waitVisible(t, c, q.DLQURL, 1)
+	stdout, stderr, code := runCLI(t, "", "dlq", "show", queueName(q.DLQURL), id, "--body")
+	if code != 0 {
+		t.Fatalf("show: exit %d: %s", code, stderr)
+	}
+	if strings.ContainsAny(stdout, "\u009b\r") || !strings.Contains(stdout, "Body:\nline 1\n\uFFFD2J\uFFFDHline 2\uFFFD\n") {
+		t.Errorf("show --body printed %q", stdout)
+	}
+	stdout, _, code = runCLI(t, "", "-o", "json", "dlq", "show", queueName(q.DLQURL), id, "--body")
+	var shown messageJSON
+	if err := json.Unmarshal([]byte(stdout), &shown); code != 0 || err != nil || shown.Body == nil || *shown.Body != body {
+		t.Errorf("show --body -o json: exit %d, %v, %q", code, err, stdout)
+	}
 }
