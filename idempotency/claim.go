@@ -187,7 +187,8 @@ func (k *keeper) lost(cause error) {
 // request no retry fixes) or deadline passes; the first attempt is made
 // whatever the deadline. Each attempt is bounded by attemptTimeout, and by
 // the deadline after the first; each failed one counts in
-// Stats.StoreErrors. It returns op's last error.
+// Stats.StoreErrors, but one cut short by ctx's end. It returns op's last
+// error.
 func (g *Guard) retry(ctx context.Context, deadline time.Time, op func(context.Context) error) error {
 	if ctx.Err() != nil {
 		// No time left before the first attempt (a Lambda invocation
@@ -207,7 +208,12 @@ func (g *Guard) retry(ctx context.Context, deadline time.Time, op func(context.C
 		if err == nil {
 			return nil
 		}
-		g.storeErrors.Add(1)
+		if ctx.Err() == nil {
+			// Not counted when the caller's own bound cut the attempt
+			// (the time a Lambda invocation leaves the work after a
+			// handler): that is no failure of the store's.
+			g.storeErrors.Add(1)
+		}
 		if !retryable(err) {
 			return err
 		}
