@@ -1,0 +1,27 @@
+// Package ecsprotect keeps an ECS task protected from scale-in while its
+// worker has jobs in flight, through the ECS agent's task scale-in
+// protection endpoint ($ECS_AGENT_URI/task-protection/v1/state).
+//
+// Without it, a service scaling in (or a deployment) stops a task whatever
+// it runs: the worker's graceful stop gives running handlers its shutdown
+// timeout (25s by default, within ECS's stop timeout), then cuts them
+// short, and their messages come back to run again. A job longer than that
+// is cut at every scale-in that picks its task, each cut spending one of
+// its receives: with an autoscaler that scales in often, a healthy long job
+// can reach the redrive policy's maxReceiveCount and be dead-lettered.
+//
+// A [Protector] polls Config.Busy (say, the worker's Stats().InFlight > 0)
+// every Config.Interval: while busy, it keeps the task protected, renewing
+// the protection before half of Config.Expires has passed; once idle, it
+// removes the protection, so that the task may be stopped between jobs.
+// When Run returns (its context ended: the worker is stopping), it removes
+// the protection it set. The agent's refusals are logged, never fatal: the
+// worker runs on unprotected.
+//
+// The task role needs ecs:GetTaskProtection and ecs:UpdateTaskProtection,
+// and the task must belong to an ECS service (a standalone task's
+// protection is refused, TASK_NOT_VALID). Protection delays deployments
+// as it does scale-in: a task busy without end is replaced once its
+// protection expires (Config.Expires after the last renewal while busy, so
+// bounded by the jobs' own length when they end).
+package ecsprotect
