@@ -10,13 +10,16 @@
 // its receives: with an autoscaler that scales in often, a healthy long job
 // can reach the redrive policy's maxReceiveCount and be dead-lettered.
 //
-// A [Protector] polls Config.Busy (say, the worker's Stats().InFlight > 0)
-// every Config.Interval: while busy, it keeps the task protected, renewing
-// the protection before half of Config.Expires has passed; once idle, it
-// removes the protection, so that the task may be stopped between jobs.
-// When Run returns (its context ended: the worker is stopping), it removes
-// the protection it set. The agent's refusals are logged, never fatal: the
-// worker runs on unprotected.
+// A [Protector] learns which jobs run from its Middleware, and looks at
+// them every Config.Interval: while a job has run for Config.After (10s by
+// default), it keeps the task protected, renewing the protection before
+// half of Config.Expires has passed; once no such job runs, it removes the
+// protection, so that the task may be stopped between long jobs. Jobs
+// shorter than After do not protect the task: they finish within the
+// worker's graceful stop, and a task that always runs some would
+// otherwise never be scaled in. When Run returns (its context ended: the
+// worker is stopping), it removes the protection it set. The agent's
+// refusals are logged, never fatal: the worker runs on unprotected.
 //
 // The task role needs ecs:GetTaskProtection and ecs:UpdateTaskProtection,
 // and the task must belong to an ECS service (a standalone task's

@@ -2,6 +2,7 @@ package ecsprotect
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,8 +12,11 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sqsworker/sqsworker"
 )
 
 // AgentURIEnv is the variable the ECS agent sets in a task's containers to
@@ -25,6 +29,7 @@ var ErrNotOnECS = errors.New("ecsprotect: no ECS agent: $" + AgentURIEnv + " is 
 
 // Defaults of Config.
 const (
+	DefaultAfter    = 10 * time.Second
 	DefaultInterval = 5 * time.Second
 	DefaultExpires  = time.Hour
 	// MaxExpires is the longest protection the agent sets, 48 hours.
@@ -34,17 +39,23 @@ const (
 // callTimeout bounds each request to the agent.
 const callTimeout = 5 * time.Second
 
-// Config configures a Protector. Busy is required; the zero value of every
-// other field means its documented default.
+// Config configures a Protector. The zero value of every field means its
+// documented default.
 type Config struct {
-	// Busy reports whether the task runs jobs now: for a worker,
-	// func() bool { return w.Stats().InFlight > 0 }. Required.
-	Busy func() bool
+	// After is how long a job runs before the task is protected for it.
+	// A job shorter than the worker's shutdown timeout finishes within
+	// its graceful stop and needs no protection; protecting the task for
+	// every job would keep a task that is never idle from being scaled
+	// in at all. A scale-in that picks the task within a job's first
+	// After cuts it, at the cost of one receive and of that work.
+	// Default 10s.
+	After time.Duration
 	// AgentURI is the ECS agent's base URI. Default $ECS_AGENT_URI.
 	AgentURI string
-	// Interval is how often Busy is polled, and so how long a task stays
-	// protected, at most, after its last job ended (and unprotected
-	// before its first job started). Default 5s.
+	// Interval is how often the running jobs are looked at: a task is
+	// protected within After + Interval of its job's start, and the
+	// protection removed within Interval of the job's end. Default 5s, or
+	// After when that is shorter.
 	Interval time.Duration
 	// Expires is how long each protection lasts (the agent's
 	// ExpiresInMinutes, whole minutes from 1 minute to 48 hours): a
@@ -61,15 +72,21 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Protector keeps a task protected from scale-in while it is busy. Make
-// one with New, and call Run once.
+// Protector keeps a task protected from scale-in while one of its jobs has
+// run for Config.After. Make one with New, add its Middleware to the
+// worker's handler, and call Run once.
 type Protector struct {
-	cfg Config
-	url string
-	now func() time.Time
+	cfg         Config
+	url         string
+	now         func() time.Time
+	callTimeout time.Duration
+
+	mu   sync.Mutex
+	jobs list.List // of time.Time: the start of each running job, oldest first
 
 	protected atomic.Bool // as last set with success
 	// Run's own:
+	maybe   bool      // protection was asked for, and its removal not yet confirmed
 	renewAt time.Time // when a protection set must be renewed, while busy
 	failing bool      // the last request failed: its failure was logged
 }
@@ -78,14 +95,16 @@ type Protector struct {
 // no agent URI is known.
 func New(cfg Config) (*Protector, error) {
 	var errs []error
-	if cfg.Busy == nil {
-		errs = append(errs, errors.New("Busy is required"))
+	// The messages start with the name of the field.
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if cfg.After < 0 {
+		bad("After %s is negative", cfg.After)
 	}
 	if cfg.Interval < 0 {
-		errs = append(errs, fmt.Errorf("Interval %s is negative", cfg.Interval))
+		bad("Interval %s is negative", cfg.Interval)
 	}
 	if e := cfg.Expires; e != 0 && (e < time.Minute || e > MaxExpires || e%time.Minute != 0) {
-		errs = append(errs, fmt.Errorf("Expires %s: want whole minutes from 1m to 48h", e))
+		bad("Expires %s: want whole minutes from 1m to 48h", e)
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("ecsprotect: invalid Config: %w", errors.Join(errs...))
@@ -96,8 +115,11 @@ func New(cfg Config) (*Protector, error) {
 	if cfg.AgentURI == "" {
 		return nil, ErrNotOnECS
 	}
+	if cfg.After == 0 {
+		cfg.After = DefaultAfter
+	}
 	if cfg.Interval == 0 {
-		cfg.Interval = DefaultInterval
+		cfg.Interval = min(DefaultInterval, cfg.After)
 	}
 	if cfg.Expires == 0 {
 		cfg.Expires = DefaultExpires
@@ -108,11 +130,39 @@ func New(cfg Config) (*Protector, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Protector{cfg: cfg, url: strings.TrimSuffix(cfg.AgentURI, "/") + "/task-protection/v1/state", now: time.Now}, nil
+	return &Protector{cfg: cfg, url: strings.TrimSuffix(cfg.AgentURI, "/") + "/task-protection/v1/state", now: time.Now, callTimeout: callTimeout}, nil
 }
 
-// Run keeps the task protected while Config.Busy says so, until ctx ends.
-// It then removes the protection it set (within 5s), and returns nil.
+// Middleware returns the middleware that tells the Protector which jobs
+// run: add it to the worker's handler (sqsworker.Chain(h,
+// p.Middleware())).
+func (p *Protector) Middleware() sqsworker.Middleware {
+	return func(next sqsworker.Handler) sqsworker.Handler {
+		return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			p.mu.Lock()
+			e := p.jobs.PushBack(p.now())
+			p.mu.Unlock()
+			defer func() {
+				p.mu.Lock()
+				p.jobs.Remove(e)
+				p.mu.Unlock()
+			}()
+			return next.HandleMessage(ctx, m)
+		})
+	}
+}
+
+// busy reports whether a running job started After ago or earlier.
+func (p *Protector) busy() bool {
+	p.mu.Lock()
+	oldest := p.jobs.Front()
+	p.mu.Unlock()
+	return oldest != nil && p.now().Sub(oldest.Value.(time.Time)) >= p.cfg.After
+}
+
+// Run keeps the task protected while a job has run for Config.After, until
+// ctx ends. It then removes the protection it set (within 5s), and returns
+// nil.
 func (p *Protector) Run(ctx context.Context) error {
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
@@ -120,7 +170,7 @@ func (p *Protector) Run(ctx context.Context) error {
 		p.poll(ctx)
 		select {
 		case <-ctx.Done():
-			if p.protected.Load() {
+			if p.maybe {
 				p.set(context.WithoutCancel(ctx), false)
 			}
 			return nil
@@ -129,15 +179,16 @@ func (p *Protector) Run(ctx context.Context) error {
 	}
 }
 
-// poll makes one turn of Run: it protects the task if Busy and it is not
+// poll makes one turn of Run: it protects the task if busy and it is not
 // protected, or its protection is due for renewal; it removes the
-// protection if not Busy and it was set.
+// protection if not busy and it was set, or may have been (its answer
+// lost).
 func (p *Protector) poll(ctx context.Context) {
 	protected := p.protected.Load()
-	switch busy := p.cfg.Busy(); {
+	switch busy := p.busy(); {
 	case busy && (!protected || !p.now().Before(p.renewAt)):
 		p.set(ctx, true)
-	case !busy && protected:
+	case !busy && (protected || p.maybe):
 		p.set(ctx, false)
 	}
 }
@@ -169,10 +220,13 @@ type answer struct {
 
 // set asks the agent to protect the task (on) or not.
 func (p *Protector) set(ctx context.Context, on bool) {
+	if on {
+		p.maybe = true // the agent may apply it though its answer is lost
+	}
 	err := p.put(ctx, on)
 	if err != nil {
 		if !p.failing {
-			p.cfg.Logger.Warn("ecsprotect: the ECS agent refused to change the task's scale-in protection; the task runs on as it was: scale-in may stop it with jobs running",
+			p.cfg.Logger.Warn("ecsprotect: could not change the task's scale-in protection through the ECS agent; asking again every Interval; meanwhile scale-in may stop the task with jobs running, or wait for it while idle",
 				"protect", on, "error", err)
 		}
 		p.failing = true
@@ -183,6 +237,7 @@ func (p *Protector) set(ctx context.Context, on bool) {
 	}
 	p.failing = false
 	p.protected.Store(on)
+	p.maybe = on
 	if on {
 		p.renewAt = p.now().Add(p.cfg.Expires / 2)
 	}
@@ -196,7 +251,7 @@ func (p *Protector) put(ctx context.Context, on bool) error {
 		s.ExpiresInMinutes = int(p.cfg.Expires / time.Minute)
 	}
 	body, _ := json.Marshal(s)
-	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	ctx, cancel := context.WithTimeout(ctx, p.callTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, p.url, bytes.NewReader(body))
 	if err != nil {

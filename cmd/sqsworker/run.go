@@ -29,6 +29,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
+	"github.com/sqsworker/sqsworker/ecsprotect"
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/worker"
@@ -88,6 +89,10 @@ type runFlags struct {
 	// force runs a queue that is another's dead-letter queue.
 	force     bool
 	rateLimit float64
+	// scaleInProtection keeps the ECS task protected from scale-in while
+	// a job has run for protectAfter.
+	scaleInProtection bool
+	protectAfter      time.Duration
 }
 
 func newRunCmd(a *app) *cobra.Command {
@@ -230,7 +235,19 @@ which no other queue may take (default 0). Each queue keeps its own
 heartbeats, retries and dead-letter queue; an idle queue costs one long poll
 per --wait (3 receives a minute at 20s). The command gets SQS_QUEUE_URL to
 tell the queues apart. --rate-limit caps the messages received per second
-over all the queues: without tokens, no receive is made.`,
+over all the queues: without tokens, no receive is made.
+
+Scale-in protection: in a task of an ECS service, --scale-in-protection
+keeps the task protected from scale-in (and from being replaced by a
+deployment) while a job has run for --scale-in-protection-after (default
+10s), through the ECS agent's task protection endpoint, and removes the
+protection once no such job runs. A scale-in then waits for long jobs
+rather than cutting them at the end of the shutdown wait, each cut
+spending one of the job's receives. Shorter jobs do not protect the task:
+they finish within the shutdown wait. The task role needs
+ecs:GetTaskProtection and ecs:UpdateTaskProtection; a refusal is logged,
+and the worker runs on unprotected. A protection lasts an hour, renewed
+while the job runs: it outlives a hung sqsworker by an hour at most.`,
 		Example: `  # A script per message; the body on stdin
   sqsworker run orders -- ./process-order.sh
 
@@ -298,6 +315,8 @@ over all the queues: without tokens, no receive is made.`,
 	fl.StringVar(&f.handlerName, "handler-name", "handler", "handler dimension of the metrics")
 	fl.StringArrayVar(&f.queues, "queue", nil, "a priority queue, `NAME[:PRIORITY[:RESERVED]]`, instead of QUEUE; repeat for each queue (see Priority queues above)")
 	fl.Float64Var(&f.rateLimit, "rate-limit", 0, "most messages received per second, over all the queues; 0 for no limit")
+	fl.BoolVar(&f.scaleInProtection, "scale-in-protection", false, "in an ECS service's task, keep the task protected from scale-in while a job has run for --scale-in-protection-after (see Scale-in protection above)")
+	fl.DurationVar(&f.protectAfter, "scale-in-protection-after", ecsprotect.DefaultAfter, "how long a job runs before --scale-in-protection protects the task for it")
 	return cmd
 }
 
@@ -385,6 +404,9 @@ func (f runFlags) check() (slog.Level, error) {
 	if f.rateLimit < 0 {
 		bad("--rate-limit %v: want messages per second, 0 for no limit", f.rateLimit)
 	}
+	if f.protectAfter <= 0 {
+		bad("--scale-in-protection-after %s: want a positive duration", f.protectAfter)
+	}
 	if _, err := parseQueueSpecs(f.queues); err != nil {
 		errs = append(errs, err)
 	}
@@ -457,6 +479,19 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 		h = hh
 		log.Info("handing each message to an HTTP endpoint", "url", hh.logURL,
 			"handler_timeout", f.handlerTimeout, "response_header_timeout", f.responseHeaderTimeout)
+	}
+
+	if f.scaleInProtection {
+		p, err := ecsprotect.New(ecsprotect.Config{After: f.protectAfter, Logger: log})
+		if err != nil {
+			return usageError{fmt.Errorf("--scale-in-protection: %w: run sqsworker in a task of an ECS service, or leave the flag out", err)}
+		}
+		h = sqsworker.Chain(h, p.Middleware())
+		var wg sync.WaitGroup
+		pctx, stop := context.WithCancel(ctx) // ended by the first interrupt, or on return
+		wg.Go(func() { _ = p.Run(pctx) })
+		defer func() { stop(); wg.Wait() }()
+		log.Info("keeping the task protected from scale-in while a job has run long", "after", f.protectAfter)
 	}
 
 	var rec metrics.Recorder

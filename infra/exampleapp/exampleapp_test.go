@@ -504,7 +504,7 @@ func TestPollerServiceTaskDefinition(t *testing.T) {
 				"Name":        "Worker",
 				"StopTimeout": 30, // >= the worker's 25s ShutdownTimeout + 5s
 				"Command": []any{"run", queue, "--http", "http://127.0.0.1:8080/jobs", "--concurrency", "10",
-					"--shutdown-timeout", "25s", "--metrics", "emf", "--metrics-namespace", "sqsworker", "--handler-name", "handler"},
+					"--shutdown-timeout", "25s", "--metrics", "emf", "--metrics-namespace", "sqsworker", "--handler-name", "handler", "--scale-in-protection"},
 				"Environment": env,
 				// The worker waits for the handler to be healthy.
 				"DependsOn": []any{map[string]any{"ContainerName": "Handler", "Condition": "HEALTHY"}},

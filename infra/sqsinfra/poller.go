@@ -140,12 +140,14 @@ type PollerServiceProps struct {
 	// Default "Dockerfile" (DefaultDockerfile).
 	Dockerfile *string
 	// Command is the worker container's command, for an image of your
-	// own (a binary built on the worker package) or an exec-mode
-	// `sqsworker run QUEUE -- COMMAND`. Not with HandlerURL. Default: the
-	// sqsworker CLI, `run QUEUE_URL --http URL --concurrency N
+	// own (a binary built on the worker package, with ecsprotect for
+	// scale-in protection) or an exec-mode `sqsworker run QUEUE
+	// --scale-in-protection -- COMMAND`. Not with HandlerURL. Default:
+	// the sqsworker CLI, `run QUEUE_URL --http URL --concurrency N
 	// --shutdown-timeout T --metrics emf --metrics-namespace NS
-	// --handler-name NAME` (EMF on stdout, which the awslogs driver ships
-	// and the Dashboard and breaker alarm read).
+	// --handler-name NAME --scale-in-protection` (EMF on stdout, which
+	// the awslogs driver ships and the Dashboard and breaker alarm read;
+	// the last flag unless DisableScaleInProtection).
 	Command []string
 	// Handler is the application container the default command POSTs to.
 	// Default nil: see HandlerURL.
@@ -216,6 +218,16 @@ type PollerServiceProps struct {
 	// whole seconds, at most 120 (Fargate's limit) and at least
 	// ShutdownTimeout + 5s (StopTimeoutMargin). Default 30 seconds.
 	StopTimeout awscdk.Duration
+	// DisableScaleInProtection leaves the tasks unprotected from
+	// scale-in while their jobs run. By default the task role may set its
+	// task's scale-in protection (ecs:GetTaskProtection and
+	// ecs:UpdateTaskProtection on the cluster's tasks) and the default
+	// command passes --scale-in-protection: a task with a job that has
+	// run for 10s is protected until the job ends, so that scaling in
+	// (and a deployment) waits for long jobs instead of cutting them
+	// after ShutdownTimeout, each cut spending one of the job's receives.
+	// Default false.
+	DisableScaleInProtection bool
 
 	// LogRetention is how long the containers' log group keeps logs.
 	// Default one month.
@@ -609,6 +621,9 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 			jsii.String("--metrics"), jsii.String("emf"),
 			jsii.String("--metrics-namespace"), jsii.String(q.MetricsNamespace),
 			jsii.String("--handler-name"), jsii.String(handlerName))
+		if !props.DisableScaleInProtection {
+			command = append(command, jsii.String("--scale-in-protection"))
+		}
 	}
 	c.Container = c.TaskDefinition.AddContainer(jsii.String("Worker"), &awsecs.ContainerDefinitionOptions{
 		Image:                  image,
@@ -668,10 +683,39 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 		props.Table.GrantStore(role)
 	}
 	GrantEffects(role, props.EffectTables...)
+	if !props.DisableScaleInProtection {
+		c.grantScaleInProtection(role)
+	}
 
 	c.scale(queues, minTasks, maxTasks, scaleIn, scaleOut)
 	c.alarms(props, q, cpuPct, memPct, shortfall)
 	return c
+}
+
+// grantScaleInProtection lets role set the scale-in protection of the
+// cluster's tasks: the ECS agent sets a task's protection with its task
+// role's credentials. The statement is a policy of its own, which tells
+// cdk-nag why its resource ends with a wildcard: the tasks' ARNs are not
+// known before they start.
+func (c *PollerService) grantScaleInProtection(role awsiam.IRole) {
+	p := awsiam.NewPolicy(c.Construct, jsii.String("ScaleInProtection"), &awsiam.PolicyProps{
+		Roles: &[]awsiam.IRole{role},
+		Statements: &[]awsiam.PolicyStatement{awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions: jsii.Strings("ecs:GetTaskProtection", "ecs:UpdateTaskProtection"),
+			Resources: jsii.Strings(*awscdk.Stack_Of(c.Construct).FormatArn(&awscdk.ArnComponents{
+				Service: jsii.String("ecs"), Resource: jsii.String("task"),
+				ResourceName: jsii.String(*c.Cluster.ClusterName() + "/*"), ArnFormat: awscdk.ArnFormat_SLASH_RESOURCE_NAME,
+			})),
+		})},
+	})
+	c.Service.Node().AddDependency(p) // tasks start with it
+	p.Node().DefaultChild().(awscdk.CfnResource).AddMetadata(jsii.String("cdk_nag"), map[string]any{
+		"rules_to_suppress": []any{map[string]any{
+			"id": "AwsSolutions-IAM5",
+			"reason": "A task sets its own scale-in protection: the resource is the tasks of the service's cluster, " +
+				"whose ARNs are known only once they start.",
+		}},
+	})
 }
 
 // backlogExpression returns the metric IDs of the queues' visible

@@ -484,7 +484,7 @@ func TestHandlerURLAndCommand(t *testing.T) {
 			"ContainerDefinitions": []any{assertions.Match_ObjectLike(&map[string]any{
 				"Name": "Worker",
 				"Command": []any{"run", assertions.Match_AnyValue(), "--http", "https://api.internal/jobs", "--concurrency", "32",
-					"--shutdown-timeout", "1m30s", "--metrics", "emf", "--metrics-namespace", "orders", "--handler-name", "orders"},
+					"--shutdown-timeout", "1m30s", "--metrics", "emf", "--metrics-namespace", "orders", "--handler-name", "orders", "--scale-in-protection"},
 				"StopTimeout": 120,
 				"DependsOn":   assertions.Match_Absent(),
 			})},
@@ -834,5 +834,46 @@ func TestDashboardOfALambdaConsumer(t *testing.T) {
 	}
 	if strings.Contains(string(body), `\"handler\",\"handler\"`) {
 		t.Errorf("the dashboard graphs the default handler name: %s", body)
+	}
+}
+
+// TestScaleInProtection checks that a poller's task role may set its
+// task's scale-in protection, on the cluster's tasks only, and that the
+// default command asks for it; DisableScaleInProtection turns both off.
+func TestScaleInProtection(t *testing.T) {
+	for _, disable := range []bool{false, true} {
+		s := newStack()
+		q := sqsinfra.NewJobQueue(s, "Q", nil)
+		sqsinfra.NewPollerService(s, "P", &sqsinfra.PollerServiceProps{Queue: q, Image: image(), Handler: handler(), DisableScaleInProtection: disable})
+		tpl := assertions.Template_FromStack(s, nil)
+		var protect []string
+		for res, actions := range actionsOn(append(statementsOf(t, tpl, "PTaskDefinitionTaskRoleDefaultPolicy"), statementsOf(t, tpl, "PScaleInProtection")...)) {
+			for _, a := range actions {
+				if strings.HasPrefix(a, "ecs:") {
+					protect = append(protect, a+" on "+res)
+				}
+			}
+		}
+		sort.Strings(protect)
+		cluster := firstID(tpl, "AWS::ECS::Cluster", "")
+		want := []string{}
+		if !disable {
+			arn := `{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":ecs:",{"Ref":"AWS::Region"},":",{"Ref":"AWS::AccountId"},":task/",{"Ref":"` + cluster + `"},"/*"]]}`
+			want = []string{"ecs:GetTaskProtection on " + arn, "ecs:UpdateTaskProtection on " + arn}
+		}
+		if !reflect.DeepEqual(protect, want) && !(len(protect) == 0 && len(want) == 0) {
+			t.Errorf("disable %v: task role's ECS actions\n%q\nwant\n%q", disable, protect, want)
+		}
+		var command []any
+		for _, r := range resourcesOf(tpl, "AWS::ECS::TaskDefinition") {
+			for _, c := range props(r)["ContainerDefinitions"].([]any) {
+				if c.(map[string]any)["Name"] == "Worker" {
+					command = c.(map[string]any)["Command"].([]any)
+				}
+			}
+		}
+		if got := len(command) > 0 && command[len(command)-1] == "--scale-in-protection"; got == disable {
+			t.Errorf("disable %v: command %v", disable, command)
+		}
 	}
 }
