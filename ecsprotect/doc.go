@@ -17,14 +17,21 @@
 // protection, so that the task may be stopped between long jobs. Jobs
 // shorter than After do not protect the task: they finish within the
 // worker's graceful stop, and a task that always runs some would
-// otherwise never be scaled in. When Run returns (its context ended: the
-// worker is stopping), it removes the protection it set. The agent's
-// refusals are logged, never fatal: the worker runs on unprotected.
+// otherwise never be scaled in. At its start it removes a protection an
+// earlier process of the task may have left; when Run returns (its
+// context ended: the worker is stopping), the protection it set. The
+// agent's refusals are logged once, never fatal: the worker runs on
+// unprotected, and asks again less and less often (a refused removal, not
+// at all).
 //
-// The task role needs ecs:GetTaskProtection and ecs:UpdateTaskProtection,
+// Protection holds off deployments as it does scale-in: a deployment
+// replaces a protected task once its protection ends. A task protected
+// for Config.MaxProtected (2 hours by default) without a pause, whose long
+// jobs follow one another under a backlog or whose handler never returns,
+// is unprotected until it has had no long job, so that deployments (which
+// CloudFormation gives 3 hours) go on.
+//
+// The task role needs ecs:UpdateTaskProtection on the cluster's tasks,
 // and the task must belong to an ECS service (a standalone task's
-// protection is refused, TASK_NOT_VALID). Protection delays deployments
-// as it does scale-in: a task busy without end is replaced once its
-// protection expires (Config.Expires after the last renewal while busy, so
-// bounded by the jobs' own length when they end).
+// protection is refused, TASK_NOT_VALID).
 package ecsprotect

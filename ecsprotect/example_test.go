@@ -13,6 +13,8 @@ import (
 )
 
 // A job that runs for longer than After protects the task until it ends.
+// At the start, the Protector removes a protection an earlier process of
+// the task may have left.
 // Here a stand-in for the ECS agent prints what it is asked; in a task,
 // AgentURI is left empty ($ECS_AGENT_URI), and the middleware goes on the
 // worker's handler: w.Run(ctx, sqsworker.Chain(h, p.Middleware())).
@@ -46,6 +48,7 @@ func Example() {
 	stop()
 	<-done
 	// Output:
+	// agent: protected false for 0 minutes
 	// agent: protected true for 60 minutes
 	// agent: protected false for 0 minutes
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sqsworker/sqsworker"
@@ -27,17 +28,25 @@ const AgentURIEnv = "ECS_AGENT_URI"
 // not run in an ECS task (or its agent is older than 1.65.0).
 var ErrNotOnECS = errors.New("ecsprotect: no ECS agent: $" + AgentURIEnv + " is not set (not an ECS task, or an agent older than 1.65.0)")
 
-// Defaults of Config.
+// Defaults and limits of Config.
 const (
-	DefaultAfter    = 10 * time.Second
-	DefaultInterval = 5 * time.Second
-	DefaultExpires  = time.Hour
-	// MaxExpires is the longest protection the agent sets, 48 hours.
+	DefaultAfter        = 10 * time.Second
+	DefaultInterval     = 5 * time.Second
+	DefaultExpires      = time.Hour
+	DefaultMaxProtected = 2 * time.Hour
+	// MaxExpires is the longest protection the agent sets, 48 hours, and
+	// the longest MaxProtected.
 	MaxExpires = 48 * time.Hour
+	// MinInterval is the shortest default Interval.
+	MinInterval = time.Second
 )
 
-// callTimeout bounds each request to the agent.
-const callTimeout = 5 * time.Second
+// callTimeout bounds each request to the agent; maxRetryWait bounds the
+// wait between requests while they fail.
+const (
+	callTimeout  = 5 * time.Second
+	maxRetryWait = time.Minute
+)
 
 // Config configures a Protector. The zero value of every field means its
 // documented default.
@@ -47,15 +56,16 @@ type Config struct {
 	// its graceful stop and needs no protection; protecting the task for
 	// every job would keep a task that is never idle from being scaled
 	// in at all. A scale-in that picks the task within a job's first
-	// After cuts it, at the cost of one receive and of that work.
-	// Default 10s.
+	// After cuts it, at the cost of one receive and of that work. Keep
+	// After + Interval within the worker's shutdown timeout: a job
+	// between the two is neither protected nor finished. Default 10s.
 	After time.Duration
 	// AgentURI is the ECS agent's base URI. Default $ECS_AGENT_URI.
 	AgentURI string
 	// Interval is how often the running jobs are looked at: a task is
 	// protected within After + Interval of its job's start, and the
 	// protection removed within Interval of the job's end. Default 5s, or
-	// After when that is shorter.
+	// After when that is shorter, but at least 1s.
 	Interval time.Duration
 	// Expires is how long each protection lasts (the agent's
 	// ExpiresInMinutes, whole minutes from 1 minute to 48 hours): a
@@ -63,6 +73,14 @@ type Config struct {
 	// the process hang, the task is protected this long at most. Default
 	// 1 hour.
 	Expires time.Duration
+	// MaxProtected is the longest a task stays protected without a pause:
+	// once it has been protected that long, the protection is removed and
+	// not set again until no job has run for After. A deployment waits
+	// for protected tasks (and CloudFormation gives a service's update 3
+	// hours), and so does a scale-in: a task that always has a long job,
+	// under a backlog, or a handler that never returns, would hold them
+	// off for ever. Up to 48 hours. Default 2 hours.
+	MaxProtected time.Duration
 	// Client makes the requests to the agent. Default an http.Client
 	// without proxy; each request is bounded to 5s.
 	Client *http.Client
@@ -86,9 +104,13 @@ type Protector struct {
 
 	protected atomic.Bool // as last set with success
 	// Run's own:
-	maybe   bool      // protection was asked for, and its removal not yet confirmed
-	renewAt time.Time // when a protection set must be renewed, while busy
-	failing bool      // the last request failed: its failure was logged
+	maybe     bool          // the task may be protected: as set, asked for with no answer, or as an earlier process left it
+	since     time.Time     // when the protection now set was first set
+	renewAt   time.Time     // when the protection now set must be renewed, while busy
+	capped    bool          // MaxProtected was reached: no protection until idle
+	failing   bool          // the last request failed: its failure was logged
+	retryAt   time.Time     // while failing, no request before then
+	retryWait time.Duration // while failing, the wait after the last failure
 }
 
 // New validates cfg and returns a Protector. It returns ErrNotOnECS when
@@ -106,6 +128,9 @@ func New(cfg Config) (*Protector, error) {
 	if e := cfg.Expires; e != 0 && (e < time.Minute || e > MaxExpires || e%time.Minute != 0) {
 		bad("Expires %s: want whole minutes from 1m to 48h", e)
 	}
+	if m := cfg.MaxProtected; m < 0 || m > MaxExpires {
+		bad("MaxProtected %s: want up to 48h", m)
+	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("ecsprotect: invalid Config: %w", errors.Join(errs...))
 	}
@@ -119,10 +144,13 @@ func New(cfg Config) (*Protector, error) {
 		cfg.After = DefaultAfter
 	}
 	if cfg.Interval == 0 {
-		cfg.Interval = min(DefaultInterval, cfg.After)
+		cfg.Interval = min(DefaultInterval, max(cfg.After, MinInterval))
 	}
 	if cfg.Expires == 0 {
 		cfg.Expires = DefaultExpires
+	}
+	if cfg.MaxProtected == 0 {
+		cfg.MaxProtected = DefaultMaxProtected
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Transport: &http.Transport{Proxy: nil}}
@@ -130,7 +158,10 @@ func New(cfg Config) (*Protector, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Protector{cfg: cfg, url: strings.TrimSuffix(cfg.AgentURI, "/") + "/task-protection/v1/state", now: time.Now, callTimeout: callTimeout}, nil
+	return &Protector{
+		cfg: cfg, url: strings.TrimSuffix(cfg.AgentURI, "/") + "/task-protection/v1/state", now: time.Now, callTimeout: callTimeout,
+		maybe: true, // an earlier process in the task may have left it protected
+	}, nil
 }
 
 // Middleware returns the middleware that tells the Protector which jobs
@@ -161,13 +192,16 @@ func (p *Protector) busy() bool {
 }
 
 // Run keeps the task protected while a job has run for Config.After, until
-// ctx ends. It then removes the protection it set (within 5s), and returns
-// nil.
+// ctx ends. It first removes a protection an earlier process of the task
+// may have left, and at the end the protection it set (within 5s). It
+// returns nil.
 func (p *Protector) Run(ctx context.Context) error {
 	t := time.NewTicker(p.cfg.Interval)
 	defer t.Stop()
 	for {
-		p.poll(ctx)
+		if ctx.Err() == nil {
+			p.poll(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			if p.maybe {
@@ -181,17 +215,34 @@ func (p *Protector) Run(ctx context.Context) error {
 
 // poll makes one turn of Run: it protects the task if busy and it is not
 // protected, or its protection is due for renewal; it removes the
-// protection if not busy and it was set, or may have been (its answer
-// lost).
+// protection if not busy and the task may be protected, or once the task
+// has been protected for MaxProtected. While requests fail, it waits
+// longer between them, up to a minute.
 func (p *Protector) poll(ctx context.Context) {
+	now := p.now()
+	if p.failing && now.Before(p.retryAt) {
+		return
+	}
+	busy := p.busy()
+	if !busy {
+		p.capped = false
+	}
 	protected := p.protected.Load()
-	switch busy := p.busy(); {
-	case busy && (!protected || !p.now().Before(p.renewAt)):
+	switch {
+	case busy && protected && !now.Before(p.since.Add(p.cfg.MaxProtected)):
+		p.capped = true
+		p.cfg.Logger.Warn("ecsprotect: the task has been protected from scale-in for MaxProtected, its jobs running on: the protection is removed until it has no long job, so that deployments and scale-in may proceed",
+			"max_protected", p.cfg.MaxProtected)
+		p.set(ctx, false)
+	case busy && !p.capped && (!protected || !now.Before(p.renewAt)):
 		p.set(ctx, true)
-	case !busy && (protected || p.maybe):
+	case (!busy || p.capped) && p.maybe:
 		p.set(ctx, false)
 	}
 }
+
+// Interval returns Config.Interval, its default applied.
+func (p *Protector) Interval() time.Duration { return p.cfg.Interval }
 
 // Protected reports whether the task is protected, as the agent last
 // answered.
@@ -220,22 +271,39 @@ type answer struct {
 
 // set asks the agent to protect the task (on) or not.
 func (p *Protector) set(ctx context.Context, on bool) {
+	maybe := p.maybe
 	if on {
 		p.maybe = true // the agent may apply it though its answer is lost
 	}
 	err := p.put(ctx, on)
 	if err != nil {
+		if ctx.Err() != nil {
+			return // the Protector stopping: Run's end asks again
+		}
+		if refused(err) {
+			// Not applied. A refused protection leaves the task as it
+			// was; a refused removal cannot be made, and is not asked
+			// for again (a protection left there expires by itself).
+			p.maybe = on && maybe
+		}
 		if !p.failing {
-			p.cfg.Logger.Warn("ecsprotect: could not change the task's scale-in protection through the ECS agent; asking again every Interval; meanwhile scale-in may stop the task with jobs running, or wait for it while idle",
+			p.cfg.Logger.Warn("ecsprotect: could not change the task's scale-in protection through the ECS agent; asking again, less often while it fails; meanwhile scale-in may stop the task with jobs running, or wait for it while idle",
 				"protect", on, "error", err)
+			p.retryWait = p.cfg.Interval
+		} else {
+			p.retryWait = min(2*p.retryWait, max(maxRetryWait, p.cfg.Interval))
 		}
 		p.failing = true
+		p.retryAt = p.now().Add(p.retryWait)
 		return
 	}
 	if p.failing {
 		p.cfg.Logger.Info("ecsprotect: the ECS agent changes the task's scale-in protection again", "protect", on)
 	}
 	p.failing = false
+	if on && !p.protected.Load() {
+		p.since = p.now()
+	}
 	p.protected.Store(on)
 	p.maybe = on
 	if on {
@@ -259,6 +327,9 @@ func (p *Protector) put(ctx context.Context, on bool) error {
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := p.cfg.Client.Do(req)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("ecsprotect: the ECS agent refuses connections (is $%s, or Config.AgentURI, the agent's?): %w", AgentURIEnv, err)
+	}
 	if err != nil {
 		return fmt.Errorf("ecsprotect: %w", err)
 	}
@@ -282,7 +353,16 @@ func (p *Protector) put(ctx context.Context, on bool) error {
 	return nil
 }
 
-// AgentError is a refusal of the ECS agent, or of the ECS API behind it.
+// refused reports whether err is a refusal, which the agent did not apply
+// and would refuse again: an answer below 500 other than throttling.
+func refused(err error) bool {
+	var ae *AgentError
+	return errors.As(err, &ae) && ae.Status < 500 && !strings.Contains(ae.Code, "Throttl")
+}
+
+// AgentError is an answer of the ECS agent other than the protection asked
+// for: its refusal, or that of the ECS API behind it. One with a Status
+// below 500 was not applied; one of 500 or more may have been.
 type AgentError struct {
 	// Status is the HTTP status of the agent's answer.
 	Status int
@@ -303,7 +383,9 @@ func (e *AgentError) Error() string {
 	}
 	switch {
 	case strings.Contains(e.Code, "AccessDenied"):
-		msg += " (grant the task role ecs:GetTaskProtection and ecs:UpdateTaskProtection)"
+		msg += " (grant the task role ecs:UpdateTaskProtection on the cluster's tasks)"
+	case e.Status == http.StatusForbidden && strings.Contains(strings.ToLower(e.Message), "credentials"):
+		msg += " (give the task definition a task role, allowed ecs:UpdateTaskProtection on the cluster's tasks)"
 	case e.Code == "TASK_NOT_VALID":
 		msg += " (only the tasks of an ECS service can be protected)"
 	}

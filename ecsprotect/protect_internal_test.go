@@ -24,6 +24,7 @@ type agent struct {
 	mu      sync.Mutex
 	bodies  []state
 	refusal string        // an answer's body with an error or failure, and a status of 400
+	status  int           // the status of a refusal, if not 400
 	lose    time.Duration // how long to hold each answer after applying its request (a lost answer, once the caller gives up)
 	srv     *httptest.Server
 }
@@ -44,7 +45,7 @@ func newAgent(t *testing.T) *agent {
 		}
 		a.mu.Lock()
 		a.bodies = append(a.bodies, s)
-		refusal, lose := a.refusal, a.lose
+		refusal, lose, status := a.refusal, a.lose, a.status
 		a.mu.Unlock()
 		if lose > 0 {
 			select {
@@ -55,7 +56,13 @@ func newAgent(t *testing.T) *agent {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		if refusal != "" {
-			w.WriteHeader(http.StatusBadRequest)
+			if status == 0 {
+				status = http.StatusBadRequest
+			}
+			if strings.Contains(refusal, "failure") {
+				status = http.StatusOK // the agent answers ECS's failures with 200
+			}
+			w.WriteHeader(status)
 			_, _ = io.WriteString(w, refusal)
 			return
 		}
@@ -138,40 +145,44 @@ func newProtector(t *testing.T, a *agent, cfg Config) (*Protector, *clock) {
 	return p, c
 }
 
-// A job that has run for After protects the task for Expires, renewed
-// once half of it has passed and not before; once it ends, the protection
-// is removed, though a younger job runs; idle again, nothing is asked.
+// A job that has run for After protects the task for Expires, though a
+// younger job runs too, renewed once half of it has passed and not
+// before; once it ends, the protection is removed, though the younger job
+// runs; idle again, nothing is asked. At the start, idle, a protection an
+// earlier process may have left is removed.
 func TestProtectedWhileALongJobRuns(t *testing.T) {
 	a := newAgent(t)
 	var logs strings.Builder
 	p, c := newProtector(t, a, Config{Expires: 10 * time.Minute, Logger: quiet(&logs)})
 	ctx := context.Background()
 
+	p.poll(ctx) // idle at the start: removed
 	p.poll(ctx) // idle: nothing asked
 	endLong := job(p)
 	c.add(DefaultAfter - time.Millisecond)
 	p.poll(ctx) // not yet After: nothing asked
-	if n := len(a.requests()); n != 0 {
-		t.Fatalf("%d requests before the job ran for After", n)
+	endShort := job(p)
+	if got := protections(a.requests()); !equal(got, false) {
+		t.Fatalf("requests %v before the job ran for After, want off (at the start)", strs(got))
 	}
 	c.add(time.Millisecond)
-	p.poll(ctx)
+	p.poll(ctx) // the oldest job ran for After: protected
+	endShort()
 	c.add(4 * time.Minute)
 	p.poll(ctx) // within the first half: no renewal
-	if got := a.requests(); len(got) != 1 || !got[0].ProtectionEnabled || got[0].ExpiresInMinutes != 10 || !p.Protected() {
+	if got := a.requests(); len(got) != 2 || !got[1].ProtectionEnabled || got[1].ExpiresInMinutes != 10 || !p.Protected() {
 		t.Fatalf("long job: requests %+v, protected %v; want one protection for 10 minutes", got, p.Protected())
 	}
 	c.add(time.Minute)
 	p.poll(ctx) // half of Expires passed: renewed
-	endShort := job(p)
-	defer endShort()
+	defer job(p)()
 	endLong()
 	p.poll(ctx)
 	p.poll(ctx)
-	if got := protections(a.requests()); !equal(got, true, true, false) || p.Protected() {
-		t.Errorf("requests %v, protected %v: want on, on (renewed), off", strs(got), p.Protected())
+	if got := protections(a.requests()); !equal(got, false, true, true, false) || p.Protected() {
+		t.Errorf("requests %v, protected %v: want off (at the start), on, on (renewed), off", strs(got), p.Protected())
 	}
-	if got := a.requests()[2]; got.ExpiresInMinutes != 0 {
+	if got := a.requests()[3]; got.ExpiresInMinutes != 0 {
 		t.Errorf("the removal %+v carries an expiry", got)
 	}
 	if logs.Len() != 0 {
@@ -194,14 +205,49 @@ func TestShortJobsDoNotProtect(t *testing.T) {
 		p.poll(ctx)
 	}
 	end()
-	if n := len(a.requests()); n != 0 || p.Protected() {
-		t.Errorf("%d requests, protected %v: want none", n, p.Protected())
+	if got := protections(a.requests()); !equal(got, false) || p.Protected() {
+		t.Errorf("requests %v, protected %v: want only the removal at the start", strs(got), p.Protected())
+	}
+}
+
+// A task protected for MaxProtected without a pause is unprotected, and
+// not protected again until it has had no long job: a deployment or a
+// scale-in is not held off for ever by a backlog of long jobs, or a
+// handler that never returns.
+func TestMaxProtected(t *testing.T) {
+	a := newAgent(t)
+	var logs strings.Builder
+	p, c := newProtector(t, a, Config{Expires: 10 * time.Minute, MaxProtected: time.Hour, Logger: quiet(&logs)})
+	ctx := context.Background()
+	end := job(p)
+	c.add(DefaultAfter)
+	for range 12 { // an hour, in steps of 5 minutes
+		p.poll(ctx)
+		c.add(5 * time.Minute)
+	}
+	p.poll(ctx) // an hour protected: removed
+	c.add(5 * time.Minute)
+	p.poll(ctx) // still busy: not again
+	if got := protections(a.requests()); len(got) != 13 || got[11] != true || got[12] != false || p.Protected() {
+		t.Fatalf("requests %v, protected %v: want on and 11 renewals over an hour, then off", strs(got), p.Protected())
+	}
+	if !strings.Contains(logs.String(), "protected from scale-in for MaxProtected") {
+		t.Errorf("logs:\n%s", logs.String())
+	}
+	end()
+	p.poll(ctx) // idle: may be protected again
+	defer job(p)()
+	c.add(DefaultAfter)
+	p.poll(ctx)
+	if got := protections(a.requests()); len(got) != 14 || !got[13] || !p.Protected() {
+		t.Errorf("requests %v, protected %v: want on again for a new long job after a pause", strs(got), p.Protected())
 	}
 }
 
 // A refusal of the agent (the task role without the permission) is
-// logged once, naming the fix, and asked again at the next poll; the
-// worker runs on unprotected. Once the agent accepts, that is logged.
+// logged once, naming the fix, and asked again after Interval, then after
+// twice as long each time; the worker runs on unprotected. Once the agent
+// accepts, that is logged.
 func TestRefusalLoggedOnceAndRetried(t *testing.T) {
 	a := newAgent(t)
 	a.refuse(`{"error":{"Arn":"arn:aws:ecs:us-east-1:000000000000:task/c/abc","Code":"AccessDeniedException","Message":"User is not authorized to perform: ecs:UpdateTaskProtection"}}`)
@@ -210,18 +256,43 @@ func TestRefusalLoggedOnceAndRetried(t *testing.T) {
 	defer job(p)()
 	c.add(DefaultAfter)
 	ctx := context.Background()
-	p.poll(ctx)
-	p.poll(ctx)
-	if p.Protected() || len(a.requests()) != 2 {
-		t.Fatalf("refused: protected %v after %d requests, want not protected, asked twice", p.Protected(), len(a.requests()))
+	for range 8 { // 40s in steps of 5s: asked at 0, 5s, 15s and 35s
+		p.poll(ctx)
+		c.add(DefaultInterval)
 	}
-	if n := strings.Count(logs.String(), "could not change"); n != 1 || !strings.Contains(logs.String(), "grant the task role ecs:GetTaskProtection and ecs:UpdateTaskProtection") {
+	if p.Protected() || len(a.requests()) != 4 {
+		t.Fatalf("refused: protected %v after %d requests, want not protected, asked 4 times", p.Protected(), len(a.requests()))
+	}
+	if n := strings.Count(logs.String(), "could not change"); n != 1 || !strings.Contains(logs.String(), "grant the task role ecs:UpdateTaskProtection on the cluster's tasks") {
 		t.Errorf("%d warnings; logs:\n%s", n, logs.String())
 	}
 	a.refuse("")
+	c.add(time.Minute)
 	p.poll(ctx)
 	if !p.Protected() || !strings.Contains(logs.String(), "changes the task's scale-in protection again") {
 		t.Errorf("accepted: protected %v; logs:\n%s", p.Protected(), logs.String())
+	}
+}
+
+// An idle task whose removal the agent refuses (no permission, or a
+// standalone task) is not asked again and again; a removal throttled by
+// the ECS API is asked again, less and less often.
+func TestIdleRefusalsStop(t *testing.T) {
+	for refusal, want := range map[string]int{
+		`{"error":{"Code":"AccessDeniedException","Message":"not authorized"}}`: 1,
+		`{"failure":{"Reason":"TASK_NOT_VALID","Detail":null}}`:                 1,
+		`{"error":{"Code":"ThrottlingException","Message":"Rate exceeded"}}`:    6, // at 0, 5s, 15s, 35s, 75s, 135s
+	} {
+		a := newAgent(t)
+		a.refuse(refusal)
+		p, c := newProtector(t, a, Config{Logger: quiet(io.Discard)})
+		for range 30 { // 150s
+			p.poll(context.Background())
+			c.add(DefaultInterval)
+		}
+		if n := len(a.requests()); n != want {
+			t.Errorf("%s: %d requests while idle, want %d", refusal, n, want)
+		}
 	}
 }
 
@@ -243,10 +314,19 @@ func TestAgentErrors(t *testing.T) {
 		}
 	}
 
+	a.refuse("")
+	a.mu.Lock()
+	a.status = http.StatusForbidden
+	a.mu.Unlock()
+	a.refuse(`{"error":{"Code":"","Message":"no task IAM role credentials available for task"}}`)
+	if err := p.put(context.Background(), true); err == nil || !strings.Contains(err.Error(), "(give the task definition a task role") {
+		t.Errorf("no task role: %v", err)
+	}
+
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 	p, _ = newProtector(t, a, Config{AgentURI: closed.URL})
-	if err := p.put(context.Background(), true); err == nil || !strings.Contains(err.Error(), "connection refused") {
+	if err := p.put(context.Background(), true); err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "the ECS agent refuses connections") {
 		t.Errorf("an agent refusing connections: %v", err)
 	}
 
@@ -315,6 +395,7 @@ func TestALostProtectionIsRemovedWhenIdle(t *testing.T) {
 	a.lose = time.Minute
 	p, c := newProtector(t, a, Config{Logger: quiet(io.Discard)})
 	p.callTimeout = 100 * time.Millisecond
+	p.maybe = false // not protected at the start
 	end := job(p)
 	c.add(DefaultAfter)
 	ctx := context.Background()
@@ -323,10 +404,35 @@ func TestALostProtectionIsRemovedWhenIdle(t *testing.T) {
 	a.mu.Lock()
 	a.lose = 0
 	a.mu.Unlock()
+	c.add(DefaultInterval) // the wait after a failure
 	p.poll(ctx)
 	p.poll(ctx)
 	if got := protections(a.requests()); !equal(got, true, false) || p.Protected() {
 		t.Errorf("requests %v, protected %v: want on (answer lost), then off", strs(got), p.Protected())
+	}
+}
+
+// A call cut short by the Protector's stop (SIGTERM during a request) is
+// no failure to log: the removal at the end is asked all the same.
+func TestStopDuringACallLogsNothing(t *testing.T) {
+	a := newAgent(t)
+	a.lose = time.Minute
+	var logs strings.Builder
+	p, c := newProtector(t, a, Config{Interval: 10 * time.Millisecond, Logger: quiet(&logs)})
+	runUntilProtected(t, p, c, func() bool {
+		if len(a.requests()) == 0 {
+			return false
+		}
+		a.mu.Lock()
+		a.lose = 0 // the next answers come at once
+		a.mu.Unlock()
+		return true
+	})
+	if got := protections(a.requests()); !equal(got, true, false) {
+		t.Errorf("requests %v: want on (cut short), off at the end", strs(got))
+	}
+	if logs.Len() != 0 {
+		t.Errorf("logs:\n%s", logs.String())
 	}
 }
 
@@ -337,14 +443,17 @@ func TestNewChecksItsConfig(t *testing.T) {
 	}
 	t.Setenv(AgentURIEnv, "http://169.254.170.2/api/abc")
 	if p, err := New(Config{}); err != nil || p.url != "http://169.254.170.2/api/abc/task-protection/v1/state" ||
-		p.cfg.After != DefaultAfter || p.cfg.Interval != DefaultInterval || p.cfg.Expires != DefaultExpires {
+		p.cfg.After != DefaultAfter || p.cfg.Interval != DefaultInterval || p.cfg.Expires != DefaultExpires || p.cfg.MaxProtected != DefaultMaxProtected {
 		t.Errorf("from the environment, with the defaults: %v", err)
 	}
 	if p, err := New(Config{After: 2 * time.Second}); err != nil || p.cfg.Interval != 2*time.Second {
 		t.Errorf("After 2s: %v; want Interval 2s", err)
 	}
-	_, err := New(Config{After: -time.Second, Interval: -time.Second, Expires: 90 * time.Second})
-	for _, want := range []string{"After -1s is negative", "Interval -1s is negative", "Expires 1m30s: want whole minutes from 1m to 48h"} {
+	if p, err := New(Config{After: 100 * time.Millisecond}); err != nil || p.cfg.Interval != time.Second {
+		t.Errorf("After 100ms: %v; want Interval 1s", err)
+	}
+	_, err := New(Config{After: -time.Second, Interval: -time.Second, Expires: 90 * time.Second, MaxProtected: 49 * time.Hour})
+	for _, want := range []string{"After -1s is negative", "Interval -1s is negative", "Expires 1m30s: want whole minutes from 1m to 48h", "MaxProtected 49h0m0s: want up to 48h"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("invalid Config: %v, want it to say %q", err, want)
 		}

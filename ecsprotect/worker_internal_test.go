@@ -82,12 +82,12 @@ func onWorker(t *testing.T, agentURI string, client *http.Client, bodies ...stri
 func TestWorkerProtectsTheTaskForALongJob(t *testing.T) {
 	a := newAgent(t)
 	_, logs := onWorker(t, a.srv.URL+"/v3/abc", nil, "short", "short", "short", "short", "short")
-	if n := len(a.requests()); n != 0 {
-		t.Errorf("short jobs: %d requests to the agent, want none", n)
+	if got := protections(a.requests()); !equal(got, false) {
+		t.Errorf("short jobs: requests %v, want only the removal at the start", strs(got))
 	}
 	p, logs2 := onWorker(t, a.srv.URL+"/v3/abc", nil, "short", "long", "short")
-	if got := protections(a.requests()); !equal(got, true, false) || p.Protected() {
-		t.Errorf("a long job: requests %v, protected %v: want on, off", strs(got), p.Protected())
+	if got := protections(a.requests()); !equal(got, false, false, true, false) || p.Protected() {
+		t.Errorf("a long job: requests %v, protected %v: want off (each start), on, off", strs(got), p.Protected())
 	}
 	if logs+logs2 != "" {
 		t.Errorf("logs:\n%s%s", logs, logs2)
@@ -102,7 +102,7 @@ func TestWorkerRunsOnWhenTheAgentFails(t *testing.T) {
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 	_, logs := onWorker(t, closed.URL, nil, "long", "short")
-	if n := strings.Count(logs, "could not change"); n != 1 || !strings.Contains(logs, "connection refused") {
+	if n := strings.Count(logs, "could not change"); n != 1 || !strings.Contains(logs, "the ECS agent refuses connections") {
 		t.Errorf("an agent refusing connections: %d warnings; logs:\n%s", n, logs)
 	}
 

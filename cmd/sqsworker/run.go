@@ -244,10 +244,12 @@ deployment) while a job has run for --scale-in-protection-after (default
 protection once no such job runs. A scale-in then waits for long jobs
 rather than cutting them at the end of the shutdown wait, each cut
 spending one of the job's receives. Shorter jobs do not protect the task:
-they finish within the shutdown wait. The task role needs
-ecs:GetTaskProtection and ecs:UpdateTaskProtection; a refusal is logged,
-and the worker runs on unprotected. A protection lasts an hour, renewed
-while the job runs: it outlives a hung sqsworker by an hour at most.`,
+they finish within the shutdown wait. A task protected for 2 hours without
+a pause is unprotected until it has had no long job, so that deployments
+go on. The task role needs ecs:UpdateTaskProtection on the cluster's
+tasks; a refusal is logged, and the worker runs on unprotected. A
+protection lasts an hour, renewed while the job runs: it outlives a hung
+sqsworker by an hour at most.`,
 		Example: `  # A script per message; the body on stdin
   sqsworker run orders -- ./process-order.sh
 
@@ -407,6 +409,9 @@ func (f runFlags) check() (slog.Level, error) {
 	if f.protectAfter <= 0 {
 		bad("--scale-in-protection-after %s: want a positive duration", f.protectAfter)
 	}
+	if f.scaleInProtection && os.Getenv(ecsprotect.AgentURIEnv) == "" {
+		bad("--scale-in-protection: $%s is not set: run sqsworker in a task of an ECS service, or leave the flag out", ecsprotect.AgentURIEnv)
+	}
 	if _, err := parseQueueSpecs(f.queues); err != nil {
 		errs = append(errs, err)
 	}
@@ -484,7 +489,11 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 	if f.scaleInProtection {
 		p, err := ecsprotect.New(ecsprotect.Config{After: f.protectAfter, Logger: log})
 		if err != nil {
-			return usageError{fmt.Errorf("--scale-in-protection: %w: run sqsworker in a task of an ECS service, or leave the flag out", err)}
+			return usageError{fmt.Errorf("--scale-in-protection: %w", err)}
+		}
+		if unguarded := f.protectAfter + p.Interval(); unguarded > f.shutdownTimeout {
+			log.Warn("a job that runs between the shutdown timeout and the time it takes to protect the task is neither protected nor finished by a scale-in: lower --scale-in-protection-after, or raise --shutdown-timeout",
+				"shutdown_timeout", f.shutdownTimeout, "protected_within", unguarded)
 		}
 		h = sqsworker.Chain(h, p.Middleware())
 		var wg sync.WaitGroup

@@ -51,7 +51,7 @@ func TestRunScaleInProtection(t *testing.T) {
 		v, f, d := localtest.Depth(t, c, q.URL)
 		mu.Lock()
 		defer mu.Unlock()
-		return v+f+d == 0 && len(asked) == 2
+		return v+f+d == 0 && len(asked) == 3
 	}, "the messages not handled, or the protection not set and removed")
 	interrupt()
 	if code := p.wait(t); code != 0 {
@@ -59,8 +59,8 @@ func TestRunScaleInProtection(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(asked) != 2 || !asked[0] || asked[1] {
-		t.Errorf("the agent was asked %v, want to protect the task, then not", asked)
+	if len(asked) != 3 || asked[0] || !asked[1] || asked[2] {
+		t.Errorf("the agent was asked %v, want not to protect the task (at the start), to protect it, then not", asked)
 	}
 	if s := p.stderr.String(); strings.Contains(s, "level=WARN") {
 		t.Errorf("warnings:\n%s", s)
@@ -75,7 +75,7 @@ func TestRunScaleInProtectionOutsideECS(t *testing.T) {
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	localtest.Send(t, c, q.URL, "", "job")
 	_, stderr, code := runCLI(t, "", "run", q.URL, "--scale-in-protection", "--", "true")
-	if code != 2 || !strings.Contains(stderr, "ECS_AGENT_URI is not set") || !strings.Contains(stderr, "or leave the flag out") {
+	if code != 2 || !strings.Contains(stderr, "--scale-in-protection: $ECS_AGENT_URI is not set: run sqsworker in a task of an ECS service, or leave the flag out") {
 		t.Errorf("exit %d, want 2 and the fix; stderr:\n%s", code, stderr)
 	}
 	if v, _, _ := localtest.Depth(t, c, q.URL); v != 1 {
@@ -84,5 +84,11 @@ func TestRunScaleInProtectionOutsideECS(t *testing.T) {
 	_, stderr, code = runCLI(t, "", "run", q.URL, "--scale-in-protection-after", "0s", "--", "true")
 	if code != 2 || !strings.Contains(stderr, "--scale-in-protection-after 0s: want a positive duration") {
 		t.Errorf("exit %d; stderr:\n%s", code, stderr)
+	}
+	// Checked before any call: with no SQS to reach, the mistake is still
+	// the one reported.
+	_, stderr, code = runCLI(t, "", "run", "http://127.0.0.1:1/000000000000/nowhere", "--scale-in-protection", "--", "true")
+	if code != 2 || !strings.Contains(stderr, "$ECS_AGENT_URI is not set") {
+		t.Errorf("no SQS: exit %d; stderr:\n%s", code, stderr)
 	}
 }

@@ -220,13 +220,16 @@ type PollerServiceProps struct {
 	StopTimeout awscdk.Duration
 	// DisableScaleInProtection leaves the tasks unprotected from
 	// scale-in while their jobs run. By default the task role may set its
-	// task's scale-in protection (ecs:GetTaskProtection and
-	// ecs:UpdateTaskProtection on the cluster's tasks) and the default
-	// command passes --scale-in-protection: a task with a job that has
-	// run for 10s is protected until the job ends, so that scaling in
-	// (and a deployment) waits for long jobs instead of cutting them
-	// after ShutdownTimeout, each cut spending one of the job's receives.
-	// Default false.
+	// task's scale-in protection (ecs:UpdateTaskProtection on the
+	// cluster's tasks) and the default command passes
+	// --scale-in-protection: a task with a job that has run for 10s is
+	// protected until the job ends, so that scaling in (and a deployment)
+	// waits for long jobs instead of cutting them after ShutdownTimeout,
+	// each cut spending one of the job's receives; a task protected for 2
+	// hours without a pause is unprotected until it has had no long job,
+	// so that deployments go on. With an Image of your own holding an
+	// sqsworker CLI older than that flag, and the default command, set
+	// it. Default false.
 	DisableScaleInProtection bool
 
 	// LogRetention is how long the containers' log group keeps logs.
@@ -701,7 +704,7 @@ func (c *PollerService) grantScaleInProtection(role awsiam.IRole) {
 	p := awsiam.NewPolicy(c.Construct, jsii.String("ScaleInProtection"), &awsiam.PolicyProps{
 		Roles: &[]awsiam.IRole{role},
 		Statements: &[]awsiam.PolicyStatement{awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Actions: jsii.Strings("ecs:GetTaskProtection", "ecs:UpdateTaskProtection"),
+			Actions: jsii.Strings("ecs:UpdateTaskProtection"),
 			Resources: jsii.Strings(*awscdk.Stack_Of(c.Construct).FormatArn(&awscdk.ArnComponents{
 				Service: jsii.String("ecs"), Resource: jsii.String("task"),
 				ResourceName: jsii.String(*c.Cluster.ClusterName() + "/*"), ArnFormat: awscdk.ArnFormat_SLASH_RESOURCE_NAME,
@@ -711,7 +714,8 @@ func (c *PollerService) grantScaleInProtection(role awsiam.IRole) {
 	c.Service.Node().AddDependency(p) // tasks start with it
 	p.Node().DefaultChild().(awscdk.CfnResource).AddMetadata(jsii.String("cdk_nag"), map[string]any{
 		"rules_to_suppress": []any{map[string]any{
-			"id": "AwsSolutions-IAM5",
+			"id":         "AwsSolutions-IAM5",
+			"applies_to": []any{map[string]any{"regex": `/^Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:<AWS::AccountId>:task\/.+\/\*$/`}},
 			"reason": "A task sets its own scale-in protection: the resource is the tasks of the service's cluster, " +
 				"whose ARNs are known only once they start.",
 		}},

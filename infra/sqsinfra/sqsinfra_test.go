@@ -859,7 +859,7 @@ func TestScaleInProtection(t *testing.T) {
 		want := []string{}
 		if !disable {
 			arn := `{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},":ecs:",{"Ref":"AWS::Region"},":",{"Ref":"AWS::AccountId"},":task/",{"Ref":"` + cluster + `"},"/*"]]}`
-			want = []string{"ecs:GetTaskProtection on " + arn, "ecs:UpdateTaskProtection on " + arn}
+			want = []string{"ecs:UpdateTaskProtection on " + arn}
 		}
 		if !reflect.DeepEqual(protect, want) && !(len(protect) == 0 && len(want) == 0) {
 			t.Errorf("disable %v: task role's ECS actions\n%q\nwant\n%q", disable, protect, want)
