@@ -31,6 +31,10 @@ func (c *consumer) report(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			// A stopped worker's breaker holds nothing back: in a sink
+			// that combines the workers recording into it, an open one
+			// would stay the greatest after the worker is gone.
+			c.recorder.Set(metrics.BreakerState, 0, c.exec.Queue)
 			if flusher != nil {
 				_ = flusher.Flush()
 			}

@@ -186,3 +186,57 @@ func TestErrorClassCap(t *testing.T) {
 		t.Errorf("samples:\n%s", dump(got))
 	}
 }
+
+// A worker that stops with its circuit breaker open leaves it closed in a
+// registry it shares: a worker made again on that registry (after a fatal
+// error, say) shows its own breaker, not the stopped one's. Before, the
+// stopped worker's open breaker stayed the greatest for ever.
+func TestStoppedWorkerLeavesNoBreakerOpen(t *testing.T) {
+	f := sqstest.NewFake()
+	url := f.CreateQueue("jobs", nil)
+	reg := prometheus.NewRegistry()
+	run := func(h sqsworker.Handler, until func() bool) {
+		t.Helper()
+		w, err := worker.New(f, worker.Config{
+			QueueURL: url, WaitTime: time.Second, DisableDepth: true,
+			Metrics: sqsprom.New(reg, sqsprom.Options{}),
+			Breaker: sqsworker.BreakerConfig{Threshold: 1, ProbeInterval: time.Hour, MaxProbeInterval: time.Hour},
+			Logger:  slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- w.Run(context.Background(), h) }()
+		deadline := time.Now().Add(30 * time.Second)
+		for !until() && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := w.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	breaker := func() float64 { _, got := gather(t, reg); return got[`sqsworker_breaker_state{queue="jobs"}`] }
+	f.Send(url, "job")
+	down := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+		return sqsworker.Unavailable(fmt.Errorf("database down"))
+	})
+	run(down, func() bool { return breaker() == 1 })
+	healthy := make(chan struct{}, 1)
+	f.Send(url, "job 2")
+	run(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error {
+		select {
+		case healthy <- struct{}{}:
+		default:
+		}
+		return nil
+	}), func() bool { return len(healthy) > 0 })
+	if v := breaker(); v != 0 {
+		t.Errorf("breaker_state %v after the worker with the open breaker stopped, and a healthy one ran; want 0", v)
+	}
+}
