@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/queue"
 	"github.com/sqsworker/sqsworker/internal/sqsmsg"
@@ -229,7 +230,11 @@ func (q *Queue) Plan(ctx context.Context, cfg ReplayConfig) (*ReplayResult, erro
 // message's Note says which). A copy that SQS refuses as invalid (a
 // message of the queue's largest size has no room for what its copy adds)
 // is sent again without the count, then without the idempotency-key the
-// replay added.
+// replay added. A copy without the job's key to a standard queue is not
+// sent again by the SDK after an attempt SQS may have applied (its answer
+// lost): a second copy would run the job twice, with nothing to tell it
+// from the first; the replay stops instead, saying that the copy may be
+// there.
 //
 // On a FIFO queue a group is replayed in order, up to its first message
 // that stays. A copy that fails again and comes back while the replay runs
@@ -599,7 +604,7 @@ func (r *replayer) sendFailed(mctx context.Context, m *Message, dest Target, f s
 		next = fmt.Sprintf("its copy may be in %s all the same (SQS may have applied the send before the failure); "+
 			"a replay once SQS answers sends another copy of the same job (the same job key: behind the idempotency middleware, the job runs once)", dest.Name)
 	case f.mayBeSent:
-		next = fmt.Sprintf("its copy may be in %s all the same (SQS may have applied the send before the failure), without the job's key (SQS refused the copy with it): "+
+		next = fmt.Sprintf("its copy may be in %s all the same (SQS may have applied the send before the failure), without the job's key (the message had no attribute to spare for it, or SQS refused the copy with it), which the SDK was therefore not let send again: "+
 			"look for it there before you replay this message again, or its job runs twice", dest.Name)
 	}
 	return fmt.Errorf("dlq: sending the copy of message %s to %s%s: %w; it stays in %s: %s", m.ID, dest.Name, what, err, r.q.Name, next)
@@ -970,7 +975,16 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 		}
 		in.MessageDeduplicationId = aws.String(dedup)
 	}
-	out, err := r.q.api.SendMessage(ctx, in, opts...)
+	sendCopy := func() (*sqs.SendMessageOutput, error) {
+		if _, need := originalKey(m); need && !dest.FIFO { // a FIFO queue drops a second copy by its deduplication ID
+			if _, added := in.MessageAttributes[jobkey.Attribute]; !added {
+				// Nothing would tell a second copy from the first.
+				return r.q.api.SendMessage(ctx, in, append(slices.Clip(opts), retryOnlyUnapplied)...)
+			}
+		}
+		return r.q.api.SendMessage(ctx, in, opts...)
+	}
+	out, err := sendCopy()
 	// Refused, perhaps over the queue's MaximumMessageSize, which the
 	// message fit without what its copy adds: the copy goes without its
 	// replay count, then without the key, which matters more.
@@ -981,19 +995,34 @@ func (r *replayer) send(ctx context.Context, m *Message, dest Target) (newID str
 			in.MessageDeduplicationId = aws.String(m.OriginalID() + "-" + m.ID)
 		}
 		note = joinNotes(note, fmt.Sprintf("%s left out: SQS refused the copy with it (%v)", AttrReplays, err))
-		out, err = r.q.api.SendMessage(ctx, in, opts...)
+		out, err = sendCopy()
 	}
 	if _, need := originalKey(m); err != nil && need && queue.IsInvalidParameter(err) {
 		if _, added := in.MessageAttributes[jobkey.Attribute]; added {
 			delete(in.MessageAttributes, jobkey.Attribute)
 			note = joinNotes(note, fmt.Sprintf("%s not added: SQS refused the copy with it (%v)", jobkey.Attribute, err))
-			out, err = r.q.api.SendMessage(ctx, in, opts...)
+			out, err = sendCopy()
 		}
 	}
 	if err != nil {
 		return "", 0, "", sendFailure{}, err
 	}
 	return aws.ToString(out.MessageId), replays, note, sendFailure{}, nil
+}
+
+// retryOnlyUnapplied keeps the SDK from sending a request again after an
+// attempt SQS may have applied (its answer lost, a server error): for a
+// copy without the job's key to a standard queue, a second copy would run
+// the job twice, with nothing to tell it from the first. Refusals (throttling, a connection
+// never made) are retried as before.
+func retryOnlyUnapplied(o *sqs.Options) {
+	o.Retryer = unappliedRetryer{o.Retryer}
+}
+
+type unappliedRetryer struct{ aws.Retryer }
+
+func (r unappliedRetryer) IsErrorRetryable(err error) bool {
+	return !awserr.MayHaveApplied(err) && r.Retryer.IsErrorRetryable(err)
 }
 
 func joinNotes(a, b string) string {

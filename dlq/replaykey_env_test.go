@@ -3,9 +3,12 @@ package dlq
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -75,5 +78,43 @@ func TestReplayKeepsTheOriginalsKeyOnEmulator(t *testing.T) {
 		if k := idempotency.DefaultKey(m); k != "message-id:"+original {
 			t.Errorf("copy %s runs under key %q, want message-id:%s: the job's effect would apply again", m.ID, k, original)
 		}
+	}
+}
+
+// On the emulator: a message with SQS's 10 attributes and no key has no
+// room for the one its copy would get: the copy goes without a key. Its
+// send's reply is lost (SQS applied it): the SDK does not send it again,
+// which would leave two copies of a job nothing tells apart, run twice;
+// the replay stops, saying that the copy may be in the queue already, and
+// the message stays in the dead-letter queue. Before, the SDK sent it
+// again and the replay counted one move.
+func TestReplayOfAKeylessCopyIsNotSentTwiceOnEmulator(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2})
+	ctx := context.Background()
+	attrs := map[string]types.MessageAttributeValue{}
+	for i := range sqsworker.MaxMessageAttributes {
+		attrs[fmt.Sprintf("a%d", i)] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String("v")}
+	}
+	if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &q.DLQURL, MessageBody: aws.String(`{"order":7}`), MessageAttributes: attrs}); err != nil {
+		t.Fatal(err)
+	}
+	pc, p := losingClient(t, 1, func(in any) bool { _, ok := in.(*sqs.SendMessageInput); return ok })
+	dq, err := Open(ctx, pc, q.DLQURL, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := dq.Replay(ctx, ReplayConfig{To: q.URL})
+	if err == nil || !strings.Contains(err.Error(), "look for it there before you replay this message again") || res.Moved != 0 {
+		t.Errorf("replay: %v, %+v; want it stopped, saying the copy may be there", err, res)
+	}
+	t.Logf("replay: %v", err)
+	copies := localtest.ReceiveAll(t, c, q.URL, 2*time.Second, 30*time.Second)
+	if p.Stats().LostReplies != 1 || len(copies) != 1 {
+		t.Errorf("%d replies lost, %d copies in the source queue, want 1 and 1 (the send SQS applied, not sent again)", p.Stats().LostReplies, len(copies))
+	}
+	if v, i := depth(t, c, q.DLQURL); v+i != 1 {
+		t.Errorf("%d messages in the dead-letter queue, want the original", v+i)
 	}
 }
