@@ -82,7 +82,8 @@ const maxCreateAttempts = 5
 // reads its item and its chunks' items (one BatchGetItem per 100 chunks,
 // stopping at the batch's item when it is there): the ID of an expired
 // batch whose chunk items remain is a *ReusedIDError, and nothing is
-// recorded or sent. An error sending chunks says how
+// recorded or sent; an expired batch whose item DynamoDB has not deleted
+// yet, none of its chunks' items left, is made anew. An error sending chunks says how
 // many may not have been sent: call Create again with the same spec.
 func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 	msgs, err := c.chunks(s)
@@ -127,10 +128,15 @@ func (c *Coordinator) Create(ctx context.Context, s Spec) error {
 			// Unconditional: it is written only with a new batch's
 			// item (over the leftover of an expired batch, if any).
 			{Put: &types.Put{TableName: &c.cfg.Table, Item: cb}},
+			// Over nothing, or over the item of an expired batch that
+			// DynamoDB has not deleted yet (checkReused found none of its
+			// chunks' items): taken for this batch, it would be deleted
+			// under it, its chunks not sent.
 			{Put: &types.Put{
 				TableName: &c.cfg.Table, Item: item,
-				ConditionExpression:                 aws.String("attribute_not_exists(#k)"),
-				ExpressionAttributeNames:            map[string]string{"#k": c.cfg.KeyAttr},
+				ConditionExpression:                 aws.String("attribute_not_exists(#k) OR #x < :now"),
+				ExpressionAttributeNames:            map[string]string{"#k": c.cfg.KeyAttr, "#x": c.cfg.ExpiryAttr},
+				ExpressionAttributeValues:           map[string]types.AttributeValue{":now": num(now.Unix())},
 				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 			}},
 		},

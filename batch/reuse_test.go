@@ -119,6 +119,40 @@ func TestReusedIDAfterExpiry(t *testing.T) {
 				}
 			}
 			run("gone", 2)
+			// An expired batch whose item DynamoDB has not deleted yet,
+			// and whose chunks were never counted (lost, or dead-lettered
+			// with their handlers failing): its ID is free again, and
+			// Create makes the batch anew. Before, Create found the item,
+			// took the batch for recorded and sent, and sent nothing: the
+			// job was gone once DynamoDB deleted the item.
+			if err := e.coord.Create(ctx, e.spec("unread", 2)); err != nil {
+				t.Fatal(err)
+			}
+			_ = receive(2) // and never handled
+			if _, err := e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: &e.table, Key: key("batch#unread"),
+				UpdateExpression:          aws.String("SET expiry = :past"),
+				ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":past": &ddbtypes.AttributeValueMemberN{Value: past}},
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.coord.Create(ctx, e.spec("unread", 2)); err != nil {
+				t.Fatalf("Create of an expired batch without chunk items: %v", err)
+			}
+			if it := item(t, e.db, e.table, "batch#unread"); it["expiry"] == past {
+				t.Errorf("the expired item was kept: %v", it)
+			}
+			msgs := receive(2)
+			if len(msgs) != 2 {
+				t.Fatalf("%d chunks sent again, want 2", len(msgs))
+			}
+			for _, m := range msgs {
+				if err := h.HandleMessage(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if p := progress(t, e.coord, "unread"); !p.Completed {
+				t.Errorf("the batch made anew did not complete: %+v", p)
+			}
 			// Create again of a batch that is there, with its chunks
 			// counted, is still no error.
 			if err := e.coord.Create(ctx, e.spec("gone", 2)); err != nil {
