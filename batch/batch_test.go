@@ -372,15 +372,24 @@ func TestErrorsNameTheFix(t *testing.T) {
 	if err := e.coord.Create(ctx, s); err == nil || !strings.Contains(err.Error(), "at most 8") {
 		t.Errorf("Create of a chunk with 9 attributes: %v", err)
 	}
-	// A chunk of a batch the table does not hold (another table, say)
-	// fails for good, naming the table.
-	m := &sqsworker.Message{ID: "m", Body: "x", ReceiveCount: 1, MessageAttributes: map[string]sqsworker.MessageAttribute{
-		batch.Attribute: {DataType: "String", StringValue: "elsewhere#0"},
-	}}
-	err = e.coord.Middleware(new(effects).handler(nil)).HandleMessage(ctx, m)
+	// A chunk of a batch the table does not hold (a consumer given
+	// another table, say) fails for good, naming the table, before its
+	// handler runs: replayed once the consumer is fixed, it applies its
+	// effect once. Before, the handler ran first, and the replay ran it
+	// again. So does a chunk past the batch's last.
+	if err := e.coord.Create(ctx, e.spec("two", 2)); err != nil {
+		t.Fatal(err)
+	}
 	var perm *sqsworker.PermanentError
-	if !errors.As(err, &perm) || !errors.As(err, &unknown) {
-		t.Errorf("chunk of an unknown batch: %v, want a Permanent UnknownBatchError", err)
+	for _, attr := range []string{"elsewhere#0", "two#2"} {
+		m := &sqsworker.Message{ID: "m", Body: "x", ReceiveCount: 1, MessageAttributes: map[string]sqsworker.MessageAttribute{
+			batch.Attribute: {DataType: "String", StringValue: attr},
+		}}
+		var eff effects
+		err = e.coord.Middleware(eff.handler(nil)).HandleMessage(ctx, m)
+		if !errors.As(err, &perm) || (attr == "elsewhere#0" && !errors.As(err, &unknown)) || eff.get(attr) != 0 {
+			t.Errorf("chunk %s: %v, handler ran %d times; want a Permanent error before the handler runs", attr, err, eff.get(attr))
+		}
 	}
 	// Messages that are not chunks pass through.
 	plain := &sqsworker.Message{ID: "p", Body: "x"}
@@ -482,7 +491,7 @@ func TestWithIdempotencyCommitsTogether(t *testing.T) {
 
 // The requests a batch costs, as the package documentation states them:
 // Create one TransactWriteItems and one UpdateItem, ten chunks per
-// SendMessageBatch; each chunk one TransactWriteItems and one GetItem, a
+// SendMessageBatch; each chunk one TransactWriteItems and two GetItem, a
 // redelivery one GetItem more; the completion one GetItem, two UpdateItem
 // and one SendMessage.
 func TestRequestCost(t *testing.T) {
@@ -509,7 +518,7 @@ func TestRequestCost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := counter.ByOperation(), map[string]int{"TransactWriteItems": n, "GetItem": n + 1, "UpdateItem": 2}; !equalCounts(got, want) {
+	if got, want := counter.ByOperation(), map[string]int{"TransactWriteItems": n, "GetItem": 2*n + 1, "UpdateItem": 2}; !equalCounts(got, want) {
 		t.Errorf("%d chunks and the completion: %v, want %v", n, got, want)
 	}
 	if c := e.sqs.Calls("SendMessage"); c != 1 {
@@ -519,7 +528,7 @@ func TestRequestCost(t *testing.T) {
 	if err := h.HandleMessage(ctx, again(msgs[0])); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := counter.ByOperation(), map[string]int{"GetItem": 2}; !equalCounts(got, want) {
+	if got, want := counter.ByOperation(), map[string]int{"GetItem": 3}; !equalCounts(got, want) {
 		t.Errorf("a redelivery: %v, want %v", got, want)
 	}
 }

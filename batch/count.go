@@ -163,6 +163,13 @@ func (c *Coordinator) inner(next sqsworker.Handler) sqsworker.Handler {
 		if r == nil {
 			r = &run{}
 		}
+		// A chunk of a batch the table does not hold (a consumer given
+		// another table, a message made by hand) fails for good before
+		// its handler runs: replayed once that is mended, it applies its
+		// effect once, where failing after it would apply it twice.
+		if err := c.checkInBatch(ctx, id, i); err != nil {
+			return err
+		}
 		prior := ""
 		if m.ReceiveCount > 1 || replayed(m) {
 			status, err := c.chunkStatus(ctx, id, i)
@@ -205,6 +212,24 @@ func replayed(m *sqsworker.Message) bool {
 	}
 	_, ok := sqsworker.ParseFailure(m.MessageAttributes)
 	return ok
+}
+
+// checkInBatch returns notInBatch's error when the table holds no batch id
+// with a chunk i. It reads the batch's item consistently: Create records
+// it before it sends the chunks.
+func (c *Coordinator) checkInBatch(ctx context.Context, id string, i int) error {
+	out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: &c.cfg.Table, Key: c.batchKey(id), ConsistentRead: aws.Bool(true),
+		ProjectionExpression:     aws.String("#kind, #total"),
+		ExpressionAttributeNames: map[string]string{"#kind": aKind, "#total": aTotal},
+	}, c.dbOpts...)
+	if err != nil {
+		return c.dynamoErr(fmt.Sprintf("reading batch %q of chunk %d", id, i), err)
+	}
+	if getStr(out.Item, aKind) != "batch" || getNum(out.Item, aTotal) <= int64(i) {
+		return c.notInBatch(id, i, out.Item)
+	}
+	return nil
 }
 
 // chunkStatus returns the status of chunk i of batch id: StatusDone,

@@ -82,9 +82,9 @@ func TestRefusedCountIsNoChunksFault(t *testing.T) {
 				t.Fatal(err)
 			}
 			msgs := receive(t, e.sqs, e.work, 2)
-			db.on.Store(true)
 			var fx effects
-			h := c.Middleware(fx.handler(nil))
+			// Refused from while the handler runs: its count is.
+			h := c.Middleware(fx.handler(func(*sqsworker.Message) error { db.on.Store(true); return nil }))
 			err = h.HandleMessage(ctx, msgs[0])
 			if !sqsworker.IsUnavailable(err) || isPermanent(err) || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("a chunk whose count was refused: %v (unavailable %v, permanent %v); want unavailable, naming the fix %q",
@@ -98,6 +98,7 @@ func TestRefusedCountIsNoChunksFault(t *testing.T) {
 				t.Errorf("while refused, the chunk ran %d times, want once", n)
 			}
 			db.on.Store(false)
+			h = c.Middleware(fx.handler(nil))
 			for _, m := range []*sqsworker.Message{again(again(msgs[0])), msgs[1]} {
 				if err := h.HandleMessage(ctx, m); err != nil {
 					t.Fatal(err)
