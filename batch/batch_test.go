@@ -19,9 +19,10 @@ import (
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
-// Every chunk delivered twice, and the last one three times: each is
-// counted once, its effect applied once (a counted chunk is acknowledged
-// without running the handler), and one completion job is sent, with its
+// Every chunk delivered three times (a duplicate send, then a
+// redelivery), and the last one four times: each is counted once, its
+// effect applied once (a counted chunk is acknowledged without running the
+// handler), and one completion job is sent, with its
 // idempotency key and the batch ID.
 func TestDuplicatesCountOnce(t *testing.T) {
 	t.Parallel()
@@ -51,11 +52,12 @@ func TestDuplicatesCountOnce(t *testing.T) {
 		t.Errorf("progress %+v", p)
 	}
 	for i := range 5 {
-		// The first two deliveries of each ran the handler (the second
-		// looked like a first delivery, as a duplicate send does); the
-		// redeliveries did not.
-		if n := eff.get("dups#" + string(rune('0'+i))); n != 2 {
-			t.Errorf("chunk %d ran %d times, want 2 (its redeliveries are acknowledged without running)", i, n)
+		// The first delivery of each ran the handler; the second, as a
+		// duplicate send is, and the redeliveries read the chunk
+		// counted and did not. Before, a first delivery read nothing,
+		// and a duplicate send ran the handler again.
+		if n := eff.get("dups#" + string(rune('0'+i))); n != 1 {
+			t.Errorf("chunk %d ran %d times, want 1 (its copies are acknowledged without running)", i, n)
 		}
 	}
 	done := receive(t, e.sqs, e.callbacks, 10)
@@ -491,8 +493,8 @@ func TestWithIdempotencyCommitsTogether(t *testing.T) {
 
 // The requests a batch costs, as the package documentation states them:
 // Create one TransactWriteItems and one UpdateItem, ten chunks per
-// SendMessageBatch; each chunk one TransactWriteItems and two GetItem, a
-// redelivery one GetItem more; the completion one GetItem, two UpdateItem
+// SendMessageBatch; each chunk one TransactWriteItems and three GetItem
+// (the batch and the chunk before the handler, the batch after); the completion one GetItem, two UpdateItem
 // and one SendMessage.
 func TestRequestCost(t *testing.T) {
 	t.Parallel()
@@ -518,7 +520,7 @@ func TestRequestCost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got, want := counter.ByOperation(), map[string]int{"TransactWriteItems": n, "GetItem": 2*n + 1, "UpdateItem": 2}; !equalCounts(got, want) {
+	if got, want := counter.ByOperation(), map[string]int{"TransactWriteItems": n, "GetItem": 3*n + 1, "UpdateItem": 2}; !equalCounts(got, want) {
 		t.Errorf("%d chunks and the completion: %v, want %v", n, got, want)
 	}
 	if c := e.sqs.Calls("SendMessage"); c != 1 {
@@ -545,10 +547,11 @@ func equalCounts(a, b map[string]int) bool {
 	return true
 }
 
-// With the idempotency middleware, a chunk recorded failed by another
-// delivery while this one ran (a first delivery, which reads nothing
-// before running) is not taken for counted: the commit applies nothing, the
-// run is put off, and its retry moves the chunk from failed to done.
+// With the idempotency middleware, a chunk recorded failed by an earlier
+// delivery, delivered again as a copy (a first delivery), reads its chunk
+// and moves it from failed to done. Before, a first delivery read nothing,
+// took the chunk for new, and its commit was cancelled and put off to its
+// retry.
 func TestWithIdempotencyFailedMeanwhile(t *testing.T) {
 	t.Parallel()
 	e := newFakeEnv(t, batch.Config{})
@@ -573,19 +576,15 @@ func TestWithIdempotencyFailedMeanwhile(t *testing.T) {
 		t.Fatalf("progress %+v", p)
 	}
 	broken = false
-	err := h.HandleMessage(ctx, m) // a second copy, as a first delivery
-	if err == nil || sqsworker.IsUnavailable(err) {
-		t.Fatalf("a first delivery of a chunk recorded failed meanwhile: %v, want a failure", err)
-	}
-	if p := progress(t, e.coord, "meanwhile"); p.Done != 0 || p.Failed != 1 {
-		t.Fatalf("after the cancelled commit: %+v", p)
+	if err := h.HandleMessage(ctx, m); err != nil { // a second copy, as a first delivery
+		t.Fatalf("a first delivery of a chunk recorded failed: %v", err)
 	}
 	if err := h.HandleMessage(ctx, again(m)); err != nil {
 		t.Fatal(err)
 	}
 	p := progress(t, e.coord, "meanwhile")
-	if p.Done != 1 || p.Failed != 0 || p.Notified.IsZero() {
-		t.Errorf("after the retry: %+v", p)
+	if p.Done != 1 || p.Failed != 0 || p.Notified.IsZero() || eff.get("meanwhile#0") != 1 {
+		t.Errorf("after the copy and a redelivery: %+v, handler ran %d times", p, eff.get("meanwhile#0"))
 	}
 	if n := len(receive(t, e.sqs, e.callbacks, 10)); n != 1 {
 		t.Errorf("%d completion jobs, want 1", n)

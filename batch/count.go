@@ -17,7 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/sqsworker/sqsworker"
-	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/stopby"
@@ -55,12 +54,14 @@ var ErrGuardOutside = errors.New("its handler added writes (idempotency.AddWrite
 // when they are refused, and the chunk's retry would find it counted and
 // never apply them.
 //
-// A chunk already counted, when it is delivered again (SQS's receive count
-// over 1), is acknowledged without running next (one consistent GetItem,
-// for redeliveries only). A copy of a chunk sent again (Create called again,
-// a SendMessageBatch retried after a lost reply, a replay by SQS's own
-// redrive) arrives as a first delivery, and runs next again: behind
-// WithIdempotency, it runs once.
+// Before next runs, every delivery reads its chunk and batch (two
+// consistent GetItem, at once). A chunk already counted is acknowledged
+// without running next, whether it is delivered again or is a copy sent
+// again (Create called again, a SendMessageBatch retried after a lost
+// reply, a replay by SQS's own redrive), however late; a chunk of a batch
+// the table does not hold fails for good before next runs. Only copies
+// that run at once, both before either is counted, both run next: behind
+// WithIdempotency, one does.
 func (c *Coordinator) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	return c.outer(c.inner(next), false)
 }
@@ -163,23 +164,21 @@ func (c *Coordinator) inner(next sqsworker.Handler) sqsworker.Handler {
 		if r == nil {
 			r = &run{}
 		}
-		// A chunk of a batch the table does not hold (a consumer given
-		// another table, a message made by hand) fails for good before
-		// its handler runs: replayed once that is mended, it applies its
-		// effect once, where failing after it would apply it twice.
-		if err := c.checkInBatch(ctx, id, i); err != nil {
+		// Every delivery reads the chunk with its batch. A chunk of a
+		// batch the table does not hold (a consumer given another table,
+		// a message made by hand) fails for good before its handler runs:
+		// replayed once that is mended, it applies its effect once, where
+		// failing after it would apply it twice. A chunk counted already
+		// is acknowledged without running next: a redelivery, and a copy
+		// that arrives as a first delivery (Create called again, a send
+		// retried after a lost reply, SQS's own redrive) however late,
+		// where the idempotency record that would stop it lives a day.
+		prior, err := c.readChunk(ctx, id, i)
+		if err != nil {
 			return err
 		}
-		prior := ""
-		if m.ReceiveCount > 1 || replayed(m) {
-			status, err := c.chunkStatus(ctx, id, i)
-			if err != nil {
-				return err
-			}
-			if status == StatusDone {
-				return nil
-			}
-			prior = status
+		if prior == StatusDone {
+			return nil
 		}
 		if err := next.HandleMessage(ctx, m); err != nil {
 			c.recordFailure(ctx, id, i, m, err)
@@ -205,31 +204,37 @@ func (c *Coordinator) inner(next sqsworker.Handler) sqsworker.Handler {
 	})
 }
 
-// replayed reports whether m was sent back from a dead-letter queue.
-func replayed(m *sqsworker.Message) bool {
-	if _, ok := m.MessageAttributes[dlq.AttrReplays]; ok {
-		return true
+// readChunk returns the status of chunk i of batch id (StatusDone,
+// StatusFailed, or "" when it is neither counted nor failed), or
+// notInBatch's error when the table holds no batch id with a chunk i. It
+// reads the batch's item and the chunk's consistently (Create records the
+// batch before it sends the chunks), at once: two GetItem, which the
+// store's grants allow (a BatchGetItem would need one more action, and a
+// TransactGetItems would conflict with the counts under way on the
+// batch's item).
+func (c *Coordinator) readChunk(ctx context.Context, id string, i int) (string, error) {
+	type result struct {
+		status string
+		err    error
 	}
-	_, ok := sqsworker.ParseFailure(m.MessageAttributes)
-	return ok
-}
-
-// checkInBatch returns notInBatch's error when the table holds no batch id
-// with a chunk i. It reads the batch's item consistently: Create records
-// it before it sends the chunks.
-func (c *Coordinator) checkInBatch(ctx context.Context, id string, i int) error {
+	chunk := make(chan result, 1)
+	go func() { // owned: received below before returning
+		status, err := c.chunkStatus(ctx, id, i)
+		chunk <- result{status, err}
+	}()
 	out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &c.cfg.Table, Key: c.batchKey(id), ConsistentRead: aws.Bool(true),
 		ProjectionExpression:     aws.String("#kind, #total"),
 		ExpressionAttributeNames: map[string]string{"#kind": aKind, "#total": aTotal},
 	}, c.dbOpts...)
+	r := <-chunk
 	if err != nil {
-		return c.dynamoErr(fmt.Sprintf("reading batch %q of chunk %d", id, i), err)
+		return "", c.dynamoErr(fmt.Sprintf("reading batch %q of chunk %d", id, i), err)
 	}
 	if getStr(out.Item, aKind) != "batch" || getNum(out.Item, aTotal) <= int64(i) {
-		return c.notInBatch(id, i, out.Item)
+		return "", c.notInBatch(id, i, out.Item)
 	}
-	return nil
+	return r.status, r.err
 }
 
 // chunkStatus returns the status of chunk i of batch id: StatusDone,

@@ -119,10 +119,10 @@
 // completion job (one TransactWriteItems of two items), sends its chunks ten per SendMessageBatch, and marks them
 // sent (one UpdateItem). Each chunk costs one TransactWriteItems of two
 // items (or two more items in the idempotency record's transaction) and
-// two consistent GetItem of the batch (one before its handler runs, which
-// fails a chunk of a batch the table does not hold before its effect, one
-// after its count); a redelivered chunk, one GetItem of its chunk item
-// more. The completion costs one UpdateItem (lease), one
+// two consistent GetItem, of the chunk and its batch, before its
+// handler runs (a chunk counted already is acknowledged without running
+// it, a chunk of a batch the table does not hold fails for good before
+// its effect) and one consistent GetItem of the batch after its count. The completion costs one UpdateItem (lease), one
 // consistent GetItem (the completion job), one SendMessage and one
 // UpdateItem (sent); without Config.MaxReceiveCount, one GetQueueAttributes
 // per chunks' queue and process; on the chunk's last receive, one

@@ -44,6 +44,13 @@ func (r *refusing) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts 
 	return r.Client.GetItem(ctx, in, opts...)
 }
 
+func (r *refusing) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
+	if r.on.Load() {
+		return nil, r.refusal()
+	}
+	return r.Client.BatchGetItem(ctx, in, opts...)
+}
+
 func (r *refusing) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	if r.on.Load() {
 		return nil, r.refusal()
