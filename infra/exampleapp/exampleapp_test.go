@@ -284,7 +284,7 @@ func TestAlarms(t *testing.T) {
 		}),
 		"PollerTaskShortfallAlarm": notifying(map[string]any{
 			"Metrics": []any{
-				expression("desired - running"),
+				expression("desired - FILL(running, 0)"),
 				metric("desired", "ECS/ContainerInsights", "DesiredTaskCount", "Minimum"),
 				metric("running", "ECS/ContainerInsights", "RunningTaskCount", "Maximum"),
 			},

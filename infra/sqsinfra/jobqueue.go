@@ -134,10 +134,11 @@ type JobQueueProps struct {
 	// redeployed stack's queues new ones).
 	RemovalPolicy awscdk.RemovalPolicy
 
-	// LatencyBudget is how long a job may wait in the queue: the age alarm
-	// fires when the oldest message is older, and a PollerService derives
-	// its scaling target from it. Whole seconds, at least 1 minute.
-	// Default 15 minutes (DefaultLatencyBudgetMinutes).
+	// LatencyBudget is how long a job may take from its send to its
+	// end: the age alarm fires when the oldest message is older (SQS
+	// counts a message's age until it is deleted, its run included), and
+	// a PollerService derives its scaling target from it. Whole seconds,
+	// at least 1 minute. Default 15 minutes (DefaultLatencyBudgetMinutes).
 	LatencyBudget awscdk.Duration
 	// MetricsNamespace is the CloudWatch namespace of the consumers' EMF
 	// metrics (metrics.NewEMF, `sqsworker run --metrics-namespace`): the
@@ -427,6 +428,10 @@ func ImportJobQueue(scope constructs.Construct, id string, props *ExistingJobQue
 
 // commonProps are the checked props that NewJobQueue and ImportJobQueue
 // share.
+// minAgeAlarmSec is the least threshold of the age alarm: SQS's metrics
+// come by the minute.
+const minAgeAlarmSec = 60
+
 type commonProps struct {
 	budget, breakerMinutes, depth, periods float64
 	namespace                              string
@@ -574,10 +579,15 @@ func (c *JobQueue) addAlarms(p commonProps, a *QueueAlarmProps) {
 		})
 	}
 	if !a.DisableAge {
+		// SQS counts a message's age until it is deleted, its handler's
+		// run included, and reports it by the minute: a threshold under a
+		// minute (a priority level's budget of seconds) would fire on
+		// healthy jobs that take a second.
+		threshold := max(p.budget, minAgeAlarmSec)
 		c.AgeAlarm = awscloudwatch.NewAlarm(c.Construct, jsii.String("OldestMessageAgeAlarm"), &awscloudwatch.AlarmProps{
-			AlarmDescription: jsii.String(fmt.Sprintf("The oldest message has waited longer than the latency budget (%s): consumers are stuck, failing or too few.", goDuration(p.budget))),
+			AlarmDescription: jsii.String(fmt.Sprintf("The oldest message has been in the queue (waiting, or running undeleted) longer than %s: consumers are stuck, failing or too few.", goDuration(threshold))),
 			Metric:           c.Queue.MetricApproximateAgeOfOldestMessage(perMinute("Maximum")),
-			Threshold:        jsii.Number(p.budget),
+			Threshold:        jsii.Number(threshold),
 			// One minute over the budget is the budget missed.
 			ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD,
 			EvaluationPeriods:  jsii.Number(1),

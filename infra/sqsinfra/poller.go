@@ -955,7 +955,9 @@ func (c *PollerService) alarms(props *PollerServiceProps, q *JobQueue, cpuPct, m
 		c.TaskShortfallAlarm = awscloudwatch.NewAlarm(c.Construct, jsii.String("TaskShortfallAlarm"), &awscloudwatch.AlarmProps{
 			AlarmDescription: jsii.String(fmt.Sprintf("The service has run fewer tasks than desired for %g minutes: tasks fail to start or crash (image pull, health check, permissions), or a deployment is stuck.", shortfallMinutes)),
 			Metric: awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
-				Expression: jsii.String("desired - running"),
+				// A running count that is missing while tasks are desired
+				// (none has started) is none running, not no evidence.
+				Expression: jsii.String("desired - FILL(running, 0)"),
 				UsingMetrics: &map[string]awscloudwatch.IMetric{
 					"desired": c.DesiredTaskMetric("Minimum", minute()),
 					"running": c.RunningTaskMetric("Maximum", minute()),

@@ -22,9 +22,12 @@ type PriorityLevel struct {
 	// lowercase letters, digits and hyphens, unique among the levels.
 	// Required.
 	Name string
-	// LatencyBudget is how long a job of this level may wait: the level's
-	// age alarm fires when its oldest message is older. Whole seconds, at
-	// least 1 second. Default for the levels named "critical" 1 second,
+	// LatencyBudget is how long a job of this level may wait: it weighs
+	// the level's backlog in a PollerService's scaling. The level's age
+	// alarm fires when its oldest message is older than the budget, or
+	// than a minute when the budget is shorter (SQS counts a message's age
+	// until it is deleted, its run included, and reports it by the
+	// minute). Whole seconds, at least 1 second. Default for the levels named "critical" 1 second,
 	// "high" 10 seconds, "normal" 5 minutes and "low" 1 hour (the
 	// DefaultPriorityLevels); required for other names.
 	LatencyBudget awscdk.Duration
@@ -93,9 +96,10 @@ type PriorityQueuesProps struct {
 // drains the higher levels first (SQS has no message priority): each level
 // has its own dead-letter queue, redrive policy and alarms, its age alarm
 // against the level's latency budget (by default critical 1 s, high 10 s,
-// normal 5 min, low 1 h). ApproximateAgeOfOldestMessage is reported by the
-// minute: a level's age alarm fires when the oldest message of a minute's
-// samples was older than its budget.
+// normal 5 min, low 1 h), or a minute when the budget is shorter:
+// ApproximateAgeOfOldestMessage is reported by the minute, and counts a
+// message until it is deleted, its run included, so that an alarm at
+// seconds would fire on healthy jobs.
 //
 // Consume it with a PollerService (PollerServiceProps.PriorityQueues: one
 // worker over every level, `sqsworker run --queue NAME:PRIORITY:RESERVED`
