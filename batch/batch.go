@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
@@ -155,6 +156,14 @@ type Config struct {
 	// of the send once the chunk's run has ended. At least MinNotifyLease.
 	// Default 30s.
 	NotifyLease time.Duration
+	// RequestTimeout bounds each attempt of each request to DynamoDB,
+	// and of the queue reads of SQS (a completion's send is bounded by
+	// NotifyLease): a DynamoDB that takes requests and never answers fails
+	// a chunk's run as unavailable, which the runtime's circuit breaker
+	// counts, rather than hold its handler slot for as long as its
+	// context lives (up to the heartbeat's 12 hours). The count's own
+	// retries try again within their 30s. Default 10s.
+	RequestTimeout time.Duration
 	// Logger receives what the middleware could not do. Message bodies are
 	// never logged. Default slog.Default().
 	Logger *slog.Logger
@@ -162,8 +171,9 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultTTL         = 14 * 24 * time.Hour
-	DefaultNotifyLease = 30 * time.Second
+	DefaultTTL            = 14 * 24 * time.Hour
+	DefaultNotifyLease    = 30 * time.Second
+	DefaultRequestTimeout = 10 * time.Second
 )
 
 // Least values of Config: a shorter TTL would let DynamoDB delete a batch
@@ -194,6 +204,20 @@ type Coordinator struct {
 	queues limitsCache
 }
 
+// boundAttempts bounds each attempt of a request to d: it sits in the
+// finalize step after the SDK's retry, which sends each attempt through
+// it.
+func boundAttempts(d time.Duration) func(*middleware.Stack) error {
+	return func(s *middleware.Stack) error {
+		return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("batchAttemptTimeout",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				ctx, cancel := context.WithTimeout(ctx, d)
+				defer cancel()
+				return next.HandleFinalize(ctx, in)
+			}), middleware.After)
+	}
+}
+
 // New validates cfg and checks that the table exists with the expected
 // partition key, so that a wrong table name fails here rather than at the
 // first chunk. It returns one error naming every problem.
@@ -214,6 +238,9 @@ func New(ctx context.Context, db DynamoAPI, q SQSAPI, cfg Config) (*Coordinator,
 	}
 	if cfg.MaxReceiveCount < 0 {
 		errs = append(errs, fmt.Errorf("MaxReceiveCount %d is negative", cfg.MaxReceiveCount))
+	}
+	if cfg.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("RequestTimeout %s is negative (0: the default, %s)", cfg.RequestTimeout, DefaultRequestTimeout))
 	}
 	if cfg.NotifyLease < 0 || cfg.NotifyLease > 0 && cfg.NotifyLease < MinNotifyLease {
 		errs = append(errs, fmt.Errorf("NotifyLease %s is under %s: it must cover one SendMessage and one UpdateItem (0: the default, %s)", cfg.NotifyLease, MinNotifyLease, DefaultNotifyLease))
@@ -236,7 +263,15 @@ func New(ctx context.Context, db DynamoAPI, q SQSAPI, cfg Config) (*Coordinator,
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Coordinator{db: db, sqs: q, dbOpts: dynamohttp.Options(db), sqsOpts: sdkhttp.SQSOptions(q), cfg: cfg, now: time.Now, failedCap: MaxFailedIndexes}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	bound := boundAttempts(cfg.RequestTimeout)
+	c := &Coordinator{
+		db: db, sqs: q, cfg: cfg, now: time.Now, failedCap: MaxFailedIndexes,
+		dbOpts:  append(dynamohttp.Options(db), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, bound) }),
+		sqsOpts: append(sdkhttp.SQSOptions(q), func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, bound) }),
+	}
 	if err := c.checkTable(ctx); err != nil {
 		return nil, err
 	}

@@ -628,7 +628,12 @@ func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[s
 	if err != nil {
 		return "", sqsworker.Permanent(fmt.Errorf("batch: the callback of batch %q: %w", id, err))
 	}
-	msgID, err := p.Send(ctx, m)
+	// Within the lease, taken just before: an SQS that takes the request
+	// and never answers fails the send, rather than hold the chunk for
+	// as long as its context lives.
+	sctx, cancel := context.WithTimeout(ctx, c.cfg.NotifyLease)
+	msgID, err := p.Send(sctx, m)
+	cancel()
 	if awserr.IsQueueMissing(err) {
 		// No outage: the queue is gone. The chunk waits in the
 		// dead-letter queue, named, until the queue is back and the
