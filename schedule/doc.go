@@ -14,7 +14,14 @@
 // an occurrence sent twice, or its job redelivered, runs the handler once
 // while its idempotency record lives (idempotency.StoreConfig.TTL), given
 // that its two sends have one body (the sqsinfra construct refuses the
-// context attributes that differ between sends).
+// context attributes that differ between sends). EventBridge Scheduler
+// retries a send for up to the schedule's MaxEventAge (24 hours by
+// default), and a send it retried after SQS applied it unanswered arrives
+// as a second message, up to that long after the first plus the time it
+// waits in the queue: give the store a TTL longer than both (the default
+// record's day equals the default MaxEventAge, and leaves no margin), or
+// a late second send runs the occurrence again.
+//
 // Parse returns the occurrence (name, time, payload) to a handler, in the
 // worker and on Lambda alike.
 //
