@@ -923,6 +923,13 @@ func (c *PollerService) scale(queues []*JobQueue, minTasks, maxTasks, scaleIn, s
 		using[f] = q.Queue.MetricApproximateNumberOfMessagesNotVisible(&awscloudwatch.MetricOptions{Period: minute(), Statistic: jsii.String("Maximum")})
 	}
 	if len(queues) > 1 {
+		// SQS stops reporting a queue's metrics after six hours without
+		// a call (no task polls it at zero tasks), and a sum with a
+		// missing operand has no value: one idle level would keep the
+		// alarm from seeing another's jobs, and the service at zero.
+		for i, t := range terms {
+			terms[i] = "FILL(" + t + ", 0)"
+		}
 		waiting = strings.Join(terms, " + ")
 	}
 	c.ScaleFromZeroExpression = "IF(FILL(desired, 0) == 0, " + waiting + ", 0)"

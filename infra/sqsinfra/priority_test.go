@@ -185,7 +185,9 @@ func TestPriorityPoller(t *testing.T) {
 	if p.BacklogPerTaskExpression != "MAX([visible0 * 3600, (visible0 + visible1)]) / running" {
 		t.Errorf("backlog expression %q", p.BacklogPerTaskExpression)
 	}
-	if p.ScaleFromZeroExpression != "IF(FILL(desired, 0) == 0, visible0 + inflight0 + visible1 + inflight1, 0)" {
+	// Each level filled: SQS reports nothing of a level idle for six hours,
+	// which would otherwise leave the sum, and the alarm, without a value.
+	if p.ScaleFromZeroExpression != "IF(FILL(desired, 0) == 0, FILL(visible0, 0) + FILL(inflight0, 0) + FILL(visible1, 0) + FILL(inflight1, 0), 0)" {
 		t.Errorf("scale from zero %q", p.ScaleFromZeroExpression)
 	}
 	// A dashboard of the poller graphs that expression with every level's
