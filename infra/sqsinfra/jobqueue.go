@@ -157,10 +157,14 @@ type JobQueueProps struct {
 // synthesized.
 type ExistingJobQueueProps struct {
 	// Queue is the existing job queue (awssqs.Queue_FromQueueArn,
-	// Queue_FromQueueAttributes). Required.
+	// Queue_FromQueueAttributes). A queue encrypted with a
+	// customer-managed KMS key must be imported with its key
+	// (Queue_FromQueueAttributes with KeyArn): the grants of consumers
+	// and schedules include the key only when the queue knows it, and
+	// without it their sends fail with KMS's AccessDenied. Required.
 	Queue awssqs.IQueue
-	// DeadLetterQueue is the target of the queue's redrive policy.
-	// Required.
+	// DeadLetterQueue is the target of the queue's redrive policy, with
+	// its KMS key as for Queue. Required.
 	DeadLetterQueue awssqs.IQueue
 	// VisibilityTimeout is the queue's visibility timeout. Required.
 	VisibilityTimeout awscdk.Duration
