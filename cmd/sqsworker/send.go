@@ -92,6 +92,9 @@ sends again, runs its jobs once under that middleware; sending a file again
 makes new keys, so give each line an idempotencyKey to cover a second run. FIFO queues (names ending in .fifo) need a
 message group (--group or "groupId"), and a deduplication ID unless the queue
 has content-based deduplication; they take no per-message delay.
+--dedup-id and --idempotency-key name one message: of lines on stdin, only
+the first may take them (the others fail, saying so); give each line its own
+"deduplicationId" or "idempotencyKey".
 
 Messages are checked before anything is sent: a message SQS would refuse
 (empty or over 1 MiB, more than 10 attributes, a bad attribute name or value,
@@ -299,12 +302,36 @@ type sender struct {
 	fifo          bool
 	failedGroups  map[string]int
 	failedUnknown int
+	// dedupLine and keyLine are the first lines that took the
+	// deduplication ID of --dedup-id and the key of --idempotency-key.
+	dedupLine, keyLine int
 
 	// interrupted is set when the first interrupt stopped the input;
 	// after is the last line (or argument) handled then, and of is the
 	// number of BODY arguments.
 	interrupted bool
 	after, of   int
+}
+
+// sharedByFlag returns an error for line n, m, when it has the
+// deduplication ID or idempotency key of --dedup-id or --idempotency-key
+// (base's) and an earlier line had it too: a FIFO queue would keep only
+// the first, the idempotency middleware run only the first, and the others
+// be lost. The first line that has it may go.
+func (s *sender) sharedByFlag(m producer.Message, base producer.Message, n int) error {
+	if base.DeduplicationID != "" && m.DeduplicationID == base.DeduplicationID {
+		if s.dedupLine != 0 {
+			return fmt.Errorf(`--dedup-id gives it the deduplication ID of line %d: a FIFO queue would keep only the first; set "deduplicationId" on each line, or leave --dedup-id out`, s.dedupLine)
+		}
+		s.dedupLine = n
+	}
+	if base.IdempotencyKey != "" && m.IdempotencyKey == base.IdempotencyKey {
+		if s.keyLine != 0 {
+			return fmt.Errorf(`--idempotency-key gives it the key of line %d: the idempotency middleware would run only the first; set "idempotencyKey" on each line, or leave --idempotency-key out`, s.keyLine)
+		}
+		s.keyLine = n
+	}
+	return nil
 }
 
 // failed records, for a FIFO queue, that results[slot], a message of group
@@ -501,6 +528,9 @@ func (s *sender) sendLines(base producer.Message, q sendQueue, raw bool) error {
 				err = checkForQueue(m, q)
 			} else {
 				m, err = parseSendLine(l.text, base, q)
+			}
+			if err == nil {
+				err = s.sharedByFlag(m, base, l.n)
 			}
 			s.results = append(s.results, sendResult{Index: l.n})
 			if err != nil {
@@ -935,7 +965,7 @@ func checkForQueue(m producer.Message, q sendQueue) error {
 		problems = append(problems, `set "groupId" or --group`)
 	}
 	if q.fifo && m.DeduplicationID == "" && !q.contentDedup {
-		problems = append(problems, `the queue has no content-based deduplication: set "deduplicationId" or --dedup-id`)
+		problems = append(problems, `the queue has no content-based deduplication: set "deduplicationId" on each line`)
 	}
 	if !q.fifo && m.DeduplicationID != "" {
 		problems = append(problems, "a deduplication ID is for FIFO queues")

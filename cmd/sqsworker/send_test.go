@@ -244,7 +244,7 @@ func TestSendFIFO(t *testing.T) {
 	}
 	for _, want := range []string{
 		`line 1: a FIFO queue needs a message group ID; set "groupId" or --group`,
-		`line 4: the queue has no content-based deduplication: set "deduplicationId" or --dedup-id`,
+		`line 4: the queue has no content-based deduplication: set "deduplicationId" on each line`,
 	} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr does not say %q:\n%s", want, stderr)
@@ -284,6 +284,37 @@ func TestSendFIFOGroupFlagAsDefault(t *testing.T) {
 	}
 	if g := got["b"].Attributes["MessageGroupId"]; g != "other" {
 		t.Errorf("b in group %q", g)
+	}
+}
+
+// On the local SQS: --dedup-id and --idempotency-key name one message.
+// Lines on stdin that would all take them fail but the first, saying so,
+// rather than be sent under one deduplication ID (a FIFO queue keeps the
+// first, and answers the others with its ID: lost, exit 0) or one key (the
+// idempotency middleware runs the first only). A line with its own goes
+// (on a FIFO queue, held behind the refused line of its group).
+func TestSendFlagIDsNameOneLine(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	fifo := localtest.NewQueue(t, c, localtest.QueueOptions{FIFO: true})
+	stdin := "{\"body\": \"a\"}\n{\"body\": \"b\"}\n{\"body\": \"c\", \"deduplicationId\": \"own\"}\n"
+	_, stderr, code := runCLI(t, stdin, "send", fifo.URL, "--group", "g", "--dedup-id", "d1")
+	if code != 1 || !strings.Contains(stderr, `line 2: --dedup-id gives it the deduplication ID of line 1: a FIFO queue would keep only the first; set "deduplicationId" on each line`) {
+		t.Errorf("FIFO: exit %d, want 1 and line 2 refused; stderr:\n%s", code, stderr)
+	}
+	// Line 3, of the same group, is held behind line 2, to keep the
+	// group's order.
+	if v, f, d := localtest.Depth(t, c, fifo.URL); v+f+d != 1 || !strings.Contains(stderr, `line 3: not sent: line 2 of its group "g" was not sent before it`) {
+		t.Errorf("FIFO: %d messages, want a alone, c held; stderr:\n%s", v+f+d, stderr)
+	}
+	std := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	stdin = "{\"body\": \"a\"}\n{\"body\": \"b\"}\n{\"body\": \"c\", \"idempotencyKey\": \"own\"}\n"
+	_, stderr, code = runCLI(t, stdin, "send", std.URL, "--idempotency-key", "k1")
+	if code != 1 || !strings.Contains(stderr, `line 2: --idempotency-key gives it the key of line 1`) {
+		t.Errorf("standard: exit %d, want 1 and line 2 refused; stderr:\n%s", code, stderr)
+	}
+	if got := receiveBodies(t, c, std.URL, 2); len(got) != 2 || got["a"].Body == nil || got["c"].Body == nil {
+		t.Errorf("standard: %d messages, want a and c", len(got))
 	}
 }
 
