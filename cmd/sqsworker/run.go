@@ -1008,9 +1008,22 @@ func redactURL(raw string) string {
 // fail the others for good. When SQS cannot say (an endpoint without
 // ListDeadLetterSourceQueues, a role without it), it goes on.
 func refuseDeadLetterQueue(ctx context.Context, api dlq.SourceLister, url string) error {
+	sources := deadLetterSources(ctx, api, url)
+	if sources == "" {
+		return nil
+	}
+	name := queueName(url)
+	return fmt.Errorf("%s is the dead-letter queue of %s: run would run their dead-lettered jobs here, outside their own queues; send them back with sqsworker dlq replay %s, or pass --force to run this queue anyway",
+		name, sources, name)
+}
+
+// deadLetterSources returns the names of the queues whose dead-letter
+// queue url is ("a, b and more"), "" when it is none, or when SQS cannot
+// say (an endpoint without ListDeadLetterSourceQueues, a role without it).
+func deadLetterSources(ctx context.Context, api dlq.SourceLister, url string) string {
 	out, err := api.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: aws.String(url), MaxResults: aws.Int32(10)})
 	if err != nil || len(out.QueueUrls) == 0 {
-		return nil
+		return ""
 	}
 	names := make([]string, len(out.QueueUrls))
 	for i, u := range out.QueueUrls {
@@ -1020,9 +1033,7 @@ func refuseDeadLetterQueue(ctx context.Context, api dlq.SourceLister, url string
 	if aws.ToString(out.NextToken) != "" {
 		more = " and more"
 	}
-	name := queueName(url)
-	return fmt.Errorf("%s is the dead-letter queue of %s%s: run would run their dead-lettered jobs here, outside their own queues; send them back with sqsworker dlq replay %s, or pass --force to run this queue anyway",
-		name, strings.Join(names, ", "), more, name)
+	return strings.Join(names, ", ") + more
 }
 
 // connectionError classes a request that got no response. A connection

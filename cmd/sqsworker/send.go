@@ -58,6 +58,8 @@ type sendFlags struct {
 	raw            bool
 	schedule       string
 	scheduledTime  string
+	// force sends to a queue that is another's dead-letter queue.
+	force bool
 }
 
 func newSendCmd(a *app) *cobra.Command {
@@ -92,6 +94,8 @@ sends again, runs its jobs once under that middleware; sending a file again
 makes new keys, so give each line an idempotencyKey to cover a second run. FIFO queues (names ending in .fifo) need a
 message group (--group or "groupId"), and a deduplication ID unless the queue
 has content-based deduplication; they take no per-message delay.
+A queue that is another queue's dead-letter queue is refused: a job sent there
+would never run (--force sends to it anyway).
 --dedup-id and --idempotency-key name one message: of lines on stdin, only
 the first may take them (the others fail, saying so); give each line its own
 "deduplicationId" or "idempotencyKey".
@@ -171,6 +175,7 @@ message was not sent, 2 for a mistake in the command line, 130 after Ctrl-C.`,
 	fl.StringVar(&f.dedupID, "dedup-id", "", "message deduplication ID (FIFO queues)")
 	fl.StringVar(&f.idempotencyKey, "idempotency-key", "", `idempotency key, sent as the "idempotency-key" attribute`)
 	fl.BoolVar(&f.raw, "raw", false, "each line of stdin is a message body, as it is (not a JSON description)")
+	fl.BoolVar(&f.force, "force", false, "send to a queue that is another queue's dead-letter queue (refused otherwise: its jobs would never run)")
 	fl.StringVar(&f.schedule, "schedule", "", "send one occurrence of the schedule `NAME`: the BODY (JSON, optional) in its envelope")
 	fl.StringVar(&f.scheduledTime, "scheduled-time", "", "the occurrence's scheduled `time`, RFC 3339 (with --schedule; default: now, to the minute)")
 	return cmd
@@ -228,6 +233,13 @@ func (a *app) send(ctx context.Context, f sendFlags, queueArg string, bodies []s
 	c, err := a.sqs(ctx)
 	if err != nil {
 		return err
+	}
+	if !f.force {
+		if sources := deadLetterSources(ctx, c, q.url); sources != "" {
+			name := queueName(q.url)
+			return fmt.Errorf("%s is the dead-letter queue of %s: a job sent there is never run, only listed by sqsworker dlq; send it to %s, or pass --force to send to %s anyway",
+				name, sources, sources, name)
+		}
 	}
 	p, err := producer.New(c, producer.Config{QueueURL: q.url})
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/schedule"
@@ -811,5 +812,57 @@ func TestSendFIFOHoldAcrossASizeFlush(t *testing.T) {
 	}
 	if v, f, d := localtest.Depth(t, c, q.URL); v+f+d != 0 {
 		t.Errorf("the queue holds %d messages, want none", v+f+d)
+	}
+}
+
+// On the local SQS, which lacks ListDeadLetterSourceQueues: the test
+// answers that call as SQS in a region does, naming the queue whose
+// dead-letter queue it is. send refuses a dead-letter queue, naming its
+// source and the fix, and sends nothing: a job sent there would never
+// run. --force sends it; a queue that is no dead-letter queue takes its
+// job as before.
+func TestSendRefusesADeadLetterQueue(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	sources := func(o *sqs.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("deadLetterSources",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if l, ok := in.Parameters.(*sqs.ListDeadLetterSourceQueuesInput); ok {
+						out := &sqs.ListDeadLetterSourceQueuesOutput{}
+						if aws.ToString(l.QueueUrl) == q.DLQURL {
+							out.QueueUrls = []string{q.URL}
+						}
+						return middleware.InitializeOutput{Result: out}, middleware.Metadata{}, nil
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+	send := func(args ...string) (int, string) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cli := startCLIWith(t, ctx, strings.NewReader(""), []rootOption{withSQSOptions(sources)}, append([]string{"send"}, args...)...)
+		return cli.wait(t), cli.stderr.String()
+	}
+	dlqName, name := queueName(q.DLQURL), queueName(q.URL)
+	code, stderr := send(q.DLQURL, `{"order":1}`)
+	if want := dlqName + " is the dead-letter queue of " + name + ": a job sent there is never run, only listed by sqsworker dlq; send it to " + name + ", or pass --force"; code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("send to the dead-letter queue: exit %d, want 1 and %q; stderr:\n%s", code, want, stderr)
+	}
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
+		t.Errorf("%d messages sent to the dead-letter queue", v+f+d)
+	}
+	if code, stderr := send(q.DLQURL, `{"order":1}`, "--force"); code != 0 {
+		t.Errorf("--force: exit %d; stderr:\n%s", code, stderr)
+	}
+	if code, stderr := send(q.URL, `{"order":2}`); code != 0 {
+		t.Errorf("send to the source queue: exit %d; stderr:\n%s", code, stderr)
+	}
+	for _, u := range []string{q.DLQURL, q.URL} {
+		if v, f, d := localtest.Depth(t, c, u); v+f+d != 1 {
+			t.Errorf("%s: %d messages, want 1", queueName(u), v+f+d)
+		}
 	}
 }
