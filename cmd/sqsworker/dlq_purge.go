@@ -48,7 +48,7 @@ reported done, with a warning.`,
 			}
 			name := q.Name
 			if !af.yes {
-				fmt.Fprintf(a.err, "%s\nType the queue name (%s) to confirm: ", q.PurgeWarning(ctx), name)
+				fmt.Fprintf(a.err, "%s%s\nType the queue name (%s) to confirm: ", q.PurgeWarning(ctx), whose(q.ARN), name)
 				line, ok, rerr := readConfirmation(ctx, a.in)
 				if !ok {
 					fmt.Fprintln(a.err)
@@ -105,4 +105,15 @@ func readConfirmation(ctx context.Context, in io.Reader) (line string, ok bool, 
 	case <-ctx.Done():
 		return "", false, nil
 	}
+}
+
+// whose says, after a purge's warning, whose queue arn is: the account and
+// region it is in, so that a purge of the wrong account's queue of the same
+// name (the wrong profile) is seen before the name is typed.
+func whose(arn string) string {
+	a, err := dlq.ParseARN(arn)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf(" The queue is in account %s, region %s.", a.Account, a.Region)
 }

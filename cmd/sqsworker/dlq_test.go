@@ -174,7 +174,8 @@ func TestDlqPurge(t *testing.T) {
 		{name + "-not\n", "is not the queue name"},
 	} {
 		stdout, stderr, code := runCLI(t, tc.stdin, "dlq", "purge", name, "--audit", audit)
-		if code != 1 || stdout != "" || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "Type the queue name ("+name+") to confirm") {
+		// The account and region are said before the name is asked for.
+		if code != 1 || stdout != "" || !strings.Contains(stderr, tc.want) || !strings.Contains(stderr, "The queue is in account 000000000000, region us-east-1.\nType the queue name ("+name+") to confirm") {
 			t.Errorf("stdin %q: exit %d\nstdout: %s\nstderr: %s", tc.stdin, code, stdout, stderr)
 		}
 		if v, f, _ := localtest.Depth(t, c, q.DLQURL); v+f != 3 {
