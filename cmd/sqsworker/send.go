@@ -366,6 +366,19 @@ func (s *sender) failed(slot int, group string, known bool) {
 	}
 }
 
+// firstHeld returns, for a FIFO queue, the first line not sent that holds
+// back later lines of its group (or of any, its group not known), 0 when
+// none does.
+func (s *sender) firstHeld() int {
+	first := s.failedUnknown
+	for _, line := range s.failedGroups {
+		if first == 0 || line < first {
+			first = line
+		}
+	}
+	return first
+}
+
 // hold returns, for a FIFO queue, why m is not sent: an earlier line of its
 // group, or one whose group is not known, was not sent. "" when m may go.
 func (s *sender) hold(m producer.Message) string {
@@ -729,6 +742,14 @@ func (s *sender) outcome() error {
 		what = fmt.Sprintf("interrupted after message %d of %d: messages %d to %d were not sent", s.after, s.of, s.after+1, s.of)
 	case s.after == 0:
 		what = "interrupted before the first line was handled; nothing was sent"
+	case s.firstHeld() > 0:
+		// On a FIFO queue, a line not sent holds its group's later
+		// lines: resuming after the last line handled would leave it
+		// out, and its group out of order.
+		first := s.firstHeld()
+		what = fmt.Sprintf("interrupted after line %d; line %d, of a FIFO group, was not sent: resume with `tail -n +%d`, "+
+			"within 5 minutes of the first sends (SQS drops the lines after it that were sent, sent again with their deduplication IDs, only that long)",
+			s.after, first, first)
 	default:
 		what = fmt.Sprintf("interrupted after line %d; resume with `tail -n +%d`", s.after, s.after+1)
 	}

@@ -866,3 +866,23 @@ func TestSendRefusesADeadLetterQueue(t *testing.T) {
 		}
 	}
 }
+
+// Interrupted on a FIFO queue after a line of a group was not sent, send
+// says to resume from that line, as the line's own error does, and why
+// only within five minutes: before, it said to resume after the last line
+// handled as well, which would leave the line out and its group out of
+// order.
+func TestSendInterruptedOnFIFOResumesFromTheLineNotSent(t *testing.T) {
+	s := &sender{what: "line", fifo: true, interrupted: true, after: 12}
+	s.results = []sendResult{{Index: 2, Error: "not sent: refused"}, {Index: 3}}
+	s.failed(0, "A", true)
+	err := s.outcome()
+	if err == nil || !strings.Contains(err.Error(), "interrupted after line 12; line 2, of a FIFO group, was not sent: resume with `tail -n +2`, within 5 minutes") ||
+		strings.Contains(err.Error(), "tail -n +13") {
+		t.Errorf("outcome: %v", err)
+	}
+	s = &sender{what: "line", interrupted: true, after: 12} // a standard queue
+	if err := s.outcome(); err == nil || !strings.Contains(err.Error(), "resume with `tail -n +13`") {
+		t.Errorf("standard queue: %v", err)
+	}
+}
