@@ -24,6 +24,9 @@ type replayOptions struct {
 	rate       float64
 	audit      auditFlags
 	visibility time.Duration
+	// at is when the filter's times were read (a dry run's "now"), and
+	// since and until the times they gave.
+	at, since, until time.Time
 }
 
 func (d *dlqCmd) newReplayCmd() *cobra.Command {
@@ -138,7 +141,9 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 			errs = append(errs, err)
 		}
 	}
-	filter, err := o.filter.parse(time.Now())
+	o.at = time.Now()
+	filter, err := o.filter.parse(o.at)
+	o.since, o.until = filter.Since, filter.Until
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -302,6 +307,25 @@ func (d *dlqCmd) printReplay(q *dlq.Queue, res *dlq.ReplayResult, o replayOption
 	if res.DryRun {
 		fmt.Fprintf(w, "dry run: nothing moved, use --yes to move the %d matching message(s) (scanned %d; filter: %s)\n",
 			res.Matched, res.Scanned, res.Filter)
+		// With --yes the queue is read again, and the times too: jobs
+		// that fail meanwhile (an outage under way) would match and
+		// move unseen.
+		fixed := "--until " + fmtTime(o.at)
+		if o.filter.until != "" {
+			fixed = ""
+			if _, err := time.Parse(time.RFC3339, o.filter.until); err != nil {
+				fixed = "--until " + fmtTime(o.until)
+			}
+		}
+		if _, err := time.Parse(time.RFC3339, o.filter.since); o.filter.since != "" && err != nil {
+			if fixed != "" {
+				fixed = " " + fixed
+			}
+			fixed = "--since " + fmtTime(o.since) + fixed
+		}
+		if fixed != "" {
+			fmt.Fprintf(w, "with --yes the queue is read again: to leave out the messages that fail from now on, give the times of this dry run: %s\n", fixed)
+		}
 		return nil
 	}
 	fmt.Fprintf(w, "moved %d message(s) (scanned %d; filter: %s); audit log: %s\n", res.Moved, res.Scanned, res.Filter, o.audit.where())

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -556,5 +557,31 @@ func TestDlqReplayInterruptStopsCleanly(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), fmt.Sprintf("interrupted: %d message(s) moved", len(copied))) {
 		t.Errorf("stderr: %s", stderr.String())
+	}
+}
+
+// A dry run gives the times it read its filter with, to pass with --yes:
+// the replay reads the queue again, and "2h ago" and now again, so that
+// jobs failing meanwhile (an outage under way) would match and move,
+// unseen. Times given as RFC 3339 need nothing.
+func TestDlqReplayDryRunGivesItsTimes(t *testing.T) {
+	t.Parallel()
+	_, q, _ := newDLQ(t, localtest.QueueOptions{})
+	name := queueName(q.DLQURL)
+	rfc := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`
+	for _, tc := range []struct {
+		args []string
+		want string // a regular expression; "" for no such line
+	}{
+		{nil, `give the times of this dry run: --until ` + rfc + `\n`},
+		{[]string{"--since", "2h ago"}, `give the times of this dry run: --since ` + rfc + ` --until ` + rfc + `\n`},
+		{[]string{"--since", "2h ago", "--until", "2030-01-01T00:00:00Z"}, `give the times of this dry run: --since ` + rfc + `\n`},
+		{[]string{"--since", "2020-01-01T00:00:00Z", "--until", "2030-01-01T00:00:00Z"}, ""},
+	} {
+		_, stderr, code := runCLI(t, "", append([]string{"dlq", "replay", name, "--to", queueName(q.URL)}, tc.args...)...)
+		matched := regexp.MustCompile(tc.want).MatchString(stderr)
+		if code != 0 || (tc.want != "" && !matched) || (tc.want == "" && strings.Contains(stderr, "give the times")) {
+			t.Errorf("%v: exit %d; stderr:\n%s", tc.args, code, stderr)
+		}
 	}
 }
