@@ -537,6 +537,9 @@ func (s *sender) sendLines(base producer.Message, q sendQueue, raw bool) error {
 		}
 		s.prog.SetPosition(l.read, size)
 		handled = l.n
+		if l.n == 1 { // a file saved with a byte order mark: not the body's
+			l.text = bytes.TrimPrefix(l.text, []byte("\ufeff"))
+		}
 		switch {
 		case l.tooLong:
 			s.results = append(s.results, sendResult{Index: l.n, Error: fmt.Sprintf("the line is over %d MiB; a message is at most 1 MiB", sendMaxLine>>20)})
@@ -953,8 +956,10 @@ func parseSendLine(line []byte, base producer.Message, q sendQueue) (producer.Me
 	}
 	if l.DelaySeconds != nil {
 		d := *l.DelaySeconds
-		if d < 0 || d > int64(producer.MaxDelay/time.Second) {
-			return producer.Message{}, fmt.Errorf("delaySeconds %d is not in 0..%d", d, int64(producer.MaxDelay/time.Second))
+		if max := int64(sqsworker.MaxDelay / time.Second); d < 0 || d > max {
+			// Over SQS's 15 minutes the runtimes hold the job back, as
+			// for --delay.
+			return producer.Message{}, fmt.Errorf("delaySeconds %d is not in 0..%d (365 days)", d, max)
 		}
 		m.Delay = time.Duration(d) * time.Second
 	}

@@ -127,9 +127,10 @@ func TestSendLines(t *testing.T) {
 		`{"body": "bad name", "attributes": {"a b": "v"}}`,
 		`["not", "an", "object"]`,
 		`{"body": "delayed", "delaySeconds": 1}`,
-		`{"body": "too late", "delaySeconds": 901}`,
+		`{"body": "too late", "delaySeconds": 31536001}`,
 		`{"body": "empty attribute", "attributes": {"e": ""}}`,
 		`{"body": "binary as string", "attributes": {"b": {"dataType": "Binary", "stringValue": "x"}}}`,
+		`{"body": "a day late", "delaySeconds": 86400}`, // held back by the runtimes, as with --delay
 	}, "\n")
 	stdout, stderr, code := runCLI(t, stdin, "send", q.URL, "-o", "json", "--attr", "source=cli", "--attr", "tenant=acme")
 	if code != 1 {
@@ -146,7 +147,7 @@ func TestSendLines(t *testing.T) {
 		7:  `unknown field "bdy"`,
 		8:  `attribute name "a b" has characters`,
 		9:  "not a JSON object",
-		11: "delaySeconds 901 is not in 0..900",
+		11: "delaySeconds 31536001 is not in 0..31536000 (365 days)",
 		12: `attribute "e" has an empty value`,
 		13: `attribute "b": a Binary attribute takes a "binaryValue"`,
 	}
@@ -166,10 +167,10 @@ func TestSendLines(t *testing.T) {
 			t.Errorf("stderr does not name line %d:\n%s", r.Index, stderr)
 		}
 	}
-	if want := []int{1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}; !slices.Equal(lines, want) {
+	if want := []int{1, 2, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}; !slices.Equal(lines, want) {
 		t.Errorf("results for lines %v, want %v", lines, want)
 	}
-	if !strings.Contains(stderr, "9 of 12 messages not sent") {
+	if !strings.Contains(stderr, "9 of 13 messages not sent") {
 		t.Errorf("stderr:\n%s", stderr)
 	}
 	if strings.Contains(stderr, big[:100]) {
@@ -316,6 +317,22 @@ func TestSendFlagIDsNameOneLine(t *testing.T) {
 	}
 	if got := receiveBodies(t, c, std.URL, 2); len(got) != 2 || got["a"].Body == nil || got["c"].Body == nil {
 		t.Errorf("standard: %d messages, want a and c", len(got))
+	}
+}
+
+// A file saved with a byte order mark sends its first line as the others:
+// the mark is no part of the line. Before, the line was "not a JSON
+// object", with a hint to use --raw, which would have sent the JSON itself.
+func TestSendLinesAfterAByteOrderMark(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	_, stderr, code := runCLI(t, "\ufeff{\"body\": \"first\"}\n{\"body\": \"second\"}\n", "send", q.URL)
+	if code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, stderr)
+	}
+	if got := receiveBodies(t, c, q.URL, 2); got["first"].Body == nil || got["second"].Body == nil {
+		t.Errorf("received %d messages, want first and second", len(got))
 	}
 }
 
