@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,7 +24,9 @@ func TestDlqPurgeRefusesAnARNOfAnotherRegion(t *testing.T) {
 	parts := strings.Split(q.DLQARN, ":")
 	parts[3] = map[bool]string{true: "eu-west-1", false: "us-east-1"}[parts[3] != "eu-west-1"]
 	other := strings.Join(parts, ":")
-	_, stderr, code := runCLI(t, "", "dlq", "purge", other, "--yes")
+	// --audit in the test's own directory: should the check fail, the
+	// purge's record does not land in the package's.
+	_, stderr, code := runCLI(t, "", "dlq", "purge", other, "--yes", "--audit", filepath.Join(t.TempDir(), "audit.jsonl"))
 	if code != 1 || !strings.Contains(stderr, "--region "+parts[3]) {
 		t.Errorf("purge of %s: exit %d\n%s\nwant 1, naming the region", other, code, stderr)
 	}

@@ -32,10 +32,6 @@ func newSecondSource(t *testing.T, c *sqs.Client, dlqARN string) string {
 	return u
 }
 
-// A dead-letter queue shared by two sources, replayed with --to one of
-// them: only that source's dead letters go there; the other's stay, each
-// listed with where it belongs, and the command fails naming the fix. A
-// replay without --to then sends them back to their own source.
 // Purging a dead-letter queue that several source queues share asks with
 // every source named: all of them lose their dead letters.
 func TestDlqSharedDLQPurgeNamesEverySource(t *testing.T) {
@@ -53,6 +49,10 @@ func TestDlqSharedDLQPurgeNamesEverySource(t *testing.T) {
 	waitVisible(t, c, orders.DLQURL, 1)
 }
 
+// A dead-letter queue shared by two sources, replayed with --to one of
+// them: only that source's dead letters go there; the other's stay, each
+// listed with where it belongs, and the command fails naming the fix. A
+// replay without --to then sends them back to their own source.
 func TestDlqSharedDLQReplayToOneSource(t *testing.T) {
 	t.Parallel()
 	c, orders, _ := newDLQ(t, localtest.QueueOptions{})
@@ -253,7 +253,7 @@ func TestDlqQueueURLWithTrailingSlash(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, "--to: destination "+queueName(q.DLQURL)+" is the dead-letter queue itself") {
 		t.Errorf("exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
-	stdout, stderr, code = runCLI(t, "", "dlq", "purge", q.URL+"/", "--yes")
+	stdout, stderr, code = runCLI(t, "", "dlq", "purge", q.URL+"/", "--yes", "--audit", filepath.Join(t.TempDir(), "audit.jsonl"))
 	if code != 1 || !strings.Contains(stderr, queueName(q.URL)+" is not a dead-letter queue") {
 		t.Errorf("purge: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
 	}
