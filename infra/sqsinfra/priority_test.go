@@ -14,7 +14,8 @@ import (
 )
 
 // TestPriorityQueuesDefaults checks the default levels: a queue and a
-// dead-letter queue each, and each level's age alarm at its own budget.
+// dead-letter queue each, and each level's age alarm at its own budget, or
+// a minute when the budget is shorter.
 func TestPriorityQueuesDefaults(t *testing.T) {
 	s := newStack()
 	pq := sqsinfra.NewPriorityQueues(s, "Prio", &sqsinfra.PriorityQueuesProps{Alarms: sqsinfra.QueueAlarmProps{CreateTopic: true}})
