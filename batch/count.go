@@ -54,8 +54,8 @@ var ErrGuardOutside = errors.New("its handler added writes (idempotency.AddWrite
 // when they are refused, and the chunk's retry would find it counted and
 // never apply them.
 //
-// Before next runs, every delivery reads its chunk and batch (two
-// consistent GetItem, at once). A chunk already counted is acknowledged
+// Before next runs, every delivery reads its chunk (one consistent
+// GetItem) and, unless the chunk is counted, its batch (one more). A chunk already counted is acknowledged
 // without running next, whether it is delivered again or is a copy sent
 // again (Create called again, a SendMessageBatch retried after a lost
 // reply, a replay by SQS's own redrive), however late; a chunk of a batch
@@ -207,34 +207,29 @@ func (c *Coordinator) inner(next sqsworker.Handler) sqsworker.Handler {
 // readChunk returns the status of chunk i of batch id (StatusDone,
 // StatusFailed, or "" when it is neither counted nor failed), or
 // notInBatch's error when the table holds no batch id with a chunk i. It
-// reads the batch's item and the chunk's consistently (Create records the
-// batch before it sends the chunks), at once: two GetItem, which the
-// store's grants allow (a BatchGetItem would need one more action, and a
-// TransactGetItems would conflict with the counts under way on the
-// batch's item).
+// reads the chunk's item, then, unless it is counted (its batch was there:
+// a counted chunk outlives its batch's item by up to a TTL), the batch's,
+// both consistently (Create records the batch before it sends the
+// chunks): GetItem, which the store's grants allow (a BatchGetItem would
+// need one more action, and a TransactGetItems would conflict with the
+// counts under way on the batch's item).
 func (c *Coordinator) readChunk(ctx context.Context, id string, i int) (string, error) {
-	type result struct {
-		status string
-		err    error
+	status, err := c.chunkStatus(ctx, id, i)
+	if err != nil || status == StatusDone {
+		return status, err
 	}
-	chunk := make(chan result, 1)
-	go func() { // owned: received below before returning
-		status, err := c.chunkStatus(ctx, id, i)
-		chunk <- result{status, err}
-	}()
 	out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: &c.cfg.Table, Key: c.batchKey(id), ConsistentRead: aws.Bool(true),
 		ProjectionExpression:     aws.String("#kind, #total"),
 		ExpressionAttributeNames: map[string]string{"#kind": aKind, "#total": aTotal},
 	}, c.dbOpts...)
-	r := <-chunk
 	if err != nil {
 		return "", c.dynamoErr(fmt.Sprintf("reading batch %q of chunk %d", id, i), err)
 	}
 	if getStr(out.Item, aKind) != "batch" || getNum(out.Item, aTotal) <= int64(i) {
 		return "", c.notInBatch(id, i, out.Item)
 	}
-	return r.status, r.err
+	return status, nil
 }
 
 // chunkStatus returns the status of chunk i of batch id: StatusDone,

@@ -119,7 +119,7 @@
 // completion job (one TransactWriteItems of two items), sends its chunks ten per SendMessageBatch, and marks them
 // sent (one UpdateItem). Each chunk costs one TransactWriteItems of two
 // items (or two more items in the idempotency record's transaction) and
-// two consistent GetItem, of the chunk and its batch, before its
+// two consistent GetItem, of the chunk and (unless it is counted) its batch, before its
 // handler runs (a chunk counted already is acknowledged without running
 // it, a chunk of a batch the table does not hold fails for good before
 // its effect) and one consistent GetItem of the batch after its count. The completion costs one UpdateItem (lease), one
