@@ -156,13 +156,15 @@ type Config struct {
 	// of the send once the chunk's run has ended. At least MinNotifyLease.
 	// Default 30s.
 	NotifyLease time.Duration
-	// RequestTimeout bounds each attempt of each request to DynamoDB,
-	// and of the queue reads of SQS (a completion's send is bounded by
-	// NotifyLease): a DynamoDB that takes requests and never answers fails
-	// a chunk's run as unavailable, which the runtime's circuit breaker
-	// counts, rather than hold its handler slot for as long as its
-	// context lives (up to the heartbeat's 12 hours). The count's own
-	// retries try again within their 30s. Default 10s.
+	// RequestTimeout bounds each request to DynamoDB, and the queue
+	// reads of SQS (a completion's send is bounded by NotifyLease): an
+	// attempt not answered within it ends the request, which the SDK does
+	// not send again (an attempt cut short is not retried). A DynamoDB
+	// that takes requests and never answers fails a chunk's run as
+	// unavailable, which the runtime's circuit breaker counts and its
+	// next receive tries again, rather than hold its handler slot for as
+	// long as its context lives (up to the heartbeat's 12 hours); the
+	// count's own retries try again within their 30s. Default 10s.
 	RequestTimeout time.Duration
 	// Logger receives what the middleware could not do. Message bodies are
 	// never logged. Default slog.Default().
@@ -206,7 +208,8 @@ type Coordinator struct {
 
 // boundAttempts bounds each attempt of a request to d: it sits in the
 // finalize step after the SDK's retry, which sends each attempt through
-// it.
+// it. An attempt it cuts ends the request: the SDK retries no attempt cut
+// short by its context.
 func boundAttempts(d time.Duration) func(*middleware.Stack) error {
 	return func(s *middleware.Stack) error {
 		return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("batchAttemptTimeout",

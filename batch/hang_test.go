@@ -15,7 +15,8 @@ import (
 
 // On DynamoDB Local behind a test proxy that takes requests and never
 // answers from the read of the batch that follows a chunk's count: the
-// chunk's run fails within Config.RequestTimeout per attempt, unavailable
+// chunk's run fails within Config.RequestTimeout (the attempt cut short
+// ends the request: 0.5s, not three attempts' 1.5s), unavailable
 // (counted by the circuit breaker, never dead-lettered), rather than wait
 // for as long as its context lives (none here; up to 12 hours under the
 // worker's heartbeat). Delivered again once DynamoDB answers, it is
