@@ -229,7 +229,7 @@ func (p *Protector) poll(ctx context.Context) {
 	}
 	protected := p.protected.Load()
 	switch {
-	case busy && protected && !now.Before(p.since.Add(p.cfg.MaxProtected)):
+	case busy && !p.capped && protected && !now.Before(p.since.Add(p.cfg.MaxProtected)):
 		p.capped = true
 		p.cfg.Logger.Warn("ecsprotect: the task has been protected from scale-in for MaxProtected, its jobs running on: the protection is removed until it has no long job, so that deployments and scale-in may proceed",
 			"max_protected", p.cfg.MaxProtected)

@@ -244,6 +244,30 @@ func TestMaxProtected(t *testing.T) {
 	}
 }
 
+// Capped, a removal the agent refuses is asked once and warned of once, as
+// any refused removal: the cap is not asked again at every turn.
+func TestMaxProtectedRefusedRemovalAskedOnce(t *testing.T) {
+	a := newAgent(t)
+	var logs strings.Builder
+	p, c := newProtector(t, a, Config{Expires: 10 * time.Minute, MaxProtected: time.Hour, Logger: quiet(&logs)})
+	ctx := context.Background()
+	defer job(p)()
+	c.add(DefaultAfter)
+	p.poll(ctx) // protected
+	a.refuse(`{"error":{"Code":"AccessDeniedException","Message":"not authorized"}}`)
+	c.add(time.Hour)
+	for range 20 { // the cap, then ten minutes
+		p.poll(ctx)
+		c.add(30 * time.Second)
+	}
+	if got := protections(a.requests()); !equal(got, true, false) {
+		t.Errorf("requests %v: want on, then one removal at the cap", strs(got))
+	}
+	if n := strings.Count(logs.String(), "for MaxProtected"); n != 1 {
+		t.Errorf("%d warnings of the cap; logs:\n%s", n, logs.String())
+	}
+}
+
 // A refusal of the agent (the task role without the permission) is
 // logged once, naming the fix, and asked again after Interval, then after
 // twice as long each time; the worker runs on unprotected. Once the agent
