@@ -1025,6 +1025,16 @@ func (r unappliedRetryer) IsErrorRetryable(err error) bool {
 	return !awserr.MayHaveApplied(err) && r.Retryer.IsErrorRetryable(err)
 }
 
+// GetAttemptToken keeps the wrapped retryer's per-attempt token (the
+// adaptive mode's rate limit), which the SDK would otherwise replace by
+// the initial token of every attempt.
+func (r unappliedRetryer) GetAttemptToken(ctx context.Context) (func(error) error, error) {
+	if v2, ok := r.Retryer.(aws.RetryerV2); ok {
+		return v2.GetAttemptToken(ctx)
+	}
+	return r.Retryer.GetInitialToken(), nil
+}
+
 func joinNotes(a, b string) string {
 	if a == "" {
 		return b

@@ -5,13 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"golang.org/x/time/rate"
+	"net"
+	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/sqsworker/sqsworker"
 )
@@ -130,6 +136,30 @@ func TestQueueKey(t *testing.T) {
 		}
 		if got != want {
 			t.Errorf("queueKey(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The retryer of copies without the job's key does not send again a
+// request SQS may have applied (an answer lost), and does retry its
+// refusals: throttling, a connection never made. It keeps the SDK's
+// per-attempt token.
+func TestUnappliedRetryer(t *testing.T) {
+	o := sqs.Options{Retryer: retry.NewStandard()}
+	retryOnlyUnapplied(&o)
+	if _, ok := o.Retryer.(aws.RetryerV2); !ok {
+		t.Error("the retryer lost GetAttemptToken")
+	}
+	throttled := &smithy.OperationError{ServiceID: "SQS", OperationName: "SendMessage",
+		Err: &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{StatusCode: 400}},
+			Err: &smithy.GenericAPIError{Code: "ThrottlingException", Message: "Rate exceeded", Fault: smithy.FaultClient}}}
+	refused := &smithy.OperationError{ServiceID: "SQS", OperationName: "SendMessage",
+		Err: &smithyhttp.RequestSendError{Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}}}
+	lost := &smithy.OperationError{ServiceID: "SQS", OperationName: "SendMessage",
+		Err: &smithyhttp.RequestSendError{Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}}
+	for err, want := range map[error]bool{throttled: true, refused: true, lost: false} {
+		if got := o.Retryer.IsErrorRetryable(err); got != want {
+			t.Errorf("%v: retryable %v, want %v", err, got, want)
 		}
 	}
 }
