@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -310,21 +311,22 @@ func (d *dlqCmd) printReplay(q *dlq.Queue, res *dlq.ReplayResult, o replayOption
 		// With --yes the queue is read again, and the times too: jobs
 		// that fail meanwhile (an outage under way) would match and
 		// move unseen.
-		fixed := "--until " + fmtTime(o.at)
-		if o.filter.until != "" {
-			fixed = ""
-			if _, err := time.Parse(time.RFC3339, o.filter.until); err != nil {
-				fixed = "--until " + fmtTime(o.until)
-			}
+		// To the nanosecond, as the filter reads them: a time to the
+		// second would take in the failures of the second it cut.
+		exact := func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+		relative := func(flag string) bool { _, err := time.Parse(time.RFC3339Nano, flag); return flag != "" && err != nil }
+		var fixed []string
+		if relative(o.filter.since) {
+			fixed = append(fixed, "--since "+exact(o.since))
 		}
-		if _, err := time.Parse(time.RFC3339, o.filter.since); o.filter.since != "" && err != nil {
-			if fixed != "" {
-				fixed = " " + fixed
-			}
-			fixed = "--since " + fmtTime(o.since) + fixed
+		switch {
+		case o.filter.until == "":
+			fixed = append(fixed, "--until "+exact(o.at))
+		case relative(o.filter.until):
+			fixed = append(fixed, "--until "+exact(o.until))
 		}
-		if fixed != "" {
-			fmt.Fprintf(w, "with --yes the queue is read again: to leave out the messages that fail from now on, give the times of this dry run: %s\n", fixed)
+		if len(fixed) > 0 {
+			fmt.Fprintf(w, "with --yes the queue is read again: to leave out the messages that fail from now on, give the times of this dry run: %s\n", strings.Join(fixed, " "))
 		}
 		return nil
 	}

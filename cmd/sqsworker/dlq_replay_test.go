@@ -568,12 +568,12 @@ func TestDlqReplayDryRunGivesItsTimes(t *testing.T) {
 	t.Parallel()
 	_, q, _ := newDLQ(t, localtest.QueueOptions{})
 	name := queueName(q.DLQURL)
-	rfc := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`
+	rfc := `\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z` // to the nanosecond the filter read
 	for _, tc := range []struct {
 		args []string
 		want string // a regular expression; "" for no such line
 	}{
-		{nil, `give the times of this dry run: --until ` + rfc + `\n`},
+		{nil, `give the times of this dry run: --until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z\n`}, // now, to the nanosecond
 		{[]string{"--since", "2h ago"}, `give the times of this dry run: --since ` + rfc + ` --until ` + rfc + `\n`},
 		{[]string{"--since", "2h ago", "--until", "2030-01-01T00:00:00Z"}, `give the times of this dry run: --since ` + rfc + `\n`},
 		{[]string{"--since", "2020-01-01T00:00:00Z", "--until", "2030-01-01T00:00:00Z"}, ""},
