@@ -571,7 +571,7 @@ func (c *Coordinator) notify(ctx context.Context, id string, i int, m *sqsworker
 	default:
 		item = up.Attributes
 	}
-	msgID, err := c.sendCompletion(ctx, id, item)
+	msgID, err := c.sendCompletion(ctx, id, item, now.Add(c.cfg.NotifyLease))
 	if err != nil {
 		c.releaseLease(ctx, id, token)
 		return err
@@ -595,9 +595,10 @@ func (c *Coordinator) held(item map[string]types.AttributeValue, i int, d time.D
 }
 
 // sendCompletion sends the completion job of batch id, whose item is
-// batch, and returns its message ID. The job is kept in an item of its own
-// (in the batch's item, for a batch created before it had one).
-func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[string]types.AttributeValue) (string, error) {
+// batch, before leaseEnd, and returns its message ID. The job is kept in an
+// item of its own (in the batch's item, for a batch created before it had
+// one).
+func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[string]types.AttributeValue, leaseEnd time.Time) (string, error) {
 	item := batch
 	if _, ok := batch[aCbBody]; !ok {
 		out, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{
@@ -623,10 +624,10 @@ func (c *Coordinator) sendCompletion(ctx context.Context, id string, batch map[s
 	if err != nil {
 		return "", sqsworker.Permanent(fmt.Errorf("batch: the callback of batch %q: %w", id, err))
 	}
-	// Within the lease, taken just before: an SQS that takes the request
-	// and never answers fails the send, rather than hold the chunk for
-	// as long as its context lives.
-	sctx, cancel := context.WithTimeout(ctx, c.cfg.NotifyLease)
+	// Within the lease: an SQS that takes the request and never answers
+	// fails the send, rather than hold the chunk for as long as its
+	// context lives, or another holder send it too.
+	sctx, cancel := context.WithDeadline(ctx, leaseEnd)
 	msgID, err := p.Send(sctx, m)
 	cancel()
 	if awserr.IsQueueMissing(err) {
