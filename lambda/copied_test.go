@@ -174,6 +174,43 @@ func (s *stalledDeletes) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteM
 	return s.Fake.DeleteMessageBatch(ctx, in, opts...)
 }
 
+// unlistedDeletes is the fake whose answers to DeleteMessageBatch, once
+// armed, list no entry, neither as successful nor as failed.
+type unlistedDeletes struct {
+	*sqstest.Fake
+	armed atomic.Bool
+}
+
+func (u *unlistedDeletes) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	if u.armed.Load() {
+		return &sqs.DeleteMessageBatchOutput{}, nil
+	}
+	return u.Fake.DeleteMessageBatch(ctx, in, opts...)
+}
+
+// A delete at once (a record done on its last receive) whose answer lists
+// the entry neither as successful nor as failed is not taken as confirmed:
+// it is logged as failed, and the record keeps its lease to the
+// invocation's end, for Lambda's delete. It counted as deleted before.
+func TestLastReceiveDeleteNotListedIsNotConfirmed(t *testing.T) {
+	t.Parallel()
+	f := &unlistedDeletes{Fake: newFake("300")}
+	var logs logBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	h := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil })
+	fn := newHandler(t, h, lambda.Config{Client: f, Concurrency: 1, DisableHeartbeat: true, Logger: log})
+	ev := received(t, f.Fake, "orders", "done")
+	ev.Records[0].Attributes[sqsworker.AttrReceiveCount] = "3"
+	f.armed.Store(true)
+	resp := invokeBy(t, fn, ev, 10*time.Second)
+	if len(resp.BatchItemFailures) != 0 {
+		t.Errorf("failures %v, want none: the record's job is done", failedIDs(resp))
+	}
+	if !strings.Contains(logs.String(), "neither as successful nor as failed") {
+		t.Errorf("logs do not report the unconfirmed delete:\n%s", logs.String())
+	}
+}
+
 // A record done on its last receive whose delete at once SQS is slow to
 // answer is reported done, not failed: Lambda's delete is still to come.
 // Reported failed, it would come back past its last receive and be

@@ -490,8 +490,12 @@ func (st *queueState) deleteNow(j *executor.Job, givenUp bool) bool {
 	defer cancelBy()
 	out, err := st.client.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: &st.info.URL,
 		Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String("0"), ReceiptHandle: &j.Msg.ReceiptHandle}}})
-	if err == nil && len(out.Failed) > 0 {
+	switch {
+	case err != nil:
+	case len(out.Failed) > 0:
 		err = fmt.Errorf("%s: %s", aws.ToString(out.Failed[0].Code), aws.ToString(out.Failed[0].Message))
+	case len(out.Successful) == 0:
+		err = errors.New("the answer lists the delete neither as successful nor as failed")
 	}
 	if err != nil {
 		log := j.Log

@@ -24,10 +24,17 @@ import (
 type stubSQS struct {
 	batch   []types.Message
 	deleted atomic.Int64
+	// ok lists entries 0 to 9 as successful, for the answers to batch calls.
+	ok  [10]types.DeleteMessageBatchResultEntry
+	vok [10]types.ChangeMessageVisibilityBatchResultEntry
 }
 
 func newStubSQS() *stubSQS {
 	s := &stubSQS{batch: make([]types.Message, 10)}
+	for i := range s.ok {
+		s.ok[i].Id = aws.String(strconv.Itoa(i))
+		s.vok[i].Id = s.ok[i].Id
+	}
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
 	for i := range s.batch {
 		s.batch[i] = types.Message{
@@ -49,11 +56,11 @@ func (s *stubSQS) ReceiveMessage(ctx context.Context, in *sqs.ReceiveMessageInpu
 
 func (s *stubSQS) DeleteMessageBatch(_ context.Context, in *sqs.DeleteMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
 	s.deleted.Add(int64(len(in.Entries)))
-	return &sqs.DeleteMessageBatchOutput{}, nil
+	return &sqs.DeleteMessageBatchOutput{Successful: s.ok[:len(in.Entries)]}, nil
 }
 
-func (s *stubSQS) ChangeMessageVisibilityBatch(context.Context, *sqs.ChangeMessageVisibilityBatchInput, ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
-	return &sqs.ChangeMessageVisibilityBatchOutput{}, nil
+func (s *stubSQS) ChangeMessageVisibilityBatch(_ context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
+	return &sqs.ChangeMessageVisibilityBatchOutput{Successful: s.vok[:len(in.Entries)]}, nil
 }
 
 func (s *stubSQS) GetQueueAttributes(context.Context, *sqs.GetQueueAttributesInput, ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {

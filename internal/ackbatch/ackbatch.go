@@ -627,6 +627,24 @@ func (b *Batcher) giveUp(kind Kind, items []item, cause error) {
 	}
 }
 
+// errUnanswered is the error of an entry that the answer to its batch call
+// lists neither as successful nor as failed.
+var errUnanswered = errors.New("the answer lists the entry neither as successful nor as failed")
+
+// entryIndex is the index of the entry whose ID is id, and whether id names
+// one.
+func entryIndex(id *string) (int, bool) {
+	n, err := strconv.Atoi(aws.ToString(id))
+	return n, err == nil && n >= 0 && n < MaxBatch
+}
+
+// markID sets the flag of the entry id names, if it names one.
+func markID(flags *[MaxBatch]bool, id *string) {
+	if n, ok := entryIndex(id); ok {
+		flags[n] = true
+	}
+}
+
 // entryError is the error of one failed entry of a batch call.
 type entryError struct {
 	Code, Message string
@@ -644,6 +662,7 @@ func (b *Batcher) call(kind Kind, items []item) (retry []item) {
 	ctx, cancel := context.WithTimeout(b.stop, b.cfg.Timeout)
 	defer cancel()
 	var failed []types.BatchResultErrorEntry
+	var answered [MaxBatch]bool // the entries the answer lists as successful
 	var err error
 	switch kind {
 	case Delete:
@@ -654,6 +673,9 @@ func (b *Batcher) call(kind Kind, items []item) (retry []item) {
 		var out *sqs.DeleteMessageBatchOutput
 		if out, err = b.api.DeleteMessageBatch(ctx, in); err == nil {
 			failed = out.Failed
+			for i := range out.Successful {
+				markID(&answered, out.Successful[i].Id)
+			}
 		}
 	case ChangeVisibility:
 		in := &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &b.cfg.QueueURL, Entries: make([]types.ChangeMessageVisibilityBatchRequestEntry, len(items))}
@@ -667,6 +689,9 @@ func (b *Batcher) call(kind Kind, items []item) (retry []item) {
 		var out *sqs.ChangeMessageVisibilityBatchOutput
 		if out, err = b.api.ChangeMessageVisibilityBatch(ctx, in); err == nil {
 			failed = out.Failed
+			for i := range out.Successful {
+				markID(&answered, out.Successful[i].Id)
+			}
 		}
 	}
 	for i := range items {
@@ -686,7 +711,7 @@ func (b *Batcher) call(kind Kind, items []item) (retry []item) {
 	}
 	var byID [MaxBatch]*types.BatchResultErrorEntry
 	for i := range failed {
-		if n, convErr := strconv.Atoi(aws.ToString(failed[i].Id)); convErr == nil && n >= 0 && n < len(items) {
+		if n, ok := entryIndex(failed[i].Id); ok {
 			byID[n] = &failed[i]
 		}
 	}
@@ -694,9 +719,16 @@ func (b *Batcher) call(kind Kind, items []item) (retry []item) {
 	for i, it := range items {
 		f := byID[i]
 		switch {
-		case f == nil:
+		case f == nil && answered[i]:
 			b.finish(kind, it.Entry, nil)
 			succeeded++
+		case f == nil:
+			// In neither list of the answer (SQS lists every entry in
+			// one): not known to be applied. Sent again, as a failed
+			// call's entries are; deleting a message twice, or setting its
+			// visibility timeout twice, does no harm.
+			it.err = errUnanswered
+			retry = append(retry, it)
 		case f.SenderFault:
 			b.done(kind, it, fmt.Errorf("%s of message %s: %w", kind, it.MessageID,
 				&entryError{Code: aws.ToString(f.Code), Message: aws.ToString(f.Message)}))

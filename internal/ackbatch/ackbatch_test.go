@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -92,7 +93,11 @@ func (f *fakeAPI) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageB
 	if err != nil {
 		return nil, err
 	}
-	return &sqs.DeleteMessageBatchOutput{Failed: failed}, nil
+	out := &sqs.DeleteMessageBatchOutput{Failed: failed}
+	for _, id := range notFailed(ids, failed) {
+		out.Successful = append(out.Successful, types.DeleteMessageBatchResultEntry{Id: id})
+	}
+	return out, nil
 }
 
 func (f *fakeAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
@@ -107,7 +112,23 @@ func (f *fakeAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.Chan
 	if err != nil {
 		return nil, err
 	}
-	return &sqs.ChangeMessageVisibilityBatchOutput{Failed: failed}, nil
+	out := &sqs.ChangeMessageVisibilityBatchOutput{Failed: failed}
+	for _, id := range notFailed(ids, failed) {
+		out.Successful = append(out.Successful, types.ChangeMessageVisibilityBatchResultEntry{Id: id})
+	}
+	return out, nil
+}
+
+// notFailed are the IDs of ids that failed does not name: the entries an
+// answer lists as successful.
+func notFailed(ids []*string, failed []types.BatchResultErrorEntry) []*string {
+	var ok []*string
+	for _, id := range ids {
+		if !slices.ContainsFunc(failed, func(f types.BatchResultErrorEntry) bool { return aws.ToString(f.Id) == aws.ToString(id) }) {
+			ok = append(ok, id)
+		}
+	}
+	return ok
 }
 
 func (f *fakeAPI) made() []call {
@@ -568,6 +589,57 @@ func TestReusedBatchArraysKeepRetries(t *testing.T) {
 					t.Errorf("%s acknowledged %d times, want 1", e.ReceiptHandle, n)
 				}
 				mu.Unlock()
+			}
+		}
+		closeOK(t, b)
+	})
+}
+
+// partialAnswers is fakeAPI whose first answer leaves out the entries of
+// the handles in omit: it lists them neither as successful nor as failed.
+type partialAnswers struct {
+	*fakeAPI
+	omit map[string]bool
+	once sync.Once
+}
+
+func (p *partialAnswers) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	out, err := p.fakeAPI.DeleteMessageBatch(ctx, in, opts...)
+	if err != nil {
+		return nil, err
+	}
+	p.once.Do(func() {
+		out.Successful = slices.DeleteFunc(out.Successful, func(e types.DeleteMessageBatchResultEntry) bool {
+			n, _ := strconv.Atoi(aws.ToString(e.Id))
+			return p.omit[aws.ToString(in.Entries[n].ReceiptHandle)]
+		})
+	})
+	return out, nil
+}
+
+// An entry that the answer to its call lists neither as successful nor as
+// failed is not known to be applied: it is sent again, as a failed entry
+// is, and finishes once an answer lists it. It counted as deleted before,
+// its message left in the queue to run again.
+func TestUnansweredEntryIsSentAgain(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		api := &partialAnswers{fakeAPI: newFake(nil), omit: map[string]bool{"d1": true}}
+		var r results
+		b := ackbatch.New(api, ackbatch.Config{QueueURL: "q", Result: r.add})
+		for _, e := range entries("d", 3) {
+			b.Add(ackbatch.Delete, e)
+		}
+		b.Flush(ackbatch.Delete)
+		synctest.Wait()
+		time.Sleep(time.Second) // past the first backoff
+		synctest.Wait()
+		calls := api.made()
+		if len(calls) != 2 || !slices.Equal(calls[1].handles, []string{"d1"}) {
+			t.Fatalf("calls = %+v, want all three, then d1 alone", calls)
+		}
+		for _, h := range []string{"d0", "d1", "d2"} {
+			if err := r.of(t, h); err != nil {
+				t.Errorf("%s: %v", h, err)
 			}
 		}
 		closeOK(t, b)

@@ -148,7 +148,13 @@ func (s *stressAPI) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessag
 		handles[i] = aws.ToString(e.ReceiptHandle)
 	}
 	s.sent(ackbatch.Delete, handles, nil, failed)
-	return &sqs.DeleteMessageBatchOutput{Failed: failed}, nil
+	out := &sqs.DeleteMessageBatchOutput{Failed: failed}
+	for _, e := range in.Entries {
+		if len(notFailed([]*string{e.Id}, failed)) == 1 {
+			out.Successful = append(out.Successful, types.DeleteMessageBatchResultEntry{Id: e.Id})
+		}
+	}
+	return out, nil
 }
 
 func (s *stressAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.ChangeMessageVisibilityBatchInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityBatchOutput, error) {
@@ -161,7 +167,13 @@ func (s *stressAPI) ChangeMessageVisibilityBatch(ctx context.Context, in *sqs.Ch
 		handles[i], vis[i] = aws.ToString(e.ReceiptHandle), e.VisibilityTimeout
 	}
 	s.sent(ackbatch.ChangeVisibility, handles, vis, failed)
-	return &sqs.ChangeMessageVisibilityBatchOutput{Failed: failed}, nil
+	out := &sqs.ChangeMessageVisibilityBatchOutput{Failed: failed}
+	for _, e := range in.Entries {
+		if len(notFailed([]*string{e.Id}, failed)) == 1 {
+			out.Successful = append(out.Successful, types.ChangeMessageVisibilityBatchResultEntry{Id: e.Id})
+		}
+	}
+	return out, nil
 }
 
 // Entries of both kinds added from many goroutines, some with an Owner whose
