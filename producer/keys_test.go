@@ -180,7 +180,7 @@ func TestGeneratedKeyLeftOutWhenNoRoom(t *testing.T) {
 	if n := strings.Count(logs.String(), "without the attributes of Config.Attributes"); n != 1 {
 		t.Errorf("%d warnings of the trace left out, want 1:\n%s", n, logs.String())
 	}
-	if n := strings.Count(logs.String(), "without a generated idempotency key"); n != 1 {
+	if n := strings.Count(logs.String(), "without an idempotency key (generated"); n != 1 {
 		t.Errorf("%d warnings of the key left out, want 1:\n%s", n, logs.String())
 	}
 }

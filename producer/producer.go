@@ -40,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -242,9 +243,11 @@ type Stats struct {
 	// ContextAttributesLeftOut counts the messages sent without the
 	// attributes of Config.Attributes (a trace context, say).
 	ContextAttributesLeftOut uint64
-	// GeneratedKeysLeftOut counts the messages of a standard queue sent
-	// without a generated idempotency key: a send SQS stores twice after
-	// a lost answer then runs twice under the idempotency middleware.
+	// GeneratedKeysLeftOut counts the messages sent without a generated
+	// idempotency key (on a standard queue), or without the key
+	// Config.Attributes gave them (there was no room for it): a send SQS
+	// stores twice after a lost answer then runs twice under the
+	// idempotency middleware.
 	GeneratedKeysLeftOut uint64
 }
 
@@ -285,7 +288,7 @@ func (p *Producer) leftOut(extra, key bool) {
 			"queue", p.cfg.QueueURL)
 	}
 	if key && p.keysLeftOut.Add(1) == 1 {
-		p.cfg.Logger.Warn("producer: a message was sent without a generated idempotency key: with it, it would have had ten attributes (one is kept for a dead-letter copy's failure metadata) or been over the queue's MaximumMessageSize; should a send's answer be lost, its job may run twice. Give it an IdempotencyKey, or leave an attribute free; Stats counts each such message",
+		p.cfg.Logger.Warn("producer: a message was sent without an idempotency key (generated, or given by Config.Attributes): with it, it would have had ten attributes (one is kept for a dead-letter copy's failure metadata) or been over the queue's MaximumMessageSize; should a send's answer be lost, its job may run twice. Give it an IdempotencyKey, or leave an attribute free; Stats counts each such message",
 			"queue", p.cfg.QueueURL)
 	}
 }
@@ -545,7 +548,9 @@ func (b *batcher) limit() int {
 func (b *batcher) fail(i int, err error) {
 	b.res[i] = Result{Err: err}
 	if g := b.msgs[i].GroupID; b.p.fifo && g != "" {
-		if _, ok := b.failedGroups[g]; !ok {
+		// The earliest, whatever the order of the failures: a call's
+		// failed entries are seen after a later message refused at once.
+		if first, ok := b.failedGroups[g]; !ok || i < first {
 			b.failedGroups[g] = i
 		}
 	}
@@ -616,15 +621,17 @@ func (b *batcher) send(idx []int) {
 			}
 			return
 		}
+		// Only the IDs of this call's entries count: an answer naming
+		// another (a proxy's mistake) must not settle another message.
 		failed := make(map[int]types.BatchResultErrorEntry, len(out.Failed))
 		for _, f := range out.Failed {
-			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil {
+			if i, err := strconv.Atoi(aws.ToString(f.Id)); err == nil && slices.Contains(pending, i) {
 				failed[i] = f
 			}
 		}
 		sent := make(map[int]bool, len(out.Successful))
 		for _, s := range out.Successful {
-			if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil {
+			if i, err := strconv.Atoi(aws.ToString(s.Id)); err == nil && slices.Contains(pending, i) {
 				if _, alsoFailed := failed[i]; !alsoFailed {
 					sent[i] = true
 					b.res[i] = Result{MessageID: aws.ToString(s.MessageId)}
@@ -715,9 +722,21 @@ func (p *Producer) decorate(ctx context.Context, m Message, extra map[string]sqs
 		p.leftOut(true, false)
 		return keyed, nil
 	}
+	// The hook's idempotency key is the job's, not the context's: it stays
+	// when the other attributes of extra are left out, if it fits.
+	hookKey, fromHook := extra[IdempotencyKeyAttribute]
+	if _, own := m.Attributes[IdempotencyKeyAttribute]; fromHook && !own && m.IdempotencyKey == "" {
+		keyed := withAttributes(m, map[string]sqsworker.MessageAttribute{IdempotencyKeyAttribute: hookKey})
+		if p.checkWithin(keyed, limit) == nil {
+			p.leftOut(true, false)
+			return keyed, nil
+		}
+	} else {
+		fromHook = false
+	}
 	err = p.checkWithin(m, limit)
 	if err == nil {
-		p.leftOut(true, key != "")
+		p.leftOut(true, key != "" || fromHook)
 	}
 	return m, err
 }
@@ -802,7 +821,14 @@ func fieldAttributes(m Message) (attrs [2]namedAttribute, n int) {
 	}
 	if m.Delay > MaxDelay || time.Until(m.NotBefore) > MaxDelay {
 		at := m.runAt
-		if at.IsZero() { // not sent yet (Validate, Size): the same size
+		switch {
+		case !at.IsZero():
+		case !m.NotBefore.IsZero():
+			// Not resolved by schedule: over 365 days ahead when it ran,
+			// within them by Validate's time. The job runs at NotBefore,
+			// not at once.
+			at = m.NotBefore
+		default: // not sent yet (Validate, Size): the same size
 			at = time.Now().Add(m.Delay)
 		}
 		attrs[n] = namedAttribute{sqsworker.AttrNotBefore, sqsworker.NotBeforeAttribute(at)}
@@ -948,7 +974,18 @@ func keySize(m Message) int {
 	if m.IdempotencyKey != "" {
 		return len(m.IdempotencyKey)
 	}
-	return len(jobkey.OfAttribute(m.Attributes[IdempotencyKeyAttribute]))
+	return len(jobkey.OfAttribute(asSent(m.Attributes[IdempotencyKeyAttribute])))
+}
+
+// asSent returns a as SQS gets it (see sqsmsg.ToSDKAttribute): a Binary
+// attribute's BinaryValue alone, another's StringValue alone.
+func asSent(a sqsworker.MessageAttribute) sqsworker.MessageAttribute {
+	if strings.HasPrefix(a.DataType, "Binary") {
+		a.StringValue = ""
+	} else {
+		a.BinaryValue = nil
+	}
+	return a
 }
 
 func validateAttribute(name string, a sqsworker.MessageAttribute) error {
