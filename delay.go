@@ -26,7 +26,11 @@ const (
 	// attempts of earlier copies of a job (a Number), set by the runtimes
 	// on the copy they send for a backoff longer than a visibility timeout
 	// can hold: [Message.ReceiveCount] adds it, so that backoff and
-	// dead-letter decisions count every real attempt. The runtimes leave
+	// dead-letter decisions count every real attempt. The copy a job
+	// waits in on its last receive, without an attempt (postponed,
+	// released, a dependency down), carries at most the queue's
+	// maxReceiveCount less 2 (at least 1): SQS does not tell its earlier
+	// receives spent waiting from attempts. The runtimes leave
 	// it out of dead-letter copies, and `sqsworker dlq replay` out of the
 	// copies it sends back; an SQS message move task is not documented to
 	// drop it, which is why `dlq redrive` looks for it first (see the dlq

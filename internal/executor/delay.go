@@ -414,6 +414,7 @@ func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int,
 		return false
 	}
 	delay = sqsworker.ClampLongDelay(max(delay, 0))
+	prior = e.priorOfWait(j.Msg, prior)
 	s := steps()
 	err := e.sendCopy(j, ack, true, func(ctx context.Context, least time.Duration, by time.Time) error {
 		d := max(delay, least)
@@ -433,6 +434,22 @@ func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int,
 		"SQS moves it to the dead-letter queue on its next receive, though no handler failed: replay it once SQS takes sends again (sqsworker dlq replay)",
 		"message_id", j.Msg.ID, "retry_in", delay, "error", err)
 	return false
+}
+
+// priorOfWait is what the copy of m made by waitInCopy carries as its
+// prior attempts, given prior, the receives of m before this one and the
+// attempts m carries: at most MaxReceiveCount-2 (and at least 1 of them),
+// unless m carries more. SQS does not tell the receives that were attempts
+// from those spent waiting (an open key's postponements, releases, a
+// dependency down), and a job that waited through an outage on most of its
+// receives would otherwise come out of it with one attempt left,
+// dead-lettered by its first transient failure: the copy leaves it at
+// least two, where MaxReceiveCount allows three or more.
+func (e *Executor) priorOfWait(m *sqsworker.Message, prior int) int {
+	if e.Policy.MaxReceiveCount <= 0 {
+		return prior
+	}
+	return min(prior, max(e.Policy.MaxReceiveCount-2, m.PriorAttempts(), 1))
 }
 
 // requeueFailed counts a waiting copy that could not be sent.

@@ -52,13 +52,15 @@ func (s *sim) receiveOne() *Job {
 // 2), after a first attempt that failed, is never dead-lettered: each
 // release on the last receive sends a fresh copy, delayed as the runtime's
 // CopyLimits asks, and the job runs at last once, never moved. Its
-// attempt number counts the failed attempt and the receives its releases
-// spent before a last one (as SQS counts them), never the releases on a
-// last receive. Before, SQS moved it to the dead-letter queue on the third
-// receive.
+// attempt number never counts the releases on a last receive, nor more
+// receives than leave it its last attempt (see
+// TestWaitingLeavesTwoAttempts). Before, SQS
+// moved it to the dead-letter queue on the third receive.
 func TestReleaseOnLastReceiveWaitsInACopy(t *testing.T) {
+	first := true
 	s := newSim(t, 2, func(m *sqsworker.Message) error {
-		if m.ReceiveCount == 1 {
+		if first {
+			first = false
 			return errors.New("the dependency failed")
 		}
 		return nil
@@ -92,10 +94,11 @@ func TestReleaseOnLastReceiveWaitsInACopy(t *testing.T) {
 	if v, _, _ := s.f.Depth(s.dlq); v != 0 {
 		t.Errorf("%d dead-lettered, want none: no handler failed but the first", v)
 	}
-	// 1 failed, 2 receives spent by releases on a first receive, and
-	// this one.
-	if a := s.runs[1].attempt; a != 4 {
-		t.Errorf("the job ran as attempt %d, want 4", a)
+	// The failed attempt, and no more: a copy made on a last receive
+	// carries at most one prior attempt with maxReceiveCount 2 (see
+	// priorOfWait).
+	if a := s.runs[1].attempt; a != 2 {
+		t.Errorf("the job ran as attempt %d, want 2", a)
 	}
 	if k := s.runs[1].key; k != "order-42" {
 		t.Errorf("the job ran under key %q, want its own order-42", k)
@@ -160,5 +163,33 @@ func TestReleaseOfAHeldJobKeepsItsTime(t *testing.T) {
 	}
 	if n := s.ex.Counters.Released.Load(); n != 0 {
 		t.Errorf("%d releases counted, want 0: the job was held", n)
+	}
+}
+
+// A job that waited on every receive its redrive policy allows
+// (maxReceiveCount 3: released unstarted, as an open key or a dependency
+// down puts it off) comes out of the wait with two attempts left, not
+// one: a transient failure on its first attempt is retried, and the job
+// succeeds. Its copy carried the two receives spent waiting as attempts,
+// and the failure dead-lettered it.
+func TestWaitingLeavesTwoAttempts(t *testing.T) {
+	failed := false
+	s := newSim(t, 3, func(m *sqsworker.Message) error {
+		if !failed {
+			failed = true
+			return errors.New("a transient failure")
+		}
+		return nil
+	})
+	s.send(0)
+	for range 3 { // the third on the last receive: a copy
+		s.ex.Release(s.receiveOne(), s)
+	}
+	s.runUntilIdle(time.Hour)
+	if v, _, _ := s.f.Depth(s.dlq); v != 0 {
+		t.Errorf("%d dead-lettered, want none: one transient failure after the wait", v)
+	}
+	if len(s.runs) != 2 || s.runs[0].attempt != 2 || s.runs[1].attempt != 3 {
+		t.Errorf("runs %+v, want attempts 2 and 3", s.runs)
 	}
 }
