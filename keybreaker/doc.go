@@ -11,7 +11,10 @@
 //   - Config.Key names the key of each message's job;
 //   - a handler failure that Config.IsFailure counts (by default one marked
 //     [sqsworker.Unavailable] or, better here, [sqsworker.PartlyUnavailable])
-//     adds to its key's failures in a row; a success clears them; a
+//     adds to its key's failures in a row (one marked neither Unavailable nor
+//     [sqsworker.Permanent] is returned marked PartlyUnavailable: the
+//     endpoint's failure spends none of the job's attempts); a success
+//     clears them; a
 //     postponement by the handler behind the middleware ([sqsworker.RetryAfter]
 //     with a nil error: an idempotency duplicate, say) counts as nothing, as
 //     does a job cut short by its context (the runtime stopping, the lease

@@ -43,7 +43,10 @@ type Config struct {
 	// endpoint is down" with [sqsworker.PartlyUnavailable] (which also keeps
 	// the runtime's own circuit breaker, which pauses every job, closed) and
 	// a job's own fault, such as a payload the endpoint refuses, does not
-	// count.
+	// count. A failure it counts that is not marked Unavailable (nor
+	// Permanent) is returned by the middleware marked PartlyUnavailable:
+	// the key's endpoint failed, not the job, whose attempts it must not
+	// spend.
 	IsFailure func(error) bool
 	// MaxKeys bounds the keys tracked at once: those with failures, open or
 	// probing (a key that succeeds is forgotten). When it is reached, the
@@ -202,9 +205,22 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 		// Recovered as the runtimes do, so that a panicking job is counted
 		// like a failed one: a probe's turn is not held until ProbeTimeout.
 		err = outcome.Call(ctx, next, m)
-		b.record(key, probe, err, outcome.Cut(ctx, err, b.cfg.IsFailure))
+		if b.record(key, probe, err, outcome.Cut(ctx, err, b.cfg.IsFailure)) && !sqsworker.IsUnavailable(err) && !isPermanent(err) {
+			// Counted against its key, the failure is the key's
+			// endpoint's, not the job's: the runtime must not spend the
+			// job's attempts on it, and dead-letter a healthy job while the
+			// endpoint is down. Partly: the runtime's own breaker, which
+			// would pause every key's jobs, is left alone.
+			err = sqsworker.PartlyUnavailable(err)
+		}
 		return err
 	})
+}
+
+// isPermanent reports whether err is marked [sqsworker.Permanent].
+func isPermanent(err error) bool {
+	var p *sqsworker.PermanentError
+	return errors.As(err, &p)
 }
 
 // admit lets a job of key run, as the key's probe (its token) when the key
@@ -262,15 +278,17 @@ func (b *Breaker) admitLocked(key string) (probe uint64, note func(), err error)
 // error IsFailure does not count (cut: the runtime stopping, the lease
 // lost, the handler timeout) did not show it healthy: both count as
 // nothing, and such a probe gives its turn to the next job of its key.
-func (b *Breaker) record(key string, probe uint64, err error, cut bool) {
+// It reports whether it counted err as a failure of the key.
+func (b *Breaker) record(key string, probe uint64, err error, cut bool) (failed bool) {
 	postponed := cut || sqsworker.IsPostponed(err)
-	failed := !postponed && err != nil && b.cfg.IsFailure(err)
+	failed = !postponed && err != nil && b.cfg.IsFailure(err)
 	b.mu.Lock()
 	note := b.recordLocked(key, probe, err, failed, postponed)
 	b.mu.Unlock()
 	if note != nil {
 		note() // logged unlocked: a slow log handler holds back no other job
 	}
+	return failed
 }
 
 // recordLocked is record under b.mu; the func it returns, if not nil, logs

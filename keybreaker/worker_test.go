@@ -3,6 +3,7 @@ package keybreaker_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -204,4 +205,88 @@ func TestWebhookEndpointDownOnEmulator(t *testing.T) {
 		t.Errorf("keybreaker %+v: the endpoint should be closed and forgotten", s)
 	}
 	t.Logf("worker %+v; keybreaker %+v", w.Stats(), kb.Stats())
+}
+
+// statusError is an endpoint's answer as a plain error, not marked
+// Unavailable.
+type statusError struct{ code int }
+
+func (e *statusError) Error() string { return fmt.Sprint("endpoint answered ", e.code) }
+
+// deliverPlain is deliver whose 5xx are plain errors (statusError), left to
+// a custom IsFailure to count.
+var deliverPlain = sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+	url, _ := m.Attribute("endpoint")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(m.Body))
+	if err != nil {
+		return sqsworker.Permanent(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 500 {
+		return &statusError{resp.StatusCode}
+	}
+	return nil
+})
+
+// A custom IsFailure that counts an endpoint's plain 5xx errors, on the
+// emulator with maxReceiveCount 2: the failures it counts are the
+// endpoint's, and no job is dead-lettered while it is down; each is
+// delivered once when it is back. The middleware returned them as they
+// were, ordinary attempts: the first failures and each failed probe spent
+// the jobs' attempts, and healthy jobs were dead-lettered.
+func TestCustomIsFailureSparesTheJobs(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Second, MaxReceiveCount: 2})
+	down := newEndpoint(t)
+	down.down.Store(true)
+	kb, err := keybreaker.New(keybreaker.Config{
+		Key:        func(m *sqsworker.Message) string { u, _ := m.Attribute("endpoint"); return u },
+		Failures:   3,
+		OpenFor:    time.Second,
+		MaxOpenFor: 2 * time.Second,
+		IsFailure:  func(err error) bool { var s *statusError; return errors.As(err, &s) },
+		Logger:     quiet(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jobs := sendTo(t, c, q.URL, down.srv.URL, "job-", 10)
+	w, err := worker.New(c, worker.Config{QueueURL: q.URL, Concurrency: 4, WaitTime: time.Second, Logger: quiet(),
+		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(context.Background(), kb.Middleware(deliverPlain)) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	localtest.Eventually(t, 120*time.Second, func() bool { return kb.Stats().Probes >= 3 }, "keybreaker %+v", kb.Stats())
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
+		t.Fatalf("%d jobs dead-lettered while the endpoint was down; worker %+v", v+f+d, w.Stats())
+	}
+	down.down.Store(false)
+	localtest.Eventually(t, 120*time.Second, func() bool {
+		v, f, d := localtest.Depth(t, c, q.URL)
+		return len(down.delivered()) == len(jobs) && v+f+d == 0
+	}, "delivered %d of %d after it came back; worker %+v", len(down.delivered()), len(jobs), w.Stats())
+	deliveredOnce(t, down, jobs)
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
+		t.Errorf("%d jobs dead-lettered", v+f+d)
+	}
+	if ws := w.Stats(); ws.BreakerOpens != 0 {
+		t.Errorf("the worker's circuit breaker opened %d times for one endpoint", ws.BreakerOpens)
+	}
 }
