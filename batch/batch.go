@@ -14,9 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/attempt"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp/dynamohttp"
 )
@@ -156,15 +156,16 @@ type Config struct {
 	// of the send once the chunk's run has ended. At least MinNotifyLease.
 	// Default 30s.
 	NotifyLease time.Duration
-	// RequestTimeout bounds each request to DynamoDB, and the queue
-	// reads of SQS (a completion's send is bounded by NotifyLease): an
-	// attempt not answered within it ends the request, which the SDK does
-	// not send again (an attempt cut short is not retried). A DynamoDB
-	// that takes requests and never answers fails a chunk's run as
-	// unavailable, which the runtime's circuit breaker counts and its
-	// next receive tries again, rather than hold its handler slot for as
-	// long as its context lives (up to the heartbeat's 12 hours); the
-	// count's own retries try again within their 30s. Default 10s.
+	// RequestTimeout bounds each attempt of a request to DynamoDB, and of
+	// the queue reads of SQS (a completion's send is bounded by
+	// NotifyLease as a whole): an attempt not answered within it is given
+	// up, and the SDK's retryer sends the request again, within its own
+	// limit of attempts. A DynamoDB that takes requests and never answers
+	// fails a chunk's run as unavailable once they are spent, which the
+	// runtime's circuit breaker counts and its next receive tries again,
+	// rather than hold its handler slot for as long as its context lives
+	// (up to the heartbeat's 12 hours); the count's own retries try again
+	// within their 30s. Default 10s.
 	RequestTimeout time.Duration
 	// Logger receives what the middleware could not do. Message bodies are
 	// never logged. Default slog.Default().
@@ -204,21 +205,6 @@ type Coordinator struct {
 	failedCap int
 	// queues caches the limits of the chunks' queues (see limits).
 	queues limitsCache
-}
-
-// boundAttempts bounds each attempt of a request to d: it sits in the
-// finalize step after the SDK's retry, which sends each attempt through
-// it. An attempt it cuts ends the request: the SDK retries no attempt cut
-// short by its context.
-func boundAttempts(d time.Duration) func(*middleware.Stack) error {
-	return func(s *middleware.Stack) error {
-		return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("batchAttemptTimeout",
-			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-				ctx, cancel := context.WithTimeout(ctx, d)
-				defer cancel()
-				return next.HandleFinalize(ctx, in)
-			}), middleware.After)
-	}
 }
 
 // New validates cfg and checks that the table exists with the expected
@@ -269,7 +255,7 @@ func New(ctx context.Context, db DynamoAPI, q SQSAPI, cfg Config) (*Coordinator,
 	if cfg.RequestTimeout == 0 {
 		cfg.RequestTimeout = DefaultRequestTimeout
 	}
-	bound := boundAttempts(cfg.RequestTimeout)
+	bound := attempt.Bound(cfg.RequestTimeout)
 	c := &Coordinator{
 		db: db, sqs: q, cfg: cfg, now: time.Now, failedCap: MaxFailedIndexes,
 		dbOpts:  append(dynamohttp.Options(db), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, bound) }),

@@ -206,8 +206,9 @@ func TestEmulatorShutdownWhenDynamoDBHangs(t *testing.T) {
 
 // On DynamoDB Local behind a test proxy that takes requests and never
 // answers from the read of the batch that follows a chunk's count: the
-// chunk's run fails within Config.RequestTimeout (the attempt cut short
-// ends the request: 0.5s, not three attempts' 1.5s), unavailable
+// chunk's run fails once the SDK's attempts are spent, each given up at
+// Config.RequestTimeout and sent again (0.5s each, with the retryer's
+// backoff between them), unavailable
 // (counted by the circuit breaker, never dead-lettered), rather than wait
 // for as long as its context lives (none here; up to 12 hours under the
 // worker's heartbeat). Delivered again once DynamoDB answers, it is

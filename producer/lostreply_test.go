@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -117,5 +118,56 @@ func drainKeys(t *testing.T, c *sqs.Client, url string, want int) []string {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// A send through a proxy that takes requests and never answers, on the
+// local SQS, with no deadline of its own (context.Background): each
+// attempt is given up at Config.RequestTimeout and sent again by the SDK,
+// and the send fails, naming the wait, once the attempts are spent. It
+// waited for ever. A send whose proxy passes traffic again before they are
+// spent is stored, once, under its key.
+func TestSendToASwallowingEndpointIsBounded(t *testing.T) {
+	t.Parallel()
+	proxy, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	direct := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, direct, localtest.QueueOptions{})
+	proxied := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy.URL()) })
+	p, err := producer.New(proxied, producer.Config{QueueURL: q.URL, MaxMessageSize: producer.MaxMessageSize, RequestTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proxy.Blackhole(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.Send(context.Background(), producer.Message{Body: "lost", IdempotencyKey: "job-lost"})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "no answer within 500ms") {
+			t.Errorf("send: %v, want the attempts' timeouts named", err)
+		}
+	case <-time.After(60 * time.Second):
+		_ = proxy.Pass()
+		<-done
+		t.Fatal("the send still waited on an endpoint that never answers after 60s")
+	}
+	go func() {
+		time.Sleep(700 * time.Millisecond)
+		_ = proxy.Pass()
+	}()
+	if _, err := p.Send(context.Background(), producer.Message{Body: "kept", IdempotencyKey: "job-kept"}); err != nil {
+		t.Fatalf("send once the proxy passes again: %v", err)
+	}
+	got := localtest.ReceiveAll(t, direct, q.URL, time.Second, 30*time.Second)
+	if len(got) != 1 || aws.ToString(got[0].Body) != "kept" {
+		t.Errorf("%d messages in the queue, want the one send that got through", len(got))
 	}
 }

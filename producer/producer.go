@@ -52,6 +52,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/attempt"
 	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
@@ -105,6 +106,9 @@ const (
 	maxNumberExponent = 126
 	minNumberExponent = -128
 )
+
+// DefaultRequestTimeout is Config.RequestTimeout's default.
+const DefaultRequestTimeout = 10 * time.Second
 
 // IdempotencyKeyAttribute is the message attribute Message.IdempotencyKey is
 // sent in; the idempotency middleware reads it.
@@ -229,6 +233,17 @@ type Config struct {
 	// key: they drop the second copy by its deduplication ID. Default
 	// false.
 	DisableGeneratedKeys bool
+	// RequestTimeout bounds each attempt of a call to SQS: an attempt not
+	// answered within it is given up, and the SDK's retryer sends the call
+	// again, with the same messages (their keys and deduplication IDs, so
+	// that an attempt applied but answered late is one job), within the
+	// retryer's own limit of attempts. An SQS that takes requests and never
+	// answers then fails a send in about three times RequestTimeout,
+	// rather than hold it for as long as its context lives (a
+	// context.Background, for ever). It must leave time for the largest
+	// message's upload on the slowest link the producer sends from.
+	// Default 10s.
+	RequestTimeout time.Duration
 	// Logger receives a warning the first time a message is sent without
 	// Attributes' attributes, and the first time one is sent without its
 	// generated key, for want of room (Stats counts every time). Default
@@ -254,7 +269,7 @@ type Stats struct {
 // Producer sends messages to one queue. It is safe for concurrent use.
 type Producer struct {
 	api  API
-	opts []func(*sqs.Options) // given to every call of api: sdkhttp.SQSOptions
+	opts []func(*sqs.Options) // given to every call of api: sdkhttp.SQSOptions, and the attempt bound
 	cfg  Config
 	fifo bool
 
@@ -305,11 +320,17 @@ func New(api API, cfg Config) (*Producer, error) {
 	if cfg.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("MaxAttempts %d is negative", cfg.MaxAttempts))
 	}
+	if cfg.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("RequestTimeout %s is negative (0: the default, %s)", cfg.RequestTimeout, DefaultRequestTimeout))
+	}
 	if cfg.MaxMessageSize != 0 && (cfg.MaxMessageSize < MinMessageSize || cfg.MaxMessageSize > MaxMessageSize) {
 		errs = append(errs, fmt.Errorf("MaxMessageSize %d is not in %d..%d", cfg.MaxMessageSize, MinMessageSize, MaxMessageSize))
 	}
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("producer: invalid Config: %w", errors.Join(errs...))
+	}
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
 	}
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = 5
@@ -317,7 +338,9 @@ func New(api API, cfg Config) (*Producer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{api: api, opts: sdkhttp.SQSOptions(api), cfg: cfg, fifo: strings.HasSuffix(cfg.QueueURL, ".fifo"), sizeTurn: make(chan struct{}, 1), now: time.Now}
+	bound := attempt.Bound(cfg.RequestTimeout)
+	opts := append(sdkhttp.SQSOptions(api), func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, bound) })
+	p := &Producer{api: api, opts: opts, cfg: cfg, fifo: strings.HasSuffix(cfg.QueueURL, ".fifo"), sizeTurn: make(chan struct{}, 1), now: time.Now}
 	p.batchBound.Store(MaxMessageSize)
 	return p, nil
 }
