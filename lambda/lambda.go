@@ -239,7 +239,7 @@ func (a *adapter) newState(info queue.Info, known bool) (*queueState, error) {
 		Log:          log,
 		TimeoutCause: ErrDeadline,
 		StopCauses:   []error{ErrDeadline},
-		Requeue:      executor.Requeue{API: a.cfg.Client, URL: info.URL, FIFO: info.FIFO},
+		Requeue:      executor.Requeue{API: a.cfg.Client, URL: info.URL, FIFO: info.FIFO, Retention: info.Retention},
 	}
 	a.mu.Lock()
 	b, ok := a.breakers[info.URL]

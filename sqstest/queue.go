@@ -94,7 +94,28 @@ func (q *queue) intAttr(name string, def int) int {
 	return def
 }
 
+// defaultRetention is a queue's MessageRetentionPeriod when not set: 4
+// days, as on SQS.
+const defaultRetention = 345600
+
+// expire deletes the messages of q whose retention period has ended
+// (MessageRetentionPeriod from their send), received or not, as SQS does.
+// f.mu is held.
+func (q *queue) expire(now time.Time) {
+	ret := time.Duration(q.intAttr("MessageRetentionPeriod", defaultRetention)) * time.Second
+	q.msgs = slices.DeleteFunc(q.msgs, func(m *message) bool {
+		if now.Before(m.sent.Add(ret)) {
+			return false
+		}
+		q.forgetMoved(m)
+		return true
+	})
+}
+
+// depth counts q's messages at now, once those past their retention period
+// are deleted. f.mu is held.
 func (q *queue) depth(now time.Time) (visible, inFlight, delayed int) {
+	q.expire(now)
 	for _, m := range q.msgs {
 		switch {
 		case m.inFlight(now):
@@ -135,6 +156,7 @@ func (q *queue) nextSeq() string {
 // group its visible messages in order, as many as fit, before going to the
 // next group, as SQS does.
 func (f *Fake) receive(q *queue, now time.Time, max int, vis time.Duration) []*message {
+	q.expire(now)
 	dlq, maxReceive := f.redrive(q)
 	var got []*message
 	moved := map[*message]bool{}
@@ -263,7 +285,7 @@ func (f *Fake) moveToDLQ(q, dlq *queue, m *message, now time.Time) {
 	dlq.msgs = append(dlq.msgs, c)
 }
 
-// forgetMoved forgets m, moved out of q: its receive, and any receipt
+// forgetMoved forgets m, moved out of q or expired: its receive, and any receipt
 // handle of it (none of them is the latest of a deleted message). The
 // caller removes m from q.msgs. f.mu is held.
 func (q *queue) forgetMoved(m *message) {

@@ -115,7 +115,7 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 		HandlerTimeout: cfg.HandlerTimeout,
 		TimeoutCause:   ErrHandlerTimeout,
 		StopCauses:     []error{ErrShutdown},
-		Requeue:        executor.Requeue{API: w.api, URL: info.URL, FIFO: info.FIFO},
+		Requeue:        executor.Requeue{API: w.api, URL: info.URL, FIFO: info.FIFO, Retention: info.Retention},
 	}
 	c.exec.Breaker = breaker.New(cfg.Breaker, c.exec.BreakerChanged)
 	if !cfg.DisableHeartbeat {

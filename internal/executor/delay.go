@@ -123,9 +123,26 @@ type Requeue struct {
 	URL string
 	// FIFO is true for a FIFO queue.
 	FIFO bool
+	// Retention is the queue's MessageRetentionPeriod; 0 when not known. A
+	// message that waits without an attempt into its last stretch waits
+	// in a fresh copy (see waitInCopy): SQS deletes a message at the end
+	// of its retention period, whatever its receives.
+	Retention time.Duration
 }
 
 func (r Requeue) enabled() bool { return r.API != nil && r.URL != "" }
+
+// expiresWhileWaiting reports whether m, back after delay from now, would
+// come back within the last stretch of its retention period, or past it: a
+// quarter of the period, at most an hour. The stretch leaves room for a
+// backlog ahead of it, and for another wait.
+func (r Requeue) expiresWhileWaiting(m *sqsworker.Message, now time.Time, delay time.Duration) bool {
+	if r.Retention <= 0 || m.SentAt.IsZero() {
+		return false
+	}
+	stretch := min(r.Retention/4, time.Hour)
+	return !now.Add(delay + stretch).Before(m.SentAt.Add(r.Retention))
+}
 
 // Hold holds back j's message when its time (sqsworker.AttrNotBefore) has
 // not come, or sends it again first when it waited on this copy, as Run
@@ -397,8 +414,12 @@ type CopyLimiter interface {
 // would have been without the copy), while the copy, keeping the job's key
 // (see requeue), runs it.
 func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int, what string) bool {
-	if !e.OnLastReceive(j) {
-		return false
+	last := e.OnLastReceive(j)
+	if !last {
+		if !e.Requeue.expiresWhileWaiting(j.Msg, steps().Now(), delay) {
+			return false
+		}
+		return e.waitInCopyBeforeExpiry(j, ack, delay, prior, what)
 	}
 	if e.Requeue.FIFO {
 		moves := "SQS moves it"
@@ -413,23 +434,10 @@ func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int,
 	if !e.Requeue.enabled() {
 		return false
 	}
-	delay = sqsworker.ClampLongDelay(max(delay, 0))
-	prior = e.priorOfWait(j.Msg, prior)
-	s := steps()
-	err := e.sendCopy(j, ack, true, func(ctx context.Context, least time.Duration, by time.Time) error {
-		d := max(delay, least)
-		// Its time in whole milliseconds, not rounded up to the next one
-		// (NotBeforeAttribute): a copy sent without a delay and received
-		// within the millisecond would be held back, and sent once more.
-		nb := s.Now().Add(d).Truncate(time.Millisecond)
-		return e.requeueBy(ctx, j, nb, prior, min(d, s.MessageDelay), by, true)
-	})
+	err := e.sendWaitingCopy(j, ack, delay, prior)
 	if err == nil {
-		j.Copied = true
-		ack.Delete(j)
 		return true
 	}
-	e.requeueFailed()
 	j.log(e).Error("sending the waiting copy of a message "+what+" on "+e.lastReceive()+" failed while the message was held; "+
 		"SQS moves it to the dead-letter queue on its next receive, though no handler failed: replay it once SQS takes sends again (sqsworker dlq replay)",
 		"message_id", j.Msg.ID, "retry_in", delay, "error", err)
@@ -450,6 +458,58 @@ func (e *Executor) priorOfWait(m *sqsworker.Message, prior int) int {
 		return prior
 	}
 	return min(prior, max(e.Policy.MaxReceiveCount-2, m.PriorAttempts(), 1))
+}
+
+// waitInCopyBeforeExpiry is waitInCopy for a message not on its last
+// receive that would come back in the last stretch of the queue's retention
+// period (see Requeue.expiresWhileWaiting): SQS deletes it at the end of
+// the period, received or not, and a job kept waiting by an outage longer
+// than the period (a webhook endpoint down for days, its key open) would be
+// lost without a trace. It waits in a fresh copy, whose period starts anew.
+// A FIFO queue's cannot (it would go behind the rest of its group): that is
+// logged as an error.
+func (e *Executor) waitInCopyBeforeExpiry(j *Job, ack Acker, delay time.Duration, prior int, what string) bool {
+	const where = "near the end of the queue's retention period (MessageRetentionPeriod)"
+	if e.Requeue.FIFO {
+		j.log(e).Error("FIFO message "+what+" "+where+", left to come back by its visibility (a copy would go behind the rest of its group): "+
+			"SQS deletes it at the end of the period though its job is not done; lengthen the queue's MessageRetentionPeriod",
+			"message_id", j.Msg.ID, "sent_at", j.Msg.SentAt, "retry_in", delay)
+		return false
+	}
+	if !e.Requeue.enabled() {
+		return false
+	}
+	err := e.sendWaitingCopy(j, ack, delay, prior)
+	if err == nil {
+		return true
+	}
+	j.log(e).Error("sending the waiting copy of a message "+what+" "+where+" failed; it waits by its visibility, and SQS deletes it at the end of the period",
+		"message_id", j.Msg.ID, "sent_at", j.Msg.SentAt, "retry_in", delay, "error", err)
+	return false
+}
+
+// sendWaitingCopy sends the copy j's message waits in for delay (see
+// waitInCopy), carrying prior as its earlier attempts (see priorOfWait),
+// and deletes the message; or counts the copy failed and returns why.
+func (e *Executor) sendWaitingCopy(j *Job, ack Acker, delay time.Duration, prior int) error {
+	delay = sqsworker.ClampLongDelay(max(delay, 0))
+	prior = e.priorOfWait(j.Msg, prior)
+	s := steps()
+	err := e.sendCopy(j, ack, true, func(ctx context.Context, least time.Duration, by time.Time) error {
+		d := max(delay, least)
+		// Its time in whole milliseconds, not rounded up to the next one
+		// (NotBeforeAttribute): a copy sent without a delay and received
+		// within the millisecond would be held back, and sent once more.
+		nb := s.Now().Add(d).Truncate(time.Millisecond)
+		return e.requeueBy(ctx, j, nb, prior, min(d, s.MessageDelay), by, true)
+	})
+	if err != nil {
+		e.requeueFailed()
+		return err
+	}
+	j.Copied = true
+	ack.Delete(j)
+	return nil
 }
 
 // requeueFailed counts a waiting copy that could not be sent.

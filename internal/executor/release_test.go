@@ -193,3 +193,27 @@ func TestWaitingLeavesTwoAttempts(t *testing.T) {
 		t.Errorf("runs %+v, want attempts 2 and 3", s.runs)
 	}
 }
+
+// A job put off without an attempt, time after time (an open key's
+// postponements, every 10 minutes), on a queue whose retention period is
+// an hour and whose redrive policy allows 100 receives: before the end of
+// the period it waits in a fresh copy, whose period starts anew, and runs
+// once it is no longer put off, two hours after its send. It waited by its
+// visibility to the end of the period, and SQS deleted it, without a trace.
+func TestWaitOutlastsTheRetentionPeriod(t *testing.T) {
+	s := newSim(t, 100, nil)
+	s.f.SetAttribute(s.url, "MessageRetentionPeriod", "3600")
+	s.ex.Requeue.Retention = time.Hour
+	s.send(0)
+	end := s.clock.Now().Add(2 * time.Hour)
+	for s.clock.Now().Before(end) {
+		s.ex.Postpone(s.receiveOne(), s, 10*time.Minute, errors.New("its key is open"))
+	}
+	s.runUntilIdle(time.Hour)
+	if len(s.runs) != 1 {
+		t.Fatalf("%d runs, want the job once", len(s.runs))
+	}
+	if n := s.ex.Counters.Requeued.Load(); n < 2 {
+		t.Errorf("%d copies, want at least one per hour of waiting", n)
+	}
+}

@@ -38,6 +38,9 @@ type Info struct {
 	// MaxReceiveCount is the redrive policy's maxReceiveCount; 0 when the
 	// queue has no redrive policy.
 	MaxReceiveCount int
+	// Retention is the queue's MessageRetentionPeriod: how long after its
+	// send SQS deletes a message, received or not; 0 when not read.
+	Retention time.Duration
 	// DeadLetterARN and DeadLetterURL name the redrive policy's target.
 	DeadLetterARN string
 	DeadLetterURL string
@@ -56,6 +59,7 @@ func Load(ctx context.Context, api API, url string) (Info, error) {
 			types.QueueAttributeNameVisibilityTimeout,
 			types.QueueAttributeNameRedrivePolicy,
 			types.QueueAttributeNameFifoQueue,
+			types.QueueAttributeNameMessageRetentionPeriod,
 		},
 	})
 	if err != nil {
@@ -69,6 +73,9 @@ func Load(ctx context.Context, api API, url string) (Info, error) {
 			return Info{}, fmt.Errorf("queue %s: %w: malformed VisibilityTimeout %q", url, ErrInvalid, v)
 		}
 		info.VisibilityTimeout = time.Duration(secs) * time.Second
+	}
+	if secs, err := strconv.Atoi(a["MessageRetentionPeriod"]); err == nil && secs > 0 {
+		info.Retention = time.Duration(secs) * time.Second
 	}
 	if rp := a["RedrivePolicy"]; rp != "" {
 		arn, maxReceive, err := ParseRedrivePolicy(rp)
