@@ -61,8 +61,10 @@ func stallFirst(ev events.SQSEvent) {
 // that ignores its context) when the time to start records ends, on the
 // last receive the redrive policy allows (3), are released through the
 // executor as those reaching their turn too late are: each waits in a fresh
-// copy carrying its two earlier attempts, and its original is deleted at
-// once; run again, each runs once, as its third attempt. Nothing is
+// copy carrying one earlier attempt (of the two receives before, at most
+// maxReceiveCount-2: SQS does not tell attempts from waits), and its
+// original is deleted at once; run again, each runs once, as its second
+// attempt. Nothing is
 // dead-lettered. Before, they waited for a slot until the function stopped
 // waiting for handlers, and were then reported failed and visible again at
 // once: SQS moved them to the dead-letter queue on their next receive,
@@ -99,8 +101,8 @@ func TestWaitingRecordsReleasedOnLastReceive(t *testing.T) {
 		if n := m.Attributes["ApproximateReceiveCount"]; n != "1" {
 			t.Errorf("copy of %q: receive count %s, want a fresh copy's 1", aws.ToString(m.Body), n)
 		}
-		if p := aws.ToString(m.MessageAttributes[sqsworker.AttrPriorAttempts].StringValue); p != "2" {
-			t.Errorf("copy of %q: prior attempts %q, want 2 (the release counts none)", aws.ToString(m.Body), p)
+		if p := aws.ToString(m.MessageAttributes[sqsworker.AttrPriorAttempts].StringValue); p != "1" {
+			t.Errorf("copy of %q: prior attempts %q, want 1 (the release counts none, and a waiting copy at most maxReceiveCount-2 of the earlier receives)", aws.ToString(m.Body), p)
 		}
 	}
 	resp, err = fn(context.WithValue(context.Background(), okKey{}, true), sqstest.SQSEvent(sqstest.QueueARN("orders"), out.Messages))
@@ -109,8 +111,8 @@ func TestWaitingRecordsReleasedOnLastReceive(t *testing.T) {
 	}
 	close(attempts)
 	for a := range attempts {
-		if a != 3 {
-			t.Errorf("a copy ran as attempt %d, want 3", a)
+		if a != 2 {
+			t.Errorf("a copy ran as attempt %d, want 2", a)
 		}
 	}
 	if ran.Load() != 3 {
