@@ -43,6 +43,21 @@ func DefaultKey(m *sqsworker.Message) string {
 	return jobkey.Default(m)
 }
 
+// MaxPayloadHashSize is the longest digest of Config.PayloadHash stored as
+// it is; a longer one is stored as its own hex SHA-256.
+const MaxPayloadHashSize = 256
+
+// storedHash returns the digest h as it is stored and compared: h, or the
+// hex SHA-256 of h when h is not valid UTF-8 or is over
+// MaxPayloadHashSize bytes.
+func storedHash(h string) string {
+	if utf8.ValidString(h) && len(h) <= MaxPayloadHashSize {
+		return h
+	}
+	sum := sha256.Sum256([]byte(h))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
 // BodyHash returns the hex SHA-256 of the message body: the default payload
 // check, which tells a reused key from a duplicate.
 func BodyHash(m *sqsworker.Message) string {
@@ -71,7 +86,11 @@ type Config struct {
 	Key func(*sqsworker.Message) string
 	// PayloadHash returns a digest of what the key stands for; the same
 	// key with another digest is a Permanent error. Default BodyHash;
-	// return "" to skip the check.
+	// return "" to skip the check. A digest that is not valid UTF-8 (raw
+	// hash bytes) or is over MaxPayloadHashSize bytes is stored as the hex
+	// SHA-256 of itself: DynamoDB would store the first altered, and never
+	// equal to itself again, and the second could put the record over
+	// DynamoDB's item size.
 	PayloadHash func(*sqsworker.Message) string
 	// MissingKey says what an empty key does. Default RejectMissingKey.
 	MissingKey MissingKey
@@ -371,7 +390,7 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 		return next.HandleMessage(ctx, m)
 	}
 	now := g.now()
-	hash := g.cfg.PayloadHash(m)
+	hash := storedHash(g.cfg.PayloadHash(m))
 	if g.cache != nil {
 		if r, ok := g.cache.get(key, now); ok {
 			return g.duplicate(ctx, m, key, hash, r, now, true, Receive{})
@@ -823,6 +842,11 @@ func (g *Guard) duplicate(ctx context.Context, m *sqsworker.Message, key, hash s
 	if hash != "" && r.PayloadHash != "" && hash != r.PayloadHash {
 		g.payloadChanged.Add(1)
 		return sqsworker.Permanent(fmt.Errorf("idempotency: key %q was used for another payload", key))
+	}
+	if r.Status != StatusCompleted && r.Status != StatusInProgress {
+		// Another kind of item under the same key (the batch package's,
+		// sharing the table): not a claim that ends, and not this job's.
+		return sqsworker.Permanent(fmt.Errorf("idempotency: key %q is held by an item that is not an idempotency record (status %q): another user of the table writes the same keys; give this store a KeyPrefix of its own", key, r.Status))
 	}
 	if r.Status == StatusCompleted {
 		g.duplicates.Add(1)

@@ -258,8 +258,13 @@ func NewDynamoStore(ctx context.Context, api DynamoAPI, cfg StoreConfig) (*Dynam
 		//lint:ignore ST1005 the message starts with the name of the field
 		errs = append(errs, errors.New("Table is required"))
 	}
-	if cfg.TTL < 0 {
+	switch {
+	case cfg.TTL < 0:
 		errs = append(errs, fmt.Errorf("TTL %s is negative", cfg.TTL))
+	case cfg.TTL > 0 && cfg.TTL < time.Second:
+		// A number of seconds given as a time.Duration (86400: 86.4µs)
+		// would keep no duplicate away, without a word.
+		errs = append(errs, fmt.Errorf("TTL %s is under a second: it is a time.Duration, not a number of seconds (24 * time.Hour for a day; 0: the default, a day)", cfg.TTL))
 	}
 	if strings.Contains(cfg.KeyPrefix, KeySeparator) {
 		errs = append(errs, fmt.Errorf("KeyPrefix %q contains the separator %q", cfg.KeyPrefix, KeySeparator))
