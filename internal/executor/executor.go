@@ -292,6 +292,22 @@ func (e *Executor) Run(j *Job, ack Acker) bool {
 			return gone
 		}
 	}
+	if j.Lease != nil && errors.Is(context.Cause(j.Ctx), visibility.ErrLeaseLost) {
+		// The heartbeat found the lease lost (SQS refused its extension)
+		// while the message waited for its turn (behind its group, or for
+		// a slot): SQS may have handed it to another consumer, which runs
+		// the job. Run here too, by a handler that ignores its cancelled
+		// context, it would run twice. It is left to SQS, unrun. (Not a
+		// deadline merely past: the Lambda adapter's is an estimate until
+		// the heartbeat's first extension, which may still land.)
+		e.Breaker.Abort(j.Probe)
+		e.Counters.LeasesLost.Add(1)
+		e.Metrics.Add(metrics.LeasesLost, 1, e.Queue)
+		j.log(e).Warn("lease lost before the handler started; the message is left to SQS, unrun",
+			"message_id", m.ID, "attempt", m.ReceiveCount, "cause", context.Cause(j.Ctx))
+		abandon(j, ack)
+		return false
+	}
 	if prior := m.PriorAttempts(); prior > 0 {
 		m.ReceiveCount = receives(m) + prior
 	}

@@ -89,11 +89,39 @@ func Load(ctx context.Context, api API, url string) (Info, error) {
 		}
 		u, err := api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name, QueueOwnerAWSAccountId: &account})
 		if err != nil {
-			return Info{}, fmt.Errorf("queue %s: resolving dead-letter queue %s: %w", url, arn, err)
+			// Refused (a role without sqs:GetQueueUrl, as AWS's managed
+			// policy for Lambda's SQS consumers), or throttled: a redrive
+			// policy's target is in the queue's own region, so its URL is
+			// the queue's, with the target's account and name.
+			derived, ok := siblingURL(url, account, name)
+			if !ok {
+				return Info{}, fmt.Errorf("queue %s: resolving dead-letter queue %s: %w", url, arn, err)
+			}
+			info.DeadLetterURL = derived
+			return info, nil
 		}
 		info.DeadLetterURL = aws.ToString(u.QueueUrl)
 	}
 	return info, nil
+}
+
+// siblingURL returns the URL of the queue name of account on the endpoint
+// of the queue at url (scheme, host and port: its region's), and whether
+// url has the form SCHEME://HOST/ACCOUNT/NAME.
+func siblingURL(url, account, name string) (string, bool) {
+	rest, ok := strings.CutPrefix(url, "https://")
+	scheme := "https://"
+	if !ok {
+		if rest, ok = strings.CutPrefix(url, "http://"); !ok {
+			return "", false
+		}
+		scheme = "http://"
+	}
+	parts := strings.Split(rest, "/")
+	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+		return "", false
+	}
+	return scheme + parts[0] + "/" + account + "/" + name, true
 }
 
 // ParseRedrivePolicy reads a queue's RedrivePolicy attribute.

@@ -52,3 +52,18 @@ func TestMoverWithoutQueue(t *testing.T) {
 		t.Errorf("Move = %v", err)
 	}
 }
+
+func TestSiblingURL(t *testing.T) {
+	for _, c := range []struct{ url, want string }{
+		{"https://sqs.eu-west-1.amazonaws.com/123456789012/jobs", "https://sqs.eu-west-1.amazonaws.com/210987654321/jobs-dlq"},
+		{"http://127.0.0.1:9324/000000000000/jobs", "http://127.0.0.1:9324/210987654321/jobs-dlq"},
+		{"https://sqs.eu-west-1.amazonaws.com/jobs", ""},
+		{"sqs.eu-west-1.amazonaws.com/1/jobs", ""},
+		{"https://host/1/jobs/extra", ""},
+	} {
+		got, ok := siblingURL(c.url, "210987654321", "jobs-dlq")
+		if got != c.want || ok != (c.want != "") {
+			t.Errorf("siblingURL(%q) = %q, %v; want %q", c.url, got, ok, c.want)
+		}
+	}
+}
