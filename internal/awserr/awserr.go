@@ -69,6 +69,17 @@ func IsInvalidParameter(err error) bool {
 	return false
 }
 
+// IsAccessDenied reports whether err is a refusal of the caller's
+// permissions (AccessDenied).
+func IsAccessDenied(err error) bool {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		c := api.ErrorCode()
+		return c == "AccessDenied" || c == "AccessDeniedException"
+	}
+	return false
+}
+
 // IsQueueMissing reports whether err says the queue does not exist.
 func IsQueueMissing(err error) bool {
 	var missing *types.QueueDoesNotExist

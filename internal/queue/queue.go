@@ -15,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/sqsworker/sqsworker/internal/awserr"
 )
 
 // API is the part of the SQS client Load calls.
@@ -89,12 +91,13 @@ func Load(ctx context.Context, api API, url string) (Info, error) {
 		}
 		u, err := api.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: &name, QueueOwnerAWSAccountId: &account})
 		if err != nil {
-			// Refused (a role without sqs:GetQueueUrl, as AWS's managed
-			// policy for Lambda's SQS consumers), or throttled: a redrive
+			// Refused to a role without sqs:GetQueueUrl (AWS's managed
+			// policy for Lambda's SQS consumers has none): a redrive
 			// policy's target is in the queue's own region, so its URL is
-			// the queue's, with the target's account and name.
+			// the queue's, with the target's account and name. Any other
+			// error (the dead-letter queue deleted, throttling) stands.
 			derived, ok := siblingURL(url, account, name)
-			if !ok {
+			if !ok || !awserr.IsAccessDenied(err) {
 				return Info{}, fmt.Errorf("queue %s: resolving dead-letter queue %s: %w", url, arn, err)
 			}
 			info.DeadLetterURL = derived
