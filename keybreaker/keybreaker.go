@@ -33,9 +33,11 @@ type Config struct {
 	// MaxOpenFor caps OpenFor's doubling. Default 1 hour; at most
 	// sqsworker.MaxDelay.
 	MaxOpenFor time.Duration
-	// ProbeTimeout is how long a probe may be out before another job of
-	// its key is let through in its place (a handler that ignores its
-	// context may never return); the late probe's outcome is then ignored.
+	// ProbeTimeout is how long a probe may be out before it counts as
+	// failed (an endpoint that never answers, a handler that ignores its
+	// context may never return): the key stays open twice as long, up to
+	// MaxOpenFor, and then another job of the key probes; the late
+	// probe's outcome is ignored.
 	// Default 5 minutes.
 	ProbeTimeout time.Duration
 	// IsFailure reports whether a handler's error counts against its key.
@@ -251,9 +253,18 @@ func (b *Breaker) admitLocked(key string) (probe uint64, note func(), err error)
 		if now.Before(e.probeEnd) {
 			wait = e.interval // behind the probe: its outcome decides
 		} else {
-			e.probe = 0 // out too long: give its turn to this job
+			// Out too long: the endpoint takes requests and never
+			// answers, or the probe's handler ignores its context. It
+			// counts as a failed probe: the key stays open twice as long
+			// (up to MaxOpenFor) before another job probes, rather than
+			// one more job held by the endpoint every ProbeTimeout.
+			e.probe = 0
+			e.interval = min(2*e.interval, b.cfg.MaxOpenFor)
+			e.probeAt = now.Add(e.interval)
+			wait = e.interval
+			interval := e.interval
 			note = func() {
-				b.cfg.Logger.Warn("keybreaker: probe out too long; letting another job of its key through", "key", key, "probe_timeout", b.cfg.ProbeTimeout)
+				b.cfg.Logger.Warn("keybreaker: probe out too long; counted as failed, the key stays open", "key", key, "probe_timeout", b.cfg.ProbeTimeout, "open_for", interval)
 			}
 		}
 	}

@@ -173,8 +173,11 @@ func TestProbeClosesOrReopensForLonger(t *testing.T) {
 	}
 }
 
-// A probe out longer than ProbeTimeout gives its turn to the next job; its
-// late outcome does not decide the key, the new probe's does.
+// A probe out longer than ProbeTimeout (an endpoint that takes requests and
+// never answers) counts as failed: the key stays open twice as long (2m)
+// before the next job probes. Its late outcome does not decide the key, the
+// new probe's does. The next job probed at once before, and with it one
+// more job was held by the endpoint every ProbeTimeout.
 func TestLateProbeOutcomeIgnored(t *testing.T) {
 	b, c, h, mw := probeDue(t, keybreaker.Config{ProbeTimeout: 2 * time.Minute})
 	ctx := context.Background()
@@ -185,15 +188,19 @@ func TestLateProbeOutcomeIgnored(t *testing.T) {
 		h.during = nil
 		skipped(t, mw.HandleMessage(ctx, job("a"))) // behind the probe
 		c.add(2 * time.Minute)                      // the probe hangs
-		h.fail("a", 1)                              // the endpoint is still down
-		second = mw.HandleMessage(ctx, job("a"))    // the next job probes
+		if d := skipped(t, mw.HandleMessage(ctx, job("a"))); d < 2*time.Minute {
+			t.Errorf("delay %v after the probe timed out, want the key open for 2m more", d)
+		}
+		c.add(2 * time.Minute)
+		h.fail("a", 1)                           // the endpoint is still down
+		second = mw.HandleMessage(ctx, job("a")) // the next job probes
 	}
 	late = mw.HandleMessage(ctx, job("a")) // returns success after all
 	if late != nil || !errors.Is(second, errDown) {
 		t.Fatalf("late probe %v, second probe %v", late, second)
 	}
-	if d := skipped(t, mw.HandleMessage(ctx, job("a"))); d < 2*time.Minute {
-		t.Errorf("delay %v: the second probe's failure should have reopened the key for 2m", d)
+	if d := skipped(t, mw.HandleMessage(ctx, job("a"))); d < 4*time.Minute {
+		t.Errorf("delay %v: the second probe's failure should have reopened the key for 4m", d)
 	}
 	if s := b.Stats(); s.Open != 1 || s.Probes != 2 {
 		t.Errorf("stats %+v, want the key open after 2 probes", s)
