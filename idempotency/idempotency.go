@@ -114,9 +114,11 @@ type Config struct {
 	// CacheSize keeps the records of up to this many completed keys in
 	// memory, so that their duplicates cost no request: the cached record
 	// answers a duplicate exactly as the store's would, payload check and
-	// saved result included. A record whose result is over 16 KiB is not
-	// cached when OnDuplicate is set (it would need the result). Default
-	// 0: off.
+	// saved result included, until it expires. A record whose result is
+	// over 16 KiB is not cached when OnDuplicate is set (it would need the
+	// result). With a Store other than a DynamoStore, whose records' expiry
+	// the Guard cannot know, only the records a Claim returned are cached,
+	// not the Guard's own completions. Default 0: off.
 	CacheSize int
 	// MaxResultSize is the largest result saved with a record; a larger one
 	// is dropped (and logged) rather than failing the job. Default 300 KiB,
@@ -810,9 +812,13 @@ func (g *Guard) complete(ctx context.Context, deadline time.Time, key, token, ha
 		if err := g.store.Complete(ctx, key, token, result); err != nil {
 			return err
 		}
-		// What the store wrote, as well as the Guard can tell.
-		rec = &Record{Key: key, Status: StatusCompleted, Expiry: time.Unix(g.now().Add(storeTTL(g.store)).Unix(), 0),
-			Token: token, PayloadHash: hash, Result: result}
+		// What the store wrote, as well as the Guard can tell: not when
+		// it expires, for a Store of its own (its TTL is its own), so
+		// that the record is not cached past it (see remember).
+		rec = &Record{Key: key, Status: StatusCompleted, Token: token, PayloadHash: hash, Result: result}
+		if ttl, ok := storeTTL(g.store); ok {
+			rec.Expiry = time.Unix(g.now().Add(ttl).Unix(), 0)
+		}
 		return nil
 	})
 	return rec, err
@@ -892,12 +898,13 @@ func (g *Guard) leaseUntil(ctx context.Context, lease *visibility.Lease, now tim
 	return end.Add(g.cfg.ClaimGrace)
 }
 
-// storeTTL is how long completed records last in store, for the cache.
-func storeTTL(s Store) time.Duration {
+// storeTTL is how long completed records last in store, for the cache,
+// and whether the Guard knows it: for a *DynamoStore only.
+func storeTTL(s Store) (time.Duration, bool) {
 	if d, ok := s.(*DynamoStore); ok {
-		return d.cfg.TTL
+		return d.cfg.TTL, true
 	}
-	return DefaultTTL
+	return 0, false
 }
 
 // fifoReceive returns the Receive a claim for m is made by (see Receive):

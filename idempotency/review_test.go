@@ -95,3 +95,46 @@ func TestForeignItemUnderTheKey(t *testing.T) {
 		t.Error("the handler ran")
 	}
 }
+
+// ownStore is a Store of a user's own: here one that hands every call to a
+// DynamoStore, without being one.
+type ownStore struct{ s *idempotency.DynamoStore }
+
+func (o ownStore) Claim(ctx context.Context, key, hash string, until time.Time, by idempotency.Receive) (string, *idempotency.Record, error) {
+	return o.s.Claim(ctx, key, hash, until, by)
+}
+func (o ownStore) Complete(ctx context.Context, key, token string, result []byte) error {
+	return o.s.Complete(ctx, key, token, result)
+}
+func (o ownStore) Release(ctx context.Context, key, token string) error {
+	return o.s.Release(ctx, key, token)
+}
+func (o ownStore) ExtendLease(ctx context.Context, key, token string, until time.Time) error {
+	return o.s.ExtendLease(ctx, key, token, until)
+}
+
+// A Guard with a cache, over a Store of one's own whose records last 2s, on
+// DynamoDB Local: a key used again once its record has expired runs again.
+// The Guard cached its own completion for 24 hours, a guess, and
+// acknowledged the job without running it.
+func TestOwnStoreCompletionNotCachedPastItsTTL(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewDynamoDB(t)
+	store := ownStore{newStore(t, c, idempotency.StoreConfig{TTL: 2 * time.Second})}
+	g, err := idempotency.New(store, idempotency.Config{CacheSize: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	h := g.Middleware(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { runs.Add(1); return nil }))
+	if err := h.HandleMessage(context.Background(), msg("report-1", "{}")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the record's TTL, and a second more
+	if err := h.HandleMessage(context.Background(), msg("report-1", "{}")); err != nil {
+		t.Fatal(err)
+	}
+	if n := runs.Load(); n != 2 {
+		t.Errorf("the handler ran %d times, want 2: the key's record had expired", n)
+	}
+}
