@@ -219,6 +219,13 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	})
 }
 
+// probeFailed keeps e's open key open for twice its interval, up to
+// MaxOpenFor, from now: its probe failed, or was out past ProbeTimeout.
+func (b *Breaker) probeFailed(e *entry, now time.Time) {
+	e.interval = min(2*e.interval, b.cfg.MaxOpenFor)
+	e.probe, e.probeAt = 0, now.Add(e.interval)
+}
+
 // isPermanent reports whether err is marked [sqsworker.Permanent].
 func isPermanent(err error) bool {
 	var p *sqsworker.PermanentError
@@ -258,9 +265,7 @@ func (b *Breaker) admitLocked(key string) (probe uint64, note func(), err error)
 			// counts as a failed probe: the key stays open twice as long
 			// (up to MaxOpenFor) before another job probes, rather than
 			// one more job held by the endpoint every ProbeTimeout.
-			e.probe = 0
-			e.interval = min(2*e.interval, b.cfg.MaxOpenFor)
-			e.probeAt = now.Add(e.interval)
+			b.probeFailed(e, now)
 			wait = e.interval
 			interval := e.interval
 			note = func() {
@@ -349,7 +354,7 @@ func (b *Breaker) recordLocked(key string, probe uint64, err error, failed, post
 	now := b.now()
 	switch {
 	case e.open: // the probe failed
-		e.interval = min(2*e.interval, b.cfg.MaxOpenFor)
+		b.probeFailed(e, now)
 	case e.failures >= b.cfg.Failures:
 		e.open, e.interval = true, b.cfg.OpenFor
 		b.failing.Remove(el)

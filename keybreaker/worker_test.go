@@ -128,6 +128,31 @@ func spared(t *testing.T, down *endpoint, kb *keybreaker.Breaker, failures, conc
 	t.Logf("while down: endpoint called %d times; keybreaker %+v", calls, s)
 }
 
+// runWorker runs a worker on the queue at url with h, Concurrency
+// concurrency and a short backoff, until the test ends; it then shuts it
+// down and checks that Run returned nil.
+func runWorker(t *testing.T, c *sqs.Client, url string, concurrency int, h sqsworker.Handler) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(c, worker.Config{QueueURL: url, Concurrency: concurrency, WaitTime: time.Second, Logger: quiet(),
+		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(context.Background(), h) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := w.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+		if err := <-ran; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return w
+}
+
 func sendTo(t *testing.T, c *sqs.Client, queueURL, endpoint, prefix string, n int) []string {
 	t.Helper()
 	var bodies []string
@@ -163,23 +188,7 @@ func TestWebhookEndpointDownOnEmulator(t *testing.T) {
 	downJobs := sendTo(t, c, q.URL, down.srv.URL, "down-", 20)
 	upJobs := sendTo(t, c, q.URL, up.srv.URL, "up-", 20)
 
-	w, err := worker.New(c, worker.Config{QueueURL: q.URL, Concurrency: concurrency, WaitTime: time.Second, Logger: quiet(),
-		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(context.Background(), kb.Middleware(deliver)) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := w.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	w := runWorker(t, c, q.URL, concurrency, kb.Middleware(deliver))
 
 	// The healthy endpoint's jobs are delivered while the other is down,
 	// and the down one sees three probes.
@@ -256,23 +265,7 @@ func TestCustomIsFailureSparesTheJobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobs := sendTo(t, c, q.URL, down.srv.URL, "job-", 10)
-	w, err := worker.New(c, worker.Config{QueueURL: q.URL, Concurrency: 4, WaitTime: time.Second, Logger: quiet(),
-		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran := make(chan error, 1)
-	go func() { ran <- w.Run(context.Background(), kb.Middleware(deliverPlain)) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := w.Shutdown(ctx); err != nil {
-			t.Errorf("Shutdown: %v", err)
-		}
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	w := runWorker(t, c, q.URL, 4, kb.Middleware(deliverPlain))
 	localtest.Eventually(t, 120*time.Second, func() bool { return kb.Stats().Probes >= 3 }, "keybreaker %+v", kb.Stats())
 	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
 		t.Fatalf("%d jobs dead-lettered while the endpoint was down; worker %+v", v+f+d, w.Stats())

@@ -441,7 +441,7 @@ func (f *Fake) GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttribute
 		case "MaximumMessageSize":
 			v = withDefault(n, "1048576")
 		case "MessageRetentionPeriod":
-			v = withDefault(n, "345600")
+			v = withDefault(n, strconv.Itoa(defaultRetention))
 		case "DelaySeconds", "ReceiveMessageWaitTimeSeconds":
 			v = withDefault(n, "0")
 		case "SqsManagedSseEnabled":

@@ -399,7 +399,9 @@ type CopyLimiter interface {
 // wait in a fresh copy when it is on the last receive its redrive policy
 // allows (any receive, when the policy is unknown: see OnLastReceive): its
 // next receive would be SQS's move to the dead-letter queue, though no
-// handler failed. The copy is sent with the delay (up to a
+// handler failed; and, on any receive, when it would come back within the
+// last stretch of the queue's retention period (see
+// Requeue.expiresWhileWaiting). The copy is sent with the delay (up to a
 // message delay; a longer one is held on the copy, at least what the
 // runtime's CopyLimits asks), starts from a receive count of 0 and carries
 // prior, so that this receive counts no attempt: its first receive has the
@@ -414,21 +416,32 @@ type CopyLimiter interface {
 // would have been without the copy), while the copy, keeping the job's key
 // (see requeue), runs it.
 func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int, what string) bool {
-	last := e.OnLastReceive(j)
-	if !last {
-		if !e.Requeue.expiresWhileWaiting(j.Msg, steps().Now(), delay) {
-			return false
-		}
-		return e.waitInCopyBeforeExpiry(j, ack, delay, prior, what)
-	}
-	if e.Requeue.FIFO {
+	// Where it waits, what befalls it on a FIFO queue (not copied), and
+	// what befalls it if its copy cannot be sent.
+	var where, fifoFate, failFate string
+	switch {
+	case e.OnLastReceive(j):
 		moves := "SQS moves it"
 		if e.Policy.RedriveUnknown {
 			moves = "SQS may move it"
 		}
-		j.log(e).Error("FIFO message "+what+" on "+e.lastReceive()+", left to come back by its visibility (a copy would go behind the rest of its group): "+
-			moves+" to the dead-letter queue on its next receive, though its job is not broken: replay it from there (sqsworker dlq replay)",
-			"message_id", j.Msg.ID, "retry_in", delay)
+		where = "on " + e.lastReceive()
+		fifoFate = moves + " to the dead-letter queue on its next receive, though its job is not broken: replay it from there (sqsworker dlq replay)"
+		failFate = "SQS moves it to the dead-letter queue on its next receive, though no handler failed: replay it once SQS takes sends again (sqsworker dlq replay)"
+	case e.Requeue.expiresWhileWaiting(j.Msg, steps().Now(), delay):
+		// SQS deletes a message at the end of the queue's retention
+		// period, received or not: a job kept waiting longer (a webhook
+		// endpoint down for days, its key open) would be lost without a
+		// trace. Its copy's period starts anew.
+		where = "near the end of the queue's retention period (MessageRetentionPeriod)"
+		fifoFate = "SQS deletes it at the end of the period though its job is not done; lengthen the queue's MessageRetentionPeriod"
+		failFate = "it waits by its visibility, and SQS deletes it at the end of the period"
+	default:
+		return false
+	}
+	if e.Requeue.FIFO {
+		j.log(e).Error("FIFO message "+what+" "+where+", left to come back by its visibility (a copy would go behind the rest of its group): "+fifoFate,
+			"message_id", j.Msg.ID, "sent_at", j.Msg.SentAt, "retry_in", delay)
 		return false
 	}
 	if !e.Requeue.enabled() {
@@ -438,9 +451,8 @@ func (e *Executor) waitInCopy(j *Job, ack Acker, delay time.Duration, prior int,
 	if err == nil {
 		return true
 	}
-	j.log(e).Error("sending the waiting copy of a message "+what+" on "+e.lastReceive()+" failed while the message was held; "+
-		"SQS moves it to the dead-letter queue on its next receive, though no handler failed: replay it once SQS takes sends again (sqsworker dlq replay)",
-		"message_id", j.Msg.ID, "retry_in", delay, "error", err)
+	j.log(e).Error("sending the waiting copy of a message "+what+" "+where+" failed while the message was held; "+failFate,
+		"message_id", j.Msg.ID, "sent_at", j.Msg.SentAt, "retry_in", delay, "error", err)
 	return false
 }
 
@@ -458,34 +470,6 @@ func (e *Executor) priorOfWait(m *sqsworker.Message, prior int) int {
 		return prior
 	}
 	return min(prior, max(e.Policy.MaxReceiveCount-2, m.PriorAttempts(), 1))
-}
-
-// waitInCopyBeforeExpiry is waitInCopy for a message not on its last
-// receive that would come back in the last stretch of the queue's retention
-// period (see Requeue.expiresWhileWaiting): SQS deletes it at the end of
-// the period, received or not, and a job kept waiting by an outage longer
-// than the period (a webhook endpoint down for days, its key open) would be
-// lost without a trace. It waits in a fresh copy, whose period starts anew.
-// A FIFO queue's cannot (it would go behind the rest of its group): that is
-// logged as an error.
-func (e *Executor) waitInCopyBeforeExpiry(j *Job, ack Acker, delay time.Duration, prior int, what string) bool {
-	const where = "near the end of the queue's retention period (MessageRetentionPeriod)"
-	if e.Requeue.FIFO {
-		j.log(e).Error("FIFO message "+what+" "+where+", left to come back by its visibility (a copy would go behind the rest of its group): "+
-			"SQS deletes it at the end of the period though its job is not done; lengthen the queue's MessageRetentionPeriod",
-			"message_id", j.Msg.ID, "sent_at", j.Msg.SentAt, "retry_in", delay)
-		return false
-	}
-	if !e.Requeue.enabled() {
-		return false
-	}
-	err := e.sendWaitingCopy(j, ack, delay, prior)
-	if err == nil {
-		return true
-	}
-	j.log(e).Error("sending the waiting copy of a message "+what+" "+where+" failed; it waits by its visibility, and SQS deletes it at the end of the period",
-		"message_id", j.Msg.ID, "sent_at", j.Msg.SentAt, "retry_in", delay, "error", err)
-	return false
 }
 
 // sendWaitingCopy sends the copy j's message waits in for delay (see

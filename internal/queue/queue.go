@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -109,22 +110,17 @@ func Load(ctx context.Context, api API, url string) (Info, error) {
 }
 
 // siblingURL returns the URL of the queue name of account on the endpoint
-// of the queue at url (scheme, host and port: its region's), and whether
-// url has the form SCHEME://HOST/ACCOUNT/NAME.
-func siblingURL(url, account, name string) (string, bool) {
-	rest, ok := strings.CutPrefix(url, "https://")
-	scheme := "https://"
-	if !ok {
-		if rest, ok = strings.CutPrefix(url, "http://"); !ok {
-			return "", false
-		}
-		scheme = "http://"
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
+// of the queue at queueURL (scheme, host and port: its region's), and
+// whether queueURL has the form SCHEME://HOST/ACCOUNT/NAME.
+func siblingURL(queueURL, account, name string) (string, bool) {
+	u, err := neturl.Parse(queueURL)
+	if err != nil || u.Host == "" || (u.Scheme != "https" && u.Scheme != "http") {
 		return "", false
 	}
-	return scheme + parts[0] + "/" + account + "/" + name, true
+	if parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/"); len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+		return "", false
+	}
+	return (&neturl.URL{Scheme: u.Scheme, Host: u.Host, Path: "/" + account + "/" + name}).String(), true
 }
 
 // ParseRedrivePolicy reads a queue's RedrivePolicy attribute.
