@@ -18,7 +18,12 @@
 //     postponement by the handler behind the middleware ([sqsworker.RetryAfter]
 //     with a nil error: an idempotency duplicate, say) counts as nothing, as
 //     does a job cut short by its context (the runtime stopping, the lease
-//     lost, the handler timeout) with an error IsFailure does not count;
+//     lost) with an error IsFailure does not count;
+//   - a job that ran out of time (the worker's HandlerTimeout) counts as a
+//     failure of its key, as from an endpoint that takes requests and never
+//     answers: the key opens after Config.Failures of them in a row. Such a
+//     timeout spends the job's attempt while its key is not open, for it may
+//     be the job's own (a payload too large to handle in time);
 //   - after Config.Failures in a row the key opens: its jobs are not run but
 //     postponed ([sqsworker.RetryAfter] with a nil error) until the key's
 //     open interval ends: never moved to the dead-letter queue for it, not

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/outcome"
+	"github.com/sqsworker/sqsworker/internal/stopby"
 )
 
 // Config configures a [Breaker]. Only Key is required.
@@ -189,7 +190,15 @@ func (b *Breaker) Stats() Stats {
 // not reach the key's endpoint: it counts as nothing, and as the probe it
 // lets the next job probe. A panic of the handler is recovered into a
 // *sqsworker.PanicError, as the runtimes recover it, and counted as its
-// error.
+// error. A job that ran out of time (its context reached its deadline: the
+// worker's HandlerTimeout, or its lease when the heartbeat is off) with an
+// error IsFailure does not count, and not marked Permanent, counts as a
+// failure of its key, as from an endpoint that takes requests and never
+// answers; it spends the job's attempt unless its key is open once it is
+// counted (then it is returned marked PartlyUnavailable), so that a job too
+// slow on its own still reaches the dead-letter queue. The end of a Lambda
+// invocation is not such a timeout: the runtime stops, and the job is
+// released.
 func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		key := b.cfg.Key(m)
@@ -207,16 +216,37 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 		// Recovered as the runtimes do, so that a panicking job is counted
 		// like a failed one: a probe's turn is not held until ProbeTimeout.
 		err = outcome.Call(ctx, next, m)
-		if b.record(key, probe, err, outcome.Cut(ctx, err, b.cfg.IsFailure)) && !sqsworker.IsUnavailable(err) && !isPermanent(err) {
+		if err == nil {
+			b.record(key, probe, nil, false, false)
+			return nil
+		}
+		counted := b.cfg.IsFailure(err)
+		// A timeout the handler marked Permanent, or a postponement made
+		// past the deadline, is the handler's word: not a timeout.
+		timedOut := !counted && !isPermanent(err) && !sqsworker.IsPostponed(err) && timedOut(ctx)
+		open := b.record(key, probe, err, counted || timedOut, !counted && !timedOut && outcome.Cut(ctx, err, b.cfg.IsFailure))
+		if (counted || timedOut && open) && !sqsworker.IsUnavailable(err) && !isPermanent(err) {
 			// Counted against its key, the failure is the key's
 			// endpoint's, not the job's: the runtime must not spend the
 			// job's attempts on it, and dead-letter a healthy job while the
 			// endpoint is down. Partly: the runtime's own breaker, which
-			// would pause every key's jobs, is left alone.
+			// would pause every key's jobs, is left alone. A timeout is
+			// the endpoint's only while its key is open: on its own, it
+			// may be the job's (a payload too large to handle in time),
+			// and such a job must still reach the dead-letter queue.
 			err = sqsworker.PartlyUnavailable(err)
 		}
 		return err
 	})
+}
+
+// timedOut reports whether the handler's context ended at its deadline (the
+// worker's HandlerTimeout, or its lease when the heartbeat is off) rather
+// than because the runtime stops (the Lambda invocation's deadline, a
+// shutdown) or the lease was lost: the handler ran out of time, as one
+// waiting on an endpoint that takes requests and never answers does.
+func timedOut(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(context.Cause(ctx), stopby.ErrStopping)
 }
 
 // probeFailed keeps e's open key open for twice its interval, up to
@@ -287,24 +317,27 @@ func (b *Breaker) admitLocked(key string) (probe uint64, note func(), err error)
 }
 
 // record counts the outcome of a job of key that ran, as its probe when
-// probe is its token. A postponement (sqsworker.RetryAfter with a nil
-// error, from the handler behind the middleware: an idempotency duplicate
-// waiting for another's claim, a job another breaker holds back) did not
-// reach the key's endpoint, and a job cut short by its context with an
-// error IsFailure does not count (cut: the runtime stopping, the lease
-// lost, the handler timeout) did not show it healthy: both count as
-// nothing, and such a probe gives its turn to the next job of its key.
-// It reports whether it counted err as a failure of the key.
-func (b *Breaker) record(key string, probe uint64, err error, cut bool) (failed bool) {
+// probe is its token: err, and whether it is a failure of the key. A
+// postponement (sqsworker.RetryAfter with a nil error, from the handler
+// behind the middleware: an idempotency duplicate waiting for another's
+// claim, a job another breaker holds back) did not reach the key's
+// endpoint, and a job cut short by its context (cut: the runtime stopping,
+// the lease lost) did not show it healthy: both count as nothing, and such
+// a probe gives its turn to the next job of its key. It reports whether
+// the key is open once err is counted.
+func (b *Breaker) record(key string, probe uint64, err error, failure, cut bool) (open bool) {
 	postponed := cut || sqsworker.IsPostponed(err)
-	failed = !postponed && err != nil && b.cfg.IsFailure(err)
+	failed := !postponed && err != nil && failure
 	b.mu.Lock()
 	note := b.recordLocked(key, probe, err, failed, postponed)
+	if el, ok := b.keys[key]; ok {
+		open = el.Value.(*entry).open
+	}
 	b.mu.Unlock()
 	if note != nil {
 		note() // logged unlocked: a slow log handler holds back no other job
 	}
-	return failed
+	return open
 }
 
 // recordLocked is record under b.mu; the func it returns, if not nil, logs

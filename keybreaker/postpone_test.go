@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/stopby"
 	"github.com/sqsworker/sqsworker/keybreaker"
 )
 
@@ -135,7 +136,7 @@ func TestOpenKeyOutlastsKeysFailingOnce(t *testing.T) {
 }
 
 // A job cut short by its context (the runtime stopping, the lease lost, the
-// handler timeout) with an error the key does not count did not show the
+// invocation ending) with an error the key does not count did not show the
 // endpoint healthy: it counts as nothing, as a postponement does. Before,
 // it counted as a success: the key forgot its run of failures.
 func TestCutJobDoesNotBreakARunOfFailures(t *testing.T) {
@@ -187,5 +188,66 @@ func TestCutProbeDoesNotCloseTheKey(t *testing.T) {
 	}
 	if s := b.Stats(); s.Open != 0 || s.Probes != 2 {
 		t.Errorf("stats %+v, want the key closed by the second probe's success", s)
+	}
+}
+
+// A job whose context reached its deadline (the worker's HandlerTimeout)
+// with an error the key does not count ran out of time, as a job waiting
+// on an endpoint that takes requests and never answers does: it counts as
+// a failure of its key, and opens it. Its attempt is spared only once the
+// key is open: a timeout on its own may be the job's (a payload too large
+// to handle in time), and such a job must still reach the dead-letter
+// queue. A context cancelled (the lease lost), one ended because the
+// runtime stops (the Lambda invocation's deadline), and a timeout the
+// handler marked Permanent count as nothing of the kind. Before, every
+// timeout counted as nothing: the key never opened, and each of its jobs
+// spent its attempts until it was dead-lettered.
+func TestTimeoutsOpenTheKey(t *testing.T) {
+	b, _ := newBreaker(t, keybreaker.Config{Failures: 2})
+	h := newHandler()
+	mw := b.Middleware(h)
+	timedOut, cancel := context.WithTimeout(context.Background(), -1)
+	defer cancel()
+	cancelled, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	stopping, cancel3 := context.WithDeadlineCause(context.Background(), time.Now().Add(-1), stopby.Cause("the invocation ends"))
+	defer cancel3()
+	timeout := fmt.Errorf("POST: %w", context.DeadlineExceeded)
+
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+	}{
+		{"cancelled", cancelled, context.Canceled},
+		{"runtime stopping", stopping, timeout},
+		{"permanent", timedOut, sqsworker.Permanent(timeout)},
+	} {
+		h.errs["a"] = []error{c.err}
+		if err := mw.HandleMessage(c.ctx, job("a")); sqsworker.IsUnavailable(err) {
+			t.Errorf("%s: %v, want it as the handler returned it", c.name, err)
+		}
+		if s := b.Stats(); s.Tracked != 0 {
+			t.Errorf("%s: stats %+v, want it counted as no failure", c.name, s)
+		}
+	}
+
+	h.errs["a"] = []error{timeout, timeout}
+	if err := mw.HandleMessage(timedOut, job("a")); sqsworker.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("first timeout: %v, want the handler's error, an attempt of the job's", err)
+	}
+	if s := b.Stats(); s.Tracked != 1 || s.Open != 0 {
+		t.Errorf("stats %+v, want the first timeout counted", s)
+	}
+	if err := mw.HandleMessage(timedOut, job("a")); !sqsworker.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("timeout that opens the key: %v, want it marked PartlyUnavailable", err)
+	}
+	if s := b.Stats(); s.Open != 1 || s.Opens != 1 {
+		t.Errorf("stats %+v, want the key open", s)
+	}
+	calls := h.calls["a"]
+	skipped(t, mw.HandleMessage(context.Background(), job("a")))
+	if h.calls["a"] != calls {
+		t.Errorf("the handler ran for an open key")
 	}
 }

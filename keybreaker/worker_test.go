@@ -24,13 +24,15 @@ import (
 )
 
 // endpoint is a webhook receiver on the loopback interface: it answers 503
-// while down, else records the delivery.
+// while down, answers nothing while it swallows requests (until the caller
+// gives up), else records the delivery.
 type endpoint struct {
-	srv   *httptest.Server
-	down  atomic.Bool
-	calls atomic.Int64
-	mu    sync.Mutex
-	got   map[string]int // deliveries answered 200, by job
+	srv     *httptest.Server
+	down    atomic.Bool
+	swallow atomic.Bool
+	calls   atomic.Int64
+	mu      sync.Mutex
+	got     map[string]int // deliveries answered 200, by job
 }
 
 func newEndpoint(t *testing.T) *endpoint {
@@ -38,6 +40,10 @@ func newEndpoint(t *testing.T) *endpoint {
 	e.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.calls.Add(1)
 		body, _ := io.ReadAll(r.Body)
+		if e.swallow.Load() {
+			<-r.Context().Done()
+			return
+		}
 		if e.down.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
@@ -133,8 +139,16 @@ func spared(t *testing.T, down *endpoint, kb *keybreaker.Breaker, failures, conc
 // down and checks that Run returned nil.
 func runWorker(t *testing.T, c *sqs.Client, url string, concurrency int, h sqsworker.Handler) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(c, worker.Config{QueueURL: url, Concurrency: concurrency, WaitTime: time.Second, Logger: quiet(),
-		Backoff: sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second}})
+	return runWorkerWith(t, c, worker.Config{QueueURL: url, Concurrency: concurrency}, h)
+}
+
+// runWorkerWith is runWorker with cfg, to which it adds a 1 s long poll,
+// the short backoff and a quiet logger.
+func runWorkerWith(t *testing.T, c *sqs.Client, cfg worker.Config, h sqsworker.Handler) *worker.Worker {
+	t.Helper()
+	cfg.WaitTime, cfg.Logger = time.Second, quiet()
+	cfg.Backoff = sqsworker.ExponentialBackoff{Base: 200 * time.Millisecond, Cap: time.Second}
+	w, err := worker.New(c, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,6 +292,43 @@ func TestCustomIsFailureSparesTheJobs(t *testing.T) {
 	deliveredOnce(t, down, jobs)
 	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
 		t.Errorf("%d jobs dead-lettered", v+f+d)
+	}
+	if ws := w.Stats(); ws.BreakerOpens != 0 {
+		t.Errorf("the worker's circuit breaker opened %d times for one endpoint", ws.BreakerOpens)
+	}
+}
+
+// An endpoint that takes requests and never answers, on the emulator with
+// maxReceiveCount 2 and a HandlerTimeout of 300 ms, behind a handler that
+// returns its HTTP client's error as it is (not marked Unavailable): the
+// timeouts open the key, no job is dead-lettered while it swallows
+// requests, and each is delivered once when it answers again. Before, a
+// timeout counted as nothing: the key never opened, and every job spent
+// its attempts on the endpoint and was dead-lettered.
+func TestSwallowingEndpointOpensTheKey(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Second, MaxReceiveCount: 2})
+	down := newEndpoint(t)
+	down.swallow.Store(true)
+	kb := newWebhookBreaker(t, 3)
+	jobs := sendTo(t, c, q.URL, down.srv.URL, "job-", 10)
+	w := runWorkerWith(t, c, worker.Config{QueueURL: q.URL, Concurrency: 4, HandlerTimeout: 300 * time.Millisecond}, kb.Middleware(deliverPlain))
+	dead := func() int { v, f, d := localtest.Depth(t, c, q.DLQURL); return v + f + d }
+	localtest.Eventually(t, 120*time.Second, func() bool { return kb.Stats().Probes >= 3 || dead() > 0 },
+		"keybreaker %+v; worker %+v", kb.Stats(), w.Stats())
+	if n := dead(); n != 0 {
+		t.Fatalf("%d jobs dead-lettered while the endpoint swallowed requests; keybreaker %+v, worker %+v", n, kb.Stats(), w.Stats())
+	}
+	spared(t, down, kb, 3, 4)
+	down.swallow.Store(false)
+	localtest.Eventually(t, 120*time.Second, func() bool {
+		v, f, d := localtest.Depth(t, c, q.URL)
+		return len(down.delivered()) == len(jobs) && v+f+d == 0
+	}, "delivered %d of %d after it answered again; worker %+v", len(down.delivered()), len(jobs), w.Stats())
+	deliveredOnce(t, down, jobs)
+	if n := dead(); n != 0 {
+		t.Errorf("%d jobs dead-lettered", n)
 	}
 	if ws := w.Stats(); ws.BreakerOpens != 0 {
 		t.Errorf("the worker's circuit breaker opened %d times for one endpoint", ws.BreakerOpens)
