@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
@@ -91,6 +92,57 @@ func TestClaimOutlivesTTL(t *testing.T) {
 			}, "the clock did not pass the first lease")
 			if _, existing, err := c.store.Claim(ctx, "extended", "h", time.Now().Add(time.Minute), idempotency.Receive{}); err != nil || existing == nil || existing.Token != token {
 				t.Errorf("claim of a key whose lease was extended past the TTL: existing %+v, %v; want the holder's record", existing, err)
+			}
+		})
+	}
+}
+
+// An extension that lands after a later one (a request the network held
+// while the SDK, or the keeper, sent the next) leaves the lease where the
+// later one put it, and succeeds: on DynamoDB Local and in memory. Before,
+// it moved the lease back, and another holder could take the key while
+// this one still ran. An extension by a token that does not hold the key
+// still fails with ErrNotHolder.
+func TestLateExtensionDoesNotShortenTheLease(t *testing.T) {
+	t.Parallel()
+	db := localtest.NewDynamoDB(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		store idempotency.Store
+	}{
+		{"memory", idempotency.NewMemStore(time.Hour)},
+		{"dynamodb", newStore(t, db, idempotency.StoreConfig{})},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			lease := func() time.Time {
+				if s, ok := c.store.(*idempotency.MemStore); ok {
+					r, _ := s.Get("k")
+					return r.LeaseExpiry
+				}
+				ms, _ := strconv.ParseInt(itemOf(t, db, c.store.(*idempotency.DynamoStore).Config().Table, "k")["lease_expiry"], 10, 64)
+				return time.UnixMilli(ms)
+			}
+			now := time.Now()
+			token, held, err := c.store.Claim(ctx, "k", "h", now.Add(time.Minute), idempotency.Receive{})
+			if err != nil || held != nil {
+				t.Fatalf("Claim: %v %+v", err, held)
+			}
+			later := now.Add(10 * time.Minute).Truncate(time.Millisecond)
+			if err := c.store.ExtendLease(ctx, "k", token, later); err != nil {
+				t.Fatalf("ExtendLease: %v", err)
+			}
+			if err := c.store.ExtendLease(ctx, "k", token, now.Add(5*time.Minute)); err != nil {
+				t.Errorf("an earlier extension landing late: %v, want nil: the lease is held longer already", err)
+			}
+			if got := lease(); !got.Equal(later) {
+				t.Errorf("lease ends at %s, want %s: a late extension moved it back", got, later)
+			}
+			if err := c.store.ExtendLease(ctx, "k", "another", now.Add(20*time.Minute)); !errors.Is(err, idempotency.ErrNotHolder) {
+				t.Errorf("extension by another token: %v, want ErrNotHolder", err)
+			}
+			if err := c.store.ExtendLease(ctx, "k", "another", now.Add(time.Minute)); !errors.Is(err, idempotency.ErrNotHolder) {
+				t.Errorf("earlier extension by another token: %v, want ErrNotHolder", err)
 			}
 		})
 	}

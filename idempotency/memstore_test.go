@@ -186,6 +186,9 @@ func (s *MemStore) ExtendLease(ctx context.Context, key, token string, until tim
 	if !ok || r.Token != token || r.Status != StatusInProgress {
 		return fmt.Errorf("memstore: extending the lease of key %q: %w", key, ErrNotHolder)
 	}
+	if r.LeaseExpiry.UnixMilli() > until.UnixMilli() {
+		return nil // held longer already: a lease never moves back
+	}
 	r.LeaseExpiry = time.UnixMilli(until.UnixMilli())
 	r.Expiry = time.Unix(max(time.Now().Add(s.ttl).Unix(), ceilUnix(until)), 0)
 	s.recs[key] = r

@@ -64,7 +64,9 @@ type Store interface {
 	Complete(ctx context.Context, key, token string, result []byte) error
 	// Release deletes the claim, so that the next attempt can claim again.
 	Release(ctx context.Context, key, token string) error
-	// ExtendLease moves the claim's lease to until.
+	// ExtendLease moves the claim's lease to until, never back: when the
+	// lease already ends later (an earlier extension that landed late), it
+	// leaves it and succeeds.
 	ExtendLease(ctx context.Context, key, token string, until time.Time) error
 }
 
@@ -596,18 +598,29 @@ func ceilUnix(t time.Time) int64 {
 
 // ExtendLease moves the in-progress lease with one UpdateItem that only the
 // claim's holder can make, and the record's expiry with it when the lease
-// would outlast it.
+// would outlast it. It never moves the lease back: an extension that lands
+// after a later one (a request the network held, sent again by the SDK
+// meanwhile) leaves the lease as it is and succeeds; a lease moved back
+// would let another holder take the key while this one still runs.
 func (s *DynamoStore) ExtendLease(ctx context.Context, key, token string, until time.Time) error {
+	ms := until.UnixMilli()
 	_, err := s.api.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &s.cfg.Table, Key: s.key(key),
 		UpdateExpression:         aws.String("SET #l = :until, #e = :exp"),
-		ConditionExpression:      aws.String("#t = :token AND #s = :inprogress"),
+		ConditionExpression:      aws.String("#t = :token AND #s = :inprogress AND (attribute_not_exists(#l) OR #l <= :until)"),
 		ExpressionAttributeNames: s.namesFor("#l", "#e", "#t", "#s"),
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":until": num(until.UnixMilli()), ":exp": num(s.inProgressExpiry(s.now(), until)),
+			":until": num(ms), ":exp": num(s.inProgressExpiry(s.now(), until)),
 			":token": str(token), ":inprogress": str(StatusInProgress),
 		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, s.opts...)
+	var failed *types.ConditionalCheckFailedException
+	if errors.As(err, &failed) && len(failed.Item) > 0 {
+		if r := s.record(key, failed.Item); r.Status == StatusInProgress && r.Token == token && r.LeaseExpiry.UnixMilli() > ms {
+			return nil // still ours, and held longer already
+		}
+	}
 	return s.holderErr("extending the lease of", key, err)
 }
 
