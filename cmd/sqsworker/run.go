@@ -190,9 +190,11 @@ The response status decides:
                        circuit breaker, never dead-lettered
   connection refused,  the application is not there (yet), or not reachable
   reset or closed,     as configured: retried, counts toward the circuit
-  unknown host, dial   breaker, never dead-lettered
-  timeout, TLS
-  certificate refused
+  unknown host, dial   breaker, never dead-lettered; but a job on which the
+  timeout, TLS         connection was reset or closed 3 times in a row,
+  certificate refused  with no answer, is taken to crash the application:
+                       from then on a failure, to the dead-letter queue
+                       after the redrive policy's maxReceiveCount
   other 4xx (400, 403, permanent failure: to the dead-letter queue at once
   404, 410, 422, ...),
   or any 4xx with the
@@ -866,6 +868,53 @@ type httpHandler struct {
 	client      *http.Client
 	retryAfter  time.Duration
 	timeout     time.Duration // --handler-timeout, for messages
+	crashes     crashCounts
+}
+
+// crashLimit is how many times in a row the connection may be reset or
+// closed, with no answer, on one job (by its key) before that is taken for
+// the job's fault: an application that crashes on the job. The first times
+// are taken for the application's, down or restarting under the jobs it
+// had (a deployment, a crash another job caused): they count toward the
+// circuit breaker and spend no attempt. After, the job's attempts count,
+// so that it reaches the dead-letter queue rather than crash the
+// application for ever.
+const crashLimit = 3
+
+// crashKeys bounds the jobs whose resets are counted at once.
+const crashKeys = 10_000
+
+// crashCounts counts, per job key, the resets in a row with no answer. It
+// is safe for concurrent use; its zero value is ready.
+type crashCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// add counts a reset of key's request, and returns its resets in a row.
+func (c *crashCounts) add(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	if _, ok := c.n[key]; !ok && len(c.n) >= crashKeys {
+		for k := range c.n { // one forgotten: its job's resets count anew
+			delete(c.n, k)
+			break
+		}
+	}
+	c.n[key]++
+	return c.n[key]
+}
+
+// answered forgets key's resets: the application answered its request.
+func (c *crashCounts) answered(key string) {
+	c.mu.Lock()
+	if len(c.n) > 0 {
+		delete(c.n, key)
+	}
+	c.mu.Unlock()
 }
 
 func newHTTPHandler(endpoint, contentType string, concurrency int, retryAfter, responseHeaderTimeout time.Duration) *httpHandler {
@@ -892,7 +941,8 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	}
 	req.Header.Set("Content-Type", h.contentType)
 	req.Header.Set("X-Sqs-Message-Id", m.ID)
-	if key := idempotency.DefaultKey(m); validHeaderValue(key) {
+	key := idempotency.DefaultKey(m)
+	if validHeaderValue(key) {
 		req.Header.Set("X-Sqs-Job-Key", key)
 	} else {
 		req.Header.Set("X-Sqs-Job-Key", url.PathEscape(key))
@@ -932,8 +982,14 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 			}
 			return fmt.Errorf("request stopped: %w", cause)
 		}
+		if isReset(err) {
+			if n := h.crashes.add(key); n >= crashLimit {
+				return &classedError{"connection-reset", fmt.Errorf("the connection was reset or closed with no answer on this job %d times in a row: taken for a job that crashes the application, a failure of the job's: %w", n, err)}
+			}
+		}
 		return connectionError(err)
 	}
+	h.crashes.answered(key)
 	// Read a little of the body, so that the connection can be reused;
 	// the body is not logged, it may echo the message's.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -1043,9 +1099,9 @@ func deadLetterSources(ctx context.Context, api dlq.SourceLister, url string) st
 // count toward the worker's circuit breaker, so that a worker started
 // before its application, an application restarting, or an endpoint
 // misconfigured does not dead-letter every message. (A reset or a close
-// may also be an application crashing on the job; the client cannot tell
-// it from one not there, behind a proxy that accepts for it.) Other
-// timeouts are the job's.
+// may also be an application crashing on the job, which the client cannot
+// tell from one not there, behind a proxy that accepts for it: see
+// crashLimit.) Other timeouts are the job's.
 func connectionError(err error) error {
 	var dns *net.DNSError
 	var timeout interface{ Timeout() bool }
@@ -1056,7 +1112,7 @@ func connectionError(err error) error {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return sqsworker.Unavailable(&classedError{"connection-refused", err})
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+	case isReset(err):
 		return sqsworker.Unavailable(&classedError{"connection-reset", err})
 	case errors.As(err, &dns):
 		return sqsworker.Unavailable(&classedError{"dns", err})
@@ -1068,6 +1124,12 @@ func connectionError(err error) error {
 		return &classedError{"timeout", err}
 	}
 	return err
+}
+
+// isReset reports whether a request's connection was reset or closed
+// before its response.
+func isReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
 // classedError gives an error a class of its own.

@@ -4,16 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
@@ -108,4 +112,62 @@ func TestRunRefusesADeadLetterQueue(t *testing.T) {
 	if err := refuseDeadLetterQueue(context.Background(), sources{err: errors.New("InvalidAction")}, dlqURL); err != nil {
 		t.Errorf("an endpoint that cannot say: %v", err)
 	}
+}
+
+// An application that crashes on one job (here, it closes the connection
+// with no answer, every time), on the emulator with maxReceiveCount 2: the
+// job reaches the dead-letter queue, with its class, after crashLimit
+// resets in a row, and the other jobs are each handled once. Before, every
+// reset was taken for the application down: the job was never
+// dead-lettered, and went on crashing the application for ever.
+func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 5 * time.Second})
+	var mu sync.Mutex
+	got := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got[string(b)]++
+		mu.Unlock()
+		if string(b) == "poison" {
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.Close() // the application dies on it
+			}
+		}
+	}))
+	defer srv.Close()
+	localtest.Send(t, c, q.URL, "", "poison", "good-1", "good-2", "good-3")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s")
+	dead := dlqBodies(t, c, q, 1)
+	m, ok := dead["poison"]
+	if !ok {
+		t.Fatalf("dead-lettered %v, want the job that crashes the application", dead)
+	}
+	if class := aws.ToString(m.MessageAttributes[sqsworker.AttrFailureClass].StringValue); class != "connection-reset" {
+		t.Errorf("dead-lettered with the class %q, want connection-reset", class)
+	}
+	emptyEventually(t, c, q.URL)
+	cancel()
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit %d after cancel", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range []string{"good-1", "good-2", "good-3"} {
+		if got[b] != 1 {
+			t.Errorf("%s: %d requests, want 1", b, got[b])
+		}
+	}
+	if got["poison"] < crashLimit {
+		t.Errorf("poison: %d requests, want at least %d before it was taken for the job's fault", got["poison"], crashLimit)
+	}
+	if !strings.Contains(p.stderr.String(), "crashes the application") {
+		t.Errorf("stderr does not say why the job failed:\n%s", p.stderr.String())
+	}
+	t.Logf("poison sent %d times", got["poison"])
 }
