@@ -171,3 +171,24 @@ func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
 	}
 	t.Logf("poison sent %d times", got["poison"])
 }
+
+// The resets counted per job stay bounded over a worker's life: past
+// crashKeys jobs, one is forgotten for each new one; a job answered is
+// forgotten at once.
+func TestCrashCountsBounded(t *testing.T) {
+	var c crashCounts
+	for i := range crashKeys + 100 {
+		c.add(fmt.Sprint("job-", i))
+	}
+	if n := len(c.n); n != crashKeys {
+		t.Errorf("%d jobs counted, want at most %d", n, crashKeys)
+	}
+	key := fmt.Sprint("job-", crashKeys+99)
+	if n := c.add(key); n != 2 {
+		t.Errorf("the last job's second reset counted as %d", n)
+	}
+	c.answered(key)
+	if n := c.add(key); n != 1 {
+		t.Errorf("a reset after an answer counted as %d, want 1", n)
+	}
+}
