@@ -813,7 +813,7 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		ex.Received(1)
 		switch {
 		case rec.st != nil && rec.st.ext != nil:
-			j.Ctx, j.Lease = rec.st.ext.Track(hctx, j.Msg, receivedAt)
+			j.Ctx, j.Lease = rec.st.ext.Track(hctx, j.Msg, leaseFrom(j.Msg, receivedAt, start, rec.st.ext.Config()))
 		case rec.st != nil && rec.st.known && rec.st.info.VisibilityTimeout > 0:
 			// Without the heartbeat the message is SQS's again once its
 			// visibility timeout has passed, counted from the earliest
@@ -1002,6 +1002,27 @@ func receivedAtOf(m *sqsworker.Message, windowStart time.Time) time.Time {
 		return m.FirstReceivedAt
 	}
 	return windowStart
+}
+
+// leaseFrom is the receive time the heartbeat counts m's lease from, for an
+// invocation that started at start: receivedAt when it is known to be no
+// later than SQS's (see receivedAtOf: m's first receive, whose time SQS
+// gives). A later receive's time is not given: the event source mapping
+// may have held the batch while Lambda throttled the function, for as long
+// as the visibility timeout allows. Its lease is then counted as if it had
+// no more than the heartbeat's Threshold left at the start, so that the
+// round at the invocation's start extends it, and sets a deadline SQS
+// confirmed, rather than a round that comes after SQS handed the message
+// to another consumer. That costs one visibility change per batch of such
+// records; a lease SQS no longer holds is refused then, and seen lost.
+func leaseFrom(m *sqsworker.Message, receivedAt, start time.Time, c visibility.Config) time.Time {
+	if m.ReceiveCount == 1 && !m.FirstReceivedAt.IsZero() {
+		return receivedAt
+	}
+	if t := start.Add(c.Threshold - c.VisibilityTimeout); t.Before(receivedAt) {
+		return t
+	}
+	return receivedAt
 }
 
 // report sets the visibility of the failed records, batched per queue, so

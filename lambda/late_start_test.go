@@ -15,6 +15,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/lambda"
 	"github.com/sqsworker/sqsworker/sqstest"
+	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
 
 // receiveOne creates a queue of the fake with a visibility timeout of vis
@@ -214,5 +215,61 @@ func TestStartRoundDoesNotHoldTheHandlers(t *testing.T) {
 	resp, err := fn(ctx, sqstest.SQSEvent(sqstest.QueueARN("swallowed"), msgs))
 	if err != nil || len(resp.BatchItemFailures) != 0 || ctx.Err() != nil {
 		t.Errorf("after %s: %d failed, %v, deadline passed %v; want every record done before the deadline", time.Since(start), len(resp.BatchItemFailures), err, ctx.Err() != nil)
+	}
+}
+
+// The same late invocation on the local SQS, for a record on its second
+// receive, whose receive time SQS does not give: the heartbeat extends it
+// at the invocation's start, and another receive while its handler runs
+// finds nothing. Before, its lease was counted from the invocation's
+// start: the heartbeat's first extension came after the lease had run
+// out, and the other receive got the message while its handler ran.
+func TestLateInvocationOfALaterReceive(t *testing.T) {
+	t.Parallel()
+	localtest.Require(t)
+	sq := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, sq, localtest.QueueOptions{VisibilityTimeout: 4 * time.Second})
+	localtest.Send(t, sq, q.URL, "", "job")
+	receive := func() []types.Message {
+		var msgs []types.Message
+		localtest.Eventually(t, 30*time.Second, func() bool {
+			out, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL, WaitTimeSeconds: 1,
+				MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			msgs = out.Messages
+			return len(msgs) == 1
+		}, "the message was not received")
+		return msgs
+	}
+	first := receive()
+	if _, err := sq.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{QueueUrl: &q.URL,
+		ReceiptHandle: first[0].ReceiptHandle, VisibilityTimeout: 0}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := receive()
+	if n := msgs[0].Attributes["ApproximateReceiveCount"]; n != "2" {
+		t.Fatalf("receive count %s, want 2", n)
+	}
+	time.Sleep(3 * time.Second) // Lambda's retries of a throttled invocation
+	other := make(chan int, 1)
+	h := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		time.Sleep(1500 * time.Millisecond)
+		o, err := sq.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: &q.URL}) // another poller
+		if err != nil {
+			t.Error(err)
+		}
+		other <- len(o.Messages)
+		time.Sleep(time.Second)
+		return nil
+	})
+	fn := newHandler(t, h, lambda.Config{Client: sq})
+	resp := invokeBy(t, fn, sqstest.SQSEvent(q.ARN, msgs), 30*time.Second)
+	if len(resp.BatchItemFailures) != 0 {
+		t.Errorf("failures %v; want the record done", failedIDs(resp))
+	}
+	if n := <-other; n != 0 {
+		t.Errorf("another receive got %d messages while the handler ran", n)
 	}
 }
