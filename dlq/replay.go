@@ -256,6 +256,20 @@ func (q *Queue) Replay(ctx context.Context, cfg ReplayConfig) (*ReplayResult, er
 	return q.replay(ctx, cfg, false)
 }
 
+// CheckPace returns an error when a replay at perSecond messages a second
+// (0: no limit) would keep a message waiting for its turn longer than half
+// of visibility, the least a message must have left to be moved: SQS would
+// show it again before its move, and the replay would leave it. It names
+// the least visibility timeout that rate needs.
+func CheckPace(perSecond float64, visibility time.Duration) error {
+	if perSecond <= 0 || perSecond*visibility.Seconds() >= 2 {
+		return nil
+	}
+	need := time.Duration(math.Ceil(2/perSecond)) * time.Second
+	return fmt.Errorf("rate %v with a visibility timeout of %s: each message would wait %s for its turn, longer than half its visibility timeout, and SQS would show it again before its move: give a visibility timeout of %s or more, or a higher rate",
+		perSecond, visibility, time.Duration(float64(time.Second)/perSecond).Round(time.Millisecond), need)
+}
+
 func (q *Queue) replay(ctx context.Context, cfg ReplayConfig, dryRun bool) (*ReplayResult, error) {
 	if cfg.Visibility == 0 {
 		cfg.Visibility = DefaultVisibility
@@ -269,6 +283,8 @@ func (q *Queue) replay(ctx context.Context, cfg ReplayConfig, dryRun bool) (*Rep
 	}
 	if math.IsNaN(cfg.PerSecond) || math.IsInf(cfg.PerSecond, 0) || cfg.PerSecond < 0 {
 		errs = append(errs, fmt.Errorf("rate %v: want messages per second, more than 0 (or 0: no limit)", cfg.PerSecond))
+	} else if err := CheckPace(cfg.PerSecond, cfg.Visibility); err != nil {
+		errs = append(errs, err)
 	}
 	if err := cfg.Filter.Validate(); err != nil {
 		errs = append(errs, err)

@@ -136,6 +136,8 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	}
 	if math.IsNaN(o.rate) || math.IsInf(o.rate, 0) || o.rate < 0 {
 		errs = append(errs, fmt.Errorf("--rate %v: want messages per second, more than 0 (or 0: no limit)", o.rate))
+	} else if err := dlq.CheckPace(o.rate, o.visibility); err != nil {
+		errs = append(errs, fmt.Errorf("--rate and --visibility: %w", err))
 	}
 	if o.audit.yes {
 		if err := o.audit.validate(); err != nil {

@@ -379,6 +379,8 @@ func TestDlqErrors(t *testing.T) {
 		{[]string{"dlq", "replay", dlqName, "--rate", "-1"}, 2, "--rate -1"},
 		{[]string{"dlq", "replay", dlqName, "--rate", "fast"}, 2, `invalid argument "fast" for "--rate"`},
 		{[]string{"dlq", "replay", dlqName, "--rate", "NaN"}, 2, "--rate NaN"},
+		// Each message would wait 50 s for its turn, past its 30 s hide.
+		{[]string{"dlq", "replay", dlqName, "--rate", "0.02"}, 2, "give a visibility timeout of 1m40s or more"},
 		{[]string{"dlq", "replay", dlqName, "--limit", "-3"}, 2, "--limit -3"},
 		{[]string{"dlq", "replay", dlqName, "--attr", "tenant"}, 2, `--attr "tenant": want name=value`},
 		{[]string{"dlq", "replay", dlqName, "--json-field", "order..id=1"}, 2, `--json-field "order..id=1"`},
