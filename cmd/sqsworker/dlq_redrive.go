@@ -126,6 +126,9 @@ A dead-letter queue named "status" or "cancel" must be given by URL.`,
 				if err != nil {
 					return toError(err)
 				}
+				if err := d.warnForeign(ctx, q, t, to); err != nil {
+					return err
+				}
 				cfg.To = t.URL
 			}
 			if !af.yes {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -124,6 +125,23 @@ that a handler keyed by it runs the job once.`,
 	return cmd
 }
 
+// warnForeign warns, for a destination given with --to as arg, when it is
+// not a source of q (see dlq.Queue.ForeignDestination): a slip (orders-v2
+// for orders) is the operator's to catch, said before a dry run's plan and
+// before a replay or a redrive. The check only warns: should it fail, the
+// command goes on, and says so. It returns ctx's error once ctx is done.
+func (d *dlqCmd) warnForeign(ctx context.Context, q *dlq.Queue, to dlq.Target, arg string) error {
+	switch warn, err := q.ForeignDestination(ctx, to); {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case err != nil:
+		fmt.Fprintf(d.a.err, "warning: --to %s: could not check that it sends its dead letters to %s: %v\n", arg, q.Name, err)
+	case warn != "":
+		fmt.Fprintf(d.a.err, "warning: --to %s: %s\n", arg, warn)
+	}
+	return nil
+}
+
 func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) error {
 	a, ctx := d.a, cmd.Context()
 	// Everything that can be checked is checked before anything moves.
@@ -163,16 +181,8 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 		if err != nil {
 			return toError(err)
 		}
-		// A slip (orders-v2 for orders) is the operator's to catch: said
-		// before the dry run's plan, and before the replay. The check
-		// only warns: should it fail, the replay goes on, and says so.
-		switch warn, err := q.ForeignDestination(ctx, to); {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil:
-			fmt.Fprintf(d.a.err, "warning: --to %s: could not check that it sends its dead letters to %s: %v\n", o.to, q.Name, err)
-		case warn != "":
-			fmt.Fprintf(d.a.err, "warning: --to %s: %s\n", o.to, warn)
+		if err := d.warnForeign(ctx, q, to, o.to); err != nil {
+			return err
 		}
 		cfg.To = to.URL
 	}

@@ -477,6 +477,17 @@ func TestDlqReplayWarnsOfAForeignDestination(t *testing.T) {
 	if code != 0 || strings.Contains(stderr, "warning: --to") {
 		t.Errorf("dry run --to its source: exit %d\n%s", code, stderr)
 	}
+	// A redrive's move task would send every message there, from every
+	// source, with no filter: it warns too, before its plan (which the
+	// local SQS, lacking move tasks, then refuses). It did not warn.
+	_, stderr, _ = runCLI(t, "", "dlq", "redrive", dlqName, "--to", otherName)
+	if !strings.Contains(stderr, "warning: --to "+otherName+": "+otherName+" does not send its dead letters to "+dlqName) {
+		t.Errorf("redrive dry run --to %s: no warning\n%s", otherName, stderr)
+	}
+	_, stderr, _ = runCLI(t, "", "dlq", "redrive", dlqName, "--to", queueName(q.URL))
+	if strings.Contains(stderr, "warning: --to") {
+		t.Errorf("redrive dry run --to its source warned\n%s", stderr)
+	}
 }
 
 // When the check of --to's redrive policy fails (throttled, say), the
