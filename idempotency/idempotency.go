@@ -36,12 +36,7 @@ const KeyAttribute = jobkey.Attribute
 // else its message ID. Message IDs change when SQS's own redrive moves a
 // message, so producers that need duplicates of redriven messages
 // recognised must set KeyAttribute.
-func DefaultKey(m *sqsworker.Message) string {
-	if k := jobkey.OfAttribute(m.MessageAttributes[KeyAttribute]); k != "" {
-		return k
-	}
-	return jobkey.Default(m)
-}
+func DefaultKey(m *sqsworker.Message) string { return jobkey.Of(m) }
 
 // MaxPayloadHashSize is the longest digest of Config.PayloadHash stored as
 // it is; a longer one is stored as its own hex SHA-256.

@@ -21,9 +21,10 @@
 //     lost) with an error IsFailure does not count;
 //   - a job that ran out of time (the worker's HandlerTimeout) counts as a
 //     failure of its key, as from an endpoint that takes requests and never
-//     answers: the key opens after Config.Failures of them in a row. Such a
-//     timeout spends the job's attempt while its key is not open, for it may
-//     be the job's own (a payload too large to handle in time);
+//     answers: the key opens after Config.Failures failures in a row. Such a
+//     timeout spends the job's attempt unless another job of the key timed
+//     out in the same run, for alone it may be the job's own (a payload too
+//     large to handle in time);
 //   - after Config.Failures in a row the key opens: its jobs are not run but
 //     postponed ([sqsworker.RetryAfter] with a nil error) until the key's
 //     open interval ends: never moved to the dead-letter queue for it, not

@@ -7,12 +7,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/jobkey"
 	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/stopby"
 )
@@ -41,7 +43,8 @@ type Config struct {
 	// probe's outcome is ignored.
 	// Default 5 minutes.
 	ProbeTimeout time.Duration
-	// IsFailure reports whether a handler's error counts against its key.
+	// IsFailure reports whether a handler's error counts against its key
+	// (as a timeout does too: see [Breaker.Middleware]).
 	// Default: [sqsworker.IsUnavailable], so that a handler says "this
 	// endpoint is down" with [sqsworker.PartlyUnavailable] (which also keeps
 	// the runtime's own circuit breaker, which pauses every job, closed) and
@@ -107,6 +110,7 @@ type Breaker struct {
 	failing, open list.List
 	stats         Stats
 	gen           uint64 // probe tokens
+	seed          maphash.Seed
 }
 
 type entry struct {
@@ -117,6 +121,10 @@ type entry struct {
 	probeAt  time.Time     // open: when a probe may go
 	probe    uint64        // the probe out (its token), 0 when none
 	probeEnd time.Time     // when the probe out gives its turn back
+	// slow is the hash of the first job that timed out in this run of
+	// failures (0: none); sharedSlow is set once another job did too.
+	slow       uint64
+	sharedSlow bool
 }
 
 // New returns a Breaker, or an error naming the Config field at fault.
@@ -165,7 +173,7 @@ func New(cfg Config) (*Breaker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Breaker{cfg: cfg, now: time.Now, keys: make(map[string]*list.Element)}, nil
+	return &Breaker{cfg: cfg, now: time.Now, keys: make(map[string]*list.Element), seed: maphash.MakeSeed()}, nil
 }
 
 // Stats returns the breaker's counts.
@@ -194,11 +202,14 @@ func (b *Breaker) Stats() Stats {
 // worker's HandlerTimeout, or its lease when the heartbeat is off) with an
 // error IsFailure does not count, and not marked Permanent, counts as a
 // failure of its key, as from an endpoint that takes requests and never
-// answers; it spends the job's attempt unless its key is open once it is
-// counted (then it is returned marked PartlyUnavailable), so that a job too
-// slow on its own still reaches the dead-letter queue. The end of a Lambda
-// invocation is not such a timeout: the runtime stops, and the job is
-// released.
+// answers. It spends the job's attempt unless another job of the key (by
+// its job key, the same for every copy) timed out in the same run of
+// failures: then it is the endpoint's, and is returned marked
+// PartlyUnavailable. A job that times out alone may be too slow on its own
+// (a payload too large to handle in time), and must still reach the
+// dead-letter queue; a lone job of an endpoint that swallows requests
+// cannot be told from it. The end of a Lambda invocation is not such a
+// timeout: the runtime stops, and the job is released.
 func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 	return sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
 		key := b.cfg.Key(m)
@@ -217,27 +228,39 @@ func (b *Breaker) Middleware(next sqsworker.Handler) sqsworker.Handler {
 		// like a failed one: a probe's turn is not held until ProbeTimeout.
 		err = outcome.Call(ctx, next, m)
 		if err == nil {
-			b.record(key, probe, nil, false, false)
+			b.record(key, probe, nil, false, 0, false)
 			return nil
 		}
-		counted := b.cfg.IsFailure(err)
+		postponed := sqsworker.IsPostponed(err)
+		counted := !postponed && b.cfg.IsFailure(err)
 		// A timeout the handler marked Permanent, or a postponement made
 		// past the deadline, is the handler's word: not a timeout.
-		timedOut := !counted && !isPermanent(err) && !sqsworker.IsPostponed(err) && timedOut(ctx)
-		open := b.record(key, probe, err, counted || timedOut, !counted && !timedOut && outcome.Cut(ctx, err, b.cfg.IsFailure))
-		if (counted || timedOut && open) && !sqsworker.IsUnavailable(err) && !isPermanent(err) {
+		var slow uint64 // the job that timed out, hashed; 0 for none
+		if !counted && !postponed && !isPermanent(err) && timedOut(ctx) {
+			slow = b.jobHash(m)
+		}
+		cut := !counted && slow == 0 && outcome.Cut(ctx, err, b.cfg.IsFailure)
+		shared := b.record(key, probe, err, counted, slow, cut)
+		if (counted || shared) && !sqsworker.IsUnavailable(err) && !isPermanent(err) {
 			// Counted against its key, the failure is the key's
 			// endpoint's, not the job's: the runtime must not spend the
 			// job's attempts on it, and dead-letter a healthy job while the
 			// endpoint is down. Partly: the runtime's own breaker, which
 			// would pause every key's jobs, is left alone. A timeout is
-			// the endpoint's only while its key is open: on its own, it
-			// may be the job's (a payload too large to handle in time),
-			// and such a job must still reach the dead-letter queue.
+			// the endpoint's only once another job of the key timed out
+			// in the same run of failures: alone, it may be the job's own
+			// (a payload too large to handle in time), and such a job must
+			// still reach the dead-letter queue.
 			err = sqsworker.PartlyUnavailable(err)
 		}
 		return err
 	})
+}
+
+// jobHash returns a hash of m's job key (the same for every copy of the
+// job), never 0.
+func (b *Breaker) jobHash(m *sqsworker.Message) uint64 {
+	return maphash.String(b.seed, jobkey.Of(m)) | 1
 }
 
 // timedOut reports whether the handler's context ended at its deadline (the
@@ -317,27 +340,41 @@ func (b *Breaker) admitLocked(key string) (probe uint64, note func(), err error)
 }
 
 // record counts the outcome of a job of key that ran, as its probe when
-// probe is its token: err, and whether it is a failure of the key. A
-// postponement (sqsworker.RetryAfter with a nil error, from the handler
-// behind the middleware: an idempotency duplicate waiting for another's
-// claim, a job another breaker holds back) did not reach the key's
-// endpoint, and a job cut short by its context (cut: the runtime stopping,
-// the lease lost) did not show it healthy: both count as nothing, and such
-// a probe gives its turn to the next job of its key. It reports whether
-// the key is open once err is counted.
-func (b *Breaker) record(key string, probe uint64, err error, failure, cut bool) (open bool) {
+// probe is its token: err, and whether it is a failure of the key, counted
+// by IsFailure or slow, the job's hash when it timed out. A postponement
+// (sqsworker.RetryAfter with a nil error, from the handler behind the
+// middleware: an idempotency duplicate waiting for another's claim, a job
+// another breaker holds back) did not reach the key's endpoint, and a job
+// cut short by its context (cut: the runtime stopping, the lease lost) did
+// not show it healthy: both count as nothing, and such a probe gives its
+// turn to the next job of its key. It reports, for a timeout, whether two
+// jobs of the key or more timed out in the same run of failures.
+func (b *Breaker) record(key string, probe uint64, err error, counted bool, slow uint64, cut bool) (shared bool) {
 	postponed := cut || sqsworker.IsPostponed(err)
-	failed := !postponed && err != nil && failure
+	failed := !postponed && err != nil && (counted || slow != 0)
 	b.mu.Lock()
 	note := b.recordLocked(key, probe, err, failed, postponed)
-	if el, ok := b.keys[key]; ok {
-		open = el.Value.(*entry).open
+	if el, ok := b.keys[key]; ok && failed && slow != 0 {
+		shared = el.Value.(*entry).timedOut(slow)
 	}
 	b.mu.Unlock()
 	if note != nil {
 		note() // logged unlocked: a slow log handler holds back no other job
 	}
-	return open
+	return shared
+}
+
+// timedOut adds the job of hash slow to the jobs that timed out in e's
+// run of failures, and reports whether two jobs or more did: from then on,
+// the timeouts of the run are its endpoint's, the first job's included.
+func (e *entry) timedOut(slow uint64) bool {
+	switch {
+	case e.slow == 0:
+		e.slow = slow
+	case e.slow != slow:
+		e.sharedSlow = true
+	}
+	return e.sharedSlow
 }
 
 // recordLocked is record under b.mu; the func it returns, if not nil, logs

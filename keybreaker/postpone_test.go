@@ -194,16 +194,17 @@ func TestCutProbeDoesNotCloseTheKey(t *testing.T) {
 // A job whose context reached its deadline (the worker's HandlerTimeout)
 // with an error the key does not count ran out of time, as a job waiting
 // on an endpoint that takes requests and never answers does: it counts as
-// a failure of its key, and opens it. Its attempt is spared only once the
-// key is open: a timeout on its own may be the job's (a payload too large
-// to handle in time), and such a job must still reach the dead-letter
-// queue. A context cancelled (the lease lost), one ended because the
-// runtime stops (the Lambda invocation's deadline), and a timeout the
-// handler marked Permanent count as nothing of the kind. Before, every
-// timeout counted as nothing: the key never opened, and each of its jobs
-// spent its attempts until it was dead-lettered.
+// a failure of its key, and opens it. Its attempt is spared only once
+// another job of the key (by job key) timed out in the same run of
+// failures: alone, it may be the job's own (a payload too large to handle
+// in time), and such a job must still reach the dead-letter queue. A
+// context cancelled (the lease lost), one ended because the runtime stops
+// (the Lambda invocation's deadline), and a timeout the handler marked
+// Permanent count as nothing of the kind. Before, every timeout counted as
+// nothing: the key never opened, and each of its jobs spent its attempts
+// until it was dead-lettered.
 func TestTimeoutsOpenTheKey(t *testing.T) {
-	b, _ := newBreaker(t, keybreaker.Config{Failures: 2})
+	b, _ := newBreaker(t, keybreaker.Config{Failures: 3})
 	h := newHandler()
 	mw := b.Middleware(h)
 	timedOut, cancel := context.WithTimeout(context.Background(), -1)
@@ -222,9 +223,10 @@ func TestTimeoutsOpenTheKey(t *testing.T) {
 		{"cancelled", cancelled, context.Canceled},
 		{"runtime stopping", stopping, timeout},
 		{"permanent", timedOut, sqsworker.Permanent(timeout)},
+		{"postponed", timedOut, sqsworker.RetryAfter(time.Second, nil)},
 	} {
 		h.errs["a"] = []error{c.err}
-		if err := mw.HandleMessage(c.ctx, job("a")); sqsworker.IsUnavailable(err) {
+		if err := mw.HandleMessage(c.ctx, jobOf("a", "job-1")); sqsworker.IsUnavailable(err) {
 			t.Errorf("%s: %v, want it as the handler returned it", c.name, err)
 		}
 		if s := b.Stats(); s.Tracked != 0 {
@@ -232,22 +234,65 @@ func TestTimeoutsOpenTheKey(t *testing.T) {
 		}
 	}
 
-	h.errs["a"] = []error{timeout, timeout}
-	if err := mw.HandleMessage(timedOut, job("a")); sqsworker.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("first timeout: %v, want the handler's error, an attempt of the job's", err)
+	h.errs["a"] = []error{timeout, timeout, timeout}
+	for i := range 2 { // the same job twice: alone
+		if err := mw.HandleMessage(timedOut, jobOf("a", "job-1")); sqsworker.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("timeout %d of one job: %v, want the handler's error, an attempt of the job's", i+1, err)
+		}
 	}
 	if s := b.Stats(); s.Tracked != 1 || s.Open != 0 {
-		t.Errorf("stats %+v, want the first timeout counted", s)
+		t.Errorf("stats %+v, want the timeouts counted", s)
 	}
-	if err := mw.HandleMessage(timedOut, job("a")); !sqsworker.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("timeout that opens the key: %v, want it marked PartlyUnavailable", err)
+	if err := mw.HandleMessage(timedOut, jobOf("a", "job-2")); !sqsworker.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("another job's timeout: %v, want it marked PartlyUnavailable", err)
 	}
 	if s := b.Stats(); s.Open != 1 || s.Opens != 1 {
 		t.Errorf("stats %+v, want the key open", s)
 	}
 	calls := h.calls["a"]
-	skipped(t, mw.HandleMessage(context.Background(), job("a")))
+	skipped(t, mw.HandleMessage(context.Background(), jobOf("a", "job-3")))
 	if h.calls["a"] != calls {
 		t.Errorf("the handler ran for an open key")
 	}
+}
+
+// A job that times out on its own, again and again, opens its key (its
+// failures are in a row), but is never taken for its endpoint's victim:
+// its probes' timeouts spend its attempts too, so that it reaches the
+// dead-letter queue. A success of another job closes the key. Before (a
+// timeout spared once the key was open), such a job was spared from the
+// timeout that opened its key on, and never dead-lettered.
+func TestSlowJobAloneSpendsItsAttempts(t *testing.T) {
+	b, c := newBreaker(t, keybreaker.Config{Failures: 2, OpenFor: time.Minute})
+	h := newHandler()
+	mw := b.Middleware(h)
+	timedOut, cancel := context.WithTimeout(context.Background(), -1)
+	defer cancel()
+	timeout := fmt.Errorf("POST: %w", context.DeadlineExceeded)
+	h.errs["a"] = []error{timeout, timeout, timeout}
+	for i := range 3 {
+		if i == 2 {
+			c.add(2 * time.Minute) // its probe
+		}
+		if err := mw.HandleMessage(timedOut, jobOf("a", "slow")); sqsworker.IsUnavailable(err) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("timeout %d: %v, want the handler's error, an attempt of the job's", i+1, err)
+		}
+	}
+	if s := b.Stats(); s.Open != 1 || s.Probes != 1 {
+		t.Errorf("stats %+v, want the key open after its probe", s)
+	}
+	c.add(5 * time.Minute)
+	if err := mw.HandleMessage(context.Background(), jobOf("a", "healthy")); err != nil {
+		t.Errorf("probe by another job: %v", err)
+	}
+	if s := b.Stats(); s.Tracked != 0 {
+		t.Errorf("stats %+v, want the key closed", s)
+	}
+}
+
+// jobOf is a job of breaker key key (its ID) and of job key jk.
+func jobOf(key, jk string) *sqsworker.Message {
+	m := job(key)
+	m.MessageAttributes = map[string]sqsworker.MessageAttribute{"idempotency-key": {DataType: "String", StringValue: jk}}
+	return m
 }

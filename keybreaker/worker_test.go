@@ -334,3 +334,29 @@ func TestSwallowingEndpointOpensTheKey(t *testing.T) {
 		t.Errorf("the worker's circuit breaker opened %d times for one endpoint", ws.BreakerOpens)
 	}
 }
+
+// A job too slow on its own (its handler runs past the 300 ms
+// HandlerTimeout whatever the endpoint), alone on its key, on the emulator
+// with maxReceiveCount 3 and Failures 2: its timeouts open its key, but
+// spend its attempts, and it reaches the dead-letter queue. With a timeout
+// spared once the key was open, it never did: each probe of its own failed
+// and kept the key open.
+func TestSlowJobAloneIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{VisibilityTimeout: 5 * time.Second, MaxReceiveCount: 3})
+	kb := newWebhookBreaker(t, 2)
+	sendTo(t, c, q.URL, "http://127.0.0.1:9/unused", "slow-", 1)
+	slow := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+		<-ctx.Done()
+		return fmt.Errorf("handling %s: %w", m.ID, ctx.Err())
+	})
+	w := runWorkerWith(t, c, worker.Config{QueueURL: q.URL, Concurrency: 2, HandlerTimeout: 300 * time.Millisecond}, kb.Middleware(slow))
+	localtest.Eventually(t, 120*time.Second, func() bool {
+		v, f, d := localtest.Depth(t, c, q.DLQURL)
+		return v+f+d == 1
+	}, "the slow job was not dead-lettered; keybreaker %+v, worker %+v", kb.Stats(), w.Stats())
+	if s := kb.Stats(); s.Opens == 0 {
+		t.Errorf("keybreaker %+v: its timeouts did not open the key", s)
+	}
+}

@@ -46,6 +46,14 @@ func Default(m *sqsworker.Message) string {
 	return OfID(m.ID)
 }
 
+// Of returns the key of m's job: its Attribute's, else Default's.
+func Of(m *sqsworker.Message) string {
+	if k := OfAttribute(m.MessageAttributes[Attribute]); k != "" {
+		return k
+	}
+	return Default(m)
+}
+
 // GeneratedPrefix begins the keys New generates.
 const GeneratedPrefix = "auto:"
 

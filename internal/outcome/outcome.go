@@ -110,9 +110,10 @@ func (p Policy) DecideAttempt(err error, attempt, receiveCount int) Decision {
 // because its context cut it short (the runtime stopping, the lease lost,
 // the handler timeout, the invocation's deadline): it returned an error,
 // ctx had ended, and counts, the breaker's own test of a failure, does not
-// count that error. The queue's breaker and keybreaker count such an
-// outcome as nothing, as they do a postponement, and a probe so cut gives
-// its turn back. A job that succeeds although its context ended still
+// count that error. The queue's breaker counts such an outcome as nothing,
+// as it does a postponement, and a probe so cut gives its turn back;
+// keybreaker does too, but for a handler timeout, which it counts against
+// the job's key. A job that succeeds although its context ended still
 // counts as a success: it did reach the dependency.
 func Cut(ctx context.Context, err error, counts func(error) bool) bool {
 	return err != nil && ctx.Err() != nil && !counts(err)
