@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -191,10 +193,12 @@ The response status decides:
   connection refused,  the application is not there (yet), or not reachable
   reset or closed,     as configured: retried, counts toward the circuit
   unknown host, dial   breaker, never dead-lettered; but a job on which the
-  timeout, TLS         connection was reset or closed 3 times in a row,
-  certificate refused  with no answer, is taken to crash the application:
-                       from then on a failure, to the dead-letter queue
-                       after the redrive policy's maxReceiveCount
+  timeout, TLS         connection was reset or closed with no answer 3
+  certificate refused  times while it ran alone, the application answering
+                       other jobs in between (the circuit breaker's probes
+                       run alone), is taken to crash the application: from
+                       then on a failure, to the dead-letter queue after
+                       the redrive policy's maxReceiveCount
   other 4xx (400, 403, permanent failure: to the dead-letter queue at once
   404, 410, 422, ...),
   or any 4xx with the
@@ -871,48 +875,96 @@ type httpHandler struct {
 	crashes     crashCounts
 }
 
-// crashLimit is how many times in a row the connection may be reset or
-// closed, with no answer, on one job (by its key) before that is taken for
-// the job's fault: an application that crashes on the job. The first times
-// are taken for the application's, down or restarting under the jobs it
-// had (a deployment, a crash another job caused): they count toward the
-// circuit breaker and spend no attempt. After, the job's attempts count,
-// so that it reaches the dead-letter queue rather than crash the
-// application for ever.
+// crashLimit is how many times a job's request may be reset or closed with
+// no answer, each time while it was the only request under way and after
+// the application answered another since the job's last reset, before that
+// is taken for the job's fault: an application that crashes on the job.
+// Until then a reset is taken for the application's, down or restarting
+// (a deployment, a crash another job caused, an application down behind
+// a proxy that accepts for it): it counts toward the circuit breaker and
+// never dead-letters the job. A reset among other requests does not count,
+// for a crash resets them all, whichever job caused it; nor does one with
+// no answer from the application since the last, which may be down. The
+// circuit breaker, open after such resets, probes with one job at a time:
+// a job that crashes the application then gets its resets counted. Past
+// crashLimit its failures spend its attempts, so that it reaches the
+// dead-letter queue rather than crash the application for ever. The
+// counts are the process's own.
 const crashLimit = 3
 
 // crashKeys bounds the jobs whose resets are counted at once.
 const crashKeys = 10_000
 
-// crashCounts counts, per job key, the resets in a row with no answer. It
-// is safe for concurrent use; its zero value is ready.
+// crashCounts counts the resets of jobs' requests (see crashLimit). It is
+// safe for concurrent use; its zero value is ready.
 type crashCounts struct {
-	mu sync.Mutex
-	n  map[string]int
+	// inFlight counts the requests under way; started and answers count
+	// the requests started and answered so far.
+	inFlight         atomic.Int64
+	started, answers atomic.Uint64
+
+	mu   sync.Mutex
+	seed maphash.Seed
+	jobs map[uint64]crashCount // by hash of the job key
 }
 
-// add counts a reset of key's request, and returns its resets in a row.
-func (c *crashCounts) add(key string) int {
+// crashCount is a job's count of resets, and the answers counted at its
+// last reset.
+type crashCount struct {
+	n       int
+	answers uint64
+}
+
+// start counts a request starting; done must be called when it ends. It
+// returns the request's mark, for reset.
+func (c *crashCounts) start() (mark crashMark) {
+	alone := c.inFlight.Add(1) == 1
+	return crashMark{seq: c.started.Add(1), alone: alone}
+}
+
+// crashMark is a request's place among the others: its number, and whether
+// none was under way when it started.
+type crashMark struct {
+	seq   uint64
+	alone bool
+}
+
+// done counts a request ending.
+func (c *crashCounts) done() { c.inFlight.Add(-1) }
+
+// reset counts a reset of the request of key marked m, and returns the
+// job's count of resets.
+func (c *crashCounts) reset(key string, m crashMark) int {
+	isolated := m.alone && c.started.Load() == m.seq // no other started since
+	answers := c.answers.Load()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.n == nil {
-		c.n = map[string]int{}
+	if c.jobs == nil {
+		c.jobs, c.seed = map[uint64]crashCount{}, maphash.MakeSeed()
 	}
-	if _, ok := c.n[key]; !ok && len(c.n) >= crashKeys {
-		for k := range c.n { // one forgotten: its job's resets count anew
-			delete(c.n, k)
+	h := maphash.String(c.seed, key)
+	e, ok := c.jobs[h]
+	if !ok && len(c.jobs) >= crashKeys {
+		for k := range c.jobs { // one forgotten: its job's resets count anew
+			delete(c.jobs, k)
 			break
 		}
 	}
-	c.n[key]++
-	return c.n[key]
+	if ok && isolated && answers > e.answers {
+		e.n++
+	}
+	e.answers = answers
+	c.jobs[h] = e
+	return e.n
 }
 
-// answered forgets key's resets: the application answered its request.
+// answered counts an answer of the application to key's request, and
+// forgets key's resets.
 func (c *crashCounts) answered(key string) {
+	c.answers.Add(1)
 	c.mu.Lock()
-	if len(c.n) > 0 {
-		delete(c.n, key)
+	if len(c.jobs) > 0 {
+		delete(c.jobs, maphash.String(c.seed, key))
 	}
 	c.mu.Unlock()
 }
@@ -969,7 +1021,9 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	if len(encoded) > 0 {
 		req.Header.Set("X-Sqs-Encoded-Attrs", strings.Join(encoded, ", "))
 	}
+	mark := h.crashes.start()
 	resp, err := h.client.Do(req)
+	h.crashes.done()
 	if err != nil {
 		err = h.redact(err) // *url.Error: the method, the URL and the cause
 		if ctx.Err() != nil {
@@ -983,8 +1037,8 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 			return fmt.Errorf("request stopped: %w", cause)
 		}
 		if isReset(err) {
-			if n := h.crashes.add(key); n >= crashLimit {
-				return &classedError{"connection-reset", fmt.Errorf("the connection was reset or closed with no answer on this job %d times in a row: taken for a job that crashes the application, a failure of the job's: %w", n, err)}
+			if n := h.crashes.reset(key, mark); n >= crashLimit {
+				return &classedError{"connection-reset", fmt.Errorf("the connection was reset or closed with no answer on this job alone %d times, the application answering others in between: taken for a job that crashes the application, a failure of the job's: %w", n, err)}
 			}
 		}
 		return connectionError(err)

@@ -115,11 +115,13 @@ func TestRunRefusesADeadLetterQueue(t *testing.T) {
 }
 
 // An application that crashes on one job (here, it closes the connection
-// with no answer, every time), on the emulator with maxReceiveCount 2: the
-// job reaches the dead-letter queue, with its class, after crashLimit
-// resets in a row, and the other jobs are each handled once. Before, every
-// reset was taken for the application down: the job was never
-// dead-lettered, and went on crashing the application for ever.
+// with no answer, every time), on the emulator with maxReceiveCount 2 and
+// Concurrency 1, while other jobs keep coming: the job reaches the
+// dead-letter queue, with its class, once its request was reset alone
+// crashLimit times with answers to the others in between, and each other
+// job is handled once. Before, every reset was taken for the application
+// down: the job was never dead-lettered, and went on crashing the
+// application for ever.
 func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
 	t.Parallel()
 	c := localtest.NewSQS(t)
@@ -139,11 +141,31 @@ func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	localtest.Send(t, c, q.URL, "", "poison", "good-1", "good-2", "good-3")
+	localtest.Send(t, c, q.URL, "", "poison")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s")
+	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s", "--concurrency", "1")
+	// Other jobs keep coming, and are answered.
+	sent := make(chan []string, 1)
+	sendCtx, stopSending := context.WithCancel(ctx)
+	go func() {
+		var goods []string
+		defer func() { sent <- goods }()
+		for i := 0; ; i++ {
+			select {
+			case <-sendCtx.Done():
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			b := fmt.Sprint("good-", i)
+			if _, err := c.SendMessage(sendCtx, &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: &b}); err == nil {
+				goods = append(goods, b)
+			}
+		}
+	}()
 	dead := dlqBodies(t, c, q, 1)
+	stopSending()
+	goods := <-sent
 	m, ok := dead["poison"]
 	if !ok {
 		t.Fatalf("dead-lettered %v, want the job that crashes the application", dead)
@@ -158,37 +180,135 @@ func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, b := range []string{"good-1", "good-2", "good-3"} {
+	for _, b := range goods {
 		if got[b] != 1 {
 			t.Errorf("%s: %d requests, want 1", b, got[b])
 		}
 	}
-	if got["poison"] < crashLimit {
-		t.Errorf("poison: %d requests, want at least %d before it was taken for the job's fault", got["poison"], crashLimit)
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 1 {
+		t.Errorf("%d messages dead-lettered, want the poison alone", v+f+d)
 	}
 	if !strings.Contains(p.stderr.String(), "crashes the application") {
 		t.Errorf("stderr does not say why the job failed:\n%s", p.stderr.String())
 	}
-	t.Logf("poison sent %d times", got["poison"])
+	t.Logf("poison sent %d times, %d other jobs", got["poison"], len(goods))
 }
 
-// The resets counted per job stay bounded over a worker's life: past
-// crashKeys jobs, one is forgotten for each new one; a job answered is
-// forgotten at once.
-func TestCrashCountsBounded(t *testing.T) {
+// How resets count against a job: not among other requests (a crash
+// resets them all, whichever job caused it), not with no answer from the
+// application since the job's last reset (it may be down, behind a proxy
+// that accepts for it), not for a job the application answered since; and
+// the jobs counted stay bounded over a worker's life.
+func TestCrashCounts(t *testing.T) {
 	var c crashCounts
-	for i := range crashKeys + 100 {
-		c.add(fmt.Sprint("job-", i))
+	alone := func(key string) int {
+		m := c.start()
+		c.done()
+		return c.reset(key, m)
 	}
-	if n := len(c.n); n != crashKeys {
+	answer := func(key string) {
+		c.start()
+		c.done()
+		c.answered(key)
+	}
+	if n := alone("p"); n != 0 {
+		t.Errorf("a first reset counted: %d", n)
+	}
+	if n := alone("p"); n != 0 {
+		t.Errorf("a reset with no answer in between counted: %d", n)
+	}
+	answer("other")
+	if n := alone("p"); n != 1 {
+		t.Errorf("a reset alone after an answer counted %d, want 1", n)
+	}
+	answer("other")
+	m := c.start()
+	other := c.start() // a second request under way
+	c.done()
+	c.done()
+	_ = other
+	if n := c.reset("p", m); n != 1 {
+		t.Errorf("a reset among other requests counted: %d, want 1", n)
+	}
+	answer("other")
+	m = c.start() // alone when it starts, but another starts before its reset
+	c.start()
+	c.done()
+	c.done()
+	if n := c.reset("p", m); n != 1 {
+		t.Errorf("a reset with another request started meanwhile counted: %d, want 1", n)
+	}
+	answer("p")
+	if n := alone("p"); n != 0 {
+		t.Errorf("a reset after the job's own answer counted %d, want 0", n)
+	}
+	for i := range crashKeys + 100 {
+		alone(fmt.Sprint("job-", i))
+	}
+	if n := len(c.jobs); n != crashKeys {
 		t.Errorf("%d jobs counted, want at most %d", n, crashKeys)
 	}
-	key := fmt.Sprint("job-", crashKeys+99)
-	if n := c.add(key); n != 2 {
-		t.Errorf("the last job's second reset counted as %d", n)
+}
+
+// A crash resets every request under way, not just that of the job that
+// caused it: on the emulator with maxReceiveCount 2 and Concurrency 4, the
+// jobs in flight beside a job that crashes the application (here, closes
+// every connection under way) are not dead-lettered, however often the
+// crashes catch them, and each is answered in the end. (This run's crashes
+// catch no job three times, so it passes with the first rule, which
+// counted every reset of a job in a row, too: TestCrashCounts shows the
+// rule.)
+func TestRunHTTPCrashSparesTheJobsInFlight(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 5 * time.Second})
+	var mu sync.Mutex
+	crash := make(chan struct{})
+	answered := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		crashed := crash
+		if string(b) == "poison" {
+			close(crash) // the application dies, and every request with it
+			crash = make(chan struct{})
+		}
+		mu.Unlock()
+		if string(b) != "poison" {
+			select {
+			case <-time.After(2 * time.Second):
+				mu.Lock()
+				answered[string(b)] = true
+				mu.Unlock()
+				return
+			case <-crashed:
+			}
+		}
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			conn.Close()
+		}
+	}))
+	defer srv.Close()
+	var goods []string
+	for i := range 12 {
+		goods = append(goods, fmt.Sprint("good-", i))
 	}
-	c.answered(key)
-	if n := c.add(key); n != 1 {
-		t.Errorf("a reset after an answer counted as %d, want 1", n)
+	localtest.Send(t, c, q.URL, "", append([]string{"poison"}, goods...)...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s", "--concurrency", "4")
+	localtest.Eventually(t, 120*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(answered) == len(goods)
+	}, "%d of %d jobs answered", len(answered), len(goods))
+	cancel()
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit %d after cancel", code)
+	}
+	for _, m := range localtest.ReceiveAll(t, c, q.DLQURL, time.Second, time.Minute) {
+		if b := aws.ToString(m.Body); b != "poison" {
+			t.Errorf("%s dead-lettered: it was only in flight when another job crashed the application", b)
+		}
 	}
 }
