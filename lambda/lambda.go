@@ -813,7 +813,11 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		ex.Received(1)
 		switch {
 		case rec.st != nil && rec.st.ext != nil:
-			j.Ctx, j.Lease = rec.st.ext.Track(hctx, j.Msg, leaseFrom(j.Msg, receivedAt, start, rec.st.ext.Config()))
+			if receiveKnown(j.Msg) {
+				j.Ctx, j.Lease = rec.st.ext.Track(hctx, j.Msg, receivedAt)
+			} else {
+				j.Ctx, j.Lease = rec.st.ext.TrackEstimated(hctx, j.Msg, receivedAt)
+			}
 		case rec.st != nil && rec.st.known && rec.st.info.VisibilityTimeout > 0:
 			// Without the heartbeat the message is SQS's again once its
 			// visibility timeout has passed, counted from the earliest
@@ -839,8 +843,18 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	go func() {
 		defer close(kicked)
 		for st := range states {
-			if st.ext != nil {
-				st.ext.TryRound(kctx)
+			if st.ext == nil {
+				continue
+			}
+			// A round under way (the heartbeat's, or that of an
+			// invocation beside this one) may have taken its leases
+			// before these records': another, once it ends.
+			for !st.ext.TryRound(kctx) {
+				select {
+				case <-kctx.Done():
+					return
+				case <-time.After(roundRetry):
+				}
 			}
 		}
 	}()
@@ -1004,25 +1018,21 @@ func receivedAtOf(m *sqsworker.Message, windowStart time.Time) time.Time {
 	return windowStart
 }
 
-// leaseFrom is the receive time the heartbeat counts m's lease from, for an
-// invocation that started at start: receivedAt when it is known to be no
-// later than SQS's (see receivedAtOf: m's first receive, whose time SQS
-// gives). A later receive's time is not given: the event source mapping
-// may have held the batch while Lambda throttled the function, for as long
-// as the visibility timeout allows. Its lease is then counted as if it had
-// no more than the heartbeat's Threshold left at the start, so that the
-// round at the invocation's start extends it, and sets a deadline SQS
-// confirmed, rather than a round that comes after SQS handed the message
-// to another consumer. That costs one visibility change per batch of such
-// records; a lease SQS no longer holds is refused then, and seen lost.
-func leaseFrom(m *sqsworker.Message, receivedAt, start time.Time, c visibility.Config) time.Time {
-	if m.ReceiveCount == 1 && !m.FirstReceivedAt.IsZero() {
-		return receivedAt
-	}
-	if t := start.Add(c.Threshold - c.VisibilityTimeout); t.Before(receivedAt) {
-		return t
-	}
-	return receivedAt
+// roundRetry is how often the round at an invocation's start is tried
+// again while another round is under way.
+const roundRetry = 20 * time.Millisecond
+
+// receiveKnown reports whether m's receive time as receivedAtOf gives it
+// is no later than SQS's: m's first receive, whose time SQS gives. A later
+// receive's time is not given, and the event source mapping may have held
+// the batch while Lambda throttled the function, for as long as the
+// visibility timeout allows: its lease is tracked as estimated
+// (visibility.Extender.TrackEstimated), extended in the round at the
+// invocation's start whatever its age, so that its deadline is one SQS
+// confirmed rather than one a first extension may come after. That costs
+// one visibility change per ten such records.
+func receiveKnown(m *sqsworker.Message) bool {
+	return m.ReceiveCount == 1 && !m.FirstReceivedAt.IsZero()
 }
 
 // report sets the visibility of the failed records, batched per queue, so

@@ -223,6 +223,10 @@ type Lease struct {
 	// guarded by e.mu; ended and calls stand next to acking, in the
 	// padding before hooks, so that a Lease fits the 128-byte size class
 	ended bool // released, lost or expired; whoever sets it cancels ctx
+	// estimated: the deadline counts from an estimated receive, which may
+	// be late; extended at the next round whatever its time left, until
+	// an extension sets a deadline SQS confirmed.
+	estimated bool
 	// calls counts the batch calls under way that extend the lease: one
 	// at most, unless rounds overlap (Round called while Run runs).
 	calls      uint8
@@ -302,8 +306,23 @@ func FromContext(ctx context.Context) *Lease {
 // message has been handled: until then ctx keeps a reference to the lease's
 // context.
 func (e *Extender) Track(ctx context.Context, m *sqsworker.Message, receivedAt time.Time) (context.Context, *Lease) {
+	return e.track(ctx, m, receivedAt, false)
+}
+
+// TrackEstimated is Track for a message whose receive time is an estimate
+// that may be later than SQS's own (a Lambda record on its second receive
+// or later, whose receive time SQS does not give): its deadline, counted
+// from receivedAt, may be later than SQS's. The next round extends it
+// whatever its time left, so that its deadline is then one SQS confirmed;
+// until that extension its deadline is counted from receivedAt, as
+// Track's is.
+func (e *Extender) TrackEstimated(ctx context.Context, m *sqsworker.Message, receivedAt time.Time) (context.Context, *Lease) {
+	return e.track(ctx, m, receivedAt, true)
+}
+
+func (e *Extender) track(ctx context.Context, m *sqsworker.Message, receivedAt time.Time, estimated bool) (context.Context, *Lease) {
 	cctx, cancel := context.WithCancelCause(ctx)
-	l := &Lease{e: e, msg: m, receivedAt: receivedAt, cancel: cancel}
+	l := &Lease{e: e, msg: m, receivedAt: receivedAt, cancel: cancel, estimated: estimated}
 	l.left.Store(int64(e.cfg.VisibilityTimeout))
 	l.ctx = leaseContext{Context: cctx, l: l}
 	e.mu.Lock()
@@ -507,6 +526,8 @@ func (e *Extender) round(ctx context.Context) {
 		switch left := deadline.Sub(now); {
 		case left <= 0:
 			lost = append(lost, l)
+		case l.estimated && until.After(deadline):
+			due = append(due, l) // for a deadline SQS confirms
 		case left > e.cfg.Threshold:
 			// Worth extending early only if it gains a round or more.
 			if until.Sub(deadline) >= e.cfg.Interval {
@@ -812,6 +833,7 @@ func (e *Extender) extendedTo(p *pending) func() {
 	e.mu.Lock()
 	p.counted = true
 	l.calls--
+	l.estimated = false
 	later := until.After(l.deadline())
 	if later {
 		l.left.Store(int64(until.Sub(l.receivedAt)))

@@ -879,3 +879,37 @@ func TestUncutExtensionRefusedPastTwelveHours(t *testing.T) {
 		}
 	})
 }
+
+// A lease tracked as estimated (its receive time may be later than SQS's)
+// is extended at the next round whatever its time left, once: its deadline
+// is then one SQS confirmed, and it is extended as any other after. A
+// lease tracked the same way by Track waits for its threshold.
+func TestEstimatedLeaseExtendedAtTheNextRound(t *testing.T) {
+	bubble.Test(t, func(t *testing.T) {
+		f, url, msgs := setup(t, 30*time.Second, 2)
+		e, err := visibility.New(f, visibility.Config{QueueURL: url, VisibilityTimeout: 30 * time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		_, est := e.TrackEstimated(context.Background(), msgs[0], start)
+		_, known := e.Track(context.Background(), msgs[1], start)
+		defer est.Release()
+		defer known.Release()
+		time.Sleep(time.Second)
+		e.Round(context.Background())
+		if n := f.Calls(sqstest.OpChangeMessageVisibilityBatch); n != 1 {
+			t.Fatalf("%d extension calls at the first round, want 1", n)
+		}
+		if d := est.Deadline().Sub(start); d != 31*time.Second {
+			t.Errorf("the estimated lease ends %s after its receive, want 31s: extended at the round", d)
+		}
+		if d := known.Deadline().Sub(start); d != 30*time.Second {
+			t.Errorf("the other lease ends %s after its receive, want 30s: not due", d)
+		}
+		e.Round(context.Background())
+		if n := f.Calls(sqstest.OpChangeMessageVisibilityBatch); n != 1 {
+			t.Errorf("%d extension calls after the second round, want 1: the estimated lease is confirmed", n)
+		}
+	})
+}
