@@ -813,7 +813,7 @@ func (a *adapter) invoke(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		ex.Received(1)
 		switch {
 		case rec.st != nil && rec.st.ext != nil:
-			if receiveKnown(j.Msg) {
+			if receiveKnown(j.Msg) || heldBack(j.Msg, start) {
 				j.Ctx, j.Lease = rec.st.ext.Track(hctx, j.Msg, receivedAt)
 			} else {
 				j.Ctx, j.Lease = rec.st.ext.TrackEstimated(hctx, j.Msg, receivedAt)
@@ -1016,6 +1016,15 @@ func receivedAtOf(m *sqsworker.Message, windowStart time.Time) time.Time {
 		return m.FirstReceivedAt
 	}
 	return windowStart
+}
+
+// heldBack reports whether m's time (sqsworker.AttrNotBefore) has not come
+// at start: the adapter holds it back, unrun, and settles it at the
+// invocation's end; its lease, needing no extension, is not confirmed
+// (which would cost a delayed job one visibility change per step).
+func heldBack(m *sqsworker.Message, start time.Time) bool {
+	nb, ok := m.NotBefore()
+	return ok && nb.After(start)
 }
 
 // roundRetry is how often the round at an invocation's start is tried
