@@ -203,6 +203,9 @@ type Coordinator struct {
 	// failedCap is the most indexes the batch's failed_chunks set
 	// holds: MaxFailedIndexes, smaller in tests.
 	failedCap int
+	// countBudget bounds the time a chunk's count, or its failure's
+	// record, takes with its retries: countBudget, shorter in tests.
+	countBudget time.Duration
 	// queues caches the limits of the chunks' queues (see limits).
 	queues limitsCache
 }
@@ -257,7 +260,7 @@ func New(ctx context.Context, db DynamoAPI, q SQSAPI, cfg Config) (*Coordinator,
 	}
 	bound := attempt.Bound(cfg.RequestTimeout)
 	c := &Coordinator{
-		db: db, sqs: q, cfg: cfg, now: time.Now, failedCap: MaxFailedIndexes,
+		db: db, sqs: q, cfg: cfg, now: time.Now, failedCap: MaxFailedIndexes, countBudget: countBudget,
 		dbOpts:  append(dynamohttp.Options(db), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, bound) }),
 		sqsOpts: append(sdkhttp.SQSOptions(q), func(o *sqs.Options) { o.APIOptions = append(o.APIOptions, bound) }),
 	}

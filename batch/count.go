@@ -40,11 +40,14 @@ var ErrGuardOutside = errors.New("its handler added writes (idempotency.AddWrite
 //
 // It counts a chunk with a transaction of its own, after next returned nil,
 // even when the run's context ended meanwhile (the effect is applied: a
-// count left undone would run the chunk again), for up to 30s; in a Lambda
-// invocation no later than its handlers' deadline (a little later when the
-// handler returned after it), so that a DynamoDB that does not answer
-// leaves the adapter time to release the chunk rather than have SQS
-// dead-letter it.
+// count left undone would run the chunk again), retried for up to 30s
+// (transactions of many chunks of one batch conflict on the batch's item);
+// in a Lambda invocation no later than its handlers' deadline (a little
+// later when the handler returned after it), so that a DynamoDB that does
+// not answer leaves the adapter time to release the chunk rather than have
+// SQS dead-letter it. A count still refused then fails the run as
+// sqsworker.Unavailable, PartlyUnavailable when its last attempt conflicted
+// (this batch's item is contended, not DynamoDB down for every job).
 // It may sit anywhere in a chain, inside or outside the idempotency
 // middleware; to commit the count together with the idempotency record and
 // the handler's AddWrites, use WithIdempotency instead. Inside the
@@ -108,8 +111,10 @@ func (c *Coordinator) outer(h sqsworker.Handler, viaGuard bool) sqsworker.Handle
 				// The commit kept conflicting with other transactions
 				// on the batch's item until its retries ran out:
 				// contention, no fault of the chunk's, which must not
-				// bring it closer to the dead-letter queue.
-				return sqsworker.Unavailable(err)
+				// bring it closer to the dead-letter queue; and of this
+				// batch's item alone, not an outage of DynamoDB's for
+				// the breaker to pause every job for.
+				return sqsworker.PartlyUnavailable(err)
 			}
 			if !r.added || !errors.As(err, &tce) {
 				if r.added {
@@ -307,12 +312,11 @@ func (c *Coordinator) notInBatch(id string, i int, item map[string]types.Attribu
 	return sqsworker.Permanent(&UnknownBatchError{ID: id, Table: c.cfg.Table})
 }
 
-// maxTxAttempts bounds the transactions count makes for one chunk: they
-// conflict when many chunks of one batch are counted at once.
-const maxTxAttempts = 8
-
 // countBudget bounds the time count takes, its retries included, once the
-// handler has succeeded, whatever the run's context.
+// handler has succeeded, whatever the run's context; and recordFailure's.
+// The transactions are retried until it ends: they conflict when many
+// chunks of one batch are counted at once, each a write of the batch's
+// item, and one item takes about 1,000 write units a second.
 const countBudget = 30 * time.Second
 
 // count counts chunk i of batch id as done with a transaction of its own.
@@ -323,18 +327,26 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 	// the run's context has ended meanwhile (a handler that ignored it),
 	// rather than fail the chunk and run it again. countBudget bounds it,
 	// and in a Lambda invocation its handlers' deadline (see finishing).
-	ctx, cancel := finishing(ctx, countBudget)
+	ctx, cancel := finishing(ctx, c.countBudget)
 	defer cancel()
 	// A request and its token go together: DynamoDB refuses a token
 	// repeated with other parameters.
 	token, items := newToken(), c.countWrites(id, i, recovering)
 	var last error
-	for attempt := range maxTxAttempts {
+	conflicted := false // the last attempt was cancelled, not failed
+	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
 			if err := sleep(ctx, txBackoff(attempt)); err != nil {
 				// Every attempt so far failed for a reason that may pass
 				// (an outage, throttling, a conflict): not the chunk's.
-				return sqsworker.Unavailable(fmt.Errorf("batch: counting chunk %d of batch %q: %w (last: %w)", i, id, err, last))
+				err = fmt.Errorf("batch: counting chunk %d of batch %q: %w (last: %w)", i, id, err, last)
+				if conflicted {
+					// Contention on this batch's item: no outage of
+					// DynamoDB's, for the breaker to pause every job
+					// for.
+					return sqsworker.PartlyUnavailable(err)
+				}
+				return sqsworker.Unavailable(err)
 			}
 		}
 		_, err := c.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
@@ -353,8 +365,10 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 			if !retryableErr(err) {
 				return last
 			}
+			conflicted = conflict(err)
 			continue
 		}
+		conflicted = true
 		rs := tce.CancellationReasons
 		if len(rs) == 2 && aws.ToString(rs[1].Code) == "ConditionalCheckFailed" {
 			return c.notInBatch(id, i, rs[1].Item)
@@ -374,7 +388,6 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 		// request.
 		token, items = newToken(), c.countWrites(id, i, recovering)
 	}
-	return sqsworker.Unavailable(last)
 }
 
 // recordFailure records chunk i of batch id as failed when err is its last
@@ -408,14 +421,14 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 	// The runtime's own outcome does not wait on this: the failure is
 	// the message's; its record is retried a little (it conflicts with
 	// the counts of other chunks on the batch's item), then logged.
-	rctx, cancel := finishing(ctx, countBudget)
+	rctx, cancel := finishing(ctx, c.countBudget)
 	defer cancel()
 	listed := true // the chunk's index goes into the batch's failed_chunks
 	in := c.failureWrites(id, i, item, listed)
 	var terr error
 	atOnce := false // the next attempt does not wait
 attempts:
-	for attempt := range maxTxAttempts {
+	for attempt := 0; ; attempt++ {
 		if attempt > 0 && !atOnce && sleep(rctx, txBackoff(attempt)) != nil {
 			break
 		}

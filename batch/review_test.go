@@ -160,6 +160,7 @@ func TestConflictIsNotAFailure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		batch.SetCountBudget(coord, 2*time.Second)
 		h := coord.Middleware(new(effects).handler(nil))
 		if guarded {
 			h = withGuard(t, coord, db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{ClaimGrace: time.Millisecond})(new(effects).handler(nil))
@@ -172,8 +173,8 @@ func TestConflictIsNotAFailure(t *testing.T) {
 		if db.calls.Load() < 2 {
 			t.Fatalf("%d transactions, want the conflicts retried", db.calls.Load())
 		}
-		if err == nil || !sqsworker.IsUnavailable(err) {
-			t.Fatalf("a chunk whose count conflicted until its retries ran out: %v, want an Unavailable error", err)
+		if err == nil || !sqsworker.IsPartlyUnavailable(err) {
+			t.Fatalf("a chunk whose count conflicted until its retries ran out: %v, want a PartlyUnavailable error: contention, not an outage for the breaker", err)
 		}
 		if p := progress(t, e.coord, "hot"); p.Done != 0 || p.Failed != 0 {
 			t.Errorf("progress %+v, want the chunk pending", p)
@@ -639,5 +640,49 @@ func TestRecordFailureConflict(t *testing.T) {
 	}
 	if p := progress(t, e.coord, "busy"); p.Failed != 1 || len(p.FailedChunks) != 1 {
 		t.Errorf("progress %+v, want the chunk recorded failed", p)
+	}
+}
+
+// conflictingFor is conflicting for its first n transactions, then
+// DynamoDB Local's.
+type conflictingFor struct {
+	conflicting
+	n int64
+}
+
+func (c *conflictingFor) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if c.calls.Load() < c.n {
+		return c.conflicting.TransactWriteItems(ctx, in, opts...)
+	}
+	c.calls.Add(1)
+	return c.Client.TransactWriteItems(ctx, in, opts...)
+}
+
+// Contention on a batch's item that outlasts a few retries but not the
+// count's budget (here 12 conflicting transactions, 4.6 s of backoff),
+// on DynamoDB Local: the chunk whose handler succeeded is counted, its
+// handler run once. Before, the count gave up after 8 transactions (2.3 s
+// here): the chunk's run failed, and its handler ran again on its next
+// receive.
+func TestContentionOutlastingEightTriesIsCounted(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("hot", 1)); err != nil {
+		t.Fatal(err)
+	}
+	db := &conflictingFor{conflicting: conflicting{Client: e.db}, n: 12}
+	coord, err := batch.New(ctx, db, e.sqs, batch.Config{Table: e.table, MaxReceiveCount: 3, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eff effects
+	h := coord.Middleware(eff.handler(nil))
+	m := receive(t, e.sqs, e.work, 1)[0]
+	if err := h.HandleMessage(ctx, m); err != nil {
+		t.Fatalf("a chunk counted after 12 conflicts: %v, want nil (%d transactions)", err, db.calls.Load())
+	}
+	if p := progress(t, e.coord, "hot"); p.Done != 1 {
+		t.Errorf("progress %+v, want the chunk counted", p)
 	}
 }
