@@ -504,8 +504,19 @@ func (g *Guard) handle(ctx context.Context, m *sqsworker.Message, next sqsworker
 	if len(writes) > 0 {
 		err := g.commit(fctx, deadline, Commit{Key: key, Token: token, PayloadHash: hash, Result: result, Writes: writes}, size, log)
 		if errors.Is(err, ErrNotHolder) {
-			// A handler that went on after its claim was lost.
-			err = lostTo(hctx, err)
+			// Another holder has the key (this one's lease ended while
+			// the handler ran, and another receive claimed it): none of
+			// the writes applied. Lost to an outage, the claim's loss
+			// says so (Unavailable). Otherwise the job is not at fault
+			// either, and its last receive must not dead-letter a job
+			// another holder runs: PartlyUnavailable spends no attempt,
+			// and the breaker does not count it. The job comes back, to
+			// find the key completed (acknowledged), held (put off) or
+			// free (run).
+			if lost := lostTo(hctx, err); sqsworker.IsUnavailable(lost) {
+				return lost
+			}
+			return sqsworker.PartlyUnavailable(err)
 		}
 		return err
 	}

@@ -309,3 +309,30 @@ func TestOversizedItemCompletesWithoutResult(t *testing.T) {
 		t.Errorf("stats %+v, want one refused completion, then a duplicate", s)
 	}
 }
+
+// A holder whose claim another holder took while its handler ran, with
+// writes to commit: the commit fails its condition, none of the writes
+// applies, and the job's error is ErrNotHolder marked PartlyUnavailable,
+// which spends no attempt: on its last receive a failure would dead-letter
+// a job another holder runs. Its next receive finds the key completed,
+// held or free. Before, the commit's ErrNotHolder was the job's failure.
+func TestCommitOfATakenClaimPutsTheJobOff(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b backend) {
+		g, _ := idempotency.New(b.store, idempotency.Config{Logger: quiet()})
+		work := sqsworker.HandlerFunc(func(ctx context.Context, m *sqsworker.Message) error {
+			b.takeOver("taken-writes")
+			return idempotency.AddWrites(ctx, effectWrite(b.effects, "taken-writes"))
+		})
+		err := g.Middleware(work).HandleMessage(context.Background(), msg("taken-writes", "payload"))
+		if !errors.Is(err, idempotency.ErrNotHolder) || !sqsworker.IsPartlyUnavailable(err) {
+			t.Errorf("commit of a claim another holder took: %v, want ErrNotHolder marked PartlyUnavailable", err)
+		}
+		if n := b.applied("taken-writes"); n != 0 {
+			t.Errorf("the writes applied %d times, want none", n)
+		}
+		if tok := b.holder("taken-writes"); tok != "another-holder" {
+			t.Errorf("the key is held by %q, want the other holder", tok)
+		}
+	})
+}

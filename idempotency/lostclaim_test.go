@@ -35,13 +35,14 @@ func TestLostClaimCommitInOutageIsUnavailable(t *testing.T) {
 		})
 		ctx, m := leasedContext(t, "ignored", "payload", 2*time.Second)
 		err := g.Middleware(work).HandleMessage(ctx, m)
-		// The memory store's faults are not outages: there the job's
-		// error is as unmarked as the cause.
+		// The memory store's faults are not outages: there the cause is
+		// unmarked, and the job's error is marked PartlyUnavailable, as
+		// for any claim another holder took (no failure of the job's).
 		_, mem := b.store.(*idempotency.MemStore)
 		if !errors.Is(cause, idempotency.ErrNotHolder) || sqsworker.IsUnavailable(cause) == mem {
 			t.Fatalf("the handler's context ended with %v, want the claim lost to the outage", cause)
 		}
-		if !errors.Is(err, idempotency.ErrNotHolder) || sqsworker.IsUnavailable(err) == mem {
+		if !errors.Is(err, idempotency.ErrNotHolder) || !sqsworker.IsUnavailable(err) || sqsworker.IsPartlyUnavailable(err) != mem {
 			t.Errorf("commit of a claim lost to an outage: %v, want ErrNotHolder, marked Unavailable as the loss", err)
 		}
 		if n := b.applied("ignored"); n != 0 {

@@ -142,8 +142,8 @@ func TestClaimLostBeforeCommitAppliesNothing(t *testing.T) {
 		return idempotency.AddWrites(ctx, effectWrite(effects, "taken"))
 	}))
 	err := h.HandleMessage(context.Background(), msg("taken", "payload"))
-	if !errors.Is(err, idempotency.ErrNotHolder) || sqsworker.IsUnavailable(err) {
-		t.Fatalf("commit after the claim was lost: %v, want ErrNotHolder (and not an outage)", err)
+	if !errors.Is(err, idempotency.ErrNotHolder) || !sqsworker.IsPartlyUnavailable(err) {
+		t.Fatalf("commit after the claim was lost: %v, want ErrNotHolder, marked PartlyUnavailable: no outage for the breaker, nor a failure of the job's", err)
 	}
 	if n := applied(t, db, effects, "taken"); n != 0 {
 		t.Fatalf("effect applied %d times by a holder that lost its claim", n)
