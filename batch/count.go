@@ -19,6 +19,7 @@ import (
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/idempotency"
 	"github.com/sqsworker/sqsworker/internal/awserr"
+	"github.com/sqsworker/sqsworker/internal/outcome"
 	"github.com/sqsworker/sqsworker/internal/stopby"
 	"github.com/sqsworker/sqsworker/producer"
 )
@@ -185,7 +186,20 @@ func (c *Coordinator) inner(next sqsworker.Handler) sqsworker.Handler {
 		if prior == StatusDone {
 			return nil
 		}
-		if err := next.HandleMessage(ctx, m); err != nil {
+		if r.viaGuard {
+			// A Guard whose Store cannot commit writes refuses the count
+			// after the handler's effect: the chunk would run on every
+			// receive, and be dead-lettered uncounted. The composition
+			// is wrong, not the chunk: it waits, as for ErrGuardOutside,
+			// before its handler runs.
+			if err := idempotency.AddWrites(ctx); err != nil && !errors.Is(err, idempotency.ErrNoClaim) {
+				return sqsworker.Unavailable(fmt.Errorf("batch: chunk %d of batch %q: WithIdempotency needs a Guard whose Store commits writes: %w", i, id, err))
+			}
+		}
+		// A panic is recovered as the runtimes recover it, so that a
+		// chunk whose handler panics on its last attempt is recorded
+		// failed, as any other.
+		if err := outcome.Call(ctx, next, m); err != nil {
 			c.recordFailure(ctx, id, i, m, err)
 			return err
 		}

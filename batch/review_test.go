@@ -686,3 +686,69 @@ func TestContentionOutlastingEightTriesIsCounted(t *testing.T) {
 		t.Errorf("progress %+v, want the chunk counted", p)
 	}
 }
+
+// A chunk whose handler panics on its last attempt is recorded failed, on
+// DynamoDB Local, as one that returns an error is; the panic comes back as
+// a *sqsworker.PanicError, which the runtimes count as a panic. Before, it
+// went past the middleware: the runtime dead-lettered the chunk, which the
+// batch still counted pending.
+func TestPanickingChunkRecordedFailed(t *testing.T) {
+	t.Parallel()
+	eachWay(t, func(t *testing.T, guarded bool) {
+		e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
+		ctx := context.Background()
+		if err := e.coord.Create(ctx, e.spec("panics", 1)); err != nil {
+			t.Fatal(err)
+		}
+		boom := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { panic("boom") })
+		h := e.coord.Middleware(boom)
+		if guarded {
+			h = withGuard(t, e.coord, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"}, idempotency.Config{})(boom)
+		}
+		m := again(again(receive(t, e.sqs, e.work, 1)[0])) // its last attempt
+		var pe *sqsworker.PanicError
+		if err := h.HandleMessage(ctx, m); !errors.As(err, &pe) {
+			t.Fatalf("a chunk whose handler panicked: %v, want a *sqsworker.PanicError", err)
+		}
+		if p := progress(t, e.coord, "panics"); p.Failed != 1 {
+			t.Errorf("progress %+v, want the chunk recorded failed", p)
+		}
+	})
+}
+
+// storeOnly is a Store that cannot commit writes (no WriteCommitter).
+type storeOnly struct{ idempotency.Store }
+
+// WithIdempotency over a Guard whose Store cannot commit writes: the chunk
+// waits (sqsworker.Unavailable, naming the fix) before its handler runs.
+// Before, its handler ran on every receive, its count was refused after
+// the effect, and the chunk was dead-lettered uncounted.
+func TestGuardThatCannotCommitRefusedBeforeTheHandler(t *testing.T) {
+	t.Parallel()
+	e := newFakeEnv(t, batch.Config{MaxReceiveCount: 3})
+	ctx := context.Background()
+	if err := e.coord.Create(ctx, e.spec("plain", 1)); err != nil {
+		t.Fatal(err)
+	}
+	store, err := idempotency.NewDynamoStore(ctx, e.db, idempotency.StoreConfig{Table: e.table, KeyPrefix: "jobs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := idempotency.New(storeOnly{store}, idempotency.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs atomic.Int64
+	h := e.coord.WithIdempotency(guard.Middleware)(sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { runs.Add(1); return nil }))
+	m := receive(t, e.sqs, e.work, 1)[0]
+	err = h.HandleMessage(ctx, m)
+	if !sqsworker.IsUnavailable(err) || !strings.Contains(err.Error(), "needs a Guard whose Store commits writes") {
+		t.Errorf("a chunk under a Guard that cannot commit writes: %v, want it waiting, naming the fix", err)
+	}
+	if n := runs.Load(); n != 0 {
+		t.Errorf("the handler ran %d times, want none", n)
+	}
+	if p := progress(t, e.coord, "plain"); p.Done != 0 || p.Failed != 0 {
+		t.Errorf("progress %+v, want the chunk pending", p)
+	}
+}
