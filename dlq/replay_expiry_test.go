@@ -336,7 +336,7 @@ func TestReplayRatePastTheDeadline(t *testing.T) {
 	q := openOrdersDLQ(t, e.f)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	res, err := q.Replay(ctx, ReplayConfig{PerSecond: 0.05})
+	res, err := q.Replay(ctx, ReplayConfig{PerSecond: 0.05, Visibility: time.Minute})
 	if !errors.Is(err, ErrInterrupted) || !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "%!") || res.Moved != 1 || !res.Interrupted {
 		t.Errorf("err %v, moved %d, interrupted %v; want an interruption by the deadline after 1 moved", err, res.Moved, res.Interrupted)
 	}
