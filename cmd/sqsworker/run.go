@@ -27,6 +27,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/spf13/cobra"
 
 	"github.com/sqsworker/sqsworker"
@@ -465,7 +466,7 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 	}
 	if !f.force {
 		for _, u := range urls {
-			if err := refuseDeadLetterQueue(ctx, c, u); err != nil {
+			if err := refuseDeadLetterQueue(ctx, c, u, a.errs); err != nil {
 				return err
 			}
 		}
@@ -1115,10 +1116,14 @@ func redactURL(raw string) string {
 // refuseDeadLetterQueue returns an error when the queue at url is the
 // dead-letter queue of other queues: run would run their dead-lettered
 // jobs again outside their own queues, delete those that succeed, and
-// fail the others for good. When SQS cannot say (an endpoint without
-// ListDeadLetterSourceQueues, a role without it), it goes on.
-func refuseDeadLetterQueue(ctx context.Context, api dlq.SourceLister, url string) error {
-	sources := deadLetterSources(ctx, api, url)
+// fail the others for good. When that cannot be known (see
+// deadLetterSources), it says so on warn and goes on.
+func refuseDeadLetterQueue(ctx context.Context, api sourcesAPI, url string, warn io.Writer) error {
+	sources, err := deadLetterSources(ctx, api, url)
+	if err != nil {
+		fmt.Fprintf(warn, "warning: could not check that %s is no dead-letter queue (%v); running it anyway\n", queueName(url), err)
+		return nil
+	}
 	if sources == "" {
 		return nil
 	}
@@ -1127,23 +1132,96 @@ func refuseDeadLetterQueue(ctx context.Context, api dlq.SourceLister, url string
 		name, sources, name)
 }
 
+// sourcesAPI is what deadLetterSources calls.
+type sourcesAPI interface {
+	dlq.SourceLister
+	dlq.QueueLister
+	GetQueueAttributes(ctx context.Context, in *sqs.GetQueueAttributesInput, optFns ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error)
+}
+
+// maxSourceScan is the most queues deadLetterSources reads the redrive
+// policies of, where it cannot ask ListDeadLetterSourceQueues.
+const maxSourceScan = 1000
+
 // deadLetterSources returns the names of the queues whose dead-letter
-// queue url is ("a, b and more"), "" when it is none, or when SQS cannot
-// say (an endpoint without ListDeadLetterSourceQueues, a role without it).
-func deadLetterSources(ctx context.Context, api dlq.SourceLister, url string) string {
+// queue url is ("a, b and more"), "" when it is none. Where SQS refuses
+// ListDeadLetterSourceQueues (an endpoint without it, a role without the
+// permission), it reads the redrive policies of the queues ListQueues
+// lists instead, up to maxSourceScan of them; it returns an error when
+// neither way can say.
+func deadLetterSources(ctx context.Context, api sourcesAPI, url string) (string, error) {
 	out, err := api.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: aws.String(url), MaxResults: aws.Int32(10)})
-	if err != nil || len(out.QueueUrls) == 0 {
+	if err == nil {
+		more := aws.ToString(out.NextToken) != ""
+		return sourceNames(out.QueueUrls, more), nil
+	}
+	srcs, more, lerr := sourcesByListing(ctx, api, url)
+	if lerr != nil {
+		return "", fmt.Errorf("ListDeadLetterSourceQueues: %w; and reading the redrive policies of the queues instead: %w", err, lerr)
+	}
+	return sourceNames(srcs, more), nil
+}
+
+// sourceNames joins the names of the queues at urls, with " and more" when
+// more.
+func sourceNames(urls []string, more bool) string {
+	if len(urls) == 0 {
 		return ""
 	}
-	names := make([]string, len(out.QueueUrls))
-	for i, u := range out.QueueUrls {
+	names := make([]string, len(urls))
+	for i, u := range urls {
 		names[i] = queueName(u)
 	}
-	more := ""
-	if aws.ToString(out.NextToken) != "" {
-		more = " and more"
+	s := strings.Join(names, ", ")
+	if more {
+		s += " and more"
 	}
-	return strings.Join(names, ", ") + more
+	return s
+}
+
+// sourcesByListing returns the queues, among those ListQueues lists, whose
+// redrive policy names the queue at url, up to 10 (more: there are more).
+func sourcesByListing(ctx context.Context, api sourcesAPI, url string) (srcs []string, more bool, err error) {
+	attr, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
+	if err != nil {
+		return nil, false, err
+	}
+	arn := attr.Attributes[string(types.QueueAttributeNameQueueArn)]
+	var urls []string
+	in := &sqs.ListQueuesInput{MaxResults: aws.Int32(1000)}
+	for {
+		out, err := api.ListQueues(ctx, in)
+		if err != nil {
+			return nil, false, err
+		}
+		urls = append(urls, out.QueueUrls...)
+		if len(urls) > maxSourceScan {
+			return nil, false, fmt.Errorf("more than %d queues to read the redrive policies of", maxSourceScan)
+		}
+		if aws.ToString(out.NextToken) == "" {
+			break
+		}
+		in.NextToken = out.NextToken
+	}
+	for _, u := range urls {
+		if u == url {
+			continue
+		}
+		out, err := api.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(u), AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy}})
+		if err != nil {
+			if dlq.IsQueueMissing(err) {
+				continue // deleted since it was listed
+			}
+			return nil, false, err
+		}
+		if p, err := dlq.ParseRedrivePolicy(out.Attributes[string(types.QueueAttributeNameRedrivePolicy)]); err == nil && p.DeadLetterTargetARN == arn {
+			if len(srcs) == 10 {
+				return srcs, true, nil
+			}
+			srcs = append(srcs, u)
+		}
+	}
+	return srcs, false, nil
 }
 
 // connectionError classes a request that got no response. A connection

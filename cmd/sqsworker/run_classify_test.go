@@ -85,32 +85,81 @@ cat >> %s`, attempts, attempts, done)
 	}
 }
 
-// sources is a queue's dead-letter sources as SQS lists them, or its error.
+// sources is a queue's dead-letter sources as SQS lists them, or its error;
+// and, for the listing that stands in when it cannot, the queues and their
+// redrive policies (by URL), or the listing's error.
 type sources struct {
-	urls []string
-	err  error
+	urls     []string
+	err      error
+	policies map[string]string
+	listErr  error
 }
 
 func (s sources) ListDeadLetterSourceQueues(context.Context, *sqs.ListDeadLetterSourceQueuesInput, ...func(*sqs.Options)) (*sqs.ListDeadLetterSourceQueuesOutput, error) {
 	return &sqs.ListDeadLetterSourceQueuesOutput{QueueUrls: s.urls}, s.err
 }
 
+func (s sources) ListQueues(context.Context, *sqs.ListQueuesInput, ...func(*sqs.Options)) (*sqs.ListQueuesOutput, error) {
+	if s.listErr != nil {
+		return nil, s.listErr
+	}
+	out := &sqs.ListQueuesOutput{}
+	for u := range s.policies {
+		out.QueueUrls = append(out.QueueUrls, u)
+	}
+	return out, nil
+}
+
+func (s sources) GetQueueAttributes(_ context.Context, in *sqs.GetQueueAttributesInput, _ ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	u := aws.ToString(in.QueueUrl)
+	return &sqs.GetQueueAttributesOutput{Attributes: map[string]string{
+		"QueueArn":      "arn:aws:sqs:eu-west-1:123456789012:" + queueName(u),
+		"RedrivePolicy": s.policies[u],
+	}}, nil
+}
+
 // run refuses a queue that is another's dead-letter queue (an operator
 // pointing it at the wrong queue would run the dead-lettered jobs there),
-// naming the source and the fix; a queue that is none, or that SQS cannot
-// say of (the local SQS lacks ListDeadLetterSourceQueues), runs.
+// naming the source and the fix; a queue that is none runs. Where SQS
+// refuses ListDeadLetterSourceQueues (the local SQS lacks it; a role may
+// not have it), the redrive policies of the queues it lists stand in;
+// when neither can say, it runs, and says so. Before, a refused
+// ListDeadLetterSourceQueues let any queue run, silently.
 func TestRunRefusesADeadLetterQueue(t *testing.T) {
-	const dlqURL = "https://sqs.eu-west-1.amazonaws.com/123456789012/orders-dlq"
-	err := refuseDeadLetterQueue(context.Background(), sources{urls: []string{"https://sqs.eu-west-1.amazonaws.com/123456789012/orders"}}, dlqURL)
+	const base = "https://sqs.eu-west-1.amazonaws.com/123456789012/"
+	const dlqURL = base + "orders-dlq"
+	ctx := context.Background()
+	var warn strings.Builder
+	err := refuseDeadLetterQueue(ctx, sources{urls: []string{base + "orders"}}, dlqURL, &warn)
 	if err == nil || !strings.Contains(err.Error(), "orders-dlq is the dead-letter queue of orders") ||
 		!strings.Contains(err.Error(), "sqsworker dlq replay orders-dlq") || !strings.Contains(err.Error(), "--force") {
 		t.Errorf("a dead-letter queue: %v", err)
 	}
-	if err := refuseDeadLetterQueue(context.Background(), sources{}, dlqURL); err != nil {
+	if err := refuseDeadLetterQueue(ctx, sources{}, dlqURL, &warn); err != nil {
 		t.Errorf("a queue that is no dead-letter queue: %v", err)
 	}
-	if err := refuseDeadLetterQueue(context.Background(), sources{err: errors.New("InvalidAction")}, dlqURL); err != nil {
-		t.Errorf("an endpoint that cannot say: %v", err)
+	invalid := errors.New("InvalidAction: ListDeadLetterSourceQueues")
+	policies := map[string]string{
+		base + "orders":      `{"deadLetterTargetArn":"arn:aws:sqs:eu-west-1:123456789012:orders-dlq","maxReceiveCount":5}`,
+		base + "billing":     `{"deadLetterTargetArn":"arn:aws:sqs:eu-west-1:123456789012:billing-dlq","maxReceiveCount":5}`,
+		dlqURL:               "",
+		base + "billing-dlq": "",
+	}
+	err = refuseDeadLetterQueue(ctx, sources{err: invalid, policies: policies}, dlqURL, &warn)
+	if err == nil || !strings.Contains(err.Error(), "orders-dlq is the dead-letter queue of orders:") {
+		t.Errorf("a dead-letter queue found by the redrive policies: %v", err)
+	}
+	if err := refuseDeadLetterQueue(ctx, sources{err: invalid, policies: policies}, base+"orders", &warn); err != nil {
+		t.Errorf("a queue that no redrive policy names: %v", err)
+	}
+	if warn.Len() != 0 {
+		t.Errorf("warned: %s", warn.String())
+	}
+	if err := refuseDeadLetterQueue(ctx, sources{err: invalid, listErr: errors.New("AccessDenied")}, dlqURL, &warn); err != nil {
+		t.Errorf("neither way can say: %v, want it run", err)
+	}
+	if !strings.Contains(warn.String(), "warning: could not check that orders-dlq is no dead-letter queue") || !strings.Contains(warn.String(), "AccessDenied") {
+		t.Errorf("neither way can say, and the warning is %q", warn.String())
 	}
 }
 

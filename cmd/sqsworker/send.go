@@ -235,7 +235,10 @@ func (a *app) send(ctx context.Context, f sendFlags, queueArg string, bodies []s
 		return err
 	}
 	if !f.force {
-		if sources := deadLetterSources(ctx, c, q.url); sources != "" {
+		switch sources, err := deadLetterSources(ctx, c, q.url); {
+		case err != nil:
+			fmt.Fprintf(a.err, "warning: could not check that %s is no dead-letter queue (%v); sending anyway\n", queueName(q.url), err)
+		case sources != "":
 			name := queueName(q.url)
 			return fmt.Errorf("%s is the dead-letter queue of %s: a job sent there is never run, only listed by sqsworker dlq; send it to %s, or pass --force to send to %s anyway",
 				name, sources, sources, name)

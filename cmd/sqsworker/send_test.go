@@ -884,6 +884,26 @@ func TestSendRefusesADeadLetterQueue(t *testing.T) {
 	}
 }
 
+// On the local SQS, which lacks ListDeadLetterSourceQueues, send finds a
+// dead-letter queue by the redrive policies of the queues it lists, and
+// refuses it. Before, it sent the job there, where it would never run,
+// without a word.
+func TestSendRefusesADeadLetterQueueWithoutTheSourceList(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli := startCLI(t, ctx, "", "send", q.DLQURL, `{"order":1}`)
+	code, stderr := cli.wait(t), cli.stderr.String()
+	if want := queueName(q.DLQURL) + " is the dead-letter queue of " + queueName(q.URL); code != 1 || !strings.Contains(stderr, want) {
+		t.Errorf("send to the dead-letter queue: exit %d, want 1 and %q; stderr:\n%s", code, want, stderr)
+	}
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 0 {
+		t.Errorf("%d messages sent to the dead-letter queue", v+f+d)
+	}
+}
+
 // Interrupted on a FIFO queue after a line of a group was not sent, send
 // says to resume from that line, as the line's own error does, and why
 // only within five minutes: before, it said to resume after the last line
