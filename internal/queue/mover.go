@@ -75,7 +75,10 @@ type Mover struct {
 //
 // ok is false when the copy was sent, or tried, without failure metadata: the
 // message's own attributes left no room for it, in number or in size, or SQS
-// refused the copy with it. Move never changes the body: a message larger
+// refused the copy with it. A copy without metadata carries the job's key
+// (an idempotency-key attribute, the key DefaultKey gives m) when m has
+// none and it fits: its replay keeps the job's key, rather than get one of
+// the copy's own message ID. Move never changes the body: a message larger
 // than the dead-letter queue accepts cannot be moved, and Move returns SQS's
 // error.
 func (mv *Mover) Move(ctx context.Context, m *sqsworker.Message, cause error) (ok bool, err error) {
@@ -84,6 +87,9 @@ func (mv *Mover) Move(ctx context.Context, m *sqsworker.Message, cause error) (o
 	}
 	f := mv.failure(m, cause)
 	attrs, ok := f.AddWithin(m.Body, m.MessageAttributes, mv.MaxMessageSize)
+	if !ok {
+		attrs = mv.keyed(m, attrs)
+	}
 	sent := false
 	if withKey, need := keepKey(m); need {
 		if a, fits := f.AddWithin(m.Body, withKey, mv.MaxMessageSize); fits {
@@ -130,6 +136,31 @@ func keepKey(m *sqsworker.Message) (map[string]sqsworker.MessageAttribute, bool)
 	out := maps.Clone(m.MessageAttributes)
 	out[jobkey.Attribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: jobkey.OfID(f.MessageID)}
 	return out, true
+}
+
+// keyed returns attrs, the attributes of m's copy without failure
+// metadata (none fit), with an idempotency-key attribute holding the key of
+// m's job when m has none and it fits: without metadata, the copy's replay
+// would get the key of the copy's own message ID, a key of its own, and
+// run the job again beside another copy (a move sent again after its reply
+// was lost, an original left by a crash and moved by SQS).
+func (mv *Mover) keyed(m *sqsworker.Message, attrs map[string]sqsworker.MessageAttribute) map[string]sqsworker.MessageAttribute {
+	if _, ok := attrs[jobkey.Attribute]; ok || len(attrs) >= sqsworker.MaxMessageAttributes {
+		return attrs
+	}
+	out := maps.Clone(attrs)
+	if out == nil {
+		out = map[string]sqsworker.MessageAttribute{}
+	}
+	out[jobkey.Attribute] = sqsworker.MessageAttribute{DataType: "String", StringValue: jobkey.Of(m)}
+	limit := mv.MaxMessageSize
+	if limit <= 0 {
+		limit = sqsworker.MaxMessageSize
+	}
+	if sqsworker.MessageSize(m.Body, out) > limit {
+		return attrs
+	}
+	return out
 }
 
 // failure returns the metadata Move adds to the copy of m.

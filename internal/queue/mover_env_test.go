@@ -188,3 +188,47 @@ func TestMoverFairQueueEmulator(t *testing.T) {
 	}
 	checkCopy(t, receiveEventually(t, c, dlq), m, "fields")
 }
+
+// A copy with no room for failure metadata but room for a key, on the local
+// SQS: it carries the job's key (idempotency-key, the key DefaultKey gives
+// the original), so that its replay keeps the job's key, and two copies of
+// one job (a move sent again after its reply was lost, an original left by
+// a crash and moved by SQS) run it once. A copy whose message has its ten
+// attributes goes without. Before, a copy without metadata went without a
+// key, and its replay was keyed by its own message ID in the dead-letter
+// queue.
+func TestMoverKeysACopyWithoutMetadataEmulator(t *testing.T) {
+	c := localtest.NewSQS(t)
+	ctx := t.Context()
+	mv := testMover(c, "")
+	ownSize := sqsworker.MessageSize("", testMessage("").MessageAttributes)
+	_, json := metadataSizes(t, mv, testMessage(""), errBadPayload)
+	full := testMessage("job")
+	for i := len(full.MessageAttributes); i < sqsworker.MaxMessageAttributes; i++ {
+		full.MessageAttributes[strings.Repeat("a", i+1)] = sqsworker.MessageAttribute{DataType: "String", StringValue: "v"}
+	}
+	for _, tc := range []struct {
+		name string
+		m    *sqsworker.Message
+		key  string
+	}{
+		{"room for the key", testMessage(strings.Repeat("y", sqsworker.MaxMessageSize-ownSize-json+1)), "message-id:" + testMessage("").ID},
+		{"ten attributes", full, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dlq := localtest.NewQueue(t, c, localtest.QueueOptions{}).URL
+			mv := testMover(c, dlq)
+			ok, err := mv.Move(ctx, tc.m, errBadPayload)
+			if err != nil || ok {
+				t.Fatalf("Move = %v, %v; want false (no room for metadata), nil", ok, err)
+			}
+			got := receiveEventually(t, c, dlq)
+			if k := got.MessageAttributes["idempotency-key"].StringValue; k != tc.key {
+				t.Errorf("the copy's idempotency-key is %q, want %q", k, tc.key)
+			}
+			if _, ok := sqsworker.ParseFailure(got.MessageAttributes); ok {
+				t.Errorf("the copy has failure metadata")
+			}
+		})
+	}
+}
