@@ -446,6 +446,22 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 	concurrency := errs.number("Concurrency", props.Concurrency, DefaultConcurrency)
 	if known(concurrency) && (concurrency < 1 || !isWhole(concurrency)) {
 		errs.add("Concurrency must be a whole number >= 1, got %g", concurrency)
+	} else if props.PriorityQueues != nil && known(concurrency) {
+		// The worker refuses these at start, and the service would
+		// restart it for ever: said at synthesis instead.
+		reserved, none := 0, ""
+		for _, l := range props.PriorityQueues.Levels {
+			reserved += l.Reserved
+			if l.Reserved == 0 && none == "" {
+				none = l.Name
+			}
+		}
+		switch {
+		case float64(reserved) > concurrency:
+			errs.add("the priority levels reserve %d slots in all but Concurrency is %g: raise Concurrency or lower the levels' Reserved", reserved, concurrency)
+		case float64(reserved) == concurrency && none != "":
+			errs.add("the priority levels reserve all %g slots of Concurrency, so level %q, which reserves none, would never run: raise Concurrency or lower the levels' Reserved", concurrency, none)
+		}
 	}
 	if props.JobDuration != nil && props.BacklogPerTask != nil {
 		errs.add("give JobDuration (the target is derived from it) or BacklogPerTask (the target itself), not both")

@@ -294,6 +294,18 @@ func TestPriorityInvalidProps(t *testing.T) {
 			pq := sqsinfra.NewPriorityQueues(s, "P", nil)
 			sqsinfra.NewPollerService(s, "W", &sqsinfra.PollerServiceProps{PriorityQueues: pq, Queue: pq.Levels[0].Queue, Image: image(), Handler: handler()})
 		}, []string{"give Queue or PriorityQueues, not both"}},
+		// The worker would refuse both at start, and the service restart
+		// it for ever.
+		{"poller whose levels reserve more than its concurrency", func(s awscdk.Stack) {
+			pq := sqsinfra.NewPriorityQueues(s, "P", &sqsinfra.PriorityQueuesProps{Levels: []sqsinfra.PriorityLevel{
+				{Name: "critical", Reserved: jsii.Number(8)}, {Name: "normal", Reserved: jsii.Number(4)}}})
+			sqsinfra.NewPollerService(s, "W", &sqsinfra.PollerServiceProps{PriorityQueues: pq, Image: image(), Handler: handler()})
+		}, []string{"the priority levels reserve 12 slots in all but Concurrency is 10"}},
+		{"poller whose levels reserve its whole concurrency", func(s awscdk.Stack) {
+			pq := sqsinfra.NewPriorityQueues(s, "P", &sqsinfra.PriorityQueuesProps{Levels: []sqsinfra.PriorityLevel{
+				{Name: "critical", Reserved: jsii.Number(10)}, {Name: "low"}}})
+			sqsinfra.NewPollerService(s, "W", &sqsinfra.PollerServiceProps{PriorityQueues: pq, Image: image(), Handler: handler()})
+		}, []string{`level "low", which reserves none, would never run`}},
 		{"poller from zero with 5 levels", func(s awscdk.Stack) {
 			pq := sqsinfra.NewPriorityQueues(s, "P", &sqsinfra.PriorityQueuesProps{Levels: append(sqsinfra.DefaultPriorityLevels(),
 				sqsinfra.PriorityLevel{Name: "bulk", LatencyBudget: awscdk.Duration_Hours(jsii.Number(4))})})
