@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/logging"
 
+	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/ctxsleep"
 	"github.com/sqsworker/sqsworker/internal/fifoattempt"
@@ -196,11 +197,22 @@ func (c *consumer) waitToken() bool {
 	return true
 }
 
-// oldest is the age of the oldest of msgs, from their SentTimestamp.
+// oldest is the age of the oldest of msgs, from their SentTimestamp, among
+// those that waited in the queue since they were sent: on their first
+// receive, and not copies the runtime sent to wait (a job held for its
+// time, one released or put off on its last receive). A retry, or such a
+// copy, is as old as the wait the runtime chose for it, not a sign that
+// the queue waits for slots: counted, a trickle of retries would keep its
+// queue starved, and take slots from the higher queues. (A message sent
+// with a DelaySeconds of its own still counts from its send.)
 func oldest(msgs []types.Message) time.Duration {
 	var first int64 = math.MaxInt64
 	for i := range msgs {
-		if ms, err := strconv.ParseInt(msgs[i].Attributes[string(types.MessageSystemAttributeNameSentTimestamp)], 10, 64); err == nil {
+		m := &msgs[i]
+		if m.Attributes[sqsworker.AttrReceiveCount] != "1" || waitingCopy(m.MessageAttributes) {
+			continue
+		}
+		if ms, err := strconv.ParseInt(m.Attributes[sqsworker.AttrSentTimestamp], 10, 64); err == nil {
 			first = min(first, ms)
 		}
 	}
@@ -208,6 +220,17 @@ func oldest(msgs []types.Message) time.Duration {
 		return 0
 	}
 	return time.Since(time.UnixMilli(first))
+}
+
+// waitingCopy reports whether attrs are those of a copy the runtime sent
+// for its message to wait in.
+func waitingCopy(attrs map[string]types.MessageAttributeValue) bool {
+	for _, name := range []string{sqsworker.AttrNotBefore, sqsworker.AttrPriorAttempts, sqsworker.AttrPackedAttributes} {
+		if _, ok := attrs[name]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // releaseSlots gives n handler slots back to the pool.
