@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
@@ -272,12 +273,25 @@ func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePl
 	if err := cfg.Audit.record(ctx, rec); err != nil {
 		return p, fmt.Errorf("dlq: not started: the audit record failed: %w", err)
 	}
+	called := time.Now()
 	out, err := mt.StartMessageMoveTask(ctx, in, q.opts...)
 	// The outcome is recorded even if ctx ended meanwhile: the task may
 	// run.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), q.moveTimeout)
 	defer cancel()
 	if err != nil {
+		// An attempt applied whose reply was lost ends in an error too:
+		// the reset itself, or SQS's refusal of the SDK's retry, a task
+		// running already. The queue's tasks tell.
+		if t, ok := q.taskSince(actx, mt, in, called); ok {
+			p.TaskHandle = aws.ToString(t.TaskHandle)
+			rec.Action, rec.TaskHandle = ActionRedrive, p.TaskHandle
+			rec.Note = fmt.Sprintf("started, its reply lost (%v): ListMessageMoveTasks shows it %s", err, aws.ToString(t.Status))
+			if err := cfg.Audit.record(actx, rec); err != nil {
+				return p, fmt.Errorf("dlq: message move task %s started, but the audit record failed: %w", p.TaskHandle, err)
+			}
+			return p, nil
+		}
 		err = moveTaskError("StartMessageMoveTask", err)
 		rec.Action, rec.Note = ActionRedriveFailed, "not started: "+err.Error()
 		var api smithy.APIError
@@ -297,6 +311,24 @@ func (q *Queue) StartRedrive(ctx context.Context, cfg RedriveConfig) (*RedrivePl
 		return p, fmt.Errorf("dlq: message move task %s started, but the audit record failed: %w", p.TaskHandle, err)
 	}
 	return p, nil
+}
+
+// taskSince returns the queue's message move task that in started at since
+// or later (a few seconds of clocks allowed), by ListMessageMoveTasks:
+// the task a call whose reply was lost started. ok is false when there is
+// none, or the tasks cannot be listed.
+func (q *Queue) taskSince(ctx context.Context, mt MoveTaskAPI, in *sqs.StartMessageMoveTaskInput, since time.Time) (t types.ListMessageMoveTasksResultEntry, ok bool) {
+	out, err := mt.ListMessageMoveTasks(ctx, &sqs.ListMessageMoveTasksInput{SourceArn: aws.String(q.ARN), MaxResults: aws.Int32(10)}, q.opts...)
+	if err != nil {
+		return t, false
+	}
+	from := since.Add(-5 * time.Second).UnixMilli()
+	for _, r := range out.Results {
+		if r.StartedTimestamp >= from && aws.ToString(r.DestinationArn) == aws.ToString(in.DestinationArn) && aws.ToString(r.TaskHandle) != "" {
+			return r, true
+		}
+	}
+	return t, false
 }
 
 // Redrives lists the most recent message move tasks of the queue (up to

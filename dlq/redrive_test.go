@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -234,5 +235,57 @@ func TestRedriveRefusesCopiesWithoutASourceSQSKnows(t *testing.T) {
 	}
 	if p, err := q.StartRedrive(ctx, RedriveConfig{Sample: 100, To: "lonely", Audit: audit}); err != nil || p.NoSource != 0 || p.TaskHandle == "" {
 		t.Fatalf("start with a destination: %v, %+v", err, p)
+	}
+}
+
+// refusedRetry is taskFake whose StartMessageMoveTask starts the task and
+// then answers as SQS answers the SDK's retry of a call whose reply was
+// lost: refused, a task of the queue running already. Its
+// ListMessageMoveTasks shows the task.
+type refusedRetry struct {
+	*taskFake
+	at time.Time
+}
+
+func (r *refusedRetry) StartMessageMoveTask(ctx context.Context, in *sqs.StartMessageMoveTaskInput, opts ...func(*sqs.Options)) (*sqs.StartMessageMoveTaskOutput, error) {
+	if _, err := r.taskFake.StartMessageMoveTask(ctx, in, opts...); err != nil {
+		return nil, err
+	}
+	r.at = time.Now()
+	return nil, &smithy.GenericAPIError{Code: "UnsupportedOperation", Message: "There is already a task running for this source."}
+}
+
+func (r *refusedRetry) ListMessageMoveTasks(_ context.Context, in *sqs.ListMessageMoveTasksInput, _ ...func(*sqs.Options)) (*sqs.ListMessageMoveTasksOutput, error) {
+	if r.at.IsZero() {
+		return &sqs.ListMessageMoveTasksOutput{}, nil
+	}
+	last := r.started[len(r.started)-1]
+	return &sqs.ListMessageMoveTasksOutput{Results: []types.ListMessageMoveTasksResultEntry{{
+		TaskHandle: aws.String("task-1"), Status: aws.String("RUNNING"), SourceArn: in.SourceArn,
+		DestinationArn: last.DestinationArn, StartedTimestamp: r.at.UnixMilli(),
+	}}}, nil
+}
+
+// A redrive whose start was applied but whose reply was lost, the SDK's
+// retry refused as a task runs already: it reports the task started, with
+// its handle, and records it so, as ListMessageMoveTasks shows it. Before,
+// it reported the redrive not started, recorded it failed, and exited 1,
+// while the task moved every message.
+func TestRedriveStartedThoughItsReplyWasLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newFakeEnv()
+	deadLetter(e.f, e.ordersDLQ, sqsworker.Failure{ErrorClass: "c", SourceQueue: e.orders}, "job")
+	api := &refusedRetry{taskFake: &taskFake{Fake: e.f}}
+	q := openOrdersDLQ(t, api)
+	var recs []AuditRecord
+	audit := Audit{Record: func(_ context.Context, r AuditRecord) error { recs = append(recs, r); return nil }}
+	p, err := q.StartRedrive(ctx, RedriveConfig{To: "lonely", Audit: audit})
+	if err != nil || p == nil || p.TaskHandle != "task-1" {
+		t.Fatalf("start: %v, %+v; want the task started, found by its handle", err, p)
+	}
+	if len(recs) != 2 || recs[0].Action != ActionRedriveStart || recs[1].Action != ActionRedrive || recs[1].TaskHandle != "task-1" ||
+		!strings.Contains(recs[1].Note, "its reply lost") {
+		t.Errorf("records %+v", recs)
 	}
 }
