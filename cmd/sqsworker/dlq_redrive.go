@@ -108,7 +108,7 @@ A dead-letter queue named "status" or "cancel" must be given by URL.`,
 				return usageError{errors.New("--fresh moves every message without its earlier attempts: --keep-attempts and --sample are for the move task")}
 			}
 			if fresh {
-				return d.replay(cmd, args[0], replayOptions{to: to, rate: float64(perSecond), audit: af, visibility: defaultPeekVisibility})
+				return d.replay(cmd, args[0], replayOptions{to: to, rate: float64(perSecond), audit: af, visibility: defaultPeekVisibility, fresh: true})
 			}
 			if af.yes {
 				if err := af.validate(); err != nil {

@@ -29,6 +29,8 @@ type replayOptions struct {
 	// at is when the filter's times were read (a dry run's "now"), and
 	// since and until the times they gave.
 	at, since, until time.Time
+	// fresh: run as redrive --fresh, which takes no filter.
+	fresh bool
 }
 
 func (d *dlqCmd) newReplayCmd() *cobra.Command {
@@ -331,14 +333,23 @@ func (d *dlqCmd) printReplay(q *dlq.Queue, res *dlq.ReplayResult, o replayOption
 		if relative(o.filter.since) {
 			fixed = append(fixed, "--since "+exact(o.since))
 		}
+		// A time bound matches only messages with a failure time: those
+		// SQS moved, and copies without metadata, have none. Suggested
+		// where the filter leaves them out already (a time bound, an
+		// error class), it changes nothing else.
+		stamped := o.filter.since != "" || o.filter.until != "" || len(o.filter.classes) > 0
 		switch {
-		case o.filter.until == "":
+		case o.filter.until == "" && stamped:
 			fixed = append(fixed, "--until "+exact(o.at))
 		case relative(o.filter.until):
 			fixed = append(fixed, "--until "+exact(o.until))
 		}
-		if len(fixed) > 0 {
+		switch {
+		case o.fresh:
+		case len(fixed) > 0:
 			fmt.Fprintf(w, "with --yes the queue is read again: to leave out the messages that fail from now on, give the times of this dry run: %s\n", strings.Join(fixed, " "))
+		case !stamped:
+			fmt.Fprintln(w, "with --yes the queue is read again: messages that fail from now on match too (--until would leave out those with no failure time, which SQS moved, as well)")
 		}
 		return nil
 	}

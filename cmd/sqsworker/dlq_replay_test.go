@@ -563,7 +563,10 @@ func TestDlqReplayInterruptStopsCleanly(t *testing.T) {
 // A dry run gives the times it read its filter with, to pass with --yes:
 // the replay reads the queue again, and "2h ago" and now again, so that
 // jobs failing meanwhile (an outage under way) would match and move,
-// unseen. Times given as RFC 3339 need nothing.
+// unseen. Times given as RFC 3339 need nothing. Without a time bound or an
+// error class, it suggests no --until, which would leave out the messages
+// with no failure time (those SQS moved): it says why. Before, it told the
+// operator to add one, and the replay left those messages behind.
 func TestDlqReplayDryRunGivesItsTimes(t *testing.T) {
 	t.Parallel()
 	_, q, _ := newDLQ(t, localtest.QueueOptions{})
@@ -573,7 +576,8 @@ func TestDlqReplayDryRunGivesItsTimes(t *testing.T) {
 		args []string
 		want string // a regular expression; "" for no such line
 	}{
-		{nil, `give the times of this dry run: --until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z\n`}, // now, to the nanosecond
+		{nil, `messages that fail from now on match too \(--until would leave out those with no failure time`},
+		{[]string{"--error-class", "c"}, `give the times of this dry run: --until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z\n`}, // now, to the nanosecond
 		{[]string{"--since", "2h ago"}, `give the times of this dry run: --since ` + rfc + ` --until ` + rfc + `\n`},
 		{[]string{"--since", "2h ago", "--until", "2030-01-01T00:00:00Z"}, `give the times of this dry run: --since ` + rfc + `\n`},
 		{[]string{"--since", "2020-01-01T00:00:00Z", "--until", "2030-01-01T00:00:00Z"}, ""},
