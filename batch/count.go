@@ -80,7 +80,13 @@ func (c *Coordinator) Middleware(next sqsworker.Handler) sqsworker.Handler {
 //	h := coord.WithIdempotency(guard.Middleware)(handler)
 //
 // The transaction then holds two more writes than the handler's:
-// a handler may add at most idempotency.MaxWrites-2.
+// a handler may add at most idempotency.MaxWrites-2. The guard's Store must
+// commit writes (idempotency.WriteCommitter, as DynamoStore does): under
+// one that does not, a chunk waits before its handler runs, naming the fix.
+// A chunk's idempotency key is ChunkKey, the same for a batch created again
+// under the same ID once the first has expired: keep Config.TTL no shorter
+// than the store's StoreConfig.TTL, or do not reuse a batch ID within it,
+// else the new batch's chunks find the old ones' records completed.
 func (c *Coordinator) WithIdempotency(guard sqsworker.Middleware) sqsworker.Middleware {
 	return func(next sqsworker.Handler) sqsworker.Handler {
 		return c.outer(guard(c.inner(next)), true)
