@@ -333,6 +333,32 @@ func TestFakeMultiRateLimit(t *testing.T) {
 	}
 }
 
+// Under the worker's shared rate limit, the critical queue with a backlog
+// takes the tokens, and the low queue waits for it as it waits for slots:
+// a loop waiting for a shared token stays counted active. Before, it
+// waited paused, and the low queue took about a third of the rate while
+// the critical one had messages.
+func TestFakeMultiRateLimitKeepsThePriority(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	crit, low := f.CreateQueue("critical", nil), f.CreateQueue("low", nil)
+	for range 200 {
+		f.Send(crit, "critical")
+		f.Send(low, "low")
+	}
+	r := startMulti(t, f, worker.MultiConfig{RateLimit: 50, RateBurst: 5, Queues: []worker.QueueConfig{queue(crit, 1, 0), queue(low, 0, 0)}},
+		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
+	// 2 s at 50 a second: about 100 of the critical queue's 200.
+	time.Sleep(2 * time.Second)
+	st := r.w.Stats()
+	r.stop(5 * time.Second)
+	c, l := st[0].Received, st[1].Received
+	if c == 0 || l > c/20 {
+		t.Errorf("received %d critical and %d low messages while the critical queue had a backlog: want the low queue held back", c, l)
+	}
+	t.Logf("received %d critical, %d low", c, l)
+}
+
 // A critical queue whose dependency is down opens its circuit breaker and
 // stops receiving; the low queue is no longer held back by it and runs in
 // the whole pool meanwhile.

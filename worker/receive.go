@@ -85,7 +85,7 @@ func (c *consumer) poll(hctx context.Context) {
 		// A rate-limited queue receives no more than it holds tokens for,
 		// and waits for a token without holding slots.
 		if c.w.limits != nil {
-			if c.w.limits.tokens() < 1 && !paused(c.waitToken) {
+			if c.w.limits.tokens() < 1 && !c.waitForToken(paused) {
 				c.exec.Breaker.Abort(probe)
 				return
 			}
@@ -184,6 +184,18 @@ func (c *consumer) poll(hctx context.Context) {
 			c.dispatch(hctx, out.Messages, probe)
 		}
 	}
+}
+
+// waitForToken waits for a whole token (see waitToken). Held back by its
+// own rate limit, the loop waits paused, not holding the lower queues back;
+// by the limit a MultiWorker's queues share, it stays counted active, as a
+// loop with messages is: paused, the lower queues would take the shared
+// tokens as they come, whatever their priority.
+func (c *consumer) waitForToken(paused func(func() bool) bool) bool {
+	if len(c.w.limits) > len(c.w.own) && c.w.own.tokens() >= 1 {
+		return c.waitToken()
+	}
+	return paused(c.waitToken)
 }
 
 // waitToken waits until the rate limits hold a whole token. It returns

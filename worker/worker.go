@@ -77,6 +77,9 @@ type Worker struct {
 	pool   *pool
 	qi     int
 	limits limits
+	// own is the part of limits that is this queue's alone (its
+	// Config.RateLimit); the rest, a MultiWorker's, its queues share.
+	own limits
 	// starting is set by a MultiWorker's Run, which counts the queue's
 	// start-up as an active receive loop of the pool, before this Run
 	// starts: until its receive loops run, the queue holds lower queues
@@ -121,6 +124,7 @@ func newWorker(api API, cfg Config) *Worker {
 	w.life.init()
 	if cfg.RateLimit > 0 {
 		w.limits = limits{rate.NewLimiter(rate.Limit(cfg.RateLimit), cfg.RateBurst)}
+		w.own = w.limits
 	}
 	w.stopping, w.stop = context.WithCancel(context.Background())
 	w.forced, w.force = context.WithCancel(context.Background())
