@@ -206,9 +206,9 @@ The response status decides:
   header
   X-Sqs-Permanent: true
   408, 409, 425, 5xx,  failure: retried with backoff, to the dead-letter
-  3xx (redirects are   queue after the redrive policy's maxReceiveCount
-  not followed),
-  timeouts
+  3xx (redirects are   queue after the redrive policy's maxReceiveCount;
+  not followed),       a timeout no sooner than the time the request was
+  timeouts             given, as the application may still run the job
 
 With --http, a request may take --handler-timeout (default 5m; 0 for none)
 in all, and wait --response-header-timeout (default 5m, or the handler
@@ -1023,6 +1023,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 		req.Header.Set("X-Sqs-Encoded-Attrs", strings.Join(encoded, ", "))
 	}
 	mark := h.crashes.start()
+	sent := time.Now()
 	resp, err := h.client.Do(req)
 	h.crashes.done()
 	if err != nil {
@@ -1031,7 +1032,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 			cause := context.Cause(ctx)
 			switch {
 			case errors.Is(cause, worker.ErrHandlerTimeout):
-				return &classedError{"timeout", fmt.Errorf("request stopped at the handler timeout (%s): %w", h.timeout, cause)}
+				return stillRunning(sent, &classedError{"timeout", fmt.Errorf("request stopped at the handler timeout (%s): %w", h.timeout, cause)})
 			case errors.Is(cause, worker.ErrShutdown):
 				return &classedError{"shutdown", fmt.Errorf("request stopped by the shutdown: %w", cause)}
 			}
@@ -1042,7 +1043,12 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 				return &classedError{"connection-reset", fmt.Errorf("the connection was reset or closed with no answer on this job alone %d times, the application answering others in between: taken for a job that crashes the application, a failure of the job's: %w", n, err)}
 			}
 		}
-		return connectionError(err)
+		err = connectionError(err)
+		var ce *classedError
+		if errors.As(err, &ce) && ce.class == "timeout" {
+			return stillRunning(sent, err)
+		}
+		return err
 	}
 	h.crashes.answered(key)
 	// Read a little of the body, so that the connection can be reused;
@@ -1256,6 +1262,16 @@ func connectionError(err error) error {
 		return &classedError{"timeout", err}
 	}
 	return err
+}
+
+// stillRunning is the failure err of a request sent at sent that got no
+// answer in time: the application may still be running the job (most
+// servers go on with a request whose client left), so its retry comes no
+// sooner than the time the request was given, for as long again, rather
+// than after the usual backoff, beside the run still under way. It is a
+// failure all the same: its attempts count.
+func stillRunning(sent time.Time, err error) error {
+	return sqsworker.RetryAfter(min(time.Since(sent), sqsworker.MaxDelay), err)
 }
 
 // isReset reports whether a request's connection was reset or closed

@@ -361,3 +361,46 @@ func TestRunHTTPCrashSparesTheJobsInFlight(t *testing.T) {
 		}
 	}
 }
+
+// A request that got no answer in time (here, the response headers within
+// 2 s), to an application that goes on with the job after its client left:
+// the job's retry comes no sooner than the 2 s the request was given, for
+// as long again, not after the usual backoff (a second or two) beside the
+// run still under way; on the emulator, maxReceiveCount 3. It is a failure
+// all the same, dead-lettered, with its class, when its attempts run out.
+func TestRunHTTPTimeoutRetriedNoSoonerThanItsTime(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 3, VisibilityTimeout: 30 * time.Second})
+	var mu sync.Mutex
+	var starts []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		mu.Unlock()
+		time.Sleep(3 * time.Second) // goes on after its client left
+	}))
+	defer srv.Close()
+	localtest.Send(t, c, q.URL, "", "slow")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s", "--response-header-timeout", "2s")
+	dead := dlqBodies(t, c, q, 1)
+	cancel()
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit %d; stderr:\n%s", code, p.stderr.String())
+	}
+	if class := attr(dead["slow"], sqsworker.AttrFailureClass); class != "String:timeout" {
+		t.Errorf("error class %s, want timeout", class)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(starts) != 3 {
+		t.Fatalf("%d requests, want 3", len(starts))
+	}
+	for i := 1; i < len(starts); i++ {
+		if gap := starts[i].Sub(starts[i-1]); gap < 4*time.Second {
+			t.Errorf("request %d came %s after the one before, want 4s or more: its 2s, and as long again", i+1, gap.Round(time.Millisecond))
+		}
+	}
+}
