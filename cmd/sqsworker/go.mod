@@ -13,6 +13,7 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.9
 	github.com/sqsworker/sqsworker v0.1.0
+	golang.org/x/sync v0.25.0
 )
 
 require (

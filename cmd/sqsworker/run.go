@@ -29,6 +29,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/dlq"
@@ -194,12 +195,12 @@ The response status decides:
   connection refused,  the application is not there (yet), or not reachable
   reset or closed,     as configured: retried, counts toward the circuit
   unknown host, dial   breaker, never dead-lettered; but a job on which the
-  timeout, TLS         connection was reset or closed with no answer 3
-  certificate refused  times while it ran alone, the application answering
-                       other jobs in between (the circuit breaker's probes
-                       run alone), is taken to crash the application: from
-                       then on a failure, to the dead-letter queue after
-                       the redrive policy's maxReceiveCount
+  timeout, TLS         connection was reset or closed with no answer runs
+  certificate refused  alone after, until answered; reset so 3 times, the
+                       application answering other jobs in between, it is
+                       taken to crash the application: from then on a
+                       failure, to the dead-letter queue after the redrive
+                       policy's maxReceiveCount
   other 4xx (400, 403, permanent failure: to the dead-letter queue at once
   404, 410, 422, ...),
   or any 4xx with the
@@ -874,20 +875,29 @@ type httpHandler struct {
 	retryAfter  time.Duration
 	timeout     time.Duration // --handler-timeout, for messages
 	crashes     crashCounts
+	// gate holds a weight of 1 for each request under way, of slots in
+	// all; a job whose last request was reset with no answer (a suspect)
+	// takes them all, and so runs alone, the requests after it waiting:
+	// a crash resets every request under way, and only one alone tells
+	// whose it was (see crashLimit).
+	gate  *semaphore.Weighted
+	slots int64
 }
 
 // crashLimit is how many times a job's request may be reset or closed with
 // no answer, each time while it was the only request under way and after
-// the application answered another since the job's last reset, before that
-// is taken for the job's fault: an application that crashes on the job.
+// the application answered another since the job's last reset (or, for its
+// first, since the start), before that is taken for the job's fault: an
+// application that crashes on the job. A job whose request was reset runs
+// alone from then on (httpHandler.gate), until it is answered.
 // Until then a reset is taken for the application's, down or restarting
 // (a deployment, a crash another job caused, an application down behind
 // a proxy that accepts for it): it counts toward the circuit breaker and
 // never dead-letters the job. A reset among other requests does not count,
 // for a crash resets them all, whichever job caused it; nor does one with
-// no answer from the application since the last, which may be down. The
-// circuit breaker, open after such resets, probes with one job at a time:
-// a job that crashes the application then gets its resets counted. Past
+// no answer from the application since the last, which may be down. Each
+// job so reset runs alone after: a job that crashes the application then
+// gets its resets counted, the others are answered. Past
 // crashLimit its failures spend its attempts, so that it reaches the
 // dead-letter queue rather than crash the application for ever. The
 // counts are the process's own.
@@ -951,12 +961,24 @@ func (c *crashCounts) reset(key string, m crashMark) int {
 			break
 		}
 	}
-	if ok && isolated && answers > e.answers {
+	if isolated && answers > e.answers {
 		e.n++
 	}
 	e.answers = answers
 	c.jobs[h] = e
 	return e.n
+}
+
+// suspect reports whether key's request was reset with no answer since
+// its last answer: its next request runs alone (see httpHandler.gate).
+func (c *crashCounts) suspect(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.jobs) == 0 {
+		return false
+	}
+	_, ok := c.jobs[maphash.String(c.seed, key)]
+	return ok
 }
 
 // answered counts an answer of the application to key's request, and
@@ -975,6 +997,8 @@ func newHTTPHandler(endpoint, contentType string, concurrency int, retryAfter, r
 	tr.MaxIdleConnsPerHost = concurrency
 	tr.ResponseHeaderTimeout = responseHeaderTimeout
 	return &httpHandler{
+		gate:        semaphore.NewWeighted(int64(concurrency)),
+		slots:       int64(concurrency),
 		url:         endpoint,
 		logURL:      redactURL(endpoint),
 		contentType: contentType,
@@ -1022,6 +1046,16 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	if len(encoded) > 0 {
 		req.Header.Set("X-Sqs-Encoded-Attrs", strings.Join(encoded, ", "))
 	}
+	w := int64(1)
+	if h.crashes.suspect(key) {
+		w = h.slots
+	}
+	if err := h.gate.Acquire(ctx, w); err != nil {
+		// Not sent (a suspect waiting its turn alone): put off, not
+		// failed.
+		return sqsworker.RetryAfter(time.Second, nil)
+	}
+	defer h.gate.Release(w)
 	mark := h.crashes.start()
 	sent := time.Now()
 	resp, err := h.client.Do(req)

@@ -165,10 +165,10 @@ func TestRunRefusesADeadLetterQueue(t *testing.T) {
 
 // An application that crashes on one job (here, it closes the connection
 // with no answer, every time), on the emulator with maxReceiveCount 2 and
-// Concurrency 1, while other jobs keep coming: the job reaches the
-// dead-letter queue, with its class, once its request was reset alone
-// crashLimit times with answers to the others in between, and each other
-// job is handled once. Before, every reset was taken for the application
+// Concurrency 4, while other jobs keep coming: once reset, the job runs
+// alone; it reaches the dead-letter queue, with its class, once its
+// request was reset alone crashLimit times with answers to the others in
+// between, and each other job is handled once. Before, every reset was taken for the application
 // down: the job was never dead-lettered, and went on crashing the
 // application for ever.
 func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
@@ -193,7 +193,7 @@ func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
 	localtest.Send(t, c, q.URL, "", "poison")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s", "--concurrency", "1")
+	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s", "--concurrency", "4")
 	// Other jobs keep coming, and are answered.
 	sent := make(chan []string, 1)
 	sendCtx, stopSending := context.WithCancel(ctx)
@@ -245,9 +245,10 @@ func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
 
 // How resets count against a job: not among other requests (a crash
 // resets them all, whichever job caused it), not with no answer from the
-// application since the job's last reset (it may be down, behind a proxy
-// that accepts for it), not for a job the application answered since; and
-// the jobs counted stay bounded over a worker's life.
+// application since the job's last reset, or since the start for its first
+// (it may be down, behind a proxy that accepts for it); a job answered
+// starts anew; a job reset is suspect, to run alone; and the jobs counted
+// stay bounded over a worker's life.
 func TestCrashCounts(t *testing.T) {
 	var c crashCounts
 	alone := func(key string) int {
@@ -288,8 +289,14 @@ func TestCrashCounts(t *testing.T) {
 		t.Errorf("a reset with another request started meanwhile counted: %d, want 1", n)
 	}
 	answer("p")
-	if n := alone("p"); n != 0 {
-		t.Errorf("a reset after the job's own answer counted %d, want 0", n)
+	if c.suspect("p") {
+		t.Errorf("a job answered is still suspect")
+	}
+	if n := alone("p"); n != 1 {
+		t.Errorf("a reset alone after the job's own answer counted %d, want 1: its count starts anew", n)
+	}
+	if !c.suspect("p") {
+		t.Errorf("a job reset is not suspect: its next request would not run alone")
 	}
 	for i := range crashKeys + 100 {
 		alone(fmt.Sprint("job-", i))
@@ -355,11 +362,15 @@ func TestRunHTTPCrashSparesTheJobsInFlight(t *testing.T) {
 	if code := p.wait(t); code != 0 {
 		t.Errorf("exit %d after cancel", code)
 	}
+	poisoned := false
 	for _, m := range localtest.ReceiveAll(t, c, q.DLQURL, time.Second, time.Minute) {
 		if b := aws.ToString(m.Body); b != "poison" {
 			t.Errorf("%s dead-lettered: it was only in flight when another job crashed the application", b)
+		} else {
+			poisoned = true
 		}
 	}
+	t.Logf("the job that crashes the application dead-lettered by the time the others were answered: %v", poisoned)
 }
 
 // A request that got no answer in time (here, the response headers within
@@ -403,4 +414,77 @@ func TestRunHTTPTimeoutRetriedNoSoonerThanItsTime(t *testing.T) {
 			t.Errorf("request %d came %s after the one before, want 4s or more: its 2s, and as long again", i+1, gap.Round(time.Millisecond))
 		}
 	}
+}
+
+// A job that crashes its application while slower jobs keep every one of
+// the 4 slots busy (Concurrency 4, jobs of 1 s arriving every 150 ms), on
+// the emulator with maxReceiveCount 2: once reset, the job waits to run
+// alone, and reaches the dead-letter queue; the others are each answered
+// once. Counting only the resets of requests that happened to run alone,
+// it never ran alone, and crashed the application for ever.
+func TestRunHTTPJobThatCrashesABusyApplication(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 30 * time.Second})
+	var mu sync.Mutex
+	answered := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if string(b) == "poison" {
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		time.Sleep(time.Second)
+		mu.Lock()
+		answered[string(b)]++
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	localtest.Send(t, c, q.URL, "", "poison")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s", "--concurrency", "4")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("stderr:\n%s", p.stderr.String())
+		}
+	})
+	sent := make(chan []string, 1)
+	sendCtx, stopSending := context.WithCancel(ctx)
+	go func() {
+		var goods []string
+		defer func() { sent <- goods }()
+		for i := 0; ; i++ {
+			select {
+			case <-sendCtx.Done():
+				return
+			case <-time.After(150 * time.Millisecond):
+			}
+			b := fmt.Sprint("good-", i)
+			if _, err := c.SendMessage(sendCtx, &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: &b}); err == nil {
+				goods = append(goods, b)
+			}
+		}
+	}()
+	dead := dlqBodies(t, c, q, 1)
+	stopSending()
+	goods := <-sent
+	if _, ok := dead["poison"]; !ok {
+		t.Fatalf("dead-lettered %v, want the job that crashes the application", dead)
+	}
+	emptyEventually(t, c, q.URL)
+	cancel()
+	if code := p.wait(t); code != 0 {
+		t.Errorf("exit %d after cancel", code)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range goods {
+		if answered[b] != 1 {
+			t.Errorf("%s answered %d times, want 1", b, answered[b])
+		}
+	}
+	t.Logf("%d other jobs", len(goods))
 }
