@@ -388,7 +388,7 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 			conflicted = conflict(err)
 			continue
 		}
-		conflicted = true
+		conflicted = conflict(err)
 		rs := tce.CancellationReasons
 		if len(rs) == 2 && aws.ToString(rs[1].Code) == "ConditionalCheckFailed" {
 			return c.notInBatch(id, i, rs[1].Item)
@@ -438,9 +438,9 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 	item[aClass] = str(sqsworker.ErrorClass(err))
 	item[aAttempts] = num(int64(m.ReceiveCount))
 	item[c.cfg.ExpiryAttr] = num(now.Add(c.cfg.TTL).Unix())
-	// The runtime's own outcome does not wait on this: the failure is
-	// the message's; its record is retried a little (it conflicts with
-	// the counts of other chunks on the batch's item), then logged.
+	// The failure is the message's: its record is retried within the
+	// count's budget (it conflicts with the counts of other chunks on the
+	// batch's item), then logged.
 	rctx, cancel := finishing(ctx, c.countBudget)
 	defer cancel()
 	listed := true // the chunk's index goes into the batch's failed_chunks

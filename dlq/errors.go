@@ -144,6 +144,10 @@ var unsupportedCodes = map[string]bool{
 	"NotImplemented":            true,
 }
 
+// IsUnsupportedAction reports whether err is an SQS endpoint's answer to
+// an action it lacks (the local emulators lack some).
+func IsUnsupportedAction(err error) bool { return unsupported("", "", err) != nil }
+
 // unsupported returns err as an [ErrUnsupported] error when its code says
 // the endpoint lacks op, else nil. what names the feature, "" for op alone.
 func unsupported(op, what string, err error) error {

@@ -324,7 +324,9 @@ func (q *Queue) taskSince(ctx context.Context, mt MoveTaskAPI, in *sqs.StartMess
 	}
 	from := since.Add(-5 * time.Second).UnixMilli()
 	for _, r := range out.Results {
-		if r.StartedTimestamp >= from && aws.ToString(r.DestinationArn) == aws.ToString(in.DestinationArn) && aws.ToString(r.TaskHandle) != "" {
+		sameRate := in.MaxNumberOfMessagesPerSecond == nil || r.MaxNumberOfMessagesPerSecond == nil ||
+			*r.MaxNumberOfMessagesPerSecond == *in.MaxNumberOfMessagesPerSecond
+		if r.StartedTimestamp >= from && aws.ToString(r.DestinationArn) == aws.ToString(in.DestinationArn) && sameRate && aws.ToString(r.TaskHandle) != "" {
 			return r, true
 		}
 	}

@@ -235,8 +235,10 @@
 // size of the pool.
 //
 // The starvation guard is an age budget, not weights: a queue with MaxAge
-// is starved when a message it receives was sent more than MaxAge ago
-// (SentTimestamp), or when its receive loop has waited for slots for
+// is starved when a message it receives on its first receive was sent more
+// than MaxAge ago (SentTimestamp; retries and the runtime's waiting copies
+// are as old as the wait it chose, and do not count), or when its receive
+// loop has waited for slots for
 // MaxAge/2; while starved it holds StarvationShare slots as if reserved
 // (a quarter of the pool by default), until what it receives is within
 // MaxAge/2 again. Budgets are what the queues promise (critical within a

@@ -68,7 +68,8 @@ type QueueConfig struct {
 
 	// MaxAge is the queue's latency budget, for the starvation guard: when
 	// the queue is starved, because a message it receives was sent longer
-	// than MaxAge ago (its SentTimestamp) or because it waited for slots
+	// than MaxAge ago (its SentTimestamp; on its first receive, not one of
+	// the runtime's waiting copies) or because it waited for slots
 	// for MaxAge/2, it runs with StarvationShare slots reserved
 	// until what it receives is within half of MaxAge again (or it
 	// receives nothing). Default 0: no guard, strict priority.

@@ -34,7 +34,8 @@ import (
 //     slot beyond its free reserved ones, when other queues share the pool:
 //     its long poll does not hold slots that a busy queue could fill.
 //   - The starvation guard: a queue with an age budget (MaxAge) is starved
-//     when a receive brings a message older than the budget, or when a
+//     when a receive brings a message older than the budget (on its first
+//     receive, not one of the runtime's waiting copies), or when a
 //     receive loop of it has waited for slots for half the budget.
 //     While starved and active, its reservation is raised to its
 //     StarvationShare (within what the other queues do not reserve), so

@@ -35,6 +35,7 @@ import (
 	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/ecsprotect"
 	"github.com/sqsworker/sqsworker/idempotency"
+	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/metrics"
 	"github.com/sqsworker/sqsworker/worker"
 )
@@ -1066,7 +1067,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 			cause := context.Cause(ctx)
 			switch {
 			case errors.Is(cause, worker.ErrHandlerTimeout):
-				return stillRunning(sent, &classedError{"timeout", fmt.Errorf("request stopped at the handler timeout (%s): %w", h.timeout, cause)})
+				return stillRunning(sent, m.ReceiveCount, &classedError{"timeout", fmt.Errorf("request stopped at the handler timeout (%s): %w", h.timeout, cause)})
 			case errors.Is(cause, worker.ErrShutdown):
 				return &classedError{"shutdown", fmt.Errorf("request stopped by the shutdown: %w", cause)}
 			}
@@ -1080,7 +1081,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 		err = connectionError(err)
 		var ce *classedError
 		if errors.As(err, &ce) && ce.class == "timeout" {
-			return stillRunning(sent, err)
+			return stillRunning(sent, m.ReceiveCount, err)
 		}
 		return err
 	}
@@ -1180,21 +1181,31 @@ type sourcesAPI interface {
 }
 
 // maxSourceScan is the most queues deadLetterSources reads the redrive
-// policies of, where it cannot ask ListDeadLetterSourceQueues.
-const maxSourceScan = 1000
+// policies of, where it cannot ask ListDeadLetterSourceQueues, and
+// sourceScanTimeout the longest it takes.
+const (
+	maxSourceScan     = 1000
+	sourceScanTimeout = 15 * time.Second
+)
 
 // deadLetterSources returns the names of the queues whose dead-letter
 // queue url is ("a, b and more"), "" when it is none. Where SQS refuses
-// ListDeadLetterSourceQueues (an endpoint without it, a role without the
-// permission), it reads the redrive policies of the queues ListQueues
-// lists instead, up to maxSourceScan of them; it returns an error when
-// neither way can say.
+// ListDeadLetterSourceQueues as an action it lacks (the local SQS) or a
+// role without the permission, it reads the redrive policies of the queues
+// ListQueues lists instead, up to maxSourceScan of them within
+// sourceScanTimeout; it returns an error when neither way can say.
 func deadLetterSources(ctx context.Context, api sourcesAPI, url string) (string, error) {
 	out, err := api.ListDeadLetterSourceQueues(ctx, &sqs.ListDeadLetterSourceQueuesInput{QueueUrl: aws.String(url), MaxResults: aws.Int32(10)})
 	if err == nil {
 		more := aws.ToString(out.NextToken) != ""
 		return sourceNames(out.QueueUrls, more), nil
 	}
+	if !dlq.IsUnsupportedAction(err) && !awserr.IsAccessDenied(err) {
+		return "", fmt.Errorf("ListDeadLetterSourceQueues: %w", err)
+	}
+	// A bound of its own: a command does not wait long on a check.
+	ctx, cancel := context.WithTimeout(ctx, sourceScanTimeout)
+	defer cancel()
 	srcs, more, lerr := sourcesByListing(ctx, api, url)
 	if lerr != nil {
 		return "", fmt.Errorf("ListDeadLetterSourceQueues: %w; and reading the redrive policies of the queues instead: %w", err, lerr)
@@ -1298,14 +1309,16 @@ func connectionError(err error) error {
 	return err
 }
 
-// stillRunning is the failure err of a request sent at sent that got no
-// answer in time: the application may still be running the job (most
-// servers go on with a request whose client left), so its retry comes no
-// sooner than the time the request was given, for as long again, rather
-// than after the usual backoff, beside the run still under way. It is a
-// failure all the same: its attempts count.
-func stillRunning(sent time.Time, err error) error {
-	return sqsworker.RetryAfter(min(time.Since(sent), sqsworker.MaxDelay), err)
+// stillRunning is the failure err, on attempt attempt, of a request sent at
+// sent that got no answer in time: the application may still be running
+// the job (most servers go on with a request whose client left), so its
+// retry comes no sooner than the time the request was given, for as long
+// again, nor sooner than the worker's backoff (run's is the default), not
+// beside the run still under way. It is a failure all the same: its
+// attempts count.
+func stillRunning(sent time.Time, attempt int, err error) error {
+	d := max(time.Since(sent), sqsworker.ExponentialBackoff{}.Delay(attempt, err))
+	return sqsworker.RetryAfter(min(d, sqsworker.MaxDelay), err)
 }
 
 // isReset reports whether a request's connection was reset or closed

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
@@ -138,7 +139,7 @@ func TestRunRefusesADeadLetterQueue(t *testing.T) {
 	if err := refuseDeadLetterQueue(ctx, sources{}, dlqURL, &warn); err != nil {
 		t.Errorf("a queue that is no dead-letter queue: %v", err)
 	}
-	invalid := errors.New("InvalidAction: ListDeadLetterSourceQueues")
+	invalid := &smithy.GenericAPIError{Code: "InvalidAction", Message: "Unknown action: ListDeadLetterSourceQueues"}
 	policies := map[string]string{
 		base + "orders":      `{"deadLetterTargetArn":"arn:aws:sqs:eu-west-1:123456789012:orders-dlq","maxReceiveCount":5}`,
 		base + "billing":     `{"deadLetterTargetArn":"arn:aws:sqs:eu-west-1:123456789012:billing-dlq","maxReceiveCount":5}`,
@@ -155,6 +156,15 @@ func TestRunRefusesADeadLetterQueue(t *testing.T) {
 	if warn.Len() != 0 {
 		t.Errorf("warned: %s", warn.String())
 	}
+	// Throttled: no scan of every queue for it; it says so, and runs.
+	throttled := &smithy.GenericAPIError{Code: "RequestThrottled"}
+	if err := refuseDeadLetterQueue(ctx, sources{err: throttled, policies: policies}, dlqURL, &warn); err != nil {
+		t.Errorf("throttled: %v, want it run", err)
+	}
+	if !strings.Contains(warn.String(), "RequestThrottled") {
+		t.Errorf("throttled, and the warning is %q", warn.String())
+	}
+	warn.Reset()
 	if err := refuseDeadLetterQueue(ctx, sources{err: invalid, listErr: errors.New("AccessDenied")}, dlqURL, &warn); err != nil {
 		t.Errorf("neither way can say: %v, want it run", err)
 	}

@@ -692,10 +692,12 @@ func NewPollerService(scope constructs.Construct, id string, props *PollerServic
 	// depth) on the queue; send permanent failures to the dead-letter
 	// queue, whose depth the worker also reads; send waiting copies of
 	// delayed jobs back to the queue (delays past SQS's 15 minutes and
-	// backoffs past 12 hours).
+	// backoffs past 12 hours); list the queue's dead-letter sources, which
+	// `sqsworker run` reads to refuse a dead-letter queue given by mistake.
 	for _, q := range queues {
 		q.Queue.GrantConsumeMessages(role)
 		q.Queue.GrantSendMessages(role)
+		q.Queue.Grant(role, jsii.String("sqs:ListDeadLetterSourceQueues"))
 		q.DeadLetterQueue.GrantSendMessages(role)
 	}
 	if props.Table != nil {

@@ -808,6 +808,11 @@ func TestDelayAndBatchGrants(t *testing.T) {
 		if !slices.Contains(got, "sqs:SendMessage") || !slices.Contains(got, "sqs:ReceiveMessage") {
 			t.Errorf("%s: actions on the queue %s = %v, want receive and send", prefix, queueArn, got)
 		}
+		// `sqsworker run` lists the queue's dead-letter sources, to refuse
+		// a dead-letter queue given by mistake.
+		if poller := prefix == "PTaskDefinitionTaskRoleDefaultPolicy"; poller && !slices.Contains(got, "sqs:ListDeadLetterSourceQueues") {
+			t.Errorf("%s: actions on the queue %s = %v, want sqs:ListDeadLetterSourceQueues", prefix, queueArn, got)
+		}
 	}
 	got := actionsOn(statementsOf(t, tpl, "OperatorsDefaultPolicy"))[ref(tpl, "AWS::DynamoDB::Table", "TTable")]
 	want := []string{"dynamodb:BatchGetItem", "dynamodb:DescribeTable", "dynamodb:GetItem"}

@@ -106,6 +106,8 @@ func (mv *Mover) Move(ctx context.Context, m *sqsworker.Message, cause error) (o
 	}
 	if err != nil && ok && isInvalidParameter(err) {
 		first := err
+		// Without the key too: SQS refused a copy over a size the mover
+		// did not know, and a third send for the key is not worth it.
 		if err = mv.send(ctx, m, withoutFailure(m.MessageAttributes)); err != nil {
 			return false, fmt.Errorf("moving message %s to dead-letter queue %s: with failure metadata: %v; without: %w", m.ID, mv.URL, first, err)
 		}
