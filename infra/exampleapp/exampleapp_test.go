@@ -428,6 +428,9 @@ var (
 	// jobs back to it.
 	consumeActions = []any{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ReceiveMessage", "sqs:SendMessage"}
 	sendActions    = []any{"sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"}
+	// The poller's task also lists its queue's dead-letter sources:
+	// `sqsworker run` refuses a dead-letter queue given by mistake.
+	pollActions = []any{"sqs:ChangeMessageVisibility", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:ListDeadLetterSourceQueues", "sqs:ReceiveMessage", "sqs:SendMessage"}
 	// The idempotency store's actions, exactly.
 	storeActions = []any{"dynamodb:DeleteItem", "dynamodb:DescribeTable", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
 )
@@ -600,7 +603,7 @@ func TestPollerServicePermissions(t *testing.T) {
 	dlq := logical(t, "AWS::SQS::Queue", "JobsDeadLetterQueue")
 	table := logical(t, "AWS::DynamoDB::Table", "Idempotency")
 	sameJSON(t, "the task role's policy", statements(t, "PollerTaskDefinitionTaskRoleDefaultPolicy"), []any{
-		map[string]any{"Action": consumeActions, "Effect": "Allow", "Resource": getAttJSON(queue, "Arn")},
+		map[string]any{"Action": pollActions, "Effect": "Allow", "Resource": getAttJSON(queue, "Arn")},
 		map[string]any{"Action": sendActions, "Effect": "Allow", "Resource": getAttJSON(dlq, "Arn")},
 		map[string]any{"Action": storeActions, "Effect": "Allow", "Resource": getAttJSON(table, "Arn")},
 	})
