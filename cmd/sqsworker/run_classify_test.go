@@ -205,26 +205,9 @@ func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
 	defer cancel()
 	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s", "--concurrency", "4")
 	// Other jobs keep coming, and are answered.
-	sent := make(chan []string, 1)
-	sendCtx, stopSending := context.WithCancel(ctx)
-	go func() {
-		var goods []string
-		defer func() { sent <- goods }()
-		for i := 0; ; i++ {
-			select {
-			case <-sendCtx.Done():
-				return
-			case <-time.After(300 * time.Millisecond):
-			}
-			b := fmt.Sprint("good-", i)
-			if _, err := c.SendMessage(sendCtx, &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: &b}); err == nil {
-				goods = append(goods, b)
-			}
-		}
-	}()
+	stopSending := sendEvery(ctx, c, q.URL, 300*time.Millisecond)
 	dead := dlqBodies(t, c, q, 1)
-	stopSending()
-	goods := <-sent
+	goods := stopSending()
 	m, ok := dead["poison"]
 	if !ok {
 		t.Fatalf("dead-lettered %v, want the job that crashes the application", dead)
@@ -461,26 +444,9 @@ func TestRunHTTPJobThatCrashesABusyApplication(t *testing.T) {
 			t.Logf("stderr:\n%s", p.stderr.String())
 		}
 	})
-	sent := make(chan []string, 1)
-	sendCtx, stopSending := context.WithCancel(ctx)
-	go func() {
-		var goods []string
-		defer func() { sent <- goods }()
-		for i := 0; ; i++ {
-			select {
-			case <-sendCtx.Done():
-				return
-			case <-time.After(150 * time.Millisecond):
-			}
-			b := fmt.Sprint("good-", i)
-			if _, err := c.SendMessage(sendCtx, &sqs.SendMessageInput{QueueUrl: &q.URL, MessageBody: &b}); err == nil {
-				goods = append(goods, b)
-			}
-		}
-	}()
+	stopSending := sendEvery(ctx, c, q.URL, 150*time.Millisecond)
 	dead := dlqBodies(t, c, q, 1)
-	stopSending()
-	goods := <-sent
+	goods := stopSending()
 	if _, ok := dead["poison"]; !ok {
 		t.Fatalf("dead-lettered %v, want the job that crashes the application", dead)
 	}
@@ -497,4 +463,28 @@ func TestRunHTTPJobThatCrashesABusyApplication(t *testing.T) {
 		}
 	}
 	t.Logf("%d other jobs", len(goods))
+}
+
+// sendEvery sends a job to the queue at url every interval, its bodies
+// good-0, good-1 and on, until the func it returns is called; that returns
+// the bodies sent.
+func sendEvery(ctx context.Context, c *sqs.Client, url string, every time.Duration) (stop func() []string) {
+	ctx, cancel := context.WithCancel(ctx)
+	sent := make(chan []string, 1)
+	go func() {
+		var goods []string
+		defer func() { sent <- goods }()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(every):
+			}
+			b := fmt.Sprint("good-", i)
+			if _, err := c.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &url, MessageBody: &b}); err == nil {
+				goods = append(goods, b)
+			}
+		}
+	}()
+	return func() []string { cancel(); return <-sent }
 }
