@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
@@ -183,57 +184,14 @@ func TestRunRefusesADeadLetterQueue(t *testing.T) {
 // application for ever.
 func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
 	t.Parallel()
-	c := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 5 * time.Second})
-	var mu sync.Mutex
-	got := map[string]int{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		got[string(b)]++
-		mu.Unlock()
-		if string(b) == "poison" {
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err == nil {
-				conn.Close() // the application dies on it
-			}
-		}
-	}))
-	defer srv.Close()
-	localtest.Send(t, c, q.URL, "", "poison")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s", "--concurrency", "4")
-	// Other jobs keep coming, and are answered.
-	stopSending := sendEvery(ctx, c, q.URL, 300*time.Millisecond)
-	dead := dlqBodies(t, c, q, 1)
-	goods := stopSending()
-	m, ok := dead["poison"]
-	if !ok {
-		t.Fatalf("dead-lettered %v, want the job that crashes the application", dead)
-	}
-	if class := aws.ToString(m.MessageAttributes[sqsworker.AttrFailureClass].StringValue); class != "connection-reset" {
+	r := runPoisonAmongOthers(t, 300*time.Millisecond, 0, 5*time.Second)
+	if class := aws.ToString(r.dead.MessageAttributes[sqsworker.AttrFailureClass].StringValue); class != "connection-reset" {
 		t.Errorf("dead-lettered with the class %q, want connection-reset", class)
 	}
-	emptyEventually(t, c, q.URL)
-	cancel()
-	if code := p.wait(t); code != 0 {
-		t.Errorf("exit %d after cancel", code)
+	if !strings.Contains(r.stderr, "crashes the application") {
+		t.Errorf("stderr does not say why the job failed:\n%s", r.stderr)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	for _, b := range goods {
-		if got[b] != 1 {
-			t.Errorf("%s: %d requests, want 1", b, got[b])
-		}
-	}
-	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 1 {
-		t.Errorf("%d messages dead-lettered, want the poison alone", v+f+d)
-	}
-	if !strings.Contains(p.stderr.String(), "crashes the application") {
-		t.Errorf("stderr does not say why the job failed:\n%s", p.stderr.String())
-	}
-	t.Logf("poison sent %d times, %d other jobs", got["poison"], len(goods))
+	t.Logf("poison sent %d times, %d other jobs", r.poisonSent, len(r.goods))
 }
 
 // How resets count against a job: not among other requests (a crash
@@ -417,19 +375,43 @@ func TestRunHTTPTimeoutRetriedNoSoonerThanItsTime(t *testing.T) {
 // it never ran alone, and crashed the application for ever.
 func TestRunHTTPJobThatCrashesABusyApplication(t *testing.T) {
 	t.Parallel()
+	r := runPoisonAmongOthers(t, 150*time.Millisecond, time.Second, 30*time.Second)
+	t.Logf("poison sent %d times, %d other jobs", r.poisonSent, len(r.goods))
+}
+
+// poisonRun is what runPoisonAmongOthers saw.
+type poisonRun struct {
+	dead       types.Message // the poison job's dead-letter copy
+	goods      []string      // the other jobs sent
+	poisonSent int           // the poison job's requests
+	stderr     string
+}
+
+// runPoisonAmongOthers runs sqsworker run --http, Concurrency 4, on a
+// queue of the emulator (maxReceiveCount 2, visibility timeout vis) that
+// holds a job, "poison", on which the application closes the connection
+// with no answer, while other jobs arrive every interval, each taking the
+// application work to answer. It waits for the poison job in the
+// dead-letter queue, alone there, and for the queue to empty, and checks
+// that every other job was answered once.
+func runPoisonAmongOthers(t *testing.T, every, work, vis time.Duration) poisonRun {
+	t.Helper()
 	c := localtest.NewSQS(t)
-	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: 30 * time.Second})
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: vis})
 	var mu sync.Mutex
 	answered := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		if string(b) == "poison" {
+			mu.Lock()
+			answered["poison"]++ // sent, never answered
+			mu.Unlock()
 			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-				conn.Close()
+				conn.Close() // the application dies on it
 			}
 			return
 		}
-		time.Sleep(time.Second)
+		time.Sleep(work)
 		mu.Lock()
 		answered[string(b)]++
 		mu.Unlock()
@@ -444,25 +426,31 @@ func TestRunHTTPJobThatCrashesABusyApplication(t *testing.T) {
 			t.Logf("stderr:\n%s", p.stderr.String())
 		}
 	})
-	stopSending := sendEvery(ctx, c, q.URL, 150*time.Millisecond)
+	stopSending := sendEvery(ctx, c, q.URL, every)
 	dead := dlqBodies(t, c, q, 1)
-	goods := stopSending()
-	if _, ok := dead["poison"]; !ok {
+	r := poisonRun{goods: stopSending()}
+	m, ok := dead["poison"]
+	if !ok {
 		t.Fatalf("dead-lettered %v, want the job that crashes the application", dead)
 	}
+	r.dead = m
 	emptyEventually(t, c, q.URL)
 	cancel()
 	if code := p.wait(t); code != 0 {
 		t.Errorf("exit %d after cancel", code)
 	}
+	if v, f, d := localtest.Depth(t, c, q.DLQURL); v+f+d != 1 {
+		t.Errorf("%d messages dead-lettered, want the poison alone", v+f+d)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, b := range goods {
+	for _, b := range r.goods {
 		if answered[b] != 1 {
 			t.Errorf("%s answered %d times, want 1", b, answered[b])
 		}
 	}
-	t.Logf("%d other jobs", len(goods))
+	r.poisonSent, r.stderr = answered["poison"], p.stderr.String()
+	return r
 }
 
 // sendEvery sends a job to the queue at url every interval, its bodies
