@@ -246,6 +246,12 @@
 // nothing until a budget is broken, where fixed weights (8:4:2:1) take slots
 // from the critical queue even while the low queue is within its budget.
 //
+// One queue that cannot be used (deleted, access revoked, its key
+// disabled) does not stop the others, at start or later: it waits, its
+// error logged at each try and in QueueStats.Unusable, and is tried again
+// after 10 s, doubling up to 5 minutes, holding no slot meanwhile. Run
+// returns an error only when no queue could start at all.
+//
 // Rate limits (golang.org/x/time/rate): Config.RateLimit per queue (for a
 // Worker as well) and MultiConfig.RateLimit for the whole worker. A limited
 // queue asks for no more messages than it has tokens for, takes the tokens

@@ -100,6 +100,11 @@ type MultiWorker struct {
 
 	life    lifecycle
 	stopped atomic.Bool
+
+	mu sync.Mutex
+	// failedFirst marks the queues whose first start failed while no
+	// queue had started: once every queue is so, Run returns.
+	failedFirst []bool
 }
 
 // NewMulti validates cfg and returns a MultiWorker. It makes no AWS call:
@@ -160,8 +165,10 @@ func NewMulti(api API, cfg MultiConfig) (*MultiWorker, error) {
 		}
 	}
 	m.pool = newPool(size, pqs)
-	for _, w := range m.workers {
+	m.failedFirst = make([]bool, len(m.workers))
+	for i, w := range m.workers {
 		w.pool = m.pool
+		w.park = func(error) bool { return m.park(i) }
 	}
 	return m, nil
 }
@@ -244,11 +251,18 @@ func (c *MultiConfig) validate() error {
 // Run consumes every queue, handing each message to its queue's Handler,
 // or to h for queues without one, until ctx is cancelled or Shutdown is
 // called; then it shuts down gracefully (see Worker.Shutdown; each queue
-// uses its own ShutdownTimeout when ctx is cancelled) and returns nil. When
-// a queue cannot be used (it does not exist, access is denied, its redrive
-// policy is malformed, its configuration does not fit it) or receiving from
-// it fails for good, the other queues are shut down too and Run returns the
-// error.
+// uses its own ShutdownTimeout when ctx is cancelled) and returns nil.
+//
+// A queue that cannot be used (it does not exist, access is denied, its
+// key is disabled, its redrive policy is malformed, its configuration does
+// not fit it), at start or later, does not stop the others: its receives
+// stop, its running handlers finish as at a shutdown, and it is tried again
+// after 10 s, doubling up to 5 minutes, until it can be used. Meanwhile the
+// error is logged at each try, QueueStats.Unusable holds it, Ready is
+// false, and the queue holds no slot of the pool and no lower queue back.
+// Run returns the errors only when no queue could start: when every queue
+// failed at its first start, before any was consumed (a wrong region or
+// credentials, or a configuration that fits none of them).
 func (m *MultiWorker) Run(ctx context.Context, h sqsworker.Handler) error {
 	hs := make([]sqsworker.Handler, len(m.queues))
 	for i, q := range m.queues {
@@ -286,12 +300,40 @@ func (m *MultiWorker) Run(ctx context.Context, h sqsworker.Handler) error {
 			}
 			if err != nil {
 				errs[i] = err
-				cancel() // one queue failed for good: stop the others
+				cancel() // no queue could start: stop the others
 			}
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		for i, w := range m.workers {
+			if u := w.unusable.Load(); errs[i] == nil && u != nil {
+				errs[i] = *u // waiting to be tried again when the last queue failed
+			}
+		}
+		return errors.Join(errs...)
+	}
+	return nil
+}
+
+// park reports whether queue i, which cannot be used, is to wait and be
+// tried again (see Run): false once every queue failed at its first start
+// and none has been consumed.
+func (m *MultiWorker) park(i int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, w := range m.workers {
+		if w.consumed.Load() {
+			return true
+		}
+	}
+	m.failedFirst[i] = true
+	for _, f := range m.failedFirst {
+		if !f {
+			return true
+		}
+	}
+	return false
 }
 
 // Shutdown stops every queue gracefully, within ctx's deadline, as
@@ -311,7 +353,8 @@ func (m *MultiWorker) Shutdown(ctx context.Context) error {
 	return m.life.wait(ctx)
 }
 
-// Ready reports whether every queue is being consumed (see Worker.Ready).
+// Ready reports whether every queue is being consumed (see Worker.Ready):
+// it is false while a queue that cannot be used waits to be tried again.
 func (m *MultiWorker) Ready() bool {
 	for _, w := range m.workers {
 		if !w.Ready() {
@@ -334,6 +377,9 @@ type QueueStats struct {
 	Slots, PeakSlots int
 	// Starved reports whether the starvation guard holds slots for it now.
 	Starved bool
+	// Unusable is the error for which the queue is not consumed now, while
+	// it waits to be tried again (see MultiWorker.Run); nil otherwise.
+	Unusable error
 }
 
 // Stats returns a snapshot of each queue, in the order of
@@ -344,6 +390,9 @@ func (m *MultiWorker) Stats() []QueueStats {
 		st := m.pool.state(i)
 		out[i] = QueueStats{QueueURL: w.cfg.QueueURL, Priority: m.queues[i].Priority, Stats: w.Stats(),
 			Slots: st.used, PeakSlots: st.peak, Starved: st.starved}
+		if u := w.unusable.Load(); u != nil {
+			out[i].Unusable = *u
+		}
 	}
 	return out
 }

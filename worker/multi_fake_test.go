@@ -32,9 +32,10 @@ type runningMulti struct {
 	logs *syncBuffer
 }
 
-// startMulti runs a MultiWorker on api with cfg and h until the test ends.
-// Queues without a WaitTime long-poll for 1s.
-func startMulti(t *testing.T, api worker.API, cfg worker.MultiConfig, h sqsworker.Handler) *runningMulti {
+// startMulti runs a MultiWorker on api with cfg and h until the test ends,
+// after calling each of before on it. Queues without a WaitTime long-poll
+// for 1s.
+func startMulti(t *testing.T, api worker.API, cfg worker.MultiConfig, h sqsworker.Handler, before ...func(*worker.MultiWorker)) *runningMulti {
 	t.Helper()
 	logs := &syncBuffer{}
 	if cfg.Logger == nil {
@@ -48,6 +49,9 @@ func startMulti(t *testing.T, api worker.API, cfg worker.MultiConfig, h sqsworke
 	w, err := worker.NewMulti(api, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range before {
+		f(w)
 	}
 	r := &runningMulti{t: t, w: w, done: make(chan error, 1), logs: logs}
 	go func() { r.done <- w.Run(context.Background(), h) }()
@@ -158,8 +162,8 @@ func TestFakeMultiHandlers(t *testing.T) {
 	}
 }
 
-// Run refuses a queue without a handler, and stops every queue when one
-// cannot be used.
+// Run refuses a queue without a handler, and returns the errors when no
+// queue could start.
 func TestFakeMultiRunErrors(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
@@ -171,28 +175,80 @@ func TestFakeMultiRunErrors(t *testing.T) {
 	if err := w.Run(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "nil handler for queue "+a) {
 		t.Errorf("Run(nil) = %v, want an error naming the queue", err)
 	}
-	qa := queue(a, 1, 0)
-	qa.WaitTime = time.Second // the other queue's failure stops it within its long poll
-	w, err = worker.NewMulti(f, worker.MultiConfig{Logger: slog.New(slog.DiscardHandler), Queues: []worker.QueueConfig{qa, queue(sqstest.QueueURL("gone"), 0, 0)}})
+	gone, lost := sqstest.QueueURL("gone"), sqstest.QueueURL("lost")
+	w, err = worker.NewMulti(f, worker.MultiConfig{Logger: slog.New(slog.DiscardHandler), Queues: []worker.QueueConfig{queue(gone, 1, 0), queue(lost, 0, 0)}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.SetParkBase(100 * time.Millisecond)
 	done := make(chan error, 1)
-	go func() {
-		done <- w.Run(context.Background(), sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
-	}()
+	nop := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil })
+	go func() { done <- w.Run(context.Background(), nop) }()
 	select {
 	case err = <-done:
 	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return for a missing queue")
+		t.Fatal("Run did not return when no queue exists")
 	}
 	var dne *types.QueueDoesNotExist
-	if !errors.As(err, &dne) {
-		t.Errorf("Run = %v, want *types.QueueDoesNotExist", err)
+	if !errors.As(err, &dne) || !strings.Contains(err.Error(), gone) || !strings.Contains(err.Error(), lost) {
+		t.Errorf("Run = %v, want *types.QueueDoesNotExist naming both queues", err)
 	}
-	nop := sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil })
 	if err := w.Run(context.Background(), nop); !errors.Is(err, worker.ErrClosed) {
 		t.Errorf("second Run = %v, want ErrClosed: a MultiWorker runs once", err)
+	}
+}
+
+// A queue that cannot be used, at start or later, does not stop the
+// others: it waits, named in its QueueStats, holding no lower queue back,
+// and is consumed again once it can be.
+func TestFakeMultiUnusableQueueWaits(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	gone := sqstest.QueueURL("gone") // the critical queue, missing at start
+	low := f.CreateQueue("low", nil)
+	for range 30 {
+		f.Send(low, "low")
+	}
+	var handled recorder
+	r := startMulti(t, f, worker.MultiConfig{Concurrency: 4, Queues: []worker.QueueConfig{queue(gone, 1, 0), queue(low, 0, 0)}},
+		recordOrder(&handled), func(m *worker.MultiWorker) { m.SetParkBase(200 * time.Millisecond) })
+	localtest.Eventually(t, 20*time.Second, func() bool { return r.w.Stats()[1].Deleted == 30 }, "the low queue is not consumed while the critical one is missing")
+	var dne *types.QueueDoesNotExist
+	if st := r.w.Stats()[0]; !errors.As(st.Unusable, &dne) {
+		t.Errorf("the missing queue's Unusable = %v, want *types.QueueDoesNotExist", st.Unusable)
+	}
+	if r.w.Ready() {
+		t.Error("Ready with a queue missing, want false")
+	}
+
+	// Created, the queue is consumed at its next try.
+	if url := f.CreateQueue("gone", nil); url != gone {
+		t.Fatalf("created %s, want %s", url, gone)
+	}
+	for range 5 {
+		f.Send(gone, "critical")
+	}
+	localtest.Eventually(t, 20*time.Second, func() bool { return r.w.Stats()[0].Deleted == 5 }, "the created queue is not consumed")
+	localtest.Eventually(t, 5*time.Second, r.w.Ready, "not Ready once every queue is consumed")
+	if st := r.w.Stats()[0]; st.Unusable != nil {
+		t.Errorf("Unusable = %v once consumed, want nil", st.Unusable)
+	}
+
+	// Deleted while consumed, the critical queue waits again; the low one
+	// goes on.
+	f.DeleteQueue(gone)
+	for range 10 {
+		f.Send(low, "low")
+	}
+	localtest.Eventually(t, 20*time.Second, func() bool { return r.w.Stats()[1].Deleted == 40 }, "the low queue stopped with the critical one deleted")
+	localtest.Eventually(t, 20*time.Second, func() bool { return errors.As(r.w.Stats()[0].Unusable, &dne) }, "the deleted queue is not reported unusable")
+	select {
+	case err := <-r.done:
+		t.Fatalf("Run returned %v with one queue deleted, want it to go on", err)
+	default:
+	}
+	if !strings.Contains(r.logs.String(), "queue cannot be used; the other queues go on without it") {
+		t.Error("no error logged for the unusable queue")
 	}
 }
 

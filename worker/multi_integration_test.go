@@ -6,9 +6,11 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -347,5 +349,65 @@ func TestMultiShutdownReleasesEveryQueue(t *testing.T) {
 	}
 	if released != 4 {
 		t.Errorf("released %d, want 4", released)
+	}
+}
+
+// On the local SQS: the critical queue missing at start, then the low
+// queue deleted while consumed. Each time the other queue goes on, and the
+// missing one is reported unusable and consumed once it exists again.
+func TestMultiUnusableQueueWaitsEmulator(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	ctx := context.Background()
+	crit := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	low := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	critName := crit.URL[strings.LastIndex(crit.URL, "/")+1:]
+	if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: &crit.URL}); err != nil {
+		t.Fatal(err)
+	}
+	var critDone, lowDone atomic.Int64
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		if m.QueueURL == crit.URL {
+			critDone.Add(1)
+		} else {
+			lowDone.Add(1)
+		}
+		return nil
+	})
+	r := startMulti(t, c, worker.MultiConfig{Concurrency: 8, Queues: []worker.QueueConfig{
+		{Config: worker.Config{QueueURL: crit.URL}, Priority: 1},
+		{Config: worker.Config{QueueURL: low.URL}},
+	}}, h, func(m *worker.MultiWorker) { m.SetParkBase(time.Second) })
+
+	sendMany(t, c, low.URL, 20, "low")
+	localtest.Eventually(t, 60*time.Second, func() bool { return lowDone.Load() == 20 }, "%d of 20 low jobs handled with the critical queue missing", lowDone.Load())
+	var dne *types.QueueDoesNotExist
+	if u := r.w.Stats()[0].Unusable; !errors.As(u, &dne) {
+		t.Errorf("the missing critical queue's Unusable = %v, want *types.QueueDoesNotExist", u)
+	}
+
+	out, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &critName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aws.ToString(out.QueueUrl) != crit.URL {
+		t.Fatalf("created %s, want %s", aws.ToString(out.QueueUrl), crit.URL)
+	}
+	sendMany(t, c, crit.URL, 10, "critical")
+	localtest.Eventually(t, 60*time.Second, func() bool { return critDone.Load() == 10 }, "%d of 10 critical jobs handled once the queue exists", critDone.Load())
+
+	if _, err := c.DeleteQueue(ctx, &sqs.DeleteQueueInput{QueueUrl: &low.URL}); err != nil {
+		t.Fatal(err)
+	}
+	localtest.Eventually(t, 60*time.Second, func() bool { return errors.As(r.w.Stats()[1].Unusable, &dne) }, "the deleted low queue is not reported unusable")
+	sendMany(t, c, crit.URL, 10, "critical")
+	localtest.Eventually(t, 60*time.Second, func() bool { return critDone.Load() == 20 }, "%d of 20 critical jobs handled with the low queue deleted", critDone.Load())
+	select {
+	case err := <-r.done:
+		t.Fatalf("Run returned %v with a queue deleted, want it to go on", err)
+	default:
+	}
+	if st := r.w.Stats(); st[0].Deleted != 20 || st[1].Deleted != 20 {
+		t.Errorf("deleted %d critical and %d low messages, want 20 and 20", st[0].Deleted, st[1].Deleted)
 	}
 }

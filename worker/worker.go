@@ -1,10 +1,12 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"os"
 	"sync/atomic"
 	"time"
@@ -86,6 +88,13 @@ type Worker struct {
 	// back as a queue with messages does. Run ends that count (endStart)
 	// once its loops are counted, or when it returns before.
 	starting bool
+	// park, set by a MultiWorker, decides whether Run waits and tries the
+	// queue again when it cannot be used, rather than return the error
+	// (see MultiWorker.Run); unusable holds that error meanwhile.
+	park     func(err error) bool
+	unusable atomic.Pointer[error]
+	consumed atomic.Bool   // the queue was read and its consumer started, at least once
+	parkBase time.Duration // set by tests only; 0: the constant parkBase
 
 	// breakerAsked, set only by tests before Run, runs in each receive
 	// loop right after it asked the circuit breaker whether it may receive,
@@ -148,6 +157,27 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 	}
 	defer w.life.end()
 
+	for parks := 1; ; parks++ {
+		err := w.runOnce(ctx, h)
+		if err == nil || w.park == nil || !w.park(err) {
+			return err
+		}
+		// A MultiWorker's queue that cannot be used waits, and is tried
+		// again, while the other queues go on: it holds no slot and no
+		// lower queue back meanwhile.
+		w.endStart()
+		w.unusable.Store(&err)
+		d := parkDelay(w.parkBase, parks)
+		w.log.Error("queue cannot be used; the other queues go on without it; trying it again", "error", err, "retry_in", d)
+		if !w.sleepUnlessStopped(ctx, d) {
+			return nil
+		}
+	}
+}
+
+// runOnce reads the queue and consumes it, until ctx is cancelled,
+// Shutdown is called (nil) or the queue cannot be used (the error).
+func (w *Worker) runOnce(ctx context.Context, h sqsworker.Handler) error {
 	// Until the queue is read, Shutdown or ctx ends Run at once.
 	lctx, cancel := context.WithCancel(ctx)
 	unhook := context.AfterFunc(w.stopping, cancel)
@@ -165,8 +195,38 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 	if err != nil {
 		return err
 	}
+	w.unusable.Store(nil)
+	w.consumed.Store(true)
 	w.ready.Store(true)
 	return c.consume(ctx)
+}
+
+// parkBase and parkCap bound the wait before a MultiWorker's queue that
+// could not be used is tried again: it doubles from parkBase with each
+// try, up to parkCap.
+const (
+	parkBase = 10 * time.Second
+	parkCap  = 5 * time.Minute
+)
+
+// parkDelay is the wait before the given try of a queue that could not be
+// used, from base (0: parkBase), jittered by up to a fifth.
+func parkDelay(base time.Duration, tries int) time.Duration {
+	d := cmp.Or(base, parkBase)
+	for i := 1; i < tries && d < parkCap; i++ {
+		d *= 2
+	}
+	d = min(d, parkCap)
+	return d - mrand.N(d/5+1)
+}
+
+// sleepUnlessStopped waits for d, and reports false instead when ctx ends
+// or Shutdown is called first.
+func (w *Worker) sleepUnlessStopped(ctx context.Context, d time.Duration) bool {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(w.stopping, cancel)()
+	return sleep(sctx, d)
 }
 
 // Shutdown stops the worker gracefully: it starts no new receive and lets
