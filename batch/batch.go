@@ -147,7 +147,9 @@ type Config struct {
 	// dead-lettered are found with DeadLetters. It also tells the chunk
 	// that completes a batch that it is on its last receive (see
 	// "Completion" in the package documentation); unset, the queue's
-	// redrive policy is read for that.
+	// redrive policy is read for that. Set above the maxReceiveCount of the
+	// queue's redrive policy, the policy's count is used, as SQS
+	// dead-letters the chunk then, and the mistake is logged.
 	MaxReceiveCount int
 	// NotifyLease is how long the consumer that sends a batch's completion
 	// job holds the right to send it: another consumer sends it only once

@@ -410,6 +410,14 @@ func (c *Coordinator) count(ctx context.Context, id string, i int, recovering bo
 	}
 }
 
+// lastAttempt reports whether m is on the attempt Config.MaxReceiveCount,
+// or past it, or on the last its queue's redrive policy allows when that
+// is lower (see maxReceive).
+func (c *Coordinator) lastAttempt(ctx context.Context, m *sqsworker.Message) bool {
+	mrc := c.maxReceive(ctx, m.QueueURL, false)
+	return mrc > 0 && m.ReceiveCount >= mrc
+}
+
 // recordFailure records chunk i of batch id as failed when err is its last
 // failure: Permanent, or on the attempt Config.MaxReceiveCount. err is the
 // handler's, or the guard's commit's after the handler succeeded. A chunk
@@ -425,7 +433,7 @@ func (c *Coordinator) recordFailure(ctx context.Context, id string, i int, m *sq
 	// receive it waits in a fresh copy.
 	stopping := errors.Is(context.Cause(ctx), stopby.ErrStopping)
 	final := !sqsworker.IsUnavailable(err) && !postponed && !stopping &&
-		(errors.As(err, &perm) || (c.cfg.MaxReceiveCount > 0 && m.ReceiveCount >= c.cfg.MaxReceiveCount))
+		(errors.As(err, &perm) || c.lastAttempt(ctx, m))
 	if !final {
 		return
 	}

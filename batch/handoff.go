@@ -71,11 +71,24 @@ func (c *Coordinator) lastReceive(ctx context.Context, m *sqsworker.Message) boo
 	if err != nil {
 		n = m.ReceiveCount
 	}
-	mrc := c.cfg.MaxReceiveCount
-	if mrc == 0 {
-		mrc = c.limits(ctx, m.QueueURL).maxReceive
-	}
+	mrc := c.maxReceive(ctx, m.QueueURL, true)
 	return mrc > 1 && n == mrc
+}
+
+// maxReceive is the receive after which a chunk of the queue at url is
+// dead-lettered: Config.MaxReceiveCount, unless the queue's redrive policy
+// (read once) moves the message sooner, as SQS does at its count whatever
+// Config says (limits logs that mistake). Unset, it is the redrive
+// policy's count when orPolicy, and 0 otherwise. 0: unknown.
+func (c *Coordinator) maxReceive(ctx context.Context, url string, orPolicy bool) int {
+	mrc := c.cfg.MaxReceiveCount
+	if mrc == 0 && !orPolicy {
+		return 0
+	}
+	if p := c.limits(ctx, url).maxReceive; p > 0 && (mrc == 0 || p < mrc) {
+		return p
+	}
+	return mrc
 }
 
 // limits returns what the queue at url allows, read once, within
@@ -114,6 +127,10 @@ func (c *Coordinator) limits(ctx context.Context, url string) queueLimits {
 	if rp := out.Attributes[string(sqstypes.QueueAttributeNameRedrivePolicy)]; rp != "" {
 		if _, n, err := queue.ParseRedrivePolicy(rp); err == nil {
 			l.maxReceive = n
+		}
+		if mrc := c.cfg.MaxReceiveCount; l.maxReceive > 0 && mrc > l.maxReceive {
+			c.cfg.Logger.Error("batch: Config.MaxReceiveCount is above the maxReceiveCount of the chunks' queue's redrive policy: SQS dead-letters a chunk after the policy's count, so a chunk is recorded failed, and the completing chunk handed off, at that count; set Config.MaxReceiveCount to the policy's count, or leave it unset",
+				"queue", url, "max_receive_count", mrc, "redrive_max_receive_count", l.maxReceive)
 		}
 	}
 	if n, err := strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameMaximumMessageSize)]); err == nil && n > 0 {
