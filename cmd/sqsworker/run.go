@@ -85,6 +85,7 @@ type runFlags struct {
 	retryAfter            time.Duration
 	totalsInterval        time.Duration
 	httpURL               string
+	httpHealth            string
 	contentType           string
 	logLevel              string
 	metrics               string
@@ -198,10 +199,13 @@ The response status decides:
   unknown host, dial   breaker, never dead-lettered; but a job on which the
   timeout, TLS         connection was reset or closed with no answer runs
   certificate refused  alone after, until answered; reset so 3 times, the
-                       application answering other jobs in between, it is
-                       taken to crash the application: from then on a
-                       failure, to the dead-letter queue after the redrive
-                       policy's maxReceiveCount
+                       application answering other jobs in between (or
+                       --http-health after each reset), it is taken to
+                       crash the application: from then on a failure, to
+                       the dead-letter queue after the redrive policy's
+                       maxReceiveCount. With no other job running and no
+                       --http-health, nothing tells that from the
+                       application down, and the job is retried
   other 4xx (400, 403, permanent failure: to the dead-letter queue at once
   404, 410, 422, ...),
   or any 4xx with the
@@ -319,6 +323,7 @@ sqsworker by an hour at most.`,
 	fl.DurationVar(&f.retryAfter, "retry-after", defaultRetryAfter, "delay before a retry asked for by exit status 75, or by a 429 or 503 without Retry-After; $"+retryAfterEnv+" sets the default")
 	fl.BoolVar(&f.force, "force", false, "run a queue that is another queue's dead-letter queue (refused otherwise: replay its jobs with sqsworker dlq replay)")
 	fl.StringVar(&f.httpURL, "http", "", "POST each message to this http:// or https:// `URL` instead of running a command (logged without its user information and query)")
+	fl.StringVar(&f.httpHealth, "http-health", "", "with --http, a `PATH` (or URL) of the application that answers GET with 2xx when it is up: asked after a request reset with no answer, so that a job that crashes the application is told from the application down with no other job running (see --http above)")
 	fl.StringVar(&f.contentType, "content-type", "application/json", "Content-Type of the requests of --http")
 	fl.StringVar(&f.logLevel, "log-level", "info", "level of the worker's logs: debug, info, warn or error")
 	fl.StringVar(&f.metrics, "metrics", "none", "metrics sink: none, or emf (CloudWatch Embedded Metric Format on stdout, for the awslogs driver)")
@@ -412,6 +417,11 @@ func (f runFlags) check() (slog.Level, error) {
 			bad("--http %q: want an http:// or https:// URL", redactURL(f.httpURL))
 		}
 	}
+	if f.httpHealth != "" {
+		if _, err := healthURL(f.httpURL, f.httpHealth); err != nil {
+			bad("--http-health %q: %v", redactURL(f.httpHealth), err)
+		}
+	}
 	if f.rateLimit < 0 {
 		bad("--rate-limit %v: want messages per second, 0 for no limit", f.rateLimit)
 	}
@@ -489,6 +499,9 @@ func (a *app) run(ctx context.Context, f runFlags, queueArg string, command []st
 	} else {
 		hh := newHTTPHandler(f.httpURL, f.contentType, f.concurrency, f.retryAfter, f.responseHeaderTimeout)
 		hh.timeout = f.handlerTimeout
+		if f.httpHealth != "" {
+			hh.health, _ = healthURL(f.httpURL, f.httpHealth) // checked with the flags
+		}
 		defer hh.client.CloseIdleConnections()
 		h = hh
 		log.Info("handing each message to an HTTP endpoint", "url", hh.logURL,
@@ -883,6 +896,67 @@ type httpHandler struct {
 	// whose it was (see crashLimit).
 	gate  *semaphore.Weighted
 	slots int64
+	// health is --http-health, resolved against url; "" for none.
+	health string
+}
+
+// healthURL resolves --http-health's path (or URL) against --http's URL.
+func healthURL(endpoint, health string) (string, error) {
+	if endpoint == "" {
+		return "", errors.New("it goes with --http: give --http URL too")
+	}
+	base, err := url.Parse(endpoint)
+	if err != nil {
+		return "", errors.New("--http is not a URL")
+	}
+	ref, err := url.Parse(health)
+	if err != nil {
+		return "", fmt.Errorf("want a path such as /healthz, or an http:// or https:// URL: %w", err)
+	}
+	u := base.ResolveReference(ref)
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", errors.New("want a path such as /healthz, or an http:// or https:// URL")
+	}
+	return u.String(), nil
+}
+
+// Asking --http-health after a reset: every healthPoll, for up to
+// healthWait (the application may be restarting), each request within
+// healthTimeout.
+const (
+	healthWait    = 10 * time.Second
+	healthPoll    = 250 * time.Millisecond
+	healthTimeout = 2 * time.Second
+)
+
+// askHealth asks --http-health until it answers 2xx, within healthWait or
+// until ctx ends, and reports whether it did. It counts such an answer as
+// one of the application's (see crashLimit).
+func (h *httpHandler) askHealth(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, healthWait)
+	defer cancel()
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, healthTimeout)
+		req, err := http.NewRequestWithContext(rctx, http.MethodGet, h.health, nil)
+		if err == nil {
+			var resp *http.Response
+			if resp, err = h.client.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+				resp.Body.Close()
+				if resp.StatusCode >= 200 && resp.StatusCode < 300 {
+					rcancel()
+					h.crashes.answers.Add(1)
+					return true
+				}
+			}
+		}
+		rcancel()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(healthPoll):
+		}
+	}
 }
 
 // crashLimit is how many times a job's request may be reset or closed with
@@ -934,20 +1008,25 @@ func (c *crashCounts) start() (mark crashMark) {
 	return crashMark{seq: c.started.Add(1), alone: alone}
 }
 
-// crashMark is a request's place among the others: its number, and whether
-// none was under way when it started.
+// crashMark is a request's place among the others: its number, whether
+// none was under way when it started, and, once it ended (done), whether
+// it ran alone: none started before it ended either.
 type crashMark struct {
-	seq   uint64
-	alone bool
+	seq             uint64
+	alone, isolated bool
 }
 
-// done counts a request ending.
-func (c *crashCounts) done() { c.inFlight.Add(-1) }
+// done counts the request marked m ending, and returns its mark, telling
+// whether it ran alone.
+func (c *crashCounts) done(m crashMark) crashMark {
+	m.isolated = m.alone && c.started.Load() == m.seq
+	c.inFlight.Add(-1)
+	return m
+}
 
-// reset counts a reset of the request of key marked m, and returns the
-// job's count of resets.
+// reset counts a reset of the request of key marked m (ended: see done),
+// and returns the job's count of resets.
 func (c *crashCounts) reset(key string, m crashMark) int {
-	isolated := m.alone && c.started.Load() == m.seq // no other started since
 	answers := c.answers.Load()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -962,7 +1041,7 @@ func (c *crashCounts) reset(key string, m crashMark) int {
 			break
 		}
 	}
-	if isolated && answers > e.answers {
+	if m.isolated && answers > e.answers {
 		e.n++
 	}
 	e.answers = answers
@@ -1060,7 +1139,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 	mark := h.crashes.start()
 	sent := time.Now()
 	resp, err := h.client.Do(req)
-	h.crashes.done()
+	mark = h.crashes.done(mark)
 	if err != nil {
 		err = h.redact(err) // *url.Error: the method, the URL and the cause
 		if ctx.Err() != nil {
@@ -1074,6 +1153,9 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 			return fmt.Errorf("request stopped: %w", cause)
 		}
 		if isReset(err) {
+			if h.health != "" && mark.isolated {
+				h.askHealth(ctx)
+			}
 			if n := h.crashes.reset(key, mark); n >= crashLimit {
 				return &classedError{"connection-reset", fmt.Errorf("the connection was reset or closed with no answer on this job alone %d times, the application answering others in between: taken for a job that crashes the application, a failure of the job's: %w", n, err)}
 			}

@@ -203,13 +203,11 @@ func TestRunHTTPJobThatCrashesTheApplication(t *testing.T) {
 func TestCrashCounts(t *testing.T) {
 	var c crashCounts
 	alone := func(key string) int {
-		m := c.start()
-		c.done()
+		m := c.done(c.start())
 		return c.reset(key, m)
 	}
 	answer := func(key string) {
-		c.start()
-		c.done()
+		c.done(c.start())
 		c.answered(key)
 	}
 	if n := alone("p"); n != 0 {
@@ -225,17 +223,16 @@ func TestCrashCounts(t *testing.T) {
 	answer("other")
 	m := c.start()
 	other := c.start() // a second request under way
-	c.done()
-	c.done()
-	_ = other
+	m = c.done(m)
+	c.done(other)
 	if n := c.reset("p", m); n != 1 {
 		t.Errorf("a reset among other requests counted: %d, want 1", n)
 	}
 	answer("other")
-	m = c.start() // alone when it starts, but another starts before its reset
-	c.start()
-	c.done()
-	c.done()
+	m = c.start() // alone when it starts, but another starts before it ends
+	other = c.start()
+	c.done(other)
+	m = c.done(m)
 	if n := c.reset("p", m); n != 1 {
 		t.Errorf("a reset with another request started meanwhile counted: %d, want 1", n)
 	}
@@ -379,6 +376,20 @@ func TestRunHTTPJobThatCrashesABusyApplication(t *testing.T) {
 	t.Logf("poison sent %d times, %d other jobs", r.poisonSent, len(r.goods))
 }
 
+// A job that crashes its application with no other job to run, on the
+// emulator with maxReceiveCount 2: with --http-health, the application's
+// answer there after each reset tells the crash from the application down,
+// and the job reaches the dead-letter queue. Without it, no answer comes
+// between the resets, and the job was retried for ever.
+func TestRunHTTPJobThatCrashesTheApplicationAlone(t *testing.T) {
+	t.Parallel()
+	r := runPoisonAmongOthers(t, 0, 0, 5*time.Second, "--http-health", "/healthz")
+	if class := attr(r.dead, sqsworker.AttrFailureClass); class != "String:connection-reset" {
+		t.Errorf("error class %s, want connection-reset", class)
+	}
+	t.Logf("poison sent %d times", r.poisonSent)
+}
+
 // poisonRun is what runPoisonAmongOthers saw.
 type poisonRun struct {
 	dead       types.Message // the poison job's dead-letter copy
@@ -387,20 +398,24 @@ type poisonRun struct {
 	stderr     string
 }
 
-// runPoisonAmongOthers runs sqsworker run --http, Concurrency 4, on a
-// queue of the emulator (maxReceiveCount 2, visibility timeout vis) that
-// holds a job, "poison", on which the application closes the connection
-// with no answer, while other jobs arrive every interval, each taking the
-// application work to answer. It waits for the poison job in the
+// runPoisonAmongOthers runs sqsworker run --http, Concurrency 4, and the
+// flags in extra, on a queue of the emulator (maxReceiveCount 2,
+// visibility timeout vis) that holds a job, "poison", on which the
+// application closes the connection with no answer, while other jobs
+// arrive every interval (none with 0), each taking the application work to
+// answer. The application answers GET /healthz with 200. It waits for the poison job in the
 // dead-letter queue, alone there, and for the queue to empty, and checks
 // that every other job was answered once.
-func runPoisonAmongOthers(t *testing.T, every, work, vis time.Duration) poisonRun {
+func runPoisonAmongOthers(t *testing.T, every, work, vis time.Duration, extra ...string) poisonRun {
 	t.Helper()
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{MaxReceiveCount: 2, VisibilityTimeout: vis})
 	var mu sync.Mutex
 	answered := map[string]int{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
+			return
+		}
 		b, _ := io.ReadAll(r.Body)
 		if string(b) == "poison" {
 			mu.Lock()
@@ -420,13 +435,16 @@ func runPoisonAmongOthers(t *testing.T, every, work, vis time.Duration) poisonRu
 	localtest.Send(t, c, q.URL, "", "poison")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	p := startCLI(t, ctx, "", "run", q.URL, "--http", srv.URL, "--wait", "1s", "--concurrency", "4")
+	p := startCLI(t, ctx, "", append([]string{"run", q.URL, "--http", srv.URL, "--wait", "1s", "--concurrency", "4"}, extra...)...)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("stderr:\n%s", p.stderr.String())
 		}
 	})
-	stopSending := sendEvery(ctx, c, q.URL, every)
+	stopSending := func() []string { return nil }
+	if every > 0 {
+		stopSending = sendEvery(ctx, c, q.URL, every)
+	}
 	dead := dlqBodies(t, c, q, 1)
 	r := poisonRun{goods: stopSending()}
 	m, ok := dead["poison"]

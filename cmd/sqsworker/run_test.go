@@ -452,6 +452,8 @@ func TestRunErrors(t *testing.T) {
 		{[]string{"run", q.URL, "other", "--", "cat"}, 2, "one QUEUE before --"},
 		{[]string{"run", q.URL, "--http", "http://127.0.0.1:1/", "--", "cat"}, 2, "not both"},
 		{[]string{"run", q.URL, "--http", "ftp://127.0.0.1/"}, 2, `--http "ftp://127.0.0.1/": want an http://`},
+		{[]string{"run", q.URL, "--http-health", "/healthz", "--", "cat"}, 2, `--http-health "/healthz": it goes with --http`},
+		{[]string{"run", q.URL, "--http", "http://127.0.0.1:1/", "--http-health", "ftp://h/"}, 2, `--http-health "ftp://h/": want a path such as /healthz`},
 		{[]string{"run", q.URL, "--concurrency", "0", "--wait", "21s", "--", "cat"}, 2, "--concurrency 0: want at least 1\n--wait 21s"},
 		{[]string{"run", q.URL, "--visibility-timeout", "1.5s", "--", "cat"}, 2, "--visibility-timeout 1.5s"},
 		{[]string{"run", q.URL, "--log-level", "loud", "--", "cat"}, 2, `--log-level "loud"`},
