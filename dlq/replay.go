@@ -129,6 +129,12 @@ type ReplayResult struct {
 	Interrupted bool `json:"interrupted,omitempty"`
 	// Coverage compares what the replay read with the queue's count.
 	Coverage Coverage `json:"coverage"`
+	// Unmatched counts the messages read that the filter left out, by the
+	// error class of their failure ("" for those without one: moved by
+	// SQS's redrive, or copied without metadata), up to MaxUnmatchedClasses
+	// classes, the others under "…": what a filter that matches nothing
+	// missed.
+	Unmatched map[string]int `json:"unmatched,omitempty"`
 	// Messages are the messages moved (or to be moved), ordered by
 	// [SortMessages].
 	Messages []ReplayedMessage `json:"messages"`
@@ -424,6 +430,25 @@ func (r *replayer) interruptedBy(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %d message(s) moved, the others stay in %s: %w", ErrInterrupted, r.res.Moved, r.q.Name, err)
 }
 
+// MaxUnmatchedClasses bounds the error classes ReplayResult.Unmatched
+// counts apart.
+const MaxUnmatchedClasses = 20
+
+// unmatched counts m, read and left out by the filter, in Unmatched.
+func (res *ReplayResult) unmatched(m *Message) {
+	class := ""
+	if m.HasFailure && !m.Redriven() {
+		class = m.Failure.ErrorClass
+	}
+	if res.Unmatched == nil {
+		res.Unmatched = map[string]int{}
+	}
+	if _, ok := res.Unmatched[class]; !ok && len(res.Unmatched) >= MaxUnmatchedClasses {
+		class = "…"
+	}
+	res.Unmatched[class]++
+}
+
 // handle decides the fate of one message. Every message that is not deleted
 // is held, to be released at the end.
 func (r *replayer) handle(ctx context.Context, m *Message) error {
@@ -439,6 +464,7 @@ func (r *replayer) handle(ctx context.Context, m *Message) error {
 		}
 	}
 	if !r.cfg.Filter.Match(m) {
+		r.res.unmatched(m)
 		stay()
 		return nil
 	}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -254,6 +257,22 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	return nil
 }
 
+// unmatchedClasses lists the counts of ReplayResult.Unmatched, the largest
+// first: "rate-limited 3, (none) 1".
+func unmatchedClasses(u map[string]int) string {
+	classes := slices.Collect(maps.Keys(u))
+	slices.SortFunc(classes, func(a, b string) int { return cmp.Or(u[b]-u[a], strings.Compare(a, b)) })
+	parts := make([]string, len(classes))
+	for i, c := range classes {
+		name := c
+		if c == "" {
+			name = "(none)"
+		}
+		parts[i] = fmt.Sprintf("%s %d", name, u[c])
+	}
+	return strings.Join(parts, ", ")
+}
+
 // printReplay prints the messages a replay moved, or would move, and a
 // summary on standard error.
 func (d *dlqCmd) printReplay(q *dlq.Queue, res *dlq.ReplayResult, o replayOptions) error {
@@ -319,6 +338,10 @@ func (d *dlqCmd) printReplay(q *dlq.Queue, res *dlq.ReplayResult, o replayOption
 			verb, res.Duplicates)
 	}
 	d.coverage(res.Coverage)
+	if res.Matched == 0 && len(res.Unmatched) > 0 {
+		fmt.Fprintf(w, "no message matched the filter (%s); the %d it left out, by error class: %s (--error-class and --attr match exactly)\n",
+			res.Filter, res.Scanned, unmatchedClasses(res.Unmatched))
+	}
 	if res.DryRun {
 		fmt.Fprintf(w, "dry run: nothing moved, use --yes to move the %d matching message(s) (scanned %d; filter: %s)\n",
 			res.Matched, res.Scanned, res.Filter)

@@ -122,6 +122,11 @@ func TestDlqReplayFilters(t *testing.T) {
 		if res.Coverage.LostReceives > 0 {
 			t.Logf("%v: %d receive(s) lost their response, and the read waited for their messages", tc.args, res.Coverage.LostReceives)
 		}
+		// A filter that matches nothing says what it left out.
+		const hint = "the 6 it left out, by error class: upstream-unavailable 3, invalid-order 2, rate-limited 1 (--error-class and --attr match exactly)"
+		if got := strings.Contains(stderr, "no message matched the filter") && strings.Contains(stderr, hint); got != (len(tc.want) == 0) {
+			t.Errorf("%v: the no-match hint %v, want %v; stderr %q", tc.args, got, len(tc.want) == 0, stderr)
+		}
 		// Nothing moved, nothing left invisible.
 		if v, f, _ := localtest.Depth(t, c, q.DLQURL); v != 6 || f != 0 {
 			t.Fatalf("%v: dead-letter queue holds %d visible, %d in flight after a dry run", tc.args, v, f)
