@@ -85,7 +85,9 @@ func (c *Coordinator) maxReceive(ctx context.Context, url string, orPolicy bool)
 	if mrc == 0 && !orPolicy {
 		return 0
 	}
-	if p := c.limits(ctx, url).maxReceive; p > 0 && (mrc == 0 || p < mrc) {
+	// Read even when ctx has ended: the failure of a handler cut short by
+	// its timeout is recorded, or not, by this count (limits bounds it).
+	if p := c.limits(context.WithoutCancel(ctx), url).maxReceive; p > 0 && (mrc == 0 || p < mrc) {
 		return p
 	}
 	return mrc
