@@ -129,7 +129,7 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 			return nil, fmt.Errorf("worker: Config.Heartbeat (set DisableHeartbeat to run without): %w", err)
 		}
 		c.ext = ext
-		w.ext.Store(ext)
+		w.setExt(ext)
 	}
 	c.acks = ackbatch.New(w.api, ackbatch.Config{
 		QueueURL:    info.URL,
@@ -498,10 +498,11 @@ func (c *consumer) ackResult(kind ackbatch.Kind, e ackbatch.Entry, err error) {
 			// The call refused for the queue or the role (access
 			// denied, the queue deleted): every job would run, fail to
 			// be acknowledged, come back and be dead-lettered by SQS,
-			// though healthy. Run stops with the error, as for a receive
-			// refused so.
+			// though healthy. Receiving stops, as for a receive refused
+			// so: Run returns the error, or, in a MultiWorker, the queue
+			// waits until SQS takes its acknowledgements again.
 			select {
-			case c.fatal <- fmt.Errorf("worker: %s refused on %s (grant the role sqs:DeleteMessage and sqs:ChangeMessageVisibility on the queue): %w", kind, c.info.URL, err):
+			case c.fatal <- refusedAck(kind, c.info.URL, err):
 			default:
 			}
 		}

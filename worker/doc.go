@@ -246,11 +246,14 @@
 // nothing until a budget is broken, where fixed weights (8:4:2:1) take slots
 // from the critical queue even while the low queue is within its budget.
 //
-// One queue that cannot be used (deleted, access revoked, its key
-// disabled) does not stop the others, at start or later: it waits, its
-// error logged at each try and in QueueStats.Unusable, and is tried again
-// after 10 s, doubling up to 5 minutes, holding no slot meanwhile. Run
-// returns an error only when no queue could start at all.
+// One queue that SQS refuses (deleted, access revoked, its key disabled,
+// its deletes denied) does not stop the others, at start or later: it
+// waits, its error logged at each try and in QueueStats.Unusable, and is
+// tried again after 10 s, doubling up to 5 minutes, holding no slot
+// meanwhile; a queue whose acknowledgements were refused receives again
+// only once SQS takes them. Run returns an error when a queue's
+// configuration does not fit it at start, as a Worker's does, and when no
+// queue could start at all.
 //
 // Rate limits (golang.org/x/time/rate): Config.RateLimit per queue (for a
 // Worker as well) and MultiConfig.RateLimit for the whole worker. A limited

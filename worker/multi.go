@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/internal/awserr"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 )
 
@@ -168,7 +169,8 @@ func NewMulti(api API, cfg MultiConfig) (*MultiWorker, error) {
 	m.failedFirst = make([]bool, len(m.workers))
 	for i, w := range m.workers {
 		w.pool = m.pool
-		w.park = func(error) bool { return m.park(i) }
+		w.park = func(err error) bool { return m.park(i, err) }
+		w.parkMu = &m.mu
 	}
 	return m, nil
 }
@@ -253,16 +255,19 @@ func (c *MultiConfig) validate() error {
 // called; then it shuts down gracefully (see Worker.Shutdown; each queue
 // uses its own ShutdownTimeout when ctx is cancelled) and returns nil.
 //
-// A queue that cannot be used (it does not exist, access is denied, its
-// key is disabled, its redrive policy is malformed, its configuration does
-// not fit it), at start or later, does not stop the others: its receives
-// stop, its running handlers finish as at a shutdown, and it is tried again
-// after 10 s, doubling up to 5 minutes, until it can be used. Meanwhile the
-// error is logged at each try, QueueStats.Unusable holds it, Ready is
-// false, and the queue holds no slot of the pool and no lower queue back.
-// Run returns the errors only when no queue could start: when every queue
-// failed at its first start, before any was consumed (a wrong region or
-// credentials, or a configuration that fits none of them).
+// A queue SQS refuses (it does not exist, access is denied, its key is
+// disabled, its acknowledgements are refused), at start or later, does not
+// stop the others: its receives stop, its running handlers finish as at a
+// shutdown, and it is tried again after 10 s, doubling up to 5 minutes
+// (from 10 s again once it was consumed for 5 minutes), until it can be
+// used; a queue whose acknowledgements were refused receives again only
+// once SQS takes them. Meanwhile the error is logged at each try,
+// QueueStats.Unusable holds it, Ready is false, and the queue holds no
+// slot of the pool and no lower queue back. Run returns an error when a
+// queue's first start fails for a mistake of the configuration (it does
+// not fit the queue, the queue's redrive policy is malformed), as a
+// Worker's does, and when no queue could start: every queue failed at its
+// first start, before any was consumed (a wrong region or credentials).
 func (m *MultiWorker) Run(ctx context.Context, h sqsworker.Handler) error {
 	hs := make([]sqsworker.Handler, len(m.queues))
 	for i, q := range m.queues {
@@ -316,12 +321,17 @@ func (m *MultiWorker) Run(ctx context.Context, h sqsworker.Handler) error {
 	return nil
 }
 
-// park reports whether queue i, which cannot be used, is to wait and be
-// tried again (see Run): false once every queue failed at its first start
-// and none has been consumed.
-func (m *MultiWorker) park(i int) bool {
+// park reports whether queue i, which cannot be used for err, is to wait
+// and be tried again (see Run): not when its first start failed other than
+// for SQS's refusal (the configuration does not fit the queue, its redrive
+// policy is malformed: a mistake to mend, as for a Worker), nor once every
+// queue failed at its first start and none has been consumed.
+func (m *MultiWorker) park(i int, err error) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.workers[i].consumed.Load() && !awserr.IsFatal(err) {
+		return false
+	}
 	for _, w := range m.workers {
 		if w.consumed.Load() {
 			return true

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/sqsworker/sqsworker"
 	"github.com/sqsworker/sqsworker/internal/bubble"
@@ -195,6 +196,28 @@ func TestFakeMultiRunErrors(t *testing.T) {
 	}
 	if err := w.Run(context.Background(), nop); !errors.Is(err, worker.ErrClosed) {
 		t.Errorf("second Run = %v, want ErrClosed: a MultiWorker runs once", err)
+	}
+
+	// A configuration that does not fit its queue fails Run at the start,
+	// as a Worker's does, though another queue could run.
+	f.CreateQueue("dlq", nil)
+	mis := f.CreateQueue("mis", map[string]string{
+		"RedrivePolicy": `{"deadLetterTargetArn":"` + sqstest.QueueARN("dlq") + `","maxReceiveCount":2}`})
+	qm := queue(mis, 0, 0)
+	qm.MaxReceiveCount = 5
+	w, err = worker.NewMulti(f, worker.MultiConfig{Logger: slog.New(slog.DiscardHandler), Queues: []worker.QueueConfig{queue(a, 1, 0), qm}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.SetParkBase(100 * time.Millisecond)
+	go func() { done <- w.Run(context.Background(), nop) }()
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return for a configuration that does not fit its queue")
+	}
+	if err == nil || !strings.Contains(err.Error(), "MaxReceiveCount 5 is above the redrive policy's maxReceiveCount 2") {
+		t.Errorf("Run = %v, want the misfit named", err)
 	}
 }
 
@@ -485,4 +508,43 @@ func recordOrder(rec *recorder) sqsworker.Handler {
 		rec.add(m.Body)
 		return nil
 	})
+}
+
+// A queue whose deletes SQS refuses (the role lost sqs:DeleteMessage)
+// waits, and receives again only once a probe finds them taken: the
+// messages it ran meanwhile are not received again and again, each time a
+// receive nearer the dead-letter queue. The first 5 delete calls are
+// refused: the consumer's and then the probes'.
+func TestFakeMultiRefusedDeletesWait(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	q := f.CreateQueue("refused", map[string]string{"VisibilityTimeout": "5"})
+	for range 5 {
+		f.Send(q, "job")
+	}
+	f.FailNext(sqstest.OpDeleteMessageBatch, &smithy.GenericAPIError{Code: "AccessDenied", Message: "not authorized to perform sqs:DeleteMessage"}, 5)
+	var mu sync.Mutex
+	receives := map[string]int{}
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		mu.Lock()
+		receives[m.ID] = max(receives[m.ID], m.ReceiveCount)
+		mu.Unlock()
+		return nil
+	})
+	r := startMulti(t, f, worker.MultiConfig{Queues: []worker.QueueConfig{queue(q, 0, 0)}}, h,
+		func(m *worker.MultiWorker) { m.SetParkBase(200 * time.Millisecond) })
+	localtest.Eventually(t, 30*time.Second, func() bool { return r.w.Stats()[0].Deleted == 5 }, "the jobs are not deleted once SQS takes deletes again")
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range receives {
+		if n > 2 {
+			t.Errorf("message %s received %d times, want at most 2: once before the refusal, once after", id, n)
+		}
+	}
+	if n := f.Calls(sqstest.OpDeleteMessageBatch); n < 5 {
+		t.Errorf("%d delete calls, want the 5 refused and more", n)
+	}
+	if !strings.Contains(r.logs.String(), "refused on") {
+		t.Error("the refusal is not logged")
+	}
 }

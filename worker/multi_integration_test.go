@@ -5,9 +5,15 @@ package worker_test
 // and the shutdown.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -410,4 +416,84 @@ func TestMultiUnusableQueueWaitsEmulator(t *testing.T) {
 	if st := r.w.Stats(); st[0].Deleted != 20 || st[1].Deleted != 20 {
 		t.Errorf("deleted %d critical and %d low messages, want 20 and 20", st[0].Deleted, st[1].Deleted)
 	}
+}
+
+// On the local SQS, through a proxy on loopback that answers AccessDenied
+// to the low queue's deletes for 6 s: the low queue waits, each of its jobs
+// received once before the refusal and once after, while the critical
+// queue goes on; once deletes are taken again, the low queue's jobs are
+// deleted.
+func TestMultiRefusedDeletesWaitEmulator(t *testing.T) {
+	t.Parallel()
+	direct := localtest.NewSQS(t)
+	crit := localtest.NewQueue(t, direct, localtest.QueueOptions{})
+	low := localtest.NewQueue(t, direct, localtest.QueueOptions{VisibilityTimeout: 5 * time.Second})
+	var refusing atomic.Bool
+	refusing.Store(true)
+	proxy := refuseDeletes(t, low.URL, &refusing)
+	c := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy) })
+
+	var mu sync.Mutex
+	receives := map[string]int{}
+	var critDone atomic.Int64
+	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
+		if m.QueueURL == crit.URL {
+			critDone.Add(1)
+			return nil
+		}
+		mu.Lock()
+		receives[m.ID] = max(receives[m.ID], m.ReceiveCount)
+		mu.Unlock()
+		return nil
+	})
+	sendMany(t, direct, low.URL, 5, "low")
+	r := startMulti(t, c, worker.MultiConfig{Queues: []worker.QueueConfig{
+		{Config: worker.Config{QueueURL: crit.URL}, Priority: 1},
+		{Config: worker.Config{QueueURL: low.URL}},
+	}}, h, func(m *worker.MultiWorker) { m.SetParkBase(500 * time.Millisecond) })
+	localtest.Eventually(t, 60*time.Second, func() bool { return r.w.Stats()[1].Unusable != nil }, "the low queue does not wait with its deletes refused")
+	sendMany(t, direct, crit.URL, 10, "critical")
+	localtest.Eventually(t, 60*time.Second, func() bool { return critDone.Load() == 10 }, "%d of 10 critical jobs handled while the low queue waits", critDone.Load())
+	time.Sleep(6 * time.Second)
+	refusing.Store(false)
+	localtest.Eventually(t, 120*time.Second, func() bool { return r.w.Stats()[1].Deleted == 5 }, "the low queue's jobs are not deleted once deletes are taken")
+	mu.Lock()
+	defer mu.Unlock()
+	for id, n := range receives {
+		if n > 2 {
+			t.Errorf("message %s received %d times, want at most 2: once before the refusal, once after", id, n)
+		}
+	}
+	if v, f, d := localtest.Depth(t, direct, low.URL); v+f+d != 0 {
+		t.Errorf("%d messages left in the low queue", v+f+d)
+	}
+}
+
+// refuseDeletes starts a proxy on loopback in front of the local SQS that
+// answers AccessDenied to the deletes of the queue at url while refusing
+// holds, and passes every other request on; it returns its URL.
+func refuseDeletes(t *testing.T, url string, refusing *atomic.Bool) string {
+	t.Helper()
+	target, err := neturl.Parse(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if refusing.Load() && strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".DeleteMessageBatch") && strings.Contains(string(body), url) {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"__type":"com.amazonaws.sqs#AccessDenied","message":"not authorized to perform sqs:DeleteMessage"}`)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"golang.org/x/time/rate"
 
 	"github.com/sqsworker/sqsworker"
@@ -93,8 +95,14 @@ type Worker struct {
 	// (see MultiWorker.Run); unusable holds that error meanwhile.
 	park     func(err error) bool
 	unusable atomic.Pointer[error]
-	consumed atomic.Bool   // the queue was read and its consumer started, at least once
+	consumed atomic.Bool   // the queue was read and its consumer started, at least once; set under parkMu when not nil
+	parkMu   *sync.Mutex   // the MultiWorker's, for park
 	parkBase time.Duration // set by tests only; 0: the constant parkBase
+	// extBase holds the heartbeat counters of the consumers before the
+	// running one (a MultiWorker's queue starts one more after each wait),
+	// under extMu with the swap of ext.
+	extMu   sync.Mutex
+	extBase visibility.Stats
 
 	// breakerAsked, set only by tests before Run, runs in each receive
 	// loop right after it asked the circuit breaker whether it may receive,
@@ -157,8 +165,22 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 	}
 	defer w.life.end()
 
+	var err error
 	for parks := 1; ; parks++ {
-		err := w.runOnce(ctx, h)
+		// Acknowledgements refused are asked about before messages are
+		// received again: each message received would run, fail to be
+		// deleted and come back, one receive nearer the dead-letter queue.
+		var refused *refusedAckError
+		if errors.As(err, &refused) {
+			err = w.probeAcks(ctx)
+		}
+		if err == nil || refused == nil {
+			var consumed time.Duration
+			consumed, err = w.runOnce(ctx, h)
+			if consumed >= parkCap {
+				parks = 1 // a new outage: its first wait is parkBase's again
+			}
+		}
 		if err == nil || w.park == nil || !w.park(err) {
 			return err
 		}
@@ -175,9 +197,51 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 	}
 }
 
+// refusedAckError is the error of an acknowledgement SQS refused for the
+// queue or the role (access denied, the queue deleted).
+type refusedAckError struct{ err error }
+
+func (e *refusedAckError) Error() string { return e.err.Error() }
+func (e *refusedAckError) Unwrap() error { return e.err }
+
+// probeReceipt is the receipt handle of the acknowledgements probeAcks
+// sends: no message's.
+const probeReceipt = "sqsworker-permission-probe"
+
+// probeAcks asks SQS whether it still refuses the worker's
+// acknowledgements, with a delete and a visibility change of a receipt
+// handle that is no message's: SQS refuses the call for the role or the
+// queue before it reads the handle, and otherwise fails the entry alone.
+// It returns a *refusedAckError while they are refused, and nil otherwise
+// (an error that may pass included: the consumer meets it if it lasts).
+func (w *Worker) probeAcks(ctx context.Context) error {
+	pctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	url, id, handle := w.cfg.QueueURL, "probe", probeReceipt
+	_, err := w.api.DeleteMessageBatch(pctx, &sqs.DeleteMessageBatchInput{QueueUrl: &url,
+		Entries: []types.DeleteMessageBatchRequestEntry{{Id: &id, ReceiptHandle: &handle}}})
+	kind := ackbatch.Delete
+	if err == nil {
+		_, err = w.api.ChangeMessageVisibilityBatch(pctx, &sqs.ChangeMessageVisibilityBatchInput{QueueUrl: &url,
+			Entries: []types.ChangeMessageVisibilityBatchRequestEntry{{Id: &id, ReceiptHandle: &handle}}})
+		kind = ackbatch.ChangeVisibility
+	}
+	if awserr.IsFatal(err) && !awserr.IsInvalidParameter(err) {
+		return refusedAck(kind, url, err)
+	}
+	return nil
+}
+
+// refusedAck returns the error of an acknowledgement of kind SQS refused
+// on the queue at url.
+func refusedAck(kind ackbatch.Kind, url string, err error) error {
+	return &refusedAckError{fmt.Errorf("worker: %s refused on %s (grant the role sqs:DeleteMessage and sqs:ChangeMessageVisibility on the queue): %w", kind, url, err)}
+}
+
 // runOnce reads the queue and consumes it, until ctx is cancelled,
-// Shutdown is called (nil) or the queue cannot be used (the error).
-func (w *Worker) runOnce(ctx context.Context, h sqsworker.Handler) error {
+// Shutdown is called (nil) or the queue cannot be used (the error). It
+// returns how long it consumed the queue.
+func (w *Worker) runOnce(ctx context.Context, h sqsworker.Handler) (time.Duration, error) {
 	// Until the queue is read, Shutdown or ctx ends Run at once.
 	lctx, cancel := context.WithCancel(ctx)
 	unhook := context.AfterFunc(w.stopping, cancel)
@@ -187,18 +251,26 @@ func (w *Worker) runOnce(ctx context.Context, h sqsworker.Handler) error {
 	cancel()
 	if err != nil {
 		if stopped {
-			return nil
+			return 0, nil
 		}
-		return err
+		return 0, err
 	}
 	c, err := w.newConsumer(info, h)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	w.unusable.Store(nil)
+	if w.parkMu != nil {
+		w.parkMu.Lock() // see MultiWorker.park
+	}
 	w.consumed.Store(true)
+	if w.parkMu != nil {
+		w.parkMu.Unlock()
+	}
 	w.ready.Store(true)
-	return c.consume(ctx)
+	began := time.Now()
+	err = c.consume(ctx)
+	return time.Since(began), err
 }
 
 // parkBase and parkCap bound the wait before a MultiWorker's queue that
@@ -357,8 +429,29 @@ func (w *Worker) Stats() Stats {
 // batch calls, extensions, lost and expired leases. They are zero before Run
 // starts and with Config.DisableHeartbeat.
 func (w *Worker) HeartbeatStats() visibility.Stats {
+	w.extMu.Lock()
+	defer w.extMu.Unlock()
+	s := w.extBase
 	if e := w.ext.Load(); e != nil {
-		return e.Stats()
+		n := e.Stats()
+		s.Rounds, s.Calls, s.Extended, s.Lost, s.Expired, s.Tracked =
+			s.Rounds+n.Rounds, s.Calls+n.Calls, s.Extended+n.Extended, s.Lost+n.Lost, s.Expired+n.Expired, n.Tracked
 	}
-	return visibility.Stats{}
+	return s
+}
+
+// setExt makes e the running heartbeat, adding the counters of the one
+// before to extBase.
+func (w *Worker) setExt(e *visibility.Extender) {
+	w.extMu.Lock()
+	defer w.extMu.Unlock()
+	if old := w.ext.Load(); old != nil {
+		n := old.Stats()
+		w.extBase.Rounds += n.Rounds
+		w.extBase.Calls += n.Calls
+		w.extBase.Extended += n.Extended
+		w.extBase.Lost += n.Lost
+		w.extBase.Expired += n.Expired
+	}
+	w.ext.Store(e)
 }

@@ -237,7 +237,10 @@ tls.
 Without a dead-letter queue, permanent failures are logged and retried with
 backoff like other failures. The exit status of sqsworker run is 0 after a
 graceful shutdown, 1 when the queue cannot be used, 2 for a mistake in the
-command line, 130 when a second Ctrl-C stopped it at once.
+command line, 130 when a second Ctrl-C stopped it at once. With --queue, a
+queue SQS refuses (deleted, access revoked, its key disabled, its deletes
+denied) does not stop the others: it is tried again after 10s, doubling up to 5m,
+and logged at each try; sqsworker exits 1 when no queue can be used.
 
 Priority queues: instead of QUEUE, give --queue NAME[:PRIORITY[:RESERVED]]
 once per queue (a name or a URL). One worker then consumes them all from one
@@ -323,7 +326,7 @@ sqsworker by an hour at most.`,
 	fl.DurationVar(&f.retryAfter, "retry-after", defaultRetryAfter, "delay before a retry asked for by exit status 75, or by a 429 or 503 without Retry-After; $"+retryAfterEnv+" sets the default")
 	fl.BoolVar(&f.force, "force", false, "run a queue that is another queue's dead-letter queue (refused otherwise: replay its jobs with sqsworker dlq replay)")
 	fl.StringVar(&f.httpURL, "http", "", "POST each message to this http:// or https:// `URL` instead of running a command (logged without its user information and query)")
-	fl.StringVar(&f.httpHealth, "http-health", "", "with --http, a `PATH` (or URL) of the application that answers GET with 2xx when it is up: asked after a request reset with no answer, so that a job that crashes the application is told from the application down with no other job running (see --http above)")
+	fl.StringVar(&f.httpHealth, "http-health", "", "with --http, a `PATH` (or URL; a path is taken relative to --http's URL, without its query) that the application process itself answers to GET with 2xx when it is up, not a proxy or a load balancer in front of it: asked after a request reset with no answer, so that a job that crashes the application is told from the application down with no other job running (see --http above)")
 	fl.StringVar(&f.contentType, "content-type", "application/json", "Content-Type of the requests of --http")
 	fl.StringVar(&f.logLevel, "log-level", "info", "level of the worker's logs: debug, info, warn or error")
 	fl.StringVar(&f.metrics, "metrics", "none", "metrics sink: none, or emf (CloudWatch Embedded Metric Format on stdout, for the awslogs driver)")
