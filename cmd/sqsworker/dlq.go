@@ -54,7 +54,7 @@ messages they hold. Each read is compared with the queue's approximate count:
 replay, redrive and purge are dry runs or ask first, and append what they do
 to an audit log (--audit), with who did it (sts:GetCallerIdentity).
 
-Queues are given by name or URL.`,
+Queues are given by name, URL or ARN.`,
 		Example: `  sqsworker dlq ls orders-dlq
   sqsworker dlq show orders-dlq 5f1c0a4e-8d0b-4c1e-9a57-3f2b6d1e0c11 --body
   sqsworker dlq replay orders-dlq --error-class upstream-unavailable --since "2h ago"

@@ -16,6 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/sqsworker/sqsworker/dlq"
 )
 
 // app holds what every command shares.
@@ -66,7 +68,7 @@ const rootLong = `sqsworker operates SQS job queues: create and list them, send 
 their figures, inspect dead-letter queues and replay chosen messages, and run
 a worker that hands each message to a command or an HTTP endpoint.
 
-Queues are given by name or URL. Credentials, region and endpoints come from
+Queues are given by name, URL or ARN. Credentials, region and endpoints come from
 the AWS SDK's standard configuration: environment variables (AWS_REGION, or
 AWS_DEFAULT_REGION as the AWS CLI reads it), shared config and credentials
 files, profiles, and AWS_ENDPOINT_URL / AWS_ENDPOINT_URL_SQS to point at a
@@ -230,16 +232,30 @@ func (a *app) sqs(ctx context.Context) (*sqs.Client, error) {
 	return a.client, nil
 }
 
-// queueURL turns a queue name or URL into its URL.
+// queueURL turns a queue name, URL or ARN into its URL, without the
+// trailing slash a URL copied from a console may have. An ARN of another
+// region than the client's is refused: GetQueueUrl would find the queue of
+// the same name in the client's region.
 func (a *app) queueURL(ctx context.Context, nameOrURL string) (string, error) {
 	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
-		return nameOrURL, nil
+		return strings.TrimRight(nameOrURL, "/"), nil
 	}
 	c, err := a.sqs(ctx)
 	if err != nil {
 		return "", err
 	}
-	out, err := c.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)})
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)}
+	if strings.HasPrefix(nameOrURL, "arn:") {
+		arn, err := dlq.ParseARN(nameOrURL)
+		if err != nil {
+			return "", err
+		}
+		if r := c.Options().Region; arn.Region != r {
+			return "", fmt.Errorf("queue %s is in region %s, not the client's %s: give --region %s (or AWS_REGION)", nameOrURL, arn.Region, r, arn.Region)
+		}
+		in = &sqs.GetQueueUrlInput{QueueName: aws.String(arn.Name), QueueOwnerAWSAccountId: aws.String(arn.Account)}
+	}
+	out, err := c.GetQueueUrl(ctx, in)
 	if err != nil {
 		return "", err
 	}

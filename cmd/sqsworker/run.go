@@ -106,7 +106,7 @@ func newRunCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run (QUEUE | --queue NAME[:PRIORITY[:RESERVED]]...) (-- COMMAND [ARGS...] | --http URL)",
 		Short: "Run a worker that hands each message to a command or an HTTP endpoint",
-		Long: `Run a worker on a queue (by name or URL) that hands each message to a command
+		Long: `Run a worker on a queue (by name, URL or ARN) that hands each message to a command
 or POSTs it to an HTTP endpoint, until interrupted (SIGINT or SIGTERM), then
 shut down gracefully: stop receiving and let the long polls under way end
 (up to --wait), let running handlers finish (up to --shutdown-timeout: 25s
@@ -243,7 +243,7 @@ denied) does not stop the others: it is tried again after 10s, doubling up to 5m
 and logged at each try; sqsworker exits 1 when no queue can be used.
 
 Priority queues: instead of QUEUE, give --queue NAME[:PRIORITY[:RESERVED]]
-once per queue (a name or a URL). One worker then consumes them all from one
+once per queue (a name, a URL or an ARN). One worker then consumes them all from one
 pool of --concurrency handler slots: a slot that frees goes to the
 highest-PRIORITY queue that has messages (0 is the lowest, the default), and
 while a queue has messages the queues below it use only their RESERVED slots,

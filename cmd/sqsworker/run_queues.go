@@ -13,16 +13,23 @@ import (
 
 // queueSpec is one --queue NAME[:priority[:reserved]] of run.
 type queueSpec struct {
-	name     string // a queue name or URL
+	name     string // a queue name, URL or ARN
 	priority int
 	reserved int
 }
 
 // parseQueueSpec parses NAME[:priority[:reserved]]. The fields after the
 // name are read after its last /, so that a URL's port is part of its
-// name.
+// name, and after an ARN's first five colons.
 func parseQueueSpec(s string) (queueSpec, error) {
 	cut := strings.LastIndex(s, "/") + 1
+	if strings.HasPrefix(s, "arn:") {
+		for i, n := 0, 0; i < len(s) && n < 5; i++ {
+			if s[i] == ':' {
+				cut, n = i+1, n+1
+			}
+		}
+	}
 	fields := strings.Split(s[cut:], ":")
 	spec := queueSpec{name: s[:cut] + fields[0]}
 	const form = "want NAME[:PRIORITY[:RESERVED]], such as critical:3:4 (priority 3, 4 slots reserved)"

@@ -23,6 +23,8 @@ func TestParseQueueSpec(t *testing.T) {
 		{"bulk::2", queueSpec{name: "bulk", reserved: 2}},
 		{"http://127.0.0.1:4566/000000000000/critical:2:1", queueSpec{name: "http://127.0.0.1:4566/000000000000/critical", priority: 2, reserved: 1}},
 		{"https://sqs.eu-west-1.amazonaws.com/123456789012/jobs.fifo", queueSpec{name: "https://sqs.eu-west-1.amazonaws.com/123456789012/jobs.fifo"}},
+		{"arn:aws:sqs:eu-west-1:123456789012:critical:3:4", queueSpec{name: "arn:aws:sqs:eu-west-1:123456789012:critical", priority: 3, reserved: 4}},
+		{"arn:aws:sqs:eu-west-1:123456789012:jobs", queueSpec{name: "arn:aws:sqs:eu-west-1:123456789012:jobs"}},
 	} {
 		got, err := parseQueueSpec(tt.in)
 		if err != nil || got != tt.want {

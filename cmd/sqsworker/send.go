@@ -67,7 +67,7 @@ func newSendCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "send QUEUE [BODY...]",
 		Short: "Send messages: BODY arguments, or lines from stdin (JSON, or each line as it is with --raw)",
-		Long: `Send messages to a queue, given by name or URL.
+		Long: `Send messages to a queue, given by name, URL or ARN.
 
 Each BODY argument is one message. Without BODY arguments, send reads lines
 from stdin, one message per line (blank lines are skipped). With --raw, each
@@ -1097,7 +1097,7 @@ func sendErrorText(err error) string {
 	return strings.ReplaceAll(s, "\n", "; ")
 }
 
-// resolveQueueArg turns a queue name or URL into its URL, with a clear error
+// resolveQueueArg turns a queue name, URL or ARN into its URL, with a clear error
 // when the queue does not exist.
 func resolveQueueArg(ctx context.Context, a *app, nameOrURL string) (string, error) {
 	// The errors of the configuration say what to do on their own.

@@ -23,6 +23,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/sqsworker/sqsworker"
+	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/schedule"
 	"github.com/sqsworker/sqsworker/sqstest/localtest"
 )
@@ -921,5 +922,40 @@ func TestSendInterruptedOnFIFOResumesFromTheLineNotSent(t *testing.T) {
 	s = &sender{what: "line", interrupted: true, after: 12} // a standard queue
 	if err := s.outcome(); err == nil || !strings.Contains(err.Error(), "resume with `tail -n +13`") {
 		t.Errorf("standard queue: %v", err)
+	}
+}
+
+// A queue is given by its name, its URL (a trailing slash, as a console's
+// copy may have, included) or its ARN, to send and stats as to run; an ARN
+// of another region than the client's is refused, naming the flag that
+// mends it, rather than read as the queue of that name in the client's
+// region. Before, an ARN was taken for a name and refused as a queue that
+// does not exist.
+func TestQueueGivenByARN(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	if _, stderr, code := runCLI(t, "", "send", q.ARN, "by-arn"); code != 0 {
+		t.Fatalf("send by ARN: exit %d; stderr:\n%s", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, "", "send", q.URL+"/", "by-url"); code != 0 {
+		t.Fatalf("send by URL with a trailing slash: exit %d; stderr:\n%s", code, stderr)
+	}
+	got := receiveBodies(t, c, q.URL, 2)
+	if _, ok := got["by-arn"]; !ok {
+		t.Errorf("received %v, want the message sent by ARN", got)
+	}
+	stdout, stderr, code := runCLI(t, "", "stats", q.ARN, "-o", "json")
+	if code != 0 || !strings.Contains(stdout, q.URL) {
+		t.Errorf("stats by ARN: exit %d, stdout %s, stderr %s", code, stdout, stderr)
+	}
+	arn, err := dlq.ParseARN(q.ARN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arn.Region = "eu-north-9"
+	_, stderr, code = runCLI(t, "", "send", arn.String(), "elsewhere")
+	if code == 0 || !strings.Contains(stderr, "is in region eu-north-9") || !strings.Contains(stderr, "--region eu-north-9") {
+		t.Errorf("send to an ARN of another region: exit %d, stderr %q; want it refused, naming --region", code, stderr)
 	}
 }

@@ -33,7 +33,7 @@ func newStatsCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "stats QUEUE...",
 		Short: "Show the figures of queues and of their dead-letter queues",
-		Long: `Show, for each queue (by name or URL), from GetQueueAttributes:
+		Long: `Show, for each queue (by name, URL or ARN), from GetQueueAttributes:
 
   VISIBLE       messages available (ApproximateNumberOfMessages)
   IN FLIGHT     messages received and not yet deleted or visible again

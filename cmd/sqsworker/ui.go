@@ -38,7 +38,7 @@ func newUICmd(a *app) *cobra.Command {
 		Use:   "ui [QUEUE...]",
 		Short: "Serve a web dashboard: queue figures, dead-letter browser, replay and purge",
 		Long: `Serve a web dashboard on --addr (default 127.0.0.1:8080) for the queues given
-by name or URL, or every queue whose name starts with --prefix (ListQueues):
+by name, URL or ARN, or every queue whose name starts with --prefix (ListQueues):
 
   Queues        visible, in flight and delayed messages, the dead-letter
                 queue's depth, and charts of the last 10 minutes. The server
