@@ -498,6 +498,12 @@ type Result struct {
 	MessageID string
 	// Err is the reason the message may not have been sent: see Result.
 	Err error
+	// GeneratedKey is the idempotency key the Producer generated for the
+	// message and sent it with (see Config.DisableGeneratedKeys); empty
+	// when the message had its own or went without one. After an error
+	// that does not prove the message unsent, send it again with this
+	// IdempotencyKey: both copies are then one job.
+	GeneratedKey string
 }
 
 // SendBatch sends msgs in SendMessageBatch calls of up to ten messages and
@@ -516,7 +522,9 @@ func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, err
 	extra, now := p.contextAttributes(ctx), time.Now()
 	with := make([]Message, len(msgs))
 	invalid := make([]error, len(msgs))
+	given := make([]string, len(msgs)) // the messages' own keys
 	for i, m := range msgs {
+		given[i] = m.IdempotencyKey
 		with[i], invalid[i] = p.decorate(ctx, m, extra, now)
 	}
 	msgs = with
@@ -540,6 +548,11 @@ func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, err
 		size += n
 	}
 	b.send(batch)
+	for i := range res {
+		if key := msgs[i].IdempotencyKey; key != "" && invalid[i] == nil && given[i] != key {
+			res[i].GeneratedKey = key
+		}
+	}
 	var errs []error
 	for i, r := range res {
 		if r.Err != nil {

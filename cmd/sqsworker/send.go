@@ -189,6 +189,9 @@ type sendResult struct {
 	// MaybeSent is true when the request that carried the message got no
 	// answer: SQS may have it.
 	MaybeSent bool `json:"maybeSent,omitempty"`
+	// IdempotencyKey is the key generated for a message that may have been
+	// sent: sent again with it, the two copies are one job.
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 
 	// hint is a hint for the error's kind, given once in the summary.
 	hint string
@@ -436,6 +439,12 @@ func (s *sender) flush() {
 			out.Error = "may have been sent: " + out.Error
 			if s.sendCtx.Err() != nil {
 				out.Error = "may have been sent: the second interrupt cut its request short"
+			}
+			if r.GeneratedKey != "" {
+				// Sent again without it, it would get a new key: a second
+				// job, should SQS have the first.
+				out.IdempotencyKey = r.GeneratedKey
+				out.Error += fmt.Sprintf(`; it went with the generated idempotency key %s: to send it again as the same job, give it "idempotencyKey":%q (or --idempotency-key)`, r.GeneratedKey, r.GeneratedKey)
 			}
 		}
 	}

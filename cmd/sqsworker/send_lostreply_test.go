@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -74,4 +75,57 @@ func TestSendLostReplyCopiesShareAKey(t *testing.T) {
 			seen[k] = true
 		}
 	}
+}
+
+// `send` whose every attempt of SendMessageBatch loses its answer, on the
+// local SQS: the line is reported as maybe sent, with the idempotency key
+// it was generated; sent again with that key, as the report says, its
+// copies are all one job. Before, the report gave no key, and a second send
+// got a new one: a second job, as SQS had the first.
+func TestSendMaybeSentGivesItsKey(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	var batches atomic.Int32
+	loseEveryReply := func(o *sqs.Options) {
+		o.BaseEndpoint = aws.String(p.URL())
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("loseEveryReply",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if _, ok := in.Parameters.(*sqs.SendMessageBatchInput); ok && batches.Add(1) == 1 {
+						if err := p.LoseReplies(100); err != nil {
+							return middleware.InitializeOutput{}, middleware.Metadata{}, err
+						}
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli := startCLIWith(t, ctx, strings.NewReader("job-a\n"), []rootOption{withSQSOptions(loseEveryReply)}, "send", q.URL, "--raw", "-o", "json")
+	code := cli.wait(t)
+	var res []sendResult
+	if err := json.Unmarshal([]byte(cli.stdout.String()), &res); err != nil || len(res) != 1 {
+		t.Fatalf("exit %d, output %q: %v\nstderr: %s", code, cli.stdout.String(), err, cli.stderr.String())
+	}
+	r := res[0]
+	if code == 0 || !r.MaybeSent || !strings.HasPrefix(r.IdempotencyKey, "auto:") || !strings.Contains(r.Error, `"idempotencyKey":"`+r.IdempotencyKey+`"`) {
+		t.Fatalf("exit %d, result %+v; want maybe sent, with its generated key and how to send it again", code, r)
+	}
+	if _, stderr, code := runCLI(t, `{"body":"job-a","idempotencyKey":"`+r.IdempotencyKey+`"}`+"\n", "send", q.URL); code != 0 {
+		t.Fatalf("the second send: exit %d\n%s", code, stderr)
+	}
+	copies := drainAtLeast(t, c, q.URL, 2) // the lost attempts' copies, and the second send's
+	for _, m := range copies {
+		if k := m.attrs[producer.IdempotencyKeyAttribute].StringValue; m.body != "job-a" || k != r.IdempotencyKey {
+			t.Errorf("copy %q with key %q, want every copy under %q", m.body, k, r.IdempotencyKey)
+		}
+	}
+	t.Logf("%d copies under one key", len(copies))
 }
