@@ -169,7 +169,7 @@ func NewMulti(api API, cfg MultiConfig) (*MultiWorker, error) {
 	m.failedFirst = make([]bool, len(m.workers))
 	for i, w := range m.workers {
 		w.pool = m.pool
-		w.park = func(err error) bool { return m.park(i, err) }
+		w.park = func(err error, first bool) bool { return m.park(i, err, first) }
 		w.parkMu = &m.mu
 	}
 	return m, nil
@@ -266,8 +266,10 @@ func (c *MultiConfig) validate() error {
 // slot of the pool and no lower queue back. Run returns an error when a
 // queue's first start fails for a mistake of the configuration (it does
 // not fit the queue, the queue's redrive policy is malformed), as a
-// Worker's does, and when no queue could start: every queue failed at its
-// first start, before any was consumed (a wrong region or credentials).
+// Worker's does (on a later try, once SQS takes the queue again, such a
+// mistake waits as a refusal does: the others may have run for hours),
+// and when no queue could start: every queue failed at its first start,
+// before any was consumed (a wrong region or credentials).
 func (m *MultiWorker) Run(ctx context.Context, h sqsworker.Handler) error {
 	hs := make([]sqsworker.Handler, len(m.queues))
 	for i, q := range m.queues {
@@ -305,7 +307,7 @@ func (m *MultiWorker) Run(ctx context.Context, h sqsworker.Handler) error {
 			}
 			if err != nil {
 				errs[i] = err
-				cancel() // no queue could start: stop the others
+				cancel() // a mistake of the configuration, or no queue could start: stop the others
 			}
 		})
 	}
@@ -322,14 +324,16 @@ func (m *MultiWorker) Run(ctx context.Context, h sqsworker.Handler) error {
 }
 
 // park reports whether queue i, which cannot be used for err, is to wait
-// and be tried again (see Run): not when its first start failed other than
-// for SQS's refusal (the configuration does not fit the queue, its redrive
-// policy is malformed: a mistake to mend, as for a Worker), nor once every
-// queue failed at its first start and none has been consumed.
-func (m *MultiWorker) park(i int, err error) bool {
+// and be tried again (see Run): not when its first try (first) failed
+// other than for SQS's refusal (the configuration does not fit the queue,
+// its redrive policy is malformed: a mistake to mend, as for a Worker), nor
+// once every queue failed at its first start and none has been consumed.
+// A queue that fails so on a later try, once SQS took it again, waits: the
+// others may have run for hours.
+func (m *MultiWorker) park(i int, err error, first bool) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.workers[i].consumed.Load() && !awserr.IsFatal(err) {
+	if first && !awserr.IsFatal(err) {
 		return false
 	}
 	for _, w := range m.workers {

@@ -513,8 +513,9 @@ func recordOrder(rec *recorder) sqsworker.Handler {
 // A queue whose deletes SQS refuses (the role lost sqs:DeleteMessage)
 // waits, and receives again only once a probe finds them taken: the
 // messages it ran meanwhile are not received again and again, each time a
-// receive nearer the dead-letter queue. The first 5 delete calls are
-// refused: the consumer's and then the probes'.
+// receive nearer the dead-letter queue. The first 6 delete calls fail: the
+// consumer's and then the probes', refused but for the third, throttled,
+// which says nothing of the refusal.
 func TestFakeMultiRefusedDeletesWait(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
@@ -522,7 +523,10 @@ func TestFakeMultiRefusedDeletesWait(t *testing.T) {
 	for range 5 {
 		f.Send(q, "job")
 	}
-	f.FailNext(sqstest.OpDeleteMessageBatch, &smithy.GenericAPIError{Code: "AccessDenied", Message: "not authorized to perform sqs:DeleteMessage"}, 5)
+	denied := &smithy.GenericAPIError{Code: "AccessDenied", Message: "not authorized to perform sqs:DeleteMessage"}
+	f.FailNext(sqstest.OpDeleteMessageBatch, denied, 2)
+	f.FailNext(sqstest.OpDeleteMessageBatch, &smithy.GenericAPIError{Code: "RequestThrottled", Message: "slow down"}, 1)
+	f.FailNext(sqstest.OpDeleteMessageBatch, denied, 3)
 	var mu sync.Mutex
 	receives := map[string]int{}
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
@@ -532,7 +536,7 @@ func TestFakeMultiRefusedDeletesWait(t *testing.T) {
 		return nil
 	})
 	r := startMulti(t, f, worker.MultiConfig{Queues: []worker.QueueConfig{queue(q, 0, 0)}}, h,
-		func(m *worker.MultiWorker) { m.SetParkBase(200 * time.Millisecond) })
+		func(m *worker.MultiWorker) { m.SetParkBase(100 * time.Millisecond) })
 	localtest.Eventually(t, 30*time.Second, func() bool { return r.w.Stats()[0].Deleted == 5 }, "the jobs are not deleted once SQS takes deletes again")
 	mu.Lock()
 	defer mu.Unlock()
@@ -541,10 +545,40 @@ func TestFakeMultiRefusedDeletesWait(t *testing.T) {
 			t.Errorf("message %s received %d times, want at most 2: once before the refusal, once after", id, n)
 		}
 	}
-	if n := f.Calls(sqstest.OpDeleteMessageBatch); n < 5 {
-		t.Errorf("%d delete calls, want the 5 refused and more", n)
+	if n := f.Calls(sqstest.OpDeleteMessageBatch); n < 6 {
+		t.Errorf("%d delete calls, want the 6 failed and more", n)
 	}
 	if !strings.Contains(r.logs.String(), "refused on") {
 		t.Error("the refusal is not logged")
+	}
+}
+
+// A queue missing at start waits; created later with a redrive policy its
+// configuration does not fit, it goes on waiting, naming the misfit, while
+// the other queue runs: only a queue's first try stops Run for that.
+func TestFakeMultiMisfitAfterAWaitWaits(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	a := f.CreateQueue("a", nil)
+	late := sqstest.QueueURL("late")
+	ql := queue(late, 1, 0)
+	ql.MaxReceiveCount = 5
+	r := startMulti(t, f, worker.MultiConfig{Queues: []worker.QueueConfig{queue(a, 0, 0), ql}},
+		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }),
+		func(m *worker.MultiWorker) { m.SetParkBase(100 * time.Millisecond) })
+	localtest.Eventually(t, 20*time.Second, func() bool { return r.w.Stats()[1].Unusable != nil }, "the missing queue does not wait")
+	f.CreateQueue("dlq", nil)
+	f.CreateQueue("late", map[string]string{
+		"RedrivePolicy": `{"deadLetterTargetArn":"` + sqstest.QueueARN("dlq") + `","maxReceiveCount":2}`})
+	localtest.Eventually(t, 20*time.Second, func() bool {
+		u := r.w.Stats()[1].Unusable
+		return u != nil && strings.Contains(u.Error(), "MaxReceiveCount 5 is above")
+	}, "the misfit is not reported")
+	f.Send(a, "job")
+	localtest.Eventually(t, 20*time.Second, func() bool { return r.w.Stats()[0].Deleted == 1 }, "the other queue stopped")
+	select {
+	case err := <-r.done:
+		t.Fatalf("Run returned %v", err)
+	default:
 	}
 }

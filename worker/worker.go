@@ -93,7 +93,7 @@ type Worker struct {
 	// park, set by a MultiWorker, decides whether Run waits and tries the
 	// queue again when it cannot be used, rather than return the error
 	// (see MultiWorker.Run); unusable holds that error meanwhile.
-	park     func(err error) bool
+	park     func(err error, first bool) bool
 	unusable atomic.Pointer[error]
 	consumed atomic.Bool   // the queue was read and its consumer started, at least once; set under parkMu when not nil
 	parkMu   *sync.Mutex   // the MultiWorker's, for park
@@ -166,6 +166,7 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 	defer w.life.end()
 
 	var err error
+	tried := false // the queue was tried once, and waited
 	for parks := 1; ; parks++ {
 		// Acknowledgements refused are asked about before messages are
 		// received again: each message received would run, fail to be
@@ -181,9 +182,10 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 				parks = 1 // a new outage: its first wait is parkBase's again
 			}
 		}
-		if err == nil || w.park == nil || !w.park(err) {
+		if err == nil || w.park == nil || !w.park(err, !tried) {
 			return err
 		}
+		tried = true
 		// A MultiWorker's queue that cannot be used waits, and is tried
 		// again, while the other queues go on: it holds no slot and no
 		// lower queue back meanwhile.
@@ -212,11 +214,14 @@ const probeReceipt = "sqsworker-permission-probe"
 // acknowledgements, with a delete and a visibility change of a receipt
 // handle that is no message's: SQS refuses the call for the role or the
 // queue before it reads the handle, and otherwise fails the entry alone.
-// It returns a *refusedAckError while they are refused, and nil otherwise
-// (an error that may pass included: the consumer meets it if it lasts).
+// It returns nil once SQS took both calls, and a *refusedAckError
+// otherwise: while it refuses them, and while it does not answer (a
+// throttled or unreachable SQS says nothing of the refusal, and receiving
+// again would risk a receive for each message taken). Shutdown ends it.
 func (w *Worker) probeAcks(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
+	defer context.AfterFunc(w.stopping, cancel)()
 	url, id, handle := w.cfg.QueueURL, "probe", probeReceipt
 	_, err := w.api.DeleteMessageBatch(pctx, &sqs.DeleteMessageBatchInput{QueueUrl: &url,
 		Entries: []types.DeleteMessageBatchRequestEntry{{Id: &id, ReceiptHandle: &handle}}})
@@ -226,10 +231,13 @@ func (w *Worker) probeAcks(ctx context.Context) error {
 			Entries: []types.ChangeMessageVisibilityBatchRequestEntry{{Id: &id, ReceiptHandle: &handle}}})
 		kind = ackbatch.ChangeVisibility
 	}
-	if awserr.IsFatal(err) && !awserr.IsInvalidParameter(err) {
+	switch {
+	case err == nil, awserr.IsInvalidParameter(err): // the made-up handle refused, not the call
+		return nil
+	case awserr.IsFatal(err):
 		return refusedAck(kind, url, err)
 	}
-	return nil
+	return &refusedAckError{fmt.Errorf("worker: asking whether SQS takes the acknowledgements it refused on %s got no answer: %w", url, err)}
 }
 
 // refusedAck returns the error of an acknowledgement of kind SQS refused

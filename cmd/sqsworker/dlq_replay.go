@@ -257,6 +257,15 @@ func (d *dlqCmd) replay(cmd *cobra.Command, dlqArg string, o replayOptions) erro
 	return nil
 }
 
+// sumValues adds up the values of m.
+func sumValues(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 // unmatchedClasses lists the counts of ReplayResult.Unmatched, the largest
 // first: "rate-limited 3, (none) 1".
 func unmatchedClasses(u map[string]int) string {
@@ -338,9 +347,9 @@ func (d *dlqCmd) printReplay(q *dlq.Queue, res *dlq.ReplayResult, o replayOption
 			verb, res.Duplicates)
 	}
 	d.coverage(res.Coverage)
-	if res.Matched == 0 && len(res.Unmatched) > 0 {
+	if left := sumValues(res.Unmatched); left > 0 && left == res.Scanned {
 		fmt.Fprintf(w, "no message matched the filter (%s); the %d it left out, by error class: %s (--error-class and --attr match exactly)\n",
-			res.Filter, res.Scanned, unmatchedClasses(res.Unmatched))
+			res.Filter, left, unmatchedClasses(res.Unmatched))
 	}
 	if res.DryRun {
 		fmt.Fprintf(w, "dry run: nothing moved, use --yes to move the %d matching message(s) (scanned %d; filter: %s)\n",

@@ -240,7 +240,8 @@ graceful shutdown, 1 when the queue cannot be used, 2 for a mistake in the
 command line, 130 when a second Ctrl-C stopped it at once. With --queue, a
 queue SQS refuses (deleted, access revoked, its key disabled, its deletes
 denied) does not stop the others: it is tried again after 10s, doubling up to 5m,
-and logged at each try; sqsworker exits 1 when no queue can be used.
+and logged at each try; sqsworker exits 1 when no queue can be used, or
+when a queue does not fit the flags at start.
 
 Priority queues: instead of QUEUE, give --queue NAME[:PRIORITY[:RESERVED]]
 once per queue (a name, a URL or an ARN). One worker then consumes them all from one
