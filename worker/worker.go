@@ -190,7 +190,8 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 		// again, while the other queues go on: it holds no slot and no
 		// lower queue back meanwhile.
 		w.endStart()
-		w.unusable.Store(&err)
+		unusable := err // a copy: err changes with the next try, while Stats reads this
+		w.unusable.Store(&unusable)
 		d := parkDelay(w.parkBase, parks)
 		w.log.Error("queue cannot be used; the other queues go on without it; trying it again", "error", err, "retry_in", d)
 		if !w.sleepUnlessStopped(ctx, d) {
