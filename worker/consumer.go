@@ -129,7 +129,7 @@ func (w *Worker) newConsumer(info queue.Info, h sqsworker.Handler) (*consumer, e
 			return nil, fmt.Errorf("worker: Config.Heartbeat (set DisableHeartbeat to run without): %w", err)
 		}
 		c.ext = ext
-		w.setExt(ext)
+		w.ext.Store(ext)
 	}
 	c.acks = ackbatch.New(w.api, ackbatch.Config{
 		QueueURL:    info.URL,

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -582,3 +583,48 @@ func TestFakeMultiMisfitAfterAWaitWaits(t *testing.T) {
 	default:
 	}
 }
+
+// A queue's wait grows while it stays unusable, and starts again from the
+// first once the queue was consumed long enough (5 minutes; 500 ms here):
+// an outage days later is not waited on as the sixth of the first.
+func TestFakeMultiWaitStartsAgainAfterAConsumedSpell(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	q := f.CreateQueue("q", nil)
+	r := startMulti(t, f, worker.MultiConfig{Queues: []worker.QueueConfig{queue(q, 0, 0)}},
+		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }),
+		func(m *worker.MultiWorker) {
+			m.SetParkBase(100 * time.Millisecond)
+			m.SetParkReset(500 * time.Millisecond)
+		})
+	waits := func() []time.Duration {
+		var ds []time.Duration
+		for _, line := range strings.Split(r.logs.String(), "\n") {
+			if m := retryIn.FindStringSubmatch(line); m != nil && strings.Contains(line, "queue cannot be used") {
+				d, err := time.ParseDuration(m[1])
+				if err != nil {
+					t.Fatalf("retry_in %q: %v", m[1], err)
+				}
+				ds = append(ds, d)
+			}
+		}
+		return ds
+	}
+	localtest.Eventually(t, 20*time.Second, r.w.Ready, "not consuming")
+	f.DeleteQueue(q)
+	localtest.Eventually(t, 20*time.Second, func() bool { return len(waits()) >= 4 }, "the deleted queue does not wait")
+	if ds := waits(); ds[3] <= 400*time.Millisecond {
+		t.Fatalf("waits %v, want them to grow", ds)
+	}
+	f.CreateQueue("q", nil)
+	localtest.Eventually(t, 20*time.Second, r.w.Ready, "not consuming once created")
+	time.Sleep(time.Second) // consumed past the reset
+	before := len(waits())
+	f.DeleteQueue(q)
+	localtest.Eventually(t, 20*time.Second, func() bool { return len(waits()) > before }, "the deleted queue does not wait")
+	if d := waits()[before]; d > 100*time.Millisecond {
+		t.Errorf("first wait after a consumed spell %s, want the first wait's, at most 100ms", d)
+	}
+}
+
+var retryIn = regexp.MustCompile(`retry_in=(\S+)`)

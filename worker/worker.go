@@ -95,14 +95,11 @@ type Worker struct {
 	// (see MultiWorker.Run); unusable holds that error meanwhile.
 	park     func(err error, first bool) bool
 	unusable atomic.Pointer[error]
-	consumed atomic.Bool   // the queue was read and its consumer started, at least once; set under parkMu when not nil
-	parkMu   *sync.Mutex   // the MultiWorker's, for park
-	parkBase time.Duration // set by tests only; 0: the constant parkBase
-	// extBase holds the heartbeat counters of the consumers before the
-	// running one (a MultiWorker's queue starts one more after each wait),
-	// under extMu with the swap of ext.
-	extMu   sync.Mutex
-	extBase visibility.Stats
+	consumed atomic.Bool // the queue was read and its consumer started, at least once; set under parkMu when not nil
+	parkMu   *sync.Mutex // the MultiWorker's, for park
+	// parkBase and parkReset are set by tests only; 0: the constants
+	// parkBase and parkCap.
+	parkBase, parkReset time.Duration
 
 	// breakerAsked, set only by tests before Run, runs in each receive
 	// loop right after it asked the circuit breaker whether it may receive,
@@ -178,7 +175,7 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 		if err == nil || refused == nil {
 			var consumed time.Duration
 			consumed, err = w.runOnce(ctx, h)
-			if consumed >= parkCap {
+			if consumed >= cmp.Or(w.parkReset, parkCap) {
 				parks = 1 // a new outage: its first wait is parkBase's again
 			}
 		}
@@ -438,29 +435,8 @@ func (w *Worker) Stats() Stats {
 // batch calls, extensions, lost and expired leases. They are zero before Run
 // starts and with Config.DisableHeartbeat.
 func (w *Worker) HeartbeatStats() visibility.Stats {
-	w.extMu.Lock()
-	defer w.extMu.Unlock()
-	s := w.extBase
 	if e := w.ext.Load(); e != nil {
-		n := e.Stats()
-		s.Rounds, s.Calls, s.Extended, s.Lost, s.Expired, s.Tracked =
-			s.Rounds+n.Rounds, s.Calls+n.Calls, s.Extended+n.Extended, s.Lost+n.Lost, s.Expired+n.Expired, n.Tracked
+		return e.Stats()
 	}
-	return s
-}
-
-// setExt makes e the running heartbeat, adding the counters of the one
-// before to extBase.
-func (w *Worker) setExt(e *visibility.Extender) {
-	w.extMu.Lock()
-	defer w.extMu.Unlock()
-	if old := w.ext.Load(); old != nil {
-		n := old.Stats()
-		w.extBase.Rounds += n.Rounds
-		w.extBase.Calls += n.Calls
-		w.extBase.Extended += n.Extended
-		w.extBase.Lost += n.Lost
-		w.extBase.Expired += n.Expired
-	}
-	w.ext.Store(e)
+	return visibility.Stats{}
 }

@@ -128,3 +128,23 @@ func TestDlqShowBodyEscapesControlCharacters(t *testing.T) {
 		t.Errorf("show --body -o json: exit %d, %v, %q", code, err, stdout)
 	}
 }
+
+// The no-match hint of a replay comes only when the filter left every
+// message out: a message that matches but stays (nothing names its source
+// queue) is not "no message matched", on the local SQS.
+func TestDlqReplayNoMatchHintOnlyWhenNothingMatched(t *testing.T) {
+	t.Parallel()
+	c, q, _ := newDLQ(t, localtest.QueueOptions{})
+	localtest.Send(t, c, q.DLQURL, "", "orphan", "other")
+	waitVisible(t, c, q.DLQURL, 2)
+	_, stderr, _ := runCLI(t, "", "dlq", "replay", q.DLQURL, "--visibility", "2s", "--body-contains", "orphan")
+	if !strings.Contains(stderr, "nothing names their source queue") || strings.Contains(stderr, "no message matched") {
+		t.Errorf("a filter matching a message that stays:\n%s\nwant it said to stay, not that nothing matched", stderr)
+	}
+	waitVisible(t, c, q.DLQURL, 2)
+	_, stderr, _ = runCLI(t, "", "dlq", "replay", q.DLQURL, "--visibility", "2s", "--body-contains", "absent")
+	if !strings.Contains(stderr, "no message matched the filter") || !strings.Contains(stderr, "the 2 it left out, by error class: (none) 2") {
+		t.Errorf("a filter matching nothing:\n%s\nwant the hint with the 2 messages left out", stderr)
+	}
+	waitVisible(t, c, q.DLQURL, 2)
+}
