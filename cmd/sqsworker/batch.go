@@ -94,7 +94,7 @@ reasons. Message bodies are never printed.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.table, "table", "", "the idempotency table the batch was created in (name or ARN); required")
-	fl.StringVar(&f.dlq, "dlq", "", "also list the batch's chunks found in this dead-letter queue (name or URL), with their dead-letter reasons")
+	fl.StringVar(&f.dlq, "dlq", "", "also list the batch's chunks found in this dead-letter queue (name, URL or ARN), with their dead-letter reasons")
 	fl.BoolVar(&f.force, "force", false, "read --dlq even if it does not look like a dead-letter queue")
 	fl.DurationVar(&f.peek.visibility, "visibility", defaultPeekVisibility,
 		"with --dlq: visibility timeout of the messages while they are read (whole seconds, 1s to 12h); they are released at once after")
