@@ -26,26 +26,7 @@ func TestSendLostReplyCopiesShareAKey(t *testing.T) {
 	t.Parallel()
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
-	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	var batches atomic.Int32
-	loseBatchReply := func(o *sqs.Options) {
-		o.BaseEndpoint = aws.String(p.URL())
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("loseBatchReply",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					if _, ok := in.Parameters.(*sqs.SendMessageBatchInput); ok && batches.Add(1) == 1 {
-						if err := p.LoseReplies(1); err != nil {
-							return middleware.InitializeOutput{}, middleware.Metadata{}, err
-						}
-					}
-					return next.HandleInitialize(ctx, in)
-				}), middleware.Before)
-		})
-	}
+	p, loseBatchReply := loseFirstBatchReplies(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cli := startCLIWith(t, ctx, strings.NewReader("a\nb\nc\n"), []rootOption{withSQSOptions(loseBatchReply)}, "send", q.URL, "--raw", "--quiet")
@@ -86,26 +67,7 @@ func TestSendMaybeSentGivesItsKey(t *testing.T) {
 	t.Parallel()
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
-	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	var batches atomic.Int32
-	loseEveryReply := func(o *sqs.Options) {
-		o.BaseEndpoint = aws.String(p.URL())
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("loseEveryReply",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					if _, ok := in.Parameters.(*sqs.SendMessageBatchInput); ok && batches.Add(1) == 1 {
-						if err := p.LoseReplies(100); err != nil {
-							return middleware.InitializeOutput{}, middleware.Metadata{}, err
-						}
-					}
-					return next.HandleInitialize(ctx, in)
-				}), middleware.Before)
-		})
-	}
+	_, loseEveryReply := loseFirstBatchReplies(t, 100)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cli := startCLIWith(t, ctx, strings.NewReader("job-a\n"), []rootOption{withSQSOptions(loseEveryReply)}, "send", q.URL, "--raw", "-o", "json")
@@ -128,4 +90,32 @@ func TestSendMaybeSentGivesItsKey(t *testing.T) {
 		}
 	}
 	t.Logf("%d copies under one key", len(copies))
+}
+
+// loseFirstBatchReplies starts a fault proxy on loopback in front of the
+// local SQS, and returns it with client options that send through it and
+// make it lose the replies of the next n requests once the first
+// SendMessageBatch starts (its attempts, and what follows them).
+func loseFirstBatchReplies(t *testing.T, n int) (*faultproxy.Proxy, func(*sqs.Options)) {
+	t.Helper()
+	p, err := faultproxy.ForEndpoint(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	var batches atomic.Int32
+	return p, func(o *sqs.Options) {
+		o.BaseEndpoint = aws.String(p.URL())
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("loseBatchReplies",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if _, ok := in.Parameters.(*sqs.SendMessageBatchInput); ok && batches.Add(1) == 1 {
+						if err := p.LoseReplies(n); err != nil {
+							return middleware.InitializeOutput{}, middleware.Metadata{}, err
+						}
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
 }
