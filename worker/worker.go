@@ -179,7 +179,13 @@ func (w *Worker) Run(ctx context.Context, h sqsworker.Handler) error {
 				parks = 1 // a new outage: its first wait is parkBase's again
 			}
 		}
-		if err == nil || w.park == nil || !w.park(err, !tried) {
+		if err == nil || w.park == nil {
+			return err
+		}
+		if ctx.Err() != nil || w.stopping.Err() != nil {
+			return nil // stopped during a probe: not a queue that cannot be used
+		}
+		if !w.park(err, !tried) {
 			return err
 		}
 		tried = true

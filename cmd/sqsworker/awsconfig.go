@@ -20,6 +20,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
 
+	"github.com/sqsworker/sqsworker/dlq"
 	"github.com/sqsworker/sqsworker/internal/sdkhttp"
 )
 
@@ -203,7 +204,11 @@ func (e *queueMissingError) Error() string {
 		}
 		return s + ": check the URL and the region (--region or AWS_REGION)"
 	}
-	return s + fmt.Sprintf(": check the name and the region (--region or AWS_REGION), or create it: sqsworker queue create %s", e.queue)
+	name := e.queue
+	if arn, err := dlq.ParseARN(e.queue); err == nil {
+		name = arn.Name // queue create takes a name
+	}
+	return s + fmt.Sprintf(": check the name and the region (--region or AWS_REGION), or create it: sqsworker queue create %s", name)
 }
 
 func (e *queueMissingError) Unwrap() error { return e.err }

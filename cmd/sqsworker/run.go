@@ -200,7 +200,7 @@ The response status decides:
   timeout, TLS         connection was reset or closed with no answer runs
   certificate refused  alone after, until answered; reset so 3 times, the
                        application answering other jobs in between (or
-                       --http-health after each reset), it is taken to
+                       --http-health within 10s of each reset), it is taken to
                        crash the application: from then on a failure, to
                        the dead-letter queue after the redrive policy's
                        maxReceiveCount. With no other job running and no
@@ -237,11 +237,13 @@ tls.
 Without a dead-letter queue, permanent failures are logged and retried with
 backoff like other failures. The exit status of sqsworker run is 0 after a
 graceful shutdown, 1 when the queue cannot be used, 2 for a mistake in the
-command line, 130 when a second Ctrl-C stopped it at once. With --queue, a
-queue SQS refuses (deleted, access revoked, its key disabled, its deletes
-denied) does not stop the others: it is tried again after 10s, doubling up to 5m,
-and logged at each try; sqsworker exits 1 when no queue can be used, or
-when a queue does not fit the flags at start.
+command line, 130 when a second Ctrl-C stopped it at once. With --queue,
+each queue given by name or ARN is looked up at the start, and one that
+cannot be found stops sqsworker with 1; once running, a queue SQS refuses
+(deleted, access revoked, its key disabled, its deletes denied) does not
+stop the others: it is tried again after 10s, doubling up to 5m, and
+logged at each try; sqsworker exits 1 when no queue can be used, or when a
+queue does not fit the flags at start.
 
 Priority queues: instead of QUEUE, give --queue NAME[:PRIORITY[:RESERVED]]
 once per queue (a name, a URL or an ARN). One worker then consumes them all from one
@@ -327,7 +329,7 @@ sqsworker by an hour at most.`,
 	fl.DurationVar(&f.retryAfter, "retry-after", defaultRetryAfter, "delay before a retry asked for by exit status 75, or by a 429 or 503 without Retry-After; $"+retryAfterEnv+" sets the default")
 	fl.BoolVar(&f.force, "force", false, "run a queue that is another queue's dead-letter queue (refused otherwise: replay its jobs with sqsworker dlq replay)")
 	fl.StringVar(&f.httpURL, "http", "", "POST each message to this http:// or https:// `URL` instead of running a command (logged without its user information and query)")
-	fl.StringVar(&f.httpHealth, "http-health", "", "with --http, a `PATH` (or URL; a path is taken relative to --http's URL, without its query) that the application process itself answers to GET with 2xx when it is up, not a proxy or a load balancer in front of it: asked after a request reset with no answer, so that a job that crashes the application is told from the application down with no other job running (see --http above)")
+	fl.StringVar(&f.httpHealth, "http-health", "", "with --http, a `PATH` (or URL; a path is taken relative to --http's URL, without its query) that the application process itself answers to GET with 2xx when it is up, not a proxy or a load balancer in front of it: asked for up to 10s after a request reset with no answer (an application slower to come back is taken for down), so that a job that crashes the application is told from the application down with no other job running (see --http above)")
 	fl.StringVar(&f.contentType, "content-type", "application/json", "Content-Type of the requests of --http")
 	fl.StringVar(&f.logLevel, "log-level", "info", "level of the worker's logs: debug, info, warn or error")
 	fl.StringVar(&f.metrics, "metrics", "none", "metrics sink: none, or emf (CloudWatch Embedded Metric Format on stdout, for the awslogs driver)")
@@ -934,9 +936,9 @@ const (
 )
 
 // askHealth asks --http-health until it answers 2xx, within healthWait or
-// until ctx ends, and reports whether it did. It counts such an answer as
-// one of the application's (see crashLimit).
-func (h *httpHandler) askHealth(ctx context.Context) bool {
+// until ctx ends. It counts such an answer as one of the application's
+// (see crashLimit).
+func (h *httpHandler) askHealth(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, healthWait)
 	defer cancel()
 	for {
@@ -950,14 +952,14 @@ func (h *httpHandler) askHealth(ctx context.Context) bool {
 				if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 					rcancel()
 					h.crashes.answers.Add(1)
-					return true
+					return
 				}
 			}
 		}
 		rcancel()
 		select {
 		case <-ctx.Done():
-			return false
+			return
 		case <-time.After(healthPoll):
 		}
 	}
@@ -966,7 +968,8 @@ func (h *httpHandler) askHealth(ctx context.Context) bool {
 // crashLimit is how many times a job's request may be reset or closed with
 // no answer, each time while it was the only request under way and after
 // the application answered another since the job's last reset (or, for its
-// first, since the start), before that is taken for the job's fault: an
+// first, since the start; --http-health's answer counts as one), before
+// that is taken for the job's fault: an
 // application that crashes on the job. A job whose request was reset runs
 // alone from then on (httpHandler.gate), until it is answered.
 // Until then a reset is taken for the application's, down or restarting
@@ -1161,7 +1164,7 @@ func (h *httpHandler) HandleMessage(ctx context.Context, m *sqsworker.Message) e
 				h.askHealth(ctx)
 			}
 			if n := h.crashes.reset(key, mark); n >= crashLimit {
-				return &classedError{"connection-reset", fmt.Errorf("the connection was reset or closed with no answer on this job alone %d times, the application answering others in between: taken for a job that crashes the application, a failure of the job's: %w", n, err)}
+				return &classedError{"connection-reset", fmt.Errorf("the connection was reset or closed with no answer on this job alone %d times, the application answering others (or --http-health) in between: taken for a job that crashes the application, a failure of the job's: %w", n, err)}
 			}
 		}
 		err = connectionError(err)

@@ -953,6 +953,12 @@ func TestQueueGivenByARN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	missing := arn
+	missing.Name += "-missing"
+	_, stderr, code = runCLI(t, "", "send", missing.String(), "nowhere")
+	if code == 0 || !strings.Contains(stderr, "sqsworker queue create "+missing.Name) {
+		t.Errorf("send to the ARN of a missing queue: exit %d, stderr %q; want the hint to create it by name", code, stderr)
+	}
 	arn.Region = "eu-north-9"
 	_, stderr, code = runCLI(t, "", "send", arn.String(), "elsewhere")
 	if code == 0 || !strings.Contains(stderr, "is in region eu-north-9") || !strings.Contains(stderr, "--region eu-north-9") {

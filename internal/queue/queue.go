@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	neturl "net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -147,11 +148,15 @@ func ParseRedrivePolicy(s string) (deadLetterARN string, maxReceiveCount int, er
 // (arn:PARTITION:sqs:REGION:ACCOUNT:NAME).
 func ParseARN(arn string) (name, account string, err error) {
 	parts := strings.Split(arn, ":")
-	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[4] == "" || parts[5] == "" {
-		return "", "", fmt.Errorf("malformed SQS queue ARN %q", arn)
+	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || !regionRE.MatchString(parts[3]) || parts[4] == "" || parts[5] == "" {
+		return "", "", fmt.Errorf("malformed SQS queue ARN %q: want arn:PARTITION:sqs:REGION:ACCOUNT:NAME", arn)
 	}
 	return parts[5], parts[4], nil
 }
+
+// regionRE matches a region's name: us-east-1, eu-central-2,
+// us-gov-west-1.
+var regionRE = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
 
 // ErrInvalid marks errors in a queue's attributes, such as a malformed
 // redrive policy: no retry will fix them.

@@ -39,7 +39,7 @@ func TestParseARN(t *testing.T) {
 	if err != nil || name != "jobs-dlq.fifo" || acct != "123456789012" {
 		t.Errorf("ParseARN = %q, %q, %v", name, acct, err)
 	}
-	for _, bad := range []string{"", "arn:aws:sns:eu-west-1:1:t", "arn:aws:sqs:eu-west-1::q", "arn:aws:sqs:eu-west-1:1:", "jobs"} {
+	for _, bad := range []string{"", "arn:aws:sns:eu-west-1:1:t", "arn:aws:sqs:eu-west-1::q", "arn:aws:sqs:eu-west-1:1:", "jobs", "arn:aws:sqs:123456789012:critical:3"} {
 		if _, _, err := ParseARN(bad); err == nil {
 			t.Errorf("ParseARN(%q) accepted", bad)
 		}
