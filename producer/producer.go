@@ -506,6 +506,33 @@ type Result struct {
 	GeneratedKey string
 }
 
+// EntryError is the failure of one message of a SendMessageBatch call, as
+// SQS's answer reports it (its Failed list), or the want of any result for
+// it there, once the Producer gives it up.
+type EntryError struct {
+	// Index is the message's place in the batch.
+	Index int
+	// Code and Message are SQS's, such as InternalError; Code is empty
+	// when the answer had no result for the message.
+	Code, Message string
+	// SenderFault is SQS's: true when the message is at fault (a retry
+	// will not help, and SQS did not store it); false when SQS failed on
+	// its side, or gave no result, which it may do for a message it
+	// stored all the same (see Result).
+	SenderFault bool
+}
+
+func (e *EntryError) Error() string {
+	verb := "refused"
+	if !e.SenderFault {
+		verb = "failed on its side" // it may have stored the message
+	}
+	if e.Code == "" {
+		return fmt.Sprintf("producer: SQS %s message %d: %s", verb, e.Index, e.Message)
+	}
+	return fmt.Sprintf("producer: SQS %s message %d: %s: %s", verb, e.Index, e.Code, e.Message)
+}
+
 // SendBatch sends msgs in SendMessageBatch calls of up to ten messages and
 // up to the queue's MaximumMessageSize, in order, retrying the entries SQS
 // failed on its side. A call SQS refuses as too long is split in two and
@@ -681,10 +708,10 @@ func (b *batcher) send(idx []int) {
 			}
 			f, ok := failed[i]
 			if !ok {
-				b.fail(i, fmt.Errorf("producer: SQS refused message %d: no result for its entry", i))
+				b.fail(i, &EntryError{Index: i, Message: "no result for its entry"})
 				continue
 			}
-			refused := fmt.Errorf("producer: SQS refused message %d: %s: %s", i, aws.ToString(f.Code), aws.ToString(f.Message))
+			refused := &EntryError{Index: i, Code: aws.ToString(f.Code), Message: aws.ToString(f.Message), SenderFault: f.SenderFault}
 			switch {
 			case f.SenderFault || attempt >= b.p.cfg.MaxAttempts:
 				b.fail(i, refused)

@@ -315,8 +315,12 @@ func TestSendBatchGivesUpAfterMaxAttempts(t *testing.T) {
 		t.Errorf("err = %v, want one naming InternalError", err)
 	}
 	for i, r := range res {
-		if r.Err == nil {
-			t.Errorf("result %d succeeded", i)
+		var ee *producer.EntryError
+		if !errors.As(r.Err, &ee) || ee.SenderFault || ee.Code != "InternalError" || ee.Index != i {
+			t.Errorf("result %d: %v, want an *EntryError of SQS's side", i, r.Err)
+		}
+		if !strings.HasPrefix(r.GeneratedKey, "auto:") {
+			t.Errorf("result %d: generated key %q, want the key it was sent with, to send it again as the same job", i, r.GeneratedKey)
 		}
 	}
 	if n := f.Calls(sqstest.OpSendMessageBatch); n != 3 {

@@ -109,7 +109,8 @@ and a line whose group cannot be read holds back every later line: sending
 again from the first line not sent keeps each group's order. Messages are sent as they
 are read, with SendMessageBatch, ten (and at most 1 MiB) per call; the entries
 SQS fails on its side are retried. A failure whose request got no answer (the
-network, a timeout, an SQS 5xx) is reported as "may have been sent".
+network, a timeout, an SQS 5xx), or whose entry SQS failed on its side, is
+reported as "may have been sent".
 
 Ctrl-C lets the call under way finish, then stops and says which line was the
 last one handled, and how to send the rest:
@@ -658,10 +659,16 @@ func inputSize(in io.Reader) int64 {
 
 // outcomeUnknown reports whether a message that failed may have reached
 // SQS: its request got no answer (a network error after the connection was
-// made, a timeout, a request cut short) or a 5xx one.
+// made, a timeout, a request cut short) or a 5xx one, or SQS failed its
+// entry on its side (SenderFault false), which it may do for a message it
+// stored.
 func outcomeUnknown(err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return true
+	}
+	var ee *producer.EntryError
+	if errors.As(err, &ee) {
+		return !ee.SenderFault // failed on SQS's side: it may have stored it
 	}
 	var op *smithy.OperationError
 	if !errors.As(err, &op) {
@@ -1089,6 +1096,10 @@ func parseSendAttribute(name string, raw json.RawMessage) (sqsworker.MessageAttr
 // an entry SQS refused, which means nothing to the CLI's user.
 var refusedIndex = regexp.MustCompile(`SQS refused message \d+: `)
 
+// failedIndex matches the producer's text of an entry SQS failed on its
+// side, to be said of the line.
+var failedIndex = regexp.MustCompile(`SQS failed on its side message \d+: `)
+
 // sendingTo matches the queue URL the producer puts in the error of a
 // request: the CLI's user gave the queue.
 var sendingTo = regexp.MustCompile(`sending to \S+: `)
@@ -1102,6 +1113,7 @@ func sendErrorText(err error) string {
 	s = strings.ReplaceAll(s, "producer: invalid message: ", "")
 	s = strings.ReplaceAll(s, "producer: ", "")
 	s = refusedIndex.ReplaceAllString(s, "SQS refused it: ")
+	s = failedIndex.ReplaceAllString(s, "SQS failed it on its side: ")
 	s = sendingTo.ReplaceAllString(s, "")
 	return strings.ReplaceAll(s, "\n", "; ")
 }

@@ -1,8 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -118,4 +125,68 @@ func loseFirstBatchReplies(t *testing.T, n int) (*faultproxy.Proxy, func(*sqs.Op
 				}), middleware.Before)
 		})
 	}
+}
+
+// `send` through a proxy on loopback in front of the local SQS that lets
+// SQS store every message but rewrites each SendMessageBatch answer to fail
+// every entry on SQS's side (InternalError, SenderFault false), as SQS may
+// for a message it stored: the line is reported as maybe sent, with its
+// generated key, and every copy SQS holds carries that key. Before, it was
+// reported not sent, with no key: sent again, it got a new one.
+func TestSendEntryFailedOnSQSSideGivesItsKey(t *testing.T) {
+	t.Parallel()
+	c := localtest.NewSQS(t)
+	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
+	target, err := neturl.Parse(localtest.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(r *http.Response) error {
+		if !strings.HasSuffix(r.Request.Header.Get("X-Amz-Target"), ".SendMessageBatch") || r.StatusCode != http.StatusOK {
+			return nil
+		}
+		var out struct{ Successful []struct{ Id string } }
+		if err := json.NewDecoder(r.Body).Decode(&out); err != nil {
+			return err
+		}
+		r.Body.Close()
+		type failure struct {
+			Id, Code, Message string
+			SenderFault       bool
+		}
+		var failed []failure
+		for _, s := range out.Successful {
+			failed = append(failed, failure{Id: s.Id, Code: "InternalError", Message: "stored, but reported failed by the test's proxy"})
+		}
+		b, err := json.Marshal(map[string]any{"Successful": []any{}, "Failed": failed})
+		if err != nil {
+			return err
+		}
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		r.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	srv := httptest.NewServer(rp)
+	t.Cleanup(srv.Close)
+	viaProxy := func(o *sqs.Options) { o.BaseEndpoint = aws.String(srv.URL) }
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli := startCLIWith(t, ctx, strings.NewReader("job-b\n"), []rootOption{withSQSOptions(viaProxy)}, "send", q.URL, "--raw", "-o", "json")
+	code := cli.wait(t)
+	var res []sendResult
+	if err := json.Unmarshal([]byte(cli.stdout.String()), &res); err != nil || len(res) != 1 {
+		t.Fatalf("exit %d, output %q: %v\nstderr: %s", code, cli.stdout.String(), err, cli.stderr.String())
+	}
+	r := res[0]
+	if code == 0 || !r.MaybeSent || !strings.HasPrefix(r.IdempotencyKey, "auto:") || !strings.Contains(r.Error, "may have been sent: SQS failed it on its side: InternalError") {
+		t.Fatalf("exit %d, result %+v; want maybe sent, with its generated key", code, r)
+	}
+	copies := drainAtLeast(t, c, q.URL, 1)
+	for _, m := range copies {
+		if k := m.attrs[producer.IdempotencyKeyAttribute].StringValue; m.body != "job-b" || k != r.IdempotencyKey {
+			t.Errorf("copy %q with key %q, want every copy under %q", m.body, k, r.IdempotencyKey)
+		}
+	}
+	t.Logf("%d copies stored under one key, all reported failed", len(copies))
 }
