@@ -628,3 +628,58 @@ func TestFakeMultiWaitStartsAgainAfterAConsumedSpell(t *testing.T) {
 }
 
 var retryIn = regexp.MustCompile(`retry_in=(\S+)`)
+
+// blockingDeletes holds every DeleteMessageBatch once block is set, until
+// its context ends, and says when one came in.
+type blockingDeletes struct {
+	worker.API
+	block   atomic.Bool
+	entered chan struct{}
+}
+
+func (b *blockingDeletes) DeleteMessageBatch(ctx context.Context, in *sqs.DeleteMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.DeleteMessageBatchOutput, error) {
+	if b.block.Load() {
+		select {
+		case b.entered <- struct{}{}:
+		default:
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return b.API.DeleteMessageBatch(ctx, in, opts...)
+}
+
+// A shutdown while a queue's acknowledgement probe is under way ends the
+// probe and Run, and is not logged as one more try of a queue that cannot
+// be used.
+func TestFakeMultiShutdownDuringTheProbe(t *testing.T) {
+	t.Parallel()
+	f := sqstest.NewFake()
+	q := f.CreateQueue("q", nil)
+	f.Send(q, "job")
+	f.FailNext(sqstest.OpDeleteMessageBatch, &smithy.GenericAPIError{Code: "AccessDenied", Message: "not authorized to perform sqs:DeleteMessage"}, 1)
+	api := &blockingDeletes{API: f, entered: make(chan struct{}, 1)}
+	r := startMulti(t, api, worker.MultiConfig{Queues: []worker.QueueConfig{queue(q, 0, 0)}},
+		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }),
+		func(m *worker.MultiWorker) { m.SetParkBase(100 * time.Millisecond) })
+	const waits = "queue cannot be used"
+	localtest.Eventually(t, 20*time.Second, func() bool { return strings.Count(r.logs.String(), waits) == 1 }, "the refused delete is not waited on")
+	api.block.Store(true)
+	select {
+	case <-api.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no probe came")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.w.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown during the probe: %v", err)
+	}
+	if err := <-r.done; err != nil {
+		t.Errorf("Run = %v, want nil", err)
+	}
+	r.done <- nil // for the cleanup's stop
+	if n := strings.Count(r.logs.String(), waits); n != 1 {
+		t.Errorf("%d lines %q, want the one of the refusal, none for the shutdown", n, waits)
+	}
+}

@@ -417,13 +417,15 @@ func (f runFlags) check() (slog.Level, error) {
 	if r := f.retryAfter; r < 0 || r > sqsworker.MaxVisibilityTimeout {
 		bad("--retry-after %s: want 0s to 12h", r)
 	}
+	httpBad := false
 	if f.httpURL != "" {
 		u, err := url.Parse(f.httpURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("--http %q: want an http:// or https:// URL", redactURL(f.httpURL))
+			httpBad = true
 		}
 	}
-	if f.httpHealth != "" {
+	if f.httpHealth != "" && !httpBad { // a bad --http is said once, above
 		if _, err := healthURL(f.httpURL, f.httpHealth); err != nil {
 			bad("--http-health %q: %v", redactURL(f.httpHealth), err)
 		}

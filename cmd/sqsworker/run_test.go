@@ -637,3 +637,13 @@ func TestRunPeriodicTotals(t *testing.T) {
 		t.Errorf("no final totals:\n%s", p.stderr.String())
 	}
 }
+
+// A bad --http is said once: --http-health, resolved against it, is not
+// refused for it too.
+func TestRunBadHTTPWithHealthSaysItOnce(t *testing.T) {
+	t.Parallel()
+	_, stderr, code := runCLI(t, "", "run", "jobs", "--http", "ftp://127.0.0.1/", "--http-health", "/healthz")
+	if code != 2 || !strings.Contains(stderr, `--http "ftp://127.0.0.1/": want an http://`) || strings.Contains(stderr, "--http-health") {
+		t.Errorf("exit %d, stderr %q; want 2, naming --http alone", code, stderr)
+	}
+}
