@@ -274,25 +274,14 @@ func sameARN(nameOrURL, got string) error {
 // resolveURL turns a queue name, URL or ARN into its URL, without the
 // trailing slash a URL copied from a console may have.
 func resolveURL(ctx context.Context, api API, opts []func(*sqs.Options), nameOrURL string) (string, error) {
-	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
-		return strings.TrimRight(nameOrURL, "/"), nil
+	u, err := queue.URLOf(ctx, api, nameOrURL, opts...)
+	switch {
+	case err == nil:
+		return u, nil
+	case IsQueueMissing(err):
+		return "", &QueueMissingError{Queue: nameOrURL, Err: err}
 	}
-	in := &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)}
-	if strings.HasPrefix(nameOrURL, "arn:") {
-		arn, err := ParseARN(nameOrURL)
-		if err != nil {
-			return "", err
-		}
-		in = &sqs.GetQueueUrlInput{QueueName: aws.String(arn.Name), QueueOwnerAWSAccountId: aws.String(arn.Account)}
-	}
-	out, err := api.GetQueueUrl(ctx, in, opts...)
-	if err != nil {
-		if IsQueueMissing(err) {
-			return "", &QueueMissingError{Queue: nameOrURL, Err: err}
-		}
-		return "", fmt.Errorf("dlq: queue %s: %w", nameOrURL, err)
-	}
-	return aws.ToString(out.QueueUrl), nil
+	return "", fmt.Errorf("dlq: queue %s: %w", nameOrURL, err)
 }
 
 // findSources fills Sources and SourcesFrom: from ListDeadLetterSourceQueues,

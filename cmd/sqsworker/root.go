@@ -12,12 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/sqsworker/sqsworker/dlq"
+	"github.com/sqsworker/sqsworker/internal/queue"
 )
 
 // app holds what every command shares.
@@ -237,29 +237,15 @@ func (a *app) sqs(ctx context.Context) (*sqs.Client, error) {
 // region than the client's is refused: GetQueueUrl would find the queue of
 // the same name in the client's region.
 func (a *app) queueURL(ctx context.Context, nameOrURL string) (string, error) {
-	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
-		return strings.TrimRight(nameOrURL, "/"), nil
-	}
 	c, err := a.sqs(ctx)
 	if err != nil {
 		return "", err
 	}
-	in := &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)}
-	if strings.HasPrefix(nameOrURL, "arn:") {
-		arn, err := dlq.ParseARN(nameOrURL)
-		if err != nil {
-			return "", err
-		}
-		if r := c.Options().Region; arn.Region != r {
-			return "", fmt.Errorf("queue %s is in region %s, not the client's %s: give --region %s (or AWS_REGION)", nameOrURL, arn.Region, r, arn.Region)
-		}
-		in = &sqs.GetQueueUrlInput{QueueName: aws.String(arn.Name), QueueOwnerAWSAccountId: aws.String(arn.Account)}
+	if arn, err := dlq.ParseARN(nameOrURL); err == nil && arn.Region != c.Options().Region {
+		r := c.Options().Region
+		return "", fmt.Errorf("queue %s is in region %s, not the client's %s: give --region %s (or AWS_REGION)", nameOrURL, arn.Region, r, arn.Region)
 	}
-	out, err := c.GetQueueUrl(ctx, in)
-	if err != nil {
-		return "", err
-	}
-	return aws.ToString(out.QueueUrl), nil
+	return queue.URLOf(ctx, c, nameOrURL)
 }
 
 // printJSON writes v as indented JSON.

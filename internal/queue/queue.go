@@ -144,6 +144,34 @@ func ParseRedrivePolicy(s string) (deadLetterARN string, maxReceiveCount int, er
 	return p.DeadLetterTargetArn, n, nil
 }
 
+// URLGetter is the call URLOf makes.
+type URLGetter interface {
+	GetQueueUrl(ctx context.Context, in *sqs.GetQueueUrlInput, opts ...func(*sqs.Options)) (*sqs.GetQueueUrlOutput, error)
+}
+
+// URLOf returns the URL of the queue given by its name, URL or ARN: a URL
+// as it is, without the trailing slash a console's copy may have; a name,
+// or an ARN's name and account, by GetQueueUrl, which finds the queue in
+// the client's region (an ARN's region is the caller's to check).
+func URLOf(ctx context.Context, api URLGetter, nameOrURL string, opts ...func(*sqs.Options)) (string, error) {
+	if strings.HasPrefix(nameOrURL, "https://") || strings.HasPrefix(nameOrURL, "http://") {
+		return strings.TrimRight(nameOrURL, "/"), nil
+	}
+	in := &sqs.GetQueueUrlInput{QueueName: aws.String(nameOrURL)}
+	if strings.HasPrefix(nameOrURL, "arn:") {
+		name, account, err := ParseARN(nameOrURL)
+		if err != nil {
+			return "", err
+		}
+		in = &sqs.GetQueueUrlInput{QueueName: aws.String(name), QueueOwnerAWSAccountId: aws.String(account)}
+	}
+	out, err := api.GetQueueUrl(ctx, in, opts...)
+	if err != nil {
+		return "", err
+	}
+	return aws.ToString(out.QueueUrl), nil
+}
+
 // ParseARN returns the queue name and account of an SQS queue ARN
 // (arn:PARTITION:sqs:REGION:ACCOUNT:NAME).
 func ParseARN(arn string) (name, account string, err error) {
