@@ -549,10 +549,10 @@ func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, err
 	extra, now := p.contextAttributes(ctx), time.Now()
 	with := make([]Message, len(msgs))
 	invalid := make([]error, len(msgs))
-	given := make([]string, len(msgs)) // the messages' own keys
+	generated := make([]bool, len(msgs)) // sent with a key decorate made
 	for i, m := range msgs {
-		given[i] = m.IdempotencyKey
 		with[i], invalid[i] = p.decorate(ctx, m, extra, now)
+		generated[i] = invalid[i] == nil && m.IdempotencyKey == "" && with[i].IdempotencyKey != ""
 	}
 	msgs = with
 	b := &batcher{p: p, ctx: ctx, msgs: msgs, res: res, failedGroups: map[string]int{}}
@@ -576,8 +576,8 @@ func (p *Producer) SendBatch(ctx context.Context, msgs []Message) ([]Result, err
 	}
 	b.send(batch)
 	for i := range res {
-		if key := msgs[i].IdempotencyKey; key != "" && invalid[i] == nil && given[i] != key {
-			res[i].GeneratedKey = key
+		if generated[i] {
+			res[i].GeneratedKey = msgs[i].IdempotencyKey
 		}
 	}
 	var errs []error

@@ -421,11 +421,7 @@ func TestFakeMultiRateLimit(t *testing.T) {
 func TestFakeMultiRateLimitKeepsThePriority(t *testing.T) {
 	t.Parallel()
 	f := sqstest.NewFake()
-	crit, low := f.CreateQueue("critical", nil), f.CreateQueue("low", nil)
-	for range 200 {
-		f.Send(crit, "critical")
-		f.Send(low, "low")
-	}
+	crit, low := critAndLow(f, 200, 200)
 	r := startMulti(t, f, worker.MultiConfig{RateLimit: 50, RateBurst: 5, Queues: []worker.QueueConfig{queue(crit, 1, 0), queue(low, 0, 0)}},
 		sqsworker.HandlerFunc(func(context.Context, *sqsworker.Message) error { return nil }))
 	// 2 s at 50 a second: about 100 of the critical queue's 200.
@@ -528,24 +524,15 @@ func TestFakeMultiRefusedDeletesWait(t *testing.T) {
 	f.FailNext(sqstest.OpDeleteMessageBatch, denied, 2)
 	f.FailNext(sqstest.OpDeleteMessageBatch, &smithy.GenericAPIError{Code: "RequestThrottled", Message: "slow down"}, 1)
 	f.FailNext(sqstest.OpDeleteMessageBatch, denied, 3)
-	var mu sync.Mutex
-	receives := map[string]int{}
+	var receives receiveCounts
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
-		mu.Lock()
-		receives[m.ID] = max(receives[m.ID], m.ReceiveCount)
-		mu.Unlock()
+		receives.add(m)
 		return nil
 	})
 	r := startMulti(t, f, worker.MultiConfig{Queues: []worker.QueueConfig{queue(q, 0, 0)}}, h,
 		func(m *worker.MultiWorker) { m.SetParkBase(100 * time.Millisecond) })
 	localtest.Eventually(t, 30*time.Second, func() bool { return r.w.Stats()[0].Deleted == 5 }, "the jobs are not deleted once SQS takes deletes again")
-	mu.Lock()
-	defer mu.Unlock()
-	for id, n := range receives {
-		if n > 2 {
-			t.Errorf("message %s received %d times, want at most 2: once before the refusal, once after", id, n)
-		}
-	}
+	receives.atMostTwice(t)
 	if n := f.Calls(sqstest.OpDeleteMessageBatch); n < 6 {
 		t.Errorf("%d delete calls, want the 6 failed and more", n)
 	}
@@ -681,5 +668,35 @@ func TestFakeMultiShutdownDuringTheProbe(t *testing.T) {
 	r.done <- nil // for the cleanup's stop
 	if n := strings.Count(r.logs.String(), waits); n != 1 {
 		t.Errorf("%d lines %q, want the one of the refusal, none for the shutdown", n, waits)
+	}
+}
+
+// receiveCounts keeps, for each message a handler ran, the highest receive
+// count it ran with. It is safe for concurrent use.
+type receiveCounts struct {
+	mu  sync.Mutex
+	max map[string]int
+}
+
+func (r *receiveCounts) add(m *sqsworker.Message) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.max == nil {
+		r.max = map[string]int{}
+	}
+	r.max[m.ID] = max(r.max[m.ID], m.ReceiveCount)
+}
+
+// atMostTwice fails t for each message received more than twice: a queue
+// whose deletes were refused receives its messages once before the
+// refusal and once after.
+func (r *receiveCounts) atMostTwice(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, n := range r.max {
+		if n > 2 {
+			t.Errorf("message %s received %d times, want at most 2: once before the refusal, once after", id, n)
+		}
 	}
 }

@@ -433,17 +433,14 @@ func TestMultiRefusedDeletesWaitEmulator(t *testing.T) {
 	proxy := refuseDeletes(t, low.URL, &refusing)
 	c := localtest.NewSQS(t, func(o *sqs.Options) { o.BaseEndpoint = aws.String(proxy) })
 
-	var mu sync.Mutex
-	receives := map[string]int{}
+	var receives receiveCounts
 	var critDone atomic.Int64
 	h := sqsworker.HandlerFunc(func(_ context.Context, m *sqsworker.Message) error {
 		if m.QueueURL == crit.URL {
 			critDone.Add(1)
 			return nil
 		}
-		mu.Lock()
-		receives[m.ID] = max(receives[m.ID], m.ReceiveCount)
-		mu.Unlock()
+		receives.add(m)
 		return nil
 	})
 	sendMany(t, direct, low.URL, 5, "low")
@@ -457,13 +454,7 @@ func TestMultiRefusedDeletesWaitEmulator(t *testing.T) {
 	time.Sleep(6 * time.Second)
 	refusing.Store(false)
 	localtest.Eventually(t, 120*time.Second, func() bool { return r.w.Stats()[1].Deleted == 5 }, "the low queue's jobs are not deleted once deletes are taken")
-	mu.Lock()
-	defer mu.Unlock()
-	for id, n := range receives {
-		if n > 2 {
-			t.Errorf("message %s received %d times, want at most 2: once before the refusal, once after", id, n)
-		}
-	}
+	receives.atMostTwice(t)
 	if v, f, d := localtest.Depth(t, direct, low.URL); v+f+d != 0 {
 		t.Errorf("%d messages left in the low queue", v+f+d)
 	}

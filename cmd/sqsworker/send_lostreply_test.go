@@ -75,15 +75,7 @@ func TestSendMaybeSentGivesItsKey(t *testing.T) {
 	c := localtest.NewSQS(t)
 	q := localtest.NewQueue(t, c, localtest.QueueOptions{})
 	_, loseEveryReply := loseFirstBatchReplies(t, 100)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cli := startCLIWith(t, ctx, strings.NewReader("job-a\n"), []rootOption{withSQSOptions(loseEveryReply)}, "send", q.URL, "--raw", "-o", "json")
-	code := cli.wait(t)
-	var res []sendResult
-	if err := json.Unmarshal([]byte(cli.stdout.String()), &res); err != nil || len(res) != 1 {
-		t.Fatalf("exit %d, output %q: %v\nstderr: %s", code, cli.stdout.String(), err, cli.stderr.String())
-	}
-	r := res[0]
+	code, r := sendOneLine(t, "job-a", q.URL, loseEveryReply)
 	if code == 0 || !r.MaybeSent || !strings.HasPrefix(r.IdempotencyKey, "auto:") || !strings.Contains(r.Error, `"idempotencyKey":"`+r.IdempotencyKey+`"`) {
 		t.Fatalf("exit %d, result %+v; want maybe sent, with its generated key and how to send it again", code, r)
 	}
@@ -170,15 +162,7 @@ func TestSendEntryFailedOnSQSSideGivesItsKey(t *testing.T) {
 	srv := httptest.NewServer(rp)
 	t.Cleanup(srv.Close)
 	viaProxy := func(o *sqs.Options) { o.BaseEndpoint = aws.String(srv.URL) }
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cli := startCLIWith(t, ctx, strings.NewReader("job-b\n"), []rootOption{withSQSOptions(viaProxy)}, "send", q.URL, "--raw", "-o", "json")
-	code := cli.wait(t)
-	var res []sendResult
-	if err := json.Unmarshal([]byte(cli.stdout.String()), &res); err != nil || len(res) != 1 {
-		t.Fatalf("exit %d, output %q: %v\nstderr: %s", code, cli.stdout.String(), err, cli.stderr.String())
-	}
-	r := res[0]
+	code, r := sendOneLine(t, "job-b", q.URL, viaProxy)
 	if code == 0 || !r.MaybeSent || !strings.HasPrefix(r.IdempotencyKey, "auto:") || !strings.Contains(r.Error, "may have been sent: SQS failed it on its side: InternalError") {
 		t.Fatalf("exit %d, result %+v; want maybe sent, with its generated key", code, r)
 	}
@@ -189,4 +173,19 @@ func TestSendEntryFailedOnSQSSideGivesItsKey(t *testing.T) {
 		}
 	}
 	t.Logf("%d copies stored under one key, all reported failed", len(copies))
+}
+
+// sendOneLine runs `send URL --raw -o json` with line on standard input,
+// its SQS client given opt, and returns its exit code and its one result.
+func sendOneLine(t *testing.T, line, url string, opt func(*sqs.Options)) (int, sendResult) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cli := startCLIWith(t, ctx, strings.NewReader(line+"\n"), []rootOption{withSQSOptions(opt)}, "send", url, "--raw", "-o", "json")
+	code := cli.wait(t)
+	var res []sendResult
+	if err := json.Unmarshal([]byte(cli.stdout.String()), &res); err != nil || len(res) != 1 {
+		t.Fatalf("exit %d, output %q: %v\nstderr: %s", code, cli.stdout.String(), err, cli.stderr.String())
+	}
+	return code, res[0]
 }
