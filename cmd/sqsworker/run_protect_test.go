@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -59,8 +60,13 @@ func TestRunScaleInProtection(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(asked) != 3 || asked[0] || !asked[1] || asked[2] {
-		t.Errorf("the agent was asked %v, want not to protect the task (at the start), to protect it, then not", asked)
+	// The stand-in counts a request when it comes in: the interrupt may
+	// cut the removal's request before its answer is read, and the
+	// Protector, not knowing whether it was applied, asks for the removal
+	// once more as it stops (ecsprotect's Run). Any request after the
+	// third is such a removal.
+	if len(asked) < 3 || asked[0] || !asked[1] || slices.Contains(asked[2:], true) || len(asked) > 4 {
+		t.Errorf("the agent was asked %v, want not to protect the task (at the start), to protect it, then not (asked again as it stops, at most once)", asked)
 	}
 	if s := p.stderr.String(); strings.Contains(s, "level=WARN") {
 		t.Errorf("warnings:\n%s", s)
